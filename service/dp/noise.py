@@ -1,0 +1,122 @@
+"""Noise samplers for PrivFit's mechanisms.
+
+Every random draw that protects privacy starts as uniforms on (0, 1) and is turned into the
+target law by its inverse CDF (DESIGN §2):
+
+* with ``rng=None`` the uniforms come from the operating system's CSPRNG (``os.urandom``),
+  53 random bits each, offset by half a unit so that 0 and 1 never occur;
+* with a ``numpy.random.Generator`` (tests, or a server in explicit test mode) the uniforms
+  come from ``rng.random`` and the same transforms apply, so both paths share one code path.
+
+Laws provided: standard Gaussian (``ndtri``), Laplace, Gamma (``gammaincinv``), the uniform
+direction on the sphere, and the d-dimensional density ν(b) ∝ exp(−β‖b‖) used by output and
+objective perturbation: direction uniform on S^{d−1} and norm ~ Gamma(shape d, scale 1/β)
+(seed 000 §3.3; the norm's density is ∝ r^{d−1} e^{−βr}).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import special
+
+__all__ = [
+    "RELEASE_GRID",
+    "gamma",
+    "gaussian",
+    "gaussian_vector",
+    "laplace",
+    "norm_exponential_vector",
+    "round_to_grid",
+    "uniform_direction",
+    "uniforms",
+]
+
+#: Released weights are rounded to multiples of 2^-32 so low-order bits carry no noise trace.
+RELEASE_GRID = 2.0**-32
+
+_MANTISSA_BITS = 53
+
+
+def uniforms(size: int | tuple[int, ...], rng: np.random.Generator | None = None) -> NDArray[np.float64]:
+    """Uniform draws on the open interval (0, 1).
+
+    ``rng=None`` reads 8 bytes per draw from ``os.urandom`` and keeps the top 53 bits, giving
+    ``(k + 0.5) / 2^53`` for a uniform integer ``k``; the half offset keeps 0 and 1 out so the
+    inverse CDFs below stay finite.
+    """
+    shape = (size,) if isinstance(size, int) else tuple(size)
+    count = int(np.prod(shape, dtype=np.int64))
+    if rng is None:
+        raw = np.frombuffer(os.urandom(8 * count), dtype=np.uint64)
+        ints = raw >> np.uint64(64 - _MANTISSA_BITS)
+        out = (ints.astype(np.float64) + 0.5) * (2.0**-_MANTISSA_BITS)
+        return out.reshape(shape)
+    u = rng.random(shape)
+    # Generator.random lies in [0, 1); move an exact 0 to the smallest positive grid point.
+    return np.where(u > 0.0, u, 2.0**-_MANTISSA_BITS)
+
+
+def gaussian(
+    size: int | tuple[int, ...], *, sigma: float = 1.0, rng: np.random.Generator | None = None
+) -> NDArray[np.float64]:
+    """N(0, σ²) draws by inverse CDF: σ·Φ⁻¹(U)."""
+    _check_scale("sigma", sigma)
+    return sigma * special.ndtri(uniforms(size, rng))
+
+
+def gaussian_vector(d: int, *, sigma: float, rng: np.random.Generator | None = None) -> NDArray[np.float64]:
+    """One draw of N(0, σ² I_d)."""
+    return gaussian(d, sigma=sigma, rng=rng)
+
+
+def laplace(
+    size: int | tuple[int, ...], *, scale: float, rng: np.random.Generator | None = None
+) -> NDArray[np.float64]:
+    """Laplace(0, b) draws by inverse CDF: −b·sign(U − ½)·ln(1 − 2|U − ½|)."""
+    _check_scale("scale", scale)
+    v = uniforms(size, rng) - 0.5
+    return -scale * np.sign(v) * np.log1p(-2.0 * np.abs(v))
+
+
+def gamma(
+    size: int | tuple[int, ...], *, shape: float, scale: float, rng: np.random.Generator | None = None
+) -> NDArray[np.float64]:
+    """Gamma(shape k, scale θ) draws by inverse CDF: θ·P⁻¹(k, U) (regularised incomplete gamma)."""
+    _check_scale("shape", shape)
+    _check_scale("scale", scale)
+    return scale * special.gammaincinv(shape, uniforms(size, rng))
+
+
+def uniform_direction(d: int, *, rng: np.random.Generator | None = None) -> NDArray[np.float64]:
+    """A point uniform on the unit sphere S^{d−1}: a standard Gaussian vector normalised."""
+    if d < 1:
+        raise ValueError(f"dimension must be at least 1, got {d}")
+    while True:
+        g = gaussian(d, rng=rng)
+        norm = float(np.linalg.norm(g))
+        if norm > 0.0:
+            return g / norm
+
+
+def norm_exponential_vector(d: int, *, beta: float, rng: np.random.Generator | None = None) -> NDArray[np.float64]:
+    """One draw b ∈ R^d from the density ν(b) ∝ exp(−β‖b‖).
+
+    In polar form the density of r = ‖b‖ is ∝ r^{d−1} e^{−βr}, i.e. Gamma(shape d, scale 1/β),
+    independent of the direction, which is uniform on the sphere. E‖b‖ = d/β.
+    """
+    _check_scale("beta", beta)
+    r = float(gamma(1, shape=float(d), scale=1.0 / beta, rng=rng)[0])
+    return r * uniform_direction(d, rng=rng)
+
+
+def round_to_grid(values: NDArray[np.float64], grid: float = RELEASE_GRID) -> NDArray[np.float64]:
+    """Round released values to the nearest multiple of ``grid`` (default 2^-32)."""
+    return np.round(np.asarray(values, dtype=np.float64) / grid) * grid
+
+
+def _check_scale(name: str, value: float) -> None:
+    if not np.isfinite(value) or value <= 0.0:
+        raise ValueError(f"{name} must be a finite positive number, got {value!r}")
