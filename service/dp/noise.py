@@ -40,7 +40,9 @@ RELEASE_GRID = 2.0**-32
 _MANTISSA_BITS = 53
 
 
-def uniforms(size: int | tuple[int, ...], rng: np.random.Generator | None = None) -> NDArray[np.float64]:
+def uniforms(
+    size: int | tuple[int, ...], rng: np.random.Generator | None = None
+) -> NDArray[np.float64]:
     """Uniform draws on the open interval (0, 1).
 
     ``rng=None`` reads 8 bytes per draw from ``os.urandom`` and keeps the top 53 bits, giving
@@ -67,7 +69,9 @@ def gaussian(
     return sigma * special.ndtri(uniforms(size, rng))
 
 
-def gaussian_vector(d: int, *, sigma: float, rng: np.random.Generator | None = None) -> NDArray[np.float64]:
+def gaussian_vector(
+    d: int, *, sigma: float, rng: np.random.Generator | None = None
+) -> NDArray[np.float64]:
     """One draw of N(0, σ² I_d)."""
     return gaussian(d, sigma=sigma, rng=rng)
 
@@ -82,7 +86,11 @@ def laplace(
 
 
 def gamma(
-    size: int | tuple[int, ...], *, shape: float, scale: float, rng: np.random.Generator | None = None
+    size: int | tuple[int, ...],
+    *,
+    shape: float,
+    scale: float,
+    rng: np.random.Generator | None = None,
 ) -> NDArray[np.float64]:
     """Gamma(shape k, scale θ) draws by inverse CDF: θ·P⁻¹(k, U) (regularised incomplete gamma)."""
     _check_scale("shape", shape)
@@ -101,7 +109,9 @@ def uniform_direction(d: int, *, rng: np.random.Generator | None = None) -> NDAr
             return g / norm
 
 
-def norm_exponential_vector(d: int, *, beta: float, rng: np.random.Generator | None = None) -> NDArray[np.float64]:
+def norm_exponential_vector(
+    d: int, *, beta: float, rng: np.random.Generator | None = None
+) -> NDArray[np.float64]:
     """One draw b ∈ R^d from the density ν(b) ∝ exp(−β‖b‖).
 
     In polar form the density of r = ‖b‖ is ∝ r^{d−1} e^{−βr}, i.e. Gamma(shape d, scale 1/β),
