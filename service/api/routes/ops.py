@@ -1,0 +1,81 @@
+"""Operations: liveness, readiness, metrics. No API key needed (probes and scrapers)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import PlainTextResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from service.api.deps import access
+from service.api.errors import ProblemResponse, problem_response, problem_responses
+from service.api.metrics import HttpMetrics
+from service.api.schemas.ops import Health, Readiness
+from service.db.migrate import DatabaseProbe
+
+router = APIRouter(tags=["ops"])
+
+
+@router.get(
+    "/healthz",
+    summary="Liveness",
+    description="200 while the process can answer HTTP. Does not touch the database.",
+    response_model=Health,
+    response_description="The process is alive.",
+    responses=problem_responses(),
+    openapi_extra=access("public"),
+)
+def healthz() -> Health:
+    return Health()
+
+
+@router.get(
+    "/readyz",
+    summary="Readiness",
+    description=(
+        "200 when the database is reachable and migrated to the latest revision; otherwise 503 "
+        "(for example before `privfit migrate` has run)."
+    ),
+    response_model=Readiness,
+    response_description="Ready to serve requests.",
+    responses=problem_responses(503),
+    openapi_extra=access("public"),
+)
+def readyz(request: Request) -> Readiness | ProblemResponse:
+    probe: DatabaseProbe = request.app.state.database_probe
+    state = probe.check()
+    if state.ready:
+        return Readiness(revision=",".join(state.current))
+    if not state.reachable:
+        detail = "the database is not reachable"
+    else:
+        detail = "the database is not migrated to the latest revision; run `privfit migrate`"
+    return problem_response(
+        request, status=503, slug="service-unavailable", title="Service unavailable", detail=detail
+    )
+
+
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    description=(
+        "Request counts and latencies by method, route template and status, in the Prometheus "
+        "text format."
+    ),
+    response_class=PlainTextResponse,
+    response_description="Prometheus text exposition format.",
+    responses={
+        200: {
+            "content": {
+                "text/plain": {
+                    "schema": {"type": "string"},
+                    "example": 'privfit_http_requests_total{method="GET",route="/healthz",'
+                    'status="200"} 3.0\n',
+                }
+            }
+        }
+    },
+    openapi_extra=access("public"),
+)
+def metrics(request: Request) -> Response:
+    registry: HttpMetrics = request.app.state.metrics
+    return Response(content=registry.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,134 @@
+"""Sites and their API keys."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from service.api.deps import AdminDep, AuditContextDep, PrincipalDep, SiteDep, UowDep, access
+from service.api.errors import problem_responses
+from service.api.routes import API_V1
+from service.api.schemas.sites import IssuedKeyRead, SiteCreate, SiteList, SiteRead, SiteWithKey
+from service.domain import sites
+from service.domain.sites import IssuedKey
+
+router = APIRouter(prefix=f"{API_V1}/sites", tags=["sites"])
+
+Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
+Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]
+
+
+def _with_key(issued: IssuedKey) -> SiteWithKey:
+    return SiteWithKey(
+        site=SiteRead.model_validate(issued.site),
+        key=IssuedKeyRead(
+            api_key=issued.token,
+            key_prefix=issued.key.prefix,
+            created_at=issued.key.created_at,
+        ),
+    )
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    summary="Create a site (admin)",
+    description=(
+        "Creates a site and its first API key. **The key is in this response only**: hand it "
+        "to the site now. Requires the admin key."
+    ),
+    response_model=SiteWithKey,
+    response_description="The new site and its API key (shown only here).",
+    responses=problem_responses(401, 403, 409, 413, 422),
+    openapi_extra=access("admin"),
+)
+def create_site(
+    body: SiteCreate, uow: UowDep, admin: AdminDep, audit_context: AuditContextDep
+) -> SiteWithKey:
+    issued = sites.create_site(uow, name=body.name, actor=admin, context=audit_context)
+    return _with_key(issued)
+
+
+@router.get(
+    "",
+    summary="List sites (admin)",
+    description="Sites in creation order, paginated. Requires the admin key.",
+    response_model=SiteList,
+    response_description="One page of sites and the total count.",
+    responses=problem_responses(401, 403, 422),
+    openapi_extra=access("admin"),
+)
+def list_sites(uow: UowDep, admin: AdminDep, limit: Limit = 50, offset: Offset = 0) -> SiteList:
+    page = sites.list_sites(uow, actor=admin, limit=limit, offset=offset)
+    return SiteList(
+        items=[SiteRead.model_validate(site) for site in page.items],
+        total=page.total,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get(
+    "/me",
+    summary="The calling site",
+    description="The site that owns the API key of this request. Requires a site key.",
+    response_model=SiteRead,
+    response_description="The calling site.",
+    responses=problem_responses(401, 403),
+    openapi_extra=access("site"),
+)
+def get_my_site(uow: UowDep, site: SiteDep) -> SiteRead:
+    assert site.site_id is not None
+    return SiteRead.model_validate(sites.get_site(uow, site_id=site.site_id, actor=site))
+
+
+@router.post(
+    "/me/keys/rotate",
+    summary="Rotate the calling site's key",
+    description=(
+        "Issues a new key and revokes the key used for this request (and any other key of the "
+        "site). The old key stops working at once. **The new key is in this response only.** "
+        "Requires a site key."
+    ),
+    response_model=IssuedKeyRead,
+    response_description="The new key (shown only here); the old one is revoked.",
+    responses=problem_responses(401, 403, 409),
+    openapi_extra=access("site"),
+)
+def rotate_my_key(uow: UowDep, site: SiteDep, audit_context: AuditContextDep) -> IssuedKeyRead:
+    assert site.site_id is not None
+    issued = sites.rotate_site_key(uow, site_id=site.site_id, actor=site, context=audit_context)
+    return _with_key(issued).key
+
+
+@router.get(
+    "/{site_id}",
+    summary="Get a site",
+    description="The admin can read any site; a site can read only itself (others are 404).",
+    response_model=SiteRead,
+    response_description="The site.",
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("any"),
+)
+def get_site(site_id: str, uow: UowDep, principal: PrincipalDep) -> SiteRead:
+    return SiteRead.model_validate(sites.get_site(uow, site_id=site_id, actor=principal))
+
+
+@router.post(
+    "/{site_id}/keys/rotate",
+    summary="Rotate a site's key (admin)",
+    description=(
+        "For a site that lost its key: issues a new key and revokes all the site's other keys. "
+        "**The new key is in this response only.** Requires the admin key."
+    ),
+    response_model=IssuedKeyRead,
+    response_description="The site's new key (shown only here); its other keys are revoked.",
+    responses=problem_responses(401, 403, 404, 422),
+    openapi_extra=access("admin"),
+)
+def rotate_site_key(
+    site_id: str, uow: UowDep, admin: AdminDep, audit_context: AuditContextDep
+) -> IssuedKeyRead:
+    issued = sites.rotate_site_key(uow, site_id=site_id, actor=admin, context=audit_context)
+    return _with_key(issued).key

@@ -1,0 +1,83 @@
+"""Sites and API keys."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict
+
+from service.api.schemas.base import RequestModel, ResponseModel
+
+__all__ = ["IssuedKeyRead", "SiteCreate", "SiteList", "SiteRead", "SiteWithKey"]
+
+SiteName = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=100,
+        pattern=r"^[^\x00-\x1f\x7f]*\S[^\x00-\x1f\x7f]*$",
+        description="Unique display name: 1–100 characters, no control characters.",
+        examples=["St. Mary's Hospital"],
+    ),
+]
+
+_SITE_EXAMPLE: JsonDict = {
+    "id": "0d1e2f3a4b5c6d7e8f90a1b2c3d4e5f6",
+    "name": "St. Mary's Hospital",
+    "created_at": "2026-11-23T09:30:00Z",
+}
+_KEY_EXAMPLE: JsonDict = {
+    "api_key": "pf_k3x9q2ma_6r1T0dVd3bQk9m1xJz8yP4sWc7uE2nGh5aLfKoYiRtB",
+    "key_prefix": "k3x9q2ma",
+    "created_at": "2026-11-23T09:30:00Z",
+}
+
+
+class SiteCreate(RequestModel):
+    """A new site."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [{"name": "St. Mary's Hospital"}]})
+
+    name: SiteName
+
+
+class SiteRead(ResponseModel):
+    """A site."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_SITE_EXAMPLE]})
+
+    id: str = Field(description="The site's id (32 hex digits).")
+    name: str
+    created_at: datetime
+
+
+class IssuedKeyRead(ResponseModel):
+    """A freshly issued API key. `api_key` is shown only in this response: store it now."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [_KEY_EXAMPLE]})
+
+    api_key: str = Field(description="Send as `Authorization: Bearer <api_key>`. Shown once.")
+    key_prefix: str = Field(description="Public part of the key, shown in audit events.")
+    created_at: datetime
+
+
+class SiteWithKey(ResponseModel):
+    """A site with a key issued in this response."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"site": _SITE_EXAMPLE, "key": _KEY_EXAMPLE}]}
+    )
+
+    site: SiteRead
+    key: IssuedKeyRead
+
+
+class SiteList(ResponseModel):
+    """One page of sites."""
+
+    items: list[SiteRead]
+    total: int = Field(ge=0, description="Number of sites in all pages.")
+    limit: int
+    offset: int

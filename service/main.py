@@ -1,0 +1,125 @@
+"""The application factory: the only place where routers, middleware and handlers are wired.
+
+``uvicorn service.main:app`` serves the module-level :data:`app`, built from the environment;
+tests call :func:`create_app` with their own :class:`~service.settings.Settings`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from importlib.metadata import PackageNotFoundError, version
+from typing import TextIO
+
+import anyio.to_thread
+from fastapi import FastAPI
+
+from service.api.errors import install_error_handlers
+from service.api.metrics import HttpMetrics
+from service.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
+from service.api.openapi_doc import DESCRIPTION, TAGS, build_openapi, operation_id
+from service.api.routes import audit, ops, sites
+from service.db.migrate import DatabaseProbe, head_revisions
+from service.db.session import make_engine, make_sessionmaker
+from service.db.uow import UnitOfWork
+from service.domain.auth import configured_key_hash, ensure_admin_key
+from service.settings import Settings, get_settings
+
+__all__ = ["announce_admin_key", "app", "create_app"]
+
+logger = logging.getLogger("privfit")
+
+
+def _version() -> str:
+    try:
+        return version("privfit")
+    except PackageNotFoundError:  # pragma: no cover - running from an uninstalled checkout
+        return "0.0.0"
+
+
+def announce_admin_key(token: str, stream: TextIO | None = None) -> None:
+    """Print a generated admin key once, to stdout (never to the logs)."""
+    out = stream if stream is not None else sys.stdout
+    rule = "=" * 78
+    out.write(
+        f"\n{rule}\n"
+        "PrivFit generated the admin API key. It is shown only now; only its hash is stored:\n\n"
+        f"    {token}\n\n"
+        "Send it as `Authorization: Bearer <key>` (Swagger UI: Authorize) to create sites.\n"
+        "Lost it? Run `privfit reset-admin-key`, or set PRIVFIT_ADMIN_KEY.\n"
+        f"{rule}\n\n"
+    )
+    out.flush()
+
+
+def _bootstrap_admin_key(app: FastAPI) -> None:
+    settings: Settings = app.state.settings
+    if settings.admin_key is not None:
+        return
+    state = app.state.database_probe.check()
+    if not state.ready:
+        logger.warning(
+            "database not ready (unreachable or not migrated): admin key generation skipped; "
+            "run `privfit migrate` and restart"
+        )
+        return
+    token = ensure_admin_key(app.state.uow_factory())
+    if token is not None:
+        announce_admin_key(token)
+        logger.info("generated the admin API key (printed once to stdout)")
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    """Open the database for the app's lifetime; generate the admin key on first start."""
+    settings: Settings = app.state.settings
+    engine = make_engine(
+        settings.database_url,
+        busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+        pool_size=settings.db_pool_size,
+    )
+    app.state.engine = engine
+    app.state.uow_factory = partial(UnitOfWork, make_sessionmaker(engine))
+    app.state.database_probe = DatabaseProbe(engine, head_revisions())
+    try:
+        await anyio.to_thread.run_sync(_bootstrap_admin_key, app)
+        yield
+    finally:
+        engine.dispose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the ASGI application. Cheap: the database is opened by the lifespan."""
+    settings = settings if settings is not None else get_settings()
+    app = FastAPI(
+        title="PrivFit",
+        version=_version(),
+        description=DESCRIPTION,
+        openapi_tags=TAGS,
+        lifespan=lifespan,
+        generate_unique_id_function=operation_id,
+        swagger_ui_parameters={"persistAuthorization": True, "displayRequestDuration": True},
+    )
+    metrics = HttpMetrics()
+    app.state.settings = settings
+    app.state.metrics = metrics
+    admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
+    app.state.admin_key_hash = configured_key_hash(admin_key)
+
+    install_error_handlers(app)
+    # Routers carry their full prefix (see service.api.routes): include them without one.
+    for router in (ops.router, sites.router, audit.router):
+        app.include_router(router)
+
+    # Added last = outermost: the request id exists before the size check can answer 413.
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics)
+
+    app.openapi = partial(build_openapi, app)  # type: ignore[method-assign]
+    return app
+
+
+app = create_app()

@@ -1,0 +1,141 @@
+"""Service configuration, read from ``PRIVFIT_*`` environment variables (or a ``.env`` file).
+
+There is no module-level settings object: the app, the CLI and the migrations call
+:func:`get_settings` (cached), and tests build :class:`Settings` directly and pass it to
+``create_app``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = [
+    "MIN_ADMIN_KEY_LENGTH",
+    "Environment",
+    "LogLevel",
+    "Settings",
+    "default_database_url",
+    "get_settings",
+    "project_root",
+]
+
+Environment = Literal["dev", "test", "prod"]
+LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
+
+#: A configured admin key must be at least this long (a short key can be guessed).
+MIN_ADMIN_KEY_LENGTH = 24
+
+_URL_SCHEME = re.compile(r"^(?P<dialect>[a-z0-9]+)(?:\+(?P<driver>[a-z0-9_]+))?://", re.IGNORECASE)
+
+
+def project_root() -> Path:
+    """The repository checkout when running from source, else the working directory.
+
+    From a checkout (editable install, ``make run``) this is the folder holding ``migrations/``
+    next to the ``service`` package. An installed wheel (the container) has no such folder, so
+    the working directory is used: the image's ``WORKDIR`` holds ``migrations/``.
+    """
+    source_root = Path(__file__).resolve().parent.parent
+    if (source_root / "migrations" / "env.py").is_file():
+        return source_root
+    return Path.cwd()
+
+
+def default_database_url() -> str:
+    """The embedded database: ``<project root>/data/privfit.db``."""
+    return f"sqlite:///{project_root() / 'data' / 'privfit.db'}"
+
+
+class Settings(BaseSettings):
+    """Every knob of the service. Field ``x`` is read from ``PRIVFIT_X``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PRIVFIT_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    environment: Environment = Field(
+        default="dev", description="dev, test or prod; prod refuses SQLite."
+    )
+    database_url: str = Field(
+        default_factory=default_database_url,
+        description=(
+            "SQLAlchemy URL: sqlite:///path/to.db or postgresql+psycopg://user@host/db "
+            "(postgresql:// and postgres:// are read as psycopg)."
+        ),
+    )
+    admin_key: SecretStr | None = Field(
+        default=None,
+        description=(
+            "The admin API key. When unset, the first start generates one, prints it once and "
+            "stores only its hash."
+        ),
+    )
+    max_request_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        gt=0,
+        description="Largest request body accepted; larger ones get 413.",
+    )
+    log_level: LogLevel = "INFO"
+    host: str = Field(default="127.0.0.1", description="Address `privfit serve` binds.")
+    port: int = Field(default=8000, ge=1, le=65535, description="Port `privfit serve` binds.")
+    workers: int = Field(default=1, ge=1, le=64, description="Processes `privfit serve` runs.")
+    sqlite_busy_timeout_ms: int = Field(default=5000, ge=0)
+    db_pool_size: int = Field(default=5, ge=1, description="Connections per process (PostgreSQL).")
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise_database_url(cls, value: str) -> str:
+        value = value.strip()
+        match = _URL_SCHEME.match(value)
+        if match is None:
+            raise ValueError(
+                "must be an SQLAlchemy URL such as sqlite:///data/privfit.db or "
+                "postgresql+psycopg://user@host/db"
+            )
+        dialect = match["dialect"].lower()
+        if dialect in {"postgres", "postgresql"}:
+            if match["driver"] not in {None, "psycopg"}:
+                raise ValueError("PostgreSQL URLs must use the psycopg driver (postgresql+psycopg)")
+            return "postgresql+psycopg://" + value[match.end() :]
+        if dialect != "sqlite":
+            raise ValueError("only sqlite and postgresql databases are supported")
+        return value
+
+    @field_validator("admin_key")
+    @classmethod
+    def _check_admin_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or value.get_secret_value() == "":
+            return None
+        if len(value.get_secret_value()) < MIN_ADMIN_KEY_LENGTH:
+            raise ValueError(f"must be at least {MIN_ADMIN_KEY_LENGTH} characters long")
+        return value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_log_level(cls, value: object) -> object:
+        return value.upper() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _production_needs_postgres(self) -> Settings:
+        if self.environment == "prod" and self.is_sqlite:
+            raise ValueError(
+                "PRIVFIT_DATABASE_URL must point at PostgreSQL when PRIVFIT_ENVIRONMENT=prod"
+            )
+        return self
+
+    @property
+    def is_sqlite(self) -> bool:
+        """True when the database is SQLite (embedded mode)."""
+        return self.database_url.lower().startswith("sqlite")
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process's settings, read once from the environment."""
+    return Settings()

@@ -1,0 +1,251 @@
+"""Shared fixtures: databases (SQLite always, PostgreSQL when reachable), the app and sites.
+
+Databases
+    ``sqlite_url``      a fresh, migrated SQLite file per test (a copy of a template migrated
+                        once per session with ``alembic upgrade head``: migrations always run).
+    ``postgres_url``    a fresh schema per test on ``PRIVFIT_TEST_POSTGRES_URL`` (default
+                        ``postgresql+psycopg://postgres@127.0.0.1:5432/test``), migrated to head
+                        and dropped afterwards. Skipped with a notice when PostgreSQL is not
+                        reachable; ``PRIVFIT_REQUIRE_POSTGRES=1`` turns the skip into a failure.
+    ``empty_postgres_url``  the same, not migrated (for migration tests).
+    ``any_db_url``      parametrised over both backends.
+    ``db_url``          what ``settings`` uses: SQLite. A module runs on both backends by
+                        overriding it::
+
+                            @pytest.fixture
+                            def db_url(any_db_url: str) -> str:
+                                return any_db_url
+
+App
+    ``settings``, ``app`` (``create_app(settings)``), ``client`` (``TestClient`` with the lifespan
+    running), ``admin_headers``, ``make_site(name=None) -> SiteHandle`` and ``site``;
+    ``uow_factory`` gives units of work on the same database as the app.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from pydantic import SecretStr
+from sqlalchemy import Engine, create_engine, make_url, text
+from sqlalchemy.exc import OperationalError
+
+from service.db.migrate import upgrade
+from service.db.session import make_engine, make_sessionmaker
+from service.db.uow import UnitOfWork, UnitOfWorkFactory
+from service.main import create_app
+from service.settings import Settings
+
+ADMIN_KEY = "test-admin-key-0123456789abcdef"
+DEFAULT_TEST_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+POSTGRES_SKIP_REASON = "PostgreSQL not reachable"
+
+
+def _require_postgres() -> bool:
+    return os.environ.get("PRIVFIT_REQUIRE_POSTGRES", "").strip().lower() in {"1", "true", "yes"}
+
+
+def postgres_base_url() -> str:
+    """The PostgreSQL database the tests create their schemas in."""
+    return os.environ.get("PRIVFIT_TEST_POSTGRES_URL", DEFAULT_TEST_POSTGRES_URL)
+
+
+# --- SQLite -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite file migrated to head once per session; tests get copies."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+    upgrade(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    """A fresh migrated SQLite database for this test."""
+    path = tmp_path / "privfit.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def empty_sqlite_url(tmp_path: Path) -> str:
+    """An empty SQLite database (no tables) for this test."""
+    return f"sqlite:///{tmp_path / 'empty.db'}"
+
+
+# --- PostgreSQL ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_engine() -> Iterator[Engine]:
+    """An engine on the PostgreSQL test database; skips (or fails) when it is unreachable."""
+    url = postgres_base_url()
+    engine = create_engine(url, connect_args={"connect_timeout": 3}, pool_pre_ping=True)
+    try:
+        with engine.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except OperationalError:
+        engine.dispose()
+        where = make_url(url).render_as_string(hide_password=True)
+        message = f"{POSTGRES_SKIP_REASON} at {where}"
+        if _require_postgres():
+            pytest.fail(f"{message} and PRIVFIT_REQUIRE_POSTGRES=1", pytrace=False)
+        pytest.skip(message)
+    yield engine
+    engine.dispose()
+
+
+def _schema_url(base: str, schema: str) -> str:
+    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
+    return url.render_as_string(hide_password=False)
+
+
+@pytest.fixture
+def empty_postgres_url(postgres_admin_engine: Engine) -> Iterator[str]:
+    """A URL whose connections live in a fresh, empty schema (dropped after the test)."""
+    schema = f"test_{uuid.uuid4().hex[:16]}"
+    with postgres_admin_engine.begin() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        yield _schema_url(postgres_base_url(), schema)
+    finally:
+        with postgres_admin_engine.begin() as connection:
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+
+
+@pytest.fixture
+def postgres_url(empty_postgres_url: str) -> str:
+    """A fresh schema migrated to head."""
+    upgrade(empty_postgres_url)
+    return empty_postgres_url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def any_db_url(request: pytest.FixtureRequest) -> str:
+    """A migrated database on each backend in turn."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
+@pytest.fixture
+def db_url(sqlite_url: str) -> str:
+    """The database the app under test uses (override to run on both backends)."""
+    return sqlite_url
+
+
+# --- Database access without the app ----------------------------------------------------
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[Engine]:
+    """An engine on ``db_url``."""
+    engine = make_engine(db_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def uow_factory(engine: Engine) -> UnitOfWorkFactory:
+    """Builds units of work on ``db_url``."""
+    sessions = make_sessionmaker(engine)
+    return lambda: UnitOfWork(sessions)
+
+
+# --- The app ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def settings(db_url: str) -> Settings:
+    """Test settings: ``db_url``, a fixed admin key, a 1 MiB body limit."""
+    return Settings(
+        database_url=db_url,
+        admin_key=SecretStr(ADMIN_KEY),
+        environment="test",
+        max_request_bytes=1024 * 1024,
+    )
+
+
+@pytest.fixture
+def app(settings: Settings) -> FastAPI:
+    """A fresh app for ``settings``."""
+    return create_app(settings)
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    """A test client with the app's lifespan running."""
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def admin_headers() -> dict[str, str]:
+    """Headers authenticating as the admin."""
+    return {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+@dataclass
+class SiteHandle:
+    """A site created through the API, with its key."""
+
+    id: str
+    name: str
+    key: str
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers authenticating as this site."""
+        return {"Authorization": f"Bearer {self.key}"}
+
+
+MakeSite = Callable[..., SiteHandle]
+
+
+@pytest.fixture
+def make_site(client: TestClient, admin_headers: dict[str, str]) -> MakeSite:
+    """Create sites through ``POST /v1/sites``: ``make_site()`` or ``make_site(name="x")``."""
+
+    def _make(name: str | None = None) -> SiteHandle:
+        name = name or f"site-{uuid.uuid4().hex[:8]}"
+        response = client.post("/v1/sites", json={"name": name}, headers=admin_headers)
+        assert response.status_code == 201, response.text
+        body = response.json()
+        return SiteHandle(id=body["site"]["id"], name=name, key=body["key"]["api_key"])
+
+    return _make
+
+
+@pytest.fixture
+def site(make_site: MakeSite) -> SiteHandle:
+    """One site."""
+    return make_site()
+
+
+# --- Reporting ----------------------------------------------------------------------------
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Say loudly how many tests were skipped because PostgreSQL was not reachable."""
+    skipped = [
+        report
+        for report in terminalreporter.stats.get("skipped", [])
+        if POSTGRES_SKIP_REASON in str(getattr(report, "longrepr", ""))
+    ]
+    if skipped:
+        terminalreporter.write_sep(
+            "!",
+            f"{POSTGRES_SKIP_REASON}: {len(skipped)} tests skipped "
+            f"(set PRIVFIT_TEST_POSTGRES_URL, or PRIVFIT_REQUIRE_POSTGRES=1 to fail instead)",
+            yellow=True,
+            bold=True,
+        )
