@@ -4,7 +4,7 @@ Every random draw that protects privacy starts as uniforms on (0, 1) and is turn
 target law by its inverse CDF (DESIGN §2):
 
 * with ``rng=None`` the uniforms come from the operating system's CSPRNG (``os.urandom``),
-  53 random bits each, offset by half a unit so that 0 and 1 never occur;
+  52 random bits each, offset by half a unit so that 0 and 1 never occur;
 * with a ``numpy.random.Generator`` (tests, or a server in explicit test mode) the uniforms
   come from ``rng.random`` and the same transforms apply, so both paths share one code path.
 
@@ -37,7 +37,12 @@ __all__ = [
 #: Released weights are rounded to multiples of 2^-32 so low-order bits carry no noise trace.
 RELEASE_GRID = 2.0**-32
 
-_MANTISSA_BITS = 53
+#: Bits per CSPRNG uniform. With 52 bits, k + 0.5 (k < 2^52) needs 53 significant bits and is
+#: exact in float64, so (k + 0.5)·2^-52 spans [2^-53, 1 − 2^-53] with no rounding; with 53 bits
+#: the largest k would round k + 0.5 up to 2^53 and return exactly 1.
+_CSPRNG_BITS = 52
+#: Resolution of ``Generator.random`` (multiples of 2^-53 in [0, 1)).
+_GENERATOR_BITS = 53
 
 
 def uniforms(
@@ -45,20 +50,21 @@ def uniforms(
 ) -> NDArray[np.float64]:
     """Uniform draws on the open interval (0, 1).
 
-    ``rng=None`` reads 8 bytes per draw from ``os.urandom`` and keeps the top 53 bits, giving
-    ``(k + 0.5) / 2^53`` for a uniform integer ``k``; the half offset keeps 0 and 1 out so the
-    inverse CDFs below stay finite.
+    ``rng=None`` reads 8 bytes per draw from ``os.urandom`` and keeps the top 52 bits, giving
+    ``(k + 0.5) / 2^52`` for a uniform integer ``0 ≤ k < 2^52``; the half offset keeps 0 and 1
+    out so the inverse CDFs below stay finite. With a generator, ``rng.random`` is used and an
+    exact 0 (probability 2^-53) is moved to 2^-53.
     """
     shape = (size,) if isinstance(size, int) else tuple(size)
     count = int(np.prod(shape, dtype=np.int64))
     if rng is None:
         raw = np.frombuffer(os.urandom(8 * count), dtype=np.uint64)
-        ints = raw >> np.uint64(64 - _MANTISSA_BITS)
-        out = (ints.astype(np.float64) + 0.5) * (2.0**-_MANTISSA_BITS)
+        ints = raw >> np.uint64(64 - _CSPRNG_BITS)
+        out = (ints.astype(np.float64) + 0.5) * (2.0**-_CSPRNG_BITS)
         return out.reshape(shape)
     u = rng.random(shape)
     # Generator.random lies in [0, 1); move an exact 0 to the smallest positive grid point.
-    return np.where(u > 0.0, u, 2.0**-_MANTISSA_BITS)
+    return np.where(u > 0.0, u, 2.0**-_GENERATOR_BITS)
 
 
 def gaussian(
@@ -95,7 +101,8 @@ def gamma(
     """Gamma(shape k, scale θ) draws by inverse CDF: θ·P⁻¹(k, U) (regularised incomplete gamma)."""
     _check_scale("shape", shape)
     _check_scale("scale", scale)
-    return scale * special.gammaincinv(shape, uniforms(size, rng))
+    draws = np.asarray(special.gammaincinv(shape, uniforms(size, rng)), dtype=np.float64)
+    return scale * draws
 
 
 def uniform_direction(d: int, *, rng: np.random.Generator | None = None) -> NDArray[np.float64]:

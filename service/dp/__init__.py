@@ -1,0 +1,195 @@
+"""PrivFit's DP core: pure numerics (numpy/scipy only) behind two entry points.
+
+* :func:`fit` validates the data and parameters, calibrates the mechanism, draws its noise
+  and solves: it returns a :class:`~service.dp.base.FitResult` with the released model, the
+  (ε, δ) spent and every calibration number.
+* :func:`calibrate` is the dry run: the same calibration from public quantities only
+  (n, d, ε, δ, loss, λ, parameters), touching no data and drawing no noise.
+
+Preconditions the privacy proofs rely on are enforced here, never assumed (DESIGN §2):
+X real, finite, every row of L2 norm ≤ 1; y in {−1, +1}; ε finite > 0 and 0 ≤ δ < 1 (except
+for ``non_private``); λ > 0. Violations raise ``ValueError`` (:class:`PrivacyParameterError`)
+with a message naming the rule, never quoting data values. Non-convergence of the solver
+raises :class:`~service.dp.solvers.ConvergenceError`.
+
+Randomness: with ``rng=None`` every noise draw comes from the operating system's CSPRNG
+(:mod:`service.dp.noise`); a ``numpy.random.Generator`` is for tests and explicit test mode,
+and the result is then marked ``seeded``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from service.dp import preprocessing, projection
+from service.dp.accounting import PrivacyCost, check_epsilon_delta
+from service.dp.base import (
+    Calibration,
+    FitResult,
+    FittedModel,
+    LinearModel,
+    Mechanism,
+    Problem,
+    ProgressCallback,
+)
+from service.dp.losses import LOSSES
+from service.dp.mechanisms import MECHANISMS, get_mechanism
+from service.dp.solvers import ConvergenceError
+from service.dp.validation import (
+    PrivacyParameterError,
+    check_dimensions,
+    check_regularization,
+    positive_float_param,
+    validate_design,
+)
+
+__all__ = [
+    "MECHANISMS",
+    "Calibration",
+    "ConvergenceError",
+    "FitResult",
+    "FittedModel",
+    "LinearModel",
+    "Mechanism",
+    "PrivacyCost",
+    "PrivacyParameterError",
+    "Problem",
+    "calibrate",
+    "fit",
+    "get_mechanism",
+    "make_problem",
+    "preprocessing",
+    "projection",
+]
+
+#: Mechanisms that promise no privacy, and so take no (ε, δ).
+_NON_PRIVATE = frozenset({"non_private"})
+#: Default width of the Huber-smoothed hinge when ``h`` is not given.
+DEFAULT_HUBER_H = 0.5
+
+
+def fit(
+    X: ArrayLike,
+    y: ArrayLike,
+    mechanism: str,
+    *,
+    epsilon: float,
+    delta: float = 0.0,
+    loss: str = "logistic",
+    regularization: float,
+    rng: np.random.Generator | None = None,
+    progress: ProgressCallback | None = None,
+    **params: Any,
+) -> FitResult:
+    """Fit ``mechanism`` on (X, y) at (ε, δ) and return the released model and its cost.
+
+    ``params`` are the mechanism's own options (``h``, the Huber width, is taken by every
+    mechanism when ``loss="huber"``). ``progress`` is called with fractions in [0, 1] and may
+    raise to abort. ``rng`` None (production) uses the CSPRNG.
+
+    The result's ``epsilon``/``delta`` are what the mechanism really spends: a pure ε-DP
+    mechanism (output or objective perturbation, generalized objective perturbation at
+    δ = 0) spends δ = 0 whatever ``delta`` was offered; ``non_private`` reports ε = ∞ and
+    ignores ``epsilon``.
+    """
+    _check_rng(rng)
+    Xf, yf = validate_design(X, y)
+    mech, problem = make_problem(
+        mechanism,
+        n=int(Xf.shape[0]),
+        d=int(Xf.shape[1]),
+        epsilon=epsilon,
+        delta=delta,
+        loss=loss,
+        regularization=regularization,
+        params=params,
+    )
+    calibration = mech.calibrate(problem)
+    model = mech.run(Xf, yf, problem, calibration, rng=rng, progress=progress)
+    return FitResult(
+        mechanism=mech.name,
+        model=model,
+        epsilon=calibration.epsilon,
+        delta=calibration.delta,
+        details=calibration.details,
+        composition=calibration.composition,
+        expected_noise_norm=calibration.expected_noise_norm,
+        seeded=rng is not None,
+    )
+
+
+def calibrate(
+    mechanism: str,
+    *,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float = 0.0,
+    loss: str = "logistic",
+    regularization: float,
+    **params: Any,
+) -> Calibration:
+    """Dry run: what ``fit`` would spend and how it would randomise, from public quantities."""
+    mech, problem = make_problem(
+        mechanism,
+        n=n,
+        d=d,
+        epsilon=epsilon,
+        delta=delta,
+        loss=loss,
+        regularization=regularization,
+        params=params,
+    )
+    return mech.calibrate(problem)
+
+
+def make_problem(
+    mechanism: str,
+    *,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    regularization: float,
+    params: Mapping[str, Any],
+) -> tuple[Mechanism, Problem]:
+    """Validate everything that does not need the data and build the :class:`Problem`."""
+    mech = get_mechanism(mechanism)
+    n, d = check_dimensions(n, d)
+    if not isinstance(loss, str) or loss not in LOSSES:
+        raise PrivacyParameterError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
+    lam = check_regularization(regularization)
+    own = dict(params)
+    huber_h = positive_float_param(own, "h", DEFAULT_HUBER_H)
+    own.pop("h", None)
+    if mech.name in _NON_PRIVATE:
+        eps, dlt = math.inf, 0.0
+    else:
+        check_epsilon_delta(epsilon, delta)
+        eps, dlt = float(epsilon), float(delta)
+    problem = Problem(
+        mechanism=mech.name,
+        n=n,
+        d=d,
+        epsilon=eps,
+        delta=dlt,
+        loss=loss,
+        regularization=lam,
+        huber_h=huber_h,
+        params=own,
+    )
+    return mech, mech.validate_params(problem)
+
+
+def _check_rng(rng: object) -> None:
+    if rng is not None and not isinstance(rng, np.random.Generator):
+        raise PrivacyParameterError(
+            "rng must be None (operating-system CSPRNG) or a numpy.random.Generator, "
+            f"got {type(rng).__name__}"
+        )

@@ -1,0 +1,246 @@
+"""Privacy costs and how they compose (DESIGN §2, "Budgets").
+
+Definitions used throughout (neighbours differ by replacing one record):
+
+* (ε, δ)-DP: P[M(D) ∈ S] ≤ e^ε P[M(D′) ∈ S] + δ for all neighbours D, D′ and events S.
+* ρ-zCDP (Bun & Steinke 2016): D_α(M(D) ‖ M(D′)) ≤ ρα for every Rényi order α > 1.
+
+Rules provided, each with its guarantee:
+
+* **basic (sequential) composition** — mechanisms with (ε_i, δ_i) run on the same data give
+  (Σε_i, Σδ_i). This is what the budget ledger applies between jobs.
+* **advanced composition** (Dwork, Rothblum & Vadhan 2010; Dwork & Roth Thm 3.20) — k
+  adaptively chosen (ε, δ)-DP mechanisms are, for any δ′ > 0,
+  (ε√(2k ln(1/δ′)) + kε(e^ε − 1), kδ + δ′)-DP.
+* **zCDP for Gaussian steps** — adding N(0, σ²I) to a query of L2 sensitivity Δ is
+  ρ-zCDP with ρ = Δ²/(2σ²); ρ's add under composition; ρ-zCDP implies
+  (ρ + 2√(ρ ln(1/δ)), δ)-DP for every δ > 0 (Bun & Steinke Prop. 1.3), and the tighter
+  (ε(δ), δ)-DP of Canonne, Kamath & Steinke 2020 (Prop. 12 / Cor. 13, the conversion
+  via Rényi divergence of every order α > 1):
+  ε(δ) = inf_{α>1} [ αρ + (ln(1/δ) + (α − 1) ln(1 − 1/α) − ln α)/(α − 1) ].
+* **parallel composition** — mechanisms each run on one part of a partition of the records
+  (disjoint datasets, or disjoint row sets inside one job) give (max ε_i, max δ_i) with
+  respect to any one record, since a record's replacement touches one part only.
+
+The ledger stores ε and δ as integers in fixed units (:func:`to_units`): charges are rounded
+up and caps down, from the decimal representation of the float so that 0.1 is exactly
+100 000 000 units of 1e-9 (DESIGN §2: spending 0.1 ten times from 1.0 succeeds).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from typing import Literal
+
+from scipy import optimize
+
+from service.dp.validation import PrivacyParameterError
+
+__all__ = [
+    "DELTA_UNITS_PER_ONE",
+    "EPSILON_UNITS_PER_ONE",
+    "CompositionChoice",
+    "PrivacyCost",
+    "advanced_composition",
+    "basic_composition",
+    "best_composition",
+    "check_epsilon_delta",
+    "from_units",
+    "gaussian_zcdp",
+    "parallel_composition",
+    "to_units",
+    "zcdp_compose",
+    "zcdp_to_dp",
+    "zcdp_to_dp_cks",
+]
+
+#: Ledger units: ε in 1e-9, δ in 1e-15.
+EPSILON_UNITS_PER_ONE = 10**9
+DELTA_UNITS_PER_ONE = 10**15
+
+
+def check_epsilon_delta(epsilon: float, delta: float = 0.0) -> None:
+    """Raise ValueError (:class:`PrivacyParameterError`) unless ε is finite and > 0 and
+    0 ≤ δ < 1."""
+    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float):
+        raise PrivacyParameterError(f"epsilon must be a number, got {type(epsilon).__name__}")
+    if isinstance(delta, bool) or not isinstance(delta, int | float):
+        raise PrivacyParameterError(f"delta must be a number, got {type(delta).__name__}")
+    if not math.isfinite(epsilon) or epsilon <= 0.0:
+        raise PrivacyParameterError(f"epsilon must be a finite number > 0, got {epsilon!r}")
+    if not math.isfinite(delta) or not 0.0 <= delta < 1.0:
+        raise PrivacyParameterError(f"delta must satisfy 0 ≤ delta < 1, got {delta!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class PrivacyCost:
+    """An (ε, δ) guarantee or charge: ε finite and ≥ 0, 0 ≤ δ ≤ 1.
+
+    ``a + b`` is basic composition.
+    """
+
+    epsilon: float
+    delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.epsilon) or self.epsilon < 0.0:
+            raise ValueError(f"epsilon must be finite and ≥ 0, got {self.epsilon!r}")
+        if not math.isfinite(self.delta) or not 0.0 <= self.delta <= 1.0:
+            raise ValueError(f"delta must lie in [0, 1], got {self.delta!r}")
+
+    def __add__(self, other: PrivacyCost) -> PrivacyCost:
+        return PrivacyCost(self.epsilon + other.epsilon, min(1.0, self.delta + other.delta))
+
+    def __str__(self) -> str:
+        if self.delta == 0.0:
+            return f"ε = {self.epsilon:g}"
+        return f"(ε = {self.epsilon:g}, δ = {self.delta:g})"
+
+
+def basic_composition(costs: Iterable[PrivacyCost]) -> PrivacyCost:
+    """Sequential composition: (Σε_i, Σδ_i), δ capped at 1. An empty sequence costs (0, 0)."""
+    total = PrivacyCost(0.0, 0.0)
+    for cost in costs:
+        total = total + cost
+    return total
+
+
+def parallel_composition(costs: Iterable[PrivacyCost]) -> PrivacyCost:
+    """Mechanisms on disjoint parts of the records: (max ε_i, max δ_i)."""
+    items = list(costs)
+    if not items:
+        return PrivacyCost(0.0, 0.0)
+    return PrivacyCost(max(c.epsilon for c in items), max(c.delta for c in items))
+
+
+def advanced_composition(cost: PrivacyCost, k: int, delta_prime: float) -> PrivacyCost:
+    """k-fold adaptive composition of an (ε, δ)-DP mechanism (Dwork–Rothblum–Vadhan):
+    (ε√(2k ln(1/δ′)) + kε(e^ε − 1), kδ + δ′), for a caller-chosen 0 < δ′ < 1."""
+    _check_k(k)
+    if not math.isfinite(delta_prime) or not 0.0 < delta_prime < 1.0:
+        raise ValueError(f"delta_prime must satisfy 0 < delta_prime < 1, got {delta_prime!r}")
+    eps = cost.epsilon
+    eps_total = eps * math.sqrt(2.0 * k * math.log(1.0 / delta_prime)) + k * eps * math.expm1(eps)
+    return PrivacyCost(eps_total, min(1.0, k * cost.delta + delta_prime))
+
+
+@dataclass(frozen=True, slots=True)
+class CompositionChoice:
+    """Both bounds for k-fold composition and the one chosen (``method``)."""
+
+    basic: PrivacyCost
+    advanced: PrivacyCost
+    method: Literal["basic", "advanced"]
+
+    @property
+    def best(self) -> PrivacyCost:
+        return self.basic if self.method == "basic" else self.advanced
+
+    def describe(self, k: int) -> str:
+        other = "advanced" if self.method == "basic" else "basic"
+        other_cost = self.advanced if self.method == "basic" else self.basic
+        return (
+            f"{k}-fold composition: {self.method} composition gives {self.best}; "
+            f"{other} composition would give {other_cost}"
+        )
+
+
+def best_composition(cost: PrivacyCost, k: int, delta_prime: float) -> CompositionChoice:
+    """Basic and advanced k-fold composition side by side; advanced is chosen only when its ε
+    is strictly smaller (it always costs δ′ more δ, which the caller agreed to by choosing δ′)."""
+    _check_k(k)
+    basic = PrivacyCost(k * cost.epsilon, min(1.0, k * cost.delta))
+    advanced = advanced_composition(cost, k, delta_prime)
+    method: Literal["basic", "advanced"] = (
+        "advanced" if advanced.epsilon < basic.epsilon else "basic"
+    )
+    return CompositionChoice(basic=basic, advanced=advanced, method=method)
+
+
+def gaussian_zcdp(sensitivity: float, sigma: float) -> float:
+    """ρ of the Gaussian mechanism N(0, σ²I) on a query of L2 sensitivity Δ: ρ = Δ²/(2σ²)."""
+    for name, value in (("sensitivity", sensitivity), ("sigma", sigma)):
+        if not math.isfinite(value) or value <= 0.0:
+            raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return sensitivity**2 / (2.0 * sigma**2)
+
+
+def zcdp_compose(rhos: Iterable[float]) -> float:
+    """zCDP composes additively: Σρ_i."""
+    total = 0.0
+    for rho in rhos:
+        if not math.isfinite(rho) or rho < 0.0:
+            raise ValueError(f"every rho must be finite and ≥ 0, got {rho!r}")
+        total += rho
+    return total
+
+
+def zcdp_to_dp(rho: float, delta: float) -> PrivacyCost:
+    """ρ-zCDP ⇒ (ρ + 2√(ρ ln(1/δ)), δ)-DP (Bun & Steinke 2016, Prop. 1.3)."""
+    _check_rho_delta(rho, delta)
+    return PrivacyCost(rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)), delta)
+
+
+def zcdp_to_dp_cks(rho: float, delta: float) -> PrivacyCost:
+    """ρ-zCDP ⇒ (ε, δ)-DP with the conversion of Canonne, Kamath & Steinke 2020 (Cor. 13):
+
+        ε = min_{α>1} αρ + (ln(1/δ) + (α − 1) ln(1 − 1/α) − ln α)/(α − 1).
+
+    Every α gives a valid ε, so a numerically imperfect minimisation only loses tightness;
+    the result is never larger than :func:`zcdp_to_dp`'s.
+    """
+    _check_rho_delta(rho, delta)
+    if rho == 0.0:
+        return PrivacyCost(0.0, delta)
+    log_inv_delta = math.log(1.0 / delta)
+
+    def eps_at(log_am1: float) -> float:
+        # parametrise α = 1 + e^t so that α > 1 throughout
+        am1 = math.exp(log_am1)
+        alpha = 1.0 + am1
+        return alpha * rho + (log_inv_delta + am1 * math.log(am1 / alpha) - math.log(alpha)) / am1
+
+    # The minimiser is near α ≈ 1 + √(ln(1/δ)/ρ); search a wide bracket around it in log space.
+    centre = 0.5 * math.log(max(log_inv_delta, 1e-12) / rho)
+    res = optimize.minimize_scalar(
+        eps_at, bounds=(centre - 20.0, centre + 20.0), method="bounded", options={"xatol": 1e-10}
+    )
+    simple = zcdp_to_dp(rho, delta).epsilon
+    eps = min(float(res.fun), eps_at(centre), simple)
+    return PrivacyCost(max(eps, 0.0), delta)
+
+
+def to_units(value: float, *, unit: Literal["epsilon", "delta"], rounding: str = "up") -> int:
+    """An ε or δ as an integer number of ledger units (1e-9 ε, 1e-15 δ).
+
+    The float's shortest decimal representation is scaled exactly, then rounded ``"up"``
+    (charges: never under-charge) or ``"down"`` (caps: never over-grant).
+    """
+    if not math.isfinite(value) or value < 0.0:
+        raise ValueError(f"{unit} must be finite and ≥ 0, got {value!r}")
+    scale = EPSILON_UNITS_PER_ONE if unit == "epsilon" else DELTA_UNITS_PER_ONE
+    if rounding not in ("up", "down"):
+        raise ValueError(f"rounding must be 'up' or 'down', got {rounding!r}")
+    mode = ROUND_CEILING if rounding == "up" else ROUND_FLOOR
+    return int((Decimal(repr(float(value))) * scale).to_integral_value(rounding=mode))
+
+
+def from_units(units: int, *, unit: Literal["epsilon", "delta"]) -> float:
+    """Inverse of :func:`to_units` (to the nearest float)."""
+    scale = EPSILON_UNITS_PER_ONE if unit == "epsilon" else DELTA_UNITS_PER_ONE
+    return float(Decimal(units) / Decimal(scale))
+
+
+def _check_k(k: int) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+
+
+def _check_rho_delta(rho: float, delta: float) -> None:
+    if not math.isfinite(rho) or rho < 0.0:
+        raise ValueError(f"rho must be finite and ≥ 0, got {rho!r}")
+    if not math.isfinite(delta) or not 0.0 < delta < 1.0:
+        raise ValueError(f"delta must satisfy 0 < delta < 1, got {delta!r}")

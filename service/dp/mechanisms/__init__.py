@@ -1,0 +1,45 @@
+"""Registry of PrivFit's single-dataset fit mechanisms (DESIGN §3), keyed by their API name.
+
+Every entry implements :class:`service.dp.base.Mechanism`; its module docstring states the
+mechanism's mathematics and privacy argument.
+"""
+
+from __future__ import annotations
+
+from service.dp.base import Mechanism
+from service.dp.mechanisms import (
+    dp_sgd,
+    gaussian_objective,
+    generalized_objective,
+    non_private,
+    objective_perturbation,
+    output_perturbation,
+    stacking,
+)
+from service.dp.validation import PrivacyParameterError
+
+__all__ = ["MECHANISMS", "get_mechanism"]
+
+MECHANISMS: dict[str, Mechanism] = {
+    mechanism.name: mechanism
+    for mechanism in (
+        non_private.MECHANISM,
+        output_perturbation.MECHANISM,
+        objective_perturbation.MECHANISM,
+        generalized_objective.MECHANISM,
+        gaussian_objective.MECHANISM,
+        dp_sgd.MECHANISM,
+        stacking.STACKING_SAMPLES,
+        stacking.STACKING_FEATURES,
+    )
+}
+
+
+def get_mechanism(name: str) -> Mechanism:
+    """The mechanism called ``name``; ValueError listing the valid names otherwise."""
+    try:
+        return MECHANISMS[name]
+    except (KeyError, TypeError):
+        raise PrivacyParameterError(
+            f"unknown mechanism {name!r}; choose one of {', '.join(sorted(MECHANISMS))}"
+        ) from None

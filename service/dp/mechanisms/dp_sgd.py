@@ -1,0 +1,390 @@
+"""``dp_sgd``: mini-batch SGD with differentially private updates (Song, Chaudhuri & Sarwate
+2013, via seed 001 §2.8 and DESIGN §3).
+
+Objective: J(w) = (1/n) Σ_i l(y_i wᵀx_i) + (λ/2)‖w‖², l convex with |l′| ≤ 1 (logistic or
+Huber), y_i ∈ {−1, +1}. Starting from w_0 = 0, each pass (epoch) over the data draws a fresh
+uniformly random permutation of the rows, cuts it into m = ⌊n/b⌋ consecutive disjoint
+mini-batches B_t of sizes ⌊n/m⌋ or ⌈n/m⌉ (every row is used exactly once per pass), and
+updates
+
+    w_t = Π_R( w_{t−1} − η_t (λ w_{t−1} + ḡ_t + z_t) ),
+    ḡ_t = (1/|B_t|) Σ_{i∈B_t} clip(∇_w l(y_i wᵀ_{t−1}x_i)),   clip(g) = g / max(1, ‖g‖),
+
+with fresh noise z_t of density ν(z) ∝ exp(−β‖z‖) (‖z‖ ~ Gamma(shape d, scale 1/β),
+direction uniform on the sphere; E‖z‖ = d/β) and Π_R the optional projection onto the ball
+of radius R. Step sizes, t counting updates from 1 across passes: ``constant`` η_t = η,
+``inverse_sqrt`` η_t = η/√t (SCS13 and seed 001 use η = 1), ``inverse`` η_t = 1/(λt).
+The released model is the last iterate, rounded to the public grid.
+
+Sensitivity of one update (replace-one neighbours D, D′ that differ in record i). The
+per-example gradient ∇_w l(y wᵀx) = l′(y wᵀx)·y·x has norm |l′|·‖x‖ ≤ 1 when ‖x‖ ≤ 1; the
+explicit clip makes ‖clip(g)‖ ≤ 1 hold for any row, so the guarantee does not rest on the
+preprocessing. Given the same w_{t−1}, ḡ_t(D) and ḡ_t(D′) differ only in the term of record i,
+hence ‖ḡ_t(D) − ḡ_t(D′)‖ = ‖g_i − g_i′‖/|B_t| ≤ 2/|B_t| ≤ 2/b_min, b_min = ⌊n/m⌋ ≥ b. The
+regulariser term λw_{t−1} does not depend on the data.
+
+Privacy of one update. Given w_{t−1}, the map z ↦ w_{t−1} − η_t(λw_{t−1} + ḡ + z) is an
+affine bijection (η_t > 0) whose Jacobian does not depend on the data, so the density ratio
+of the pre-projection iterate under D and D′ is ν(z_D)/ν(z_D′) with z_D − z_D′ = ḡ_t(D′) −
+ḡ_t(D), and by the triangle inequality ≤ exp(β‖ḡ_t(D) − ḡ_t(D′)‖) ≤ exp(2β/b_min). With
+
+    β = ε_pass · b_min / 2
+
+each update is ε_pass-DP (SCS13 write the same noise as Z_t/b with Z_t ∝ exp(−(ε/2)‖Z‖);
+seed 001 states it as sensitivity 2η_t/b of the step). Π_R is post-processing.
+
+Composition. The permutation is drawn independently of the data, so conditionally on it
+record i lies in exactly one mini-batch per pass. The density of the whole iterate sequence
+factorises into the conditional densities of the updates given the past; under D and D′ only
+the factor of the update that touches record i differs, so one pass is ε_pass-DP (parallel
+composition over disjoint batches, valid for adaptively chosen updates), and this holds for
+every permutation, hence also for the mixture over permutations. E passes use record i E
+times: basic composition gives E·ε_pass. The caller passes the **total** ε of the fit; it is
+split as ε_pass = ε/E (rounded down so that E·ε_pass ≤ ε exactly), and the calibration reports
+E·ε_pass as the ε spent. No δ is spent. The released last iterate is post-processing of the
+sequence.
+
+Random projection (optional ``projection_dim`` k, seed 001 §2.4). Rows are mapped to Px by
+a public Gaussian (or Achlioptas) matrix P ∈ R^{k×d} generated from a seed that is chosen
+independently of the data (``projection_seed``, or drawn from the CSPRNG / the test rng);
+SGD runs in R^k (noise in k dimensions, ‖Px‖ may exceed 1 but the per-example clip keeps the
+sensitivity), and the released coefficients are folded back, coef = Pᵀw, so the model scores
+original rows: coefᵀx = wᵀ(Px). Folding is post-processing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.dp import noise
+from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.losses import Loss
+from service.dp.mechanisms._common import base_details, check_common, release, report
+from service.dp.projection import MAX_SEED, PROJECTION_KINDS, RandomProjection
+from service.dp.solvers import ConvergenceError
+from service.dp.validation import PrivacyParameterError
+
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "DPSGD",
+    "MECHANISM",
+    "SCHEDULES",
+    "batch_sizes",
+    "split_epsilon",
+    "update_noise",
+]
+
+FloatArray = NDArray[np.float64]
+
+SCHEDULES = ("constant", "inverse_sqrt", "inverse")
+#: Default mini-batch size. The per-update noise-to-gradient ratio is E‖z‖/1 = 2d/(ε_pass·b),
+#: so small batches drown the gradient (seed 001 §3.3: every noisy run pushed b to the top of
+#: its tuning grid); 50 keeps that ratio at 2d/(50ε) while leaving n/50 updates per pass.
+DEFAULT_BATCH_SIZE = 50
+DEFAULT_EPOCHS = 1
+DEFAULT_ETA = 1.0
+#: Upper limits that keep a request from running for days.
+MAX_EPOCHS = 10_000
+#: Noise is drawn in chunks of at most this many floats (updates × dimension).
+_NOISE_CHUNK_FLOATS = 4_000_000
+
+_PARAMS = (
+    "epochs",
+    "batch_size",
+    "schedule",
+    "eta",
+    "radius",
+    "projection_dim",
+    "projection_kind",
+    "projection_seed",
+)
+
+
+def split_epsilon(epsilon: float, parts: int) -> float:
+    """The largest float ε_p ≤ ε/parts with parts·ε_p ≤ ε in exact arithmetic."""
+    if parts < 1:
+        raise ValueError(f"parts must be at least 1, got {parts}")
+    share = epsilon / parts
+    while Fraction(share) * parts > Fraction(epsilon):
+        share = math.nextafter(share, 0.0)
+    return share
+
+
+def batch_sizes(n: int, batch_size: int) -> NDArray[np.int64]:
+    """Sizes of the m = max(1, ⌊n/b⌋) mini-batches of one pass: ⌈n/m⌉ for the first n mod m,
+    ⌊n/m⌋ for the rest (so every batch has at least min(b, n) rows and they cover all n)."""
+    m = max(1, n // batch_size)
+    q, r = divmod(n, m)
+    sizes = np.full(m, q, dtype=np.int64)
+    sizes[:r] += 1
+    return sizes
+
+
+def update_noise(
+    count: int, dim: int, *, beta: float, rng: np.random.Generator | None
+) -> FloatArray:
+    """``count`` independent draws of ν(z) ∝ exp(−β‖z‖) in R^dim, as rows (vectorised):
+    norms ~ Gamma(shape dim, scale 1/β) by inverse CDF, directions normalised Gaussians."""
+    if count < 0 or dim < 1:
+        raise ValueError("count must be ≥ 0 and dim ≥ 1")
+    if count == 0:
+        return np.zeros((0, dim))
+    radii = noise.gamma(count, shape=float(dim), scale=1.0 / beta, rng=rng)
+    g = noise.gaussian((count, dim), rng=rng)
+    norms = np.sqrt(np.einsum("ij,ij->i", g, g))
+    zero = np.flatnonzero(norms == 0.0)
+    for i in zero:  # probability zero in exact arithmetic; redraw rather than divide by 0
+        g[i] = noise.uniform_direction(dim, rng=rng)
+        norms[i] = 1.0
+    return np.asarray(g * (radii / norms)[:, None], dtype=np.float64)
+
+
+def _int_param(params: dict[str, Any], name: str, default: int | None, low: int, high: int) -> Any:
+    value = params.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise PrivacyParameterError(f"{name} must be an integer")
+    if not low <= int(value) <= high:
+        raise PrivacyParameterError(f"{name} must lie between {low} and {high}, got {value}")
+    return int(value)
+
+
+def _positive_float(params: dict[str, Any], name: str, default: float | None) -> float | None:
+    value = params.get(name, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PrivacyParameterError(f"{name} must be a number")
+    out = float(value)
+    if not math.isfinite(out) or out <= 0.0:
+        raise PrivacyParameterError(f"{name} must be a finite number > 0, got {value!r}")
+    return out
+
+
+class DPSGD:
+    """ε-DP mini-batch SGD with noisy updates (Song, Chaudhuri & Sarwate 2013)."""
+
+    name = "dp_sgd"
+
+    def validate_params(self, problem: Problem) -> Problem:
+        check_common(problem, _PARAMS)
+        raw = dict(problem.params)
+        params: dict[str, Any] = {}
+        params["epochs"] = _int_param(raw, "epochs", DEFAULT_EPOCHS, 1, MAX_EPOCHS)
+        default_b = min(DEFAULT_BATCH_SIZE, problem.n)
+        params["batch_size"] = _int_param(raw, "batch_size", default_b, 1, problem.n)
+        schedule = raw.get("schedule", "inverse_sqrt")
+        if schedule not in SCHEDULES:
+            raise PrivacyParameterError(
+                f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}"
+            )
+        params["schedule"] = schedule
+        if schedule == "inverse":
+            if "eta" in raw:
+                raise PrivacyParameterError(
+                    "eta is not used by the 'inverse' schedule (η_t = 1/(λt)); leave it out"
+                )
+        else:
+            params["eta"] = _positive_float(raw, "eta", DEFAULT_ETA)
+        params["radius"] = _positive_float(raw, "radius", None)
+        k = _int_param(raw, "projection_dim", None, 1, 1_000_000)
+        params["projection_dim"] = k
+        if k is None:
+            for extra in ("projection_kind", "projection_seed"):
+                if raw.get(extra) is not None:
+                    raise PrivacyParameterError(f"{extra} needs projection_dim")
+        else:
+            kind = raw.get("projection_kind", "gaussian")
+            if kind not in PROJECTION_KINDS:
+                raise PrivacyParameterError(
+                    f"projection_kind must be one of {', '.join(PROJECTION_KINDS)}, got {kind!r}"
+                )
+            params["projection_kind"] = kind
+            params["projection_seed"] = _int_param(raw, "projection_seed", None, 0, MAX_SEED)
+        return replace(problem, params=params)
+
+    def calibrate(self, problem: Problem) -> Calibration:
+        problem = self.validate_params(problem)
+        loss = check_common(problem, _PARAMS)
+        p = problem.params
+        n, epochs, b = problem.n, int(p["epochs"]), int(p["batch_size"])
+        sizes = batch_sizes(n, b)
+        m = int(sizes.size)
+        b_min = int(sizes.min())
+        eps_pass = split_epsilon(problem.epsilon, epochs)
+        spent = float(Fraction(eps_pass) * epochs)
+        beta = eps_pass * b_min / 2.0
+        k = p["projection_dim"]
+        dim = int(k) if k is not None else problem.d
+        expected = dim / beta
+        details = base_details(problem, loss)
+        details.update(
+            delta=0.0,
+            epsilon=spent,
+            epsilon_requested=float(problem.epsilon),
+            epochs=epochs,
+            epsilon_per_epoch=eps_pass,
+            batch_size=b,
+            batches_per_epoch=m,
+            min_batch_size=b_min,
+            max_batch_size=int(sizes.max()),
+            updates=epochs * m,
+            gradient_sensitivity=2.0 / b_min,
+            beta=beta,
+            noise="norm_exponential",
+            noise_dimension=dim,
+            noise_norm_distribution=f"Gamma(shape={dim}, scale={1.0 / beta!r})",
+            expected_noise_norm_per_update=expected,
+            schedule=p["schedule"],
+            eta=p.get("eta"),
+            radius=p["radius"],
+            projection_dim=k,
+            projection_kind=p.get("projection_kind"),
+        )
+        return Calibration(
+            epsilon=spent,
+            delta=0.0,
+            details=details,
+            expected_noise_norm=expected,
+            composition=(
+                f"{epochs} pass(es) × ε_pass = {eps_pass:.6g} (basic composition) = "
+                f"{spent:.6g}; within a pass the {m} updates use disjoint mini-batches of ≥ "
+                f"{b_min} rows (parallel composition), each update ε_pass-DP with noise "
+                f"∝ exp(−β‖z‖), β = ε_pass·b_min/2 = {beta:.6g} (Song, Chaudhuri & Sarwate 2013); "
+                "no δ is spent"
+            ),
+        )
+
+    def run(
+        self,
+        X: NDArray[np.float64],
+        y: NDArray[np.float64],
+        problem: Problem,
+        calibration: Calibration,
+        *,
+        rng: np.random.Generator | None,
+        progress: ProgressCallback | None,
+    ) -> FittedModel:
+        problem = self.validate_params(problem)
+        loss = check_common(problem, _PARAMS)
+        p = problem.params
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        y = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
+        if X.shape != (problem.n, problem.d) or y.shape[0] != problem.n:
+            raise ValueError("X and y do not match the problem's n and d")
+        beta = float(calibration.details["beta"])
+        report(progress, 0.0)
+
+        projection: RandomProjection | None = None
+        if p["projection_dim"] is not None:
+            seed = p["projection_seed"]
+            if seed is None:
+                projection = RandomProjection.create(
+                    problem.d, int(p["projection_dim"]), kind=p["projection_kind"], rng=rng
+                )
+            else:
+                projection = RandomProjection(
+                    problem.d, int(p["projection_dim"]), int(seed), p["projection_kind"]
+                )
+            Z = np.ascontiguousarray(projection.project(X))
+        else:
+            Z = X
+
+        # A diverging run (step size far too large) ends in non-finite weights, which
+        # _check_finite turns into an error; the overflow warnings on the way are noise.
+        with np.errstate(over="ignore", invalid="ignore"):
+            w = _sgd(
+                Z,
+                y,
+                loss,
+                lam=problem.regularization,
+                epochs=int(p["epochs"]),
+                sizes=batch_sizes(problem.n, int(p["batch_size"])),
+                beta=beta,
+                schedule=str(p["schedule"]),
+                eta=float(p["eta"]) if p.get("eta") is not None else 0.0,
+                radius=p["radius"],
+                rng=rng,
+                progress=progress,
+            )
+        coef = projection.fold(w) if projection is not None else w
+        model = release(coef)
+        report(progress, 1.0)
+        return model
+
+
+def _sgd(
+    Z: FloatArray,
+    y: FloatArray,
+    loss: Loss,
+    *,
+    lam: float,
+    epochs: int,
+    sizes: NDArray[np.int64],
+    beta: float,
+    schedule: str,
+    eta: float,
+    radius: float | None,
+    rng: np.random.Generator | None,
+    progress: ProgressCallback | None,
+) -> FloatArray:
+    """The noisy SGD loop of the module docstring; returns the last iterate."""
+    n, dim = Z.shape
+    m = int(sizes.size)
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    row_norms = np.sqrt(np.einsum("ij,ij->i", Z, Z))
+    total = epochs * m
+    every = max(1, total // 100)
+    chunk = max(1, min(m, _NOISE_CHUNK_FLOATS // dim))
+    w = np.zeros(dim)
+    t = 0
+    for _ in range(epochs):
+        # A uniformly random permutation, independent of the data (ties have probability ~0
+        # and a stable sort still returns a permutation).
+        perm = np.argsort(noise.uniforms(n, rng), kind="stable")
+        for start in range(0, m, chunk):
+            stop = min(m, start + chunk)
+            z = update_noise(stop - start, dim, beta=beta, rng=rng)
+            for j in range(start, stop):
+                t += 1
+                idx = perm[bounds[j] : bounds[j + 1]]
+                Xb = Z[idx]
+                yb = y[idx]
+                lp = loss.derivative(yb * (Xb @ w))
+                # per-example gradient l′·y·x has norm |l′|·‖x‖; clip it to norm ≤ 1
+                scale = lp * yb / np.maximum(np.abs(lp) * row_norms[idx], 1.0)
+                grad = (scale @ Xb) / idx.size
+                if schedule == "constant":
+                    step = eta
+                elif schedule == "inverse_sqrt":
+                    step = eta / math.sqrt(t)
+                else:
+                    step = 1.0 / (lam * t)
+                w = w - step * (lam * w + grad + z[j - start])
+                if radius is not None:
+                    norm = math.sqrt(float(w @ w))
+                    if norm > radius:
+                        w *= radius / norm
+                if t % every == 0:
+                    _check_finite(w)
+                    report(progress, min(0.99, t / total))
+    _check_finite(w)
+    return w
+
+
+def _check_finite(w: FloatArray) -> None:
+    if not np.all(np.isfinite(w)):
+        raise ConvergenceError(
+            "DP-SGD iterates diverged (non-finite weights); lower eta, use the "
+            "'inverse_sqrt' schedule or set a radius. No model was released"
+        )
+
+
+MECHANISM = DPSGD()

@@ -1,0 +1,506 @@
+"""``stacking_samples`` (PST-S) and ``stacking_features`` (PST-F): privacy-preserving stacking
+(Yao et al. 2019, seed 003 Algs. 2 and 3; DESIGN §3).
+
+Both mechanisms release a :class:`~service.dp.models.StackedModel`: K low-level linear
+models and one high-level linear model on their meta-features. The base mechanism at every
+level is PLR, i.e. PrivFit's ``objective_perturbation`` (Chaudhuri et al. 2011, seed 003
+Alg. 1), called as a black box: each call is ε_call-DP with respect to the rows it is given.
+
+Row split (both). A uniformly random permutation of the n rows, drawn from the CSPRNG (or
+the test rng) **independently of the data**, puts n_h = round(f·n) rows into D^h (high level)
+and the other n_l = n − n_h into D^l (low level); f = ``high_level_fraction`` (default 0.5, the
+paper's 50/50 setting). The sizes depend on the public n only.
+
+Meta-features. For a row x, m_k(x) = σ(w_kᵀ x_(k)) ∈ (0, 1) (or 2σ − 1 ∈ (−1, 1) with
+``meta_features="centered_sigmoid"``), plus a constant 1 when ``high_level_intercept`` (the
+default); the vector is multiplied by the public factor 1/√(K + [intercept]), so every
+entry has |·| ≤ 1/√(K + [intercept]) and ‖m(x)‖ ≤ 1, as PLR requires. The map x ↦ m(x) is
+fixed once the low-level models are released, so the high-level PLR on {(m(x), y) : (x, y) ∈
+D^h} is ε-DP with respect to D^h.
+
+PST-S (``stacking_samples``). D^l is cut into K = ``n_models`` (default 5) disjoint blocks
+S_1, …, S_K of near-equal size; low-level model k is PLR with the full ε on S_k (all columns);
+the high level is PLR with the full ε on D^h. Privacy (seed 003 Prop. 3): S_1, …, S_K, D^h are
+disjoint, so a replaced record falls into exactly one of them and changes the law of one
+release only; the high level uses the low-level models only as fixed public functions.
+Parallel composition: ε in total, no δ.
+
+PST-F (``stacking_features``). Low-level model k is fitted on the same rows D^l but only on
+its column group G_k (``feature_groups``: non-empty, pairwise disjoint lists of column
+indices; columns in no group are not used) with public importance q_k > 0, Σ_k q_k = 1
+(``importance``, default uniform; it must be fixed without looking at the data, e.g. by an
+expert). The sub-vectors x_(k) are clipped to norm ≤ 1 (a no-op for design-matrix rows, which
+already have ‖x‖ ≤ 1, hence ‖x_(k)‖ ≤ 1). Model k is PLR with budget ε_k = q_k·ε and the
+caller's λ; the high level is PLR with ε on D^h.
+
+Why the q_k cost ε in total. All K low-level models read the same rows, so their costs add
+(sequential composition): Σ_k ε_k = ε·Σ_k q_k = ε with respect to D^l (the ε_k are rounded
+down so the exact sum of the floats is ≤ ε). Seed 003 phrases the same budget as a sum of
+per-group sensitivities: it scales x_(k) to norm ≤ q_k and draws every b_k ∝ exp(−(ε′/2)‖b‖);
+replacing a record moves the gradient sum of group k by ≤ 2q_k, so group k's noise part of
+the privacy loss is (ε′/2)·2q_k = q_k ε′, and over the K groups Σ_k q_k ε′ = ε′, with the
+Jacobian parts 2 ln(1 + c q_k²/(nλ_k)) adding up to ε − ε′ (Lemma 8). Substituting
+x_(k) = q_k x̂_(k), v = q_k w shows that group k's PLR on q_k-scaled data with ridge λ_k and
+noise rate ε′ is exactly PLR on unit-scaled data with ridge λ_k/q_k² and budget q_k ε′ plus
+its Jacobian slack: the importance weight is a share of the budget. PrivFit implements that
+reading directly (ε_k = q_k ε per group, with the objective-perturbation calibration of each
+group — including its Δ > 0 fallback — computed by the base mechanism), which equals Alg. 3
+for uniform q_k and for other q_k differs only in how the Jacobian slack is apportioned
+(Alg. 3 pools it, PrivFit charges each group its own). D^l and D^h are disjoint, so the whole
+release costs max(Σ_k ε_k, ε) = ε (Thm 4), no δ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.dp import noise
+from service.dp.base import Calibration, FittedModel, LinearModel, Problem, ProgressCallback
+from service.dp.mechanisms._common import base_details, check_common, report
+from service.dp.mechanisms.objective_perturbation import MECHANISM as _PLR
+from service.dp.models import META_FEATURES, StackedModel, meta_features
+from service.dp.projection import clip_rows
+from service.dp.validation import PrivacyParameterError
+
+__all__ = [
+    "DEFAULT_HIGH_LEVEL_FRACTION",
+    "DEFAULT_N_MODELS",
+    "STACKING_FEATURES",
+    "STACKING_SAMPLES",
+    "StackingFeatures",
+    "StackingSamples",
+    "split_budget",
+    "split_rows",
+]
+
+FloatArray = NDArray[np.float64]
+
+DEFAULT_N_MODELS = 5
+DEFAULT_HIGH_LEVEL_FRACTION = 0.5
+_COMMON = (
+    "high_level_fraction",
+    "meta_features",
+    "high_level_intercept",
+    "high_level_regularization",
+)
+_SAMPLES_PARAMS = ("n_models", *_COMMON)
+_FEATURES_PARAMS = ("feature_groups", "importance", "n_models", *_COMMON)
+
+
+def split_budget(epsilon: float, weights: Sequence[float]) -> list[float]:
+    """ε_k = q_k·ε, nudged down (one ulp at a time) until Σ_k ε_k ≤ ε in exact arithmetic."""
+    shares = [w * epsilon for w in weights]
+    target = Fraction(epsilon)
+    while sum((Fraction(s) for s in shares), Fraction(0)) > target:
+        i = max(range(len(shares)), key=shares.__getitem__)
+        shares[i] = math.nextafter(shares[i], 0.0)
+    return shares
+
+
+def split_rows(
+    n: int, n_high: int, rng: np.random.Generator | None
+) -> tuple[NDArray[np.intp], NDArray[np.intp]]:
+    """(high, low) row indices from a uniformly random permutation drawn independently of the
+    data (CSPRNG uniforms when ``rng`` is None). ``high`` is sorted; ``low`` keeps the random
+    order, so that consecutive blocks of it (PST-S) are random subsets even if the rows of X
+    are ordered (by time, by label, …)."""
+    perm = np.argsort(noise.uniforms(n, rng), kind="stable")
+    return np.sort(perm[:n_high]), perm[n_high:]
+
+
+def _block_sizes(n: int, k: int) -> list[int]:
+    q, r = divmod(n, k)
+    return [q + 1] * r + [q] * (k - r)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """Everything public about one stacking fit: sizes, groups, budgets, sub-calibrations."""
+
+    n_high: int
+    low_sizes: tuple[int, ...]
+    groups: tuple[tuple[int, ...], ...] | None
+    importance: tuple[float, ...] | None
+    low_problems: tuple[Problem, ...]
+    low_calibrations: tuple[Calibration, ...]
+    high_problem: Problem
+    high_calibration: Calibration
+    epsilon: float
+    composition: str
+
+
+def _int(value: object, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise PrivacyParameterError(f"{name} must be an integer")
+    if not low <= int(value) <= high:
+        raise PrivacyParameterError(f"{name} must lie between {low} and {high}, got {value}")
+    return int(value)
+
+
+class _Stacking:
+    """Shared validation, planning and running of PST-S and PST-F."""
+
+    name = ""
+    method = ""
+    allowed: tuple[str, ...] = ()
+
+    # ---- parameters -----------------------------------------------------------------------
+
+    def _common_params(self, problem: Problem) -> dict[str, Any]:
+        raw = problem.params
+        out: dict[str, Any] = {}
+        f = raw.get("high_level_fraction", DEFAULT_HIGH_LEVEL_FRACTION)
+        if isinstance(f, bool) or not isinstance(f, int | float) or not 0.0 < float(f) < 1.0:
+            raise PrivacyParameterError("high_level_fraction must be a number in (0, 1)")
+        out["high_level_fraction"] = float(f)
+        kind = raw.get("meta_features", "sigmoid")
+        if kind not in META_FEATURES:
+            raise PrivacyParameterError(
+                f"meta_features must be one of {', '.join(META_FEATURES)}, got {kind!r}"
+            )
+        out["meta_features"] = kind
+        intercept = raw.get("high_level_intercept", True)
+        if not isinstance(intercept, bool):
+            raise PrivacyParameterError("high_level_intercept must be true or false")
+        out["high_level_intercept"] = intercept
+        lam_h = raw.get("high_level_regularization", problem.regularization)
+        if (
+            isinstance(lam_h, bool)
+            or not isinstance(lam_h, int | float)
+            or not math.isfinite(lam_h)
+            or lam_h <= 0.0
+        ):
+            raise PrivacyParameterError("high_level_regularization must be a finite number > 0")
+        out["high_level_regularization"] = float(lam_h)
+        n_high = round(out["high_level_fraction"] * problem.n)
+        if n_high < 1 or problem.n - n_high < 1:
+            raise PrivacyParameterError(
+                "high_level_fraction leaves no rows for one of the two levels; the dataset "
+                "needs more rows or a different fraction"
+            )
+        out["_n_high"] = n_high
+        return out
+
+    def _own_params(self, problem: Problem, common: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def validate_params(self, problem: Problem) -> Problem:
+        check_common(problem, self.allowed)
+        common = self._common_params(problem)
+        own = self._own_params(problem, common)
+        common.pop("_n_high")
+        return replace(problem, params={**common, **own})
+
+    # ---- planning -------------------------------------------------------------------------
+
+    def _sub_problem(
+        self, problem: Problem, *, n: int, d: int, epsilon: float, lam: float
+    ) -> Problem:
+        sub = Problem(
+            mechanism=_PLR.name,
+            n=n,
+            d=d,
+            epsilon=epsilon,
+            delta=0.0,
+            loss=problem.loss,
+            regularization=lam,
+            huber_h=problem.huber_h,
+            params={},
+        )
+        return _PLR.validate_params(sub)
+
+    def _low_level(
+        self, problem: Problem, n_low: int
+    ) -> tuple[
+        tuple[int, ...],
+        tuple[tuple[int, ...], ...] | None,
+        tuple[float, ...] | None,
+        list[Problem],
+        str,
+    ]:
+        raise NotImplementedError
+
+    def _plan(self, problem: Problem) -> _Plan:
+        p = problem.params
+        n_high = round(float(p["high_level_fraction"]) * problem.n)
+        n_low = problem.n - n_high
+        low_sizes, groups, importance, low_problems, low_text = self._low_level(problem, n_low)
+        K = len(low_problems)
+        d_high = K + (1 if p["high_level_intercept"] else 0)
+        high_problem = self._sub_problem(
+            problem,
+            n=n_high,
+            d=d_high,
+            epsilon=problem.epsilon,
+            lam=float(p["high_level_regularization"]),
+        )
+        low_cal = tuple(_PLR.calibrate(sp) for sp in low_problems)
+        high_cal = _PLR.calibrate(high_problem)
+        if groups is None:  # PST-S: disjoint blocks → parallel
+            low_eps = max(c.epsilon for c in low_cal)
+        else:  # PST-F: same rows → sequential
+            low_eps = float(sum((Fraction(c.epsilon) for c in low_cal), Fraction(0)))
+        spent = max(low_eps, high_cal.epsilon)
+        composition = (
+            f"{low_text}; high level: objective perturbation with ε = {high_cal.epsilon:g} on "
+            f"the {n_high} rows of D^h; D^l and D^h are disjoint (random split independent of "
+            f"the data), so parallel composition gives max({low_eps:.6g}, "
+            f"{high_cal.epsilon:.6g}) = {spent:.6g} in total; no δ is spent"
+        )
+        return _Plan(
+            n_high=n_high,
+            low_sizes=low_sizes,
+            groups=groups,
+            importance=importance,
+            low_problems=tuple(low_problems),
+            low_calibrations=low_cal,
+            high_problem=high_problem,
+            high_calibration=high_cal,
+            epsilon=spent,
+            composition=composition,
+        )
+
+    def calibrate(self, problem: Problem) -> Calibration:
+        problem = self.validate_params(problem)
+        loss = check_common(problem, self.allowed)
+        plan = self._plan(problem)
+        p = problem.params
+        details = base_details(problem, loss)
+        details.update(
+            delta=0.0,
+            epsilon=plan.epsilon,
+            method=self.method,
+            n_models=len(plan.low_problems),
+            rows_high_level=plan.n_high,
+            rows_low_level=problem.n - plan.n_high,
+            low_level_rows=list(plan.low_sizes),
+            feature_groups=None if plan.groups is None else [list(g) for g in plan.groups],
+            importance=None if plan.importance is None else list(plan.importance),
+            low_level_epsilon=[c.epsilon for c in plan.low_calibrations],
+            high_level_epsilon=plan.high_calibration.epsilon,
+            meta_features=p["meta_features"],
+            high_level_intercept=p["high_level_intercept"],
+            high_level_regularization=p["high_level_regularization"],
+            meta_scale=1.0 / math.sqrt(plan.high_problem.d),
+            low_level=[dict(c.details) for c in plan.low_calibrations],
+            high_level=dict(plan.high_calibration.details),
+        )
+        return Calibration(
+            epsilon=plan.epsilon,
+            delta=0.0,
+            details=details,
+            expected_noise_norm=None,
+            composition=plan.composition,
+        )
+
+    # ---- running --------------------------------------------------------------------------
+
+    def run(
+        self,
+        X: NDArray[np.float64],
+        y: NDArray[np.float64],
+        problem: Problem,
+        calibration: Calibration,
+        *,
+        rng: np.random.Generator | None,
+        progress: ProgressCallback | None,
+    ) -> FittedModel:
+        problem = self.validate_params(problem)
+        check_common(problem, self.allowed)
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        y = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
+        if X.shape != (problem.n, problem.d) or y.shape[0] != problem.n:
+            raise ValueError("X and y do not match the problem's n and d")
+        plan = self._plan(problem)
+        if plan.epsilon != calibration.epsilon:
+            raise ValueError("the calibration does not belong to this problem")
+        p = problem.params
+        K = len(plan.low_problems)
+        report(progress, 0.0)
+        high_rows, low_rows = split_rows(problem.n, plan.n_high, rng)
+        coefs: list[FloatArray] = []
+        bounds = np.concatenate([[0], np.cumsum(plan.low_sizes)]).astype(np.intp)
+        for k in range(K):
+            if plan.groups is None:
+                rows = np.sort(low_rows[bounds[k] : bounds[k + 1]])
+                Xk = X[rows]
+                yk = y[rows]
+            else:
+                Xk = clip_rows(X[np.ix_(low_rows, np.asarray(plan.groups[k], np.intp))])
+                yk = y[low_rows]
+            model = _PLR.run(
+                Xk, yk, plan.low_problems[k], plan.low_calibrations[k], rng=rng, progress=None
+            )
+            if not isinstance(model, LinearModel):
+                raise TypeError("the base mechanism must release a linear model")
+            coefs.append(model.coef)
+            report(progress, (k + 1) / (K + 1))
+        M = meta_features(
+            X[high_rows],
+            coefs,
+            plan.groups,
+            kind=str(p["meta_features"]),
+            intercept=bool(p["high_level_intercept"]),
+        )
+        high = _PLR.run(
+            M, y[high_rows], plan.high_problem, plan.high_calibration, rng=rng, progress=None
+        )
+        if not isinstance(high, LinearModel):
+            raise TypeError("the base mechanism must release a linear model")
+        stacked = StackedModel(
+            method="samples" if plan.groups is None else "features",
+            low_level=tuple(coefs),
+            high_level=high.coef,
+            groups=plan.groups,
+            n_features=problem.d,
+            meta_features=p["meta_features"],
+            high_level_intercept=bool(p["high_level_intercept"]),
+        )
+        report(progress, 1.0)
+        return stacked
+
+
+class StackingSamples(_Stacking):
+    """PST-S: K low-level PLRs on disjoint row blocks + a high-level PLR; ε in total."""
+
+    name = "stacking_samples"
+    method = "samples"
+    allowed = _SAMPLES_PARAMS
+
+    def _own_params(self, problem: Problem, common: dict[str, Any]) -> dict[str, Any]:
+        n_low = problem.n - int(common["_n_high"])
+        K = _int(problem.params.get("n_models", DEFAULT_N_MODELS), "n_models", 1, 10_000)
+        if n_low < K:
+            raise PrivacyParameterError(
+                f"n_models = {K} needs at least {K} rows in the low-level part; use fewer "
+                "models or a smaller high_level_fraction"
+            )
+        return {"n_models": K}
+
+    def _low_level(
+        self, problem: Problem, n_low: int
+    ) -> tuple[
+        tuple[int, ...],
+        tuple[tuple[int, ...], ...] | None,
+        tuple[float, ...] | None,
+        list[Problem],
+        str,
+    ]:
+        K = int(problem.params["n_models"])
+        sizes = _block_sizes(n_low, K)
+        subs = [
+            self._sub_problem(
+                problem, n=s, d=problem.d, epsilon=problem.epsilon, lam=problem.regularization
+            )
+            for s in sizes
+        ]
+        text = (
+            f"low level: {K} objective-perturbation fits with ε = {problem.epsilon:g} each on "
+            f"disjoint blocks of {min(sizes)}–{max(sizes)} rows of D^l (parallel composition)"
+        )
+        return tuple(sizes), None, None, subs, text
+
+
+class StackingFeatures(_Stacking):
+    """PST-F: K low-level PLRs on disjoint column groups of the same rows with budgets q_k·ε
+    + a high-level PLR; ε in total."""
+
+    name = "stacking_features"
+    method = "features"
+    allowed = _FEATURES_PARAMS
+
+    def _own_params(self, problem: Problem, _common: dict[str, Any]) -> dict[str, Any]:
+        raw = problem.params
+        d = problem.d
+        groups_raw = raw.get("feature_groups")
+        if groups_raw is None:
+            K = _int(raw.get("n_models", DEFAULT_N_MODELS), "n_models", 1, 10_000)
+            K = min(K, d)
+            groups = [list(map(int, g)) for g in np.array_split(np.arange(d), K)]
+        else:
+            if "n_models" in raw and raw["n_models"] is not None:
+                raise PrivacyParameterError(
+                    "give either feature_groups or n_models, not both (K = len(feature_groups))"
+                )
+            if isinstance(groups_raw, str | bytes) or not isinstance(groups_raw, Sequence):
+                raise PrivacyParameterError("feature_groups must be a list of lists of columns")
+            groups = []
+            seen: set[int] = set()
+            for k, g in enumerate(groups_raw):
+                if isinstance(g, str | bytes) or not isinstance(g, Sequence | np.ndarray):
+                    raise PrivacyParameterError(f"feature group {k} must be a list of columns")
+                cols = [_int(j, f"column index in feature group {k}", 0, d - 1) for j in g]
+                if not cols:
+                    raise PrivacyParameterError(f"feature group {k} is empty")
+                if len(set(cols)) != len(cols) or seen.intersection(cols):
+                    raise PrivacyParameterError(
+                        "feature groups must be disjoint (each column in at most one group)"
+                    )
+                seen.update(cols)
+                groups.append(cols)
+            if not groups:
+                raise PrivacyParameterError("feature_groups must name at least one group")
+        K = len(groups)
+        q_raw = raw.get("importance")
+        if q_raw is None:
+            q = [1.0 / K] * K
+        else:
+            if isinstance(q_raw, str | bytes) or not isinstance(q_raw, Sequence | np.ndarray):
+                raise PrivacyParameterError("importance must be a list of numbers")
+            if len(q_raw) != K:
+                raise PrivacyParameterError(
+                    f"importance needs one weight per feature group ({K}), got {len(q_raw)}"
+                )
+            q = []
+            for v in q_raw:
+                if isinstance(v, bool) or not isinstance(v, int | float | np.floating):
+                    raise PrivacyParameterError("importance weights must be numbers")
+                fv = float(v)
+                if not math.isfinite(fv) or fv <= 0.0:
+                    raise PrivacyParameterError(
+                        "importance weights must be finite and > 0 (leave a group with no "
+                        "importance out of feature_groups instead)"
+                    )
+                q.append(fv)
+            total = math.fsum(q)
+            if abs(total - 1.0) > 1e-6:
+                raise PrivacyParameterError(
+                    f"importance weights must sum to 1 (they are budget shares), got {total:.9g}"
+                )
+            q = [v / total for v in q]
+        return {"feature_groups": groups, "importance": q}
+
+    def _low_level(
+        self, problem: Problem, n_low: int
+    ) -> tuple[
+        tuple[int, ...],
+        tuple[tuple[int, ...], ...] | None,
+        tuple[float, ...] | None,
+        list[Problem],
+        str,
+    ]:
+        groups = tuple(tuple(int(j) for j in g) for g in problem.params["feature_groups"])
+        q = tuple(float(v) for v in problem.params["importance"])
+        budgets = split_budget(problem.epsilon, q)
+        subs = [
+            self._sub_problem(problem, n=n_low, d=len(g), epsilon=e_k, lam=problem.regularization)
+            for g, e_k in zip(groups, budgets, strict=True)
+        ]
+        text = (
+            f"low level: {len(groups)} objective-perturbation fits on disjoint column groups "
+            f"of the same {n_low} rows of D^l with ε_k = q_k·ε = "
+            f"{', '.join(f'{e:.6g}' for e in budgets)} (sequential composition: Σ_k ε_k ≤ "
+            f"{problem.epsilon:g})"
+        )
+        return (n_low,), groups, q, subs, text
+
+
+STACKING_SAMPLES = StackingSamples()
+STACKING_FEATURES = StackingFeatures()

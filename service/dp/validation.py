@@ -1,0 +1,121 @@
+"""Input checks shared by PrivFit's fit entry points and mechanisms.
+
+The ERM privacy proofs rely on preconditions that the server enforces rather than assumes
+(DESIGN §2): labels in {−1, +1}, every row of X in the unit L2 ball, finite inputs, λ > 0.
+Error messages name the rule and count offending entries; they never quote data values.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "ROW_NORM_TOLERANCE",
+    "PrivacyParameterError",
+    "check_dimensions",
+    "check_known_params",
+    "check_regularization",
+    "nonnegative_float_param",
+    "positive_float_param",
+    "validate_design",
+]
+
+#: Rows may exceed norm 1 by this much (rounding in the caller's preprocessing).
+ROW_NORM_TOLERANCE = 1e-9
+
+
+class PrivacyParameterError(ValueError):
+    """A privacy or mechanism parameter is invalid (the domain layer maps it to a 422)."""
+
+
+def validate_design(X: ArrayLike, y: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Check and convert (X, y): X a finite real n×d array (n, d ≥ 1) whose rows all have
+    L2 norm ≤ 1 (+ ``ROW_NORM_TOLERANCE``), y of length n with values in {−1, +1}.
+
+    Returns float64 arrays (X C-contiguous); no copy is made when the input already is one.
+    """
+    X_arr = np.asarray(X)
+    if X_arr.dtype == np.bool_ or not np.issubdtype(X_arr.dtype, np.number):
+        raise ValueError(f"X must be a real numeric array, got dtype {X_arr.dtype}")
+    if np.issubdtype(X_arr.dtype, np.complexfloating):
+        raise ValueError("X must be real, got a complex array")
+    if X_arr.ndim != 2:
+        raise ValueError(f"X must be 2-D (rows × features), got {X_arr.ndim} dimension(s)")
+    n, d = X_arr.shape
+    if n < 1 or d < 1:
+        raise ValueError(f"X must have at least one row and one column, got shape {n}×{d}")
+    Xf = np.ascontiguousarray(X_arr, dtype=np.float64)
+    bad = int(np.count_nonzero(~np.isfinite(Xf)))
+    if bad:
+        raise ValueError(f"X must be finite; {bad} entries are NaN or infinite")
+    sq_norms = np.einsum("ij,ij->i", Xf, Xf)
+    over = int(np.count_nonzero(sq_norms > (1.0 + ROW_NORM_TOLERANCE) ** 2))
+    if over:
+        rows = "row exceeds" if over == 1 else "rows exceed"
+        raise ValueError(f"every row of X must have L2 norm ≤ 1; {over} {rows} it")
+
+    y_arr = np.asarray(y)
+    if y_arr.ndim != 1:
+        raise ValueError(f"y must be 1-D, got {y_arr.ndim} dimension(s)")
+    if y_arr.shape[0] != n:
+        raise ValueError(f"y must have one label per row of X: X has {n} rows, y has {y_arr.size}")
+    if y_arr.dtype == np.bool_ or not np.issubdtype(y_arr.dtype, np.number):
+        raise ValueError("y must contain only the labels -1 and +1")
+    yf = np.ascontiguousarray(y_arr, dtype=np.float64)
+    wrong = int(np.count_nonzero((yf != 1.0) & (yf != -1.0)))
+    if wrong:
+        raise ValueError(f"y must contain only the labels -1 and +1; {wrong} entries do not")
+    return Xf, yf
+
+
+def check_regularization(value: object) -> float:
+    """λ must be a finite number > 0 (the proofs need a strongly convex objective)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PrivacyParameterError("regularization must be a number")
+    if not math.isfinite(value) or value <= 0.0:
+        raise PrivacyParameterError(f"regularization must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def check_dimensions(n: object, d: object) -> tuple[int, int]:
+    """n (rows) and d (features) must be positive integers."""
+    for name, value in (("n", n), ("d", d)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise PrivacyParameterError(f"{name} must be a positive integer, got {value!r}")
+    return int(n), int(d)  # type: ignore[call-overload]
+
+
+def check_known_params(params: Mapping[str, Any], allowed: Collection[str], owner: str) -> None:
+    """Reject parameters ``owner`` does not understand, listing the ones it does."""
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        choices = ", ".join(sorted(allowed)) if allowed else "none"
+        raise PrivacyParameterError(
+            f"unknown parameter(s) for {owner}: {', '.join(unknown)}; allowed: {choices}"
+        )
+
+
+def positive_float_param(params: Mapping[str, Any], name: str, default: float) -> float:
+    """``params[name]`` (or ``default``) as a finite float > 0."""
+    return _float_param(params, name, default, strict=True)
+
+
+def nonnegative_float_param(params: Mapping[str, Any], name: str, default: float) -> float:
+    """``params[name]`` (or ``default``) as a finite float ≥ 0."""
+    return _float_param(params, name, default, strict=False)
+
+
+def _float_param(params: Mapping[str, Any], name: str, default: float, *, strict: bool) -> float:
+    value = params.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PrivacyParameterError(f"{name} must be a number")
+    value = float(value)
+    if not math.isfinite(value) or value < 0.0 or (strict and value == 0.0):
+        bound = "> 0" if strict else "≥ 0"
+        raise PrivacyParameterError(f"{name} must be a finite number {bound}, got {value!r}")
+    return value

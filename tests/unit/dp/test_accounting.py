@@ -1,0 +1,184 @@
+"""Accounting: validators, composition rules and ledger units against hand-computed numbers."""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import optimize, stats
+
+from service.dp import accounting as acc
+from service.dp.accounting import PrivacyCost
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "delta"),
+    [
+        (0.0, 0.0),
+        (-1.0, 0.0),
+        (math.inf, 0.0),
+        (math.nan, 0.0),
+        ("1", 0.0),
+        (True, 0.0),
+        (1.0, -0.1),
+        (1.0, 1.0),
+        (1.0, math.nan),
+        (1.0, None),
+    ],
+)
+def test_check_epsilon_delta_rejects(epsilon: object, delta: object) -> None:
+    with pytest.raises(ValueError):
+        acc.check_epsilon_delta(epsilon, delta)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("epsilon", "delta"), [(1e-6, 0.0), (1.0, 0.999), (50, 1e-12)])
+def test_check_epsilon_delta_accepts(epsilon: float, delta: float) -> None:
+    acc.check_epsilon_delta(epsilon, delta)
+
+
+@pytest.mark.parametrize(("epsilon", "delta"), [(-0.1, 0.0), (math.inf, 0.0), (1.0, 1.5)])
+def test_privacy_cost_validates(epsilon: float, delta: float) -> None:
+    with pytest.raises(ValueError):
+        PrivacyCost(epsilon, delta)
+
+
+def test_basic_composition() -> None:
+    total = acc.basic_composition(
+        [PrivacyCost(0.5), PrivacyCost(0.25, 1e-6), PrivacyCost(1.0, 2e-6)]
+    )
+    assert total.epsilon == pytest.approx(1.75)
+    assert total.delta == pytest.approx(3e-6)
+    assert PrivacyCost(0.5, 1e-6) + PrivacyCost(0.5, 1e-6) == PrivacyCost(1.0, 2e-6)
+    assert acc.basic_composition([]) == PrivacyCost(0.0, 0.0)
+    assert (PrivacyCost(1.0, 0.7) + PrivacyCost(1.0, 0.7)).delta == 1.0
+
+
+def test_parallel_composition() -> None:
+    total = acc.parallel_composition(
+        [PrivacyCost(0.5, 1e-6), PrivacyCost(1.5, 0.0), PrivacyCost(1.0, 5e-6)]
+    )
+    assert total == PrivacyCost(1.5, 5e-6)
+    assert acc.parallel_composition([]) == PrivacyCost(0.0, 0.0)
+
+
+def test_advanced_composition_hand_numbers() -> None:
+    # k = 100 steps of ε = 0.1, δ = 1e-7, δ′ = 1e-5:
+    # ε_tot = 0.1·√(2·100·ln(1e5)) + 100·0.1·(e^0.1 − 1)
+    #       = 0.1·√(200·11.512925465) + 10·0.105170918 = 4.798526 + 1.051709 = 5.850235
+    cost = acc.advanced_composition(PrivacyCost(0.1, 1e-7), 100, 1e-5)
+    assert cost.epsilon == pytest.approx(5.850235, abs=2e-6)
+    assert cost.delta == pytest.approx(100 * 1e-7 + 1e-5)
+
+
+def test_best_composition_picks_the_smaller_epsilon_and_shows_both() -> None:
+    many = acc.best_composition(PrivacyCost(0.1, 1e-7), 100, 1e-5)
+    assert many.method == "advanced"
+    assert many.basic.epsilon == pytest.approx(10.0)
+    assert many.basic.delta == pytest.approx(1e-5)
+    assert many.best == many.advanced
+    assert many.best.epsilon == pytest.approx(5.850235, abs=2e-6)
+    text = many.describe(100)
+    assert "advanced" in text
+    assert "basic" in text
+
+    few = acc.best_composition(PrivacyCost(1.0), 2, 1e-5)
+    # advanced: 1·√(4·ln 1e5) + 2·(e − 1) = 6.786 + 3.437 > basic 2
+    assert few.method == "basic"
+    assert few.best == PrivacyCost(2.0, 0.0)
+    assert few.advanced.epsilon == pytest.approx(math.sqrt(4 * math.log(1e5)) + 2 * (math.e - 1))
+
+
+@pytest.mark.parametrize("k", [0, -3, 2.5, True])
+def test_composition_rejects_bad_k(k: object) -> None:
+    with pytest.raises(ValueError):
+        acc.advanced_composition(PrivacyCost(1.0), k, 1e-5)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("delta_prime", [0.0, 1.0, -1e-5, math.nan])
+def test_advanced_composition_rejects_bad_delta_prime(delta_prime: float) -> None:
+    with pytest.raises(ValueError):
+        acc.advanced_composition(PrivacyCost(1.0), 3, delta_prime)
+
+
+def test_zcdp_gaussian_and_composition() -> None:
+    assert acc.gaussian_zcdp(1.0, 2.0) == pytest.approx(1 / 8)
+    assert acc.gaussian_zcdp(2.0, 4.0) == pytest.approx(4 / 32)
+    assert acc.zcdp_compose([1 / 8, 1 / 8, 0.25]) == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        acc.gaussian_zcdp(1.0, 0.0)
+    with pytest.raises(ValueError):
+        acc.zcdp_compose([0.1, -0.1])
+
+
+def test_zcdp_to_dp_hand_numbers() -> None:
+    # ρ = 0.25, δ = 1e-5: ε = 0.25 + 2·√(0.25·ln 1e5) = 0.25 + √11.512925 = 3.643070
+    cost = acc.zcdp_to_dp(0.25, 1e-5)
+    assert cost.epsilon == pytest.approx(3.643070, abs=1e-6)
+    assert cost.delta == 1e-5
+    with pytest.raises(ValueError):
+        acc.zcdp_to_dp(0.25, 0.0)
+
+
+def _gaussian_delta(mu: float, eps: float) -> float:
+    """Exact privacy profile of the Gaussian mechanism with Δ/σ = μ (Balle & Wang 2018):
+    δ(ε) = Φ(μ/2 − ε/μ) − e^ε Φ(−μ/2 − ε/μ). It is ρ-zCDP with ρ = μ²/2 and no better."""
+    a, b = mu / 2 - eps / mu, -mu / 2 - eps / mu
+    return float(stats.norm.cdf(a) - math.exp(eps + stats.norm.logcdf(b)))
+
+
+@pytest.mark.parametrize("rho", [1e-3, 0.05, 0.5, 4.0])
+@pytest.mark.parametrize("delta", [1e-3, 1e-6, 1e-10])
+def test_cks_conversion_is_valid_and_tighter(rho: float, delta: float) -> None:
+    cks = acc.zcdp_to_dp_cks(rho, delta)
+    simple = acc.zcdp_to_dp(rho, delta)
+    assert cks.delta == delta
+    assert 0.0 < cks.epsilon <= simple.epsilon
+    # Valid: the Gaussian mechanism is exactly ρ-zCDP, so its true δ at the CKS ε must not
+    # exceed δ (a too-small ε would fail here).
+    mu = math.sqrt(2 * rho)
+    assert _gaussian_delta(mu, cks.epsilon) <= delta * (1 + 1e-9)
+    # Useful: within 30 % of the Gaussian mechanism's exact ε(δ), a lower limit for any
+    # conversion that holds for all ρ-zCDP mechanisms.
+    exact = optimize.brentq(lambda e: _gaussian_delta(mu, e) - delta, 1e-12, 200.0)
+    assert cks.epsilon <= 1.3 * exact + 1e-9
+    # And no worse than the closed form at the textbook order α = 1 + √(ln(1/δ)/ρ).
+    alpha = 1 + math.sqrt(math.log(1 / delta) / rho)
+    at_alpha = alpha * rho + (
+        math.log(1 / delta) + (alpha - 1) * math.log(1 - 1 / alpha) - math.log(alpha)
+    ) / (alpha - 1)
+    assert cks.epsilon <= at_alpha + 1e-9
+
+
+def test_cks_of_zero_rho_is_zero() -> None:
+    assert acc.zcdp_to_dp_cks(0.0, 1e-6) == PrivacyCost(0.0, 1e-6)
+
+
+def test_to_units_exact_decimal_and_rounding() -> None:
+    assert acc.to_units(0.1, unit="epsilon") == 100_000_000
+    assert acc.to_units(1e-5, unit="delta") == 10**10
+    assert acc.to_units(1 / 3, unit="epsilon") == 333_333_334
+    assert acc.to_units(1 / 3, unit="epsilon", rounding="down") == 333_333_333
+    assert acc.to_units(0.0, unit="epsilon") == 0
+    # DESIGN §2: spending 0.1 ten times from 1.0 succeeds, an eleventh fails.
+    cap = acc.to_units(1.0, unit="epsilon", rounding="down")
+    charge = acc.to_units(0.1, unit="epsilon")
+    assert 10 * charge <= cap < 11 * charge
+    assert acc.from_units(100_000_000, unit="epsilon") == 0.1
+    with pytest.raises(ValueError):
+        acc.to_units(-0.1, unit="epsilon")
+    with pytest.raises(ValueError):
+        acc.to_units(0.1, unit="epsilon", rounding="sideways")
+
+
+@given(st.floats(min_value=0.0, max_value=1e6, allow_nan=False, allow_infinity=False))
+def test_to_units_is_conservative(value: float) -> None:
+    up = acc.to_units(value, unit="epsilon")
+    down = acc.to_units(value, unit="epsilon", rounding="down")
+    exact = Decimal(repr(value)) * acc.EPSILON_UNITS_PER_ONE
+    assert down <= exact <= up
+    assert up - down <= 1
+    assert acc.from_units(up, unit="epsilon") >= value
+    assert acc.from_units(down, unit="epsilon") <= value

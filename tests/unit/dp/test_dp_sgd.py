@@ -1,0 +1,387 @@
+"""dp_sgd: calibration by hand, the noise law, convergence without noise, projection folding,
+composition over passes and an empirical privacy audit."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from service.dp.base import Calibration, LinearModel, Problem
+from service.dp.losses import get_loss
+from service.dp.mechanisms.dp_sgd import (
+    MECHANISM,
+    batch_sizes,
+    split_epsilon,
+    update_noise,
+)
+from service.dp.projection import RandomProjection
+from service.dp.solvers import ConvergenceError, minimize_erm
+from tests.unit.dp._audit import epsilon_lower_bound
+
+
+def _problem(
+    n: int,
+    d: int,
+    epsilon: float,
+    *,
+    loss: str = "logistic",
+    lam: float = 0.01,
+    **params: Any,
+) -> Problem:
+    return MECHANISM.validate_params(
+        Problem("dp_sgd", n, d, epsilon, 0.0, loss, lam, params=params)
+    )
+
+
+def _fit(
+    X: np.ndarray, y: np.ndarray, problem: Problem, seed: int | None = 0, **kw: Any
+) -> tuple[LinearModel, Calibration]:
+    cal = MECHANISM.calibrate(problem)
+    rng = None if seed is None else np.random.default_rng(seed)
+    model = MECHANISM.run(X, y, problem, cal, rng=rng, progress=kw.get("progress"))
+    assert isinstance(model, LinearModel)
+    return model, cal
+
+
+def _coef(model: object) -> np.ndarray:
+    assert isinstance(model, LinearModel)
+    return model.coef
+
+
+def _data(n: int, d: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    X /= 1.5 * np.maximum(np.linalg.norm(X, axis=1), 1.0)[:, None]
+    w = np.linspace(3.0, -2.0, d)
+    y = np.where(rng.random(n) < 1.0 / (1.0 + np.exp(-(X @ w))), 1.0, -1.0)
+    return X, y
+
+
+# ---- calibration ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "b", "eps", "epochs", "beta", "updates", "b_min"),
+    [
+        # β = (ε/epochs)·b_min/2, b_min = ⌊n/m⌋, m = ⌊n/b⌋ batches per pass
+        (1000, 10, 10, 1.0, 1, 1.0 * 10 / 2, 100, 10),
+        (1000, 10, 50, 0.5, 5, 0.1 * 50 / 2, 5 * 20, 50),
+        (100, 3, 7, 2.0, 2, 1.0 * 7 / 2, 2 * 14, 7),  # 100 = 2·8 + 12·7
+        (10, 3, 10, 0.3, 1, 0.3 * 10 / 2, 1, 10),
+        (23, 2, 10, 1.0, 1, 1.0 * 11 / 2, 2, 11),  # two batches of 12 and 11 rows
+    ],
+)
+def test_calibration_matches_the_hand_derivation(
+    n: int, d: int, b: int, eps: float, epochs: int, beta: float, updates: int, b_min: int
+) -> None:
+    cal = MECHANISM.calibrate(_problem(n, d, eps, batch_size=b, epochs=epochs))
+    det = cal.details
+    assert det["beta"] == pytest.approx(beta, rel=1e-12)
+    assert det["updates"] == updates
+    assert det["min_batch_size"] == b_min
+    assert det["epsilon_per_epoch"] == pytest.approx(eps / epochs, rel=1e-12)
+    assert det["gradient_sensitivity"] == pytest.approx(2.0 / b_min)
+    assert cal.epsilon == pytest.approx(eps, rel=1e-12)
+    assert cal.epsilon <= eps
+    assert cal.delta == 0.0
+    assert cal.expected_noise_norm == pytest.approx(d / beta, rel=1e-12)
+    assert det["expected_noise_norm_per_update"] == cal.expected_noise_norm
+    assert f"{epochs} pass(es)" in cal.composition
+
+
+def test_projection_reduces_the_noise_dimension() -> None:
+    cal = MECHANISM.calibrate(_problem(1000, 40, 1.0, batch_size=20, projection_dim=5))
+    assert cal.details["noise_dimension"] == 5
+    assert cal.expected_noise_norm == pytest.approx(5 / (1.0 * 20 / 2))
+
+
+@pytest.mark.parametrize(("eps", "parts"), [(0.1, 3), (1.0, 7), (0.7, 10), (1e-9, 3), (5.0, 1)])
+def test_the_split_budget_never_exceeds_the_total(eps: float, parts: int) -> None:
+    share = split_epsilon(eps, parts)
+    assert Fraction(share) * parts <= Fraction(eps)
+    assert share == pytest.approx(eps / parts, rel=1e-15)
+    cal = MECHANISM.calibrate(_problem(100, 2, eps, batch_size=10, epochs=parts))
+    assert Fraction(cal.epsilon) <= Fraction(eps)
+
+
+def test_batch_sizes_cover_every_row_once_with_at_least_b_rows() -> None:
+    for n in (1, 9, 10, 11, 99, 1000, 1001):
+        for b in (1, 3, 10):
+            if b > n:
+                continue
+            sizes = batch_sizes(n, b)
+            assert sizes.sum() == n
+            assert sizes.min() >= b
+            assert sizes.max() - sizes.min() <= 1
+
+
+@pytest.mark.parametrize(
+    ("params", "match"),
+    [
+        ({"batch_size": 0}, "batch_size"),
+        ({"batch_size": 101}, "batch_size"),
+        ({"batch_size": 2.0}, "batch_size"),
+        ({"epochs": 0}, "epochs"),
+        ({"schedule": "cosine"}, "schedule"),
+        ({"eta": -1.0}, "eta"),
+        ({"eta": 1.0, "schedule": "inverse"}, "eta"),
+        ({"radius": 0.0}, "radius"),
+        ({"projection_seed": 3}, "projection_dim"),
+        ({"projection_dim": 0}, "projection_dim"),
+        ({"projection_dim": 2, "projection_kind": "fjlt"}, "projection_kind"),
+        ({"learning_rate": 0.1}, "unknown parameter"),
+    ],
+)
+def test_invalid_parameters_are_rejected(params: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        _problem(100, 3, 1.0, **params)
+
+
+def test_losses_without_a_bounded_derivative_are_rejected() -> None:
+    with pytest.raises(ValueError, match="loss"):
+        _problem(100, 3, 1.0, loss="squared")
+
+
+# ---- the noise law ---------------------------------------------------------------------------
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize(("dim", "beta"), [(1, 2.0), (5, 0.7), (40, 3.0)])
+def test_update_noise_has_gamma_norms_and_uniform_directions(dim: int, beta: float) -> None:
+    z = update_noise(20_000, dim, beta=beta, rng=np.random.default_rng(dim))
+    norms = np.linalg.norm(z, axis=1)
+    assert stats.kstest(norms, stats.gamma(a=dim, scale=1.0 / beta).cdf).pvalue > 1e-3
+    if dim > 1:
+        # first coordinate of a uniform point on S^{d−1}: (u₁ + 1)/2 ~ Beta((d−1)/2, (d−1)/2)
+        u1 = (z[:, 0] / norms + 1.0) / 2.0
+        a = (dim - 1) / 2.0
+        assert stats.kstest(u1, stats.beta(a, a).cdf).pvalue > 1e-3
+    else:
+        assert 0.47 < np.mean(z[:, 0] > 0) < 0.53
+
+
+@pytest.mark.statistical
+def test_released_noise_has_the_calibrated_scale_end_to_end() -> None:
+    # Zero rows ⇒ zero gradients, so with η = 1 and λ ≈ 0 the last iterate is −Σ_t z_t:
+    # each coordinate has variance T·E‖z‖²/d = T(d + 1)/β² (E‖z‖² = d(d + 1)/β²).
+    n, d, b, eps = 20, 3, 2, 1.0
+    problem = _problem(n, d, eps, lam=1e-12, batch_size=b, schedule="constant", eta=1.0)
+    cal = MECHANISM.calibrate(problem)
+    beta, T = cal.details["beta"], cal.details["updates"]
+    assert (beta, T) == (1.0, 10)
+    X, y = np.zeros((n, d)), np.ones(n)
+    rng = np.random.default_rng(3)
+    W = np.array(
+        [_coef(MECHANISM.run(X, y, problem, cal, rng=rng, progress=None)) for _ in range(600)]
+    )
+    var = W.var()
+    assert var == pytest.approx(T * (d + 1) / beta**2, rel=0.2)
+
+
+# ---- optimisation ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("schedule", "extra", "tol"),
+    [
+        ("inverse", {}, 0.01),
+        ("inverse_sqrt", {"eta": 1.0}, 0.02),
+        ("constant", {"eta": 0.05}, 0.05),
+    ],
+)
+def test_huge_epsilon_approaches_the_non_private_optimum(
+    schedule: str, extra: dict[str, Any], tol: float
+) -> None:
+    X, y = _data(2000, 4)
+    lam = 0.05
+    w_star = minimize_erm(X, y, get_loss("logistic"), regularization=lam)
+    problem = _problem(2000, 4, 1e8, lam=lam, epochs=20, batch_size=10, schedule=schedule, **extra)
+    model, _ = _fit(X, y, problem, seed=1)
+    assert np.linalg.norm(model.coef - w_star) < tol * np.linalg.norm(w_star)
+    # and at a small ε the noise is visible
+    noisy, _ = _fit(
+        X,
+        y,
+        _problem(2000, 4, 0.05, lam=lam, epochs=20, batch_size=10, schedule=schedule, **extra),
+        seed=1,
+    )
+    assert np.linalg.norm(noisy.coef - w_star) > 0.5 * np.linalg.norm(w_star)
+
+
+def test_huber_loss_runs_and_learns() -> None:
+    X, y = _data(3000, 3)
+    model, _ = _fit(X, y, _problem(3000, 3, 1e6, loss="huber", epochs=5, batch_size=20))
+    assert np.mean(np.sign(X @ model.coef) == y) > 0.6
+
+
+def test_release_is_rounded_and_reproducible_with_a_seed() -> None:
+    X, y = _data(500, 3)
+    problem = _problem(500, 3, 1.0)
+    a, _ = _fit(X, y, problem, seed=5)
+    b, _ = _fit(X, y, problem, seed=5)
+    c, _ = _fit(X, y, problem, seed=6)
+    np.testing.assert_array_equal(a.coef, b.coef)
+    assert not np.array_equal(a.coef, c.coef)
+    np.testing.assert_array_equal(a.coef, np.round(a.coef * 2.0**32) / 2.0**32)
+
+
+def test_csprng_runs_differ() -> None:
+    X, y = _data(200, 3)
+    problem = _problem(200, 3, 1.0)
+    a, _ = _fit(X, y, problem, seed=None)
+    b, _ = _fit(X, y, problem, seed=None)
+    assert np.all(np.isfinite(a.coef))
+    assert not np.array_equal(a.coef, b.coef)
+
+
+def test_radius_bounds_the_iterate() -> None:
+    X, y = _data(300, 4)
+    model, _ = _fit(X, y, _problem(300, 4, 0.01, batch_size=5, radius=0.5))
+    assert np.linalg.norm(model.coef) <= 0.5 + 1e-8
+    free, _ = _fit(X, y, _problem(300, 4, 0.01, batch_size=5))
+    assert np.linalg.norm(free.coef) > 0.5
+
+
+def test_per_example_gradients_are_clipped_even_for_long_rows() -> None:
+    # Rows of norm 100 with a zero-noise-budget-free setup: ε huge, one update of batch 1.
+    # Unclipped, the gradient l′(0)·y·x would have norm 50; clipped it has norm 1.
+    X = np.array([[100.0, 0.0]])
+    y = np.array([1.0])
+    problem = _problem(1, 2, 1e12, lam=1e-9, batch_size=1, schedule="constant", eta=1.0)
+    model, _ = _fit(X, y, problem)
+    np.testing.assert_allclose(model.coef, [1.0, 0.0], atol=1e-6)
+
+
+def test_diverging_runs_raise() -> None:
+    X, y = _data(200, 3)
+    problem = _problem(200, 3, 1.0, lam=1.0, batch_size=2, schedule="constant", eta=1e200)
+    with pytest.raises(ConvergenceError, match="diverged"):
+        _fit(X, y, problem)
+
+
+def test_progress_is_reported_and_can_abort() -> None:
+    X, y = _data(1000, 3)
+    problem = _problem(1000, 3, 1.0, batch_size=2, epochs=2)
+    seen: list[float] = []
+    _fit(X, y, problem, progress=seen.append)
+    assert seen[0] == 0.0
+    assert seen[-1] == 1.0
+    assert all(a <= b for a, b in itertools.pairwise(seen))
+    assert 90 <= len(seen) <= 110
+
+    class Cancelled(Exception):
+        pass
+
+    def cancel(fraction: float) -> None:
+        if fraction > 0.3:
+            raise Cancelled
+
+    with pytest.raises(Cancelled):
+        _fit(X, y, problem, progress=cancel)
+
+
+# ---- projection --------------------------------------------------------------------------------
+
+
+def test_projection_is_folded_into_original_space_coefficients() -> None:
+    X, y = _data(800, 12)
+    k, seed = 4, 4242
+    problem = _problem(800, 12, 2.0, batch_size=8, projection_dim=k, projection_seed=seed)
+    model, cal = _fit(X, y, problem, seed=9)
+    assert model.coef.shape == (12,)
+    assert cal.details["noise_dimension"] == k
+    P = RandomProjection(d_in=12, k=k, seed=seed)
+    # the same run by hand in the projected space, with the same random stream
+    Z = P.project(X)
+    inner, _ = _fit(Z, y, _problem(800, k, 2.0, batch_size=8), seed=9)
+    np.testing.assert_allclose(model.coef, P.fold(inner.coef), atol=1e-8)
+    # the released model scores original rows as the projected model scores projected rows
+    np.testing.assert_allclose(X @ model.coef, Z @ inner.coef, atol=1e-7)
+    # coef = Pᵀw lies in the row space of P
+    w, *_ = np.linalg.lstsq(P.matrix.T, model.coef, rcond=None)
+    np.testing.assert_allclose(P.matrix.T @ w, model.coef, atol=1e-8)
+
+
+def test_projection_seed_defaults_to_a_fresh_draw() -> None:
+    X, y = _data(200, 10)
+    problem = _problem(200, 10, 1.0, projection_dim=3)
+    a, _ = _fit(X, y, problem, seed=None)
+    b, _ = _fit(X, y, problem, seed=None)
+    assert a.coef.shape == (10,)
+    assert not np.allclose(a.coef, b.coef)
+
+
+# ---- empirical privacy -------------------------------------------------------------------------
+
+
+def _one_update_outputs(y_value: float, runs: int, seed: int, eps: float) -> np.ndarray:
+    # n = 1, d = 1, batch 1, one pass: w₁ = −η(λ·0 + l′(0)·y·x + z) with Huber l′(0) = −1,
+    # so w₁ = y − z: the two neighbours (y = ±1) sit at the full sensitivity 2.
+    X = np.array([[1.0]])
+    problem = _problem(
+        1, 1, eps, loss="huber", lam=1e-9, batch_size=1, schedule="constant", eta=1.0
+    )
+    cal = MECHANISM.calibrate(problem)
+    rng = np.random.default_rng(seed)
+    y = np.array([y_value])
+    return np.array(
+        [_coef(MECHANISM.run(X, y, problem, cal, rng=rng, progress=None))[0] for _ in range(runs)]
+    )
+
+
+@pytest.mark.statistical
+def test_empirical_privacy_of_one_update_is_tight_but_not_exceeded() -> None:
+    eps = 1.0
+    a = _one_update_outputs(1.0, 6000, 11, eps)
+    b = _one_update_outputs(-1.0, 6000, 12, eps)
+    bound = epsilon_lower_bound(a, b)
+    assert bound < eps
+    # the neighbours are at the worst case, so the audit sees most of ε (not over-noised)
+    assert bound > 0.5 * eps
+    # sanity of the setup: the two output laws are Laplace(±1, 1/β) with β = ε/2
+    assert np.median(a) == pytest.approx(1.0, abs=0.15)
+    assert np.median(b) == pytest.approx(-1.0, abs=0.15)
+
+
+def test_calibrate_is_a_pure_function_of_public_quantities() -> None:
+    p = _problem(1234, 7, 0.8, batch_size=16, epochs=3)
+    assert MECHANISM.calibrate(p) == MECHANISM.calibrate(p)
+    assert math.isclose(MECHANISM.calibrate(p).details["beta"], (0.8 / 3) * (1234 // 77) / 2)
+
+
+# ---- through the public entry point -------------------------------------------------------------
+
+
+def test_fit_reports_the_composed_total_and_calibrate_agrees() -> None:
+    from service.dp import calibrate, fit
+
+    X, y = _data(400, 5)
+    res = fit(
+        X,
+        y,
+        "dp_sgd",
+        epsilon=0.9,
+        regularization=0.01,
+        rng=np.random.default_rng(0),
+        epochs=3,
+        batch_size=20,
+    )
+    assert res.mechanism == "dp_sgd"
+    assert res.coef is not None
+    assert res.coef.shape == (5,)
+    assert res.epsilon <= 0.9
+    assert res.epsilon == pytest.approx(0.9, rel=1e-12)
+    assert res.delta == 0.0
+    assert res.details["epsilon_per_epoch"] == pytest.approx(0.3)
+    assert res.details["beta"] == pytest.approx(0.3 * 20 / 2)
+    assert res.seeded
+    dry = calibrate("dp_sgd", n=400, d=5, epsilon=0.9, regularization=0.01, epochs=3, batch_size=20)
+    assert dry.details == res.details
+    with pytest.raises(ValueError, match="batch_size"):
+        fit(X, y, "dp_sgd", epsilon=1.0, regularization=0.01, batch_size=401)
