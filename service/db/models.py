@@ -13,20 +13,39 @@ from typing import Any, Literal
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
+    Float,
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
+    UniqueConstraint,
     text,
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from service.db.base import Base, UTCDateTime, utcnow
 
-__all__ = ["ApiKey", "AuditEvent", "KeyRole", "Site", "new_id"]
+__all__ = [
+    "JOB_STATUSES",
+    "ApiKey",
+    "AuditEvent",
+    "Dataset",
+    "DatasetChunk",
+    "Job",
+    "KeyRole",
+    "LedgerCharge",
+    "Model",
+    "Site",
+    "new_id",
+]
 
 KeyRole = Literal["admin", "site"]
+
+#: Every status a job can have (see :mod:`service.domain.jobs` for the transitions).
+JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 
 #: Auto-incrementing 64-bit key (SQLite only auto-increments an INTEGER PRIMARY KEY).
 BigIntId = BigInteger().with_variant(Integer(), "sqlite")
@@ -111,3 +130,155 @@ class AuditEvent(Base):
     request_id: Mapped[str | None] = mapped_column(String(64))
     client_ip: Mapped[str | None] = mapped_column(String(64))
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class Dataset(Base):
+    """A site's uploaded dataset: public spec, size, budget caps and amounts spent.
+
+    Budget amounts are integers in ledger units (:mod:`service.domain.units`: 1e-9 ε,
+    1e-15 δ). The CHECK constraints are the backstop of the ledger's conditional UPDATE:
+    ``0 <= spent <= cap`` holds on both databases whatever the application does.
+    The content lives in ``dataset_chunk`` rows; deleting a dataset removes them and sets
+    ``deleted_at`` while the row and its ledger stay.
+    """
+
+    __tablename__ = "dataset"
+    __table_args__ = (
+        CheckConstraint(
+            "epsilon_spent_units >= 0 AND epsilon_spent_units <= epsilon_cap_units",
+            name="epsilon_within_cap",
+        ),
+        CheckConstraint(
+            "delta_spent_units >= 0 AND delta_spent_units <= delta_cap_units",
+            name="delta_within_cap",
+        ),
+        CheckConstraint("n_rows >= 0 AND n_features >= 1", name="shape_valid"),
+        Index("ix_dataset_owner_created", "owner_site_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    owner_site_id: Mapped[str] = mapped_column(ForeignKey("site.id", ondelete="RESTRICT"))
+    name: Mapped[str] = mapped_column(String(200))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    preprocessing: Mapped[dict[str, Any]] = mapped_column(JSON)
+    feature_names: Mapped[list[str]] = mapped_column(JSON)
+    n_rows: Mapped[int] = mapped_column(BigInteger)
+    n_features: Mapped[int] = mapped_column(Integer)
+    allow_non_private: Mapped[bool] = mapped_column(Boolean, default=False)
+    epsilon_cap_units: Mapped[int] = mapped_column(BigInteger)
+    delta_cap_units: Mapped[int] = mapped_column(BigInteger)
+    epsilon_spent_units: Mapped[int] = mapped_column(BigInteger, default=0)
+    delta_spent_units: Mapped[int] = mapped_column(BigInteger, default=0)
+    ingest: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class DatasetChunk(Base):
+    """One compressed block of a dataset's encoded rows, readable by every worker process."""
+
+    __tablename__ = "dataset_chunk"
+    __table_args__ = (CheckConstraint("n_rows >= 0", name="n_rows_non_negative"),)
+
+    dataset_id: Mapped[str] = mapped_column(
+        ForeignKey("dataset.id", ondelete="CASCADE"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    n_rows: Mapped[int] = mapped_column(Integer)
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Job(Base):
+    """A unit of background work (a fit), its status, progress and outcome.
+
+    ``UNIQUE(owner_site_id, idempotency_key)`` makes a retried request find the first job, and
+    lets exactly one of two racing identical requests commit.
+    """
+
+    __tablename__ = "job"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('queued', 'running', 'succeeded', 'failed', 'cancelled')",
+            name="status_known",
+        ),
+        CheckConstraint("progress >= 0 AND progress <= 1", name="progress_fraction"),
+        UniqueConstraint("owner_site_id", "idempotency_key"),
+        Index("ix_job_owner_created", "owner_site_id", "created_at"),
+        Index("ix_job_status", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    owner_site_id: Mapped[str] = mapped_column(ForeignKey("site.id", ondelete="RESTRICT"))
+    kind: Mapped[str] = mapped_column(String(32))
+    dataset_id: Mapped[str | None] = mapped_column(
+        ForeignKey("dataset.id", ondelete="RESTRICT"), index=True
+    )
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="queued")
+    progress: Mapped[float] = mapped_column(Float, default=0.0)
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    model_id: Mapped[str | None] = mapped_column(String(32))
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class LedgerCharge(Base):
+    """One charge against a dataset's budget, in exact ledger units.
+
+    ``state`` is ``charged`` or ``refunded`` (only a job cancelled while queued is refunded).
+    Invariant: a dataset's spent amounts equal the sums over its ``charged`` rows.
+    """
+
+    __tablename__ = "ledger_charge"
+    __table_args__ = (
+        CheckConstraint("state IN ('charged', 'refunded')", name="state_known"),
+        CheckConstraint("epsilon_units >= 0 AND delta_units >= 0", name="amounts_non_negative"),
+        UniqueConstraint("dataset_id", "idempotency_key"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    dataset_id: Mapped[str] = mapped_column(
+        ForeignKey("dataset.id", ondelete="RESTRICT"), index=True
+    )
+    job_id: Mapped[str | None] = mapped_column(
+        ForeignKey("job.id", ondelete="RESTRICT"), index=True
+    )
+    epsilon_units: Mapped[int] = mapped_column(BigInteger)
+    delta_units: Mapped[int] = mapped_column(BigInteger)
+    mechanism: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16), default="charged")
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    refunded_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Model(Base):
+    """A released model: its JSON body (``service.dp`` ``to_dict()``), public preprocessing,
+    the label it predicts and its privacy record. ``source`` says where it came from."""
+
+    __tablename__ = "model"
+    __table_args__ = (
+        CheckConstraint("source IN ('fit', 'upload', 'aggregate')", name="source_known"),
+        Index("ix_model_owner_created", "owner_site_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    owner_site_id: Mapped[str] = mapped_column(ForeignKey("site.id", ondelete="RESTRICT"))
+    name: Mapped[str | None] = mapped_column(String(200))
+    source: Mapped[str] = mapped_column(String(16))
+    mechanism: Mapped[str | None] = mapped_column(String(64))
+    loss: Mapped[str] = mapped_column(String(16))
+    feature_names: Mapped[list[str]] = mapped_column(JSON)
+    preprocessing: Mapped[dict[str, Any]] = mapped_column(JSON)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
+    label: Mapped[dict[str, Any]] = mapped_column(JSON)
+    privacy: Mapped[dict[str, Any]] = mapped_column(JSON)
+    dataset_id: Mapped[str | None] = mapped_column(
+        ForeignKey("dataset.id", ondelete="RESTRICT"), index=True
+    )
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("job.id", ondelete="RESTRICT"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -7,20 +7,33 @@ when the caller needs generated values. Add a repository per aggregate and expos
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.orm import Session
 
 from service.db.base import Base
 from service.db.errors import translate_integrity_errors
-from service.db.models import ApiKey, AuditEvent, Site
+from service.db.models import (
+    ApiKey,
+    AuditEvent,
+    Dataset,
+    DatasetChunk,
+    Job,
+    LedgerCharge,
+    Model,
+    Site,
+)
 
 __all__ = [
     "ApiKeyRepository",
     "AuditRepository",
+    "DatasetRepository",
+    "JobRepository",
+    "LedgerRepository",
+    "ModelRepository",
     "Repository",
     "SiteRepository",
 ]
@@ -39,6 +52,10 @@ class Repository(Generic[ModelT]):
     def get(self, id_: Any) -> ModelT | None:
         """The row with primary key ``id_``, or None."""
         return self.session.get(self.model, id_)
+
+    def get_fresh(self, id_: Any) -> ModelT | None:
+        """Like :meth:`get`, but re-read from the database even if the session holds it."""
+        return self.session.get(self.model, id_, populate_existing=True)
 
     def add(self, obj: ModelT) -> ModelT:
         """Stage ``obj`` for insertion and flush, so defaults and ids are filled in."""
@@ -128,3 +145,261 @@ class AuditRepository(Repository[AuditEvent]):
         if action is not None:
             query = query.where(AuditEvent.action == action)
         return self.session.scalars(query).all()
+
+
+def _rowcount(result: Any) -> int:
+    return int(getattr(result, "rowcount", 0))
+
+
+class DatasetRepository(Repository[Dataset]):
+    """Datasets and their content chunks."""
+
+    model = Dataset
+
+    def add_chunk(self, dataset_id: str, *, seq: int, n_rows: int, payload: bytes) -> None:
+        """Store one block of encoded content (flushed now, so memory stays flat)."""
+        chunk = DatasetChunk(dataset_id=dataset_id, seq=seq, n_rows=n_rows, payload=payload)
+        self.session.add(chunk)
+        with translate_integrity_errors():
+            self.session.flush()
+        self.session.expunge(chunk)  # the session must not keep every block in memory
+
+    def chunk_payloads(self, dataset_id: str) -> Iterator[bytes]:
+        """The content blocks in order, streamed one at a time."""
+        query = (
+            select(DatasetChunk.payload)
+            .where(DatasetChunk.dataset_id == dataset_id)
+            .order_by(DatasetChunk.seq)
+            .execution_options(yield_per=1)
+        )
+        yield from self.session.scalars(query)
+
+    def delete_chunks(self, dataset_id: str) -> int:
+        """Remove a dataset's content; returns how many blocks were removed."""
+        result = self.session.execute(
+            delete(DatasetChunk).where(DatasetChunk.dataset_id == dataset_id)
+        )
+        return _rowcount(result)
+
+    def _owned(self, query: Any, owner_site_id: str | None, include_deleted: bool) -> Any:
+        if owner_site_id is not None:
+            query = query.where(Dataset.owner_site_id == owner_site_id)
+        if not include_deleted:
+            query = query.where(Dataset.deleted_at.is_(None))
+        return query
+
+    def list_page(
+        self, *, owner_site_id: str | None, include_deleted: bool, limit: int, offset: int
+    ) -> Sequence[Dataset]:
+        """Datasets newest first, of one site (or all with ``owner_site_id=None``)."""
+        query = self._owned(select(Dataset), owner_site_id, include_deleted)
+        query = query.order_by(Dataset.created_at.desc(), Dataset.id).limit(limit).offset(offset)
+        return self.session.scalars(query).all()
+
+    def count(self, *, owner_site_id: str | None, include_deleted: bool) -> int:
+        """How many datasets :meth:`list_page` pages through."""
+        query = self._owned(
+            select(func.count()).select_from(Dataset), owner_site_id, include_deleted
+        )
+        return int(self.session.scalar(query) or 0)
+
+
+class LedgerRepository(Repository[LedgerCharge]):
+    """Budget charges and the atomic debit/credit of a dataset's spent amounts."""
+
+    model = LedgerCharge
+
+    def debit(self, dataset_id: str, epsilon_units: int, delta_units: int) -> bool:
+        """Add a cost to a live dataset's spent amounts if it fits under both caps.
+
+        One conditional UPDATE: atomic on PostgreSQL (row lock, WHERE re-evaluated) and on
+        SQLite (one writer). False when nothing matched (unknown, deleted or short).
+        """
+        result = self.session.execute(
+            update(Dataset)
+            .where(
+                Dataset.id == dataset_id,
+                Dataset.deleted_at.is_(None),
+                Dataset.epsilon_spent_units + epsilon_units <= Dataset.epsilon_cap_units,
+                Dataset.delta_spent_units + delta_units <= Dataset.delta_cap_units,
+            )
+            .values(
+                epsilon_spent_units=Dataset.epsilon_spent_units + epsilon_units,
+                delta_spent_units=Dataset.delta_spent_units + delta_units,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return _rowcount(result) == 1
+
+    def credit(self, dataset_id: str, epsilon_units: int, delta_units: int) -> None:
+        """Give back a refunded charge's amounts (the CHECK keeps spent >= 0)."""
+        self.session.execute(
+            update(Dataset)
+            .where(Dataset.id == dataset_id)
+            .values(
+                epsilon_spent_units=Dataset.epsilon_spent_units - epsilon_units,
+                delta_spent_units=Dataset.delta_spent_units - delta_units,
+            )
+            .execution_options(synchronize_session=False)
+        )
+
+    def find_by_key(self, dataset_id: str, idempotency_key: str) -> LedgerCharge | None:
+        """The charge made on this dataset with this idempotency key, if any."""
+        query = select(LedgerCharge).where(
+            LedgerCharge.dataset_id == dataset_id,
+            LedgerCharge.idempotency_key == idempotency_key,
+        )
+        return self.session.scalars(query).one_or_none()
+
+    def job_state(self, job_id: str) -> tuple[str, datetime | None] | None:
+        """(status, started_at) of a job, read fresh; None for an unknown job."""
+        row = self.session.execute(
+            select(Job.status, Job.started_at).where(Job.id == job_id)
+        ).one_or_none()
+        return None if row is None else (row[0], row[1])
+
+    def charges_for_job(self, job_id: str, *, state: str | None = None) -> Sequence[LedgerCharge]:
+        """A job's charges, optionally in one state."""
+        query = select(LedgerCharge).where(LedgerCharge.job_id == job_id)
+        if state is not None:
+            query = query.where(LedgerCharge.state == state)
+        return self.session.scalars(query.order_by(LedgerCharge.created_at)).all()
+
+    def charges_for_dataset(self, dataset_id: str) -> Sequence[LedgerCharge]:
+        """A dataset's charges, oldest first."""
+        query = (
+            select(LedgerCharge)
+            .where(LedgerCharge.dataset_id == dataset_id)
+            .order_by(LedgerCharge.created_at, LedgerCharge.id)
+        )
+        return self.session.scalars(query).all()
+
+    def mark_refunded(self, charge_id: str, *, at: datetime) -> bool:
+        """``charged`` → ``refunded``; False when it was not charged (a racing refund)."""
+        result = self.session.execute(
+            update(LedgerCharge)
+            .where(LedgerCharge.id == charge_id, LedgerCharge.state == "charged")
+            .values(state="refunded", refunded_at=at)
+            .execution_options(synchronize_session=False)
+        )
+        return _rowcount(result) == 1
+
+
+class JobRepository(Repository[Job]):
+    """Jobs. Every status change is one conditional UPDATE on the expected current status."""
+
+    model = Job
+
+    def get(self, id_: Any, *, fresh: bool = False) -> Job | None:
+        """A job; ``fresh`` re-reads it after a conditional UPDATE changed it."""
+        return self.get_fresh(id_) if fresh else super().get(id_)
+
+    def get_by_idempotency_key(self, *, owner_site_id: str, idempotency_key: str) -> Job | None:
+        """The site's job created with this idempotency key, if any."""
+        query = select(Job).where(
+            Job.owner_site_id == owner_site_id, Job.idempotency_key == idempotency_key
+        )
+        return self.session.scalars(query).one_or_none()
+
+    def ids_with_status(self, status: str) -> Sequence[str]:
+        """Ids of every job in ``status``, oldest first."""
+        query = select(Job.id).where(Job.status == status).order_by(Job.created_at, Job.id)
+        return self.session.scalars(query).all()
+
+    def list_page(self, *, owner_site_id: str | None, limit: int, offset: int) -> Sequence[Job]:
+        """Jobs newest first, of one site (or all)."""
+        query = select(Job)
+        if owner_site_id is not None:
+            query = query.where(Job.owner_site_id == owner_site_id)
+        query = query.order_by(Job.created_at.desc(), Job.id).limit(limit).offset(offset)
+        return self.session.scalars(query).all()
+
+    def count(self, *, owner_site_id: str | None) -> int:
+        """How many jobs :meth:`list_page` pages through."""
+        query = select(func.count()).select_from(Job)
+        if owner_site_id is not None:
+            query = query.where(Job.owner_site_id == owner_site_id)
+        return int(self.session.scalar(query) or 0)
+
+    def _update(self, job_id: str, *conditions: Any, **values: Any) -> bool:
+        result = self.session.execute(
+            update(Job)
+            .where(Job.id == job_id, *conditions)
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+        return _rowcount(result) == 1
+
+    def transition(
+        self,
+        job_id: str,
+        *,
+        expected: str,
+        status: str,
+        finished_at: datetime | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        """``expected`` → ``status``; False when the job was not in ``expected``."""
+        values: dict[str, Any] = {"status": status}
+        if finished_at is not None:
+            values["finished_at"] = finished_at
+        if error is not None:
+            values["error"] = error
+        return self._update(job_id, Job.status == expected, **values)
+
+    def claim(self, job_id: str, *, started_at: datetime) -> bool:
+        """``queued`` → ``running`` for exactly one worker; counts the attempt."""
+        return self._update(
+            job_id,
+            Job.status == "queued",
+            status="running",
+            started_at=started_at,
+            attempt=Job.attempt + 1,
+        )
+
+    def request_cancel(self, job_id: str) -> bool:
+        """Flag a running job for cancellation; False when it is not running."""
+        return self._update(job_id, Job.status == "running", cancel_requested=True)
+
+    def report_progress(self, job_id: str, fraction: float | None) -> bool:
+        """Record progress of a running job (None: only read); True when a cancel was
+        requested (or the job is no longer running) and the worker should stop."""
+        if fraction is not None:
+            self._update(job_id, Job.status == "running", progress=fraction)
+        row = self.session.execute(
+            select(Job.status, Job.cancel_requested).where(Job.id == job_id)
+        ).one_or_none()
+        return row is None or row[0] != "running" or bool(row[1])
+
+    def succeed(self, job_id: str, *, model_id: str, finished_at: datetime) -> bool:
+        """``running`` → ``succeeded`` unless a cancel was requested meanwhile."""
+        return self._update(
+            job_id,
+            Job.status == "running",
+            Job.cancel_requested.is_(False),
+            status="succeeded",
+            progress=1.0,
+            model_id=model_id,
+            finished_at=finished_at,
+        )
+
+
+class ModelRepository(Repository[Model]):
+    """Released and uploaded models."""
+
+    model = Model
+
+    def list_page(self, *, owner_site_id: str | None, limit: int, offset: int) -> Sequence[Model]:
+        """Models newest first, of one site (or all)."""
+        query = select(Model)
+        if owner_site_id is not None:
+            query = query.where(Model.owner_site_id == owner_site_id)
+        query = query.order_by(Model.created_at.desc(), Model.id).limit(limit).offset(offset)
+        return self.session.scalars(query).all()
+
+    def count(self, *, owner_site_id: str | None) -> int:
+        """How many models :meth:`list_page` pages through."""
+        query = select(func.count()).select_from(Model)
+        if owner_site_id is not None:
+            query = query.where(Model.owner_site_id == owner_site_id)
+        return int(self.session.scalar(query) or 0)

@@ -27,7 +27,15 @@ from typing import Self
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db.errors import translate_integrity_errors
-from service.db.repositories import ApiKeyRepository, AuditRepository, SiteRepository
+from service.db.repositories import (
+    ApiKeyRepository,
+    AuditRepository,
+    DatasetRepository,
+    JobRepository,
+    LedgerRepository,
+    ModelRepository,
+    SiteRepository,
+)
 
 __all__ = ["UnitOfWork", "UnitOfWorkFactory"]
 
@@ -38,6 +46,10 @@ class UnitOfWork:
     sites: SiteRepository
     api_keys: ApiKeyRepository
     audit: AuditRepository
+    datasets: DatasetRepository
+    ledger: LedgerRepository
+    jobs: JobRepository
+    models: ModelRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -57,6 +69,10 @@ class UnitOfWork:
         self.sites = SiteRepository(self._session)
         self.api_keys = ApiKeyRepository(self._session)
         self.audit = AuditRepository(self._session)
+        self.datasets = DatasetRepository(self._session)
+        self.ledger = LedgerRepository(self._session)
+        self.jobs = JobRepository(self._session)
+        self.models = ModelRepository(self._session)
         return self
 
     def __exit__(
