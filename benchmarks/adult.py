@@ -33,6 +33,7 @@ __all__ = [
     "COLUMNS",
     "NUMERIC_COLUMNS",
     "Split",
+    "csv_bytes",
     "design",
     "load_adult",
     "load_spec",
@@ -106,6 +107,21 @@ def load_adult(split: Split = "train") -> dict[str, np.ndarray]:
         else:
             out[col] = np.asarray(arr.to_pylist(), dtype=object)
     return out
+
+
+def csv_bytes(split: Split = "train") -> bytes:
+    """One split as a clean CSV with a header row, as a site would upload it: whitespace
+    stripped, missing cells empty, labels ``>50K``/``<=50K``."""
+    columns = load_adult(split)
+    table = pa.table(
+        {
+            c: pa.array(v, type=pa.float64() if c in NUMERIC_COLUMNS else pa.string())
+            for c, v in columns.items()
+        }
+    )
+    sink = pa.BufferOutputStream()
+    pacsv.write_csv(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
 
 
 def load_spec() -> dict[str, Any]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import socket
@@ -255,7 +256,7 @@ def main(argv: list[str] | None = None) -> None:
         for size in (float(s) for s in args.sizes.split(",")):
             path = synthetic_csv(size, spec)
             megabytes = path.stat().st_size / 1e6
-            baseline = best_of(args.repeats, lambda path=path: time_read_csv(path))
+            baseline = best_of(args.repeats, functools.partial(time_read_csv, path))
             rows = pacsv.read_csv(path).num_rows
             results: list[tuple[str, float]] = []
             if "testclient" in modes:

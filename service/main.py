@@ -21,11 +21,12 @@ from service.api.errors import install_error_handlers
 from service.api.metrics import HttpMetrics
 from service.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from service.api.openapi_doc import DESCRIPTION, TAGS, build_openapi, operation_id
-from service.api.routes import audit, ops, sites
+from service.api.routes import audit, datasets, fits, jobs, models, ops, sites
 from service.db.migrate import DatabaseProbe, head_revisions
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork
 from service.domain.auth import configured_key_hash, ensure_admin_key
+from service.jobs.worker import build_runner
 from service.settings import Settings, get_settings
 
 __all__ = ["announce_admin_key", "app", "create_app"]
@@ -72,9 +73,20 @@ def _bootstrap_admin_key(app: FastAPI) -> None:
         logger.info("generated the admin API key (printed once to stdout)")
 
 
+def _recover_jobs(app: FastAPI) -> None:
+    settings: Settings = app.state.settings
+    if not settings.job_recovery:
+        return
+    if not app.state.database_probe.check().ready:
+        logger.warning("database not ready: job recovery skipped; run `privfit migrate`")
+        return
+    app.state.job_runner.recover()
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-    """Open the database for the app's lifetime; generate the admin key on first start."""
+    """Open the database and start the job runner for the app's lifetime; generate the admin
+    key on first start; settle the jobs a crash left behind."""
     settings: Settings = app.state.settings
     engine = make_engine(
         settings.database_url,
@@ -84,10 +96,16 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.engine = engine
     app.state.uow_factory = partial(UnitOfWork, make_sessionmaker(engine))
     app.state.database_probe = DatabaseProbe(engine, head_revisions())
+    runner = build_runner(settings, app.state.uow_factory)
+    app.state.job_runner = runner
     try:
         await anyio.to_thread.run_sync(_bootstrap_admin_key, app)
+        runner.start()
+        await anyio.to_thread.run_sync(_recover_jobs, app)
         yield
     finally:
+        # Running jobs finish; jobs not started stay queued and are recovered next start.
+        await anyio.to_thread.run_sync(partial(runner.shutdown, wait=True))
         engine.dispose()
 
 
@@ -111,7 +129,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     install_error_handlers(app)
     # Routers carry their full prefix (see service.api.routes): include them without one.
-    for router in (ops.router, sites.router, audit.router):
+    for router in (
+        ops.router,
+        sites.router,
+        datasets.router,
+        fits.router,
+        jobs.router,
+        models.router,
+        audit.router,
+    ):
         app.include_router(router)
 
     # Added last = outermost: the request id exists before the size check can answer 413.

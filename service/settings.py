@@ -87,6 +87,49 @@ class Settings(BaseSettings):
     workers: int = Field(default=1, ge=1, le=64, description="Processes `privfit serve` runs.")
     sqlite_busy_timeout_ms: int = Field(default=5000, ge=0)
     db_pool_size: int = Field(default=5, ge=1, description="Connections per process (PostgreSQL).")
+    max_budget_epsilon: float = Field(
+        default=10.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Largest ε cap a dataset may be uploaded with.",
+    )
+    max_budget_delta: float = Field(
+        default=1e-3,
+        ge=0,
+        lt=1,
+        description="Largest δ cap a dataset may be uploaded with.",
+    )
+    job_runner: Literal["process", "thread"] = Field(
+        default="process",
+        description=(
+            "Where fit jobs run: a pool of worker processes of the API process (default; keeps "
+            "the API responsive) or threads (debugging; always used for in-memory SQLite)."
+        ),
+    )
+    job_workers: int = Field(default=1, ge=1, le=64, description="Jobs run at the same time.")
+    job_progress_interval: float = Field(
+        default=0.2,
+        gt=0,
+        le=60,
+        description="Seconds between two progress writes of a running job (each also "
+        "notices a cancel request).",
+    )
+    job_recovery: bool = Field(
+        default=True,
+        description=(
+            "On start, mark jobs left running by a crash failed (budget kept spent) and run the "
+            "queued ones again. Turn off when several API processes share one database and "
+            "another may still be running those jobs."
+        ),
+    )
+    test_seed: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "A fixed noise seed, honoured only with PRIVFIT_ENVIRONMENT=test; models record it. "
+            "Never set it in production: anyone who knows it can remove the noise."
+        ),
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -166,12 +166,14 @@ def uow_factory(engine: Engine) -> UnitOfWorkFactory:
 
 @pytest.fixture
 def settings(db_url: str) -> Settings:
-    """Test settings: ``db_url``, a fixed admin key, a 1 MiB body limit."""
+    """Test settings: ``db_url``, a fixed admin key, a 1 MiB body limit, jobs on threads
+    (tests of the process pool build their own settings)."""
     return Settings(
         database_url=db_url,
         admin_key=SecretStr(ADMIN_KEY),
         environment="test",
         max_request_bytes=1024 * 1024,
+        job_runner="thread",
     )
 
 

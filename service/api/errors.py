@@ -212,6 +212,7 @@ _DESCRIPTIONS: dict[int, str] = {
     404: "No such resource, or it belongs to another site.",
     409: "Conflicts with the current state.",
     413: "The request body is larger than the server accepts.",
+    415: "The body is not of a media type this operation accepts.",
     422: "The request is malformed or breaks a rule; `errors` lists every invalid part.",
     500: "Unexpected failure. The body never contains internals; quote `request_id`.",
     503: "A dependency (the database) is not ready.",
@@ -227,6 +228,11 @@ _EXAMPLE_DETAILS: dict[int, tuple[str, str, str]] = {
         "payload-too-large",
         "Request body too large",
         "the request body exceeds 268435456 bytes",
+    ),
+    415: (
+        "unsupported-media-type",
+        "Unsupported media type",
+        "send the upload as multipart/form-data",
     ),
     422: (
         "validation-failed",

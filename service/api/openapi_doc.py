@@ -33,6 +33,16 @@ documents with a stable `type` URI and a `request_id` (also in the `X-Request-ID
 #: Tag order and descriptions for the docs; later resources add theirs here.
 TAGS: list[dict[str, str]] = [
     {"name": "sites", "description": "Sites (organisations) and their API keys."},
+    {
+        "name": "datasets",
+        "description": "Upload a dataset with public bounds and a budget; read its ledger.",
+    },
+    {"name": "fits", "description": "Ask for a DP fit (or a dry-run quote) on a dataset."},
+    {"name": "jobs", "description": "Follow or cancel background fits."},
+    {
+        "name": "models",
+        "description": "Models with their privacy record: read, predict, export, upload.",
+    },
     {"name": "audit", "description": "The audit log of security-relevant events (admin)."},
     {"name": "ops", "description": "Liveness, readiness and Prometheus metrics (no key)."},
 ]

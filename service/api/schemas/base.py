@@ -1,6 +1,7 @@
 """Base classes for request and response models.
 
-Request models refuse unknown fields, and every string in them (at any depth) is refused when it
+Request models are strict (no coercion: `false` is not a number, `"1"` is not an integer),
+refuse unknown fields, and every string in them (at any depth) is refused when it
 contains a NUL character or an unpaired surrogate: neither can be stored in PostgreSQL, so they
 must be a 422 at the edge, never a 500 in the database.
 """
@@ -42,7 +43,7 @@ def check_storable_text(value: Any) -> None:
 class RequestModel(BaseModel):
     """Base of every request body."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False, strict=True)
 
     @model_validator(mode="before")
     @classmethod

@@ -1,0 +1,249 @@
+"""Datasets and their privacy budgets (issue 4; DESIGN §5)."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.api.deps import AuditContextDep, PrincipalDep, SettingsDep, UowDep, access
+from service.api.errors import problem_responses
+from service.api.routes import API_V1
+from service.api.schemas.datasets import (
+    BudgetRead,
+    DatasetCreate,
+    DatasetList,
+    DatasetRead,
+    LedgerChargeRead,
+)
+from service.api.uploads import UploadRejectedError, receive_upload
+from service.domain import datasets
+from service.domain.budgets import BudgetStatus
+from service.domain.errors import InvalidInputError
+from service.domain.ingest import BudgetLimits
+
+router = APIRouter(prefix=f"{API_V1}/datasets", tags=["datasets"])
+
+Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
+Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]
+
+
+class InvalidUploadError(InvalidInputError):
+    """The multipart body lacks a part, repeats one, or has an unexpected one (422)."""
+
+    title = "Invalid upload"
+
+
+_UPLOAD_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "multipart/form-data": {
+                "schema": {
+                    "type": "object",
+                    "required": ["file", "spec"],
+                    "properties": {
+                        "file": {
+                            "type": "string",
+                            "format": "binary",
+                            "description": "The data: CSV with a header row (UTF-8, ',' "
+                            "separated), or Parquet. Detected from the content.",
+                        },
+                        "spec": {"$ref": "#/components/schemas/DatasetCreate"},
+                    },
+                },
+                "encoding": {"spec": {"contentType": "application/json"}},
+            }
+        },
+    }
+}
+
+
+def _read(dataset: Any) -> DatasetRead:
+    return DatasetRead.from_row(dataset)
+
+
+def _budget(state: BudgetStatus) -> BudgetRead:
+    return BudgetRead(
+        dataset_id=state.dataset_id,
+        epsilon_total=state.epsilon_total,
+        epsilon_spent=state.epsilon_spent,
+        epsilon_remaining=state.epsilon_remaining,
+        delta_total=state.delta_total,
+        delta_spent=state.delta_spent,
+        delta_remaining=state.delta_remaining,
+        charges=[
+            LedgerChargeRead(
+                id=c.id,
+                job_id=c.job_id,
+                epsilon=c.epsilon,
+                delta=c.delta,
+                mechanism=c.mechanism,
+                state=c.state,  # type: ignore[arg-type]
+                created_at=c.created_at,
+                refunded_at=c.refunded_at,
+            )
+            for c in state.charges
+        ],
+    )
+
+
+def _parse_spec(text: str) -> DatasetCreate:
+    """The ``spec`` part as a :class:`DatasetCreate`; 422 with every problem otherwise."""
+    try:
+        return DatasetCreate.model_validate_json(text)
+    except ValidationError as exc:
+        errors = [
+            {
+                "loc": ["spec", *(p if isinstance(p, int) else str(p) for p in e["loc"])],
+                "msg": e["msg"],
+                "type": e["type"],
+            }
+            for e in exc.errors(include_input=False, include_url=False, include_context=False)
+        ]
+        try:
+            json.loads(text)
+            detail = f"the 'spec' part has {len(errors)} invalid part(s); see errors"
+        except ValueError:
+            detail = "the 'spec' part must be a JSON object"
+        raise InvalidUploadError(detail, errors=errors) from None
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    summary="Upload a dataset",
+    description=(
+        "Multipart upload: a `file` part (CSV with a header row, or Parquet) and a `spec` part "
+        "(JSON, see `DatasetCreate`) naming the label column and its positive class, every "
+        "feature with public bounds or categories, the budget caps and the missing-value "
+        "policy. Numeric values are clamped to the declared bounds, categories outside the "
+        "list become an all-zero block, an intercept is added and every row is brought into "
+        "the unit ball. PrivFit never reads bounds from the data. The file is streamed to "
+        "disk and read in record batches; the dataset is stored only if the whole file is "
+        "valid. Errors name columns and count rows but never show a data value. Requires a "
+        "site key."
+    ),
+    response_model=DatasetRead,
+    responses=problem_responses(400, 401, 403, 413, 415, 422),
+    openapi_extra={**access("site"), **_UPLOAD_BODY},
+)
+async def create_dataset(
+    request: Request,
+    uow: UowDep,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+    audit_context: AuditContextDep,
+) -> DatasetRead:
+    principal.require_site()
+    try:
+        upload = await receive_upload(
+            content_type=request.headers.get("content-type"),
+            content_length=request.headers.get("content-length"),
+            chunks=request.stream(),
+            max_bytes=settings.max_request_bytes,
+        )
+    except UploadRejectedError as exc:
+        if exc.status == 422:
+            raise InvalidUploadError(exc.detail) from None
+        raise StarletteHTTPException(exc.status, detail=exc.detail) from None
+    try:
+        spec = _parse_spec(upload.spec).to_domain(
+            BudgetLimits(
+                max_epsilon=settings.max_budget_epsilon, max_delta=settings.max_budget_delta
+            )
+        )
+        dataset = await run_in_threadpool(
+            datasets.create_dataset,
+            uow,
+            actor=principal,
+            spec=spec,
+            source=upload.file,
+            context=audit_context,
+        )
+    finally:
+        upload.file.close()
+    return _read(dataset)
+
+
+@router.get(
+    "",
+    summary="List datasets",
+    description=(
+        "The calling site's datasets, newest first (the admin sees every site's). Deleted "
+        "datasets are hidden unless `include_deleted=true`."
+    ),
+    response_model=DatasetList,
+    responses=problem_responses(401, 422),
+    openapi_extra=access("any"),
+)
+def list_datasets(
+    uow: UowDep,
+    principal: PrincipalDep,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    include_deleted: Annotated[
+        bool, Query(description="Include deleted datasets (content gone, ledger kept).")
+    ] = False,
+) -> DatasetList:
+    page = datasets.list_datasets(
+        uow, actor=principal, limit=limit, offset=offset, include_deleted=include_deleted
+    )
+    return DatasetList(
+        items=[_read(d) for d in page.items], total=page.total, limit=limit, offset=offset
+    )
+
+
+@router.get(
+    "/{dataset_id}",
+    summary="Get a dataset",
+    description=(
+        "A dataset's metadata: shape, encoded feature names, spec, budget caps. Only its "
+        "owner (or the admin) can read it; for others it does not exist (404)."
+    ),
+    response_model=DatasetRead,
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("any"),
+)
+def get_dataset(dataset_id: str, uow: UowDep, principal: PrincipalDep) -> DatasetRead:
+    return _read(datasets.get_dataset(uow, dataset_id=dataset_id, actor=principal))
+
+
+@router.delete(
+    "/{dataset_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Delete a dataset",
+    description=(
+        "Removes the dataset's content at once. Its metadata and budget ledger are kept (the "
+        "dataset shows `deleted_at`); new fits on it get 409 `dataset-deleted`. Deleting again "
+        "is a no-op. Owner or admin."
+    ),
+    response_class=Response,
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("any"),
+)
+def delete_dataset(
+    dataset_id: str, uow: UowDep, principal: PrincipalDep, audit_context: AuditContextDep
+) -> Response:
+    datasets.delete_dataset(uow, dataset_id=dataset_id, actor=principal, context=audit_context)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get(
+    "/{dataset_id}/budget",
+    summary="Get a dataset's privacy budget",
+    description=(
+        "Caps, amounts spent and remaining for ε and δ, and every charge (job, ε, δ, "
+        "mechanism, time, state). Spent is the sum of the charges not refunded; the ledger is "
+        "exact (integer units of 1e-9 ε and 1e-15 δ). Owner or admin."
+    ),
+    response_model=BudgetRead,
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("any"),
+)
+def get_dataset_budget(dataset_id: str, uow: UowDep, principal: PrincipalDep) -> BudgetRead:
+    return _budget(datasets.get_budget(uow, dataset_id=dataset_id, actor=principal))

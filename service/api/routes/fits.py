@@ -1,0 +1,87 @@
+"""Fits: ``POST /v1/datasets/{id}/fits`` queues a fit job (or quotes it with ``dry_run``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi.responses import JSONResponse
+
+from service.api.deps import AuditContextDep, PrincipalDep, UowDep, access
+from service.api.errors import problem_responses
+from service.api.routes import API_V1
+from service.api.schemas.fits import FitCreate, FitQuoteRead
+from service.api.schemas.jobs import JobRead
+from service.domain import fits, jobs
+from service.jobs.runner import JobRunner
+
+router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=fits.MAX_IDEMPOTENCY_KEY_LENGTH,
+        description="Makes the request safe to retry: a request repeated with the same key "
+        "returns the first request's job and is charged once.",
+    ),
+]
+DryRun = Annotated[
+    bool,
+    Query(description="Only quote the cost and the calibration (200); nothing is spent."),
+]
+
+
+@router.post(
+    "/{dataset_id}/fits",
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Fit a model on a dataset",
+    description=(
+        "Validates the request (422 for an unknown mechanism or bad parameters, before "
+        "anything is spent), charges the dataset's budget with the fit's (ε, δ) (409 with the "
+        "remaining budget when it cannot cover it) and queues a job: 202 with the job and its "
+        "`Location`. Poll `GET /v1/jobs/{id}` until it ends; a succeeded job names its model. "
+        "The charge is committed before any noise is drawn and is refunded only if the job is "
+        "cancelled while still queued.\n\n"
+        "`?dry_run=true` answers 200 with the exact cost, the calibration (expected noise "
+        "norm) and the remaining budget, spending nothing. `non_private` is accepted only on "
+        "datasets uploaded with `allow_non_private`. Requires the owning site's key."
+    ),
+    response_model=JobRead,
+    responses={
+        200: {"model": FitQuoteRead, "description": "Dry run: the quote; nothing spent."},
+        **problem_responses(401, 403, 404, 409, 413, 422),
+    },
+    openapi_extra=access("site"),
+)
+def create_fit(
+    dataset_id: str,
+    body: FitCreate,
+    request: Request,
+    response: Response,
+    uow: UowDep,
+    principal: PrincipalDep,
+    audit_context: AuditContextDep,
+    idempotency_key: IdempotencyKey = None,
+    dry_run: DryRun = False,
+) -> JobRead | JSONResponse:
+    principal.require_site()
+    fit_request = body.to_domain()
+    if dry_run:
+        quote = fits.quote_fit(uow, dataset_id=dataset_id, request=fit_request, actor=principal)
+        return JSONResponse(FitQuoteRead.from_quote(quote).model_dump(mode="json"))
+    runner: JobRunner = request.app.state.job_runner
+    submitted = fits.submit_fit(
+        uow,
+        dataset_id=dataset_id,
+        request=fit_request,
+        actor=principal,
+        runner=runner,
+        idempotency_key=idempotency_key,
+        context=audit_context,
+    )
+    view = jobs.get_job(uow, job_id=submitted.job.id, actor=principal)
+    response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
+    if not submitted.created:
+        response.headers["Idempotent-Replayed"] = "true"
+    return JobRead.from_view(view)

@@ -1,0 +1,71 @@
+"""Jobs: poll a fit's progress and outcome, or cancel it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from service.api.deps import PrincipalDep, UowDep, access
+from service.api.errors import problem_responses
+from service.api.routes import API_V1
+from service.api.schemas.jobs import JobList, JobRead
+from service.domain import jobs
+
+router = APIRouter(prefix=f"{API_V1}/jobs", tags=["jobs"])
+
+Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
+Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]
+
+
+@router.get(
+    "",
+    summary="List jobs",
+    description="The calling site's jobs, newest first (the admin sees every site's).",
+    response_model=JobList,
+    responses=problem_responses(401, 422),
+    openapi_extra=access("any"),
+)
+def list_jobs(
+    uow: UowDep, principal: PrincipalDep, limit: Limit = 50, offset: Offset = 0
+) -> JobList:
+    page = jobs.list_jobs(uow, actor=principal, limit=limit, offset=offset)
+    return JobList(
+        items=[JobRead.from_view(v) for v in page.items],
+        total=page.total,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get(
+    "/{job_id}",
+    summary="Get a job",
+    description=(
+        "`status`: queued, running, succeeded (see `model_id`), failed (see `error`, a problem "
+        "object without data or internals) or cancelled; `progress` from 0 to 1. Another "
+        "site's job is 404."
+    ),
+    response_model=JobRead,
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("any"),
+)
+def get_job(job_id: str, uow: UowDep, principal: PrincipalDep) -> JobRead:
+    return JobRead.from_view(jobs.get_job(uow, job_id=job_id, actor=principal))
+
+
+@router.post(
+    "/{job_id}/cancel",
+    summary="Cancel a job",
+    description=(
+        "A queued job is cancelled at once and its budget charge refunded. A running job is "
+        "asked to stop: it ends `cancelled` at its next progress report, and its budget stays "
+        "spent (DESIGN §2: a started job is never refunded, since its outcome could reveal "
+        "something). A finished job is a 409."
+    ),
+    response_model=JobRead,
+    responses=problem_responses(401, 404, 409, 422),
+    openapi_extra=access("any"),
+)
+def cancel_job(job_id: str, uow: UowDep, principal: PrincipalDep) -> JobRead:
+    return JobRead.from_view(jobs.cancel_job(uow, job_id=job_id, actor=principal))

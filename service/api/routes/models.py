@@ -1,0 +1,142 @@
+"""Models: read, list, predict with, export, and upload a site's own classifier."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, status
+from fastapi.responses import JSONResponse
+
+from service.api.deps import AuditContextDep, PrincipalDep, UowDep, access
+from service.api.errors import problem_responses
+from service.api.routes import API_V1
+from service.api.schemas.datasets import feature_inputs
+from service.api.schemas.models import (
+    ModelExportRead,
+    ModelList,
+    ModelRead,
+    ModelSummary,
+    ModelUpload,
+    PredictionRead,
+    PredictRequest,
+    PredictResponse,
+)
+from service.domain import models
+from service.domain.privacy_record import PrivacyClaim
+
+router = APIRouter(prefix=f"{API_V1}/models", tags=["models"])
+
+Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
+Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]
+
+
+@router.get(
+    "",
+    summary="List models",
+    description="The calling site's models, newest first (the admin sees every site's).",
+    response_model=ModelList,
+    responses=problem_responses(401, 422),
+    openapi_extra=access("any"),
+)
+def list_models(
+    uow: UowDep, principal: PrincipalDep, limit: Limit = 50, offset: Offset = 0
+) -> ModelList:
+    page = models.list_models(uow, actor=principal, limit=limit, offset=offset)
+    return ModelList(
+        items=[ModelSummary.from_row(m) for m in page.items],
+        total=page.total,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    summary="Upload a classifier trained elsewhere",
+    description=(
+        "Stores a linear classifier a site trained itself: JSON weights over the features "
+        "encoded by the given spec (same shape as a dataset spec), and optionally the privacy "
+        "guarantee the site claims for it. The claim is stored and shown as declared by the "
+        "uploader, **not verified by PrivFit**. The number of weights must equal the number of "
+        "encoded features (422 otherwise). Nothing is ever unpickled. Requires a site key."
+    ),
+    response_model=ModelRead,
+    responses=problem_responses(401, 403, 413, 422),
+    openapi_extra=access("site"),
+)
+def upload_model(
+    body: ModelUpload, uow: UowDep, principal: PrincipalDep, audit_context: AuditContextDep
+) -> ModelRead:
+    claim = None
+    if body.privacy_claim is not None:
+        c = body.privacy_claim
+        claim = PrivacyClaim(
+            epsilon=c.epsilon, delta=c.delta, mechanism=c.mechanism, description=c.description
+        )
+    upload = models.build_upload(
+        label={"column": body.label.column, "positive": body.label.positive},
+        features=feature_inputs(body.features),
+        row_norm=body.row_norm,
+        weights=body.weights,
+        loss=body.loss,
+        claim=claim,
+    )
+    row = models.upload_model(uow, upload=upload, actor=principal, context=audit_context)
+    return ModelRead.from_row(row)
+
+
+@router.get(
+    "/{model_id}",
+    summary="Get a model",
+    description=(
+        "The coefficients with their feature names, the preprocessing spec and the privacy "
+        "record (mechanism, ε, δ, the dataset and unit protected, the calibration, the "
+        "composition, the noise source, the software version). Another site's model is 404."
+    ),
+    response_model=ModelRead,
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("any"),
+)
+def get_model(model_id: str, uow: UowDep, principal: PrincipalDep) -> ModelRead:
+    return ModelRead.from_row(models.get_model(uow, model_id=model_id, actor=principal))
+
+
+@router.post(
+    "/{model_id}/predict",
+    summary="Predict with a model",
+    description=(
+        "Scores raw rows (objects keyed by column name, as in the dataset's file) through the "
+        "model's own preprocessing: `positive` (score > 0), `score` (wᵀx) and, for the logistic "
+        "loss, `probability`. A missing or invalid value is a 422 naming the row index and "
+        "the column."
+    ),
+    response_model=PredictResponse,
+    responses=problem_responses(401, 404, 413, 422),
+    openapi_extra=access("any"),
+)
+def predict(
+    model_id: str, body: PredictRequest, uow: UowDep, principal: PrincipalDep
+) -> PredictResponse:
+    predictions = models.predict(uow, model_id=model_id, actor=principal, rows=body.rows)
+    return PredictResponse(predictions=[PredictionRead.from_domain(p) for p in predictions])
+
+
+@router.get(
+    "/{model_id}/export",
+    summary="Export a model",
+    description=(
+        "A self-contained JSON document: format name and version, weights and feature names, "
+        "the preprocessing (with the projection matrix, if any), the label, the decision rule "
+        "and the privacy record. The README shows how to turn it into a scikit-learn estimator."
+    ),
+    response_model=ModelExportRead,
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("any"),
+)
+def export_model(model_id: str, uow: UowDep, principal: PrincipalDep) -> JSONResponse:
+    document: dict[str, Any] = models.export_model(uow, model_id=model_id, actor=principal)
+    return JSONResponse(
+        document,
+        headers={"Content-Disposition": f'attachment; filename="privfit-model-{model_id}.json"'},
+    )

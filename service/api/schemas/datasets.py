@@ -1,0 +1,260 @@
+"""Datasets and their budget ledger: request and response models (issue 4, DESIGN §5).
+
+The upload spec arrives as the JSON ``spec`` part of a multipart request. Its shape is checked
+here; the rules that need explanation (bounds must be declared, caps within the server
+maximum, …) are checked in :func:`service.domain.ingest.build_spec` so that every client
+gets the same precise message.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from service.api.schemas.base import RequestModel, ResponseModel
+from service.db.models import Dataset
+from service.domain.ingest import BudgetLimits, DatasetSpec, FeatureInput, build_spec
+
+__all__ = [
+    "BudgetCaps",
+    "BudgetIn",
+    "BudgetRead",
+    "CategoricalFeatureIn",
+    "DatasetCreate",
+    "DatasetList",
+    "DatasetRead",
+    "IngestRead",
+    "LabelIn",
+    "LedgerChargeRead",
+    "NumericFeatureIn",
+    "feature_inputs",
+]
+
+_COLUMN = Annotated[StrictStr, Field(min_length=1, max_length=1000)]
+
+
+class LabelIn(RequestModel):
+    """The label column and the value that marks the positive class; every other value of the
+    column is the negative class."""
+
+    column: _COLUMN
+    positive: StrictStr | StrictInt | StrictBool = Field(
+        description="Compared as text: integers in decimal, booleans as 'True'/'False'."
+    )
+
+
+class NumericFeatureIn(RequestModel):
+    """A numeric column; values are clamped to the public bounds [lower, upper]."""
+
+    type: Literal["numeric"]
+    column: _COLUMN
+    lower: float | None = Field(
+        default=None,
+        description="Public lower bound. Required: PrivFit never reads bounds from the data.",
+    )
+    upper: float | None = Field(
+        default=None,
+        description="Public upper bound. Required: PrivFit never reads bounds from the data.",
+    )
+
+
+class CategoricalFeatureIn(RequestModel):
+    """A categorical column one-hot encoded against the declared list; other values map to an
+    all-zero block."""
+
+    type: Literal["categorical"]
+    column: _COLUMN
+    categories: list[StrictStr | StrictInt] = Field(
+        description="The public category list (integers are compared in decimal)."
+    )
+
+
+FeatureIn = Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]
+
+
+def feature_inputs(features: list[FeatureIn]) -> list[FeatureInput]:
+    """The declared features as the domain reads them (categories compared as text)."""
+    out: list[FeatureInput] = []
+    for f in features:
+        if isinstance(f, NumericFeatureIn):
+            out.append(FeatureInput(column=f.column, type="numeric", lower=f.lower, upper=f.upper))
+        else:
+            categories = tuple(str(c) for c in f.categories)
+            out.append(FeatureInput(column=f.column, type="categorical", categories=categories))
+    return out
+
+
+class BudgetIn(RequestModel):
+    """The dataset's privacy budget caps; each at most the server's maximum."""
+
+    epsilon: float = Field(gt=0, description="Total ε of every fit on this dataset.")
+    delta: float = Field(default=0.0, ge=0, lt=1, description="Total δ.")
+
+
+class DatasetCreate(RequestModel):
+    """The ``spec`` part of ``POST /v1/datasets`` (a JSON object). Everything in it is public:
+    bounds and categories must be known without looking at the data."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "adult",
+                    "label": {"column": "income", "positive": ">50K"},
+                    "features": [
+                        {"column": "age", "type": "numeric", "lower": 17, "upper": 90},
+                        {
+                            "column": "workclass",
+                            "type": "categorical",
+                            "categories": ["Private", "Self-emp-not-inc", "Federal-gov"],
+                        },
+                    ],
+                    "budget": {"epsilon": 4.0, "delta": 1e-6},
+                    "missing": "error",
+                    "allow_non_private": False,
+                }
+            ]
+        },
+    )
+
+    name: Annotated[StrictStr, Field(min_length=1, max_length=200)]
+    label: LabelIn
+    features: list[FeatureIn] = Field(min_length=1)
+    budget: BudgetIn
+    missing: Literal["error", "drop"] = Field(
+        default="error",
+        description="'error': refuse a file with missing cells (422 naming the columns and "
+        "counts); 'drop': drop those rows.",
+    )
+    missing_values: list[StrictStr] | None = Field(
+        default=None,
+        description="Cell texts that count as missing in a CSV; default "
+        "['', '?', 'NA', 'N/A', 'NULL', 'null']. NaN and inf are never missing: in a numeric "
+        "column they are an error.",
+    )
+    allow_non_private: bool = Field(
+        default=False, description="Allow the non-private baseline fit on this dataset."
+    )
+    row_norm: Literal["clip", "scale"] = Field(
+        default="clip",
+        description="Bring rows into the unit ball by clipping each row (default) or by "
+        "dividing every row by the public constant √(#features + 1).",
+    )
+
+    def to_domain(self, limits: BudgetLimits) -> DatasetSpec:
+        """Validate the rules that need the server's limits; raises ``DatasetSpecError``."""
+        return build_spec(
+            name=self.name,
+            label_column=self.label.column,
+            positive=self.label.positive,
+            features=feature_inputs(self.features),
+            epsilon=self.budget.epsilon,
+            delta=self.budget.delta,
+            limits=limits,
+            missing=self.missing,
+            missing_values=self.missing_values,
+            allow_non_private=self.allow_non_private,
+            row_norm=self.row_norm,
+        )
+
+
+class BudgetCaps(ResponseModel):
+    """The dataset's (ε, δ) caps."""
+
+    epsilon: float
+    delta: float
+
+
+class IngestRead(ResponseModel):
+    """How the upload was read (the owner's own metadata)."""
+
+    format: Literal["csv", "parquet"]
+    rows_read: int
+    rows_dropped: int = Field(description="Rows dropped for missing values ('missing': 'drop').")
+    unknown_category_rows: dict[str, int] = Field(
+        description="Per categorical column, rows whose value is not in the declared list "
+        "(encoded as an all-zero block). A high count often means a typo or stray whitespace."
+    )
+
+
+class DatasetRead(ResponseModel):
+    """A dataset's metadata. Only its owner (or the admin) can read it."""
+
+    id: str = Field(description="The dataset's id (32 hex digits).")
+    name: str
+    owner: str = Field(description="The id of the owning site.")
+    n_rows: int
+    n_features: int = Field(description="Columns of the design matrix, intercept included.")
+    feature_names: list[str] = Field(
+        description="Names of the design matrix's columns (e.g. `workclass=Private`)."
+    )
+    spec: dict[str, Any] = Field(description="The spec as stored (normalised).")
+    budget: BudgetCaps
+    allow_non_private: bool
+    ingest: IngestRead | None = None
+    created_at: datetime
+    deleted_at: datetime | None = Field(
+        default=None,
+        description="Set once the dataset was deleted: its content is gone, its ledger kept.",
+    )
+
+    @classmethod
+    def from_row(cls, row: Dataset) -> DatasetRead:
+        spec = dict(row.spec)
+        budget = spec.get("budget", {})
+        return cls(
+            id=row.id,
+            name=row.name,
+            owner=row.owner_site_id,
+            n_rows=row.n_rows,
+            n_features=row.n_features,
+            feature_names=list(row.feature_names),
+            spec=spec,
+            budget=BudgetCaps(epsilon=budget["epsilon"], delta=budget["delta"]),
+            allow_non_private=row.allow_non_private,
+            ingest=None if row.ingest is None else IngestRead.model_validate(row.ingest),
+            created_at=row.created_at,
+            deleted_at=row.deleted_at,
+        )
+
+
+class DatasetList(ResponseModel):
+    """One page of datasets."""
+
+    items: list[DatasetRead]
+    total: int
+    limit: int
+    offset: int
+
+
+class LedgerChargeRead(ResponseModel):
+    """One charge against a dataset's budget."""
+
+    id: str
+    job_id: str | None = Field(description="The job that spent it (None for a direct charge).")
+    epsilon: float
+    delta: float
+    mechanism: str
+    state: Literal["charged", "refunded"] = Field(
+        description="`refunded`: the job was cancelled while still queued."
+    )
+    created_at: datetime
+    refunded_at: datetime | None = None
+
+
+class BudgetRead(ResponseModel):
+    """The dataset's budget: caps, amounts spent (charges not refunded) and what remains.
+
+    The ledger is kept in exact integer units (1e-9 ε, 1e-15 δ); the floats here are those
+    amounts rounded once to the nearest double."""
+
+    dataset_id: str
+    epsilon_total: float
+    epsilon_spent: float
+    epsilon_remaining: float
+    delta_total: float
+    delta_spent: float
+    delta_remaining: float
+    charges: list[LedgerChargeRead]

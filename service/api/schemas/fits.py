@@ -1,0 +1,122 @@
+"""Fit requests and dry-run quotes (``POST /v1/datasets/{id}/fits``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from service.api.schemas.base import RequestModel, ResponseModel
+from service.domain.fits import FitQuote, FitRequest
+from service.dp import MECHANISMS
+from service.dp.losses import LOSSES
+
+__all__ = ["BudgetLeft", "FitCost", "FitCreate", "FitQuoteRead"]
+
+_MECHANISMS = ", ".join(f"`{name}`" for name in sorted(MECHANISMS))
+_LOSSES = ", ".join(f"`{name}`" for name in LOSSES)
+
+
+class FitCreate(RequestModel):
+    """A fit of one mechanism on one dataset at a privacy cost (ε, δ)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "mechanism": "objective_perturbation",
+                    "epsilon": 0.5,
+                    "delta": 0.0,
+                    "loss": "logistic",
+                    "regularization": 0.001,
+                    "params": {},
+                }
+            ]
+        }
+    )
+
+    mechanism: str = Field(
+        min_length=1, max_length=64, description=f"The fit mechanism: one of {_MECHANISMS}."
+    )
+    epsilon: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Privacy parameter ε of the whole fit (required except for `non_private`).",
+    )
+    delta: float = Field(
+        default=0.0,
+        ge=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+    )
+    loss: str = Field(default="logistic", max_length=32, description=f"One of {_LOSSES}.")
+    regularization: float = Field(
+        gt=0,
+        allow_inf_nan=False,
+        description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖².",
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The mechanism's own options (e.g. `h`, the Huber width; `epochs`, "
+        "`batch_size` for `dp_sgd`). Unknown options are a 422.",
+    )
+
+    def to_domain(self) -> FitRequest:
+        return FitRequest(
+            mechanism=self.mechanism,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            loss=self.loss,
+            regularization=self.regularization,
+            params=self.params,
+        )
+
+
+class FitCost(ResponseModel):
+    """The (ε, δ) charged to the dataset's budget."""
+
+    epsilon: float
+    delta: float
+
+
+class BudgetLeft(ResponseModel):
+    """The dataset's remaining budget now, and whether it covers the fit."""
+
+    remaining_epsilon: float
+    remaining_delta: float
+    sufficient: bool
+
+
+class FitQuoteRead(ResponseModel):
+    """A dry run: what the fit would cost and how it would randomise. Nothing was spent."""
+
+    dry_run: bool = True
+    mechanism: str
+    private: bool = Field(description="False for `non_private`: no DP, nothing charged.")
+    cost: FitCost
+    expected_noise_norm: float | None = Field(
+        description="E‖noise‖ of the mechanism's noise vector, where it has a single one."
+    )
+    composition: str = Field(description="How the fit's total (ε, δ) arises.")
+    calibration: dict[str, Any] = Field(
+        description="The calibration: every noise parameter, named as in the papers."
+    )
+    budget: BudgetLeft
+
+    @classmethod
+    def from_quote(cls, quote: FitQuote) -> FitQuoteRead:
+        return cls(
+            mechanism=quote.mechanism,
+            private=quote.private,
+            cost=FitCost(epsilon=quote.epsilon, delta=quote.delta),
+            expected_noise_norm=quote.expected_noise_norm,
+            composition=quote.composition,
+            calibration=quote.calibration,
+            budget=BudgetLeft(
+                remaining_epsilon=quote.remaining_epsilon,
+                remaining_delta=quote.remaining_delta,
+                sufficient=quote.affordable,
+            ),
+        )

@@ -1,0 +1,285 @@
+"""Models: read, list, predict, export, upload (``/v1/models``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, StrictStr
+
+from service.api.schemas.base import RequestModel, ResponseModel
+from service.api.schemas.datasets import CategoricalFeatureIn, LabelIn, NumericFeatureIn
+from service.db.models import Model
+from service.domain.predict import Prediction
+
+__all__ = [
+    "Coefficient",
+    "ModelExportRead",
+    "ModelList",
+    "ModelRead",
+    "ModelSummary",
+    "ModelUpload",
+    "PredictRequest",
+    "PredictResponse",
+    "PredictionRead",
+    "PrivacyClaimIn",
+    "PrivacyRecordRead",
+]
+
+#: Rows scored per predict request.
+MAX_PREDICT_ROWS = 1_000
+
+FeatureIn = Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class Coefficient(ResponseModel):
+    """One weight of a linear model, by the name of its design-matrix column."""
+
+    feature: str
+    weight: float
+
+
+class LabelRead(ResponseModel):
+    """What the model predicts: `positive` means the label column equals this value."""
+
+    column: str
+    positive: str
+
+
+class PrivacyRecordRead(ResponseModel):
+    """The model's privacy record. For models PrivFit fitted (`verified: true`) it states what
+    was protected and how; for uploaded models it holds the uploader's claim, which PrivFit did
+    not verify (`verified: false`, `kind: declared_claim`)."""
+
+    model_config = ConfigDict(from_attributes=True, extra="allow")
+
+    kind: Literal["fit", "declared_claim"]
+    verified: bool
+    guarantee: Literal["differential_privacy", "none", "declared"]
+    statement: str = Field(description="The guarantee in one sentence.")
+    mechanism: str | None
+    epsilon: float | None = Field(description="Verified ε (None: no DP, or only a claim).")
+    delta: float | None
+    unit: dict[str, Any] | None = Field(
+        default=None, description="The unit protected: one row of the dataset, replace-one."
+    )
+    datasets: list[dict[str, Any]] | None = None
+    calibration: dict[str, Any] | None = None
+    expected_noise_norm: float | str | None = None
+    composition: dict[str, Any] | None = None
+    randomness: dict[str, Any] | None = Field(
+        default=None, description="`csprng`, or `test_seed` when the server ran in test mode."
+    )
+    claim: dict[str, Any] | None = Field(
+        default=None, description="For uploads: the declared claim, as declared."
+    )
+    software: dict[str, Any]
+
+
+class ModelSummary(ResponseModel):
+    """A model in a list."""
+
+    id: str
+    source: Literal["fit", "upload", "aggregation"]
+    mechanism: str | None
+    loss: str | None
+    n_features: int
+    epsilon: float | None = Field(description="Verified ε; None for no DP or a mere claim.")
+    delta: float | None
+    verified: bool
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Model) -> ModelSummary:
+        privacy = dict(row.privacy)
+        return cls(
+            id=row.id,
+            source=row.source,  # type: ignore[arg-type]
+            mechanism=row.mechanism,
+            loss=row.loss,
+            n_features=len(row.feature_names),
+            epsilon=privacy.get("epsilon"),
+            delta=privacy.get("delta"),
+            verified=bool(privacy.get("verified")),
+            created_at=row.created_at,
+        )
+
+
+class ModelRead(ResponseModel):
+    """A model: coefficients with feature names, preprocessing and privacy record."""
+
+    id: str
+    source: Literal["fit", "upload", "aggregation"] = Field(
+        description="`fit`: fitted by PrivFit; `upload`: a site's own classifier."
+    )
+    mechanism: str | None
+    loss: str | None
+    label: LabelRead | None
+    feature_names: list[str]
+    coefficients: list[Coefficient] | None = Field(
+        description="The weights by feature (None for models that are not one linear map, "
+        "such as stacked models: see `model`)."
+    )
+    model: dict[str, Any] = Field(description="The released model as JSON.")
+    preprocessing: dict[str, Any] = Field(
+        description="The public preprocessing that `predict` applies to raw rows."
+    )
+    privacy: PrivacyRecordRead
+    dataset_id: str | None
+    job_id: str | None
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Model) -> ModelRead:
+        body = dict(row.body)
+        coefficients = None
+        if body.get("kind") == "linear":
+            coefficients = [
+                Coefficient(feature=name, weight=float(w))
+                for name, w in zip(row.feature_names, body["coef"], strict=True)
+            ]
+        return cls(
+            id=row.id,
+            source=row.source,  # type: ignore[arg-type]
+            mechanism=row.mechanism,
+            loss=row.loss,
+            label=None if row.label is None else LabelRead.model_validate(row.label),
+            feature_names=list(row.feature_names),
+            coefficients=coefficients,
+            model=body,
+            preprocessing=dict(row.preprocessing),
+            privacy=PrivacyRecordRead.model_validate(row.privacy),
+            dataset_id=row.dataset_id,
+            job_id=row.job_id,
+            created_at=row.created_at,
+        )
+
+
+class ModelList(ResponseModel):
+    """One page of models, newest first."""
+
+    items: list[ModelSummary]
+    total: int
+    limit: int
+    offset: int
+
+
+class PredictRequest(RequestModel):
+    """Raw rows to score, keyed by column name (extra columns are ignored)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "rows": [
+                        {
+                            "age": 39,
+                            "workclass": "State-gov",
+                            "education-num": 13,
+                            "hours-per-week": 40,
+                        }
+                    ]
+                }
+            ]
+        }
+    )
+
+    rows: list[dict[str, Any]] = Field(min_length=1, max_length=MAX_PREDICT_ROWS)
+
+
+class PredictionRead(ResponseModel):
+    """The class, the score wᵀx and (logistic loss only) the probability of the positive class."""
+
+    positive: bool
+    score: float
+    probability: float | None = Field(description="σ(score); only for the logistic loss.")
+
+    @classmethod
+    def from_domain(cls, p: Prediction) -> PredictionRead:
+        return cls(positive=p.positive, score=p.score, probability=p.probability)
+
+
+class PredictResponse(ResponseModel):
+    """One prediction per row, in request order."""
+
+    predictions: list[PredictionRead]
+
+
+class PrivacyClaimIn(RequestModel):
+    """The uploader's own privacy claim. Stored and shown as declared, never verified."""
+
+    epsilon: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    delta: float | None = Field(default=None, ge=0, lt=1, allow_inf_nan=False)
+    mechanism: str | None = Field(default=None, min_length=1, max_length=64)
+    description: str | None = Field(default=None, max_length=2000)
+
+
+class ModelUpload(RequestModel):
+    """A linear classifier a site trained itself: weights over the encoded features.
+
+    The feature spec has the shape of a dataset spec's `features`/`label`: numeric columns
+    with public bounds (mapped onto [0, 1]) and categorical columns with their category list
+    (one-hot), then the intercept and the row-norm step. `weights` has one entry per encoded
+    feature, in that order (see `feature_names` in the response)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "label": {"column": "income", "positive": ">50K"},
+                    "features": [
+                        {"column": "age", "type": "numeric", "lower": 17, "upper": 90},
+                        {
+                            "column": "sex",
+                            "type": "categorical",
+                            "categories": ["Female", "Male"],
+                        },
+                    ],
+                    "weights": [1.2, -0.3, 0.4, -1.1],
+                    "loss": "logistic",
+                    "privacy_claim": {
+                        "epsilon": 1.0,
+                        "delta": 0.0,
+                        "mechanism": "objective_perturbation",
+                        "description": "Fitted in-house with diffprivlib 0.6.",
+                    },
+                }
+            ]
+        }
+    )
+
+    label: LabelIn
+    features: list[FeatureIn] = Field(min_length=1)
+    row_norm: Literal["clip", "scale"] = "clip"
+    weights: list[FiniteFloat] = Field(min_length=1)
+    loss: Literal["logistic", "huber", "other"] = Field(
+        default="logistic",
+        description="The loss it was trained with; `logistic` makes σ(score) a probability.",
+    )
+    privacy_claim: PrivacyClaimIn | None = None
+
+
+class ModelExportRead(ResponseModel):
+    """A self-contained JSON document of the model (see the README for scikit-learn)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: StrictStr = Field(examples=["privfit.model"])
+    format_version: int
+    model_id: str
+    created_at: str | None
+    source: str
+    mechanism: str | None
+    loss: str | None
+    label: dict[str, Any] | None
+    classes: list[int]
+    feature_names: list[str]
+    weights: dict[str, Any] | None = Field(
+        description="`coef` (one per feature) and `intercept` (0: the intercept is a feature)."
+    )
+    model: dict[str, Any]
+    preprocessing: dict[str, Any]
+    projection_matrix: list[list[float]] | None
+    decision_rule: str
+    privacy: dict[str, Any]

@@ -1,0 +1,213 @@
+"""Datasets: upload, listing, reading, deletion, their budget, and their content for fits.
+
+Tenancy (DESIGN §5): a site sees and deletes only its own datasets; another site's dataset is a
+404, never a 403, and nothing about it (not even whether it exists) leaks. The admin can read,
+list and delete every dataset (an operator removing data on request) but cannot upload one: a
+dataset belongs to a site.
+
+Deletion removes the content (every ``dataset_chunk`` row) and sets ``deleted_at``, in one
+transaction. The dataset row and its ledger stay, so the owner can still read what was spent.
+A deleted dataset cannot be charged or loaded: fits on it get 409 ``dataset-deleted``
+(:class:`~service.domain.budgets.DatasetDeletedError`) rather than 404, because the resource
+exists and the client should learn why it cannot be used. Listing hides deleted datasets
+unless asked; deleting twice is a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.db.base import utcnow
+from service.db.models import Dataset
+from service.db.uow import UnitOfWork, UnitOfWorkFactory
+from service.domain import audit
+from service.domain.audit import AuditContext
+from service.domain.budgets import BudgetStatus, DatasetDeletedError, budget_status
+from service.domain.errors import NotFoundError
+from service.domain.ids import looks_like_id
+from service.domain.ingest import DatasetSpec, EncodedChunk, design_from_chunks, ingest
+from service.domain.principal import Principal
+from service.dp.preprocessing import PreprocessingSpec
+
+__all__ = [
+    "DatasetPage",
+    "create_dataset",
+    "delete_dataset",
+    "get_budget",
+    "get_dataset",
+    "get_owned_dataset",
+    "list_datasets",
+    "load_design",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetPage:
+    """One page of datasets."""
+
+    items: Sequence[Dataset]
+    total: int
+
+
+def create_dataset(
+    uow: UnitOfWork,
+    *,
+    actor: Principal,
+    spec: DatasetSpec,
+    source: IO[bytes],
+    context: AuditContext,
+) -> Dataset:
+    """Ingest ``source`` under ``spec`` for the calling site, in one transaction.
+
+    The dataset row and every chunk are written inside the same transaction and committed
+    only when the whole file was read and validated: a rejected upload
+    (:class:`~service.domain.ingest.DatasetInputError`, or any other error) stores nothing.
+    Requires a site key (the admin owns no data).
+    """
+    owner = actor.require_site()
+    prep = spec.preprocessing
+    with uow:
+        dataset = uow.datasets.add(
+            Dataset(
+                owner_site_id=owner,
+                name=spec.name,
+                spec=spec.to_dict(),
+                preprocessing=prep.to_dict(),
+                feature_names=list(prep.feature_names()),
+                n_rows=0,
+                n_features=prep.n_features,
+                allow_non_private=spec.allow_non_private,
+                epsilon_cap_units=spec.epsilon_cap_units,
+                delta_cap_units=spec.delta_cap_units,
+                epsilon_spent_units=0,
+                delta_spent_units=0,
+            )
+        )
+
+        def store(chunk: EncodedChunk) -> None:
+            uow.datasets.add_chunk(
+                dataset.id, seq=chunk.seq, n_rows=chunk.n_rows, payload=chunk.payload
+            )
+
+        report = ingest(source, spec, on_chunk=store)
+        dataset.n_rows = report.n_rows
+        dataset.ingest = report.to_dict()
+        audit.record(
+            uow,
+            action="dataset.created",
+            actor=actor,
+            context=context,
+            subject_type="dataset",
+            subject_id=dataset.id,
+            details={"name": spec.name, "format": report.format, "chunks": report.n_chunks},
+        )
+        uow.commit()
+        return dataset
+
+
+def _visible(uow: UnitOfWork, dataset_id: str, actor: Principal) -> Dataset:
+    """The dataset if ``actor`` may see it (its owner, or the admin); else NotFound."""
+    if not looks_like_id(dataset_id):
+        raise NotFoundError("dataset")
+    dataset = uow.datasets.get(dataset_id)
+    if dataset is None or (not actor.is_admin and dataset.owner_site_id != actor.site_id):
+        raise NotFoundError("dataset")
+    return dataset
+
+
+def get_owned_dataset(uow: UnitOfWork, *, dataset_id: str, actor: Principal) -> Dataset:
+    """Inside an open ``with uow:``: the dataset if ``actor`` may see it, else NotFound."""
+    return _visible(uow, dataset_id, actor)
+
+
+def get_dataset(uow: UnitOfWork, *, dataset_id: str, actor: Principal) -> Dataset:
+    """A dataset's metadata (deleted ones included, with ``deleted_at`` set)."""
+    with uow:
+        return _visible(uow, dataset_id, actor)
+
+
+def list_datasets(
+    uow: UnitOfWork,
+    *,
+    actor: Principal,
+    limit: int,
+    offset: int,
+    include_deleted: bool = False,
+) -> DatasetPage:
+    """The caller's datasets, newest first (the admin sees every site's)."""
+    owner = None if actor.is_admin else actor.require_site()
+    with uow:
+        return DatasetPage(
+            items=uow.datasets.list_page(
+                owner_site_id=owner, include_deleted=include_deleted, limit=limit, offset=offset
+            ),
+            total=uow.datasets.count(owner_site_id=owner, include_deleted=include_deleted),
+        )
+
+
+def delete_dataset(
+    uow: UnitOfWork, *, dataset_id: str, actor: Principal, context: AuditContext
+) -> Dataset:
+    """Remove a dataset's content and mark it deleted; its row and ledger are kept.
+
+    Idempotent: deleting a deleted dataset changes nothing. Queued fits on it fail when they
+    try to load it (:class:`DatasetDeletedError`).
+    """
+    with uow:
+        dataset = _visible(uow, dataset_id, actor)
+        if dataset.deleted_at is None:
+            removed = uow.datasets.delete_chunks(dataset.id)
+            dataset.deleted_at = utcnow()
+            audit.record(
+                uow,
+                action="dataset.deleted",
+                actor=actor,
+                context=context,
+                subject_type="dataset",
+                subject_id=dataset.id,
+                details={"chunks_removed": removed},
+            )
+            uow.commit()
+        return dataset
+
+
+def get_budget(uow: UnitOfWork, *, dataset_id: str, actor: Principal) -> BudgetStatus:
+    """The dataset's budget and ledger (owner or admin; deleted datasets included)."""
+    with uow:
+        _visible(uow, dataset_id, actor)
+        return budget_status(uow, dataset_id=dataset_id)
+
+
+def load_design(
+    uow_factory: UnitOfWorkFactory, dataset_id: str
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """The design matrix X (float64, n × d, rows of norm ≤ 1) and labels y (±1.0) of a
+    dataset, rebuilt from its chunks by its stored preprocessing spec.
+
+    No access check (the job that calls it was authorised when it was created). Raises
+    ``NotFoundError("dataset")`` and :class:`DatasetDeletedError`. Reads in one short
+    transaction.
+    """
+    uow = uow_factory()
+    with uow:
+        dataset = uow.datasets.get(dataset_id)
+        if dataset is None:
+            raise NotFoundError("dataset")
+        if dataset.deleted_at is not None:
+            raise DatasetDeletedError(f"dataset {dataset_id} was deleted; its content is gone")
+        prep = PreprocessingSpec.from_dict(dataset.preprocessing)
+        try:
+            return design_from_chunks(prep, uow.datasets.chunk_payloads(dataset_id), dataset.n_rows)
+        except ValueError:
+            # A deletion committed while the chunks were being read (READ COMMITTED).
+            fresh = uow.datasets.get_fresh(dataset_id)
+            if fresh is None or fresh.deleted_at is not None:
+                raise DatasetDeletedError(
+                    f"dataset {dataset_id} was deleted; its content is gone"
+                ) from None
+            raise

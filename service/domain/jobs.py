@@ -1,0 +1,435 @@
+"""Jobs: the worker entry point :func:`run_job`, cancellation, crash recovery (issue 4 item 3).
+
+A job row moves through ``queued → running → succeeded | failed | cancelled`` (or straight
+from ``queued`` to ``cancelled``). Every transition is one conditional UPDATE on the expected
+current status, so a worker claiming a job, a user cancelling it and a recovery pass can race
+without a job ending in two states, on SQLite and PostgreSQL alike.
+
+Ledger semantics (DESIGN §2): the fit's charge was committed together with the queued job
+(:mod:`service.domain.fits`) before any noise can be drawn. A job cancelled while still queued
+is refunded in the same transaction that cancels it. Once a worker has claimed a job it is
+never refunded, whatever happens next: cancelled while running, failed, interrupted by a
+crash. Its failure could itself reveal something about the data.
+
+The worker entry point is a plain function of a unit-of-work factory and a job id, so any
+runner (the in-process pool of :mod:`service.jobs.runner`, a Celery task later) can call it.
+It never raises for a job's own failure: the outcome is recorded on the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from service.db.base import utcnow
+from service.db.models import Job, LedgerCharge, Model
+from service.db.uow import UnitOfWork, UnitOfWorkFactory
+from service.domain import budgets
+from service.domain.datasets import load_design
+from service.domain.errors import ConflictError, NotFoundError
+from service.domain.ids import looks_like_id
+from service.domain.principal import Principal
+from service.domain.privacy_record import (
+    DatasetRef,
+    fit_privacy_record,
+    json_safe,
+    software_version,
+)
+from service.domain.randomness import Randomness
+from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
+from service.dp import ConvergenceError, FitResult
+from service.dp import fit as dp_fit
+
+__all__ = [
+    "FINISHED_STATUSES",
+    "JOB_STATUSES",
+    "FitFunction",
+    "JobCancelledError",
+    "JobPage",
+    "JobScheduler",
+    "JobView",
+    "cancel_job",
+    "get_job",
+    "job_problem",
+    "list_jobs",
+    "recover_jobs",
+    "run_job",
+    "settle_lost_job",
+]
+
+logger = logging.getLogger(__name__)
+
+JOB_STATUSES: Final[tuple[str, ...]] = ("queued", "running", "succeeded", "failed", "cancelled")
+FINISHED_STATUSES: Final[frozenset[str]] = frozenset({"succeeded", "failed", "cancelled"})
+#: Seconds between two progress writes (each also reads whether a cancel was requested).
+DEFAULT_PROGRESS_INTERVAL: Final[float] = 0.2
+
+#: ``service.dp.fit``'s signature, injectable for tests.
+FitFunction = Callable[..., FitResult]
+
+
+class JobScheduler(Protocol):
+    """What the domain needs from a job runner: schedule a committed, queued job."""
+
+    def submit(self, job_id: str) -> None: ...
+
+
+class JobCancelledError(Exception):
+    """Raised from the progress callback when a cancel was requested: the fit stops there."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobCharge:
+    """What a job charged to one dataset's budget."""
+
+    dataset_id: str
+    epsilon: float
+    delta: float
+    state: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job as its owner sees it: the row and its ledger charges."""
+
+    job: Job
+    charges: tuple[JobCharge, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """One page of jobs."""
+
+    items: Sequence[JobView]
+    total: int
+
+
+def _charge(row: LedgerCharge) -> JobCharge:
+    return JobCharge(
+        dataset_id=row.dataset_id,
+        epsilon=from_units(row.epsilon_units, EPSILON_UNIT),
+        delta=from_units(row.delta_units, DELTA_UNIT),
+        state=row.state,
+    )
+
+
+def _view(uow: UnitOfWork, job: Job) -> JobView:
+    return JobView(job=job, charges=tuple(_charge(c) for c in uow.ledger.charges_for_job(job.id)))
+
+
+# --- problems stored on failed jobs ------------------------------------------------------
+
+_PROBLEMS: Final[dict[str, tuple[str, str]]] = {
+    "job-interrupted": (
+        "Job interrupted",
+        "the worker running this job stopped (the service restarted or the worker died) "
+        "before the job finished; its privacy budget stays spent because noise may already "
+        "have been drawn",
+    ),
+    "did-not-converge": (
+        "Fit did not converge",
+        "the optimiser did not reach the exact minimiser that the mechanism's privacy proof "
+        "requires, so no model was released; the budget stays spent. A larger regularization "
+        "usually helps",
+    ),
+    "invalid-data": (
+        "Data rejected by the mechanism",
+        "the stored data does not meet the mechanism's preconditions; no model was released "
+        "and the budget stays spent",
+    ),
+    "dataset-unavailable": (
+        "Dataset unavailable",
+        "the dataset was deleted before the job could read it; the budget stays spent",
+    ),
+    "job-failed": (
+        "Job failed",
+        "the job failed unexpectedly; no model was released and the budget stays spent. Quote "
+        "the job id when reporting it",
+    ),
+}
+
+
+def job_problem(slug: str) -> dict[str, Any]:
+    """The problem object stored on a failed job: fixed texts, never data or internals."""
+    title, detail = _PROBLEMS[slug]
+    return {"type": slug, "title": title, "detail": detail}
+
+
+# --- reading and cancelling (API side) ---------------------------------------------------
+
+
+def _visible(job: Job | None, actor: Principal) -> Job:
+    if job is None or (not actor.is_admin and job.owner_site_id != actor.site_id):
+        raise NotFoundError("job")
+    return job
+
+
+def get_job(uow: UnitOfWork, *, job_id: str, actor: Principal) -> JobView:
+    """A job of the caller's site (the admin sees every job); others are 404."""
+    if not looks_like_id(job_id):
+        raise NotFoundError("job")
+    with uow:
+        return _view(uow, _visible(uow.jobs.get(job_id), actor))
+
+
+def list_jobs(uow: UnitOfWork, *, actor: Principal, limit: int, offset: int) -> JobPage:
+    """The caller's jobs, newest first (the admin lists every site's)."""
+    owner = None if actor.is_admin else actor.require_site()
+    with uow:
+        return JobPage(
+            items=[
+                _view(uow, job)
+                for job in uow.jobs.list_page(owner_site_id=owner, limit=limit, offset=offset)
+            ],
+            total=uow.jobs.count(owner_site_id=owner),
+        )
+
+
+def cancel_job(uow: UnitOfWork, *, job_id: str, actor: Principal) -> JobView:
+    """Cancel a job.
+
+    Queued: cancelled now and its charge refunded, in one transaction. Running: a cancel is
+    requested; the worker stops at its next progress report and the job ends ``cancelled``
+    without a refund. Finished: :class:`ConflictError`. Returns the job as it now stands.
+    """
+    if not looks_like_id(job_id):
+        raise NotFoundError("job")
+    with uow:
+        job = _visible(uow.jobs.get(job_id), actor)
+        now = utcnow()
+        if uow.jobs.transition(job_id, expected="queued", status="cancelled", finished_at=now):
+            budgets.refund(uow, job_id=job_id)
+            uow.commit()
+        elif uow.jobs.request_cancel(job_id):
+            uow.commit()
+        else:
+            # Neither queued nor running any more (possibly a moment ago): finished.
+            uow.rollback()
+            job = _visible(uow.jobs.get(job_id, fresh=True), actor)
+            raise ConflictError(f"the job has already finished ({job.status}); nothing to cancel")
+        return _view(uow, _visible(uow.jobs.get(job_id, fresh=True), actor))
+
+
+# --- crash recovery ------------------------------------------------------------------------
+
+
+def recover_jobs(uow_factory: UnitOfWorkFactory) -> list[str]:
+    """On start-up: fail every job left ``running`` by a crash (budget kept spent) and return
+    the ids of the jobs still ``queued``, to be submitted again.
+
+    Only safe where this process's runner is the only one executing jobs (the embedded
+    default); see ``job_recovery`` in the settings.
+    """
+    with uow_factory() as uow:
+        now = utcnow()
+        interrupted = 0
+        for job_id in uow.jobs.ids_with_status("running"):
+            interrupted += uow.jobs.transition(
+                job_id,
+                expected="running",
+                status="failed",
+                finished_at=now,
+                error=job_problem("job-interrupted"),
+            )
+        queued = list(uow.jobs.ids_with_status("queued"))
+        uow.commit()
+    if interrupted:
+        logger.warning("marked %d interrupted job(s) failed; their budget stays spent", interrupted)
+    return queued
+
+
+def settle_lost_job(uow_factory: UnitOfWorkFactory, job_id: str) -> bool:
+    """A job's worker died or raised: fail it if it had started (budget kept spent).
+
+    Returns True when the job never started (still ``queued``) and may be submitted again.
+    """
+    with uow_factory() as uow:
+        if uow.jobs.transition(
+            job_id,
+            expected="running",
+            status="failed",
+            finished_at=utcnow(),
+            error=job_problem("job-interrupted"),
+        ):
+            uow.commit()
+            return False
+        job = uow.jobs.get(job_id)
+        return job is not None and job.status == "queued"
+
+
+# --- the worker ----------------------------------------------------------------------------
+
+
+class _Progress:
+    """The fit's progress callback: throttled writes of the fraction done, each of which also
+    reads whether a cancel was requested (then raises :class:`JobCancelledError`)."""
+
+    def __init__(
+        self,
+        uow_factory: UnitOfWorkFactory,
+        job_id: str,
+        interval: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._uow_factory = uow_factory
+        self._job_id = job_id
+        self._interval = interval
+        self._clock = clock
+        self._last = -math.inf
+
+    def __call__(self, fraction: float) -> None:
+        now = self._clock()
+        if fraction < 1.0 and now - self._last < self._interval:
+            return
+        self._last = now
+        self.sync(fraction)
+
+    def sync(self, fraction: float | None) -> None:
+        """Record ``fraction`` (None: only check) and raise if a cancel was requested."""
+        with self._uow_factory() as uow:
+            value = None if fraction is None else min(max(float(fraction), 0.0), 1.0)
+            cancel = uow.jobs.report_progress(self._job_id, value)
+            uow.commit()
+        if cancel:
+            raise JobCancelledError(self._job_id)
+
+
+def _fit_kwargs(params: Mapping[str, Any]) -> dict[str, Any]:
+    epsilon = params.get("epsilon")
+    return {
+        "epsilon": math.inf if epsilon is None else float(epsilon),
+        "delta": float(params["delta"]),
+        "loss": str(params["loss"]),
+        "regularization": float(params["regularization"]),
+        **dict(params.get("params") or {}),
+    }
+
+
+def _finish(uow_factory: UnitOfWorkFactory, job_id: str, status: str, slug: str | None) -> None:
+    with uow_factory() as uow:
+        uow.jobs.transition(
+            job_id,
+            expected="running",
+            status=status,
+            finished_at=utcnow(),
+            error=None if slug is None else job_problem(slug),
+        )
+        uow.commit()
+
+
+def run_job(
+    uow_factory: UnitOfWorkFactory,
+    job_id: str,
+    *,
+    randomness: Randomness | None = None,
+    fit: FitFunction = dp_fit,
+    progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+) -> str:
+    """Run one queued fit job to its end; returns the final status (or the status it already
+    had when it was not queued: a job is claimed once, by one worker).
+
+    Claim (``queued → running``, attempt + 1) → read the design → ``service.dp.fit`` with
+    noise from ``randomness`` (the CSPRNG by default) → store the model with its privacy record
+    and mark the job succeeded, in one transaction. A cancel seen at a progress report, or
+    after the fit, ends the job ``cancelled``; errors end it ``failed`` with a fixed problem.
+    None of these refund the budget.
+    """
+    randomness = randomness or Randomness()
+    with uow_factory() as uow:
+        if not uow.jobs.claim(job_id, started_at=utcnow()):
+            job = uow.jobs.get(job_id)
+            return "missing" if job is None else job.status
+        job = uow.jobs.get(job_id)
+        assert job is not None
+        uow.commit()
+        params = dict(job.params)
+        dataset_id = job.dataset_id
+        owner_site_id = job.owner_site_id
+    progress = _Progress(uow_factory, job_id, progress_interval)
+    try:
+        if dataset_id is None:
+            raise LookupError("fit job without a dataset")
+        dataset = _dataset_facts(uow_factory, dataset_id)
+        X, y = load_design(uow_factory, dataset_id)
+        result = fit(
+            X,
+            y,
+            str(params["mechanism"]),
+            rng=randomness.generator(),
+            progress=progress,
+            **_fit_kwargs(params),
+        )
+        progress.sync(None)  # a cancel requested during the last stretch still wins
+        record = fit_privacy_record(
+            result,
+            datasets=[dataset.ref],
+            randomness=randomness,
+            job_id=job_id,
+            version=software_version(),
+        )
+        with uow_factory() as uow:
+            model = uow.models.add(
+                Model(
+                    owner_site_id=owner_site_id,
+                    source="fit",
+                    mechanism=result.mechanism,
+                    loss=str(params["loss"]),
+                    feature_names=dataset.feature_names,
+                    preprocessing=dataset.preprocessing,
+                    body=json_safe(result.model.to_dict()),
+                    label=dataset.label,
+                    privacy=record,
+                    dataset_id=dataset_id,
+                    job_id=job_id,
+                )
+            )
+            if uow.jobs.succeed(job_id, model_id=model.id, finished_at=utcnow()):
+                uow.commit()
+                return "succeeded"
+        # The job was cancelled (or settled by recovery) while the model was being stored.
+        _finish(uow_factory, job_id, "cancelled", None)
+        return "cancelled"
+    except JobCancelledError:
+        _finish(uow_factory, job_id, "cancelled", None)
+        return "cancelled"
+    except ConvergenceError:
+        _finish(uow_factory, job_id, "failed", "did-not-converge")
+        return "failed"
+    except NotFoundError:
+        _finish(uow_factory, job_id, "failed", "dataset-unavailable")
+        return "failed"
+    except ValueError:
+        _finish(uow_factory, job_id, "failed", "invalid-data")
+        return "failed"
+    except Exception:
+        logger.exception("job %s failed", job_id)
+        _finish(uow_factory, job_id, "failed", "job-failed")
+        return "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class _DatasetFacts:
+    """The public facts of a dataset a fitted model carries."""
+
+    ref: DatasetRef
+    feature_names: list[str]
+    preprocessing: dict[str, Any]
+    label: dict[str, Any]
+
+
+def _dataset_facts(uow_factory: UnitOfWorkFactory, dataset_id: str) -> _DatasetFacts:
+    """Name, encoded features, preprocessing and label of a dataset; NotFound once deleted."""
+    with uow_factory() as uow:
+        dataset = uow.datasets.get(dataset_id)
+        if dataset is None or dataset.deleted_at is not None:
+            raise NotFoundError("dataset")
+        return _DatasetFacts(
+            ref=DatasetRef(id=dataset.id, name=dataset.name),
+            feature_names=list(dataset.feature_names),
+            preprocessing=dict(dataset.preprocessing),
+            label=dict(dataset.spec.get("label", {})),
+        )

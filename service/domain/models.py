@@ -1,0 +1,210 @@
+"""Models: read, list, predict, export, and upload a site's own classifier (issue 4 item 4).
+
+A model row holds the released model as JSON (``service.dp`` ``to_dict()``), its feature names,
+its public preprocessing spec, the label it predicts and its privacy record. Models fitted by
+PrivFit carry a verified record (:func:`~service.domain.privacy_record.fit_privacy_record`);
+uploaded ones carry the uploader's declared claim, labelled as not verified. Uploads are JSON
+weights only: nothing is ever unpickled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from service.db.models import Model, new_id
+from service.db.uow import UnitOfWork
+from service.domain import audit
+from service.domain.audit import AuditContext
+from service.domain.errors import InvalidInputError, NotFoundError
+from service.domain.export import build_export
+from service.domain.ids import looks_like_id
+from service.domain.ingest import BudgetLimits, FeatureInput, RowNorm, build_spec
+from service.domain.predict import InvalidRowsError, Prediction, predict_rows
+from service.domain.principal import Principal
+from service.domain.privacy_record import PrivacyClaim, upload_privacy_record
+from service.dp import LinearModel
+from service.dp.models import model_from_dict
+from service.dp.preprocessing import PreprocessingSpec
+
+__all__ = [
+    "ModelPage",
+    "UploadedModel",
+    "build_upload",
+    "export_model",
+    "get_model",
+    "list_models",
+    "predict",
+    "upload_model",
+]
+
+UPLOAD_LOSSES = ("logistic", "huber", "squared", "other")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelPage:
+    """One page of models."""
+
+    items: Sequence[Model]
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class UploadedModel:
+    """A classifier a site trained itself: weights over the encoded features of ``spec``."""
+
+    name: str | None
+    spec: PreprocessingSpec
+    label: Mapping[str, Any]
+    weights: Sequence[float]
+    loss: str
+    claim: PrivacyClaim | None
+
+
+#: An uploaded model has no budget: the spec rules are checked with a placeholder one.
+_NO_BUDGET = BudgetLimits(max_epsilon=1.0, max_delta=0.0)
+
+
+def build_upload(
+    *,
+    label: Mapping[str, Any],
+    features: Sequence[FeatureInput],
+    row_norm: RowNorm,
+    weights: Sequence[float],
+    loss: str,
+    claim: PrivacyClaim | None,
+    name: str | None = None,
+) -> UploadedModel:
+    """Validate an uploaded classifier's feature spec by the same rules as a dataset spec
+    (public bounds, declared categories, no column twice); a bad spec is a 422."""
+    spec = build_spec(
+        name=name or "uploaded model",
+        label_column=str(label["column"]),
+        positive=label["positive"],
+        features=features,
+        epsilon=1.0,
+        delta=0.0,
+        limits=_NO_BUDGET,
+        row_norm=row_norm,
+    )
+    return UploadedModel(
+        name=name,
+        spec=spec.preprocessing,
+        label={"column": spec.label_column, "positive": spec.positive},
+        weights=list(weights),
+        loss=loss,
+        claim=claim,
+    )
+
+
+def _visible(model: Model | None, actor: Principal) -> Model:
+    if model is None or (not actor.is_admin and model.owner_site_id != actor.site_id):
+        raise NotFoundError("model")
+    return model
+
+
+def get_model(uow: UnitOfWork, *, model_id: str, actor: Principal) -> Model:
+    """A model of the caller's site (the admin sees every model); others are 404."""
+    if not looks_like_id(model_id):
+        raise NotFoundError("model")
+    with uow:
+        return _visible(uow.models.get(model_id), actor)
+
+
+def list_models(uow: UnitOfWork, *, actor: Principal, limit: int, offset: int) -> ModelPage:
+    """The caller's models, newest first (the admin lists every site's)."""
+    owner = None if actor.is_admin else actor.require_site()
+    with uow:
+        return ModelPage(
+            items=uow.models.list_page(owner_site_id=owner, limit=limit, offset=offset),
+            total=uow.models.count(owner_site_id=owner),
+        )
+
+
+def predict(
+    uow: UnitOfWork, *, model_id: str, actor: Principal, rows: Sequence[Mapping[str, Any]]
+) -> list[Prediction]:
+    """Score raw rows; a missing or invalid cell is a 422 naming its row and column."""
+    model = get_model(uow, model_id=model_id, actor=actor)
+    spec = PreprocessingSpec.from_dict(model.preprocessing)
+    fitted = model_from_dict(model.body)
+    try:
+        return predict_rows(fitted, spec, rows, loss=model.loss)
+    except InvalidRowsError as exc:
+        raise InvalidInputError(
+            f"cannot score the rows: {exc}",
+            errors=[
+                {"loc": ["body", "rows", e.row, e.column], "msg": e.reason} for e in exc.errors
+            ],
+        ) from exc
+
+
+def export_model(uow: UnitOfWork, *, model_id: str, actor: Principal) -> dict[str, Any]:
+    """The self-contained export document (:func:`service.domain.export.build_export`)."""
+    model = get_model(uow, model_id=model_id, actor=actor)
+    return build_export(
+        model_id=model.id,
+        source=model.source,
+        mechanism=model.mechanism,
+        loss=model.loss,
+        feature_names=model.feature_names,
+        preprocessing=model.preprocessing,
+        body=model.body,
+        privacy=model.privacy,
+        label=model.label,
+        created_at=model.created_at,
+    )
+
+
+def upload_model(
+    uow: UnitOfWork, *, upload: UploadedModel, actor: Principal, context: AuditContext
+) -> Model:
+    """Store a site's own linear classifier with its declared claim (never verified)."""
+    owner = actor.require_site()
+    expected = upload.spec.n_features
+    if len(upload.weights) != expected:
+        raise InvalidInputError(
+            f"the model has {len(upload.weights)} weights but the feature spec encodes "
+            f"{expected} features (numeric: 1 each, categorical: one per category, plus the "
+            "intercept)",
+            errors=[{"loc": ["body", "weights"], "msg": f"expected {expected} weights"}],
+        )
+    try:
+        body = model_from_dict(LinearModel(coef=_vector(upload.weights)).to_dict()).to_dict()
+    except ValueError as exc:
+        raise InvalidInputError(
+            f"invalid weights: {exc}", errors=[{"loc": ["body", "weights"], "msg": str(exc)}]
+        ) from exc
+    with uow:
+        model = uow.models.add(
+            Model(
+                id=new_id(),
+                owner_site_id=owner,
+                name=upload.name,
+                source="upload",
+                mechanism=upload.claim.mechanism if upload.claim is not None else None,
+                loss=upload.loss,
+                feature_names=list(upload.spec.feature_names()),
+                preprocessing=upload.spec.to_dict(),
+                body=body,
+                label=dict(upload.label),
+                privacy=upload_privacy_record(upload.claim),
+            )
+        )
+        audit.record(
+            uow,
+            action="model.uploaded",
+            actor=actor,
+            context=context,
+            subject_type="model",
+            subject_id=model.id,
+        )
+        uow.commit()
+        return model
+
+
+def _vector(values: Sequence[float]) -> Any:
+    import numpy as np
+
+    return np.asarray(values, dtype=np.float64)

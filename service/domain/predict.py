@@ -1,0 +1,177 @@
+"""Scoring raw rows with a stored model (issue 4 item 4). Pure: no database, no HTTP.
+
+Rows arrive as JSON objects keyed by the raw column names of the model's preprocessing spec.
+Each row is checked first, so that a bad value is reported with its row index and column
+(never its value); then the rows go through the same public transform the model was trained
+with (:meth:`PreprocessingSpec.transform`), the model's decision function gives the score, the
+sign of the score the class, and for the logistic loss σ(score) the probability of the
+positive class. Columns the spec does not read (an ID, the label) are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.special import expit
+
+from service.dp import FittedModel
+from service.dp.preprocessing import CategoricalFeature, NumericFeature, PreprocessingSpec
+
+__all__ = [
+    "MAX_REPORTED_ROW_ERRORS",
+    "InvalidRowsError",
+    "Prediction",
+    "RowError",
+    "predict_rows",
+    "rows_to_columns",
+]
+
+#: At most this many bad cells are listed in one error.
+MAX_REPORTED_ROW_ERRORS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class RowError:
+    """One bad cell: row index (0-based, in request order), column and what is wrong."""
+
+    row: int
+    column: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"row {self.row}, column {self.column!r}: {self.reason}"
+
+
+class InvalidRowsError(ValueError):
+    """Some rows cannot be scored; ``errors`` lists the first bad cells."""
+
+    def __init__(self, errors: Sequence[RowError], total: int) -> None:
+        self.errors = list(errors)
+        self.total = total
+        more = f" (and {total - len(self.errors)} more)" if total > len(self.errors) else ""
+        super().__init__("; ".join(str(e) for e in self.errors) + more)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    """The class (positive = score > 0), the score wᵀx and, for the logistic loss, σ(wᵀx)."""
+
+    positive: bool
+    score: float
+    probability: float | None
+
+
+def _numeric_cell(value: object) -> tuple[float | None, str | None]:
+    if value is None:
+        return None, "missing value"
+    if isinstance(value, bool):
+        return None, "expected a number, got a boolean"
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None, "missing value"
+        try:
+            number = float(text)
+        except ValueError:
+            return None, "expected a number"
+    else:
+        return None, "expected a number"
+    if not math.isfinite(number):
+        return None, "expected a finite number"
+    return number, None
+
+
+def _category_cell(value: object, categories: frozenset[str]) -> tuple[str | None, str | None]:
+    if value is None:
+        return None, "missing value"
+    if isinstance(value, bool):
+        return None, "expected a category, got a boolean"
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, int):
+        text = str(value)
+    elif isinstance(value, float) and value.is_integer():
+        text = str(int(value))
+    else:
+        return None, "expected a category"
+    if text == "":
+        return None, "missing value"
+    if text not in categories:
+        return None, "not one of the declared categories"
+    return text, None
+
+
+def rows_to_columns(
+    spec: PreprocessingSpec, rows: Sequence[Mapping[str, Any]]
+) -> dict[str, NDArray[Any]]:
+    """The spec's input columns as arrays; raises :class:`InvalidRowsError` for any missing or
+    invalid cell (numbers must be finite, categories must be declared), listing the first bad
+    cells in row order."""
+    errors: list[RowError] = []
+    total = 0
+    numeric = {
+        f.column: np.empty(len(rows), dtype=np.float64)
+        for f in spec.features
+        if isinstance(f, NumericFeature)
+    }
+    categorical = {
+        f.column: (frozenset(f.categories), [f.categories[0]] * len(rows))
+        for f in spec.features
+        if isinstance(f, CategoricalFeature)
+    }
+    order = spec.columns
+    for i, row in enumerate(rows):
+        for col in order:
+            problem: str | None
+            if col in numeric:
+                number, problem = _numeric_cell(row.get(col))
+                if number is not None:
+                    numeric[col][i] = number
+            else:
+                declared, texts = categorical[col]
+                text, problem = _category_cell(row.get(col), declared)
+                if text is not None:
+                    texts[i] = text
+            if problem is not None:
+                total += 1
+                if len(errors) < MAX_REPORTED_ROW_ERRORS:
+                    errors.append(RowError(i, col, problem))
+    if total:
+        raise InvalidRowsError(errors, total)
+    columns: dict[str, NDArray[Any]] = dict(numeric)
+    for col, (_, texts) in categorical.items():
+        columns[col] = np.asarray(texts, dtype=str)
+    return columns
+
+
+def predict_rows(
+    model: FittedModel,
+    spec: PreprocessingSpec,
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    loss: str | None,
+) -> list[Prediction]:
+    """Score ``rows`` (see the module docstring). ``loss`` decides whether a probability is
+    given: only the logistic loss makes σ(score) a probability."""
+    if not rows:
+        return []
+    X = spec.transform(rows_to_columns(spec, rows))
+    scores = np.asarray(model.decision_function(X), dtype=np.float64).reshape(-1)
+    if scores.shape[0] != len(rows):
+        raise ValueError("the model returned a score count that does not match the rows")
+    probabilities = expit(scores) if loss == "logistic" else None
+    return [
+        Prediction(
+            positive=bool(scores[i] > 0.0),
+            score=float(scores[i]),
+            probability=None if probabilities is None else float(probabilities[i]),
+        )
+        for i in range(len(rows))
+    ]

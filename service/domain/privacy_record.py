@@ -1,0 +1,204 @@
+"""The privacy record stored with every model (DESIGN §2, issue 4 item 4). Pure functions.
+
+A record states what was protected and how: the mechanism, the (ε, δ) spent, the dataset(s)
+and the unit protected (one row, replace-one neighbours), the calibration used, how the total
+was composed, where the noise came from, and which software produced it. A model a site
+uploads carries the site's *declared* claim instead, labelled as unverified.
+
+Records are plain JSON-safe dicts (they are stored in a JSON column and returned as they are).
+Non-finite floats, which JSON cannot carry, are written as the strings ``"inf"``, ``"-inf"``
+and ``"nan"``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from service.domain.randomness import Randomness
+from service.dp import FitResult
+
+__all__ = [
+    "NO_DP_MECHANISMS",
+    "RECORD_VERSION",
+    "DatasetRef",
+    "PrivacyClaim",
+    "fit_privacy_record",
+    "json_safe",
+    "software_version",
+    "upload_privacy_record",
+]
+
+RECORD_VERSION = 1
+#: Mechanisms that promise no privacy (their record says "no DP").
+NO_DP_MECHANISMS = frozenset({"non_private"})
+NEIGHBOURING = "replace-one"
+UNVERIFIED_NOTE = "declared by the uploader, not verified by PrivFit"
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetRef:
+    """The dataset a fit protected, as named in its record."""
+
+    id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class PrivacyClaim:
+    """A privacy guarantee an uploader declares for a model PrivFit did not fit."""
+
+    epsilon: float | None = None
+    delta: float | None = None
+    mechanism: str | None = None
+    description: str | None = None
+
+
+def software_version() -> str:
+    """The installed PrivFit version (``"unknown"`` when run from an uninstalled tree)."""
+    try:
+        return metadata.version("privfit")
+    except metadata.PackageNotFoundError:  # pragma: no cover - the package is installed
+        return "unknown"
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with numpy scalars/arrays turned into Python ones and non-finite floats into
+    strings, so that it survives JSON (and PostgreSQL's json type) unchanged."""
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, np.ndarray):
+        return json_safe(value.tolist())
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        f = float(value)
+        if math.isfinite(f):
+            return f
+        return "nan" if math.isnan(f) else ("inf" if f > 0 else "-inf")
+    if value is None or isinstance(value, str):
+        return value
+    return str(value)
+
+
+def _unit(dataset: DatasetRef) -> str:
+    return f"one row of dataset {dataset.name!r} ({dataset.id}), {NEIGHBOURING}"
+
+
+def fit_privacy_record(
+    result: FitResult,
+    *,
+    datasets: Sequence[DatasetRef],
+    randomness: Randomness,
+    job_id: str,
+    version: str | None = None,
+    created_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The record of a model PrivFit fitted itself (``result`` from ``service.dp.fit``).
+
+    Raises ``ValueError`` when ``result.seeded`` disagrees with ``randomness`` (the record
+    must never claim the CSPRNG for seeded noise, or the reverse).
+    """
+    if not datasets:
+        raise ValueError("a fit protects at least one dataset")
+    if result.seeded != (randomness.seed is not None):
+        raise ValueError("the fit's randomness does not match the configured source")
+    private = result.mechanism not in NO_DP_MECHANISMS and math.isfinite(result.epsilon)
+    epsilon: float | None = float(result.epsilon) if private else None
+    delta = float(result.delta)
+    units = [_unit(d) for d in datasets]
+    if private:
+        statement = (
+            f"({result.epsilon:g}, {delta:g})-differential privacy for {'; '.join(units)}"
+            + ("" if randomness.seed is None else " (test seed: not private in practice)")
+        )
+    else:
+        statement = (
+            "no differential privacy: the non-private baseline releases the exact minimiser "
+            "without noise"
+        )
+    record: dict[str, Any] = {
+        "version": RECORD_VERSION,
+        "kind": "fit",
+        "verified": True,
+        "guarantee": "differential_privacy" if private else "none",
+        "statement": statement,
+        "mechanism": result.mechanism,
+        "epsilon": epsilon,
+        "delta": delta,
+        "unit": {
+            "record": "row",
+            "neighbouring": NEIGHBOURING,
+            "description": "; ".join(units),
+        },
+        "datasets": [
+            {"id": d.id, "name": d.name, "epsilon": epsilon, "delta": delta} for d in datasets
+        ],
+        "calibration": json_safe(dict(result.details)),
+        "expected_noise_norm": json_safe(result.expected_noise_norm),
+        "composition": {
+            "within_job": result.composition,
+            "across_jobs": (
+                "basic sequential composition on each dataset's budget ledger: this job's "
+                "(ε, δ) was charged and committed before any noise was drawn"
+                if private
+                else "not applicable: no privacy was claimed"
+            ),
+        },
+        "randomness": randomness.describe(),
+        "software": {"name": "privfit", "version": version or software_version()},
+        "job_id": job_id,
+    }
+    if created_at is not None:
+        record["created_at"] = created_at.isoformat()
+    return record
+
+
+def upload_privacy_record(
+    claim: PrivacyClaim | None,
+    *,
+    version: str | None = None,
+    created_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The record of an uploaded model: the uploader's claim, shown as a claim."""
+    if claim is None:
+        statement = "no privacy claim was declared by the uploader"
+        declared: dict[str, Any] | None = None
+    else:
+        declared = json_safe(
+            {
+                "epsilon": claim.epsilon,
+                "delta": claim.delta,
+                "mechanism": claim.mechanism,
+                "description": claim.description,
+            }
+        )
+        eps = "unstated ε" if claim.epsilon is None else f"ε = {claim.epsilon:g}"
+        dlt = "" if claim.delta is None else f", δ = {claim.delta:g}"
+        statement = f"claimed {eps}{dlt} ({UNVERIFIED_NOTE})"
+    record: dict[str, Any] = {
+        "version": RECORD_VERSION,
+        "kind": "declared_claim",
+        "verified": False,
+        "guarantee": "declared" if claim is not None else "none",
+        "statement": statement,
+        "note": UNVERIFIED_NOTE,
+        "mechanism": claim.mechanism if claim is not None else None,
+        "epsilon": None,
+        "delta": None,
+        "claim": declared,
+        "software": {"name": "privfit", "version": version or software_version()},
+    }
+    if created_at is not None:
+        record["created_at"] = created_at.isoformat()
+    return record

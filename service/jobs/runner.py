@@ -1,0 +1,262 @@
+"""Job runners: where queued jobs execute (DESIGN §1 ``jobs/``, §6).
+
+A runner only *schedules*. The work itself is a plain function of the domain,
+``service.domain.jobs.run_job(uow_factory, job_id)``, which claims the job in the database,
+fits, stores the model and records the outcome. Everything a runner knows about a job is its
+id, so a distributed task engine (Celery with a Redis broker is planned) plugs in by
+implementing :class:`JobRunner` with a task that calls the same function in its worker.
+
+The default, :class:`PoolJobRunner`, executes jobs inside the API process's own pool:
+
+* ``kind="process"`` (default): a :class:`~concurrent.futures.ProcessPoolExecutor` started
+  with the ``spawn`` context, so no worker inherits the parent's database connections, locks or
+  threads. Each worker builds its own engine from the database URL once (the pool
+  initializer) and keeps it for every job it runs. Fits partly hold the GIL
+  (``scipy.optimize`` loops in Python), so processes keep the API responsive while they run.
+* ``kind="thread"``: a :class:`~concurrent.futures.ThreadPoolExecutor` sharing the API's engine;
+  for in-memory SQLite, debugging and tests.
+
+A worker process that dies (killed, out of memory) breaks a process pool: every job it held is
+handed to ``on_lost`` in the API process (the domain marks a started job failed, budget kept
+spent, and says whether a still-queued job should be resubmitted), and a fresh pool replaces
+the broken one.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from typing import Literal, Protocol, runtime_checkable
+
+__all__ = [
+    "JobFunction",
+    "JobRunner",
+    "LostJobHandler",
+    "PoolJobRunner",
+    "RecoverFunction",
+    "RunnerKind",
+    "WorkerFactory",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Runs one job, given its id, to completion (recording success or failure itself).
+JobFunction = Callable[[str], object]
+#: Builds the job function inside a worker. Must be picklable for ``kind="process"``
+#: (a module-level function, or a ``functools.partial`` of one with picklable arguments).
+WorkerFactory = Callable[[], JobFunction]
+#: Called in the API process for a job whose worker died or raised; returns True when the job
+#: never started and should be submitted again.
+LostJobHandler = Callable[[str], bool]
+#: Settles jobs a crash left behind and returns the ids of those to submit again.
+RecoverFunction = Callable[[], Sequence[str]]
+
+RunnerKind = Literal["process", "thread"]
+
+#: How often a job whose worker died before claiming it is submitted again.
+MAX_RESUBMITS = 3
+
+
+@runtime_checkable
+class JobRunner(Protocol):
+    """Schedules jobs by id. Implementations never touch job state themselves."""
+
+    def start(self) -> None:
+        """Acquire workers (idempotent). Called once by the app lifespan before serving."""
+
+    def submit(self, job_id: str) -> None:
+        """Schedule the job; returns at once. The job must already be committed as queued."""
+
+    def recover(self) -> Sequence[str]:
+        """Settle jobs left queued or running by a crash; resubmit the queued ones.
+
+        Returns the ids that were resubmitted.
+        """
+
+    def shutdown(self, *, wait: bool = True) -> None:
+        """Stop accepting jobs, drop the ones not yet started (they stay queued in the
+        database and are recovered on the next start) and, with ``wait``, let the running
+        ones finish."""
+
+
+# --- process-pool worker side ------------------------------------------------------------
+
+_worker_job: JobFunction | None = None
+
+
+def _init_worker(factory: WorkerFactory) -> None:
+    """Pool initializer, run once in each spawned worker: build its own job function."""
+    global _worker_job
+    _worker_job = factory()
+
+
+def _run_in_worker(job_id: str) -> None:
+    if _worker_job is None:  # pragma: no cover - the initializer always runs first
+        raise RuntimeError("job worker not initialised")
+    _worker_job(job_id)
+
+
+def _warm_up() -> None:
+    """A no-op task: makes the pool spawn (and initialise) a worker ahead of the first job."""
+
+
+# --- the default runner ------------------------------------------------------------------
+
+
+class PoolJobRunner:
+    """Runs jobs in a pool of worker processes (default) or threads of the API process.
+
+    ``worker`` builds the job function (in each worker process, or once for threads);
+    ``recover_jobs`` and ``on_lost`` are the domain's crash-recovery steps, run in the API
+    process. ``warm`` starts every worker in :meth:`start` so the first job does not pay for
+    interpreter start-up and imports.
+    """
+
+    def __init__(
+        self,
+        *,
+        worker: WorkerFactory,
+        recover_jobs: RecoverFunction,
+        on_lost: LostJobHandler,
+        workers: int = 1,
+        kind: RunnerKind = "process",
+        start_method: Literal["spawn", "forkserver"] = "spawn",
+        warm: bool = True,
+    ) -> None:
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1, got {workers}")
+        if kind not in ("process", "thread"):
+            raise ValueError(f"kind must be 'process' or 'thread', got {kind!r}")
+        self._worker = worker
+        self._recover_jobs = recover_jobs
+        self._on_lost = on_lost
+        self._workers = workers
+        self.kind: RunnerKind = kind
+        self._start_method = start_method
+        self._warm = warm
+        self._lock = threading.Lock()
+        self._executor: Executor | None = None
+        self._thread_job: JobFunction | None = None
+        self._pending: dict[Future[object], tuple[str, Executor]] = {}
+        self._closed = False
+        self._resubmits: dict[str, int] = {}
+
+    # -- lifecycle --
+
+    def start(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the job runner was shut down")
+            if self._executor is None:
+                self._executor = self._new_executor()
+
+    def shutdown(self, *, wait: bool = True) -> None:
+        with self._lock:
+            self._closed = True
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=wait, cancel_futures=True)
+
+    def recover(self) -> list[str]:
+        resubmitted: list[str] = []
+        for job_id in self._recover_jobs():
+            self.submit(job_id)
+            resubmitted.append(job_id)
+        if resubmitted:
+            logger.info("resubmitted %d queued job(s) after restart", len(resubmitted))
+        return resubmitted
+
+    # -- scheduling --
+
+    def submit(self, job_id: str) -> None:
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the job runner was shut down")
+            if self._executor is None:
+                self._executor = self._new_executor()
+            if self.kind == "thread":
+                if self._thread_job is None:
+                    self._thread_job = self._worker()
+                future = self._executor.submit(self._thread_job, job_id)
+            else:
+                future = self._executor.submit(_run_in_worker, job_id)
+            self._pending[future] = (job_id, self._executor)
+        future.add_done_callback(self._done)
+
+    @property
+    def active(self) -> int:
+        """Jobs submitted and not finished yet (queued in the pool or running)."""
+        with self._lock:
+            return len(self._pending)
+
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live worker processes (empty for threads); for ops and tests."""
+        with self._lock:
+            executor = self._executor
+        if not isinstance(executor, ProcessPoolExecutor):
+            return []
+        processes = executor._processes or {}  # no public accessor
+        return [pid for pid, proc in list(processes.items()) if proc.is_alive()]
+
+    # -- internals --
+
+    def _new_executor(self) -> Executor:
+        if self.kind == "thread":
+            return ThreadPoolExecutor(max_workers=self._workers, thread_name_prefix="privfit-job")
+        executor = ProcessPoolExecutor(
+            max_workers=self._workers,
+            mp_context=multiprocessing.get_context(self._start_method),
+            initializer=_init_worker,
+            initargs=(self._worker,),
+        )
+        if self._warm:
+            # With spawn, the pool starts a process per submission while none is idle: one
+            # warm-up task per worker brings them all up now.
+            for _ in range(self._workers):
+                executor.submit(_warm_up)
+        return executor
+
+    def _done(self, future: Future[object]) -> None:
+        with self._lock:
+            entry = self._pending.pop(future, None)
+        if entry is None or future.cancelled():
+            return  # dropped at shutdown: still queued in the database
+        job_id, executor = entry
+        exc = future.exception()
+        if exc is None:
+            return
+        broken = isinstance(exc, BrokenProcessPool)
+        if broken:
+            logger.error("job %s lost: its worker process died", job_id)
+            self._replace_broken_pool(executor)
+        else:
+            logger.error("job %s: worker raised", job_id, exc_info=exc)
+        try:
+            resubmit = self._on_lost(job_id)
+        except Exception:
+            logger.exception("could not settle lost job %s", job_id)
+            return
+        if resubmit and broken:
+            with self._lock:
+                count = self._resubmits[job_id] = self._resubmits.get(job_id, 0) + 1
+            if count > MAX_RESUBMITS:
+                # The pool keeps dying before this job even starts: leave it queued (the next
+                # start's recovery submits it again) instead of looping.
+                logger.error("job %s stays queued: %d workers died before it ran", job_id, count)
+                return
+            try:
+                self.submit(job_id)
+            except RuntimeError:
+                logger.warning("job %s stays queued: the runner is shut down", job_id)
+
+    def _replace_broken_pool(self, broken: Executor) -> None:
+        """Swap in a fresh pool once, whichever of the broken pool's futures reports first."""
+        with self._lock:
+            if self._closed or self._executor is not broken:
+                return  # shut down, or already replaced by an earlier callback
+            self._executor = self._new_executor()
+        broken.shutdown(wait=False, cancel_futures=True)

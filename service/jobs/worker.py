@@ -1,0 +1,86 @@
+"""Wiring between the runners and the domain's worker entry point.
+
+:func:`build_runner` makes the app's default runner from the settings; :func:`job_function`
+is what a worker process calls once to build its own engine and job function (it must be
+importable and picklable: a spawned worker receives it by reference). A distributed engine
+would call :func:`job_function` once per worker process too (e.g. on Celery's
+``worker_process_init``) and run ``job(job_id)`` in its task.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from service.db.session import make_engine, make_sessionmaker
+from service.db.uow import UnitOfWork, UnitOfWorkFactory
+from service.domain.jobs import recover_jobs, run_job, settle_lost_job
+from service.domain.randomness import Randomness
+from service.jobs.runner import JobFunction, JobRunner, PoolJobRunner, RunnerKind
+from service.settings import Settings
+
+__all__ = ["WorkerConfig", "build_runner", "job_function"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerConfig:
+    """Everything a worker needs to run jobs on its own (picklable)."""
+
+    database_url: str
+    randomness: Randomness
+    progress_interval: float
+    busy_timeout_ms: int = 5000
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkerConfig:
+        return cls(
+            database_url=settings.database_url,
+            randomness=Randomness.from_settings(
+                environment=settings.environment, test_seed=settings.test_seed
+            ),
+            progress_interval=settings.job_progress_interval,
+            busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+        )
+
+
+def _bind(config: WorkerConfig, uow_factory: UnitOfWorkFactory) -> JobFunction:
+    return functools.partial(
+        run_job,
+        uow_factory,
+        randomness=config.randomness,
+        progress_interval=config.progress_interval,
+    )
+
+
+def job_function(config: WorkerConfig) -> JobFunction:
+    """Build a worker's job function with its own engine (one connection is enough)."""
+    engine = make_engine(config.database_url, busy_timeout_ms=config.busy_timeout_ms, pool_size=1)
+    return _bind(config, functools.partial(UnitOfWork, make_sessionmaker(engine)))
+
+
+def _is_memory_sqlite(url: str) -> bool:
+    tail = url.split("://", 1)[-1]
+    return (url.startswith("sqlite") and tail in {"", "/", "/:memory:"}) or "mode=memory" in url
+
+
+def build_runner(settings: Settings, uow_factory: UnitOfWorkFactory) -> JobRunner:
+    """The default runner: a pool of ``settings.job_workers`` worker processes (or threads
+    with ``job_runner = "thread"``, and always for an in-memory SQLite database, which other
+    processes cannot open). ``uow_factory`` is the API process's own, used for recovery and
+    by thread workers."""
+    config = WorkerConfig.from_settings(settings)
+    kind: RunnerKind = settings.job_runner
+    if _is_memory_sqlite(settings.database_url):
+        kind = "thread"
+    worker = (
+        functools.partial(_bind, config, uow_factory)
+        if kind == "thread"
+        else functools.partial(job_function, config)
+    )
+    return PoolJobRunner(
+        worker=worker,
+        recover_jobs=functools.partial(recover_jobs, uow_factory),
+        on_lost=functools.partial(settle_lost_job, uow_factory),
+        workers=settings.job_workers,
+        kind=kind,
+    )

@@ -1,0 +1,603 @@
+"""Dataset ingestion: spec validation, streaming CSV/Parquet encoding, value-free errors."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from service.domain import ingest as ingest_module
+from service.domain.ingest import (
+    BudgetLimits,
+    DatasetFileError,
+    DatasetInputError,
+    DatasetSpec,
+    DatasetSpecError,
+    EncodedChunk,
+    FeatureInput,
+    IngestReport,
+    MissingValuesError,
+    build_spec,
+    decode_chunk,
+    design_from_chunks,
+    encode_chunk,
+    ingest,
+)
+from service.domain.units import DELTA_UNIT, EPSILON_UNIT, to_units
+
+LIMITS = BudgetLimits(max_epsilon=10.0, max_delta=1e-3)
+#: Cell values that must never appear in an error message.
+SECRETS = ("SECRET-TEXT-7731", "987654321", "4242.5")
+
+HEADER = "age,colour,score,label\n"
+ROWS = [
+    "30,red,1.5,yes",
+    "150,blue,-3,no",  # age above its bound, score below
+    "-5,green,2,yes",  # age below, undeclared category -> all-zero block
+    "45,red,0.25,no",
+]
+
+
+def _features() -> list[FeatureInput]:
+    return [
+        FeatureInput(column="age", type="numeric", lower=0, upper=100),
+        FeatureInput(column="colour", type="categorical", categories=("red", "blue")),
+        FeatureInput(column="score", type="numeric", lower=-1, upper=2),
+    ]
+
+
+def _spec(**overrides: Any) -> DatasetSpec:
+    args: dict[str, Any] = {
+        "name": "toy",
+        "label_column": "label",
+        "positive": "yes",
+        "features": _features(),
+        "epsilon": 1.0,
+        "delta": 1e-6,
+        "limits": LIMITS,
+    }
+    args.update(overrides)
+    return build_spec(**args)
+
+
+def _run(data: bytes, spec: DatasetSpec | None = None) -> tuple[IngestReport, list[EncodedChunk]]:
+    chunks: list[EncodedChunk] = []
+    report = ingest(io.BytesIO(data), spec or _spec(), on_chunk=chunks.append)
+    return report, chunks
+
+
+def _csv(rows: Sequence[str], header: str = HEADER) -> bytes:
+    return (header + "\n".join(rows) + "\n").encode()
+
+
+def _assert_value_free(exc: DatasetInputError) -> None:
+    text = exc.detail + json.dumps(exc.errors)
+    for secret in SECRETS:
+        assert secret not in text
+
+
+# ---- spec ---------------------------------------------------------------------------------
+
+
+def test_build_spec_normalises_and_converts_caps_to_units() -> None:
+    spec = _spec(epsilon=4.0, delta=1e-6, positive=1)
+    assert spec.positive == "1"
+    assert spec.epsilon_cap_units == to_units(4.0, EPSILON_UNIT, "down") == 4 * 10**9
+    assert spec.delta_cap_units == to_units(1e-6, DELTA_UNIT, "down") == 10**9
+    assert spec.columns == ("age", "colour", "score", "label")
+    assert spec.preprocessing.n_features == 1 + 2 + 1 + 1  # with the intercept
+    assert spec.preprocessing.row_norm == "clip"
+    as_json = spec.to_dict()
+    assert as_json["label"] == {"column": "label", "positive": "1"}
+    assert as_json["features"][1] == {
+        "type": "categorical",
+        "column": "colour",
+        "categories": ["red", "blue"],
+    }
+    assert as_json["budget"] == {"epsilon": 4.0, "delta": 1e-6}
+
+
+def test_numeric_feature_without_bounds_is_refused_with_the_reason() -> None:
+    features = _features()
+    features[0] = FeatureInput(column="age", type="numeric", upper=100)
+    with pytest.raises(DatasetSpecError) as info:
+        _spec(features=features)
+    assert "'age'" in info.value.detail
+    assert "will not read bounds from the data" in info.value.detail
+    assert info.value.errors[0]["loc"] == ["features", 0]
+
+
+def test_several_unbounded_features_are_named_together() -> None:
+    features = [
+        FeatureInput(column="a", type="numeric"),
+        FeatureInput(column="b", type="numeric", lower=0),
+    ]
+    with pytest.raises(DatasetSpecError) as info:
+        _spec(features=features)
+    assert "'a', 'b'" in info.value.detail
+    assert "will not read bounds from the data" in info.value.detail
+    assert len(info.value.errors) == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        ({"features": [FeatureInput(column="a", type="numeric", lower=1, upper=1)]}, "smaller"),
+        (
+            {"features": [FeatureInput(column="a", type="numeric", lower=0, upper=math.inf)]},
+            "finite",
+        ),
+        ({"features": [FeatureInput(column="c", type="categorical", categories=())]}, "list of"),
+        (
+            {"features": [FeatureInput(column="c", type="categorical", categories=("x", "x"))]},
+            "more than once",
+        ),
+        (
+            {"features": [FeatureInput(column="c", type="categorical", categories=("x", "?"))]},
+            "missing-value markers",
+        ),
+        (
+            {
+                "features": [
+                    FeatureInput(column="c", type="numeric", lower=0, upper=1, categories=("x",))
+                ]
+            },
+            "not categories",
+        ),
+        (
+            {
+                "features": [
+                    FeatureInput(column="c", type="categorical", lower=0, categories=("x",))
+                ]
+            },
+            "not bounds",
+        ),
+        ({"features": []}, "at least one feature"),
+        (
+            {
+                "features": [
+                    *_features(),
+                    FeatureInput(column="age", type="numeric", lower=0, upper=1),
+                ]
+            },
+            "declared 2 times",
+        ),
+        ({"label_column": "age"}, "also a feature"),
+        ({"label_column": ""}, "label column must be named"),
+        ({"positive": "NA"}, "missing-value marker"),
+        ({"name": " "}, "name must have"),
+        ({"name": "x" * 201}, "name must have"),
+        ({"epsilon": 0.0}, "epsilon must be a finite number > 0"),
+        ({"epsilon": math.nan}, "epsilon must be a finite number > 0"),
+        ({"epsilon": 10.5}, "exceeds this server's maximum of 10.0"),
+        ({"epsilon": 1e-10}, "at least"),
+        ({"delta": 1.0}, "0 <= delta < 1"),
+        ({"delta": -1e-9}, "0 <= delta < 1"),
+        ({"delta": 0.01}, "exceeds this server's maximum of 0.001"),
+        ({"missing": "impute"}, "'error' or 'drop'"),
+        ({"row_norm": "unit"}, "'clip' or 'scale'"),
+    ],
+)
+def test_invalid_specs_are_refused_precisely(overrides: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(DatasetSpecError) as info:
+        _spec(**overrides)
+    assert fragment in info.value.detail + json.dumps(info.value.errors)
+    assert info.value.errors
+
+
+def test_several_problems_are_all_listed() -> None:
+    with pytest.raises(DatasetSpecError) as info:
+        _spec(epsilon=-1.0, delta=2.0, name="")
+    assert "3 problems" in info.value.detail
+    assert {tuple(e["loc"]) for e in info.value.errors} == {
+        ("budget", "epsilon"),
+        ("budget", "delta"),
+        ("name",),
+    }
+
+
+def test_custom_missing_markers_allow_a_category_named_na() -> None:
+    features = [FeatureInput(column="c", type="categorical", categories=("NA", "EU"))]
+    spec = _spec(features=features, missing_values=[""])
+    report, chunks = _run(
+        _csv(["NA,yes", "EU,no", ",no"], header="c,label\n"),
+        _spec(features=features, missing_values=[""], missing="drop"),
+    )
+    assert spec.missing_values == ("",)
+    assert report.n_rows == 2
+    X, _ = design_from_chunks(spec.preprocessing, [c.payload for c in chunks], report.n_rows)
+    assert X[0, 0] > 0
+    assert X[1, 1] > 0
+
+
+# ---- happy paths ----------------------------------------------------------------------------
+
+
+def _expected(spec: DatasetSpec, rows: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    cells = [r.split(",") for r in rows]
+    columns = {
+        "age": np.array([float(c[0]) for c in cells]),
+        "colour": np.array([c[1] for c in cells]),
+        "score": np.array([float(c[2]) for c in cells]),
+    }
+    X = spec.preprocessing.transform(columns)
+    y = np.array([1.0 if c[3] == "yes" else -1.0 for c in cells])
+    return X, y
+
+
+def test_csv_is_encoded_exactly_like_the_public_transform() -> None:
+    spec = _spec()
+    report, chunks = _run(_csv(ROWS), spec)
+    assert (report.format, report.n_rows, report.rows_read, report.rows_dropped) == (
+        "csv",
+        4,
+        4,
+        0,
+    )
+    assert report.n_positive == 2
+    assert report.unknown_category_rows == {"colour": 1}
+    assert [c.seq for c in chunks] == [0]
+    X, y = design_from_chunks(spec.preprocessing, [c.payload for c in chunks], report.n_rows)
+    X_expected, y_expected = _expected(spec, ROWS)
+    np.testing.assert_array_equal(X, X_expected)
+    np.testing.assert_array_equal(y, y_expected)
+    assert np.all(np.linalg.norm(X, axis=1) <= 1.0)
+    # clamping: age 150 -> 100 (1.0 before the row clip), -5 -> 0; unknown "green" -> zeros
+    num, cat, labels = decode_chunk(chunks[0].payload)
+    np.testing.assert_array_equal(num[:, 0], [30, 100, 0, 45])
+    np.testing.assert_array_equal(num[:, 1], [1.5, -1, 2, 0.25])
+    np.testing.assert_array_equal(cat[:, 0], [0, 1, -1, 0])
+    np.testing.assert_array_equal(labels, [1, -1, 1, -1])
+    assert X[2, 1] == X[2, 2] == 0.0  # the colour block of the undeclared category
+
+
+def test_every_other_label_value_is_negative() -> None:
+    rows = ["1,red,0,yes", "2,red,0,maybe", "3,red,0,YES", "4,red,0,no"]
+    _, chunks = _run(_csv(rows))
+    _, _, y = decode_chunk(chunks[0].payload)
+    np.testing.assert_array_equal(y, [1, -1, -1, -1])
+
+
+def test_parquet_gives_the_same_design_as_csv(tmp_path: Path) -> None:
+    spec = _spec()
+    cells = [r.split(",") for r in ROWS]
+    table = pa.table(
+        {
+            "id": pa.array(range(4)),  # an extra column is ignored
+            "age": pa.array([int(c[0]) for c in cells], pa.int32()),
+            "colour": pa.array([c[1] for c in cells]).dictionary_encode(),
+            "score": pa.array([float(c[2]) for c in cells]),
+            "label": pa.array([c[3] for c in cells]),
+        }
+    )
+    path = tmp_path / "toy.parquet"
+    pq.write_table(table, path)
+    with path.open("rb") as fh:
+        chunks: list[EncodedChunk] = []
+        report = ingest(fh, spec, on_chunk=chunks.append)
+    assert report.format == "parquet"
+    X, y = design_from_chunks(spec.preprocessing, [c.payload for c in chunks], report.n_rows)
+    _, csv_chunks = _run(_csv(ROWS), spec)
+    X_csv, y_csv = design_from_chunks(spec.preprocessing, [c.payload for c in csv_chunks], 4)
+    np.testing.assert_array_equal(X, X_csv)
+    np.testing.assert_array_equal(y, y_csv)
+
+
+def test_parquet_integer_categories_and_boolean_labels(tmp_path: Path) -> None:
+    features = [
+        FeatureInput(column="zone", type="categorical", categories=("1", "2")),
+        FeatureInput(column="flag", type="numeric", lower=0, upper=1),
+    ]
+    spec = _spec(features=features, positive=True)
+    path = tmp_path / "ints.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "zone": pa.array([1, 2, 3], pa.int64()),
+                "flag": pa.array([True, False, True]),
+                "label": pa.array([True, False, False]),
+            }
+        ),
+        path,
+    )
+    with path.open("rb") as fh:
+        chunks: list[EncodedChunk] = []
+        report = ingest(fh, spec, on_chunk=chunks.append)
+    num, cat, y = decode_chunk(chunks[0].payload)
+    assert report.unknown_category_rows == {"zone": 1}
+    np.testing.assert_array_equal(cat[:, 0], [0, 1, -1])
+    np.testing.assert_array_equal(num[:, 0], [1, 0, 1])
+    np.testing.assert_array_equal(y, [1, -1, -1])
+
+
+def test_large_csv_is_read_in_several_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 4096)
+    rng = np.random.default_rng(7)
+    rows = [
+        f"{rng.integers(-10, 120)},{rng.choice(['red', 'blue', 'teal'])},"
+        f"{rng.normal():.6f},{rng.choice(['yes', 'no'])}"
+        for _ in range(3000)
+    ]
+    spec = _spec()
+    report, chunks = _run(_csv(rows), spec)
+    assert report.n_chunks == len(chunks) > 5
+    assert [c.seq for c in chunks] == list(range(len(chunks)))
+    assert sum(c.n_rows for c in chunks) == report.n_rows == 3000
+    X, y = design_from_chunks(spec.preprocessing, [c.payload for c in chunks], report.n_rows)
+    X_expected, y_expected = _expected(spec, rows)
+    np.testing.assert_array_equal(X, X_expected)
+    np.testing.assert_array_equal(y, y_expected)
+
+
+def test_parquet_is_read_in_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest_module, "PARQUET_BATCH_ROWS", 100)
+    n = 1050
+    path = tmp_path / "big.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "age": np.arange(n, dtype=np.float64) % 100,
+                "colour": pa.array(["red", "blue"] * (n // 2)),
+                "score": np.zeros(n),
+                "label": pa.array(["yes", "no", "no"] * (n // 3)),
+            }
+        ),
+        path,
+        row_group_size=300,
+    )
+    with path.open("rb") as fh:
+        chunks: list[EncodedChunk] = []
+        report = ingest(fh, _spec(), on_chunk=chunks.append)
+    assert report.n_rows == n
+    assert len(chunks) == 11
+    assert [c.n_rows for c in chunks] == [100] * 10 + [50]
+
+
+# ---- missing values -------------------------------------------------------------------------
+
+MISSING_ROWS = [
+    "30,red,1,yes",
+    ",blue,1,no",  # age missing
+    "40,?,NA,yes",  # colour and score missing (default markers)
+    "50,blue,1,",  # label missing
+    "60,red,1,no",
+]
+
+
+def test_missing_values_are_an_error_by_default_with_counts() -> None:
+    with pytest.raises(MissingValuesError) as info:
+        _run(_csv(MISSING_ROWS))
+    exc = info.value
+    assert exc.columns == {"age": 1, "colour": 1, "score": 1, "label": 1}
+    assert exc.rows == 3
+    assert "3 rows of 5 have missing values" in exc.detail
+    for column in ("'age' (1 row)", "'colour' (1 row)", "'score' (1 row)", "'label' (1 row)"):
+        assert column in exc.detail
+    assert '"missing": "drop"' in exc.detail
+
+
+def test_missing_values_are_counted_over_the_whole_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 1024)
+    rows = [f"{i % 90},red,1,yes" if i % 250 else f",red,,{'no'}" for i in range(2000)]
+    with pytest.raises(MissingValuesError) as info:
+        _run(_csv(rows))
+    assert info.value.columns == {"age": 8, "score": 8}
+    assert info.value.rows == 8
+
+
+def test_missing_drop_drops_the_rows_and_reports_them() -> None:
+    spec = _spec(missing="drop")
+    report, chunks = _run(_csv(MISSING_ROWS), spec)
+    assert (report.rows_read, report.rows_dropped, report.n_rows) == (5, 3, 2)
+    X, y = design_from_chunks(spec.preprocessing, [c.payload for c in chunks], report.n_rows)
+    X_expected, y_expected = _expected(spec, [MISSING_ROWS[0], MISSING_ROWS[4]])
+    np.testing.assert_array_equal(X, X_expected)
+    np.testing.assert_array_equal(y, y_expected)
+
+
+def test_dropping_every_row_is_an_error() -> None:
+    with pytest.raises(DatasetFileError, match="no rows are left after dropping the 2 rows"):
+        _run(_csv([",red,1,yes", "1,red,1,"]), _spec(missing="drop"))
+
+
+def test_parquet_nulls_are_missing_values(tmp_path: Path) -> None:
+    path = tmp_path / "nulls.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "age": pa.array([1.0, None, 3.0]),
+                "colour": pa.array(["red", "blue", None]),
+                "score": pa.array([0.0, 0.0, 0.0]),
+                "label": pa.array(["yes", "no", "no"]),
+            }
+        ),
+        path,
+    )
+    with path.open("rb") as fh, pytest.raises(MissingValuesError) as info:
+        ingest(fh, _spec(), on_chunk=lambda _: None)
+    assert info.value.columns == {"age": 1, "colour": 1}
+
+
+# ---- bad files (value-free errors) ----------------------------------------------------------
+
+
+def _bad(data: bytes, spec: DatasetSpec | None = None) -> DatasetInputError:
+    with pytest.raises(DatasetInputError) as info:
+        _run(data, spec)
+    _assert_value_free(info.value)
+    return info.value
+
+
+def test_empty_file() -> None:
+    exc = _bad(b"")
+    assert isinstance(exc, DatasetFileError)
+    assert exc.detail == "the uploaded file is empty"
+
+
+def test_header_without_rows() -> None:
+    assert _bad(HEADER.encode()).detail == "the file has a header but no data rows"
+
+
+def test_blank_first_line() -> None:
+    assert "first line must be a header" in _bad(b"\n\n1,2\n").detail
+
+
+def test_unknown_columns_are_named() -> None:
+    exc = _bad(_csv(["1,SECRET-TEXT-7731,yes"], header="age,colour,label\n"))
+    assert "no column 'score'" in exc.detail
+    assert "the file's header has 3 columns" in exc.detail
+    assert "SECRET" not in exc.detail
+    assert exc.errors == [{"loc": ["spec", "score"], "msg": "not a column of the file"}]
+
+
+def test_duplicate_header_names_are_refused() -> None:
+    exc = _bad(_csv(["1,red,1,1,yes"], header="age,colour,score,score,label\n"))
+    assert "'score' 2 times" in exc.detail
+
+
+def test_row_with_wrong_number_of_fields() -> None:
+    exc = _bad(_csv(["1,red,1,yes", "987654321,SECRET-TEXT-7731,1,yes,4242.5"]))
+    assert exc.detail == "malformed CSV: a row has 5 fields but the header has 4"
+
+
+def test_text_in_a_numeric_column() -> None:
+    exc = _bad(_csv(["1,red,1,yes", "SECRET-TEXT-7731,red,1,no"]))
+    assert "numeric column 'age' holds a value that is not a number" in exc.detail
+
+
+def test_invalid_utf8() -> None:
+    exc = _bad(HEADER.encode() + b"1,r\xff\xfed,1,yes\n")
+    assert "not valid UTF-8" in exc.detail
+
+
+def test_nan_and_infinity_are_counted_per_column() -> None:
+    rows = ["1,red,NaN,yes", "inf,red,1,no", "-inf,red,nan,no", "987654321,red,1,yes"]
+    exc = _bad(_csv(rows))
+    assert isinstance(exc, DatasetFileError)
+    assert "NaN or infinity found in 'age' (2 rows), 'score' (2 rows)" in exc.detail
+
+
+def test_nan_is_an_error_even_when_missing_rows_are_dropped() -> None:
+    exc = _bad(_csv(["1,red,nan,yes", ",red,1,no"]), _spec(missing="drop"))
+    assert "'score' (1 row)" in exc.detail
+
+
+def test_label_without_positive_rows() -> None:
+    exc = _bad(_csv(["1,red,1,no", "2,blue,1,SECRET-TEXT-7731"]))
+    assert exc.detail.startswith("the label column 'label' has no row equal to the positive")
+
+
+def test_label_without_negative_rows() -> None:
+    exc = _bad(_csv(["1,red,1,yes", "2,blue,1,yes"]))
+    assert "no negative rows" in exc.detail
+
+
+def test_corrupt_parquet() -> None:
+    exc = _bad(b"PAR1" + b"SECRET-TEXT-7731" * 10)
+    assert exc.detail == "the Parquet file could not be read (no details shown)"
+
+
+def test_parquet_text_in_a_numeric_column(tmp_path: Path) -> None:
+    buf = io.BytesIO()
+    pq.write_table(
+        pa.table(
+            {
+                "age": pa.array(["SECRET-TEXT-7731"]),
+                "colour": pa.array(["red"]),
+                "score": pa.array([1.0]),
+                "label": pa.array(["yes"]),
+            }
+        ),
+        buf,
+    )
+    exc = _bad(buf.getvalue())
+    assert "numeric column 'age' has Parquet type string" in exc.detail
+
+
+def test_parquet_float_category_column_is_refused() -> None:
+    buf = io.BytesIO()
+    pq.write_table(
+        pa.table(
+            {
+                "age": pa.array([1.0]),
+                "colour": pa.array([4242.5]),
+                "score": pa.array([1.0]),
+                "label": pa.array(["yes"]),
+            }
+        ),
+        buf,
+    )
+    exc = _bad(buf.getvalue())
+    assert "column 'colour' has Parquet type double" in exc.detail
+
+
+# ---- streaming mechanics --------------------------------------------------------------------
+
+
+def test_a_failing_consumer_stops_the_reader_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 1024)
+    rows = [f"{i % 90},red,1,{'yes' if i % 2 else 'no'}" for i in range(5000)]
+    seen: list[int] = []
+
+    def explode(chunk: EncodedChunk) -> None:
+        seen.append(chunk.seq)
+        if chunk.seq == 2:
+            raise RuntimeError("disk full")
+
+    before = threading.active_count()
+    with pytest.raises(RuntimeError, match="disk full"):
+        ingest(io.BytesIO(_csv(rows)), _spec(), on_chunk=explode)
+    assert seen == [0, 1, 2]
+    assert threading.active_count() == before
+
+
+def test_payloads_never_unpickle() -> None:
+    buf = io.BytesIO()
+    np.savez(buf, num=np.zeros((1, 1)), cat=np.array([[object()]], dtype=object), y=np.ones(1))
+    with pytest.raises(ValueError, match="allow_pickle"):
+        decode_chunk(buf.getvalue())
+
+
+@pytest.mark.parametrize("compression", ["none", "lz4"])
+def test_chunk_payload_round_trips(compression: Any) -> None:
+    rng = np.random.default_rng(3)
+    num = rng.normal(size=(500, 3))
+    cat = rng.integers(-1, 5, size=(500, 2)).astype(np.int16)
+    y = np.where(rng.random(500) < 0.5, 1, -1).astype(np.int8)
+    payload = encode_chunk(num, cat, y, compression=compression)
+    assert payload.startswith(b"PK") == (compression == "none")
+    num2, cat2, y2 = decode_chunk(payload)
+    np.testing.assert_array_equal(num2, num)
+    np.testing.assert_array_equal(cat2, cat)
+    assert cat2.dtype == np.int16
+    np.testing.assert_array_equal(y2, y)
+
+
+def test_chunk_round_trip_and_row_count_checks() -> None:
+    spec = _spec()
+    payload = encode_chunk(
+        np.array([[10.0, 0.5]]), np.array([[1]], dtype=np.int16), np.array([1], dtype=np.int8)
+    )
+    X, y = design_from_chunks(spec.preprocessing, [payload], 1)
+    assert X.shape == (1, spec.preprocessing.n_features)
+    np.testing.assert_array_equal(y, [1.0])
+    with pytest.raises(ValueError, match="more rows"):
+        design_from_chunks(spec.preprocessing, [payload, payload], 1)
+    with pytest.raises(ValueError, match="fewer rows"):
+        design_from_chunks(spec.preprocessing, [payload], 2)
+
+
+def test_a_file_without_header_row_does_not_echo_its_first_record() -> None:
+    # Without a header row the "header" is the first record: none of it may be shown.
+    exc = _bad(b"41,SECRET-TEXT-7731,yes\n39,other,no\n")
+    assert "SECRET" not in exc.detail and "41" not in exc.detail
+    assert "header row" in exc.detail

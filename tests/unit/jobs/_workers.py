@@ -1,0 +1,30 @@
+"""Job functions for the runner tests; importable by spawned worker processes."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from service.jobs.runner import JobFunction
+
+
+def file_worker(directory: str) -> JobFunction:
+    """A job writes ``<id>.started`` then ``<id>.done`` with its process id into ``directory``.
+
+    Job ids starting with ``sleep`` wait in between (at most 30 s) until a file ``release``
+    appears in ``directory``; ids starting with ``fail`` raise after starting.
+    """
+    root = Path(directory)
+
+    def run(job_id: str) -> None:
+        (root / f"{job_id}.started").write_text(str(os.getpid()))
+        if job_id.startswith("sleep"):
+            deadline = time.monotonic() + 30.0
+            while not (root / "release").exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+        if job_id.startswith("fail"):
+            raise RuntimeError("job failed on purpose")
+        (root / f"{job_id}.done").write_text(str(os.getpid()))
+
+    return run

@@ -1,0 +1,155 @@
+"""PoolJobRunner: jobs run off the API thread, lost jobs are reported, shutdown is clean."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from service.jobs.runner import JobRunner, PoolJobRunner, RunnerKind
+from tests.unit.jobs._workers import file_worker
+
+TIMEOUT = 30.0
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+class Recorder:
+    """The domain side of the runner: records lost jobs; resubmits the ones named so."""
+
+    def __init__(self, resubmit: set[str] | None = None, recover: list[str] | None = None):
+        self.lost: list[str] = []
+        self.resubmit = resubmit or set()
+        self.to_recover = recover or []
+        self.lock = threading.Lock()
+
+    def on_lost(self, job_id: str) -> bool:
+        with self.lock:
+            self.lost.append(job_id)
+        return job_id in self.resubmit
+
+    def recover(self) -> list[str]:
+        return list(self.to_recover)
+
+
+@pytest.fixture
+def make_runner(tmp_path: Path) -> Iterator[Callable[..., PoolJobRunner]]:
+    runners: list[PoolJobRunner] = []
+
+    def make(kind: RunnerKind, recorder: Recorder, workers: int = 1) -> PoolJobRunner:
+        runner = PoolJobRunner(
+            worker=functools.partial(file_worker, str(tmp_path)),
+            recover_jobs=recorder.recover,
+            on_lost=recorder.on_lost,
+            workers=workers,
+            kind=kind,
+        )
+        runners.append(runner)
+        return runner
+
+    yield make
+    (tmp_path / "release").touch()
+    for runner in runners:
+        runner.shutdown(wait=False)
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_jobs_run_in_the_pool(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path, kind: RunnerKind
+) -> None:
+    runner = make_runner(kind, Recorder(), workers=2)
+    assert isinstance(runner, JobRunner)
+    runner.start()
+    for i in range(4):
+        runner.submit(f"job{i}")
+    wait_for(lambda: all((tmp_path / f"job{i}.done").exists() for i in range(4)))
+    pids = {int((tmp_path / f"job{i}.done").read_text()) for i in range(4)}
+    if kind == "process":
+        assert os.getpid() not in pids
+        assert 1 <= len(pids) <= 2
+    else:
+        assert pids == {os.getpid()}
+    wait_for(lambda: runner.active == 0)
+
+
+def test_a_raising_job_is_reported_lost_and_not_resubmitted(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path
+) -> None:
+    recorder = Recorder(resubmit={"fail-1"})
+    runner = make_runner("thread", recorder)
+    runner.start()
+    runner.submit("fail-1")
+    wait_for(lambda: recorder.lost == ["fail-1"])
+    time.sleep(0.1)
+    assert recorder.lost == ["fail-1"]  # only a dead worker leads to a resubmission
+
+
+def test_a_killed_worker_process_reports_its_jobs_and_the_pool_recovers(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path
+) -> None:
+    recorder = Recorder(resubmit={"queued-behind"})
+    runner = make_runner("process", recorder, workers=1)
+    runner.start()
+    runner.submit("sleep-victim")
+    runner.submit("queued-behind")  # waits in the pool behind the victim
+    wait_for(lambda: (tmp_path / "sleep-victim.started").exists())
+    pid = int((tmp_path / "sleep-victim.started").read_text())
+    assert pid in runner.worker_pids()
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: sorted(recorder.lost) == ["queued-behind", "sleep-victim"])
+    # the job the domain asked to resubmit runs on a fresh pool
+    wait_for(lambda: (tmp_path / "queued-behind.done").exists())
+    assert int((tmp_path / "queued-behind.done").read_text()) != pid
+    assert not (tmp_path / "sleep-victim.done").exists()
+    runner.submit("after")
+    wait_for(lambda: (tmp_path / "after.done").exists())
+
+
+def test_recover_resubmits_what_the_domain_returns(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path
+) -> None:
+    runner = make_runner("thread", Recorder(recover=["r1", "r2"]))
+    runner.start()
+    assert runner.recover() == ["r1", "r2"]
+    wait_for(lambda: (tmp_path / "r1.done").exists() and (tmp_path / "r2.done").exists())
+
+
+def test_shutdown_drops_unstarted_jobs_without_reporting_them(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path
+) -> None:
+    recorder = Recorder()
+    runner = make_runner("thread", recorder)
+    runner.start()
+    runner.submit("sleep-running")
+    runner.submit("never-started")
+    wait_for(lambda: (tmp_path / "sleep-running.started").exists())
+    t0 = time.monotonic()
+    runner.shutdown(wait=False)
+    assert time.monotonic() - t0 < 1.0
+    assert not (tmp_path / "never-started.started").exists()
+    assert recorder.lost == []
+    with pytest.raises(RuntimeError, match="shut down"):
+        runner.submit("late")
+
+
+def test_invalid_configuration_is_refused() -> None:
+    recorder = Recorder()
+    with pytest.raises(ValueError, match="workers"):
+        PoolJobRunner(
+            worker=functools.partial(file_worker, "."),
+            recover_jobs=recorder.recover,
+            on_lost=recorder.on_lost,
+            workers=0,
+        )
