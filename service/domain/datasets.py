@@ -15,6 +15,8 @@ unless asked; deleting twice is a no-op.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
@@ -36,8 +38,10 @@ from service.dp.preprocessing import PreprocessingSpec
 
 __all__ = [
     "DatasetPage",
+    "Design",
     "create_dataset",
     "delete_dataset",
+    "design_cache",
     "get_budget",
     "get_dataset",
     "get_owned_dataset",
@@ -183,9 +187,52 @@ def get_budget(uow: UnitOfWork, *, dataset_id: str, actor: Principal) -> BudgetS
         return budget_status(uow, dataset_id=dataset_id)
 
 
-def load_design(
-    uow_factory: UnitOfWorkFactory, dataset_id: str
-) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+Design = tuple[NDArray[np.float64], NDArray[np.float64]]
+
+
+class _DesignCache:
+    """Design matrices recently read by this process, least recently used out first.
+
+    A dataset's content never changes after its upload committed (it can only be deleted, and
+    :func:`load_design` checks that in the database before every use), so a worker that fits
+    the same dataset again skips decoding it. Arrays are read-only: a fit cannot alter them.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, Design] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, dataset_id: str) -> Design | None:
+        with self._lock:
+            item = self._items.get(dataset_id)
+            if item is not None:
+                self._items.move_to_end(dataset_id)
+            return item
+
+    def put(self, dataset_id: str, design: Design) -> None:
+        X, y = design
+        size = X.nbytes + y.nbytes
+        if size > self.max_bytes:
+            return
+        X.flags.writeable = False
+        y.flags.writeable = False
+        with self._lock:
+            self._items[dataset_id] = design
+            self._items.move_to_end(dataset_id)
+            while sum(a.nbytes + b.nbytes for a, b in self._items.values()) > self.max_bytes:
+                self._items.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+#: Per process; 512 MiB holds Adult (25 MB) many times over.
+design_cache = _DesignCache(max_bytes=512 * 1024 * 1024)
+
+
+def load_design(uow_factory: UnitOfWorkFactory, dataset_id: str) -> Design:
     """The design matrix X (float64, n × d, rows of norm ≤ 1) and labels y (±1.0) of a
     dataset, rebuilt from its chunks by its stored preprocessing spec.
 
@@ -200,9 +247,16 @@ def load_design(
             raise NotFoundError("dataset")
         if dataset.deleted_at is not None:
             raise DatasetDeletedError(f"dataset {dataset_id} was deleted; its content is gone")
+        cached = design_cache.get(dataset_id)
+        if cached is not None:
+            return cached
         prep = PreprocessingSpec.from_dict(dataset.preprocessing)
         try:
-            return design_from_chunks(prep, uow.datasets.chunk_payloads(dataset_id), dataset.n_rows)
+            design = design_from_chunks(
+                prep, uow.datasets.chunk_payloads(dataset_id), dataset.n_rows
+            )
+            design_cache.put(dataset_id, design)
+            return design
         except ValueError:
             # A deletion committed while the chunks were being read (READ COMMITTED).
             fresh = uow.datasets.get_fresh(dataset_id)

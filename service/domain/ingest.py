@@ -441,13 +441,6 @@ def decode_chunk(
     return num, cat, y
 
 
-def _category_texts(categories: tuple[str, ...], codes: NDArray[np.integer[Any]]) -> NDArray[Any]:
-    """Category names for ``codes``; −1 becomes a text outside the list (an all-zero block)."""
-    outside = "\x00" * (max((len(c) for c in categories), default=0) + 1)
-    table = np.asarray([*categories, outside], dtype=str)
-    return table[np.where(codes < 0, len(categories), codes)]
-
-
 def design_from_chunks(
     preprocessing: PreprocessingSpec, payloads: Iterable[bytes], n_rows: int
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -462,16 +455,7 @@ def design_from_chunks(
         m = labels.shape[0]
         if start + m > n_rows:
             raise ValueError("the stored chunks hold more rows than the dataset records")
-        columns: dict[str, NDArray[Any]] = {}
-        ni = ci = 0
-        for f in preprocessing.features:
-            if isinstance(f, NumericFeature):
-                columns[f.column] = num[:, ni]
-                ni += 1
-            else:
-                columns[f.column] = _category_texts(f.categories, cat[:, ci])
-                ci += 1
-        X[start : start + m] = preprocessing.transform(columns)
+        X[start : start + m] = preprocessing.transform_codes(num, cat)
         y[start : start + m] = labels
         start += m
     if start != n_rows:

@@ -279,11 +279,13 @@ class _Progress:
         self._job_id = job_id
         self._interval = interval
         self._clock = clock
-        self._last = -math.inf
+        # The claim recorded progress 0 and the success records 1: only fits that run longer
+        # than one interval write (and check for a cancel) in between.
+        self._last = clock()
 
     def __call__(self, fraction: float) -> None:
         now = self._clock()
-        if fraction < 1.0 and now - self._last < self._interval:
+        if fraction >= 1.0 or now - self._last < self._interval:
             return
         self._last = now
         self.sync(fraction)
@@ -363,7 +365,6 @@ def run_job(
             progress=progress,
             **_fit_kwargs(params),
         )
-        progress.sync(None)  # a cancel requested during the last stretch still wins
         record = fit_privacy_record(
             result,
             datasets=[dataset.ref],

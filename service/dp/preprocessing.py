@@ -235,19 +235,68 @@ class PreprocessingSpec:
                 raise ValueError(f"column {col!r} has a different number of rows than the others")
             arrays[col] = arr
         assert n is not None
+        numeric = [
+            _numeric_values(f.column, arrays[f.column])
+            for f in self.features
+            if isinstance(f, NumericFeature)
+        ]
+        codes = [
+            _category_codes(f.column, arrays[f.column], f.categories)
+            for f in self.features
+            if isinstance(f, CategoricalFeature)
+        ]
+        return self._assemble(n, numeric, codes)
+
+    def transform_codes(
+        self, numeric: NDArray[np.floating[Any]], codes: NDArray[np.integer[Any]]
+    ) -> FloatArray:
+        """:meth:`transform` of columns already reduced to numbers and category codes.
+
+        ``numeric`` is (n, #numeric features) of raw values, ``codes`` (n, #categorical
+        features) of indices into each feature's declared list (−1: not declared), both in
+        feature order. The result equals ``transform`` of the same rows: this is the same
+        data-independent map, without text comparisons (how stored datasets are read back).
+        """
+        num = np.asarray(numeric, dtype=np.float64)
+        cat = np.asarray(codes)
+        n_num = sum(isinstance(f, NumericFeature) for f in self.features)
+        n_cat = len(self.features) - n_num
+        if num.ndim != 2 or cat.ndim != 2 or num.shape[1] != n_num or cat.shape[1] != n_cat:
+            raise ValueError(f"expected ({n_num}) numeric and ({n_cat}) categorical columns")
+        n = num.shape[0]
+        if cat.shape[0] != n:
+            raise ValueError("numeric and categorical columns have different numbers of rows")
+        if not np.all(np.isfinite(num)):
+            raise ValueError("numeric columns must be finite")
+        sizes = [len(f.categories) for f in self.features if isinstance(f, CategoricalFeature)]
+        for j, size in enumerate(sizes):
+            column = cat[:, j]
+            if column.size and (column.min() < -1 or column.max() >= size):
+                raise ValueError("category codes out of range")
+        return self._assemble(
+            n,
+            [num[:, i].copy() for i in range(n_num)],
+            [cat[:, j].astype(np.intp) for j in range(n_cat)],
+        )
+
+    def _assemble(
+        self, n: int, numeric: list[FloatArray], codes: list[NDArray[np.intp]]
+    ) -> FloatArray:
+        """Scale numeric values to [0, 1] by their public bounds (clamped), one-hot the
+        codes, add the intercept, bring rows into the unit ball, project if configured."""
         X = np.zeros((n, self.n_raw_features), dtype=np.float64)
         offset = 0
+        num_iter, code_iter = iter(numeric), iter(codes)
         for f in self.features:
-            arr = arrays[f.column]
             if isinstance(f, NumericFeature):
-                v = _numeric_values(f.column, arr)
+                v = next(num_iter)
                 np.clip(v, f.lower, f.upper, out=v)
                 X[:, offset] = (v - f.lower) / (f.upper - f.lower)
                 offset += 1
             else:
-                codes = _category_codes(f.column, arr, f.categories)
-                known = np.flatnonzero(codes >= 0)
-                X[known, offset + codes[known]] = 1.0
+                code = next(code_iter)
+                known = np.flatnonzero(code >= 0)
+                X[known, offset + code[known]] = 1.0
                 offset += len(f.categories)
         if self.intercept:
             X[:, offset] = 1.0

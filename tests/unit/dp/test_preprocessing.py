@@ -327,3 +327,39 @@ def test_every_row_lies_in_the_unit_ball(
         # the public factor: entries are the [0, 1] encodings divided by M
         bound = 1.0 / spec.max_raw_norm + 1e-15
         assert np.all(bound >= X)
+
+
+def test_transform_codes_equals_transform_on_the_same_rows() -> None:
+    spec = PreprocessingSpec(
+        features=(
+            NumericFeature(column="age", lower=17.0, upper=90.0),
+            CategoricalFeature(column="colour", categories=("red", "green", "blue")),
+            NumericFeature(column="hours", lower=0.0, upper=99.0),
+            CategoricalFeature(column="size", categories=("S", "M")),
+        ),
+        intercept=True,
+        row_norm="clip",
+    )
+    rng = np.random.default_rng(7)
+    n = 500
+    age = rng.uniform(0.0, 120.0, n)  # some below and above the public bounds
+    hours = rng.uniform(-10.0, 120.0, n)
+    colours = np.array(["red", "green", "blue", "purple"])  # purple is not declared
+    sizes = np.array(["S", "M", "XL"])
+    c_idx = rng.integers(0, 4, n)
+    s_idx = rng.integers(0, 3, n)
+    expected = spec.transform(
+        {"age": age, "colour": colours[c_idx], "hours": hours, "size": sizes[s_idx]}
+    )
+    codes = np.stack([np.where(c_idx == 3, -1, c_idx), np.where(s_idx == 2, -1, s_idx)], axis=1)
+    got = spec.transform_codes(np.stack([age, hours], axis=1), codes)
+    np.testing.assert_array_equal(got, expected)
+    assert np.all(np.linalg.norm(got, axis=1) <= 1.0 + 1e-12)
+
+
+def test_transform_codes_refuses_codes_outside_the_declared_lists() -> None:
+    spec = PreprocessingSpec(
+        features=(CategoricalFeature(column="c", categories=("a", "b")),), intercept=True
+    )
+    with pytest.raises(ValueError, match="out of range"):
+        spec.transform_codes(np.zeros((1, 0)), np.array([[2]]))

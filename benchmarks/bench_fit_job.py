@@ -1,0 +1,182 @@
+"""Fit-job wall time over HTTP against ``service.dp.fit`` on the same data.
+
+Adult (the published training split, uploaded as a site would: ``benchmarks.adult.csv_bytes``
+with ``datasets/adult/spec.json``) is uploaded once to a PrivFit app running in this process
+(``fastapi.testclient``, the app's lifespan and job runner included). Then, for each
+mechanism, ``--repeats`` times and alternating the two contenders:
+
+* ``library``: ``service.dp.fit(X, y, mechanism, ...)`` on the design matrix the service
+  itself fits on (read back from the database with ``service.domain.datasets.load_design``),
+  noise from the OS CSPRNG as in the service;
+* ``http``: ``POST /v1/datasets/{id}/fits`` then ``GET /v1/jobs/{id}`` every
+  ``--poll-ms`` until the job has succeeded: validation and charging the ledger, queueing,
+  the worker claiming the job, reading the dataset, the fit, storing the model and its
+  privacy record, and the polling itself.
+
+Medians are printed with the ratio http / library; the issue's target is ≤ 1.25. Native
+threads are pinned to 1 (``--threads``) for the same reasons as in ``bench_adult_fit``; with
+``--runner process`` the worker process inherits that through the environment. Run from the
+repository root::
+
+    .venv/bin/python -m benchmarks.bench_fit_job                  # process runner, 15 repeats
+    .venv/bin/python -m benchmarks.bench_fit_job --runner thread --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+
+from benchmarks._common import environment, limit_threads, load_average, markdown_table, median
+from benchmarks.adult import csv_bytes, load_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "out"
+ADMIN_KEY = "bench-admin-key-0123456789abcdef"
+LAMBDA = 1e-3
+
+#: (label, mechanism, ε, δ, params)
+CASES: tuple[tuple[str, str, float, float, dict[str, Any]], ...] = (
+    ("objective perturbation", "objective_perturbation", 0.5, 0.0, {}),
+    ("output perturbation", "output_perturbation", 0.5, 0.0, {}),
+    ("GOP", "gaussian_objective_perturbation", 0.5, 1e-6, {}),
+    ("DP-SGD, 2 epochs, b=50", "dp_sgd", 0.5, 0.0, {"epochs": 2, "batch_size": 50}),
+)
+
+
+def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from fastapi.testclient import TestClient
+
+    from service.db.migrate import upgrade
+    from service.domain.datasets import load_design
+    from service.dp import fit
+    from service.main import create_app
+    from service.settings import Settings
+
+    raw = csv_bytes("train")
+    spec = load_spec()
+    spec["missing"] = "drop"
+    spec["budget"] = {"epsilon": 1000.0, "delta": 1e-3}
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        url = args.database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
+        upgrade(url)
+        settings = Settings(
+            database_url=url,
+            admin_key=SecretStr(ADMIN_KEY),
+            max_request_bytes=2**30,
+            max_budget_epsilon=1000.0,
+            job_runner=args.runner,
+            log_level="WARNING",
+        )
+        app = create_app(settings)
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        with TestClient(app) as client:
+            made = client.post("/v1/sites", json={"name": f"bench-{time.time_ns()}"}, headers=admin)
+            made.raise_for_status()
+            site = {"Authorization": f"Bearer {made.json()['key']['api_key']}"}
+            uploaded = client.post(
+                "/v1/datasets",
+                files={"file": ("adult.csv", raw, "text/csv"), "spec": (None, json.dumps(spec))},
+                headers=site,
+            )
+            if uploaded.status_code != 201:
+                raise RuntimeError(f"upload failed: {uploaded.status_code} {uploaded.text}")
+            dataset_id = uploaded.json()["id"]
+            X, y = load_design(app.state.uow_factory, dataset_id)
+            poll = args.poll_ms / 1000.0
+
+            def library(mechanism: str, eps: float, delta: float, params: dict[str, Any]) -> float:
+                started = time.perf_counter()
+                fit(X, y, mechanism, epsilon=eps, delta=delta, regularization=LAMBDA, **params)
+                return time.perf_counter() - started
+
+            def http(mechanism: str, eps: float, delta: float, params: dict[str, Any]) -> float:
+                body = {
+                    "mechanism": mechanism,
+                    "epsilon": eps,
+                    "delta": delta,
+                    "regularization": LAMBDA,
+                    "params": params,
+                }
+                started = time.perf_counter()
+                response = client.post(f"/v1/datasets/{dataset_id}/fits", json=body, headers=site)
+                if response.status_code != 202:
+                    raise RuntimeError(f"fit refused: {response.status_code} {response.text}")
+                job_url = response.headers["Location"]
+                while True:
+                    job = client.get(job_url, headers=site).json()
+                    if job["status"] == "succeeded":
+                        return time.perf_counter() - started
+                    if job["status"] in ("failed", "cancelled"):
+                        raise RuntimeError(f"job ended {job['status']}: {job.get('error')}")
+                    time.sleep(poll)
+
+            for label, mechanism, eps, delta, params in CASES:
+                http(mechanism, eps, delta, params)  # warm-up: worker imports, caches
+                library(mechanism, eps, delta, params)
+                lib_times: list[float] = []
+                http_times: list[float] = []
+                for _ in range(args.repeats):
+                    lib_times.append(library(mechanism, eps, delta, params))
+                    http_times.append(http(mechanism, eps, delta, params))
+                lib, web = median(lib_times), median(http_times)
+                rows.append(
+                    {
+                        "case": label,
+                        "mechanism": mechanism,
+                        "library_ms": 1000 * lib,
+                        "http_ms": 1000 * web,
+                        "ratio": web / lib,
+                        "repeats": args.repeats,
+                    }
+                )
+                print(f"{label}: library {1000 * lib:.1f} ms, http {1000 * web:.1f} ms", flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--runner", choices=("process", "thread"), default="process")
+    parser.add_argument("--poll-ms", type=float, default=2.0)
+    parser.add_argument("--threads", type=int, default=1, help="native threads; 0 = default")
+    parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
+    parser.add_argument("--quick", action="store_true", help="3 repeats")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.repeats = 3
+    threads = None if args.threads == 0 else args.threads
+    if threads is not None:
+        # Spawned job workers read these at start-up, before numpy loads OpenBLAS.
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = str(threads)
+    _controller = limit_threads(threads)
+    print(environment(threads))
+    print(f"runner: {args.runner}; load average before: {load_average()}")
+    rows = _run(args)
+    print(f"load average after: {load_average()}\n")
+    print(
+        markdown_table(
+            ["case", "service.dp.fit ms", "POST → succeeded ms", "HTTP / library"],
+            [
+                [r["case"], f"{r['library_ms']:.1f}", f"{r['http_ms']:.1f}", f"{r['ratio']:.2f}"]
+                for r in rows
+            ],
+        )
+    )
+    OUT.mkdir(parents=True, exist_ok=True)
+    out = OUT / f"fit_job_{args.runner}.json"
+    out.write_text(json.dumps({"runner": args.runner, "rows": rows}, indent=2))
+    print(f"\nwrote {out.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
