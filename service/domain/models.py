@@ -20,7 +20,13 @@ from service.domain.audit import AuditContext
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.export import build_export
 from service.domain.ids import looks_like_id
-from service.domain.ingest import BudgetLimits, FeatureInput, RowNorm, build_spec
+from service.domain.ingest import (
+    BudgetLimits,
+    DatasetSpecError,
+    FeatureInput,
+    RowNorm,
+    build_spec,
+)
 from service.domain.predict import InvalidRowsError, Prediction, predict_rows
 from service.domain.principal import Principal
 from service.domain.privacy_record import PrivacyClaim, upload_privacy_record
@@ -77,17 +83,29 @@ def build_upload(
     name: str | None = None,
 ) -> UploadedModel:
     """Validate an uploaded classifier's feature spec by the same rules as a dataset spec
-    (public bounds, declared categories, no column twice); a bad spec is a 422."""
-    spec = build_spec(
-        name=name or "uploaded model",
-        label_column=str(label["column"]),
-        positive=label["positive"],
-        features=features,
-        epsilon=1.0,
-        delta=0.0,
-        limits=_NO_BUDGET,
-        row_norm=row_norm,
-    )
+    (public bounds, declared categories, no column twice); a bad spec is a 422 about the
+    model's feature spec (``invalid-input``, locations under ``body``), not a dataset upload."""
+    try:
+        spec = build_spec(
+            name=name or "uploaded model",
+            label_column=str(label["column"]),
+            positive=label["positive"],
+            features=features,
+            epsilon=1.0,
+            delta=0.0,
+            limits=_NO_BUDGET,
+            row_norm=row_norm,
+        )
+    except DatasetSpecError as exc:
+        reason = exc.detail.removeprefix("invalid dataset spec: ")
+        raise InvalidInputError(
+            f"invalid feature spec: {reason}",
+            errors=[
+                {"loc": ["body", *e.get("loc", ())], "msg": str(e.get("msg", reason))}
+                for e in exc.errors
+            ]
+            or [{"loc": ["body", "features"], "msg": reason}],
+        ) from exc
     return UploadedModel(
         name=name,
         spec=spec.preprocessing,

@@ -68,6 +68,7 @@ def list_models(
 def upload_model(
     body: ModelUpload, uow: UowDep, principal: PrincipalDep, audit_context: AuditContextDep
 ) -> ModelRead:
+    principal.require_site()  # the admin owns no models: 403 before the body is judged
     claim = None
     if body.privacy_claim is not None:
         c = body.privacy_claim
