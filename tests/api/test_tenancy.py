@@ -1,0 +1,344 @@
+"""Tenancy: a site sees and touches only its own datasets, jobs and models (issue 4 item 5).
+
+Walks the full matrix resources × verbs × callers. Each cell is one test case, and its
+expected status is written out in :data:`EXPECTED` below. The callers:
+
+``owner``      the site that uploaded the dataset (and owns its jobs and models);
+``other``      another site, which owns resources of its own;
+``admin``      the admin key: reads, lists and deletes everything, but holds no data, so the
+               site-only actions (fitting, uploading a classifier) are a 403;
+``anonymous``  no key at all: 401 everywhere.
+
+Another site's resource is a 404 for every verb, never a 403, and the 404 is the same as for an
+id that does not exist (so it does not even reveal that the resource exists); the attempt changes
+nothing (no deletion, no charge, no cancel). Lists show the caller's own items only (the admin
+sees every site's).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pytest
+from fastapi.testclient import TestClient
+from httpx2 import Response
+
+from service.jobs.runner import JobRunner
+from tests.conftest import MakeSite, SiteHandle
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+Who = Literal["owner", "other", "admin", "anonymous"]
+WHO: tuple[Who, ...] = ("owner", "other", "admin", "anonymous")
+
+#: The expected status of every cell: verb -> (owner, other site, admin, no key).
+#: "Other" acts on the owner's resource; for the collection verbs (lists, upload) it acts on
+#: the collection, where it sees or creates only its own items.
+EXPECTED: dict[str, tuple[int, int, int, int]] = {
+    #                         owner other admin  none
+    "datasets.upload": (201, 201, 403, 401),
+    "datasets.list": (200, 200, 200, 401),
+    "datasets.get": (200, 404, 200, 401),
+    "datasets.delete": (204, 404, 204, 401),
+    "datasets.budget": (200, 404, 200, 401),
+    "datasets.fit": (202, 404, 403, 401),
+    "datasets.fit_dry_run": (200, 404, 403, 401),
+    "jobs.list": (200, 200, 200, 401),
+    "jobs.get": (200, 404, 200, 401),
+    "jobs.cancel": (200, 404, 200, 401),
+    "models.list": (200, 200, 200, 401),
+    "models.get": (200, 404, 200, 401),
+    "models.predict": (200, 404, 200, 401),
+    "models.export": (200, 404, 200, 401),
+    "models.upload": (201, 201, 403, 401),
+}
+
+CSV = "age,color,outcome\n" + "".join(
+    f"{18 + (7 * i) % 70},{('red', 'green', 'blue')[i % 3]},{'yes' if i % 4 else 'no'}\n"
+    for i in range(60)
+)
+FEATURES: list[dict[str, Any]] = [
+    {"column": "age", "type": "numeric", "lower": 18, "upper": 90},
+    {"column": "color", "type": "categorical", "categories": ["red", "green", "blue"]},
+]
+LABEL = {"column": "outcome", "positive": "yes"}
+FIT = {"mechanism": "objective_perturbation", "epsilon": 0.5, "regularization": 0.01}
+SPEC = json.dumps(
+    {"name": "clinic", "label": LABEL, "features": FEATURES, "budget": {"epsilon": 5.0}}
+)
+ROW = {"age": 40, "color": "red"}
+UPLOAD = {"label": LABEL, "features": FEATURES, "weights": [0.5, 1.0, -1.0, 0.0, -0.25]}
+
+
+class _HoldingRunner:
+    """A runner that keeps submitted jobs queued (so a queued job exists to cancel)."""
+
+    def start(self) -> None:
+        pass
+
+    def submit(self, job_id: str) -> None:
+        pass
+
+    def recover(self) -> list[str]:
+        return []
+
+    def shutdown(self, *, wait: bool = True) -> None:
+        pass
+
+
+@dataclass
+class Holdings:
+    """One site's resources: a dataset, a finished job with its model, and a queued job."""
+
+    dataset: str
+    job: str
+    model: str
+    queued_job: str
+
+
+@dataclass
+class World:
+    client: TestClient
+    owner: SiteHandle
+    other: SiteHandle
+    admin_headers: dict[str, str]
+    mine: Holdings
+    theirs: Holdings
+
+    def headers(self, who: Who) -> dict[str, str]:
+        if who == "owner":
+            return self.owner.headers
+        if who == "other":
+            return self.other.headers
+        if who == "admin":
+            return dict(self.admin_headers)
+        return {}
+
+
+@contextmanager
+def holding_jobs(client: TestClient) -> Iterator[None]:
+    app: Any = client.app
+    real: JobRunner = app.state.job_runner
+    app.state.job_runner = _HoldingRunner()
+    try:
+        yield
+    finally:
+        app.state.job_runner = real
+
+
+def _holdings(client: TestClient, site: SiteHandle) -> Holdings:
+    response = client.post(
+        "/v1/datasets",
+        files={"file": ("d.csv", CSV.encode(), "text/csv"), "spec": (None, SPEC)},
+        headers=site.headers,
+    )
+    assert response.status_code == 201, response.text
+    dataset = response.json()["id"]
+    response = client.post(f"/v1/datasets/{dataset}/fits", json=FIT, headers=site.headers)
+    assert response.status_code == 202, response.text
+    job = response.json()["id"]
+    deadline = time.monotonic() + 30.0
+    while (body := client.get(f"/v1/jobs/{job}", headers=site.headers).json())["status"] in {
+        "queued",
+        "running",
+    }:
+        assert time.monotonic() < deadline, "the fit did not finish within 30 s"
+        time.sleep(0.02)
+    assert body["status"] == "succeeded", body
+    with holding_jobs(client):
+        response = client.post(f"/v1/datasets/{dataset}/fits", json=FIT, headers=site.headers)
+    assert response.status_code == 202, response.text
+    return Holdings(
+        dataset=dataset, job=job, model=body["model_id"], queued_job=response.json()["id"]
+    )
+
+
+@pytest.fixture
+def world(client: TestClient, make_site: MakeSite, admin_headers: dict[str, str]) -> World:
+    owner, other = make_site(name="owner site"), make_site(name="other site")
+    return World(
+        client=client,
+        owner=owner,
+        other=other,
+        admin_headers=admin_headers,
+        mine=_holdings(client, owner),
+        theirs=_holdings(client, other),
+    )
+
+
+Call = tuple[str, str, dict[str, Any]]
+
+#: verb -> the request it makes on the owner's resources (method, path, httpx keyword args).
+REQUESTS: dict[str, Callable[[Holdings], Call]] = {
+    "datasets.upload": lambda h: (
+        "POST",
+        "/v1/datasets",
+        {"files": {"file": ("d.csv", CSV.encode(), "text/csv"), "spec": (None, SPEC)}},
+    ),
+    "datasets.list": lambda h: ("GET", "/v1/datasets", {}),
+    "datasets.get": lambda h: ("GET", f"/v1/datasets/{h.dataset}", {}),
+    "datasets.delete": lambda h: ("DELETE", f"/v1/datasets/{h.dataset}", {}),
+    "datasets.budget": lambda h: ("GET", f"/v1/datasets/{h.dataset}/budget", {}),
+    "datasets.fit": lambda h: ("POST", f"/v1/datasets/{h.dataset}/fits", {"json": FIT}),
+    "datasets.fit_dry_run": lambda h: (
+        "POST",
+        f"/v1/datasets/{h.dataset}/fits",
+        {"json": FIT, "params": {"dry_run": "true"}},
+    ),
+    "jobs.list": lambda h: ("GET", "/v1/jobs", {}),
+    "jobs.get": lambda h: ("GET", f"/v1/jobs/{h.job}", {}),
+    "jobs.cancel": lambda h: ("POST", f"/v1/jobs/{h.queued_job}/cancel", {}),
+    "models.list": lambda h: ("GET", "/v1/models", {}),
+    "models.get": lambda h: ("GET", f"/v1/models/{h.model}", {}),
+    "models.predict": lambda h: (
+        "POST",
+        f"/v1/models/{h.model}/predict",
+        {"json": {"rows": [ROW]}},
+    ),
+    "models.export": lambda h: ("GET", f"/v1/models/{h.model}/export", {}),
+    "models.upload": lambda h: ("POST", "/v1/models", {"json": UPLOAD}),
+}
+
+
+def _call(world: World, verb: str, who: Who, holdings: Holdings | None = None) -> Response:
+    method, path, kwargs = REQUESTS[verb](holdings or world.mine)
+    with holding_jobs(world.client):  # a fit this test queues stays queued: nothing runs
+        return world.client.request(method, path, headers=world.headers(who), **kwargs)
+
+
+def _ids(response: Response) -> set[str]:
+    return {item["id"] for item in response.json()["items"]}
+
+
+def _ghost() -> Holdings:
+    """Ids of the right shape that name nothing."""
+    return Holdings(*(uuid.uuid4().hex for _ in range(4)))
+
+
+def _problem_core(response: Response) -> tuple[int, str, str, str]:
+    body = response.json()
+    return (response.status_code, body["type"], body["title"], body["detail"])
+
+
+def _owner_view_unchanged(world: World) -> None:
+    """The owner's resources after another site's (failed) attempt: all still there, the
+    queued job still queued, the budget charged only by the owner's two fits."""
+    h, headers, client = world.mine, world.owner.headers, world.client
+    assert client.get(f"/v1/datasets/{h.dataset}", headers=headers).json()["deleted_at"] is None
+    assert client.get(f"/v1/jobs/{h.queued_job}", headers=headers).json()["status"] == "queued"
+    budget = client.get(f"/v1/datasets/{h.dataset}/budget", headers=headers).json()
+    assert budget["epsilon_spent"] == 1.0
+    assert len(budget["charges"]) == 2
+    assert client.get(f"/v1/models/{h.model}", headers=headers).status_code == 200
+
+
+def _check_lists(world: World, verb: str, who: Who, response: Response) -> None:
+    field = {"datasets.list": "dataset", "jobs.list": "job", "models.list": "model"}[verb]
+    mine, theirs = getattr(world.mine, field), getattr(world.theirs, field)
+    ids = _ids(response)
+    if who == "owner":
+        assert mine in ids
+        assert theirs not in ids
+    elif who == "other":
+        assert theirs in ids
+        assert mine not in ids
+    else:
+        assert {mine, theirs} <= ids
+    assert response.json()["total"] == len(ids)
+
+
+CELLS = [
+    pytest.param(verb, who, EXPECTED[verb][i], id=f"{verb}-{who}")
+    for verb in EXPECTED
+    for i, who in enumerate(WHO)
+]
+
+
+@pytest.mark.parametrize(("verb", "who", "expected"), CELLS)
+def test_tenancy_matrix(world: World, verb: str, who: Who, expected: int) -> None:
+    response = _call(world, verb, who)
+    assert response.status_code == expected, response.text
+    client = world.client
+
+    if expected >= 400:
+        assert response.headers["content-type"].startswith("application/problem+json")
+    if expected == 401:
+        assert response.headers["www-authenticate"] == "Bearer"
+    if expected == 404:
+        # exactly what an id that names nothing gets: existence is not revealed
+        ghost = _call(world, verb, who, _ghost())
+        assert _problem_core(response) == _problem_core(ghost)
+    if who != "owner" and expected >= 400:
+        _owner_view_unchanged(world)
+    if expected >= 400:
+        return
+
+    h = world.mine
+    if verb.endswith(".list"):
+        _check_lists(world, verb, who, response)
+    elif verb == "datasets.get":
+        assert response.json()["id"] == h.dataset
+        assert response.json()["owner"] == world.owner.id
+    elif verb == "datasets.delete":
+        shown = client.get(f"/v1/datasets/{h.dataset}", headers=world.owner.headers).json()
+        assert shown["deleted_at"] is not None
+    elif verb == "datasets.budget":
+        assert response.json()["epsilon_spent"] == 1.0
+    elif verb == "datasets.fit":
+        assert response.json()["dataset_id"] == h.dataset
+        jobs = client.get("/v1/jobs", headers=world.owner.headers).json()
+        assert response.json()["id"] in {j["id"] for j in jobs["items"]}
+    elif verb == "datasets.fit_dry_run":
+        assert response.json()["dry_run"] is True
+        assert response.json()["budget"]["remaining_epsilon"] == 4.0
+    elif verb == "jobs.get":
+        assert (response.json()["id"], response.json()["model_id"]) == (h.job, h.model)
+    elif verb == "jobs.cancel":
+        assert response.json()["status"] == "cancelled"
+        assert response.json()["charges"][0]["state"] == "refunded"
+    elif verb in ("models.get", "models.export"):
+        key = "id" if verb == "models.get" else "model_id"
+        assert response.json()[key] == h.model
+    elif verb == "models.predict":
+        (prediction,) = response.json()["predictions"]
+        assert isinstance(prediction["score"], float)
+    elif verb in ("models.upload", "datasets.upload"):
+        # a site creates only its own items: the other site can neither read nor list them
+        collection = "/v1/models" if verb == "models.upload" else "/v1/datasets"
+        created = response.json()["id"]
+        uploader, outsider = (
+            (world.owner, world.other) if who == "owner" else (world.other, world.owner)
+        )
+        if verb == "datasets.upload":
+            assert response.json()["owner"] == uploader.id
+        own = client.get(f"{collection}/{created}", headers=uploader.headers)
+        assert own.status_code == 200
+        assert client.get(f"{collection}/{created}", headers=outsider.headers).status_code == 404
+        assert created in _ids(client.get(collection, headers=uploader.headers))
+        assert created not in _ids(client.get(collection, headers=outsider.headers))
+    else:  # pragma: no cover - every verb above has a check
+        raise AssertionError(f"no check for {verb}")
+
+
+def test_the_matrix_covers_every_route_of_the_three_resources(world: World) -> None:
+    """Every dataset, job and model operation in the OpenAPI document has a row above."""
+    paths = world.client.get("/openapi.json").json()["paths"]
+    operations = {
+        (method.upper(), path)
+        for path, item in paths.items()
+        if path.startswith(("/v1/datasets", "/v1/jobs", "/v1/models"))
+        for method in item
+    }
+    covered = set()
+    for verb in EXPECTED:
+        method, path, _ = REQUESTS[verb](
+            Holdings("{dataset_id}", "{job_id}", "{model_id}", "{job_id}")
+        )
+        covered.add((method, path))
+    assert operations == covered
