@@ -88,7 +88,7 @@ def _numeric_cell(value: object) -> tuple[float | None, str | None]:
     return number, None
 
 
-def _category_cell(value: object, categories: frozenset[str]) -> tuple[str | None, str | None]:
+def _category_cell(value: object) -> tuple[str | None, str | None]:
     if value is None:
         return None, "missing value"
     if isinstance(value, bool):
@@ -103,8 +103,7 @@ def _category_cell(value: object, categories: frozenset[str]) -> tuple[str | Non
         return None, "expected a category"
     if text == "":
         return None, "missing value"
-    if text not in categories:
-        return None, "not one of the declared categories"
+    # A category outside the declared list maps to an all-zero block, exactly as in training.
     return text, None
 
 
@@ -112,7 +111,8 @@ def rows_to_columns(
     spec: PreprocessingSpec, rows: Sequence[Mapping[str, Any]]
 ) -> dict[str, NDArray[Any]]:
     """The spec's input columns as arrays; raises :class:`InvalidRowsError` for any missing or
-    invalid cell (numbers must be finite, categories must be declared), listing the first bad
+    invalid cell (numbers must be finite, categories must be text; an undeclared category
+    is an all-zero block, as in training), listing the first bad
     cells in row order."""
     errors: list[RowError] = []
     total = 0
@@ -122,7 +122,7 @@ def rows_to_columns(
         if isinstance(f, NumericFeature)
     }
     categorical = {
-        f.column: (frozenset(f.categories), [f.categories[0]] * len(rows))
+        f.column: [f.categories[0]] * len(rows)
         for f in spec.features
         if isinstance(f, CategoricalFeature)
     }
@@ -135,8 +135,8 @@ def rows_to_columns(
                 if number is not None:
                     numeric[col][i] = number
             else:
-                declared, texts = categorical[col]
-                text, problem = _category_cell(row.get(col), declared)
+                texts = categorical[col]
+                text, problem = _category_cell(row.get(col))
                 if text is not None:
                     texts[i] = text
             if problem is not None:
@@ -146,7 +146,7 @@ def rows_to_columns(
     if total:
         raise InvalidRowsError(errors, total)
     columns: dict[str, NDArray[Any]] = dict(numeric)
-    for col, (_, texts) in categorical.items():
+    for col, texts in categorical.items():
         columns[col] = np.asarray(texts, dtype=str)
     return columns
 
