@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
@@ -24,8 +24,9 @@ from service.api.openapi_doc import DESCRIPTION, TAGS, build_openapi, operation_
 from service.api.routes import audit, datasets, fits, jobs, models, ops, sites
 from service.db.migrate import DatabaseProbe, head_revisions
 from service.db.session import make_engine, make_sessionmaker
-from service.db.uow import UnitOfWork
+from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.auth import configured_key_hash, ensure_admin_key
+from service.jobs.runner import JobRunner
 from service.jobs.worker import build_runner
 from service.settings import Settings, get_settings
 
@@ -83,6 +84,17 @@ def _recover_jobs(app: FastAPI) -> None:
     app.state.job_runner.recover()
 
 
+#: Builds the app's job runner from the settings and the API process's unit-of-work factory.
+RunnerFactory = Callable[[Settings, UnitOfWorkFactory], JobRunner]
+
+
+def _runner_factory(app: FastAPI) -> RunnerFactory:
+    """``app.state.job_runner_factory`` when set (another :class:`JobRunner`, e.g. a task
+    queue's client or a test's inline runner), else the default pool of :func:`build_runner`."""
+    factory: RunnerFactory | None = getattr(app.state, "job_runner_factory", None)
+    return factory if factory is not None else build_runner
+
+
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     """Open the database and start the job runner for the app's lifetime; generate the admin
@@ -96,7 +108,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.engine = engine
     app.state.uow_factory = partial(UnitOfWork, make_sessionmaker(engine))
     app.state.database_probe = DatabaseProbe(engine, head_revisions())
-    runner = build_runner(settings, app.state.uow_factory)
+    # The runner is the one seam between the API and where jobs execute: any JobRunner works
+    # (a distributed task engine later) without touching the domain; see _runner_factory.
+    runner = _runner_factory(app)(settings, app.state.uow_factory)
     app.state.job_runner = runner
     try:
         await anyio.to_thread.run_sync(_bootstrap_admin_key, app)

@@ -139,6 +139,16 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
         ) from exc
 
 
+def _require_live(dataset: Dataset) -> Dataset:
+    """Refuse (409) a deleted dataset before anything else, so a dry run never quotes a fit
+    that could not be charged."""
+    if dataset.deleted_at is not None:
+        raise budgets.DatasetDeletedError(
+            f"dataset {dataset.id} was deleted; it can no longer be charged or fitted"
+        )
+    return dataset
+
+
 def _cost(request: FitRequest, calibration: Calibration) -> tuple[float, float]:
     """(ε, δ) to charge: the calibration's totals; nothing for the non-private baseline,
     which claims no privacy at all (its record says so)."""
@@ -152,7 +162,7 @@ def quote_fit(
 ) -> FitQuote:
     """The dry run: cost and calibration from public quantities; spends nothing."""
     with uow:
-        dataset = get_owned_dataset(uow, dataset_id=dataset_id, actor=actor)
+        dataset = _require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
     calibration = _calibrate(dataset, request)
     epsilon, delta = _cost(request, calibration)
@@ -209,7 +219,9 @@ def submit_fit(
                 uow, owner=owner, key=idempotency_key, dataset_id=dataset_id, request=request
             )
             if found is not None:
+                # a retry gets its job back, even once the dataset is gone
                 return SubmittedFit(job=found, created=False)
+        _require_live(dataset)
     calibration = _calibrate(dataset, request)
     epsilon, delta = _cost(request, calibration)
     job_id = new_id()
