@@ -21,7 +21,7 @@ from service.api.errors import install_error_handlers
 from service.api.metrics import HttpMetrics
 from service.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from service.api.openapi_doc import DESCRIPTION, TAGS, build_openapi, operation_id
-from service.api.routes import audit, datasets, fits, jobs, models, ops, sites
+from service.api.routes import audit, datasets, fits, jobs, models, ops, sites, studies
 from service.db.migrate import DatabaseProbe, head_revisions
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
@@ -150,6 +150,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         fits.router,
         jobs.router,
         models.router,
+        studies.router,
         audit.router,
     ):
         app.include_router(router)

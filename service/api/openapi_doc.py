@@ -43,6 +43,11 @@ TAGS: list[dict[str, str]] = [
         "name": "models",
         "description": "Models with their privacy record: read, predict, export, upload.",
     },
+    {
+        "name": "studies",
+        "description": "Studies: sites contribute models or dataset grants; the coordinator "
+        "aggregates them into a model every member reads.",
+    },
     {"name": "audit", "description": "The audit log of security-relevant events (admin)."},
     {"name": "ops", "description": "Liveness, readiness and Prometheus metrics (no key)."},
 ]

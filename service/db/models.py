@@ -39,6 +39,9 @@ __all__ = [
     "LedgerCharge",
     "Model",
     "Site",
+    "Study",
+    "StudyContribution",
+    "StudyMember",
     "new_id",
 ]
 
@@ -281,4 +284,87 @@ class Model(Base):
         ForeignKey("dataset.id", ondelete="RESTRICT"), index=True
     )
     job_id: Mapped[str | None] = mapped_column(ForeignKey("job.id", ondelete="RESTRICT"))
+    study_id: Mapped[str | None] = mapped_column(
+        ForeignKey("study.id", ondelete="RESTRICT"), index=True
+    )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class Study(Base):
+    """Several sites learning together: a coordinator, members and a shared feature spec.
+
+    ``spec`` is the normalised label + features every contribution must match;
+    ``preprocessing`` is the :class:`service.dp.preprocessing.PreprocessingSpec` it encodes.
+    """
+
+    __tablename__ = "study"
+    __table_args__ = (Index("ix_study_coordinator_created", "coordinator_site_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    coordinator_site_id: Mapped[str] = mapped_column(ForeignKey("site.id", ondelete="RESTRICT"))
+    name: Mapped[str] = mapped_column(String(200))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    preprocessing: Mapped[dict[str, Any]] = mapped_column(JSON)
+    feature_names: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class StudyMember(Base):
+    """A site taking part in a study (the coordinator is a member too)."""
+
+    __tablename__ = "study_member"
+    __table_args__ = (CheckConstraint("role IN ('coordinator', 'member')", name="role_known"),)
+
+    study_id: Mapped[str] = mapped_column(
+        ForeignKey("study.id", ondelete="CASCADE"), primary_key=True
+    )
+    site_id: Mapped[str] = mapped_column(
+        ForeignKey("site.id", ondelete="RESTRICT"), primary_key=True, index=True
+    )
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class StudyContribution(Base):
+    """What a member brings to a study: a model it owns, or a grant on one of its datasets.
+
+    A grant lets the study spend up to ``(epsilon_cap_units, delta_cap_units)`` of the dataset's
+    budget (ledger units, :mod:`service.domain.units`). ``used_at`` is set once an aggregation
+    (or federated fit) used the contribution; from then on it cannot be withdrawn.
+    """
+
+    __tablename__ = "study_contribution"
+    __table_args__ = (
+        CheckConstraint("kind IN ('model', 'dataset')", name="kind_known"),
+        CheckConstraint(
+            "(kind = 'model' AND model_id IS NOT NULL AND dataset_id IS NULL"
+            " AND epsilon_cap_units IS NULL AND delta_cap_units IS NULL)"
+            " OR (kind = 'dataset' AND dataset_id IS NOT NULL AND model_id IS NULL"
+            " AND epsilon_cap_units IS NOT NULL AND delta_cap_units IS NOT NULL)",
+            name="kind_matches_target",
+        ),
+        CheckConstraint(
+            "epsilon_cap_units IS NULL OR epsilon_cap_units > 0", name="epsilon_cap_positive"
+        ),
+        CheckConstraint(
+            "delta_cap_units IS NULL OR delta_cap_units >= 0", name="delta_cap_non_negative"
+        ),
+        UniqueConstraint("study_id", "model_id"),
+        UniqueConstraint("study_id", "dataset_id"),
+        Index("ix_study_contribution_study_created", "study_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    study_id: Mapped[str] = mapped_column(ForeignKey("study.id", ondelete="CASCADE"))
+    site_id: Mapped[str] = mapped_column(ForeignKey("site.id", ondelete="RESTRICT"))
+    kind: Mapped[str] = mapped_column(String(16))
+    model_id: Mapped[str | None] = mapped_column(
+        ForeignKey("model.id", ondelete="RESTRICT"), index=True
+    )
+    dataset_id: Mapped[str | None] = mapped_column(
+        ForeignKey("dataset.id", ondelete="RESTRICT"), index=True
+    )
+    epsilon_cap_units: Mapped[int | None] = mapped_column(BigInteger)
+    delta_cap_units: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -35,6 +35,7 @@ from service.db.repositories import (
     LedgerRepository,
     ModelRepository,
     SiteRepository,
+    StudyRepository,
 )
 
 __all__ = ["UnitOfWork", "UnitOfWorkFactory"]
@@ -50,6 +51,7 @@ class UnitOfWork:
     ledger: LedgerRepository
     jobs: JobRepository
     models: ModelRepository
+    studies: StudyRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -73,6 +75,7 @@ class UnitOfWork:
         self.ledger = LedgerRepository(self._session)
         self.jobs = JobRepository(self._session)
         self.models = ModelRepository(self._session)
+        self.studies = StudyRepository(self._session)
         return self
 
     def __exit__(

@@ -116,18 +116,29 @@ def build_upload(
     )
 
 
-def _visible(model: Model | None, actor: Principal) -> Model:
-    if model is None or (not actor.is_admin and model.owner_site_id != actor.site_id):
+def _visible(uow: UnitOfWork, model: Model | None, actor: Principal) -> Model:
+    """The owner, the admin and, for a study's aggregated model, every member of the study
+    read a model; for anyone else it does not exist."""
+    if model is None:
         raise NotFoundError("model")
-    return model
+    if actor.is_admin or model.owner_site_id == actor.site_id:
+        return model
+    if (
+        model.study_id is not None
+        and actor.site_id is not None
+        and uow.studies.is_member(model.study_id, actor.site_id)
+    ):
+        return model
+    raise NotFoundError("model")
 
 
 def get_model(uow: UnitOfWork, *, model_id: str, actor: Principal) -> Model:
-    """A model of the caller's site (the admin sees every model); others are 404."""
+    """A model of the caller's site, or of a study it belongs to (the admin sees every
+    model); others are 404."""
     if not looks_like_id(model_id):
         raise NotFoundError("model")
     with uow:
-        return _visible(uow.models.get(model_id), actor)
+        return _visible(uow, uow.models.get(model_id), actor)
 
 
 def list_models(uow: UnitOfWork, *, actor: Principal, limit: int, offset: int) -> ModelPage:

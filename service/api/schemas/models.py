@@ -54,7 +54,7 @@ class PrivacyRecordRead(ResponseModel):
 
     model_config = ConfigDict(from_attributes=True, extra="allow")
 
-    kind: Literal["fit", "declared_claim"]
+    kind: Literal["fit", "declared_claim", "aggregate"]
     verified: bool
     guarantee: Literal["differential_privacy", "none", "declared"]
     statement: str = Field(description="The guarantee in one sentence.")
@@ -81,7 +81,7 @@ class ModelSummary(ResponseModel):
     """A model in a list."""
 
     id: str
-    source: Literal["fit", "upload", "aggregation"]
+    source: Literal["fit", "upload", "aggregate"]
     mechanism: str | None
     loss: str | None
     n_features: int
@@ -110,8 +110,9 @@ class ModelRead(ResponseModel):
     """A model: coefficients with feature names, preprocessing and privacy record."""
 
     id: str
-    source: Literal["fit", "upload", "aggregation"] = Field(
-        description="`fit`: fitted by PrivFit; `upload`: a site's own classifier."
+    source: Literal["fit", "upload", "aggregate"] = Field(
+        description="`fit`: fitted by PrivFit; `upload`: a site's own classifier; "
+        "`aggregate`: a study's combination of its members' models."
     )
     mechanism: str | None
     loss: str | None

@@ -1,0 +1,200 @@
+"""Studies: create and read, contribute and withdraw, aggregate (``/v1/studies``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
+
+from service.api.deps import AuditContextDep, PrincipalDep, UowDep, access
+from service.api.errors import problem_responses
+from service.api.routes import API_V1
+from service.api.schemas.jobs import JobRead
+from service.api.schemas.studies import (
+    AggregationCreate,
+    ContributionRead,
+    DatasetGrantIn,
+    ModelContributionIn,
+    StudyCreate,
+    StudyList,
+    StudyRead,
+)
+from service.domain import aggregations, jobs, studies
+
+router = APIRouter(prefix=f"{API_V1}/studies", tags=["studies"])
+
+Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
+Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    summary="Create a study",
+    description=(
+        "Several sites learning together without pooling data. The caller becomes the "
+        "study's coordinator (and a member); `members` names the other sites. `spec` is the "
+        "label and features every contribution must encode, with the rules of a dataset spec "
+        "(public bounds, declared categories). 422 when no other member is named, a member is "
+        "not a site, or the spec is invalid. Requires a site key."
+    ),
+    response_model=StudyRead,
+    responses=problem_responses(401, 403, 413, 422),
+    openapi_extra=access("site"),
+)
+def create_study(
+    body: StudyCreate, uow: UowDep, principal: PrincipalDep, audit_context: AuditContextDep
+) -> StudyRead:
+    principal.require_site()
+    view = studies.create_study(
+        uow,
+        name=body.name,
+        members=body.members,
+        spec=body.spec.to_domain(),
+        actor=principal,
+        context=audit_context,
+    )
+    return StudyRead.from_view(view)
+
+
+@router.get(
+    "",
+    summary="List studies",
+    description="The studies the calling site belongs to, newest first (the admin sees all).",
+    response_model=StudyList,
+    responses=problem_responses(401, 422),
+    openapi_extra=access("any"),
+)
+def list_studies(
+    uow: UowDep, principal: PrincipalDep, limit: Limit = 50, offset: Offset = 0
+) -> StudyList:
+    page = studies.list_studies(uow, actor=principal, limit=limit, offset=offset)
+    return StudyList(
+        items=[StudyRead.from_view(v) for v in page.items],
+        total=page.total,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get(
+    "/{study_id}",
+    summary="Get a study",
+    description=(
+        "Members, contributions and results (aggregated models, readable by every member). "
+        "For a site that is not a member the study does not exist (404)."
+    ),
+    response_model=StudyRead,
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("any"),
+)
+def get_study(study_id: str, uow: UowDep, principal: PrincipalDep) -> StudyRead:
+    return StudyRead.from_view(studies.get_study(uow, study_id=study_id, actor=principal))
+
+
+@router.post(
+    "/{study_id}/contributions",
+    status_code=status.HTTP_201_CREATED,
+    summary="Contribute to a study",
+    description=(
+        'A member contributes `{"model_id"}`, a model it owns (fitted by PrivFit or '
+        'uploaded), or `{"dataset_id", "epsilon_cap", "delta_cap"}`, a grant letting the '
+        "study spend up to that much of one of its datasets' budget (used by federated fits; "
+        "the caps must fit within the dataset's own caps). The model's or dataset's feature "
+        "spec must match the study's: otherwise 422 listing what differs. Contributing the same "
+        "model or dataset twice is 409; another site's model or dataset is 404."
+    ),
+    response_model=ContributionRead,
+    responses=problem_responses(401, 403, 404, 409, 413, 422),
+    openapi_extra=access("site"),
+)
+def add_contribution(
+    study_id: str,
+    body: ModelContributionIn | DatasetGrantIn,
+    uow: UowDep,
+    principal: PrincipalDep,
+    audit_context: AuditContextDep,
+) -> ContributionRead:
+    principal.require_site()
+    if isinstance(body, ModelContributionIn):
+        row = studies.add_contribution(
+            uow, study_id=study_id, actor=principal, context=audit_context, model_id=body.model_id
+        )
+    else:
+        grant = studies.DatasetGrant(
+            dataset_id=body.dataset_id, epsilon_cap=body.epsilon_cap, delta_cap=body.delta_cap
+        )
+        row = studies.add_contribution(
+            uow, study_id=study_id, actor=principal, context=audit_context, grant=grant
+        )
+    return ContributionRead.from_row(row)
+
+
+@router.delete(
+    "/{study_id}/contributions/{contribution_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    summary="Withdraw a contribution",
+    description=(
+        "The contributing site withdraws its contribution. Once an aggregation has used it, it "
+        "is part of a released result and cannot be withdrawn (409). Another member's "
+        "contribution is 403."
+    ),
+    response_class=Response,
+    responses=problem_responses(401, 403, 404, 409, 422),
+    openapi_extra=access("site"),
+)
+def withdraw_contribution(
+    study_id: str,
+    contribution_id: str,
+    uow: UowDep,
+    principal: PrincipalDep,
+    audit_context: AuditContextDep,
+) -> Response:
+    studies.withdraw_contribution(
+        uow,
+        study_id=study_id,
+        contribution_id=contribution_id,
+        actor=principal,
+        context=audit_context,
+    )
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(
+    "/{study_id}/aggregations",
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Aggregate the study's models",
+    description=(
+        "Coordinator only (other members: 403). `average` (seed 000, Alg. 4) averages the "
+        "coefficients of the contributed models (`models`, default: all of them) with optional "
+        "public `weights`. It reads no data and charges nothing; it runs at once and the "
+        "returned job (kind `aggregate`) has already succeeded and names the result, a model "
+        "every member can read, predict with and export. Its privacy record lists each input's "
+        "guarantee (uploaded classifiers' as declared claims) and says plainly when an input "
+        "has none. Models not contributed to this study, and stacked models, are 422."
+    ),
+    response_model=JobRead,
+    responses=problem_responses(401, 403, 404, 413, 422),
+    openapi_extra=access("site"),
+)
+def create_aggregation(
+    study_id: str,
+    body: AggregationCreate,
+    response: Response,
+    uow: UowDep,
+    principal: PrincipalDep,
+    audit_context: AuditContextDep,
+) -> JobRead:
+    principal.require_site()
+    job = aggregations.aggregate(
+        uow,
+        study_id=study_id,
+        request=aggregations.AggregationRequest(
+            method=body.method, models=body.models, weights=body.weights, name=body.name
+        ),
+        actor=principal,
+        context=audit_context,
+    )
+    view = jobs.get_job(uow, job_id=job.id, actor=principal)
+    response.headers["Location"] = f"{API_V1}/jobs/{job.id}"
+    return JobRead.from_view(view)

@@ -1,0 +1,238 @@
+"""Studies, contributions and aggregations (``/v1/studies``, issue 5, DESIGN §5)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, StrictStr
+
+from service.api.schemas.base import RequestModel, ResponseModel
+from service.api.schemas.datasets import FeatureIn, LabelIn, feature_inputs
+from service.db.models import Model, StudyContribution
+from service.domain.studies import MAX_MEMBERS, StudySpecInput, StudyView
+from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
+
+__all__ = [
+    "AggregationCreate",
+    "ContributionRead",
+    "DatasetGrantIn",
+    "ModelContributionIn",
+    "StudyCreate",
+    "StudyList",
+    "StudyMemberRead",
+    "StudyRead",
+    "StudyResultRead",
+    "StudySpecIn",
+]
+
+_ID = Annotated[StrictStr, Field(min_length=1, max_length=64)]
+FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+
+#: Models one aggregation may combine.
+MAX_AGGREGATION_MODELS = 1_000
+
+
+class StudySpecIn(RequestModel):
+    """The features and label every contribution must encode: the shape of a dataset spec's
+    `label`, `features` and `row_norm` (public bounds and category lists)."""
+
+    label: LabelIn
+    features: list[FeatureIn] = Field(min_length=1)
+    row_norm: Literal["clip", "scale"] = "clip"
+
+    def to_domain(self) -> StudySpecInput:
+        return StudySpecInput(
+            label_column=self.label.column,
+            positive=self.label.positive,
+            features=feature_inputs(self.features),
+            row_norm=self.row_norm,
+        )
+
+
+class StudyCreate(RequestModel):
+    """A new study; the caller becomes its coordinator (and a member)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "adult-consortium",
+                    "members": ["5f0c6d7e8a9b4c3d2e1f0a9b8c7d6e5f"],
+                    "spec": {
+                        "label": {"column": "income", "positive": ">50K"},
+                        "features": [
+                            {"column": "age", "type": "numeric", "lower": 17, "upper": 90},
+                            {
+                                "column": "sex",
+                                "type": "categorical",
+                                "categories": ["Female", "Male"],
+                            },
+                        ],
+                    },
+                }
+            ]
+        }
+    )
+
+    name: Annotated[StrictStr, Field(min_length=1, max_length=200)]
+    members: list[_ID] = Field(
+        min_length=1,
+        max_length=MAX_MEMBERS + 1,
+        description="Ids of the member sites (besides the coordinator, who is always one).",
+    )
+    spec: StudySpecIn
+
+
+class ModelContributionIn(RequestModel):
+    """Contribute a model the calling site owns (fitted by PrivFit or uploaded)."""
+
+    model_id: _ID
+
+
+class DatasetGrantIn(RequestModel):
+    """Let the study spend up to (ε, δ) of one of the calling site's datasets (used by
+    federated fits); the caps must fit within the dataset's own budget caps."""
+
+    dataset_id: _ID
+    epsilon_cap: FiniteFloat = Field(gt=0)
+    delta_cap: FiniteFloat = Field(default=0.0, ge=0, lt=1)
+
+
+class StudyMemberRead(ResponseModel):
+    """A member site and its role."""
+
+    site_id: str
+    role: Literal["coordinator", "member"]
+
+
+class ContributionRead(ResponseModel):
+    """A contribution: a model, or a grant on a dataset's budget."""
+
+    id: str
+    site_id: str = Field(description="The contributing site.")
+    kind: Literal["model", "dataset"]
+    model_id: str | None
+    dataset_id: str | None
+    epsilon_cap: float | None = Field(description="For a grant: the most ε the study may spend.")
+    delta_cap: float | None
+    used: bool = Field(description="Used by an aggregation: it can no longer be withdrawn.")
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: StudyContribution) -> ContributionRead:
+        return cls(
+            id=row.id,
+            site_id=row.site_id,
+            kind=row.kind,  # type: ignore[arg-type]
+            model_id=row.model_id,
+            dataset_id=row.dataset_id,
+            epsilon_cap=None
+            if row.epsilon_cap_units is None
+            else from_units(row.epsilon_cap_units, EPSILON_UNIT),
+            delta_cap=None
+            if row.delta_cap_units is None
+            else from_units(row.delta_cap_units, DELTA_UNIT),
+            used=row.used_at is not None,
+            created_at=row.created_at,
+        )
+
+
+class StudyResultRead(ResponseModel):
+    """A model released to the study (readable by every member at `/v1/models/{id}`)."""
+
+    model_id: str
+    job_id: str | None
+    method: str | None
+    guarantee: str | None = Field(description="The result's privacy guarantee, in one word.")
+    created_at: datetime
+
+    @classmethod
+    def from_row(cls, row: Model) -> StudyResultRead:
+        return cls(
+            model_id=row.id,
+            job_id=row.job_id,
+            method=row.mechanism,
+            guarantee=(row.privacy or {}).get("guarantee"),
+            created_at=row.created_at,
+        )
+
+
+class StudyRead(ResponseModel):
+    """A study as its members see it."""
+
+    id: str
+    name: str
+    coordinator: str = Field(description="The coordinating site's id.")
+    members: list[StudyMemberRead]
+    spec: dict[str, Any] = Field(description="The label and features, normalised.")
+    feature_names: list[str] = Field(description="The encoded features, intercept included.")
+    contributions: list[ContributionRead]
+    results: list[StudyResultRead]
+    created_at: datetime
+
+    @classmethod
+    def from_view(cls, view: StudyView) -> StudyRead:
+        study = view.study
+        return cls(
+            id=study.id,
+            name=study.name,
+            coordinator=study.coordinator_site_id,
+            members=[
+                StudyMemberRead(site_id=m.site_id, role=m.role)  # type: ignore[arg-type]
+                for m in view.members
+            ],
+            spec=dict(study.spec),
+            feature_names=list(study.feature_names),
+            contributions=[ContributionRead.from_row(c) for c in view.contributions],
+            results=[StudyResultRead.from_row(m) for m in view.results],
+            created_at=study.created_at,
+        )
+
+
+class StudyList(ResponseModel):
+    """One page of studies, newest first."""
+
+    items: list[StudyRead]
+    total: int
+    limit: int
+    offset: int
+
+
+class AggregationCreate(RequestModel):
+    """Combine the study's contributed models.
+
+    `average` (seed 000, Alg. 4): the (optionally weighted) average of the coefficients.
+    Nothing is charged; the result's privacy record lists the guarantee each input carried."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"method": "average"},
+                {
+                    "method": "average",
+                    "models": [
+                        "5f0c6d7e8a9b4c3d2e1f0a9b8c7d6e5f",
+                        "0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+                    ],
+                    "weights": [1.0, 3.0],
+                },
+            ]
+        }
+    )
+
+    method: Literal["average"]
+    models: list[_ID] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_AGGREGATION_MODELS,
+        description="Contributed model ids to combine; default: every contributed model.",
+    )
+    weights: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_AGGREGATION_MODELS,
+        description="Public, non-negative weights, one per model in `models` order (or in "
+        "contribution order); normalised to sum 1. Default: equal weights.",
+    )
+    name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
