@@ -4,7 +4,6 @@ and two alternative job runners (the app takes any :class:`~service.jobs.runner.
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -202,4 +201,9 @@ class HoldingRunner:
 
     @classmethod
     def factory(cls) -> Callable[[Settings, UnitOfWorkFactory], HoldingRunner]:
-        return functools.partial(lambda _s, _u: cls())
+        """For ``app.state.job_runner_factory``."""
+
+        def build(_settings: Settings, _uow_factory: UnitOfWorkFactory) -> HoldingRunner:
+            return cls()
+
+        return build
