@@ -115,7 +115,6 @@ def _input_entry(item: _Input, weight: float) -> dict[str, Any]:
         "mechanism": record.get("mechanism"),
         "epsilon": record.get("epsilon"),
         "delta": record.get("delta"),
-        "statement": record.get("statement"),
     }
     if item.model.source == "upload":
         entry["claim"] = record.get("claim")
@@ -126,6 +125,17 @@ def _input_entry(item: _Input, weight: float) -> dict[str, Any]:
         if isinstance(d, Mapping)
     ]
     entry["datasets"] = datasets
+    # The input's own statement names its dataset; other members see ids only.
+    if item.model.source == "upload":
+        entry["statement"] = record.get("statement")
+    elif entry["guarantee"] == "differential_privacy":
+        entry["statement"] = "; ".join(
+            f"({d['epsilon']:g}, {d['delta']:g})-differential privacy for one row of dataset "
+            f"{d['id']}"
+            for d in datasets
+        )
+    else:
+        entry["statement"] = "no differential privacy"
     randomness = record.get("randomness")
     if isinstance(randomness, Mapping) and randomness.get("source") == "test_seed":
         entry["randomness"] = dict(randomness)

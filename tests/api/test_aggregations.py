@@ -1,0 +1,324 @@
+"""Aggregations over HTTP: the average method (issue 5 item 3, seed 000 Alg. 4, DESIGN §3).
+
+* ``POST /v1/studies/{id}/aggregations`` with ``{"method": "average"}`` answers 202 with a job
+  (kind ``aggregate``) that has already succeeded and names a model whose coefficients are the
+  (weighted) average of the contributed ones, readable (get, predict, export) by every member
+  and by no one else.
+* Only the coordinator aggregates (another member: 403, an outsider: 404); no contributions,
+  models not contributed to this study (the caller's own, another study's), duplicate ids, bad
+  weights and stacked models are 422s that release nothing.
+* Nothing is charged. The privacy record lists each input's guarantee, composes verified ones
+  per dataset (ε adds over models fitted on the same dataset), marks uploaded classifiers'
+  guarantees as declared claims, and says plainly that there is no DP when an input has none.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.api._studies import (
+    FEATURE_NAMES,
+    N_WEIGHTS,
+    contribute,
+    create_study,
+    fit_model,
+    upload_dataset,
+    upload_model,
+    weights_of,
+)
+from tests.conftest import MakeSite, SiteHandle
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+W1 = [0.5, -1.0, 0.25, 0.0, 2.0]
+W2 = [1.5, 1.0, -0.25, 1.0, -2.0]
+W3 = [-4.0, 0.0, 0.0, 8.0, 1.0]
+
+
+@pytest.fixture
+def trio(make_site: MakeSite) -> tuple[SiteHandle, SiteHandle, SiteHandle]:
+    """Coordinator, member, outsider."""
+    return make_site(name="coordinator"), make_site(name="member"), make_site(name="outsider")
+
+
+def aggregate(
+    client: TestClient, site: SiteHandle, study_id: str, **body: Any
+) -> tuple[int, dict[str, Any]]:
+    response = client.post(
+        f"/v1/studies/{study_id}/aggregations",
+        json={"method": "average", **body},
+        headers=site.headers,
+    )
+    out: dict[str, Any] = response.json()
+    return response.status_code, out
+
+
+def aggregated_model(
+    client: TestClient, site: SiteHandle, study_id: str, **body: Any
+) -> dict[str, Any]:
+    status, job = aggregate(client, site, study_id, **body)
+    assert status == 202, job
+    assert job["kind"] == "aggregate"
+    assert job["status"] == "succeeded"
+    assert job["charges"] == []
+    assert job["dataset_id"] is None
+    response = client.get(f"/v1/models/{job['model_id']}", headers=site.headers)
+    assert response.status_code == 200, response.text
+    model: dict[str, Any] = response.json()
+    assert model["job_id"] == job["id"]
+    return model
+
+
+def test_average_is_the_mean_and_every_member_reads_predicts_and_exports_it(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, outsider = trio
+    study = create_study(client, coordinator, [member])
+    m1 = upload_model(client, coordinator, W1)
+    m2 = upload_model(client, member, W2)
+    contribute(client, coordinator, study["id"], {"model_id": m1["id"]})
+    contribute(client, member, study["id"], {"model_id": m2["id"]})
+
+    model = aggregated_model(client, coordinator, study["id"])
+    expected = (np.asarray(W1) + np.asarray(W2)) / 2
+    np.testing.assert_allclose(weights_of(model), expected, atol=1e-9)
+    assert model["source"] == "aggregate"
+    assert model["mechanism"] == "average"
+    assert model["feature_names"] == FEATURE_NAMES
+    assert model["privacy"]["kind"] == "aggregate"
+    assert model["label"] == {"column": "outcome", "positive": "yes"}
+
+    # Every member reads, predicts with and exports the result; an outsider gets 404.
+    row = {"age": 54, "color": "green"}
+    for site in (coordinator, member):
+        got = client.get(f"/v1/models/{model['id']}", headers=site.headers)
+        assert got.status_code == 200
+        assert weights_of(got.json()) == weights_of(model)
+        predicted = client.post(
+            f"/v1/models/{model['id']}/predict", json={"rows": [row]}, headers=site.headers
+        )
+        assert predicted.status_code == 200, predicted.text
+        x = np.array([(54 - 18) / (90 - 18), 0.0, 1.0, 0.0, 1.0])
+        x = x / max(1.0, float(np.linalg.norm(x)))
+        score = predicted.json()["predictions"][0]["score"]
+        assert score == pytest.approx(float(x @ expected), abs=1e-9)
+        exported = client.get(f"/v1/models/{model['id']}/export", headers=site.headers)
+        assert exported.status_code == 200
+        assert exported.json()["privacy"]["kind"] == "aggregate"
+    for path in ("", "/export"):
+        assert (
+            client.get(f"/v1/models/{model['id']}{path}", headers=outsider.headers).status_code
+            == 404
+        )
+    hidden = client.post(
+        f"/v1/models/{model['id']}/predict", json={"rows": [row]}, headers=outsider.headers
+    )
+    assert hidden.status_code == 404
+
+    # The study lists the result; the contributions are now used.
+    seen = client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()
+    assert [r["model_id"] for r in seen["results"]] == [model["id"]]
+    assert seen["results"][0]["method"] == "average"
+    assert all(c["used"] for c in seen["contributions"])
+
+
+def test_selected_models_with_public_weights(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    ids = []
+    for site, w in ((coordinator, W1), (member, W2), (member, W3)):
+        m = upload_model(client, site, w)
+        contribute(client, site, study["id"], {"model_id": m["id"]})
+        ids.append(m["id"])
+    model = aggregated_model(
+        client, coordinator, study["id"], models=[ids[2], ids[0]], weights=[1.0, 3.0]
+    )
+    expected = 0.25 * np.asarray(W3) + 0.75 * np.asarray(W1)
+    np.testing.assert_allclose(weights_of(model), expected, atol=1e-9)
+    inputs = model["privacy"]["inputs"]
+    assert [i["model_id"] for i in inputs] == [ids[2], ids[0]]
+    assert [i["weight"] for i in inputs] == [0.25, 0.75]
+    # Only the selected contributions are used: the other can still be withdrawn.
+    seen = client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()
+    used = {c["model_id"]: c["used"] for c in seen["contributions"]}
+    assert used == {ids[0]: True, ids[1]: False, ids[2]: True}
+
+
+def test_only_the_coordinator_aggregates(
+    client: TestClient,
+    trio: tuple[SiteHandle, SiteHandle, SiteHandle],
+    admin_headers: dict[str, str],
+) -> None:
+    coordinator, member, outsider = trio
+    study = create_study(client, coordinator, [member])
+    m = upload_model(client, member, W2)
+    contribute(client, member, study["id"], {"model_id": m["id"]})
+    assert aggregate(client, member, study["id"])[0] == 403
+    assert aggregate(client, outsider, study["id"])[0] == 404
+    by_admin = client.post(
+        f"/v1/studies/{study['id']}/aggregations",
+        json={"method": "average"},
+        headers=admin_headers,
+    )
+    assert by_admin.status_code == 403
+    seen = client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()
+    assert seen["results"] == []
+
+
+def test_bad_aggregation_requests_are_422_and_release_nothing(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    status, problem = aggregate(client, coordinator, study["id"])
+    assert status == 422
+    assert "no contributed models" in problem["detail"]
+
+    contributed = upload_model(client, member, W2)
+    contribute(client, member, study["id"], {"model_id": contributed["id"]})
+    own_not_contributed = upload_model(client, coordinator, W1)
+    other_study = create_study(client, coordinator, [member])
+    elsewhere = upload_model(client, member, W3)
+    contribute(client, member, other_study["id"], {"model_id": elsewhere["id"]})
+
+    for body in (
+        {"models": [own_not_contributed["id"]]},
+        {"models": [contributed["id"], elsewhere["id"]]},
+        {"models": [contributed["id"], contributed["id"]]},
+        {"models": ["0" * 32]},
+        {"weights": [1.0, 2.0]},
+        {"weights": [0.0]},
+        {"weights": [-1.0]},
+        {"method": "median"},
+        {"models": []},
+    ):
+        status, problem = aggregate(client, coordinator, study["id"], **body)
+        assert status == 422, (body, problem)
+    status, problem = aggregate(client, coordinator, study["id"], models=[elsewhere["id"]])
+    assert "only models contributed to this study" in problem["detail"]
+    seen = client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()
+    assert seen["results"] == []
+    assert [c["used"] for c in seen["contributions"]] == [False]
+
+
+def test_a_stacked_model_cannot_be_averaged(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    dataset = upload_dataset(client, member, seed=5)
+    stacked = fit_model(client, member, dataset["id"], mechanism="stacking_samples")
+    assert stacked["model"]["kind"] == "stacked"
+    contribute(client, member, study["id"], {"model_id": stacked["id"]})
+    status, problem = aggregate(client, coordinator, study["id"])
+    assert status == 422
+    assert "stacked" in problem["detail"]
+
+
+def test_privacy_record_composes_verified_guarantees_per_dataset_and_charges_nothing(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    d_member = upload_dataset(client, member, seed=1)
+    d_coord = upload_dataset(client, coordinator, seed=2)
+    a = fit_model(client, member, d_member["id"], epsilon=1.0)
+    b = fit_model(client, member, d_member["id"], epsilon=0.5)
+    c = fit_model(client, coordinator, d_coord["id"], epsilon=0.25)
+    for site, m in ((member, a), (member, b), (coordinator, c)):
+        contribute(client, site, study["id"], {"model_id": m["id"]})
+
+    def spent(site: SiteHandle, dataset_id: str) -> float:
+        budget = client.get(f"/v1/datasets/{dataset_id}/budget", headers=site.headers).json()
+        return float(budget["epsilon_spent"])
+
+    before = (spent(member, d_member["id"]), spent(coordinator, d_coord["id"]))
+    model = aggregated_model(client, coordinator, study["id"])
+    after = (spent(member, d_member["id"]), spent(coordinator, d_coord["id"]))
+    assert before == after == (pytest.approx(1.5), pytest.approx(0.25))
+
+    expected = (np.asarray(weights_of(a)) + weights_of(b) + weights_of(c)) / 3
+    np.testing.assert_allclose(weights_of(model), expected, atol=1e-9)
+    record = model["privacy"]
+    assert record["guarantee"] == "differential_privacy"
+    assert record["verified"] is True
+    assert "nothing" in record["charged"]
+    by_dataset = {d["id"]: d for d in record["datasets"]}
+    assert set(by_dataset) == {d_member["id"], d_coord["id"]}
+    # Sequential within a dataset (two models on the member's rows), parallel across datasets.
+    assert by_dataset[d_member["id"]]["epsilon"] == pytest.approx(1.5)
+    assert sorted(by_dataset[d_member["id"]]["models"]) == sorted([a["id"], b["id"]])
+    assert by_dataset[d_coord["id"]]["epsilon"] == pytest.approx(0.25)
+    assert record["epsilon"] == pytest.approx(1.5)
+    assert len(record["inputs"]) == 3
+    assert {i["guarantee"] for i in record["inputs"]} == {"differential_privacy"}
+    assert "(1.5, 0)-differential privacy" in record["statement"]
+    # The member sees the record too, and it holds no other site's dataset metadata.
+    text = json.dumps(client.get(f"/v1/models/{model['id']}", headers=member.headers).json())
+    assert d_coord["name"] not in text
+    assert "n_rows" not in text
+
+
+def test_uploaded_classifiers_guarantees_are_declared_claims(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    dataset = upload_dataset(client, coordinator, seed=3)
+    fitted = fit_model(client, coordinator, dataset["id"], epsilon=0.5)
+    claimed = upload_model(
+        client, member, W2, claim={"epsilon": 0.8, "mechanism": "objective_perturbation"}
+    )
+    contribute(client, coordinator, study["id"], {"model_id": fitted["id"]})
+    contribute(client, member, study["id"], {"model_id": claimed["id"]})
+    record = aggregated_model(client, coordinator, study["id"])["privacy"]
+    assert record["guarantee"] == "declared"
+    assert record["verified"] is False
+    assert record["epsilon"] is None
+    assert "declared by the uploader, not verified by PrivFit" in record["statement"]
+    upload_entry = next(i for i in record["inputs"] if i["model_id"] == claimed["id"])
+    assert upload_entry["guarantee"] == "declared"
+    assert upload_entry["verified"] is False
+    assert upload_entry["claim"]["epsilon"] == 0.8
+    assert upload_entry["note"] == "declared by the uploader, not verified by PrivFit"
+    fit_entry = next(i for i in record["inputs"] if i["model_id"] == fitted["id"])
+    assert fit_entry["verified"] is True
+    assert fit_entry["epsilon"] == pytest.approx(0.5)
+    by_model = {d["models"][0]: d for d in record["datasets"]}
+    assert by_model[fitted["id"]]["epsilon"] == pytest.approx(0.5)
+    assert by_model[claimed["id"]]["verified"] is False
+
+
+@pytest.mark.parametrize("no_dp", ["upload_without_claim", "non_private_fit"])
+def test_an_input_without_dp_means_the_average_has_none(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle], no_dp: str
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    dp = upload_model(client, coordinator, W1, claim={"epsilon": 1.0})
+    if no_dp == "upload_without_claim":
+        plain = upload_model(client, member, W2)
+    else:
+        dataset = upload_dataset(client, member, seed=4, allow_non_private=True)
+        plain = fit_model(client, member, dataset["id"], mechanism="non_private", epsilon=None)
+    contribute(client, coordinator, study["id"], {"model_id": dp["id"]})
+    contribute(client, member, study["id"], {"model_id": plain["id"]})
+    model = aggregated_model(client, coordinator, study["id"])
+    record = model["privacy"]
+    assert record["guarantee"] == "none"
+    assert record["verified"] is False
+    assert record["epsilon"] is None
+    assert record["statement"].startswith("no differential privacy")
+    assert plain["id"] in record["statement"]
+    listed = client.get("/v1/models", headers=coordinator.headers).json()["items"]
+    summary = next(m for m in listed if m["id"] == model["id"])
+    assert summary["source"] == "aggregate"
+    assert summary["epsilon"] is None
+    assert len(weights_of(model)) == N_WEIGHTS
