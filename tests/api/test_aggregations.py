@@ -188,7 +188,7 @@ def test_bad_aggregation_requests_are_422_and_release_nothing(
     elsewhere = upload_model(client, member, W3)
     contribute(client, member, other_study["id"], {"model_id": elsewhere["id"]})
 
-    for body in (
+    bodies: list[dict[str, Any]] = [
         {"models": [own_not_contributed["id"]]},
         {"models": [contributed["id"], elsewhere["id"]]},
         {"models": [contributed["id"], contributed["id"]]},
@@ -198,7 +198,8 @@ def test_bad_aggregation_requests_are_422_and_release_nothing(
         {"weights": [-1.0]},
         {"method": "median"},
         {"models": []},
-    ):
+    ]
+    for body in bodies:
         status, problem = aggregate(client, coordinator, study["id"], **body)
         assert status == 422, (body, problem)
     status, problem = aggregate(client, coordinator, study["id"], models=[elsewhere["id"]])
@@ -242,7 +243,9 @@ def test_privacy_record_composes_verified_guarantees_per_dataset_and_charges_not
     before = (spent(member, d_member["id"]), spent(coordinator, d_coord["id"]))
     model = aggregated_model(client, coordinator, study["id"])
     after = (spent(member, d_member["id"]), spent(coordinator, d_coord["id"]))
-    assert before == after == (pytest.approx(1.5), pytest.approx(0.25))
+    assert before == after
+    assert before[0] == pytest.approx(1.5)
+    assert before[1] == pytest.approx(0.25)
 
     expected = (np.asarray(weights_of(a)) + weights_of(b) + weights_of(c)) / 3
     np.testing.assert_allclose(weights_of(model), expected, atol=1e-9)
