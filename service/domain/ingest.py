@@ -13,8 +13,8 @@ What this module guarantees (DESIGN §2, issue 4):
   the next one is read, so memory stays bounded by a few batches whatever the file size.
 * **All or nothing.** Problems that need the whole file (missing values under
   ``"missing": "error"``, NaN/inf, a label without positive rows) are counted to the end and
-  then raised; the caller writes the chunks inside one transaction and rolls it back on any
-  :class:`DatasetInputError`, so a rejected upload stores nothing.
+  then raised; the caller keeps the chunks aside and stores them (in one transaction) only
+  when :func:`ingest` returns, so a rejected upload stores nothing.
 * **No data values in errors.** Messages name columns and count rows; they never quote a
   cell. pyarrow's own messages (which do quote cells) are never passed on.
 

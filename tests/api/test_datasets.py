@@ -17,8 +17,8 @@ import io
 import json
 import math
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import IO, Any
 
 import httpx2 as httpx
 import numpy as np
@@ -30,9 +30,11 @@ from numpy.typing import NDArray
 from sqlalchemy import Engine, text
 
 from service.api.schemas.problem import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
+from service.db.session import make_engine
 from service.db.uow import UnitOfWorkFactory
 from service.domain.budgets import DatasetDeletedError
 from service.domain.datasets import load_design
+from service.domain.ingest import EncodedChunk, IngestReport, ingest
 from tests.conftest import MakeSite, SiteHandle
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -270,6 +272,41 @@ def test_scale_row_norm_divides_by_the_public_constant(
     X, _ = load_design(uow_factory, response.json()["id"])
     # M = √(3 features + intercept) = 2, from the spec alone.
     np.testing.assert_allclose(X, RAW_X / 2.0, rtol=0, atol=1e-15)
+
+
+def test_reading_the_file_holds_no_database_lock(
+    client: TestClient,
+    site: SiteHandle,
+    db_url: str,
+    uow_factory: UnitOfWorkFactory,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While the file is parsed and encoded, other requests can write at once: a big upload
+    must not hold SQLite's single write lock (or a PostgreSQL transaction) for its duration.
+    Checked with a writer that gives up immediately instead of waiting for the lock."""
+    impatient = make_engine(db_url, busy_timeout_ms=0)
+    writes: list[str] = []
+
+    def ingest_and_write_meanwhile(
+        source: IO[bytes], spec: Any, *, on_chunk: Callable[[EncodedChunk], None]
+    ) -> IngestReport:
+        def chunk_then_write(chunk: EncodedChunk) -> None:
+            on_chunk(chunk)
+            with impatient.begin() as connection:
+                connection.execute(text("UPDATE site SET name = name"))
+            writes.append("written")
+
+        return ingest(source, spec, on_chunk=chunk_then_write)
+
+    monkeypatch.setattr("service.domain.datasets.ingest", ingest_and_write_meanwhile)
+    try:
+        response = upload(client, site, csv_bytes())
+    finally:
+        impatient.dispose()
+    assert response.status_code == 201, response.text
+    assert writes == ["written"]
+    X, _ = load_design(uow_factory, response.json()["id"])
+    np.testing.assert_allclose(X, expected_design()[0], rtol=0, atol=1e-15)
 
 
 # ---- rejected uploads: precise problems, nothing stored, no values ---------------------------
