@@ -15,6 +15,7 @@ average has none. Stacked models are not one weight vector: averaging them is a 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -22,10 +23,13 @@ from typing import Any
 
 from service.db.base import utcnow
 from service.db.models import Job, Model, Study, new_id
-from service.db.uow import UnitOfWork
-from service.domain import audit
+from service.db.uow import UnitOfWork, UnitOfWorkFactory
+from service.domain import audit, budgets
 from service.domain.audit import AuditContext
-from service.domain.errors import InvalidInputError, PermissionDeniedError
+from service.domain.datasets import load_design
+from service.domain.errors import InvalidInputError, NotFoundError, PermissionDeniedError
+from service.domain.ids import looks_like_id
+from service.domain.jobs import job_problem
 from service.domain.principal import Principal
 from service.domain.privacy_record import (
     NEIGHBOURING,
@@ -34,12 +38,26 @@ from service.domain.privacy_record import (
     json_safe,
     software_version,
 )
-from service.domain.studies import visible_study
+from service.domain.randomness import Randomness
+from service.domain.studies import require_matching, visible_study
+from service.dp import ConvergenceError
+from service.dp import calibrate as dp_calibrate
 from service.dp.aggregation import average_coefficients, normalised_weights
+from service.dp.transfer import transfer_fit
 
-__all__ = ["AGGREGATION_METHODS", "AggregationRequest", "aggregate", "average_privacy_record"]
+logger = logging.getLogger(__name__)
 
-AGGREGATION_METHODS = ("average",)
+__all__ = [
+    "AGGREGATION_METHODS",
+    "AggregationRequest",
+    "TransferRequest",
+    "aggregate",
+    "average_privacy_record",
+    "transfer",
+    "transfer_privacy_record",
+]
+
+AGGREGATION_METHODS = ("average", "transfer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +320,7 @@ def aggregate(
     for an unknown method, no or foreign models, bad weights or stacked models.
     """
     site_id = actor.require_site()
-    if request.method not in AGGREGATION_METHODS:
+    if request.method != "average":
         raise InvalidInputError(f"unknown aggregation method {request.method!r}")
     with uow:
         study = visible_study(uow, study_id, actor)
@@ -370,3 +388,358 @@ def aggregate(
         job = uow.jobs.get(job_id)
         assert job is not None
         return job
+
+
+# --- transfer ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TransferRequest:
+    """Hypothesis transfer onto the coordinator's own target dataset."""
+
+    target_dataset_id: str
+    epsilon: float
+    transfer_strength: float
+    source_models: Sequence[str] | None = None
+    regularization: float = 0.01
+    loss: str = "logistic"
+    name: str | None = None
+
+
+#: Calibration numbers safe to show every member: none of them reveals the target's row count.
+_PUBLIC_CALIBRATION_KEYS = ("loss", "regularization", "transfer_strength", "c", "branch")
+
+
+def _compose_sources(
+    entries: Sequence[Mapping[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    per_dataset: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        if entry["guarantee"] != "differential_privacy" or not entry["verified"]:
+            continue
+        for d in entry["datasets"]:
+            slot = per_dataset.setdefault(
+                str(d["id"]),
+                {
+                    "id": d["id"],
+                    "site_id": entry["site_id"],
+                    "epsilon": 0.0,
+                    "delta": 0.0,
+                    "models": [],
+                    "guarantee": "differential_privacy",
+                    "verified": True,
+                },
+            )
+            slot["epsilon"] += float(d["epsilon"])
+            slot["delta"] += float(d["delta"])
+            slot["models"].append(entry["model_id"])
+    return per_dataset
+
+
+def transfer_privacy_record(
+    sources: Sequence[Mapping[str, Any]],
+    *,
+    target_id: str,
+    target_site_id: str,
+    epsilon: float,
+    delta: float,
+    calibration: Mapping[str, Any],
+    randomness: Randomness,
+    job_id: str,
+    study_id: str,
+    version: str | None = None,
+) -> dict[str, Any]:
+    """The record of a transfer fit: ε-DP for the target dataset by this job, composed
+    sequentially with any source model fitted on the same dataset; the sources' own
+    guarantees for their datasets; a plain "no DP" when a source has none."""
+    per_dataset = _compose_sources(sources)
+    target = per_dataset.pop(target_id, None)
+    target_slot: dict[str, Any] = {
+        "id": target_id,
+        "site_id": target_site_id,
+        "epsilon": epsilon + (target["epsilon"] if target else 0.0),
+        "delta": delta + (target["delta"] if target else 0.0),
+        "charged_by_this_job": {"epsilon": epsilon, "delta": delta},
+        "models": list(target["models"]) if target else [],
+        "guarantee": "differential_privacy",
+        "verified": True,
+        "role": "target",
+    }
+    datasets: list[dict[str, Any]] = [target_slot, *per_dataset.values()]
+    no_dp = [e for e in sources if e["guarantee"] not in ("differential_privacy", "declared")]
+    declared = [e for e in sources if e not in no_dp and not e["verified"]]
+    datasets.extend(
+        {
+            "id": None,
+            "site_id": e["site_id"],
+            "models": [e["model_id"]],
+            "guarantee": e["guarantee"],
+            "verified": False,
+            "epsilon": None,
+            "delta": None,
+            "description": "the data the uploader trained on (not known to PrivFit)",
+            "claim": e.get("claim"),
+        }
+        for e in sources
+        if e["source"] == "upload"
+    )
+    datasets.extend(
+        {
+            "id": d.get("id"),
+            "site_id": e["site_id"],
+            "models": [e["model_id"]],
+            "guarantee": "none",
+            "verified": True,
+            "epsilon": None,
+            "delta": None,
+        }
+        for e in no_dp
+        if e["source"] != "upload"
+        for d in e["datasets"]
+    )
+    target_text = (
+        f"({target_slot['epsilon']:g}, {target_slot['delta']:g})-differential privacy for one "
+        f"row of the target dataset {target_id}"
+        + ("" if randomness.seed is None else " (test seed: not private in practice)")
+    )
+    if no_dp:
+        guarantee, verified, eps, dlt = "none", False, None, None
+        statement = (
+            f"{target_text}; but source model(s) "
+            + ", ".join(e["model_id"] for e in no_dp)
+            + " carry no DP guarantee, so the result protects nothing for the data they were "
+            "trained on"
+        )
+    elif declared:
+        guarantee, verified, eps, dlt = "declared", False, None, None
+        statement = (
+            f"{target_text}; source model(s) "
+            + ", ".join(e["model_id"] for e in declared)
+            + f" carry only a guarantee {UNVERIFIED_NOTE}, inherited by post-processing"
+        )
+    else:
+        guarantee, verified = "differential_privacy", True
+        eps = max(float(d["epsilon"]) for d in datasets)
+        dlt = max(float(d["delta"]) for d in datasets)
+        statement = target_text + "".join(
+            f"; ({d['epsilon']:g}, {d['delta']:g})-differential privacy for one row of "
+            f"source dataset {d['id']} (post-processing of its model)"
+            for d in per_dataset.values()
+        )
+    record: dict[str, Any] = {
+        "version": RECORD_VERSION,
+        "kind": "aggregate",
+        "method": "transfer",
+        "verified": verified,
+        "guarantee": guarantee,
+        "statement": statement,
+        "mechanism": "transfer",
+        "epsilon": eps,
+        "delta": dlt,
+        "unit": {
+            "record": "row",
+            "neighbouring": NEIGHBOURING,
+            "description": "one row of the target dataset, and of each source model's dataset",
+        },
+        "datasets": datasets,
+        "inputs": list(sources),
+        "calibration": {
+            **{k: calibration[k] for k in _PUBLIC_CALIBRATION_KEYS if k in calibration},
+            "base_mechanism": "objective_perturbation",
+            "note": "numbers that depend on the target dataset's size are not shown to the "
+            "study's other members",
+        },
+        "charged": f"ε = {epsilon:g}, δ = {delta:g} to the target dataset {target_id}",
+        "composition": {
+            "within_job": "objective perturbation on the target dataset with the regulariser "
+            "(η/2)‖w − w₀‖² centred on the average w₀ of the source models (public, "
+            "post-processed); the same ε bound holds (see service.dp.transfer)",
+            "across_datasets": "parallel across datasets; sequential (ε and δ add) on the "
+            "target dataset when a source model was fitted on it",
+            "across_jobs": "this job's (ε, δ) was charged to the target dataset's ledger and "
+            "committed before any noise was drawn",
+        },
+        "randomness": randomness.describe(),
+        "study_id": study_id,
+        "software": {"name": "privfit", "version": version or software_version()},
+        "job_id": job_id,
+    }
+    return json_safe(record)  # type: ignore[no-any-return]
+
+
+def _fail(uow_factory: UnitOfWorkFactory, job_id: str, slug: str) -> None:
+    with uow_factory() as uow:
+        uow.jobs.transition(
+            job_id,
+            expected="running",
+            status="failed",
+            finished_at=utcnow(),
+            error=job_problem(slug),
+        )
+        uow.commit()
+
+
+def transfer(
+    uow_factory: UnitOfWorkFactory,
+    *,
+    study_id: str,
+    request: TransferRequest,
+    actor: Principal,
+    context: AuditContext,
+    randomness: Randomness | None = None,
+) -> Job:
+    """Hypothesis transfer for the study's coordinator; returns the finished job.
+
+    Everything that needs no data is checked before anything is spent: 404 for a study the
+    caller is not in or a target dataset it does not own, 403 for a member that is not the
+    coordinator, 422 for foreign or stacked source models, a target whose spec differs from the
+    study's, or bad parameters; 409 when the target's budget cannot cover ε. Then the charge
+    and the running job are committed together, before any noise is drawn; the fit runs in
+    this call, and a failure after the charge leaves the budget spent (DESIGN §2).
+    """
+    site_id = actor.require_site()
+    randomness = randomness or Randomness()
+    with uow_factory() as uow:
+        study = visible_study(uow, study_id, actor)
+        if study.coordinator_site_id != site_id:
+            raise PermissionDeniedError("only the study's coordinator can run aggregations")
+        inputs = _select_inputs(uow, study, request.source_models)
+        _, source = _average(inputs, None)  # w₀: the equal-weight average of the sources
+        target_id = request.target_dataset_id
+        dataset = uow.datasets.get(target_id) if looks_like_id(target_id) else None
+        if dataset is None or dataset.owner_site_id != site_id or dataset.deleted_at is not None:
+            raise NotFoundError("dataset")
+        require_matching(
+            study,
+            dataset.preprocessing,
+            dict(dataset.spec.get("label") or {}),
+            "target dataset",
+            field="target_dataset_id",
+        )
+        try:
+            dp_calibrate(
+                "objective_perturbation",
+                n=max(int(dataset.n_rows), 1),
+                d=int(dataset.n_features),
+                epsilon=request.epsilon,
+                delta=0.0,
+                loss=request.loss,
+                regularization=request.regularization,
+            )
+        except ValueError as exc:
+            raise InvalidInputError(f"invalid transfer parameters: {exc}") from exc
+        now = utcnow()
+        job = uow.jobs.add(
+            Job(
+                id=new_id(),
+                owner_site_id=site_id,
+                kind="aggregate",
+                dataset_id=dataset.id,
+                params=json_safe(
+                    {
+                        "method": "transfer",
+                        "study_id": study.id,
+                        "source_models": [i.model.id for i in inputs],
+                        "target_dataset_id": dataset.id,
+                        "epsilon": request.epsilon,
+                        "delta": 0.0,
+                        "transfer_strength": request.transfer_strength,
+                        "regularization": request.regularization,
+                        "loss": request.loss,
+                    }
+                ),
+                status="running",
+                progress=0.0,
+                attempt=1,
+                created_at=now,
+                started_at=now,
+            )
+        )
+        budgets.charge(
+            uow,
+            dataset_id=dataset.id,
+            epsilon=request.epsilon,
+            delta=0.0,
+            mechanism="transfer",
+            job_id=job.id,
+        )
+        uow.studies.mark_used([i.contribution_id for i in inputs], at=now)
+        entries = [_input_entry(item, 1.0 / len(inputs)) for item in inputs]
+        audit.record(
+            uow,
+            action="study.aggregated",
+            actor=actor,
+            context=context,
+            subject_type="study",
+            subject_id=study.id,
+            details={"job_id": job.id, "method": "transfer", "dataset_id": dataset.id},
+        )
+        uow.commit()  # the charge is committed before any noise is drawn
+        job_id, target_site = job.id, dataset.owner_site_id
+        feature_names = list(study.feature_names)
+        preprocessing = dict(study.preprocessing)
+        label = dict(study.spec.get("label") or {})
+        the_study = study.id
+    try:
+        X, y = load_design(uow_factory, target_id)
+        result = transfer_fit(
+            X,
+            y,
+            source,
+            epsilon=request.epsilon,
+            transfer_strength=request.transfer_strength,
+            regularization=request.regularization,
+            loss=request.loss,
+            rng=randomness.generator(),
+        )
+        record = transfer_privacy_record(
+            entries,
+            target_id=target_id,
+            target_site_id=target_site,
+            epsilon=result.epsilon,
+            delta=result.delta,
+            calibration=result.details,
+            randomness=randomness,
+            job_id=job_id,
+            study_id=the_study,
+        )
+        with uow_factory() as uow:
+            model = uow.models.add(
+                Model(
+                    id=new_id(),
+                    owner_site_id=site_id,
+                    name=request.name,
+                    source="aggregate",
+                    mechanism="transfer",
+                    loss=request.loss,
+                    feature_names=feature_names,
+                    preprocessing=preprocessing,
+                    body=json_safe(result.model.to_dict()),
+                    label=label,
+                    privacy=record,
+                    dataset_id=target_id,
+                    job_id=job_id,
+                    study_id=the_study,
+                )
+            )
+            if uow.jobs.succeed(job_id, model_id=model.id, finished_at=utcnow()):
+                uow.commit()
+            else:  # cancelled while running: no model, the budget stays spent
+                uow.rollback()
+                uow.jobs.transition(
+                    job_id, expected="running", status="cancelled", finished_at=utcnow()
+                )
+                uow.commit()
+    except ConvergenceError:
+        _fail(uow_factory, job_id, "did-not-converge")
+    except NotFoundError:
+        _fail(uow_factory, job_id, "dataset-unavailable")
+    except ValueError:
+        _fail(uow_factory, job_id, "invalid-data")
+    except Exception:
+        logger.exception("transfer job %s failed", job_id)
+        _fail(uow_factory, job_id, "job-failed")
+    with uow_factory() as uow:
+        finished = uow.jobs.get(job_id)
+        assert finished is not None
+        return finished

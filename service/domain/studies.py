@@ -42,6 +42,7 @@ __all__ = [
     "create_study",
     "get_study",
     "list_studies",
+    "require_matching",
     "spec_differences",
     "visible_study",
     "withdraw_contribution",
@@ -212,16 +213,22 @@ def spec_differences(
     return out
 
 
-def _require_matching(
-    study: Study, preprocessing: Mapping[str, Any], label: Mapping[str, Any], what: str
+def require_matching(
+    study: Study,
+    preprocessing: Mapping[str, Any],
+    label: Mapping[str, Any],
+    what: str,
+    *,
+    field: str | None = None,
 ) -> None:
+    """422 listing :func:`spec_differences` unless the spec matches the study's."""
     differences = spec_differences(
         study.preprocessing, dict(study.spec.get("label") or {}), preprocessing, label
     )
     if differences:
         raise InvalidInputError(
             f"the {what}'s feature spec does not match the study's: " + "; ".join(differences),
-            errors=[{"loc": ["body", f"{what}_id"], "msg": d} for d in differences],
+            errors=[{"loc": ["body", field or f"{what}_id"], "msg": d} for d in differences],
         )
 
 
@@ -379,7 +386,7 @@ def add_contribution(
                     "a study's aggregated result cannot be contributed to a study",
                     errors=[{"loc": ["body", "model_id"], "msg": "an aggregated study model"}],
                 )
-            _require_matching(study, model.preprocessing, dict(model.label or {}), "model")
+            require_matching(study, model.preprocessing, dict(model.label or {}), "model")
             contribution = StudyContribution(
                 id=new_id(), study_id=study.id, site_id=site_id, kind="model", model_id=model.id
             )
@@ -394,7 +401,7 @@ def add_contribution(
                 or dataset.deleted_at is not None
             ):
                 raise NotFoundError("dataset")
-            _require_matching(
+            require_matching(
                 study, dataset.preprocessing, dict(dataset.spec.get("label") or {}), "dataset"
             )
             eps_units, delta_units = _grant_units(

@@ -38,6 +38,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 W1 = [0.5, -1.0, 0.25, 0.0, 2.0]
 W2 = [1.5, 1.0, -0.25, 1.0, -2.0]
 W3 = [-4.0, 0.0, 0.0, 8.0, 1.0]
+FEATURES_AGE_ONLY = [{"column": "age", "type": "numeric", "lower": 18, "upper": 90}]
 
 
 @pytest.fixture
@@ -325,3 +326,216 @@ def test_an_input_without_dp_means_the_average_has_none(
     assert summary["source"] == "aggregate"
     assert summary["epsilon"] is None
     assert len(weights_of(model)) == N_WEIGHTS
+
+
+# --- transfer ------------------------------------------------------------------------------
+
+
+def transfer(
+    client: TestClient, site: SiteHandle, study_id: str, **body: Any
+) -> tuple[int, dict[str, Any]]:
+    response = client.post(
+        f"/v1/studies/{study_id}/aggregations",
+        json={"method": "transfer", **body},
+        headers=site.headers,
+    )
+    out: dict[str, Any] = response.json()
+    return response.status_code, out
+
+
+def epsilon_spent(client: TestClient, site: SiteHandle, dataset_id: str) -> float:
+    budget = client.get(f"/v1/datasets/{dataset_id}/budget", headers=site.headers).json()
+    return float(budget["epsilon_spent"])
+
+
+def test_transfer_fits_the_target_charges_it_and_every_member_reads_the_result(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, outsider = trio
+    study = create_study(client, coordinator, [member])
+    source_data = upload_dataset(client, member, seed=11)
+    source = fit_model(client, member, source_data["id"], epsilon=1.0)
+    contribute(client, member, study["id"], {"model_id": source["id"]})
+    target = upload_dataset(client, coordinator, seed=12, epsilon=2.0)
+
+    status, job = transfer(
+        client,
+        coordinator,
+        study["id"],
+        target_dataset_id=target["id"],
+        epsilon=0.75,
+        transfer_strength=0.5,
+        regularization=0.05,
+    )
+    assert status == 202, job
+    assert job["kind"] == "aggregate"
+    assert job["status"] == "succeeded", job
+    assert job["dataset_id"] == target["id"]
+    assert [(c["dataset_id"], c["epsilon"], c["state"]) for c in job["charges"]] == [
+        (target["id"], 0.75, "charged")
+    ]
+    assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(0.75)
+    assert epsilon_spent(client, member, source_data["id"]) == pytest.approx(1.0)
+
+    got = client.get(f"/v1/models/{job['model_id']}", headers=member.headers)
+    assert got.status_code == 200
+    model = got.json()
+    assert model["source"] == "aggregate"
+    assert model["mechanism"] == "transfer"
+    assert len(weights_of(model)) == N_WEIGHTS
+    record = model["privacy"]
+    assert record["guarantee"] == "differential_privacy"
+    assert record["verified"] is True
+    by_dataset = {d["id"]: d for d in record["datasets"]}
+    assert by_dataset[target["id"]]["epsilon"] == pytest.approx(0.75)
+    assert by_dataset[target["id"]]["role"] == "target"
+    assert by_dataset[source_data["id"]]["epsilon"] == pytest.approx(1.0)
+    assert record["epsilon"] == pytest.approx(1.0)
+    assert record["calibration"]["transfer_strength"] == 0.5
+    # Nothing that reveals the target's size or name reaches the other members.
+    assert "n" not in record["calibration"]
+    text = json.dumps(model)
+    assert "n_rows" not in text
+    assert target["name"] not in text
+    predicted = client.post(
+        f"/v1/models/{model['id']}/predict",
+        json={"rows": [{"age": 40, "color": "red"}]},
+        headers=member.headers,
+    )
+    assert predicted.status_code == 200
+    assert client.get(f"/v1/models/{model['id']}", headers=outsider.headers).status_code == 404
+
+
+def test_a_strong_transfer_returns_the_average_of_the_sources(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    for site, w in ((coordinator, W1), (member, W2)):
+        m = upload_model(client, site, w, claim={"epsilon": 1.0})
+        contribute(client, site, study["id"], {"model_id": m["id"]})
+    target = upload_dataset(client, coordinator, seed=13)
+    status, job = transfer(
+        client,
+        coordinator,
+        study["id"],
+        target_dataset_id=target["id"],
+        epsilon=1.0,
+        transfer_strength=1e6,
+        regularization=0.05,
+    )
+    assert status == 202
+    assert job["status"] == "succeeded", job
+    model = client.get(f"/v1/models/{job['model_id']}", headers=coordinator.headers).json()
+    expected = (np.asarray(W1) + np.asarray(W2)) / 2
+    np.testing.assert_allclose(weights_of(model), expected, atol=1e-4)
+    assert model["privacy"]["guarantee"] == "declared"
+    assert "declared by the uploader" in model["privacy"]["statement"]
+
+
+def test_a_source_fitted_on_the_target_composes_sequentially(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    target = upload_dataset(client, coordinator, seed=14)
+    own = fit_model(client, coordinator, target["id"], epsilon=0.5)
+    contribute(client, coordinator, study["id"], {"model_id": own["id"]})
+    status, job = transfer(
+        client,
+        coordinator,
+        study["id"],
+        target_dataset_id=target["id"],
+        epsilon=1.0,
+        transfer_strength=0.1,
+        regularization=0.05,
+    )
+    assert status == 202
+    assert job["status"] == "succeeded", job
+    assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(1.5)
+    record = client.get(f"/v1/models/{job['model_id']}", headers=member.headers).json()["privacy"]
+    (slot,) = [d for d in record["datasets"] if d["id"] == target["id"]]
+    assert slot["epsilon"] == pytest.approx(1.5)
+    assert slot["charged_by_this_job"]["epsilon"] == pytest.approx(1.0)
+    assert record["epsilon"] == pytest.approx(1.5)
+
+
+def test_a_source_without_dp_is_said_plainly(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    plain = upload_model(client, member, W2)
+    contribute(client, member, study["id"], {"model_id": plain["id"]})
+    target = upload_dataset(client, coordinator, seed=15)
+    status, job = transfer(
+        client,
+        coordinator,
+        study["id"],
+        target_dataset_id=target["id"],
+        epsilon=1.0,
+        transfer_strength=1.0,
+        regularization=0.05,
+    )
+    assert status == 202
+    record = client.get(f"/v1/models/{job['model_id']}", headers=member.headers).json()["privacy"]
+    assert record["guarantee"] == "none"
+    assert record["epsilon"] is None
+    assert plain["id"] in record["statement"]
+    assert "carry no DP guarantee" in record["statement"]
+
+
+def test_bad_transfers_are_refused_before_anything_is_charged(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    m = upload_model(client, member, W2)
+    contribute(client, member, study["id"], {"model_id": m["id"]})
+    target = upload_dataset(client, coordinator, seed=16, epsilon=1.0)
+    members_data = upload_dataset(client, member, seed=17)
+    mismatched = upload_dataset(client, coordinator, seed=18, features=[FEATURES_AGE_ONLY[0]])
+    ok = {"epsilon": 0.5, "transfer_strength": 1.0, "regularization": 0.05}
+
+    # Not the coordinator: 403; the target is another site's dataset: 404.
+    assert (
+        transfer(client, member, study["id"], target_dataset_id=members_data["id"], **ok)[0] == 403
+    )
+    status, _ = transfer(
+        client, coordinator, study["id"], target_dataset_id=members_data["id"], **ok
+    )
+    assert status == 404
+    # The target's spec differs from the study's: 422 saying what.
+    status, problem = transfer(
+        client, coordinator, study["id"], target_dataset_id=mismatched["id"], **ok
+    )
+    assert status == 422
+    assert "missing features the study declares: 'color'" in problem["detail"]
+    # More ε than the target's budget: 409 with the remaining budget.
+    status, problem = transfer(
+        client,
+        coordinator,
+        study["id"],
+        target_dataset_id=target["id"],
+        epsilon=1.5,
+        transfer_strength=1.0,
+    )
+    assert status == 409
+    assert problem["remaining_epsilon"] == pytest.approx(1.0)
+    # Bad parameters and foreign sources: 422.
+    for bad in (
+        {**ok, "transfer_strength": -1.0},
+        {**ok, "epsilon": 0.0},
+        {**ok, "regularization": 0.0},
+        {**ok, "source_models": ["0" * 32]},
+        {**ok, "feature_groups": [[0, 1]]},
+    ):
+        status, _ = transfer(
+            client, coordinator, study["id"], target_dataset_id=target["id"], **bad
+        )
+        assert status == 422, bad
+    for site, dataset in ((coordinator, target), (member, members_data), (coordinator, mismatched)):
+        assert epsilon_spent(client, site, dataset["id"]) == 0.0
+    seen = client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()
+    assert seen["results"] == []
+    assert [c["used"] for c in seen["contributions"]] == [False]

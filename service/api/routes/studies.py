@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Response, status
+from fastapi import APIRouter, Body, Query, Request, Response, status
 
 from service.api.deps import AuditContextDep, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
@@ -18,8 +18,11 @@ from service.api.schemas.studies import (
     StudyCreate,
     StudyList,
     StudyRead,
+    TransferAggregationIn,
 )
 from service.domain import aggregations, jobs, studies
+from service.domain.randomness import Randomness
+from service.settings import Settings
 
 router = APIRouter(prefix=f"{API_V1}/studies", tags=["studies"])
 
@@ -165,36 +168,65 @@ def withdraw_contribution(
     status_code=status.HTTP_202_ACCEPTED,
     summary="Aggregate the study's models",
     description=(
-        "Coordinator only (other members: 403). `average` (seed 000, Alg. 4) averages the "
-        "coefficients of the contributed models (`models`, default: all of them) with optional "
-        "public `weights`. It reads no data and charges nothing; it runs at once and the "
-        "returned job (kind `aggregate`) has already succeeded and names the result, a model "
-        "every member can read, predict with and export. Its privacy record lists each input's "
-        "guarantee (uploaded classifiers' as declared claims) and says plainly when an input "
-        "has none. Models not contributed to this study, and stacked models, are 422."
+        "Coordinator only (other members: 403). Returns the job (kind `aggregate`), already "
+        "finished, naming the result: a model every member can read, predict with and export.\n\n"
+        "* `average` (seed 000, Alg. 4) averages the coefficients of the contributed models "
+        "(`models`, default: all of them) with optional public `weights`. It reads no data and "
+        "charges nothing.\n"
+        "* `transfer` (hypothesis transfer, seed 003) fits objective perturbation at `epsilon` "
+        "on `target_dataset_id`, a dataset the coordinator owns whose spec matches the "
+        "study's, with the regulariser (η/2)‖w − w₀‖² centred on the average w₀ of the "
+        "`source_models` (default: all contributed), η = `transfer_strength`. ε is charged to "
+        "the target dataset before any noise is drawn (409 when its budget cannot cover it); "
+        "a fit that then fails leaves the budget spent and the job `failed`.\n\n"
+        "The privacy record lists each input's guarantee (uploaded classifiers' as declared "
+        "claims), composes per dataset, and says plainly when an input has no DP guarantee. "
+        "Models not contributed to this study, and stacked models, are 422."
     ),
     response_model=JobRead,
-    responses=problem_responses(401, 403, 404, 413, 422),
+    responses=problem_responses(401, 403, 404, 409, 413, 422),
     openapi_extra=access("site"),
 )
 def create_aggregation(
     study_id: str,
-    body: AggregationCreate,
+    body: Annotated[AggregationCreate, Body()],
+    request: Request,
     response: Response,
     uow: UowDep,
     principal: PrincipalDep,
     audit_context: AuditContextDep,
 ) -> JobRead:
     principal.require_site()
-    job = aggregations.aggregate(
-        uow,
-        study_id=study_id,
-        request=aggregations.AggregationRequest(
-            method=body.method, models=body.models, weights=body.weights, name=body.name
-        ),
-        actor=principal,
-        context=audit_context,
-    )
+    if isinstance(body, TransferAggregationIn):
+        settings: Settings = request.app.state.settings
+        job = aggregations.transfer(
+            request.app.state.uow_factory,
+            study_id=study_id,
+            request=aggregations.TransferRequest(
+                target_dataset_id=body.target_dataset_id,
+                epsilon=body.epsilon,
+                transfer_strength=body.transfer_strength,
+                source_models=body.source_models,
+                regularization=body.regularization,
+                loss=body.loss,
+                name=body.name,
+            ),
+            actor=principal,
+            context=audit_context,
+            randomness=Randomness.from_settings(
+                environment=settings.environment, test_seed=settings.test_seed
+            ),
+        )
+    else:
+        job = aggregations.aggregate(
+            uow,
+            study_id=study_id,
+            request=aggregations.AggregationRequest(
+                method=body.method, models=body.models, weights=body.weights, name=body.name
+            ),
+            actor=principal,
+            context=audit_context,
+        )
     view = jobs.get_job(uow, job_id=job.id, actor=principal)
     response.headers["Location"] = f"{API_V1}/jobs/{job.id}"
     return JobRead.from_view(view)

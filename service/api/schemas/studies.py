@@ -15,6 +15,7 @@ from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
 
 __all__ = [
     "AggregationCreate",
+    "AverageAggregationIn",
     "ContributionRead",
     "DatasetGrantIn",
     "ModelContributionIn",
@@ -24,6 +25,7 @@ __all__ = [
     "StudyRead",
     "StudyResultRead",
     "StudySpecIn",
+    "TransferAggregationIn",
 ]
 
 _ID = Annotated[StrictStr, Field(min_length=1, max_length=64)]
@@ -199,11 +201,10 @@ class StudyList(ResponseModel):
     offset: int
 
 
-class AggregationCreate(RequestModel):
-    """Combine the study's contributed models.
-
-    `average` (seed 000, Alg. 4): the (optionally weighted) average of the coefficients.
-    Nothing is charged; the result's privacy record lists the guarantee each input carried."""
+class AverageAggregationIn(RequestModel):
+    """`average` (seed 000, Alg. 4): the (optionally weighted) average of the contributed
+    models' coefficients. Nothing is charged; the result's privacy record lists the guarantee
+    each input carried."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -236,3 +237,43 @@ class AggregationCreate(RequestModel):
         "contribution order); normalised to sum 1. Default: equal weights.",
     )
     name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+
+
+class TransferAggregationIn(RequestModel):
+    """`transfer` (hypothesis transfer, seed 003): an ε-DP objective-perturbation fit on the
+    coordinator's own target dataset with the regulariser (η/2)‖w − w₀‖² centred on the
+    average w₀ of the source models. ε is charged to the target dataset."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "method": "transfer",
+                    "target_dataset_id": "0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+                    "epsilon": 1.0,
+                    "transfer_strength": 0.1,
+                }
+            ]
+        }
+    )
+
+    method: Literal["transfer"]
+    target_dataset_id: _ID = Field(description="A dataset the coordinator owns.")
+    source_models: list[_ID] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_AGGREGATION_MODELS,
+        description="Contributed model ids whose average is the source w₀; default: all.",
+    )
+    epsilon: FiniteFloat = Field(gt=0, description="ε charged to the target dataset.")
+    transfer_strength: FiniteFloat = Field(
+        ge=0, le=1e6, description="η: how strongly the fit is pulled towards the source."
+    )
+    regularization: FiniteFloat = Field(default=0.01, gt=0, description="λ.")
+    loss: Literal["logistic", "huber"] = "logistic"
+    name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+
+
+AggregationCreate = Annotated[
+    AverageAggregationIn | TransferAggregationIn, Field(discriminator="method")
+]
