@@ -8,10 +8,24 @@ encoded features, release
 with public, non-negative weights w (all equal by default: f̄ = (1/N) Σ_i f_i, the thesis's
 "treats the importance of each local site equally").
 
-Privacy: f̄ is a function of the released f_i and of public weights only. It touches no data,
-so by post-processing it is (ε_i, δ_i)-DP for site i's dataset whenever f_i was; sites hold
-disjoint datasets, so the guarantees compose in parallel (each dataset keeps its own). When any
-f_i has no guarantee, f̄ has none for that site's data. Nothing new is spent.
+Feature method (seed 000, Alg. 5; seed 003's sigmoid meta-features): stack the site models
+into M_f ∈ R^{N×d} (row i = f_iᵀ) and fit a meta-level model ω by a DP mechanism on the
+coordinator's own labelled holdout, mapped through the site models:
+
+* ``linear``: x ↦ s·M_f x with the public factor s = 1/‖M_f‖₂ (spectral norm), so that
+  ‖s M_f x‖ ≤ ‖x‖ ≤ 1; released as the linear model f_Σ = s·M_fᵀω ∈ R^d (the same scores).
+* ``sigmoid``: x ↦ [σ(f_1ᵀx), …, σ(f_Nᵀx), 1]/√(N + 1) (:func:`service.dp.models.meta_features`),
+  released as a :class:`~service.dp.models.StackedModel`.
+
+Both factors depend on the public site models only, never on the holdout, so the meta-level
+design meets the unit-ball precondition and the meta-level fit is (ε, δ)-DP for the holdout
+by the chosen mechanism's own proof; the site models are post-processed.
+
+Privacy of the average: f̄ is a function of the released f_i and of public weights only.
+It touches no data, so by post-processing it is (ε_i, δ_i)-DP for site i's dataset whenever
+f_i was; sites hold disjoint datasets, so the guarantees compose in parallel (each dataset
+keeps its own). When any f_i has no guarantee, f̄ has none for that site's data. Nothing
+new is spent.
 """
 
 from __future__ import annotations
@@ -22,9 +36,25 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from service.dp.base import FitResult, LinearModel, ProgressCallback
+from service.dp.models import StackedModel, meta_features
 from service.dp.noise import round_to_grid
+from service.dp.projection import clip_rows
+from service.dp.validation import PrivacyParameterError, validate_design
 
-__all__ = ["average_coefficients", "normalised_weights"]
+__all__ = [
+    "FEATURE_MECHANISMS",
+    "META_FEATURE_KINDS",
+    "average_coefficients",
+    "feature_fit",
+    "linear_meta_design",
+    "linear_meta_scale",
+    "normalised_weights",
+]
+
+#: Meta-level mechanisms the feature method offers (single release, linear output).
+FEATURE_MECHANISMS = ("objective_perturbation", "output_perturbation")
+META_FEATURE_KINDS = ("linear", "sigmoid")
 
 FloatArray = NDArray[np.float64]
 
@@ -72,3 +102,107 @@ def average_coefficients(
     pi = normalised_weights(len(rows), weights)
     averaged: FloatArray = round_to_grid(pi @ M)
     return averaged
+
+
+def _site_matrix(site_models: Sequence[ArrayLike], d: int) -> FloatArray:
+    if not site_models:
+        raise PrivacyParameterError("the feature method needs at least one site model")
+    rows = [np.asarray(m, dtype=np.float64).reshape(-1) for m in site_models]
+    if any(r.size != d for r in rows):
+        raise PrivacyParameterError(f"every site model must have {d} weights, one per feature")
+    M = np.vstack(rows)
+    if not np.all(np.isfinite(M)):
+        raise PrivacyParameterError("site model weights must be finite")
+    return M
+
+
+def linear_meta_scale(M: ArrayLike) -> float:
+    """s = 1/‖M‖₂ (1 when M = 0): public, from the site models alone; ‖s M x‖ ≤ ‖x‖."""
+    norm = float(np.linalg.norm(np.asarray(M, dtype=np.float64), ord=2))
+    return 1.0 if norm == 0.0 else 1.0 / norm
+
+
+def linear_meta_design(X: ArrayLike, M: ArrayLike) -> FloatArray:
+    """Rows s·M x for the rows x of X (clipped to norm ≤ 1 only to absorb rounding)."""
+    Mf = np.asarray(M, dtype=np.float64)
+    Z = (np.asarray(X, dtype=np.float64) @ Mf.T) * linear_meta_scale(Mf)
+    return clip_rows(Z, copy=False)
+
+
+def feature_fit(
+    X: ArrayLike,
+    y: ArrayLike,
+    site_models: Sequence[ArrayLike],
+    *,
+    meta: str,
+    mechanism: str,
+    epsilon: float,
+    delta: float = 0.0,
+    loss: str = "logistic",
+    regularization: float,
+    rng: np.random.Generator | None = None,
+    progress: ProgressCallback | None = None,
+) -> FitResult:
+    """The feature method (module doc): a DP meta-level fit on the holdout (X, y) over the
+    site models' outputs. Raises ``ValueError`` (:class:`PrivacyParameterError`) for bad input
+    and ``ConvergenceError`` when the solver does not converge."""
+    from service.dp import fit  # the package imports this module's siblings only
+
+    if meta not in META_FEATURE_KINDS:
+        raise PrivacyParameterError(f"meta_features must be one of {', '.join(META_FEATURE_KINDS)}")
+    if mechanism not in FEATURE_MECHANISMS:
+        raise PrivacyParameterError(
+            f"the meta-level mechanism must be one of {', '.join(FEATURE_MECHANISMS)}"
+        )
+    Xf, yf = validate_design(X, y)
+    M = _site_matrix(site_models, int(Xf.shape[1]))
+    if meta == "linear":
+        scale = linear_meta_scale(M)
+        Z = linear_meta_design(Xf, M)
+    else:
+        scale = 1.0 / math.sqrt(M.shape[0] + 1)
+        Z = meta_features(Xf, list(M), None, kind="sigmoid", intercept=True)
+    result = fit(
+        Z,
+        yf,
+        mechanism,
+        epsilon=epsilon,
+        delta=delta,
+        loss=loss,
+        regularization=regularization,
+        rng=rng,
+        progress=progress,
+    )
+    omega = np.asarray(result.coef, dtype=np.float64)
+    model: LinearModel | StackedModel
+    if meta == "linear":
+        model = LinearModel(coef=round_to_grid(scale * (M.T @ omega)))
+    else:
+        model = StackedModel(
+            method="samples",
+            low_level=tuple(M),
+            high_level=omega,
+            groups=None,
+            n_features=int(Xf.shape[1]),
+            meta_features="sigmoid",
+            high_level_intercept=True,
+        )
+    details = dict(result.details)
+    details.update(
+        meta_features=meta,
+        n_site_models=int(M.shape[0]),
+        meta_scale=scale,
+        meta_mechanism=mechanism,
+    )
+    return FitResult(
+        mechanism="feature",
+        model=model,
+        epsilon=result.epsilon,
+        delta=result.delta,
+        details=details,
+        composition=result.composition
+        + "; the meta-features are a public map of the holdout rows (site models and their "
+        "public scale factor), so the meta-level guarantee is the holdout's",
+        expected_noise_norm=result.expected_noise_norm,
+        seeded=rng is not None,
+    )

@@ -1,11 +1,21 @@
-"""The average method's maths (seed 000, Alg. 4): known vectors, public weights, bad input."""
+"""The average (seed 000, Alg. 4) and feature (Alg. 5) methods' maths on known cases."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
+from numpy.typing import NDArray
 
-from service.dp.aggregation import average_coefficients, normalised_weights
+from service.dp import fit
+from service.dp.aggregation import (
+    average_coefficients,
+    feature_fit,
+    linear_meta_design,
+    linear_meta_scale,
+    normalised_weights,
+)
 from service.dp.noise import RELEASE_GRID
 
 
@@ -60,3 +70,96 @@ def test_bad_input_is_a_value_error(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         average_coefficients(coefficients, weights)
+
+
+# --- feature method (seed 000, Alg. 5) ------------------------------------------------------
+
+
+def _holdout(n: int = 300, seed: int = 0) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, 3))
+    X /= np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+    y = np.where(X @ np.array([2.0, -1.0, 0.5]) > 0, 1.0, -1.0)
+    return X, y
+
+
+def test_linear_meta_design_on_a_tiny_case() -> None:
+    M = np.array([[3.0, 0.0, 0.0], [0.0, 4.0, 0.0]])  # ‖M‖₂ = 4
+    assert linear_meta_scale(M) == 0.25
+    X = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.6, 0.8, 0.0]])
+    Z = linear_meta_design(X, M)
+    np.testing.assert_allclose(Z, [[0.75, 0.0], [0.0, 1.0], [0.45, 0.8]])
+    assert np.all(np.linalg.norm(Z, axis=1) <= 1.0 + 1e-12)
+    assert linear_meta_scale(np.zeros((2, 3))) == 1.0
+
+
+def test_linear_feature_fit_releases_the_composed_linear_model() -> None:
+    X, y = _holdout()
+    sites = [np.array([1.0, 0.0, 0.0]), np.array([0.0, -1.0, 0.5]), np.array([1.0, 1.0, 1.0])]
+    M = np.vstack(sites)
+    result = feature_fit(
+        X,
+        y,
+        sites,
+        meta="linear",
+        mechanism="objective_perturbation",
+        epsilon=1.0,
+        regularization=0.05,
+        rng=np.random.default_rng(5),
+    )
+    # ω is the meta-level fit on s·M_f x with the same noise; f_Σ = s·M_fᵀω (shape d).
+    meta = fit(
+        linear_meta_design(X, M),
+        y,
+        "objective_perturbation",
+        epsilon=1.0,
+        regularization=0.05,
+        rng=np.random.default_rng(5),
+    )
+    assert meta.coef is not None
+    assert result.coef is not None
+    assert result.coef.shape == (3,)
+    expected = linear_meta_scale(M) * (M.T @ meta.coef)
+    np.testing.assert_allclose(result.coef, expected, atol=RELEASE_GRID)
+    # Same scores as ω on the meta-features.
+    np.testing.assert_allclose(X @ result.coef, linear_meta_design(X, M) @ meta.coef, atol=1e-8)
+    assert result.mechanism == "feature"
+    assert result.epsilon == 1.0
+    assert result.details["n_site_models"] == 3
+
+
+def test_sigmoid_feature_fit_releases_a_stacked_model() -> None:
+    X, y = _holdout()
+    sites = [np.array([1.0, 0.0, 0.0]), np.array([0.0, -1.0, 0.5])]
+    result = feature_fit(
+        X,
+        y,
+        sites,
+        meta="sigmoid",
+        mechanism="output_perturbation",
+        epsilon=2.0,
+        regularization=0.05,
+        rng=np.random.default_rng(1),
+    )
+    body = result.model.to_dict()
+    assert body["kind"] == "stacked"
+    assert len(body["low_level"]) == 2
+    assert len(body["high_level"]["coef"]) == 3  # two site models + intercept
+    assert body["meta_scale"] == pytest.approx(1 / np.sqrt(3))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"meta": "cubic"}, "meta_features"),
+        ({"mechanism": "dp_sgd"}, "meta-level mechanism"),
+        ({"sites": []}, "at least one site model"),
+        ({"sites": [[1.0, 2.0]]}, "3 weights"),
+    ],
+)
+def test_feature_fit_refuses_bad_input(kwargs: dict[str, Any], message: str) -> None:
+    X, y = _holdout(50)
+    sites = kwargs.pop("sites", [[1.0, 0.0, 0.0]])
+    options: dict[str, Any] = {"meta": "linear", "mechanism": "objective_perturbation", **kwargs}
+    with pytest.raises(ValueError, match=message):
+        feature_fit(X, y, sites, epsilon=1.0, regularization=0.05, **options)
