@@ -16,10 +16,12 @@ average has none. Stacked models are not one weight vector: averaging them is a 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+import numpy as np
 
 from service.db.base import utcnow
 from service.db.models import Job, Model, Study, new_id
@@ -42,7 +44,14 @@ from service.domain.randomness import Randomness
 from service.domain.studies import require_matching, visible_study
 from service.dp import ConvergenceError
 from service.dp import calibrate as dp_calibrate
-from service.dp.aggregation import average_coefficients, normalised_weights
+from service.dp.aggregation import (
+    FEATURE_MECHANISMS,
+    META_FEATURE_KINDS,
+    average_coefficients,
+    feature_fit,
+    normalised_weights,
+)
+from service.dp.base import Calibration, FitResult
 from service.dp.transfer import transfer_fit
 
 logger = logging.getLogger(__name__)
@@ -50,14 +59,16 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "AGGREGATION_METHODS",
     "AggregationRequest",
+    "FeatureRequest",
     "TransferRequest",
     "aggregate",
     "average_privacy_record",
+    "feature",
     "transfer",
     "transfer_privacy_record",
 ]
 
-AGGREGATION_METHODS = ("average", "transfer")
+AGGREGATION_METHODS = ("average", "feature", "transfer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,7 +418,17 @@ class TransferRequest:
 
 
 #: Calibration numbers safe to show every member: none of them reveals the target's row count.
-_PUBLIC_CALIBRATION_KEYS = ("loss", "regularization", "transfer_strength", "c", "branch")
+_PUBLIC_CALIBRATION_KEYS = (
+    "loss",
+    "regularization",
+    "transfer_strength",
+    "c",
+    "branch",
+    "meta_features",
+    "meta_mechanism",
+    "meta_scale",
+    "n_site_models",
+)
 
 
 def _compose_sources(
@@ -447,9 +468,14 @@ def transfer_privacy_record(
     randomness: Randomness,
     job_id: str,
     study_id: str,
+    method: str = "transfer",
+    role: str = "target",
+    base_mechanism: str = "objective_perturbation",
+    within_job: str | None = None,
     version: str | None = None,
 ) -> dict[str, Any]:
-    """The record of a transfer fit: ε-DP for the target dataset by this job, composed
+    """The record of a transfer (or feature) fit: DP for the target (or holdout) dataset by
+    this job, composed
     sequentially with any source model fitted on the same dataset; the sources' own
     guarantees for their datasets; a plain "no DP" when a source has none."""
     per_dataset = _compose_sources(sources)
@@ -463,7 +489,7 @@ def transfer_privacy_record(
         "models": list(target["models"]) if target else [],
         "guarantee": "differential_privacy",
         "verified": True,
-        "role": "target",
+        "role": role,
     }
     datasets: list[dict[str, Any]] = [target_slot, *per_dataset.values()]
     no_dp = [e for e in sources if e["guarantee"] not in ("differential_privacy", "declared")]
@@ -499,7 +525,7 @@ def transfer_privacy_record(
     )
     target_text = (
         f"({target_slot['epsilon']:g}, {target_slot['delta']:g})-differential privacy for one "
-        f"row of the target dataset {target_id}"
+        f"row of the {role} dataset {target_id}"
         + ("" if randomness.seed is None else " (test seed: not private in practice)")
     )
     if no_dp:
@@ -529,34 +555,35 @@ def transfer_privacy_record(
     record: dict[str, Any] = {
         "version": RECORD_VERSION,
         "kind": "aggregate",
-        "method": "transfer",
+        "method": method,
         "verified": verified,
         "guarantee": guarantee,
         "statement": statement,
-        "mechanism": "transfer",
+        "mechanism": method,
         "epsilon": eps,
         "delta": dlt,
         "unit": {
             "record": "row",
             "neighbouring": NEIGHBOURING,
-            "description": "one row of the target dataset, and of each source model's dataset",
+            "description": f"one row of the {role} dataset, and of each source model's dataset",
         },
         "datasets": datasets,
         "inputs": list(sources),
         "calibration": {
             **{k: calibration[k] for k in _PUBLIC_CALIBRATION_KEYS if k in calibration},
-            "base_mechanism": "objective_perturbation",
-            "note": "numbers that depend on the target dataset's size are not shown to the "
+            "base_mechanism": base_mechanism,
+            "note": f"numbers that depend on the {role} dataset's size are not shown to the "
             "study's other members",
         },
-        "charged": f"ε = {epsilon:g}, δ = {delta:g} to the target dataset {target_id}",
+        "charged": f"ε = {epsilon:g}, δ = {delta:g} to the {role} dataset {target_id}",
         "composition": {
-            "within_job": "objective perturbation on the target dataset with the regulariser "
+            "within_job": within_job
+            or "objective perturbation on the target dataset with the regulariser "
             "(η/2)‖w − w₀‖² centred on the average w₀ of the source models (public, "
             "post-processed); the same ε bound holds (see service.dp.transfer)",
             "across_datasets": "parallel across datasets; sequential (ε and δ add) on the "
-            "target dataset when a source model was fitted on it",
-            "across_jobs": "this job's (ε, δ) was charged to the target dataset's ledger and "
+            f"{role} dataset when a source model was fitted on it",
+            "across_jobs": f"this job's (ε, δ) was charged to the {role} dataset's ledger and "
             "committed before any noise was drawn",
         },
         "randomness": randomness.describe(),
@@ -579,55 +606,78 @@ def _fail(uow_factory: UnitOfWorkFactory, job_id: str, slug: str) -> None:
         uow.commit()
 
 
-def transfer(
+@dataclass(frozen=True, slots=True)
+class FeatureRequest:
+    """The feature method on the coordinator's own holdout dataset."""
+
+    holdout_dataset_id: str
+    epsilon: float
+    delta: float = 0.0
+    mechanism: str = "objective_perturbation"
+    regularization: float = 0.01
+    meta_features: str = "linear"
+    source_models: Sequence[str] | None = None
+    loss: str = "logistic"
+    name: str | None = None
+
+
+FitCompute = Callable[[Any, Any, list[Any], np.random.Generator | None], FitResult]
+
+
+@dataclass(frozen=True, slots=True)
+class _ChargedFit:
+    """A DP fit on one of the coordinator's datasets over the study's source models."""
+
+    method: str
+    role: str
+    field: str
+    dataset_id: str
+    source_models: Sequence[str] | None
+    loss: str
+    name: str | None
+    base_mechanism: str
+    within_job: str
+    params: Mapping[str, Any]
+    #: (n, d, number of sources) → the calibration; ValueError for bad parameters.
+    calibrate: Callable[[int, int, int], Calibration]
+    #: (X, y, source coefficient vectors, rng) → the fit.
+    compute: FitCompute
+
+
+def _run_charged_fit(
     uow_factory: UnitOfWorkFactory,
     *,
     study_id: str,
-    request: TransferRequest,
+    spec: _ChargedFit,
     actor: Principal,
     context: AuditContext,
-    randomness: Randomness | None = None,
+    randomness: Randomness,
 ) -> Job:
-    """Hypothesis transfer for the study's coordinator; returns the finished job.
-
-    Everything that needs no data is checked before anything is spent: 404 for a study the
-    caller is not in or a target dataset it does not own, 403 for a member that is not the
-    coordinator, 422 for foreign or stacked source models, a target whose spec differs from the
-    study's, or bad parameters; 409 when the target's budget cannot cover ε. Then the charge
-    and the running job are committed together, before any noise is drawn; the fit runs in
-    this call, and a failure after the charge leaves the budget spent (DESIGN §2).
-    """
+    """Check, charge and commit, then fit inline and store the model (see :func:`transfer`)."""
     site_id = actor.require_site()
-    randomness = randomness or Randomness()
     with uow_factory() as uow:
         study = visible_study(uow, study_id, actor)
         if study.coordinator_site_id != site_id:
             raise PermissionDeniedError("only the study's coordinator can run aggregations")
-        inputs = _select_inputs(uow, study, request.source_models)
-        _, source = _average(inputs, None)  # w₀: the equal-weight average of the sources
-        target_id = request.target_dataset_id
-        dataset = uow.datasets.get(target_id) if looks_like_id(target_id) else None
+        inputs = _select_inputs(uow, study, spec.source_models)
+        _average(inputs, None)  # refuses stacked (non-linear) sources
+        sources = [list(i.model.body["coef"]) for i in inputs]
+        dataset = uow.datasets.get(spec.dataset_id) if looks_like_id(spec.dataset_id) else None
         if dataset is None or dataset.owner_site_id != site_id or dataset.deleted_at is not None:
             raise NotFoundError("dataset")
         require_matching(
             study,
             dataset.preprocessing,
             dict(dataset.spec.get("label") or {}),
-            "target dataset",
-            field="target_dataset_id",
+            f"{spec.role} dataset",
+            field=spec.field,
         )
         try:
-            dp_calibrate(
-                "objective_perturbation",
-                n=max(int(dataset.n_rows), 1),
-                d=int(dataset.n_features),
-                epsilon=request.epsilon,
-                delta=0.0,
-                loss=request.loss,
-                regularization=request.regularization,
+            calibration = spec.calibrate(
+                max(int(dataset.n_rows), 1), int(dataset.n_features), len(inputs)
             )
         except ValueError as exc:
-            raise InvalidInputError(f"invalid transfer parameters: {exc}") from exc
+            raise InvalidInputError(f"invalid {spec.method} parameters: {exc}") from exc
         now = utcnow()
         job = uow.jobs.add(
             Job(
@@ -637,15 +687,11 @@ def transfer(
                 dataset_id=dataset.id,
                 params=json_safe(
                     {
-                        "method": "transfer",
+                        "method": spec.method,
                         "study_id": study.id,
                         "source_models": [i.model.id for i in inputs],
-                        "target_dataset_id": dataset.id,
-                        "epsilon": request.epsilon,
-                        "delta": 0.0,
-                        "transfer_strength": request.transfer_strength,
-                        "regularization": request.regularization,
-                        "loss": request.loss,
+                        spec.field: dataset.id,
+                        **spec.params,
                     }
                 ),
                 status="running",
@@ -658,9 +704,9 @@ def transfer(
         budgets.charge(
             uow,
             dataset_id=dataset.id,
-            epsilon=request.epsilon,
-            delta=0.0,
-            mechanism="transfer",
+            epsilon=calibration.epsilon,
+            delta=calibration.delta,
+            mechanism=spec.method,
             job_id=job.id,
         )
         uow.studies.mark_used([i.contribution_id for i in inputs], at=now)
@@ -672,7 +718,7 @@ def transfer(
             context=context,
             subject_type="study",
             subject_id=study.id,
-            details={"job_id": job.id, "method": "transfer", "dataset_id": dataset.id},
+            details={"job_id": job.id, "method": spec.method, "dataset_id": dataset.id},
         )
         uow.commit()  # the charge is committed before any noise is drawn
         job_id, target_site = job.id, dataset.owner_site_id
@@ -681,20 +727,11 @@ def transfer(
         label = dict(study.spec.get("label") or {})
         the_study = study.id
     try:
-        X, y = load_design(uow_factory, target_id)
-        result = transfer_fit(
-            X,
-            y,
-            source,
-            epsilon=request.epsilon,
-            transfer_strength=request.transfer_strength,
-            regularization=request.regularization,
-            loss=request.loss,
-            rng=randomness.generator(),
-        )
+        X, y = load_design(uow_factory, spec.dataset_id)
+        result = spec.compute(X, y, sources, randomness.generator())
         record = transfer_privacy_record(
             entries,
-            target_id=target_id,
+            target_id=spec.dataset_id,
             target_site_id=target_site,
             epsilon=result.epsilon,
             delta=result.delta,
@@ -702,22 +739,26 @@ def transfer(
             randomness=randomness,
             job_id=job_id,
             study_id=the_study,
+            method=spec.method,
+            role=spec.role,
+            base_mechanism=spec.base_mechanism,
+            within_job=spec.within_job,
         )
         with uow_factory() as uow:
             model = uow.models.add(
                 Model(
                     id=new_id(),
                     owner_site_id=site_id,
-                    name=request.name,
+                    name=spec.name,
                     source="aggregate",
-                    mechanism="transfer",
-                    loss=request.loss,
+                    mechanism=spec.method,
+                    loss=spec.loss,
                     feature_names=feature_names,
                     preprocessing=preprocessing,
                     body=json_safe(result.model.to_dict()),
                     label=label,
                     privacy=record,
-                    dataset_id=target_id,
+                    dataset_id=spec.dataset_id,
                     job_id=job_id,
                     study_id=the_study,
                 )
@@ -737,9 +778,161 @@ def transfer(
     except ValueError:
         _fail(uow_factory, job_id, "invalid-data")
     except Exception:
-        logger.exception("transfer job %s failed", job_id)
+        logger.exception("%s job %s failed", spec.method, job_id)
         _fail(uow_factory, job_id, "job-failed")
     with uow_factory() as uow:
         finished = uow.jobs.get(job_id)
         assert finished is not None
         return finished
+
+
+def transfer(
+    uow_factory: UnitOfWorkFactory,
+    *,
+    study_id: str,
+    request: TransferRequest,
+    actor: Principal,
+    context: AuditContext,
+    randomness: Randomness | None = None,
+) -> Job:
+    """Hypothesis transfer for the study's coordinator; returns the finished job.
+
+    Everything that needs no data is checked before anything is spent: 404 for a study the
+    caller is not in or a target dataset it does not own, 403 for a member that is not the
+    coordinator, 422 for foreign or stacked source models, a target whose spec differs from the
+    study's, or bad parameters; 409 when the target's budget cannot cover ε. Then the charge
+    and the running job are committed together, before any noise is drawn; the fit runs in
+    this call, and a failure after the charge leaves the budget spent (DESIGN §2).
+    """
+
+    def calibrate(n: int, d: int, _k: int) -> Calibration:
+        return dp_calibrate(
+            "objective_perturbation",
+            n=n,
+            d=d,
+            epsilon=request.epsilon,
+            delta=0.0,
+            loss=request.loss,
+            regularization=request.regularization,
+        )
+
+    def compute(X: Any, y: Any, sources: list[Any], rng: np.random.Generator | None) -> FitResult:
+        return transfer_fit(
+            X,
+            y,
+            average_coefficients(sources),  # w₀: the equal-weight average of the sources
+            epsilon=request.epsilon,
+            transfer_strength=request.transfer_strength,
+            regularization=request.regularization,
+            loss=request.loss,
+            rng=rng,
+        )
+
+    spec = _ChargedFit(
+        method="transfer",
+        role="target",
+        field="target_dataset_id",
+        dataset_id=request.target_dataset_id,
+        source_models=request.source_models,
+        loss=request.loss,
+        name=request.name,
+        base_mechanism="objective_perturbation",
+        within_job="objective perturbation on the target dataset with the regulariser "
+        "(η/2)‖w − w₀‖² centred on the average w₀ of the source models (public, "
+        "post-processed); the same ε bound holds (see service.dp.transfer)",
+        params={
+            "epsilon": request.epsilon,
+            "delta": 0.0,
+            "transfer_strength": request.transfer_strength,
+            "regularization": request.regularization,
+            "loss": request.loss,
+        },
+        calibrate=calibrate,
+        compute=compute,
+    )
+    return _run_charged_fit(
+        uow_factory,
+        study_id=study_id,
+        spec=spec,
+        actor=actor,
+        context=context,
+        randomness=randomness or Randomness(),
+    )
+
+
+def feature(
+    uow_factory: UnitOfWorkFactory,
+    *,
+    study_id: str,
+    request: FeatureRequest,
+    actor: Principal,
+    context: AuditContext,
+    randomness: Randomness | None = None,
+) -> Job:
+    """The feature method (seed 000 Alg. 5) for the study's coordinator: a DP meta-level fit
+    on its own holdout dataset, charged to it; same checks and ledger order as
+    :func:`transfer`. The meta-features' scale comes from the public site models only."""
+    if request.meta_features not in META_FEATURE_KINDS:
+        raise InvalidInputError(f"meta_features must be one of {', '.join(META_FEATURE_KINDS)}")
+    if request.mechanism not in FEATURE_MECHANISMS:
+        raise InvalidInputError(
+            f"the meta-level mechanism must be one of {', '.join(FEATURE_MECHANISMS)}"
+        )
+
+    def calibrate(n: int, _d: int, k: int) -> Calibration:
+        return dp_calibrate(
+            request.mechanism,
+            n=n,
+            d=k if request.meta_features == "linear" else k + 1,
+            epsilon=request.epsilon,
+            delta=request.delta,
+            loss=request.loss,
+            regularization=request.regularization,
+        )
+
+    def compute(X: Any, y: Any, sources: list[Any], rng: np.random.Generator | None) -> FitResult:
+        return feature_fit(
+            X,
+            y,
+            sources,
+            meta=request.meta_features,
+            mechanism=request.mechanism,
+            epsilon=request.epsilon,
+            delta=request.delta,
+            loss=request.loss,
+            regularization=request.regularization,
+            rng=rng,
+        )
+
+    spec = _ChargedFit(
+        method="feature",
+        role="holdout",
+        field="holdout_dataset_id",
+        dataset_id=request.holdout_dataset_id,
+        source_models=request.source_models,
+        loss=request.loss,
+        name=request.name,
+        base_mechanism=request.mechanism,
+        within_job=f"{request.mechanism} on the holdout rows mapped through the site models "
+        f"({request.meta_features} meta-features, scaled into the unit ball by a factor from "
+        "the public site models only); the site models are post-processed "
+        "(see service.dp.aggregation)",
+        params={
+            "epsilon": request.epsilon,
+            "delta": request.delta,
+            "mechanism": request.mechanism,
+            "meta_features": request.meta_features,
+            "regularization": request.regularization,
+            "loss": request.loss,
+        },
+        calibrate=calibrate,
+        compute=compute,
+    )
+    return _run_charged_fit(
+        uow_factory,
+        study_id=study_id,
+        spec=spec,
+        actor=actor,
+        context=context,
+        randomness=randomness or Randomness(),
+    )
