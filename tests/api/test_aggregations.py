@@ -539,3 +539,138 @@ def test_bad_transfers_are_refused_before_anything_is_charged(
     seen = client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()
     assert seen["results"] == []
     assert [c["used"] for c in seen["contributions"]] == [False]
+
+
+# --- feature method ------------------------------------------------------------------------
+
+
+def feature(
+    client: TestClient, site: SiteHandle, study_id: str, **body: Any
+) -> tuple[int, dict[str, Any]]:
+    response = client.post(
+        f"/v1/studies/{study_id}/aggregations",
+        json={"method": "feature", **body},
+        headers=site.headers,
+    )
+    out: dict[str, Any] = response.json()
+    return response.status_code, out
+
+
+def test_linear_feature_method_releases_a_model_in_the_span_of_the_site_models(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, outsider = trio
+    study = create_study(client, coordinator, [member])
+    site_models = []
+    for seed in (21, 22):
+        data = upload_dataset(client, member, seed=seed)
+        m = fit_model(client, member, data["id"], epsilon=1.0)
+        contribute(client, member, study["id"], {"model_id": m["id"]})
+        site_models.append(weights_of(m))
+    holdout = upload_dataset(client, coordinator, seed=23, epsilon=2.0)
+
+    status, job = feature(
+        client,
+        coordinator,
+        study["id"],
+        holdout_dataset_id=holdout["id"],
+        epsilon=1.0,
+        regularization=0.05,
+        meta_features="linear",
+    )
+    assert status == 202, job
+    assert job["status"] == "succeeded", job
+    assert [(c["dataset_id"], c["epsilon"]) for c in job["charges"]] == [(holdout["id"], 1.0)]
+    assert epsilon_spent(client, coordinator, holdout["id"]) == pytest.approx(1.0)
+
+    model = client.get(f"/v1/models/{job['model_id']}", headers=member.headers).json()
+    assert model["mechanism"] == "feature"
+    w = np.asarray(weights_of(model))
+    assert w.shape == (N_WEIGHTS,)
+    # f_Σ = s·M_fᵀω lies in the span of the site models (seed 000, Alg. 5).
+    M = np.asarray(site_models)
+    omega, *_ = np.linalg.lstsq(M.T, w, rcond=None)
+    np.testing.assert_allclose(M.T @ omega, w, atol=1e-6)
+    record = model["privacy"]
+    assert record["guarantee"] == "differential_privacy"
+    assert record["method"] == "feature"
+    (slot,) = [d for d in record["datasets"] if d["id"] == holdout["id"]]
+    assert slot["role"] == "holdout"
+    assert slot["epsilon"] == pytest.approx(1.0)
+    assert record["calibration"]["meta_features"] == "linear"
+    assert record["calibration"]["n_site_models"] == 2
+    assert "n" not in record["calibration"]
+    assert holdout["name"] not in json.dumps(model)
+    assert client.get(f"/v1/models/{model['id']}", headers=outsider.headers).status_code == 404
+
+
+def test_sigmoid_feature_method_releases_a_stacked_model_members_predict_with(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    for site, w in ((coordinator, W1), (member, W2)):
+        m = upload_model(client, site, w, claim={"epsilon": 1.0})
+        contribute(client, site, study["id"], {"model_id": m["id"]})
+    holdout = upload_dataset(client, coordinator, seed=24)
+    status, job = feature(
+        client,
+        coordinator,
+        study["id"],
+        holdout_dataset_id=holdout["id"],
+        epsilon=1.0,
+        mechanism="output_perturbation",
+        regularization=0.05,
+        meta_features="sigmoid",
+    )
+    assert status == 202
+    assert job["status"] == "succeeded", job
+    model = client.get(f"/v1/models/{job['model_id']}", headers=member.headers).json()
+    assert model["model"]["kind"] == "stacked"
+    assert model["coefficients"] is None
+    assert [m["coef"] for m in model["model"]["low_level"]] == [W1, W2]
+    assert model["privacy"]["guarantee"] == "declared"
+    predicted = client.post(
+        f"/v1/models/{model['id']}/predict",
+        json={"rows": [{"age": 30, "color": "blue"}]},
+        headers=member.headers,
+    )
+    assert predicted.status_code == 200, predicted.text
+    assert 0.0 < predicted.json()["predictions"][0]["probability"] < 1.0
+
+
+def test_feature_method_refuses_a_holdout_the_coordinator_does_not_own(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    m = upload_model(client, member, W2)
+    contribute(client, member, study["id"], {"model_id": m["id"]})
+    members_data = upload_dataset(client, member, seed=25)
+    holdout = upload_dataset(client, coordinator, seed=26)
+    body = {"epsilon": 1.0, "regularization": 0.05}
+    status, _ = feature(
+        client, coordinator, study["id"], holdout_dataset_id=members_data["id"], **body
+    )
+    assert status == 404
+    status, _ = feature(client, member, study["id"], holdout_dataset_id=members_data["id"], **body)
+    assert status == 403
+    status, _ = feature(
+        client,
+        coordinator,
+        study["id"],
+        holdout_dataset_id=holdout["id"],
+        mechanism="dp_sgd",
+        **body,
+    )
+    assert status == 422
+    assert epsilon_spent(client, member, members_data["id"]) == 0.0
+    assert epsilon_spent(client, coordinator, holdout["id"]) == 0.0
+    # Source models without any DP guarantee: the result says so plainly.
+    status, job = feature(
+        client, coordinator, study["id"], holdout_dataset_id=holdout["id"], **body
+    )
+    assert status == 202
+    record = client.get(f"/v1/models/{job['model_id']}", headers=member.headers).json()["privacy"]
+    assert record["guarantee"] == "none"
+    assert "carry no DP guarantee" in record["statement"]

@@ -14,6 +14,7 @@ from service.api.schemas.studies import (
     AggregationCreate,
     ContributionRead,
     DatasetGrantIn,
+    FeatureAggregationIn,
     ModelContributionIn,
     StudyCreate,
     StudyList,
@@ -173,6 +174,11 @@ def withdraw_contribution(
         "* `average` (seed 000, Alg. 4) averages the coefficients of the contributed models "
         "(`models`, default: all of them) with optional public `weights`. It reads no data and "
         "charges nothing.\n"
+        "* `feature` (seed 000, Alg. 5) stacks the site models (`source_models`, default: all) "
+        "and fits the meta-level model with `mechanism` at (`epsilon`, `delta`) on "
+        "`holdout_dataset_id`, a dataset the coordinator owns; `linear` meta-features are "
+        "released as the linear model s·M_fᵀω, `sigmoid` ones as a stacked model. The holdout's "
+        "budget is charged as for `transfer`.\n"
         "* `transfer` (hypothesis transfer, seed 003) fits objective perturbation at `epsilon` "
         "on `target_dataset_id`, a dataset the coordinator owns whose spec matches the "
         "study's, with the regulariser (η/2)‖w − w₀‖² centred on the average w₀ of the "
@@ -208,6 +214,28 @@ def create_aggregation(
                 transfer_strength=body.transfer_strength,
                 source_models=body.source_models,
                 regularization=body.regularization,
+                loss=body.loss,
+                name=body.name,
+            ),
+            actor=principal,
+            context=audit_context,
+            randomness=Randomness.from_settings(
+                environment=settings.environment, test_seed=settings.test_seed
+            ),
+        )
+    elif isinstance(body, FeatureAggregationIn):
+        settings = request.app.state.settings
+        job = aggregations.feature(
+            request.app.state.uow_factory,
+            study_id=study_id,
+            request=aggregations.FeatureRequest(
+                holdout_dataset_id=body.holdout_dataset_id,
+                epsilon=body.epsilon,
+                delta=body.delta,
+                mechanism=body.mechanism,
+                regularization=body.regularization,
+                meta_features=body.meta_features,
+                source_models=body.source_models,
                 loss=body.loss,
                 name=body.name,
             ),

@@ -18,6 +18,7 @@ __all__ = [
     "AverageAggregationIn",
     "ContributionRead",
     "DatasetGrantIn",
+    "FeatureAggregationIn",
     "ModelContributionIn",
     "StudyCreate",
     "StudyList",
@@ -274,6 +275,45 @@ class TransferAggregationIn(RequestModel):
     name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
 
 
+class FeatureAggregationIn(RequestModel):
+    """`feature` (seed 000, Alg. 5): stack the site models and fit the meta-level model with a
+    DP mechanism on the coordinator's own holdout dataset, whose budget is charged.
+    `linear` meta-features x ↦ s·M_f x are released as the linear model s·M_fᵀω; `sigmoid`
+    ones (seed 003) as a stacked model. The scale comes from the public site models only."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "method": "feature",
+                    "holdout_dataset_id": "0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+                    "epsilon": 1.0,
+                    "mechanism": "objective_perturbation",
+                    "regularization": 0.01,
+                    "meta_features": "linear",
+                }
+            ]
+        }
+    )
+
+    method: Literal["feature"]
+    holdout_dataset_id: _ID = Field(description="A labelled dataset the coordinator owns.")
+    source_models: list[_ID] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_AGGREGATION_MODELS,
+        description="Contributed model ids to stack; default: all.",
+    )
+    epsilon: FiniteFloat = Field(gt=0, description="ε charged to the holdout dataset.")
+    delta: FiniteFloat = Field(default=0.0, ge=0, lt=1)
+    mechanism: Literal["objective_perturbation", "output_perturbation"] = "objective_perturbation"
+    regularization: FiniteFloat = Field(default=0.01, gt=0, description="λ of the meta level.")
+    meta_features: Literal["linear", "sigmoid"] = "linear"
+    loss: Literal["logistic", "huber"] = "logistic"
+    name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+
+
 AggregationCreate = Annotated[
-    AverageAggregationIn | TransferAggregationIn, Field(discriminator="method")
+    AverageAggregationIn | FeatureAggregationIn | TransferAggregationIn,
+    Field(discriminator="method"),
 ]
