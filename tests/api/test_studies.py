@@ -7,6 +7,8 @@
 * Contributions: a model the member owns or a grant on its dataset within the dataset's caps;
   another site's model or dataset is 404; a spec that differs is a 422 saying what differs;
   contributing the same thing twice is 409; a member withdraws its own unused contribution.
+
+Every test runs on SQLite and PostgreSQL (the new tables' constraints hold on both).
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ from tests.api._studies import (
 from tests.conftest import MakeSite, SiteHandle
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test runs on SQLite and on PostgreSQL."""
+    return any_db_url
 
 
 @pytest.fixture
