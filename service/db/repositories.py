@@ -487,19 +487,19 @@ class StudyRepository(Repository[Study]):
         )
         return _rowcount(result) == 1
 
-    def mark_used(self, contribution_ids: Sequence[str], *, at: datetime) -> None:
-        """Record that an aggregation used these contributions (they can no longer be withdrawn)."""
+    def mark_used(self, contribution_ids: Sequence[str], *, at: datetime) -> int:
+        """Record that an aggregation used these contributions (they can no longer be
+        withdrawn; the first use's time is kept). Returns how many still exist: fewer than
+        asked means one was withdrawn meanwhile."""
         if not contribution_ids:
-            return
-        self.session.execute(
+            return 0
+        result = self.session.execute(
             update(StudyContribution)
-            .where(
-                StudyContribution.id.in_(list(contribution_ids)),
-                StudyContribution.used_at.is_(None),
-            )
-            .values(used_at=at)
+            .where(StudyContribution.id.in_(list(contribution_ids)))
+            .values(used_at=func.coalesce(StudyContribution.used_at, at))
             .execution_options(synchronize_session=False)
         )
+        return _rowcount(result)
 
     def results(self, study_id: str) -> Sequence[Model]:
         """Models released to the study (aggregations), newest first."""

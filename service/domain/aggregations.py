@@ -29,7 +29,12 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import audit, budgets
 from service.domain.audit import AuditContext
 from service.domain.datasets import load_design
-from service.domain.errors import InvalidInputError, NotFoundError, PermissionDeniedError
+from service.domain.errors import (
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 from service.domain.ids import looks_like_id
 from service.domain.jobs import job_problem
 from service.domain.principal import Principal
@@ -129,6 +134,12 @@ def _select_inputs(uow: UnitOfWork, study: Study, requested: Sequence[str] | Non
             _Input(model=model, site_id=contribution.site_id, contribution_id=contribution.id)
         )
     return inputs
+
+
+def _mark_used(uow: UnitOfWork, inputs: Sequence[_Input], at: datetime) -> None:
+    """Mark the inputs' contributions used, or 409 when one was withdrawn meanwhile."""
+    if uow.studies.mark_used([i.contribution_id for i in inputs], at=at) != len(inputs):
+        raise ConflictError("a contribution was withdrawn while the aggregation was prepared")
 
 
 def _input_entry(item: _Input, weight: float) -> dict[str, Any]:
@@ -385,7 +396,7 @@ def aggregate(
                 study_id=study.id,
             )
         )
-        uow.studies.mark_used([i.contribution_id for i in inputs], at=now)
+        _mark_used(uow, inputs, now)
         audit.record(
             uow,
             action="study.aggregated",
@@ -709,7 +720,7 @@ def _run_charged_fit(
             mechanism=spec.method,
             job_id=job.id,
         )
-        uow.studies.mark_used([i.contribution_id for i in inputs], at=now)
+        _mark_used(uow, inputs, now)
         entries = [_input_entry(item, 1.0 / len(inputs)) for item in inputs]
         audit.record(
             uow,

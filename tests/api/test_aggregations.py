@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from service.db.base import utcnow
+from service.db.uow import UnitOfWorkFactory
 from tests.api._studies import (
     FEATURE_NAMES,
     N_WEIGHTS,
@@ -674,3 +676,39 @@ def test_feature_method_refuses_a_holdout_the_coordinator_does_not_own(
     record = client.get(f"/v1/models/{job['model_id']}", headers=member.headers).json()["privacy"]
     assert record["guarantee"] == "none"
     assert "carry no DP guarantee" in record["statement"]
+
+
+def test_contributions_can_be_aggregated_again_and_stay_used(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    ids = []
+    for site, w in ((coordinator, W1), (member, W2)):
+        m = upload_model(client, site, w)
+        contribute(client, site, study["id"], {"model_id": m["id"]})
+        ids.append(m["id"])
+    first = aggregated_model(client, coordinator, study["id"])
+    second = aggregated_model(client, coordinator, study["id"], weights=[3.0, 1.0])
+    np.testing.assert_allclose(
+        weights_of(second), 0.75 * np.asarray(W1) + 0.25 * np.asarray(W2), atol=1e-9
+    )
+    seen = client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()
+    assert {r["model_id"] for r in seen["results"]} == {first["id"], second["id"]}
+    assert all(c["used"] for c in seen["contributions"])
+
+
+def test_marking_used_counts_only_contributions_that_still_exist(
+    client: TestClient,
+    trio: tuple[SiteHandle, SiteHandle, SiteHandle],
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """An aggregation whose contribution was withdrawn meanwhile sees fewer rows and refuses
+    (409) instead of releasing a model built on a withdrawn contribution."""
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    m = upload_model(client, member, W2)
+    contribution = contribute(client, member, study["id"], {"model_id": m["id"]})
+    with uow_factory() as uow:
+        assert uow.studies.mark_used([contribution["id"], "0" * 32], at=utcnow()) == 1
+        uow.rollback()
