@@ -9,7 +9,9 @@ mechanism, ``--repeats`` times and alternating the two contenders:
   itself fits on (read back from the database with ``service.domain.datasets.load_design``),
   noise from the OS CSPRNG as in the service;
 * ``http``: ``POST /v1/datasets/{id}/fits`` then ``GET /v1/jobs/{id}`` every
-  ``--poll-ms`` until the job has succeeded: validation and charging the ledger, queueing,
+  ``--poll-ms`` until the job has succeeded (``--transport testclient``: the app in this
+  process through ``fastapi.testclient``; ``uvicorn``: a real server on 127.0.0.1 in a child
+  process, the client using httpx over TCP): validation and charging the ledger, queueing,
   the worker claiming the job, reading the dataset, the fit, storing the model and its
   privacy record, and the polling itself.
 
@@ -25,13 +27,16 @@ repository root::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 from pydantic import SecretStr
 
 from benchmarks._common import environment, limit_threads, load_average, markdown_table, median
@@ -51,14 +56,39 @@ CASES: tuple[tuple[str, str, float, float, dict[str, Any]], ...] = (
 )
 
 
-def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
+@contextlib.contextmanager
+def _client(args: argparse.Namespace, url: str) -> Iterator[Any]:
+    """An HTTP client of a PrivFit app on ``url``: in process, or a uvicorn child process."""
+    if args.transport == "uvicorn":
+        from benchmarks.bench_upload import uvicorn_server
+
+        extra = {"PRIVFIT_MAX_BUDGET_EPSILON": "1000", "PRIVFIT_JOB_RUNNER": args.runner}
+        with uvicorn_server(url, extra) as base, httpx.Client(base_url=base, timeout=600) as c:
+            yield c
+        return
     from fastapi.testclient import TestClient
 
-    from service.db.migrate import upgrade
-    from service.domain.datasets import load_design
-    from service.dp import fit
     from service.main import create_app
     from service.settings import Settings
+
+    settings = Settings(
+        database_url=url,
+        admin_key=SecretStr(ADMIN_KEY),
+        max_request_bytes=2**30,
+        max_budget_epsilon=1000.0,
+        job_runner=args.runner,
+        log_level="WARNING",
+    )
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from service.db.migrate import upgrade
+    from service.db.session import make_engine, make_sessionmaker
+    from service.db.uow import UnitOfWork
+    from service.domain.datasets import load_design
+    from service.dp import fit
 
     raw = csv_bytes("train")
     spec = load_spec()
@@ -68,17 +98,8 @@ def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         url = args.database_url or f"sqlite:///{Path(tmp) / 'bench.db'}"
         upgrade(url)
-        settings = Settings(
-            database_url=url,
-            admin_key=SecretStr(ADMIN_KEY),
-            max_request_bytes=2**30,
-            max_budget_epsilon=1000.0,
-            job_runner=args.runner,
-            log_level="WARNING",
-        )
-        app = create_app(settings)
         admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-        with TestClient(app) as client:
+        with _client(args, url) as client:
             made = client.post("/v1/sites", json={"name": f"bench-{time.time_ns()}"}, headers=admin)
             made.raise_for_status()
             site = {"Authorization": f"Bearer {made.json()['key']['api_key']}"}
@@ -90,7 +111,8 @@ def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
             if uploaded.status_code != 201:
                 raise RuntimeError(f"upload failed: {uploaded.status_code} {uploaded.text}")
             dataset_id = uploaded.json()["id"]
-            X, y = load_design(app.state.uow_factory, dataset_id)
+            engine = make_engine(url)
+            X, y = load_design(lambda: UnitOfWork(make_sessionmaker(engine)), dataset_id)
             poll = args.poll_ms / 1000.0
 
             def library(mechanism: str, eps: float, delta: float, params: dict[str, Any]) -> float:
@@ -146,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--runner", choices=("process", "thread"), default="process")
+    parser.add_argument("--transport", choices=("testclient", "uvicorn"), default="testclient")
     parser.add_argument("--poll-ms", type=float, default=2.0)
     parser.add_argument("--threads", type=int, default=1, help="native threads; 0 = default")
     parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
@@ -160,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
             os.environ[var] = str(threads)
     _controller = limit_threads(threads)
     print(environment(threads))
-    print(f"runner: {args.runner}; load average before: {load_average()}")
+    print(f"runner: {args.runner}, {args.transport}; load average before: {load_average()}")
     rows = _run(args)
     print(f"load average after: {load_average()}\n")
     print(
@@ -173,8 +196,9 @@ def main(argv: list[str] | None = None) -> None:
         )
     )
     OUT.mkdir(parents=True, exist_ok=True)
-    out = OUT / f"fit_job_{args.runner}.json"
-    out.write_text(json.dumps({"runner": args.runner, "rows": rows}, indent=2))
+    out = OUT / f"fit_job_{args.runner}_{args.transport}.json"
+    payload = {"runner": args.runner, "transport": args.transport, "rows": rows}
+    out.write_text(json.dumps(payload, indent=2))
     print(f"\nwrote {out.relative_to(ROOT)}")
 
 

@@ -165,7 +165,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def uvicorn_server(database_url: str) -> Iterator[str]:
+def uvicorn_server(database_url: str, extra_env: dict[str, str] | None = None) -> Iterator[str]:
     """``uvicorn service.main:app`` on 127.0.0.1 in a child process; yields its base URL."""
     port = _free_port()
     env = {
@@ -174,6 +174,7 @@ def uvicorn_server(database_url: str) -> Iterator[str]:
         "PRIVFIT_ADMIN_KEY": ADMIN_KEY,
         "PRIVFIT_MAX_REQUEST_BYTES": str(2**31),
         "PRIVFIT_LOG_LEVEL": "WARNING",
+        **(extra_env or {}),
     }
     process = subprocess.Popen(
         [

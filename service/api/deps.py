@@ -45,19 +45,19 @@ bearer_scheme = HTTPBearer(
 )
 
 
-def get_settings_from_app(request: Request) -> Settings:
-    """The settings the app was created with."""
+async def get_settings_from_app(request: Request) -> Settings:
+    """The settings the app was created with (async: no I/O, so no threadpool hop)."""
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_uow(request: Request) -> UnitOfWork:
+async def get_uow(request: Request) -> UnitOfWork:
     """A fresh unit of work on the app's database."""
     factory: UnitOfWorkFactory = request.app.state.uow_factory
     return factory()
 
 
-def get_audit_context(request: Request) -> AuditContext:
+async def get_audit_context(request: Request) -> AuditContext:
     """Request id and client address for audit events."""
     request_id = getattr(request.state, "request_id", None)
     # Behind a proxy the address comes from X-Forwarded-For: bound it to the column's size.
@@ -89,13 +89,13 @@ def get_principal(
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def get_admin(principal: PrincipalDep) -> Principal:
+async def get_admin(principal: PrincipalDep) -> Principal:
     """The caller, who must hold the admin key (403 otherwise)."""
     principal.require_admin()
     return principal
 
 
-def get_site(principal: PrincipalDep) -> Principal:
+async def get_site(principal: PrincipalDep) -> Principal:
     """The caller, who must hold a site key (403 otherwise)."""
     principal.require_site()
     return principal
