@@ -92,6 +92,8 @@ def synthetic_csv(megabytes: float, spec: dict[str, Any]) -> Path:
             room = target - fh.tell()
             if len(data) > room:
                 data = data[: data.rfind(b"\n", 0, room) + 1]
+                if not data:
+                    break  # less than one row of room left: close enough to the target
             fh.write(data)
             seed += 1
     return path
