@@ -215,35 +215,7 @@ def average_privacy_record(
             slot["delta"] += float(d["delta"])
             slot["models"].append(entry["model_id"])
     datasets: list[dict[str, Any]] = list(per_dataset.values())
-    datasets.extend(
-        {
-            "id": None,
-            "site_id": e["site_id"],
-            "models": [e["model_id"]],
-            "guarantee": e["guarantee"],
-            "verified": False,
-            "epsilon": None,
-            "delta": None,
-            "description": "the data the uploader trained on (not known to PrivFit)",
-            "claim": e.get("claim"),
-        }
-        for e in inputs
-        if e["source"] == "upload"
-    )
-    datasets.extend(
-        {
-            "id": d.get("id"),
-            "site_id": e["site_id"],
-            "models": [e["model_id"]],
-            "guarantee": "none",
-            "verified": True,
-            "epsilon": None,
-            "delta": None,
-        }
-        for e in no_dp
-        if e["source"] != "upload"
-        for d in e["datasets"]
-    )
+    datasets.extend(_unmetered_entries(inputs, no_dp))
     if no_dp:
         guarantee = "none"
         verified = False
@@ -505,35 +477,7 @@ def transfer_privacy_record(
     datasets: list[dict[str, Any]] = [target_slot, *per_dataset.values()]
     no_dp = [e for e in sources if e["guarantee"] not in ("differential_privacy", "declared")]
     declared = [e for e in sources if e not in no_dp and not e["verified"]]
-    datasets.extend(
-        {
-            "id": None,
-            "site_id": e["site_id"],
-            "models": [e["model_id"]],
-            "guarantee": e["guarantee"],
-            "verified": False,
-            "epsilon": None,
-            "delta": None,
-            "description": "the data the uploader trained on (not known to PrivFit)",
-            "claim": e.get("claim"),
-        }
-        for e in sources
-        if e["source"] == "upload"
-    )
-    datasets.extend(
-        {
-            "id": d.get("id"),
-            "site_id": e["site_id"],
-            "models": [e["model_id"]],
-            "guarantee": "none",
-            "verified": True,
-            "epsilon": None,
-            "delta": None,
-        }
-        for e in no_dp
-        if e["source"] != "upload"
-        for d in e["datasets"]
-    )
+    datasets.extend(_unmetered_entries(sources, no_dp))
     target_text = (
         f"({target_slot['epsilon']:g}, {target_slot['delta']:g})-differential privacy for one "
         f"row of the {role} dataset {target_id}"
@@ -947,3 +891,40 @@ def feature(
         context=context,
         randomness=randomness or Randomness(),
     )
+
+
+def _unmetered_entries(
+    inputs: Sequence[Mapping[str, Any]], no_dp: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Record entries for inputs whose data PrivFit did not meter: uploaded classifiers (a
+    declared claim at most) and fitted models with no DP guarantee."""
+    entries: list[dict[str, Any]] = [
+        {
+            "id": None,
+            "site_id": e["site_id"],
+            "models": [e["model_id"]],
+            "guarantee": e["guarantee"],
+            "verified": False,
+            "epsilon": None,
+            "delta": None,
+            "description": "the data the uploader trained on (not known to PrivFit)",
+            "claim": e.get("claim"),
+        }
+        for e in inputs
+        if e["source"] == "upload"
+    ]
+    entries.extend(
+        {
+            "id": d.get("id"),
+            "site_id": e["site_id"],
+            "models": [e["model_id"]],
+            "guarantee": "none",
+            "verified": True,
+            "epsilon": None,
+            "delta": None,
+        }
+        for e in no_dp
+        if e["source"] != "upload"
+        for d in e["datasets"]
+    )
+    return entries
