@@ -194,26 +194,7 @@ def average_privacy_record(
     no_dp = [e for e in inputs if e["guarantee"] not in ("differential_privacy", "declared")]
     declared = [e for e in inputs if e["guarantee"] == "declared" or not e["verified"]]
     declared = [e for e in declared if e not in no_dp]
-    per_dataset: dict[str, dict[str, Any]] = {}
-    for entry in inputs:
-        if entry["guarantee"] != "differential_privacy" or not entry["verified"]:
-            continue
-        for d in entry["datasets"]:
-            slot = per_dataset.setdefault(
-                str(d["id"]),
-                {
-                    "id": d["id"],
-                    "site_id": entry["site_id"],
-                    "epsilon": 0.0,
-                    "delta": 0.0,
-                    "models": [],
-                    "guarantee": "differential_privacy",
-                    "verified": True,
-                },
-            )
-            slot["epsilon"] += float(d["epsilon"])
-            slot["delta"] += float(d["delta"])
-            slot["models"].append(entry["model_id"])
+    per_dataset = _compose_sources(inputs)
     datasets: list[dict[str, Any]] = list(per_dataset.values())
     datasets.extend(_unmetered_entries(inputs, no_dp))
     if no_dp:
@@ -417,6 +398,8 @@ _PUBLIC_CALIBRATION_KEYS = (
 def _compose_sources(
     entries: Sequence[Mapping[str, Any]],
 ) -> dict[str, dict[str, Any]]:
+    """Per dataset, the verified DP cost of the entries' models: sequential composition
+    within a dataset (ε and δ add), one slot per dataset (parallel across datasets)."""
     per_dataset: dict[str, dict[str, Any]] = {}
     for entry in entries:
         if entry["guarantee"] != "differential_privacy" or not entry["verified"]:
