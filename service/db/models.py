@@ -29,7 +29,6 @@ from sqlalchemy.orm import Mapped, mapped_column, relationship
 from service.db.base import Base, UTCDateTime, utcnow
 
 __all__ = [
-    "JOB_STATUSES",
     "ApiKey",
     "AuditEvent",
     "Dataset",
@@ -46,9 +45,6 @@ __all__ = [
 ]
 
 KeyRole = Literal["admin", "site"]
-
-#: Every status a job can have (see :mod:`service.domain.jobs` for the transitions).
-JOB_STATUSES = ("queued", "running", "succeeded", "failed", "cancelled")
 
 #: Auto-incrementing 64-bit key (SQLite only auto-increments an INTEGER PRIMARY KEY).
 BigIntId = BigInteger().with_variant(Integer(), "sqlite")

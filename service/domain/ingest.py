@@ -394,6 +394,29 @@ def build_spec(
     )
 
 
+def build_feature_spec(
+    *,
+    name: str,
+    label_column: str,
+    positive: str | int | bool,
+    features: Sequence[FeatureInput],
+    row_norm: RowNorm = "clip",
+) -> DatasetSpec:
+    """:func:`build_spec` for a label and features that carry no budget (a study's shared
+    spec, an uploaded model's): the same rules, with a placeholder budget that always passes.
+    Only ``label_column``, ``positive`` and ``preprocessing`` of the result are meaningful."""
+    return build_spec(
+        name=name,
+        label_column=label_column,
+        positive=positive,
+        features=features,
+        epsilon=1.0,
+        delta=0.0,
+        limits=BudgetLimits(max_epsilon=1.0, max_delta=0.0),
+        row_norm=row_norm,
+    )
+
+
 # ---- chunk payloads -------------------------------------------------------------------------
 
 

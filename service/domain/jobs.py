@@ -45,8 +45,6 @@ from service.dp import ConvergenceError, FitResult
 from service.dp import fit as dp_fit
 
 __all__ = [
-    "FINISHED_STATUSES",
-    "JOB_STATUSES",
     "FitFunction",
     "JobCancelledError",
     "JobPage",
@@ -63,8 +61,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-JOB_STATUSES: Final[tuple[str, ...]] = ("queued", "running", "succeeded", "failed", "cancelled")
-FINISHED_STATUSES: Final[frozenset[str]] = frozenset({"succeeded", "failed", "cancelled"})
 #: Seconds between two progress writes (each also reads whether a cancel was requested).
 DEFAULT_PROGRESS_INTERVAL: Final[float] = 0.2
 

@@ -20,13 +20,7 @@ from service.domain.audit import AuditContext
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.export import build_export
 from service.domain.ids import looks_like_id
-from service.domain.ingest import (
-    BudgetLimits,
-    DatasetSpecError,
-    FeatureInput,
-    RowNorm,
-    build_spec,
-)
+from service.domain.ingest import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
 from service.domain.predict import InvalidRowsError, Prediction, predict_rows
 from service.domain.principal import Principal
 from service.domain.privacy_record import PrivacyClaim, upload_privacy_record
@@ -68,10 +62,6 @@ class UploadedModel:
     claim: PrivacyClaim | None
 
 
-#: An uploaded model has no budget: the spec rules are checked with a placeholder one.
-_NO_BUDGET = BudgetLimits(max_epsilon=1.0, max_delta=0.0)
-
-
 def build_upload(
     *,
     label: Mapping[str, Any],
@@ -86,14 +76,11 @@ def build_upload(
     (public bounds, declared categories, no column twice); a bad spec is a 422 about the
     model's feature spec (``invalid-input``, locations under ``body``), not a dataset upload."""
     try:
-        spec = build_spec(
+        spec = build_feature_spec(
             name=name or "uploaded model",
             label_column=str(label["column"]),
             positive=label["positive"],
             features=features,
-            epsilon=1.0,
-            delta=0.0,
-            limits=_NO_BUDGET,
             row_norm=row_norm,
         )
     except DatasetSpecError as exc:

@@ -28,7 +28,7 @@ from service.domain.errors import (
     PermissionDeniedError,
 )
 from service.domain.ids import looks_like_id
-from service.domain.ingest import BudgetLimits, DatasetSpecError, FeatureInput, RowNorm, build_spec
+from service.domain.ingest import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
 from service.domain.principal import Principal
 from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
 
@@ -50,9 +50,6 @@ __all__ = [
 
 #: Member sites a study may name (besides the coordinator).
 MAX_MEMBERS = 100
-
-#: A study spec has no budget: the spec rules are checked with a placeholder one.
-_NO_BUDGET = BudgetLimits(max_epsilon=1.0, max_delta=0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,14 +120,11 @@ def _build_spec(
 ) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(normalised spec, preprocessing, encoded feature names); 422 under ``body.spec``."""
     try:
-        built = build_spec(
+        built = build_feature_spec(
             name=name,
             label_column=spec.label_column,
             positive=spec.positive,
             features=spec.features,
-            epsilon=1.0,
-            delta=0.0,
-            limits=_NO_BUDGET,
             row_norm=spec.row_norm,
         )
     except DatasetSpecError as exc:
