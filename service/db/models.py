@@ -229,7 +229,9 @@ class LedgerCharge(Base):
     """One charge against a dataset's budget, in exact ledger units.
 
     ``state`` is ``charged`` or ``refunded`` (only a job cancelled while queued is refunded).
-    Invariant: a dataset's spent amounts equal the sums over its ``charged`` rows.
+    Invariant: a dataset's spent amounts equal the sums over its ``charged`` rows. A charge made
+    by a study's federated fit names the dataset grant (``grant_id``) it was charged through;
+    a grant's spent amounts equal the sums over its ``charged`` rows too.
     """
 
     __tablename__ = "ledger_charge"
@@ -249,6 +251,9 @@ class LedgerCharge(Base):
     epsilon_units: Mapped[int] = mapped_column(BigInteger)
     delta_units: Mapped[int] = mapped_column(BigInteger)
     mechanism: Mapped[str] = mapped_column(String(64))
+    grant_id: Mapped[str | None] = mapped_column(
+        ForeignKey("study_contribution.id", ondelete="RESTRICT"), index=True
+    )
     state: Mapped[str] = mapped_column(String(16), default="charged")
     idempotency_key: Mapped[str | None] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
@@ -261,7 +266,9 @@ class Model(Base):
 
     __tablename__ = "model"
     __table_args__ = (
-        CheckConstraint("source IN ('fit', 'upload', 'aggregate')", name="source_known"),
+        CheckConstraint(
+            "source IN ('fit', 'upload', 'aggregate', 'federated')", name="source_known"
+        ),
         Index("ix_model_owner_created", "owner_site_id", "created_at"),
     )
 
@@ -325,7 +332,9 @@ class StudyContribution(Base):
     """What a member brings to a study: a model it owns, or a grant on one of its datasets.
 
     A grant lets the study spend up to ``(epsilon_cap_units, delta_cap_units)`` of the dataset's
-    budget (ledger units, :mod:`service.domain.units`). ``used_at`` is set once an aggregation
+    budget (ledger units, :mod:`service.domain.units`); ``epsilon_spent_units`` and
+    ``delta_spent_units`` are what the study's federated fits have charged through it so far
+    (debited atomically with the dataset's own budget). ``used_at`` is set once an aggregation
     (or federated fit) used the contribution; from then on it cannot be withdrawn.
     """
 
@@ -345,6 +354,12 @@ class StudyContribution(Base):
         CheckConstraint(
             "delta_cap_units IS NULL OR delta_cap_units >= 0", name="delta_cap_non_negative"
         ),
+        CheckConstraint(
+            "epsilon_spent_units >= 0 AND delta_spent_units >= 0"
+            " AND (epsilon_cap_units IS NULL OR epsilon_spent_units <= epsilon_cap_units)"
+            " AND (delta_cap_units IS NULL OR delta_spent_units <= delta_cap_units)",
+            name="grant_spent_within_cap",
+        ),
         UniqueConstraint("study_id", "model_id"),
         UniqueConstraint("study_id", "dataset_id"),
         Index("ix_study_contribution_study_created", "study_id", "created_at"),
@@ -362,5 +377,7 @@ class StudyContribution(Base):
     )
     epsilon_cap_units: Mapped[int | None] = mapped_column(BigInteger)
     delta_cap_units: Mapped[int | None] = mapped_column(BigInteger)
+    epsilon_spent_units: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    delta_spent_units: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

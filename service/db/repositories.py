@@ -501,6 +501,47 @@ class StudyRepository(Repository[Study]):
         )
         return _rowcount(result)
 
+    def debit_grant(self, grant_id: str, epsilon_units: int, delta_units: int) -> bool:
+        """Add a cost to a dataset grant's spent amounts if it fits under the grant's caps.
+
+        One conditional UPDATE, like :meth:`LedgerRepository.debit`; False when the grant is
+        unknown or short. The caller debits the dataset in the same transaction.
+        """
+        result = self.session.execute(
+            update(StudyContribution)
+            .where(
+                StudyContribution.id == grant_id,
+                StudyContribution.kind == "dataset",
+                StudyContribution.epsilon_spent_units + epsilon_units
+                <= StudyContribution.epsilon_cap_units,
+                StudyContribution.delta_spent_units + delta_units
+                <= StudyContribution.delta_cap_units,
+            )
+            .values(
+                epsilon_spent_units=StudyContribution.epsilon_spent_units + epsilon_units,
+                delta_spent_units=StudyContribution.delta_spent_units + delta_units,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return _rowcount(result) == 1
+
+    def credit_grant(self, grant_id: str, epsilon_units: int, delta_units: int) -> None:
+        """Give back a refunded charge's amounts to its grant (the CHECK keeps spent >= 0)."""
+        self.session.execute(
+            update(StudyContribution)
+            .where(StudyContribution.id == grant_id)
+            .values(
+                epsilon_spent_units=StudyContribution.epsilon_spent_units - epsilon_units,
+                delta_spent_units=StudyContribution.delta_spent_units - delta_units,
+            )
+            .execution_options(synchronize_session=False)
+        )
+
+    def get_grant_fresh(self, grant_id: str) -> StudyContribution | None:
+        """A grant re-read from the database (after a conditional UPDATE)."""
+        contribution = self.session.get(StudyContribution, grant_id, populate_existing=True)
+        return contribution if contribution is not None and contribution.kind == "dataset" else None
+
     def results(self, study_id: str) -> Sequence[Model]:
         """Models released to the study (aggregations), newest first."""
         query = (

@@ -11,6 +11,12 @@ the verified guarantees per dataset (parallel across datasets, sequential — ε
 two inputs were fitted on the same dataset), labels an uploaded classifier's guarantee as the
 uploader's declared claim, and, when any input has no DP guarantee, says plainly that the
 average has none. Stacked models are not one weight vector: averaging them is a 422.
+
+``feature`` and ``transfer`` fit a DP model on one of the coordinator's own datasets: the
+request is checked, the dataset charged and the job queued in one transaction, and the job
+runs on the job runner like a single-dataset fit (:func:`run_aggregation_job`, dispatched by
+:func:`service.domain.jobs.run_job`): progress, cancellation, recovery and the ledger rules
+are the same.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from service.domain.errors import (
     PermissionDeniedError,
 )
 from service.domain.ids import looks_like_id
-from service.domain.jobs import job_problem
+from service.domain.jobs import ClaimedJob, JobContext, JobScheduler
 from service.domain.principal import Principal
 from service.domain.privacy_record import (
     NEIGHBOURING,
@@ -47,7 +53,6 @@ from service.domain.privacy_record import (
 )
 from service.domain.randomness import Randomness
 from service.domain.studies import require_matching, visible_study
-from service.dp import ConvergenceError
 from service.dp import calibrate as dp_calibrate
 from service.dp.aggregation import (
     FEATURE_MECHANISMS,
@@ -69,6 +74,7 @@ __all__ = [
     "aggregate",
     "average_privacy_record",
     "feature",
+    "run_aggregation_job",
     "transfer",
     "transfer_privacy_record",
 ]
@@ -532,18 +538,6 @@ def transfer_privacy_record(
     return json_safe(record)  # type: ignore[no-any-return]
 
 
-def _fail(uow_factory: UnitOfWorkFactory, job_id: str, slug: str) -> None:
-    with uow_factory() as uow:
-        uow.jobs.transition(
-            job_id,
-            expected="running",
-            status="failed",
-            finished_at=utcnow(),
-            error=job_problem(slug),
-        )
-        uow.commit()
-
-
 @dataclass(frozen=True, slots=True)
 class FeatureRequest:
     """The feature method on the coordinator's own holdout dataset."""
@@ -564,43 +558,125 @@ FitCompute = Callable[[Any, Any, list[Any], np.random.Generator | None], FitResu
 
 @dataclass(frozen=True, slots=True)
 class _ChargedFit:
-    """A DP fit on one of the coordinator's datasets over the study's source models."""
+    """A DP fit on one of the coordinator's datasets over the study's source models, rebuilt
+    from the job's stored parameters (so the worker that runs it needs nothing else)."""
 
     method: str
     role: str
     field: str
-    dataset_id: str
-    source_models: Sequence[str] | None
-    loss: str
-    name: str | None
     base_mechanism: str
     within_job: str
-    params: Mapping[str, Any]
     #: (n, d, number of sources) → the calibration; ValueError for bad parameters.
     calibrate: Callable[[int, int, int], Calibration]
     #: (X, y, source coefficient vectors, rng) → the fit.
     compute: FitCompute
 
 
-def _run_charged_fit(
-    uow_factory: UnitOfWorkFactory,
+def _transfer_spec(p: Mapping[str, Any]) -> _ChargedFit:
+    def calibrate(n: int, d: int, _k: int) -> Calibration:
+        return dp_calibrate(
+            "objective_perturbation",
+            n=n,
+            d=d,
+            epsilon=float(p["epsilon"]),
+            delta=0.0,
+            loss=str(p["loss"]),
+            regularization=float(p["regularization"]),
+        )
+
+    def compute(X: Any, y: Any, sources: list[Any], rng: np.random.Generator | None) -> FitResult:
+        return transfer_fit(
+            X,
+            y,
+            average_coefficients(sources),  # w₀: the equal-weight average of the sources
+            epsilon=float(p["epsilon"]),
+            transfer_strength=float(p["transfer_strength"]),
+            regularization=float(p["regularization"]),
+            loss=str(p["loss"]),
+            rng=rng,
+        )
+
+    return _ChargedFit(
+        method="transfer",
+        role="target",
+        field="target_dataset_id",
+        base_mechanism="objective_perturbation",
+        within_job="objective perturbation on the target dataset with the regulariser "
+        "(η/2)‖w − w₀‖² centred on the average w₀ of the source models (public, "
+        "post-processed); the same ε bound holds (see service.dp.transfer)",
+        calibrate=calibrate,
+        compute=compute,
+    )
+
+
+def _feature_spec(p: Mapping[str, Any]) -> _ChargedFit:
+    mechanism, meta = str(p["mechanism"]), str(p["meta_features"])
+
+    def calibrate(n: int, _d: int, k: int) -> Calibration:
+        return dp_calibrate(
+            mechanism,
+            n=n,
+            d=k if meta == "linear" else k + 1,
+            epsilon=float(p["epsilon"]),
+            delta=float(p["delta"]),
+            loss=str(p["loss"]),
+            regularization=float(p["regularization"]),
+        )
+
+    def compute(X: Any, y: Any, sources: list[Any], rng: np.random.Generator | None) -> FitResult:
+        return feature_fit(
+            X,
+            y,
+            sources,
+            meta=meta,
+            mechanism=mechanism,
+            epsilon=float(p["epsilon"]),
+            delta=float(p["delta"]),
+            loss=str(p["loss"]),
+            regularization=float(p["regularization"]),
+            rng=rng,
+        )
+
+    return _ChargedFit(
+        method="feature",
+        role="holdout",
+        field="holdout_dataset_id",
+        base_mechanism=mechanism,
+        within_job=f"{mechanism} on the holdout rows mapped through the site models "
+        f"({meta} meta-features, scaled into the unit ball by a factor from the public site "
+        "models only); the site models are post-processed (see service.dp.aggregation)",
+        calibrate=calibrate,
+        compute=compute,
+    )
+
+
+_CHARGED_METHODS: Mapping[str, Callable[[Mapping[str, Any]], _ChargedFit]] = {
+    "transfer": _transfer_spec,
+    "feature": _feature_spec,
+}
+
+
+def _submit_charged_fit(
+    uow: UnitOfWork,
     *,
     study_id: str,
     spec: _ChargedFit,
+    dataset_id: str,
+    source_models: Sequence[str] | None,
+    params: Mapping[str, Any],
     actor: Principal,
     context: AuditContext,
-    randomness: Randomness,
+    runner: JobScheduler,
 ) -> Job:
-    """Check, charge and commit, then fit inline and store the model (see :func:`transfer`)."""
+    """Check, charge and commit a queued job, then hand it to the runner (see :func:`transfer`)."""
     site_id = actor.require_site()
-    with uow_factory() as uow:
+    with uow:
         study = visible_study(uow, study_id, actor)
         if study.coordinator_site_id != site_id:
             raise PermissionDeniedError("only the study's coordinator can run aggregations")
-        inputs = _select_inputs(uow, study, spec.source_models)
+        inputs = _select_inputs(uow, study, source_models)
         _average(inputs, None)  # refuses stacked (non-linear) sources
-        sources = [list(i.model.body["coef"]) for i in inputs]
-        dataset = uow.datasets.get(spec.dataset_id) if looks_like_id(spec.dataset_id) else None
+        dataset = uow.datasets.get(dataset_id) if looks_like_id(dataset_id) else None
         if dataset is None or dataset.owner_site_id != site_id or dataset.deleted_at is not None:
             raise NotFoundError("dataset")
         require_matching(
@@ -625,18 +701,15 @@ def _run_charged_fit(
                 dataset_id=dataset.id,
                 params=json_safe(
                     {
+                        **params,
                         "method": spec.method,
                         "study_id": study.id,
                         "source_models": [i.model.id for i in inputs],
                         spec.field: dataset.id,
-                        **spec.params,
                     }
                 ),
-                status="running",
-                progress=0.0,
-                attempt=1,
+                status="queued",
                 created_at=now,
-                started_at=now,
             )
         )
         budgets.charge(
@@ -648,7 +721,6 @@ def _run_charged_fit(
             job_id=job.id,
         )
         _mark_used(uow, inputs, now)
-        entries = [_input_entry(item, 1.0 / len(inputs)) for item in inputs]
         audit.record(
             uow,
             action="study.aggregated",
@@ -659,156 +731,130 @@ def _run_charged_fit(
             details={"job_id": job.id, "method": spec.method, "dataset_id": dataset.id},
         )
         uow.commit()  # the charge is committed before any noise is drawn
-        job_id, target_site = job.id, dataset.owner_site_id
+    try:
+        runner.submit(job.id)
+    except Exception:
+        logger.exception("job %s stays queued: the runner did not accept it", job.id)
+    return job
+
+
+def run_aggregation_job(
+    uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext
+) -> Model:
+    """The worker's half of ``feature`` and ``transfer``: read the source models and the
+    coordinator's dataset, fit, and return the model with its privacy record."""
+    params = job.params
+    spec = _CHARGED_METHODS[str(params["method"])](params)
+    dataset_id = str(params[spec.field])
+    with uow_factory() as uow:
+        study = uow.studies.get(str(params["study_id"]))
+        dataset = uow.datasets.get(dataset_id)
+        if study is None or dataset is None or dataset.deleted_at is not None:
+            raise NotFoundError("dataset")
+        contributed = {
+            c.model_id: c.site_id
+            for c in uow.studies.contributions(study.id)
+            if c.kind == "model" and c.model_id is not None
+        }
+        inputs: list[_Input] = []
+        for model_id in params["source_models"]:
+            model = uow.models.get(str(model_id))
+            if model is None or model_id not in contributed:
+                raise LookupError("a source model of the aggregation is gone")
+            inputs.append(_Input(model=model, site_id=contributed[model_id], contribution_id=""))
+        sources = [list(i.model.body["coef"]) for i in inputs]
+        entries = [_input_entry(item, 1.0 / len(inputs)) for item in inputs]
+        target_site = dataset.owner_site_id
         feature_names = list(study.feature_names)
         preprocessing = dict(study.preprocessing)
         label = dict(study.spec.get("label") or {})
-        the_study = study.id
-    try:
-        X, y = load_design(uow_factory, spec.dataset_id)
-        result = spec.compute(X, y, sources, randomness.generator())
-        record = transfer_privacy_record(
-            entries,
-            target_id=spec.dataset_id,
-            target_site_id=target_site,
-            epsilon=result.epsilon,
-            delta=result.delta,
-            calibration=result.details,
-            randomness=randomness,
-            job_id=job_id,
-            study_id=the_study,
-            method=spec.method,
-            role=spec.role,
-            base_mechanism=spec.base_mechanism,
-            within_job=spec.within_job,
-        )
-        with uow_factory() as uow:
-            model = uow.models.add(
-                Model(
-                    id=new_id(),
-                    owner_site_id=site_id,
-                    name=spec.name,
-                    source="aggregate",
-                    mechanism=spec.method,
-                    loss=spec.loss,
-                    feature_names=feature_names,
-                    preprocessing=preprocessing,
-                    body=json_safe(result.model.to_dict()),
-                    label=label,
-                    privacy=record,
-                    dataset_id=spec.dataset_id,
-                    job_id=job_id,
-                    study_id=the_study,
-                )
-            )
-            if uow.jobs.succeed(job_id, model_id=model.id, finished_at=utcnow()):
-                uow.commit()
-            else:  # cancelled while running: no model, the budget stays spent
-                uow.rollback()
-                uow.jobs.transition(
-                    job_id, expected="running", status="cancelled", finished_at=utcnow()
-                )
-                uow.commit()
-    except ConvergenceError:
-        _fail(uow_factory, job_id, "did-not-converge")
-    except NotFoundError:
-        _fail(uow_factory, job_id, "dataset-unavailable")
-    except ValueError:
-        _fail(uow_factory, job_id, "invalid-data")
-    except Exception:
-        logger.exception("%s job %s failed", spec.method, job_id)
-        _fail(uow_factory, job_id, "job-failed")
-    with uow_factory() as uow:
-        finished = uow.jobs.get(job_id)
-        assert finished is not None
-        return finished
+    context.progress(0.0)
+    X, y = load_design(uow_factory, dataset_id)
+    result = spec.compute(X, y, sources, context.randomness.generator())
+    record = transfer_privacy_record(
+        entries,
+        target_id=dataset_id,
+        target_site_id=target_site,
+        epsilon=result.epsilon,
+        delta=result.delta,
+        calibration=result.details,
+        randomness=context.randomness,
+        job_id=job.id,
+        study_id=str(params["study_id"]),
+        method=spec.method,
+        role=spec.role,
+        base_mechanism=spec.base_mechanism,
+        within_job=spec.within_job,
+    )
+    return Model(
+        id=new_id(),
+        owner_site_id=job.owner_site_id,
+        name=params.get("name"),
+        source="aggregate",
+        mechanism=spec.method,
+        loss=str(params["loss"]),
+        feature_names=feature_names,
+        preprocessing=preprocessing,
+        body=json_safe(result.model.to_dict()),
+        label=label,
+        privacy=record,
+        dataset_id=dataset_id,
+        job_id=job.id,
+        study_id=str(params["study_id"]),
+    )
 
 
 def transfer(
-    uow_factory: UnitOfWorkFactory,
+    uow: UnitOfWork,
     *,
     study_id: str,
     request: TransferRequest,
     actor: Principal,
     context: AuditContext,
-    randomness: Randomness | None = None,
+    runner: JobScheduler,
 ) -> Job:
-    """Hypothesis transfer for the study's coordinator; returns the finished job.
+    """Hypothesis transfer for the study's coordinator; returns the queued job.
 
     Everything that needs no data is checked before anything is spent: 404 for a study the
     caller is not in or a target dataset it does not own, 403 for a member that is not the
     coordinator, 422 for foreign or stacked source models, a target whose spec differs from the
     study's, or bad parameters; 409 when the target's budget cannot cover ε. Then the charge
-    and the running job are committed together, before any noise is drawn; the fit runs in
-    this call, and a failure after the charge leaves the budget spent (DESIGN §2).
+    and the queued job are committed together, before any noise is drawn, and the job goes to
+    the runner (:func:`run_aggregation_job`); a failure after the charge leaves the budget
+    spent (DESIGN §2), a cancel while queued refunds it.
     """
-
-    def calibrate(n: int, d: int, _k: int) -> Calibration:
-        return dp_calibrate(
-            "objective_perturbation",
-            n=n,
-            d=d,
-            epsilon=request.epsilon,
-            delta=0.0,
-            loss=request.loss,
-            regularization=request.regularization,
-        )
-
-    def compute(X: Any, y: Any, sources: list[Any], rng: np.random.Generator | None) -> FitResult:
-        return transfer_fit(
-            X,
-            y,
-            average_coefficients(sources),  # w₀: the equal-weight average of the sources
-            epsilon=request.epsilon,
-            transfer_strength=request.transfer_strength,
-            regularization=request.regularization,
-            loss=request.loss,
-            rng=rng,
-        )
-
-    spec = _ChargedFit(
-        method="transfer",
-        role="target",
-        field="target_dataset_id",
+    params = {
+        "epsilon": request.epsilon,
+        "delta": 0.0,
+        "transfer_strength": request.transfer_strength,
+        "regularization": request.regularization,
+        "loss": request.loss,
+        "name": request.name,
+    }
+    return _submit_charged_fit(
+        uow,
+        study_id=study_id,
+        spec=_transfer_spec(params),
         dataset_id=request.target_dataset_id,
         source_models=request.source_models,
-        loss=request.loss,
-        name=request.name,
-        base_mechanism="objective_perturbation",
-        within_job="objective perturbation on the target dataset with the regulariser "
-        "(η/2)‖w − w₀‖² centred on the average w₀ of the source models (public, "
-        "post-processed); the same ε bound holds (see service.dp.transfer)",
-        params={
-            "epsilon": request.epsilon,
-            "delta": 0.0,
-            "transfer_strength": request.transfer_strength,
-            "regularization": request.regularization,
-            "loss": request.loss,
-        },
-        calibrate=calibrate,
-        compute=compute,
-    )
-    return _run_charged_fit(
-        uow_factory,
-        study_id=study_id,
-        spec=spec,
+        params=params,
         actor=actor,
         context=context,
-        randomness=randomness or Randomness(),
+        runner=runner,
     )
 
 
 def feature(
-    uow_factory: UnitOfWorkFactory,
+    uow: UnitOfWork,
     *,
     study_id: str,
     request: FeatureRequest,
     actor: Principal,
     context: AuditContext,
-    randomness: Randomness | None = None,
+    runner: JobScheduler,
 ) -> Job:
     """The feature method (seed 000 Alg. 5) for the study's coordinator: a DP meta-level fit
-    on its own holdout dataset, charged to it; same checks and ledger order as
+    on its own holdout dataset, charged to it; same checks, ledger order and job handling as
     :func:`transfer`. The meta-features' scale comes from the public site models only."""
     if request.meta_features not in META_FEATURE_KINDS:
         raise InvalidInputError(f"meta_features must be one of {', '.join(META_FEATURE_KINDS)}")
@@ -816,63 +862,25 @@ def feature(
         raise InvalidInputError(
             f"the meta-level mechanism must be one of {', '.join(FEATURE_MECHANISMS)}"
         )
-
-    def calibrate(n: int, _d: int, k: int) -> Calibration:
-        return dp_calibrate(
-            request.mechanism,
-            n=n,
-            d=k if request.meta_features == "linear" else k + 1,
-            epsilon=request.epsilon,
-            delta=request.delta,
-            loss=request.loss,
-            regularization=request.regularization,
-        )
-
-    def compute(X: Any, y: Any, sources: list[Any], rng: np.random.Generator | None) -> FitResult:
-        return feature_fit(
-            X,
-            y,
-            sources,
-            meta=request.meta_features,
-            mechanism=request.mechanism,
-            epsilon=request.epsilon,
-            delta=request.delta,
-            loss=request.loss,
-            regularization=request.regularization,
-            rng=rng,
-        )
-
-    spec = _ChargedFit(
-        method="feature",
-        role="holdout",
-        field="holdout_dataset_id",
+    params = {
+        "epsilon": request.epsilon,
+        "delta": request.delta,
+        "mechanism": request.mechanism,
+        "meta_features": request.meta_features,
+        "regularization": request.regularization,
+        "loss": request.loss,
+        "name": request.name,
+    }
+    return _submit_charged_fit(
+        uow,
+        study_id=study_id,
+        spec=_feature_spec(params),
         dataset_id=request.holdout_dataset_id,
         source_models=request.source_models,
-        loss=request.loss,
-        name=request.name,
-        base_mechanism=request.mechanism,
-        within_job=f"{request.mechanism} on the holdout rows mapped through the site models "
-        f"({request.meta_features} meta-features, scaled into the unit ball by a factor from "
-        "the public site models only); the site models are post-processed "
-        "(see service.dp.aggregation)",
-        params={
-            "epsilon": request.epsilon,
-            "delta": request.delta,
-            "mechanism": request.mechanism,
-            "meta_features": request.meta_features,
-            "regularization": request.regularization,
-            "loss": request.loss,
-        },
-        calibrate=calibrate,
-        compute=compute,
-    )
-    return _run_charged_fit(
-        uow_factory,
-        study_id=study_id,
-        spec=spec,
+        params=params,
         actor=actor,
         context=context,
-        randomness=randomness or Randomness(),
+        runner=runner,
     )
 
 

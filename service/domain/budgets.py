@@ -12,6 +12,9 @@ Guarantees:
   PostgreSQL (row lock, WHERE re-checked at READ COMMITTED) and on SQLite (one writer at a time),
   and CHECK constraints (0 <= spent <= cap) are the backstop.
 * **Invariant.** For every dataset, spent == SUM(units) over its charges in state ``charged``.
+* **Grants.** A charge made through a study's dataset grant (federated fits) is also one
+  conditional UPDATE of the grant's spent amounts, in the same transaction: it must fit under
+  both the dataset's remaining budget and the grant's cap, and a refund credits both.
 * **Idempotency.** A charge with an ``idempotency_key`` already used on that dataset returns the
   existing charge and spends nothing (UNIQUE(dataset_id, idempotency_key) settles races).
 * **No refunds for started work.** :func:`refund` only credits the charges of a job that never
@@ -110,6 +113,8 @@ class ChargeRequest:
     mechanism: str
     job_id: str | None = None
     idempotency_key: str | None = None
+    #: A study's dataset grant the charge must also fit under (federated fits).
+    grant_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,6 +233,35 @@ def _shortfall(
     )
 
 
+def _grant_shortfall(
+    uow: UnitOfWork, request: ChargeRequest, epsilon_units: int, delta_units: int
+) -> Exception:
+    """The dataset could pay but the study's grant on it cannot (409 naming the dataset)."""
+    assert request.grant_id is not None
+    grant = uow.studies.get_grant_fresh(request.grant_id)
+    if grant is None or grant.dataset_id != request.dataset_id:
+        return NotFoundError("grant")
+    left_e = int(grant.epsilon_cap_units or 0) - grant.epsilon_spent_units
+    left_d = int(grant.delta_cap_units or 0) - grant.delta_spent_units
+    short = [
+        what
+        for what, need, left in (("ε", epsilon_units, left_e), ("δ", delta_units, left_d))
+        if need > left
+    ]
+    rem_e, rem_d = from_units(left_e, EPSILON_UNIT), from_units(left_d, DELTA_UNIT)
+    req_e, req_d = from_units(epsilon_units, EPSILON_UNIT), from_units(delta_units, DELTA_UNIT)
+    return DatasetBudgetExhaustedError(
+        f"the study's grant on dataset {request.dataset_id} cannot cover this request "
+        f"({' and '.join(short) or 'budget'} short): requested ε={req_e!r}, δ={req_d!r}; "
+        f"left under the grant ε={rem_e!r}, δ={rem_d!r}. Nothing was charged.",
+        dataset_id=request.dataset_id,
+        remaining_epsilon=rem_e,
+        remaining_delta=rem_d,
+        requested_epsilon=req_e,
+        requested_delta=req_d,
+    )
+
+
 def _existing(
     uow: UnitOfWork, dataset_id: str, key: str, epsilon_units: int, delta_units: int, mechanism: str
 ) -> str | None:
@@ -261,6 +295,11 @@ def _charge_one(uow: UnitOfWork, request: ChargeRequest, *, name_it: bool) -> st
             return existing
     if not uow.ledger.debit(request.dataset_id, epsilon_units, delta_units):
         raise _shortfall(uow, request.dataset_id, epsilon_units, delta_units, name_it=name_it)
+    if request.grant_id is not None and not uow.studies.debit_grant(
+        request.grant_id, epsilon_units, delta_units
+    ):
+        uow.ledger.credit(request.dataset_id, epsilon_units, delta_units)  # nothing charged
+        raise _grant_shortfall(uow, request, epsilon_units, delta_units)
     try:
         row = uow.ledger.add(
             LedgerCharge(
@@ -271,6 +310,7 @@ def _charge_one(uow: UnitOfWork, request: ChargeRequest, *, name_it: bool) -> st
                 mechanism=request.mechanism,
                 state="charged",
                 idempotency_key=request.idempotency_key,
+                grant_id=request.grant_id,
             )
         )
     except IntegrityConflictError as exc:
@@ -352,6 +392,8 @@ def refund(uow: UnitOfWork, *, job_id: str) -> int:
     for row in uow.ledger.charges_for_job(job_id, state="charged"):
         if uow.ledger.mark_refunded(row.id, at=at):
             uow.ledger.credit(row.dataset_id, row.epsilon_units, row.delta_units)
+            if row.grant_id is not None:
+                uow.studies.credit_grant(row.grant_id, row.epsilon_units, row.delta_units)
             refunded += 1
     return refunded
 

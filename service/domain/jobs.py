@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from service.db.base import utcnow
-from service.db.models import Job, LedgerCharge, Model
+from service.db.models import Job, LedgerCharge, Model, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import budgets
 from service.domain.datasets import load_design
@@ -45,8 +45,11 @@ from service.dp import ConvergenceError, FitResult
 from service.dp import fit as dp_fit
 
 __all__ = [
+    "ClaimedJob",
     "FitFunction",
     "JobCancelledError",
+    "JobContext",
+    "JobHandler",
     "JobPage",
     "JobScheduler",
     "JobView",
@@ -55,6 +58,7 @@ __all__ = [
     "job_problem",
     "list_jobs",
     "recover_jobs",
+    "run_fit_job",
     "run_job",
     "settle_lost_job",
 ]
@@ -319,6 +323,40 @@ def _finish(uow_factory: UnitOfWorkFactory, job_id: str, status: str, slug: str 
         uow.commit()
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job a worker has just claimed (``queued → running``), as its handler sees it."""
+
+    id: str
+    kind: str
+    owner_site_id: str
+    dataset_id: str | None
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """What a job handler may use besides the database: the noise source, the progress
+    callback (which raises :class:`JobCancelledError` once a cancel is requested) and the fit
+    function (``service.dp.fit``, injectable for tests)."""
+
+    randomness: Randomness
+    progress: Callable[[float], None]
+    fit: FitFunction
+
+
+#: Runs one claimed job of a kind and returns the model to release (not yet stored). It reads
+#: what it needs through the factory; raising fails the job (see :func:`run_job`).
+JobHandler = Callable[[UnitOfWorkFactory, ClaimedJob, JobContext], Model]
+
+
+def _default_handlers() -> Mapping[str, JobHandler]:
+    # Imported here: the handlers' modules import this one.
+    from service.domain.job_handlers import JOB_HANDLERS
+
+    return JOB_HANDLERS
+
+
 def run_job(
     uow_factory: UnitOfWorkFactory,
     job_id: str,
@@ -326,15 +364,17 @@ def run_job(
     randomness: Randomness | None = None,
     fit: FitFunction = dp_fit,
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+    handlers: Mapping[str, JobHandler] | None = None,
 ) -> str:
-    """Run one queued fit job to its end; returns the final status (or the status it already
-    had when it was not queued: a job is claimed once, by one worker).
+    """Run one queued job to its end; returns the final status (or the status it already had
+    when it was not queued: a job is claimed once, by one worker).
 
-    Claim (``queued → running``, attempt + 1) → read the design → ``service.dp.fit`` with
-    noise from ``randomness`` (the CSPRNG by default) → store the model with its privacy record
-    and mark the job succeeded, in one transaction. A cancel seen at a progress report, or
-    after the fit, ends the job ``cancelled``; errors end it ``failed`` with a fixed problem.
-    None of these refund the budget.
+    Claim (``queued → running``, attempt + 1) → the handler of the job's kind (a fit, an
+    aggregation, a federated fit) draws its noise from ``randomness`` (the CSPRNG by default)
+    and returns the model → store the model with its privacy record and mark the job succeeded,
+    in one transaction. A cancel seen at a progress report, or after the work, ends the job
+    ``cancelled``; errors end it ``failed`` with a fixed problem. None of these refund the
+    budget, and nothing is released unless the whole job succeeded.
     """
     randomness = randomness or Randomness()
     with uow_factory() as uow:
@@ -344,46 +384,26 @@ def run_job(
         job = uow.jobs.get(job_id)
         assert job is not None
         uow.commit()
-        params = dict(job.params)
-        dataset_id = job.dataset_id
-        owner_site_id = job.owner_site_id
-    progress = _Progress(uow_factory, job_id, progress_interval)
+        claimed = ClaimedJob(
+            id=job.id,
+            kind=job.kind,
+            owner_site_id=job.owner_site_id,
+            dataset_id=job.dataset_id,
+            params=dict(job.params),
+        )
+    context = JobContext(
+        randomness=randomness,
+        progress=_Progress(uow_factory, job_id, progress_interval),
+        fit=fit,
+    )
     try:
-        if dataset_id is None:
-            raise LookupError("fit job without a dataset")
-        dataset = _dataset_facts(uow_factory, dataset_id)
-        X, y = load_design(uow_factory, dataset_id)
-        result = fit(
-            X,
-            y,
-            str(params["mechanism"]),
-            rng=randomness.generator(),
-            progress=progress,
-            **_fit_kwargs(params),
-        )
-        record = fit_privacy_record(
-            result,
-            datasets=[dataset.ref],
-            randomness=randomness,
-            job_id=job_id,
-            version=software_version(),
-        )
+        registry = handlers or _default_handlers()
+        handler = run_fit_job if claimed.kind == "fit" else registry.get(claimed.kind)
+        if handler is None:
+            raise LookupError(f"no handler for jobs of kind {claimed.kind!r}")
+        model = handler(uow_factory, claimed, context)
         with uow_factory() as uow:
-            model = uow.models.add(
-                Model(
-                    owner_site_id=owner_site_id,
-                    source="fit",
-                    mechanism=result.mechanism,
-                    loss=str(params["loss"]),
-                    feature_names=dataset.feature_names,
-                    preprocessing=dataset.preprocessing,
-                    body=json_safe(result.model.to_dict()),
-                    label=dataset.label,
-                    privacy=record,
-                    dataset_id=dataset_id,
-                    job_id=job_id,
-                )
-            )
+            uow.models.add(model)
             if uow.jobs.succeed(job_id, model_id=model.id, finished_at=utcnow()):
                 uow.commit()
                 return "succeeded"
@@ -406,6 +426,44 @@ def run_job(
         logger.exception("job %s failed", job_id)
         _finish(uow_factory, job_id, "failed", "job-failed")
         return "failed"
+
+
+def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext) -> Model:
+    """A single-dataset fit: read the design, ``service.dp.fit``, the model and its record."""
+    if job.dataset_id is None:
+        raise LookupError("fit job without a dataset")
+    params = job.params
+    dataset = _dataset_facts(uow_factory, job.dataset_id)
+    X, y = load_design(uow_factory, job.dataset_id)
+    result = context.fit(
+        X,
+        y,
+        str(params["mechanism"]),
+        rng=context.randomness.generator(),
+        progress=context.progress,
+        **_fit_kwargs(params),
+    )
+    record = fit_privacy_record(
+        result,
+        datasets=[dataset.ref],
+        randomness=context.randomness,
+        job_id=job.id,
+        version=software_version(),
+    )
+    return Model(
+        id=new_id(),
+        owner_site_id=job.owner_site_id,
+        source="fit",
+        mechanism=result.mechanism,
+        loss=str(params["loss"]),
+        feature_names=dataset.feature_names,
+        preprocessing=dataset.preprocessing,
+        body=json_safe(result.model.to_dict()),
+        label=dataset.label,
+        privacy=record,
+        dataset_id=job.dataset_id,
+        job_id=job.id,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,6 +128,20 @@ def upload_dataset(
     return body
 
 
+def finished(
+    client: TestClient, site: SiteHandle, job: dict[str, Any], timeout: float = 30.0
+) -> dict[str, Any]:
+    """Poll a job returned by a 202 until it has finished (or fail after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    while job["status"] not in TERMINAL:
+        assert time.monotonic() < deadline, f"job still {job['status']} after {timeout} s"
+        time.sleep(0.02)
+        response = client.get(f"/v1/jobs/{job['id']}", headers=site.headers)
+        assert response.status_code == 200, response.text
+        job = response.json()
+    return job
+
+
 def fit_model(
     client: TestClient,
     site: SiteHandle,

@@ -10,6 +10,8 @@
 * Nothing is charged. The privacy record lists each input's guarantee, composes verified ones
   per dataset (ε adds over models fitted on the same dataset), marks uploaded classifiers'
   guarantees as declared claims, and says plainly that there is no DP when an input has none.
+* ``transfer`` and ``feature`` charge the coordinator's own dataset and run on the job runner
+  (202 with a queued job and its ``Location``); a cancel while queued refunds the charge.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tests.api._studies import (
     N_WEIGHTS,
     contribute,
     create_study,
+    finished,
     fit_model,
     upload_dataset,
     upload_model,
@@ -342,6 +345,9 @@ def transfer(
         headers=site.headers,
     )
     out: dict[str, Any] = response.json()
+    if response.status_code == 202:  # the job runs on the runner: wait for its end
+        assert response.headers["Location"] == f"/v1/jobs/{out['id']}"
+        out = finished(client, site, out)
     return response.status_code, out
 
 
@@ -555,6 +561,9 @@ def feature(
         headers=site.headers,
     )
     out: dict[str, Any] = response.json()
+    if response.status_code == 202:  # the job runs on the runner: wait for its end
+        assert response.headers["Location"] == f"/v1/jobs/{out['id']}"
+        out = finished(client, site, out)
     return response.status_code, out
 
 
@@ -712,3 +721,56 @@ def test_marking_used_counts_only_contributions_that_still_exist(
     with uow_factory() as uow:
         assert uow.studies.mark_used([contribution["id"], "0" * 32], at=utcnow()) == 1
         uow.rollback()
+
+
+class HeldRunner:
+    """A runner that only records what it was given (the test decides when jobs run)."""
+
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+
+    def submit(self, job_id: str) -> None:
+        self.submitted.append(job_id)
+
+
+def test_charged_aggregations_run_on_the_runner_and_a_queued_one_is_refunded(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    from service.domain.jobs import run_job
+
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    source = upload_model(client, member, W1)
+    contribute(client, member, study["id"], {"model_id": source["id"]})
+    target = upload_dataset(client, coordinator, seed=21, epsilon=2.0)
+    app = client.app
+    original = app.state.job_runner  # type: ignore[attr-defined]
+    held = HeldRunner()
+    app.state.job_runner = held  # type: ignore[attr-defined]
+    try:
+        body = {"target_dataset_id": target["id"], "epsilon": 0.5, "transfer_strength": 0.1}
+        queued = []
+        for _ in range(2):
+            response = client.post(
+                f"/v1/studies/{study['id']}/aggregations",
+                json={"method": "transfer", **body},
+                headers=coordinator.headers,
+            )
+            assert response.status_code == 202, response.text
+            assert response.json()["status"] == "queued"
+            queued.append(response.json()["id"])
+        assert held.submitted == queued
+        assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(1.0)
+        cancelled = client.post(f"/v1/jobs/{queued[0]}/cancel", headers=coordinator.headers)
+        assert cancelled.status_code == 200
+        assert [c["state"] for c in cancelled.json()["charges"]] == ["refunded"]
+        assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(0.5)
+        uow_factory = app.state.uow_factory  # type: ignore[attr-defined]
+        assert run_job(uow_factory, queued[0]) == "cancelled"
+        assert run_job(uow_factory, queued[1]) == "succeeded"
+    finally:
+        app.state.job_runner = original  # type: ignore[attr-defined]
+    done = client.get(f"/v1/jobs/{queued[1]}", headers=coordinator.headers).json()
+    model = client.get(f"/v1/models/{done['model_id']}", headers=member.headers)
+    assert model.status_code == 200
+    assert model.json()["mechanism"] == "transfer"

@@ -22,8 +22,7 @@ from service.api.schemas.studies import (
     TransferAggregationIn,
 )
 from service.domain import aggregations, jobs, studies
-from service.domain.randomness import Randomness
-from service.settings import Settings
+from service.jobs.runner import JobRunner
 
 router = APIRouter(prefix=f"{API_V1}/studies", tags=["studies"])
 
@@ -169,8 +168,11 @@ def withdraw_contribution(
     status_code=status.HTTP_202_ACCEPTED,
     summary="Aggregate the study's models",
     description=(
-        "Coordinator only (other members: 403). Returns the job (kind `aggregate`), already "
-        "finished, naming the result: a model every member can read, predict with and export.\n\n"
+        "Coordinator only (other members: 403). Returns the job (kind `aggregate`) and its "
+        "`Location`; once `succeeded` it names the result: a model every member can read, "
+        "predict with and export. `average` reads no data and draws no noise, so its job has "
+        "already succeeded; `feature` and `transfer` run on the job runner like a fit (poll "
+        "`GET /v1/jobs/{id}`; a cancel while queued refunds the charge).\n\n"
         "* `average` (seed 000, Alg. 4) averages the coefficients of the contributed models "
         "(`models`, default: all of them) with optional public `weights`. It reads no data and "
         "charges nothing.\n"
@@ -203,10 +205,10 @@ def create_aggregation(
     audit_context: AuditContextDep,
 ) -> JobRead:
     principal.require_site()
+    runner: JobRunner = request.app.state.job_runner
     if isinstance(body, TransferAggregationIn):
-        settings: Settings = request.app.state.settings
         job = aggregations.transfer(
-            request.app.state.uow_factory,
+            uow,
             study_id=study_id,
             request=aggregations.TransferRequest(
                 target_dataset_id=body.target_dataset_id,
@@ -219,14 +221,11 @@ def create_aggregation(
             ),
             actor=principal,
             context=audit_context,
-            randomness=Randomness.from_settings(
-                environment=settings.environment, test_seed=settings.test_seed
-            ),
+            runner=runner,
         )
     elif isinstance(body, FeatureAggregationIn):
-        settings = request.app.state.settings
         job = aggregations.feature(
-            request.app.state.uow_factory,
+            uow,
             study_id=study_id,
             request=aggregations.FeatureRequest(
                 holdout_dataset_id=body.holdout_dataset_id,
@@ -241,9 +240,7 @@ def create_aggregation(
             ),
             actor=principal,
             context=audit_context,
-            randomness=Randomness.from_settings(
-                environment=settings.environment, test_seed=settings.test_seed
-            ),
+            runner=runner,
         )
     else:
         job = aggregations.aggregate(
@@ -258,3 +255,4 @@ def create_aggregation(
     view = jobs.get_job(uow, job_id=job.id, actor=principal)
     response.headers["Location"] = f"{API_V1}/jobs/{job.id}"
     return JobRead.from_view(view)
+

@@ -36,10 +36,14 @@ class JobCharge(ResponseModel):
 
 
 class JobRead(ResponseModel):
-    """A job: a fit running in the background. Poll it until `status` is final."""
+    """A job: a fit, aggregation or federated fit running in the background. Poll it until
+    `status` is final."""
 
     id: str
-    kind: str = Field(description="`fit` (later: aggregations and federated fits).")
+    kind: str = Field(
+        description="`fit` (one dataset), `aggregate` (a study's aggregation) or `federated` "
+        "(a study's multiparty fit across granted datasets)."
+    )
     status: JobStatus
     progress: float = Field(ge=0, le=1, description="Fraction done, updated while running.")
     dataset_id: str | None

@@ -54,7 +54,7 @@ class PrivacyRecordRead(ResponseModel):
 
     model_config = ConfigDict(from_attributes=True, extra="allow")
 
-    kind: Literal["fit", "declared_claim", "aggregate"]
+    kind: Literal["fit", "declared_claim", "aggregate", "federated"]
     verified: bool
     guarantee: Literal["differential_privacy", "none", "declared"]
     statement: str = Field(description="The guarantee in one sentence.")
@@ -81,7 +81,7 @@ class ModelSummary(ResponseModel):
     """A model in a list."""
 
     id: str
-    source: Literal["fit", "upload", "aggregate"]
+    source: Literal["fit", "upload", "aggregate", "federated"]
     mechanism: str | None
     loss: str | None
     n_features: int
@@ -110,9 +110,10 @@ class ModelRead(ResponseModel):
     """A model: coefficients with feature names, preprocessing and privacy record."""
 
     id: str
-    source: Literal["fit", "upload", "aggregate"] = Field(
+    source: Literal["fit", "upload", "aggregate", "federated"] = Field(
         description="`fit`: fitted by PrivFit; `upload`: a site's own classifier; "
-        "`aggregate`: a study's combination of its members' models."
+        "`aggregate`: a study's combination of its members' models; `federated`: a study's "
+        "multiparty fit across its members' granted datasets."
     )
     mechanism: str | None
     loss: str | None

@@ -119,7 +119,13 @@ class ContributionRead(ResponseModel):
     dataset_id: str | None
     epsilon_cap: float | None = Field(description="For a grant: the most ε the study may spend.")
     delta_cap: float | None
-    used: bool = Field(description="Used by an aggregation: it can no longer be withdrawn.")
+    epsilon_spent: float | None = Field(
+        description="For a grant: the ε the study's federated fits have charged through it."
+    )
+    delta_spent: float | None
+    used: bool = Field(
+        description="Used by an aggregation or federated fit: it can no longer be withdrawn."
+    )
     created_at: datetime
 
     @classmethod
@@ -136,6 +142,12 @@ class ContributionRead(ResponseModel):
             delta_cap=None
             if row.delta_cap_units is None
             else from_units(row.delta_cap_units, DELTA_UNIT),
+            epsilon_spent=None
+            if row.kind != "dataset"
+            else from_units(row.epsilon_spent_units, EPSILON_UNIT),
+            delta_spent=None
+            if row.kind != "dataset"
+            else from_units(row.delta_spent_units, DELTA_UNIT),
             used=row.used_at is not None,
             created_at=row.created_at,
         )
