@@ -1,0 +1,229 @@
+"""Pieces shared by the federated protocols (not part of the public API).
+
+* :class:`FederatedProblem`: the public inputs of one federated fit (site sizes, d, ε, δ,
+  loss, λ, protocol options). Site sizes are public to the mechanism (replace-one
+  neighbours), as n is for the single-dataset mechanisms.
+* :class:`FederatedCalibration` / :class:`FederatedResult`: what ``federated_calibrate`` and
+  ``federated_fit`` return.
+* :class:`Site`: the computation of one dataset. It is the only object that holds that
+  dataset's rows; a protocol's coordinator receives site objects typed by a protocol-specific
+  ``Protocol`` (the messages it may ask for) and only ever sees the d-vectors the sites send
+  back through :meth:`Site._send`, which refuses anything else.
+* :class:`RoundClock`: per-round wall times and the progress callback (which may raise to
+  cancel; the exception propagates unchanged and nothing is released).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.dp.accounting import PrivacyCost
+from service.dp.base import LinearModel, ProgressCallback
+from service.dp.losses import Loss, get_loss
+from service.dp.solvers import ConvergenceError
+from service.dp.validation import PrivacyParameterError
+
+__all__ = [
+    "FEDERATED_PROTOCOLS",
+    "FederatedCalibration",
+    "FederatedProblem",
+    "FederatedResult",
+    "FloatArray",
+    "RoundClock",
+    "Site",
+    "bool_param",
+    "choice_param",
+    "finite",
+    "int_param",
+    "site_call",
+]
+
+FloatArray = NDArray[np.float64]
+
+#: The federated protocols of DESIGN §3 (multi-site table), by API name.
+FEDERATED_PROTOCOLS: tuple[str, ...] = ("noisy_average", "psgd", "admm", "distributed_lasso")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class FederatedProblem:
+    """Validated public inputs of one federated fit.
+
+    ``epsilon`` is ∞ (and ``delta`` 0) for a non-private variant; ``params`` holds the
+    protocol's own options (``h`` already taken out as ``huber_h``).
+    """
+
+    protocol: str
+    site_sizes: tuple[int, ...]
+    d: int
+    epsilon: float
+    delta: float
+    loss: str
+    regularization: float
+    huber_h: float
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def sites(self) -> int:
+        """K, the number of sites."""
+        return len(self.site_sizes)
+
+    @property
+    def total(self) -> int:
+        """N = Σ_k n_k."""
+        return sum(self.site_sizes)
+
+    def loss_object(self) -> Loss:
+        return get_loss(self.loss, h=self.huber_h)
+
+
+@dataclass(frozen=True)
+class FederatedCalibration:
+    """What a federated fit spends on each dataset and how it randomises.
+
+    ``site_costs[k]`` is the (ε, δ) charged to site k's dataset (in site order), never more
+    than the (ε, δ) offered; for a non-private variant it is (0, 0) — nothing is charged
+    because no guarantee is claimed — and ``private`` is False. ``details`` holds every
+    calibration number under the papers' names (JSON-safe: str, bool, int, finite float,
+    None, lists and dicts of those); per-site numbers, which include the public site sizes,
+    are under ``details["sites"]``. ``composition`` says how each per-dataset total arises,
+    ``rounds`` is the number of communication rounds, ``notes`` the assumptions the privacy
+    record must state.
+    """
+
+    protocol: str
+    site_costs: tuple[PrivacyCost, ...]
+    private: bool
+    details: Mapping[str, Any]
+    composition: str
+    rounds: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def guarantee(self) -> str:
+        """Short human statement of the per-dataset guarantee."""
+        if not self.private:
+            return "no differential privacy"
+        return "; ".join(f"site {k}: {cost}" for k, cost in enumerate(self.site_costs))
+
+
+@dataclass(frozen=True)
+class FederatedResult:
+    """A released federated model. ``coef`` has been rounded to the release grid;
+    ``round_seconds`` are the wall times of the rounds (for benchmarks; not data-dependent
+    beyond what the service's own timing reveals, keep them internal)."""
+
+    protocol: str
+    model: LinearModel
+    calibration: FederatedCalibration
+    seeded: bool
+    rounds_run: int
+    round_seconds: tuple[float, ...]
+
+    @property
+    def coef(self) -> FloatArray:
+        return self.model.coef
+
+
+class Site:
+    """One dataset's side of a protocol: the only holder of that dataset's rows.
+
+    ``index`` (position in the site list), ``n`` and ``d`` are public. Subclasses add the
+    protocol's local steps; every vector that leaves a site goes through :meth:`_send`.
+    """
+
+    def __init__(self, index: int, X: FloatArray, y: FloatArray) -> None:
+        self.index = index
+        self.n = int(X.shape[0])
+        self.d = int(X.shape[1])
+        self._X = X
+        self._y = y
+
+    def _send(self, vector: FloatArray) -> FloatArray:
+        """The message a site returns: a fresh, finite float64 d-vector and nothing else."""
+        out = np.array(vector, dtype=np.float64, copy=True)
+        if out.shape != (self.d,):
+            raise ValueError(f"site {self.index} may only send a vector of length {self.d}")
+        if not bool(np.all(np.isfinite(out))):
+            raise ConvergenceError(
+                f"site {self.index}'s local step produced a non-finite vector; nothing was released"
+            )
+        return out
+
+
+def site_call(index: int, step: Callable[[], T]) -> T:
+    """Run one site's local step; an exception propagates unchanged (the whole job fails and
+    nothing is released) with a note naming the site (never data)."""
+    try:
+        return step()
+    except Exception as exc:
+        exc.add_note(f"raised in the local step of site {index}")
+        raise
+
+
+class RoundClock:
+    """Times rounds and reports progress once per round with fraction (t + 1)/T."""
+
+    def __init__(self, rounds: int, progress: ProgressCallback | None) -> None:
+        self.rounds = rounds
+        self.progress = progress
+        self.seconds: list[float] = []
+        self._start = time.perf_counter()
+
+    def tick(self) -> None:
+        now = time.perf_counter()
+        self.seconds.append(now - self._start)
+        if self.progress is not None:
+            self.progress(min(1.0, len(self.seconds) / self.rounds))
+        self._start = time.perf_counter()
+
+
+# ------------------------------------------------------------------------- parameter helpers
+
+
+def int_param(
+    params: Mapping[str, Any], name: str, default: int, *, minimum: int, maximum: int
+) -> int:
+    """``params[name]`` (or ``default``) as an integer in [minimum, maximum]."""
+    value = params.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise PrivacyParameterError(f"{name} must be an integer, got {type(value).__name__}")
+    if not minimum <= int(value) <= maximum:
+        raise PrivacyParameterError(
+            f"{name} must be an integer between {minimum} and {maximum}, got {int(value)}"
+        )
+    return int(value)
+
+
+def choice_param(params: Mapping[str, Any], name: str, default: str, choices: Sequence[str]) -> str:
+    """``params[name]`` (or ``default``), one of ``choices``."""
+    value = params.get(name, default)
+    if not isinstance(value, str) or value not in choices:
+        raise PrivacyParameterError(
+            f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {value!r}"
+        )
+    return value
+
+
+def bool_param(params: Mapping[str, Any], name: str, default: bool) -> bool:
+    """``params[name]`` (or ``default``) as a bool (only True/False are accepted)."""
+    value = params.get(name, default)
+    if not isinstance(value, bool | np.bool_):
+        raise PrivacyParameterError(f"{name} must be true or false, got {value!r}")
+    return bool(value)
+
+
+def finite(value: float) -> float:
+    """A float for ``details``; refuses ∞/NaN so the mapping stays JSON-safe."""
+    out = float(value)
+    if not math.isfinite(out):
+        raise ValueError("calibration numbers must be finite")
+    return out

@@ -1,0 +1,333 @@
+"""``distributed_lasso``: proximal gradient (ISTA/FISTA) on gradients shared by the sites
+(Li et al. 2016 via seed 001 §2.2, Alg. 1), without noise (not DP) or with Gaussian noise
+on clipped gradients ((ε, δ)-DP through zCDP).
+
+Objective (labels y ∈ {−1, +1} used as regression targets, ‖x‖ ≤ 1, prediction sign(wᵀx)):
+
+    F(w) = (1/(2N)) Σ_all (wᵀx − y)² + λ₁‖w‖₁,      N = Σ_k n_k,
+
+with ``regularization`` = λ₁ > 0, the L1 strength (there is no ridge term). Seed 001 writes
+½Σ(·)² + λΣ|w_j| (unnormalised): its λ is N·λ₁ here. This is scikit-learn's ``Lasso``
+objective with ``alpha`` = λ₁ and no intercept (an intercept is a constant feature).
+
+Round t: the coordinator sends its query point v_t; site k returns
+g_k = Σ_{j∈D_k} (v_tᵀx_j − y_j) x_j (+ noise, below); the coordinator steps
+
+    w_{t+1} = S_{zλ₁}(v_t − z·(1/N) Σ_k g_k),   S_τ(a) = sign(a)·max(|a| − τ, 0)
+
+(the soft threshold; seed 001 prints sign(a)(|a| − λ), which is wrong for |a| < λ) with
+z = ``step_size``/L and L = 1 ≥ λ_max((1/N)XᵀX) (public: ‖x‖ ≤ 1), so any 0 < z ≤ 1 is a valid
+ISTA step. With ``accelerated`` (FISTA, Beck & Teboulle) v_{t+1} = w_{t+1} +
+((s_t − 1)/s_{t+1})(w_{t+1} − w_t), s_{t+1} = (1 + √(1 + 4s_t²))/2; otherwise v = w (ISTA).
+The released model is w_T.
+
+Without noise (``noise=False``) the shared gradients are exact functions of the data: an
+observer who knows all records but one recovers it from one round (seed 001 §4.3.5). It is
+**not differentially private**; the service allows it only when every dataset allows
+non-private use, charges nothing and labels the model so.
+
+DP variant (``noise=True``, the default; seed 001 §5.1.1's suggested fix). Each per-example
+gradient is clipped to norm C (``clip``): ĝ_j = (vᵀx_j − y_j)x_j · min(1, C/‖(vᵀx_j − y_j)x_j‖),
+and site k returns Σ_j ĝ_j + N(0, σ² I_d). Replacing one record changes the clipped sum by at
+most 2C (L2 sensitivity), so one round is ρ₁ = (2C)²/(2σ²)-zCDP for that site's dataset
+(Gaussian mechanism, Bun & Steinke Prop. 1.6). The T rounds are adaptively composed:
+ρ = T·ρ₁ (the query point v_t is post-processing of earlier noisy answers and of the other,
+disjoint datasets). ρ-zCDP ⇒ (ε(ρ, δ), δ)-DP with the conversion ``zcdp_conversion``:
+
+* ``"cks"`` (default): Canonne, Kamath & Steinke 2020, the tighter one
+  (``accounting.zcdp_to_dp_cks``); the largest ρ with ε(ρ, δ) ≤ ε is found by root finding.
+* ``"bun_steinke"``: ε = ρ + 2√(ρ ln(1/δ)), inverted in closed form
+  ρ = (√(ln(1/δ) + ε) − √(ln(1/δ)))².
+
+Then σ = 2C/√(2ρ₁) = √2·C/√(ρ/T). Each site is charged (ε(Tρ₁, δ), δ) ≤ (ε, δ).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from functools import partial
+from typing import Any, Protocol
+
+import numpy as np
+from scipy import optimize
+
+from service.dp import noise
+from service.dp.accounting import (
+    PrivacyCost,
+    gaussian_zcdp,
+    zcdp_compose,
+    zcdp_to_dp,
+    zcdp_to_dp_cks,
+)
+from service.dp.federated._common import (
+    FederatedCalibration,
+    FederatedProblem,
+    FloatArray,
+    RoundClock,
+    Site,
+    bool_param,
+    choice_param,
+    finite,
+    int_param,
+    site_call,
+)
+from service.dp.validation import (
+    PrivacyParameterError,
+    check_known_params,
+    positive_float_param,
+)
+
+__all__ = [
+    "CONVERSIONS",
+    "DEFAULT_ITERATIONS",
+    "NAME",
+    "LassoSite",
+    "calibrate",
+    "coordinate",
+    "max_rho",
+    "run",
+    "soft_threshold",
+]
+
+NAME = "distributed_lasso"
+ALLOWED_PARAMS = (
+    "noise",
+    "iterations",
+    "step_size",
+    "accelerated",
+    "clip",
+    "zcdp_conversion",
+)
+CONVERSIONS = ("cks", "bun_steinke")
+#: 200 rounds: FISTA's O(1/t²) rate on the noise-free problem; with noise every round costs
+#: budget (σ grows like √T), so the caller should lower it for small ε.
+DEFAULT_ITERATIONS = 200
+MAX_ITERATIONS = 100_000
+
+
+class LassoSite(Site):
+    """Site k: returns the (optionally clipped and noised) gradient sum of its squared loss."""
+
+    def gradient_sum(
+        self,
+        w: FloatArray,
+        *,
+        clip: float | None,
+        sigma: float | None,
+        rng: np.random.Generator | None,
+    ) -> FloatArray:
+        """Σ_j (wᵀx_j − y_j) x_j, each term clipped to norm ``clip`` and N(0, σ²I) added
+        when ``sigma`` is given."""
+        residual = self._X @ w - self._y
+        if clip is not None:
+            norms = np.abs(residual) * np.linalg.norm(self._X, axis=1)
+            scale = np.minimum(1.0, clip / np.maximum(norms, np.finfo(np.float64).tiny))
+            residual = residual * scale
+        grad: FloatArray = self._X.T @ residual
+        if sigma is not None:
+            grad += noise.gaussian_vector(self.d, sigma=sigma, rng=rng)
+        return self._send(grad)
+
+
+class GradientSharer(Protocol):
+    """What the coordinator may ask a Lasso site."""
+
+    index: int
+
+    def gradient_sum(
+        self,
+        w: FloatArray,
+        *,
+        clip: float | None,
+        sigma: float | None,
+        rng: np.random.Generator | None,
+    ) -> FloatArray: ...
+
+
+def soft_threshold(a: FloatArray, tau: float) -> FloatArray:
+    """S_τ(a) = sign(a)·max(|a| − τ, 0), elementwise."""
+    out: FloatArray = np.sign(a) * np.maximum(np.abs(a) - tau, 0.0)
+    return out
+
+
+def max_rho(epsilon: float, delta: float, conversion: str) -> float:
+    """The largest total ρ whose (ε, δ) conversion is ≤ ε."""
+    log_inv = math.log(1.0 / delta)
+    closed = (math.sqrt(log_inv + epsilon) - math.sqrt(log_inv)) ** 2
+    if conversion == "bun_steinke":
+        rho = closed
+        while rho > 0.0 and zcdp_to_dp(rho, delta).epsilon > epsilon:
+            rho = math.nextafter(rho, 0.0)
+        return rho
+
+    def excess(r: float) -> float:
+        return zcdp_to_dp_cks(r, delta).epsilon - epsilon
+
+    hi = max(closed, epsilon)
+    while excess(hi) < 0.0:
+        hi *= 2.0
+    rho = float(optimize.brentq(excess, closed, hi, xtol=1e-14, rtol=1e-12))
+    while rho > closed and excess(rho) > 0.0:
+        rho *= 1.0 - 1e-12
+    return max(rho, closed)
+
+
+def calibrate(problem: FederatedProblem) -> FederatedCalibration:
+    """Step, rounds, and for the DP variant σ from the zCDP budget (module docstring)."""
+    params = problem.params
+    check_known_params(params, ALLOWED_PARAMS, NAME)
+    noisy = bool_param(params, "noise", True)
+    T = int_param(params, "iterations", DEFAULT_ITERATIONS, minimum=1, maximum=MAX_ITERATIONS)
+    step = positive_float_param(params, "step_size", 1.0)
+    if step > 1.0:
+        raise PrivacyParameterError(
+            f"step_size must be ≤ 1 (the public bound on the squared loss's curvature is 1 "
+            f"for rows of norm ≤ 1), got {step!r}"
+        )
+    accelerated = bool_param(params, "accelerated", not noisy)
+    K, N, d, lam1 = problem.sites, problem.total, problem.d, problem.regularization
+    details: dict[str, Any] = {
+        "protocol": NAME,
+        "K": K,
+        "N": N,
+        "d": d,
+        "loss": "squared",
+        "l1": finite(lam1),
+        "iterations": T,
+        "step_size": finite(step),
+        "accelerated": accelerated,
+        "noise": noisy,
+        "sites": [{"n": n} for n in problem.site_sizes],
+    }
+    if not noisy:
+        for key in ("clip", "zcdp_conversion"):
+            if key in params:
+                raise PrivacyParameterError(f"{key} applies only with noise=true")
+        details.update(epsilon=None, delta=0.0, guarantee="none", clip=None, sigma=None)
+        return FederatedCalibration(
+            protocol=NAME,
+            site_costs=tuple(PrivacyCost(0.0, 0.0) for _ in problem.site_sizes),
+            private=False,
+            details=details,
+            composition=(
+                f"no differential privacy: the sites share their exact squared-loss gradients "
+                f"in each of {T} rounds"
+            ),
+            rounds=T,
+            notes=(
+                "not differentially private: exact gradients are shared (Li et al. distributed "
+                "Lasso without noise); allowed only when every dataset allows non-private use",
+            ),
+        )
+    if not problem.delta > 0.0:
+        raise PrivacyParameterError(
+            f"{NAME} with noise is (ε, δ)-DP (Gaussian noise, zCDP) and needs 0 < delta < 1; "
+            f"got delta = {problem.delta!r}"
+        )
+    clip = positive_float_param(params, "clip", 1.0)
+    conversion = choice_param(params, "zcdp_conversion", "cks", CONVERSIONS)
+    eps, delta = problem.epsilon, problem.delta
+    sensitivity = 2.0 * clip
+    rho_budget = max_rho(eps, delta, conversion)
+    sigma = sensitivity / math.sqrt(2.0 * rho_budget / T)
+    convert = zcdp_to_dp_cks if conversion == "cks" else zcdp_to_dp
+    while True:
+        rho_round = gaussian_zcdp(sensitivity, sigma)
+        rho_total = zcdp_compose([rho_round] * T)
+        achieved = convert(rho_total, delta)
+        if achieved.epsilon <= eps:
+            break
+        sigma *= 1.0 + 1e-12
+    details.update(
+        epsilon=finite(eps),
+        delta=finite(delta),
+        clip=finite(clip),
+        sensitivity=finite(sensitivity),
+        zcdp_conversion=conversion,
+        rho_per_round=finite(rho_round),
+        rho_total=finite(rho_total),
+        sigma=finite(sigma),
+        epsilon_spent=finite(achieved.epsilon),
+        epsilon_bun_steinke=finite(zcdp_to_dp(rho_total, delta).epsilon),
+        expected_noise_norm_per_site=finite(sigma * math.sqrt(d)),
+    )
+    return FederatedCalibration(
+        protocol=NAME,
+        site_costs=tuple(achieved for _ in problem.site_sizes),
+        private=True,
+        details=details,
+        composition=(
+            f"{T} rounds, each a Gaussian mechanism on the site's clipped gradient sum "
+            f"(sensitivity 2C = {sensitivity:g}, σ = {sigma:.6g}): ρ = {rho_round:.6g} per round, "
+            f"{rho_total:.6g} in total by zCDP composition, converted to {achieved} "
+            f"({'Canonne–Kamath–Steinke' if conversion == 'cks' else 'Bun–Steinke'}) per dataset"
+        ),
+        rounds=T,
+        notes=(
+            "the sites' noisy gradients are treated as released in every round; the model is "
+            "post-processing of them",
+        ),
+    )
+
+
+def coordinate(
+    sites: Sequence[GradientSharer],
+    *,
+    total: int,
+    d: int,
+    l1: float,
+    step: float,
+    iterations: int,
+    accelerated: bool,
+    clip: float | None,
+    sigma: float | None,
+    rng: np.random.Generator | None,
+    clock: RoundClock,
+) -> FloatArray:
+    """ISTA/FISTA on the sum of the sites' answers; sees only those answers."""
+    w = np.zeros(d)
+    query = w.copy()
+    s = 1.0
+    for _ in range(iterations):
+        answers = np.zeros(d)
+        for site in sites:
+            answers += site_call(
+                site.index, partial(site.gradient_sum, query, clip=clip, sigma=sigma, rng=rng)
+            )
+        w_next = soft_threshold(query - step * answers / total, step * l1)
+        if accelerated:
+            s_next = (1.0 + math.sqrt(1.0 + 4.0 * s * s)) / 2.0
+            query = w_next + ((s - 1.0) / s_next) * (w_next - w)
+            s = s_next
+        else:
+            query = w_next
+        w = w_next
+        clock.tick()
+    return w
+
+
+def run(
+    data: Sequence[tuple[FloatArray, FloatArray]],
+    problem: FederatedProblem,
+    calibration: FederatedCalibration,
+    *,
+    rng: np.random.Generator | None,
+    clock: RoundClock,
+) -> FloatArray:
+    det = calibration.details
+    sites = [LassoSite(k, X, y) for k, (X, y) in enumerate(data)]
+    noisy = bool(det["noise"])
+    return coordinate(
+        sites,
+        total=problem.total,
+        d=problem.d,
+        l1=float(det["l1"]),
+        step=float(det["step_size"]),
+        iterations=int(det["iterations"]),
+        accelerated=bool(det["accelerated"]),
+        clip=float(det["clip"]) if noisy else None,
+        sigma=float(det["sigma"]) if noisy else None,
+        rng=rng,
+        clock=clock,
+    )
