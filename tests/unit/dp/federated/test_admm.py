@@ -1,0 +1,262 @@
+"""admm: per-iteration α from T (basic, and advanced at δ′ when tighter), DVP's κ/ᾱ/Φ/α̂ with
+ζ = α̂/2 and the Φ-branch fix, PVP's sensitivity, topologies; non-private ADMM reaches the
+centralised minimiser."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from service.dp.accounting import PrivacyCost, advanced_composition
+from service.dp.federated import federated_calibrate, federated_fit
+from service.dp.losses import LogisticLoss
+from service.dp.solvers import erm_gradient, minimize_erm
+from tests.unit.dp.federated._data import make_sites, pooled
+
+
+def _cal(sizes: tuple[int, ...], eps: float, **params: Any) -> Any:
+    delta = params.pop("delta", 0.0)
+    lam = params.pop("regularization", 0.01)
+    return federated_calibrate(
+        "admm", site_sizes=sizes, d=5, epsilon=eps, delta=delta, regularization=lam, **params
+    )
+
+
+def test_basic_composition_alpha_is_eps_over_t() -> None:
+    cal = _cal((100, 200), 1.0, iterations=50)
+    det = cal.details
+    assert det["alpha"] == pytest.approx(0.02, rel=1e-12)
+    assert 50 * det["alpha"] <= 1.0
+    assert det["composition_method"] == "basic"
+    assert det["advanced_total"] is None
+    assert [c.delta for c in cal.site_costs] == [0.0, 0.0]
+    assert all(c.epsilon <= 1.0 for c in cal.site_costs)
+    assert cal.rounds == 50
+
+
+def test_advanced_composition_is_chosen_when_tighter() -> None:
+    # T = 100 at α = 0.01, δ′ = 1e-5: 0.01·√(200 ln 1e5) + 100·0.01·(e^0.01 − 1) = 0.4899027583
+    # (seed 004 note §2.6: "T = 100 at α = 0.01 → ≈ 0.49"); basic would be 1.0
+    eps = 0.48990275830297614
+    cal = _cal((100, 200), eps, iterations=100, delta=1e-5, delta_prime=1e-5)
+    det = cal.details
+    assert det["alpha"] == pytest.approx(0.01, rel=1e-9)
+    assert det["composition_method"] == "advanced"
+    assert det["basic_total"]["epsilon"] == pytest.approx(1.0, rel=1e-9)
+    assert det["advanced_total"]["epsilon"] == pytest.approx(eps, rel=1e-12)
+    assert det["advanced_total"]["delta"] == 1e-5
+    for cost in cal.site_costs:
+        assert cost.epsilon <= eps
+        assert cost.delta == 1e-5
+    assert "advanced composition" in cal.composition
+    assert "basic composition would give" in cal.composition
+
+
+def test_basic_is_kept_when_advanced_is_looser() -> None:
+    # T = 2 at α = 0.1: basic 0.2 < advanced 0.1·√(4 ln 1e5) + 2·0.1·(e^0.1 − 1) ≈ 0.70
+    cal = _cal((100,), 0.2, iterations=2, delta=1e-5, delta_prime=1e-5)
+    det = cal.details
+    assert det["alpha"] == pytest.approx(0.1, rel=1e-12)
+    assert det["composition_method"] == "basic"
+    expected_adv = advanced_composition(PrivacyCost(det["alpha"]), 2, 1e-5).epsilon
+    assert det["advanced_total"]["epsilon"] == pytest.approx(expected_adv)
+    assert cal.site_costs[0].delta == 0.0
+
+
+def test_dvp_without_phi_uses_half_alpha_hat() -> None:
+    # K = 2, n = (1000, 3000), N = 4000, λ = 0.01, η = 0.001, complete graph (degree 1),
+    # T = 1, α = 1:
+    # s_0 = λ·1000 + 2·4000·0.001·1 = 18, κ = 0.25/18, ᾱ = 2 ln(1 + 0.25/18) = 0.02758664426467154
+    # s_1 = 30 + 8 = 38, ᾱ = 2 ln(1 + 0.25/38) = 0.013114801092318079
+    cal = _cal((1000, 3000), 1.0, iterations=1, penalty=0.001, perturbation="dual")
+    s0, s1 = cal.details["sites"]
+    assert s0["kappa"] == pytest.approx(0.25 / 18, rel=1e-12)
+    assert s0["alpha_bar"] == pytest.approx(0.02758664426467154, rel=1e-12)
+    assert s0["branch"] == "no_Phi"
+    assert s0["Phi"] == 0.0
+    assert s0["alpha_hat"] == pytest.approx(1 - 0.02758664426467154, rel=1e-12)
+    assert s0["zeta"] == pytest.approx((1 - 0.02758664426467154) / 2, rel=1e-12)
+    assert s1["alpha_hat"] == pytest.approx(1 - 0.013114801092318079, rel=1e-12)
+    assert s1["zeta"] == pytest.approx((1 - 0.013114801092318079) / 2, rel=1e-12)
+    # not the algorithm box's ζ = α̂
+    assert s0["zeta"] != pytest.approx(s0["alpha_hat"])
+
+
+def test_dvp_phi_branch_is_taken_whenever_alpha_bar_exceeds_half_alpha() -> None:
+    # one site, n = 100, λ = 0.005: s = 0.5, κ = 0.5, ᾱ = 2 ln 1.5 = 0.8109302162163288 < α = 1:
+    # Alg. 2 as printed keeps Φ = 0 with α̂ = 0.189; the fix takes Φ = c/(N(e^{1/4} − 1)) − λ
+    # = 0.25/(100·0.2840254166877415) − 0.005 = 0.0038020291604694946, α̂ = 0.5, ζ = 0.25
+    cal = _cal((100,), 1.0, iterations=1, regularization=0.005, perturbation="dual")
+    (site,) = cal.details["sites"]
+    assert site["alpha_bar"] == pytest.approx(0.8109302162163288, rel=1e-12)
+    assert site["branch"] == "Phi"
+    assert site["Phi"] == pytest.approx(0.0038020291604694946, rel=1e-10)
+    assert site["alpha_hat"] == 0.5
+    assert site["zeta"] == 0.25
+    assert site["jacobian_epsilon"] == pytest.approx(0.5, rel=1e-12)
+
+
+def test_dvp_reproduces_the_seed_004_illustration() -> None:
+    # note §2.3: c1 = 1/4, C^R = 1750, ρ = 10^-2.5, B_p = 48842, α = 0.5, ηN_p = 0:
+    # κ ≈ 2.83, Φ branch, Φ ≈ 0.064 (in the paper's ρ units, i.e. ×C^R here), α̂ = 0.25, ζ = 0.125
+    lam = 10**-2.5 / 1750  # ρ/C^R
+    cal = _cal((48842,), 0.5, iterations=1, regularization=lam, perturbation="dual")
+    (site,) = cal.details["sites"]
+    assert site["kappa"] == pytest.approx(2.83, abs=0.005)
+    assert site["branch"] == "Phi"
+    assert site["Phi"] * 1750 == pytest.approx(0.064, abs=0.0005)
+    assert site["alpha_hat"] == 0.25
+    assert site["zeta"] == 0.125
+
+
+def test_pvp_sensitivity_includes_the_penalty() -> None:
+    # Δ_p = 2/(λB_p + 2NηN_p): 2/(10 + 8) = 1/9 and 2/(30 + 8) = 1/19; α = 0.5/5 = 0.1
+    cal = _cal((1000, 3000), 0.5, iterations=5, penalty=0.001, perturbation="primal")
+    s0, s1 = cal.details["sites"]
+    assert s0["sensitivity"] == pytest.approx(1 / 9, rel=1e-12)
+    assert s1["sensitivity"] == pytest.approx(1 / 19, rel=1e-12)
+    assert s0["zeta"] == pytest.approx(0.9, rel=1e-12)
+    assert s1["zeta"] == pytest.approx(1.9, rel=1e-12)
+    assert s0["expected_noise_norm"] == pytest.approx(5 / 0.9, rel=1e-12)
+
+
+def test_default_penalty_formula() -> None:
+    # η = 0.3·√(λ(c + λ))/(2K·N̄): λ = 0.01, c = 1/4, K = 4, ring (N̄ = 2): 0.3·√0.0026/16
+    cal = _cal((100,) * 4, 1.0, topology="ring")
+    assert cal.details["penalty"] == pytest.approx(0.3 * math.sqrt(0.0026) / 16, rel=1e-12)
+    assert cal.details["penalty_default"] is True
+    assert cal.details["neighbours"] == [[1, 3], [0, 2], [1, 3], [0, 2]]
+
+
+def test_none_is_not_private_and_charges_nothing() -> None:
+    cal = _cal((100, 200), float("inf"), perturbation="none")
+    assert not cal.private
+    assert [(c.epsilon, c.delta) for c in cal.site_costs] == [(0.0, 0.0), (0.0, 0.0)]
+    assert "not differentially private" in cal.notes[0]
+
+
+@pytest.mark.parametrize(
+    ("params", "rule"),
+    [
+        ({"perturbation": "both"}, "perturbation must be one of"),
+        ({"topology": "star"}, "topology must be one of"),
+        ({"adjacency": [[1], []]}, "symmetric"),
+        ({"adjacency": [[1], [0], []]}, "exactly|neighbours of each"),
+        ({"adjacency": [[0, 1], [1, 1]]}, "its own neighbour"),
+        ({"adjacency": [[1], [0]], "topology": "ring"}, "either topology or adjacency"),
+        ({"penalty": 0.0}, "penalty must be a finite number > 0"),
+        ({"delta_prime": 1e-3}, "must not exceed the delta offered"),
+        ({"iterations": 0}, "iterations must be an integer between 1"),
+        ({"rho": 1.0}, "unknown parameter"),
+    ],
+)
+def test_bad_params(params: dict[str, Any], rule: str) -> None:
+    with pytest.raises(ValueError, match=rule):
+        _cal((100, 200), 1.0, delta=1e-5, **params)
+
+
+def test_graph_must_be_connected() -> None:
+    with pytest.raises(ValueError, match="connected"):
+        _cal((100,) * 4, 1.0, adjacency=[[1], [0], [3], [2]])
+
+
+def test_adjacency_matrix_and_lists_agree() -> None:
+    lists = _cal((100,) * 3, 1.0, adjacency=[[1], [0, 2], [1]])
+    matrix = _cal((100,) * 3, 1.0, adjacency=[[0, 1, 0], [1, 0, 1], [0, 1, 0]])
+    assert lists.details["neighbours"] == matrix.details["neighbours"] == [[1], [0, 2], [1]]
+    assert lists.details["sites"][1]["degree"] == 2
+
+
+@pytest.mark.parametrize(
+    "graph",
+    [
+        {"topology": "complete"},
+        {"topology": "ring"},
+        {"adjacency": [[1], [0, 2], [1, 3], [2]]},  # a path
+    ],
+)
+def test_non_private_admm_reaches_the_centralised_minimiser(graph: dict[str, Any]) -> None:
+    sites = make_sites((150, 250, 300, 200), 4, seed=7)
+    lam = 0.05
+    X, y = pooled(sites)
+    w_star = minimize_erm(X, y, LogisticLoss(), regularization=lam)
+    result = federated_fit(
+        sites,
+        "admm",
+        epsilon=float("inf"),
+        regularization=lam,
+        perturbation="none",
+        iterations=150,
+        **graph,
+    )
+    assert np.linalg.norm(result.coef - w_star) < 1e-4
+    assert not result.calibration.private
+    assert result.rounds_run == 150
+
+
+@pytest.mark.parametrize("perturbation", ["dual", "primal"])
+def test_private_admm_with_a_huge_budget_approaches_the_minimiser(perturbation: str) -> None:
+    sites = make_sites((150, 250, 300), 3, seed=8)
+    lam = 0.05
+    X, y = pooled(sites)
+    w_star = minimize_erm(X, y, LogisticLoss(), regularization=lam)
+    result = federated_fit(
+        sites,
+        "admm",
+        epsilon=1e7,
+        regularization=lam,
+        perturbation=perturbation,
+        iterations=60,
+        rng=np.random.default_rng(1),
+    )
+    assert np.linalg.norm(result.coef - w_star) < 1e-3
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize(
+    ("perturbation", "regularization"), [("dual", 0.2), ("dual", 0.001), ("primal", 0.2)]
+)
+def test_one_step_noise_follows_the_calibrated_law(
+    perturbation: str, regularization: float
+) -> None:
+    """One iteration on one site: DVP is objective perturbation, so the noise is recovered from
+    the release as ε = −n∇[(1/n)Σl + ((λ + Φ)/2)‖·‖²](f); PVP's is V − f*. Either way
+    ‖noise‖ ~ Gamma(d, 1/ζ) with the calibrated ζ (ζ = α̂/2 for DVP)."""
+    sites = make_sites((400,), 3, seed=9)
+    X, y = sites[0]
+    loss = LogisticLoss()
+    w_star = minimize_erm(X, y, loss, regularization=regularization)
+    rng = np.random.default_rng(5)
+    norms = []
+    for _ in range(300):
+        result = federated_fit(
+            sites,
+            "admm",
+            epsilon=1.0,
+            regularization=regularization,
+            iterations=1,
+            perturbation=perturbation,
+            rng=rng,
+        )
+        (site,) = result.calibration.details["sites"]
+        if perturbation == "dual":
+            grad = erm_gradient(
+                X,
+                y,
+                loss,
+                result.coef,
+                regularization=regularization,
+                extra_regularization=site["Phi"],
+            )
+            noise = -400 * grad
+        else:
+            noise = result.coef - w_star
+        norms.append(float(np.linalg.norm(noise)))
+    zeta = site["zeta"]
+    if perturbation == "dual":
+        assert site["branch"] == ("Phi" if regularization == 0.001 else "no_Phi")
+    assert stats.kstest(norms, stats.gamma(a=3, scale=1 / zeta).cdf).pvalue > 1e-4
