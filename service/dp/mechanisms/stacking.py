@@ -48,6 +48,12 @@ group — including its Δ > 0 fallback — computed by the base mechanism), whi
 for uniform q_k and for other q_k differs only in how the Jacobian slack is apportioned
 (Alg. 3 pools it, PrivFit charges each group its own). D^l and D^h are disjoint, so the whole
 release costs max(Σ_k ε_k, ε) = ε (Thm 4), no δ.
+
+PST-H on the target (seed 003 Alg. 4 step 3, :meth:`StackingFeatures.run_transfer`, called by
+:func:`service.dp.transfer.stacked_transfer_fit`): the same plan, row split and calibration,
+with low-level model k's objective given the extra term (η/2)‖w − u_k‖² around a public centre
+u_k. The cost is PST-F's (ε in total); the proof that the extra term changes nothing is in
+:mod:`service.dp.transfer`.
 """
 
 from __future__ import annotations
@@ -63,10 +69,17 @@ from numpy.typing import NDArray
 
 from service.dp import noise
 from service.dp.base import Calibration, FittedModel, LinearModel, Problem, ProgressCallback
-from service.dp.mechanisms._common import base_details, check_common, report
+from service.dp.mechanisms._common import (
+    base_details,
+    check_common,
+    release,
+    report,
+    require_smooth_loss,
+)
 from service.dp.mechanisms.objective_perturbation import MECHANISM as _PLR
 from service.dp.models import META_FEATURES, StackedModel, meta_features
 from service.dp.projection import clip_rows
+from service.dp.solvers import minimize_erm
 from service.dp.validation import PrivacyParameterError
 
 __all__ = [
@@ -118,6 +131,37 @@ def split_rows(
 def _block_sizes(n: int, k: int) -> list[int]:
     q, r = divmod(n, k)
     return [q + 1] * r + [q] * (k - r)
+
+
+def _centred_plr(
+    X: FloatArray,
+    y: FloatArray,
+    problem: Problem,
+    calibration: Calibration,
+    *,
+    centre: FloatArray,
+    centre_weight: float,
+    rng: np.random.Generator | None,
+) -> FloatArray:
+    """The base mechanism's release with the extra public term (η/2)‖w − u‖²: the noise b and
+    Δ of ``calibration`` (drawn in the same order as ``objective_perturbation.run``, so η = 0
+    gives the identical model), the minimiser of J + bᵀw/n + (Δ/2)‖w‖² + (η/2)‖w − u‖²."""
+    loss = check_common(problem, ())
+    require_smooth_loss(loss, _PLR.name)
+    beta = float(calibration.details["beta"])
+    extra = float(calibration.details["Delta"])
+    b = noise.norm_exponential_vector(problem.d, beta=beta, rng=rng)
+    coef = minimize_erm(
+        X,
+        y,
+        loss,
+        regularization=problem.regularization,
+        linear=b,
+        extra_regularization=extra,
+        centre=centre,
+        centre_weight=centre_weight,
+    )
+    return release(coef).coef
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +365,23 @@ class _Stacking:
         plan = self._plan(problem)
         if plan.epsilon != calibration.epsilon:
             raise ValueError("the calibration does not belong to this problem")
+        return self._run_levels(X, y, problem, plan, rng=rng, progress=progress)
+
+    def _run_levels(
+        self,
+        X: NDArray[np.float64],
+        y: NDArray[np.float64],
+        problem: Problem,
+        plan: _Plan,
+        *,
+        rng: np.random.Generator | None,
+        progress: ProgressCallback | None,
+        centres: Sequence[FloatArray] | None = None,
+        centre_weight: float = 0.0,
+    ) -> StackedModel:
+        """Draw the row split, fit the K low-level models (centred on ``centres`` with weight η
+        = ``centre_weight`` when given, see :meth:`StackingFeatures.run_transfer`), then the
+        high level. Without centres every low-level fit is the base mechanism's own ``run``."""
         p = problem.params
         K = len(plan.low_problems)
         report(progress, 0.0)
@@ -335,12 +396,25 @@ class _Stacking:
             else:
                 Xk = clip_rows(X[np.ix_(low_rows, np.asarray(plan.groups[k], np.intp))])
                 yk = y[low_rows]
-            model = _PLR.run(
-                Xk, yk, plan.low_problems[k], plan.low_calibrations[k], rng=rng, progress=None
-            )
-            if not isinstance(model, LinearModel):
-                raise TypeError("the base mechanism must release a linear model")
-            coefs.append(model.coef)
+            if centres is None:
+                model = _PLR.run(
+                    Xk, yk, plan.low_problems[k], plan.low_calibrations[k], rng=rng, progress=None
+                )
+                if not isinstance(model, LinearModel):
+                    raise TypeError("the base mechanism must release a linear model")
+                coefs.append(model.coef)
+            else:
+                coefs.append(
+                    _centred_plr(
+                        Xk,
+                        yk,
+                        plan.low_problems[k],
+                        plan.low_calibrations[k],
+                        centre=centres[k],
+                        centre_weight=centre_weight,
+                        rng=rng,
+                    )
+                )
             report(progress, (k + 1) / (K + 1))
         M = meta_features(
             X[high_rows],
@@ -500,6 +574,55 @@ class StackingFeatures(_Stacking):
             f"{problem.epsilon:g})"
         )
         return (n_low,), groups, q, subs, text
+
+    def run_transfer(
+        self,
+        X: NDArray[np.float64],
+        y: NDArray[np.float64],
+        problem: Problem,
+        calibration: Calibration,
+        *,
+        centres: Sequence[NDArray[np.float64]],
+        transfer_strength: float,
+        rng: np.random.Generator | None,
+        progress: ProgressCallback | None,
+    ) -> StackedModel:
+        """PST-H on the target (seed 003 Alg. 4 step 3): :meth:`run` with low-level model k
+        minimising its objective plus (η/2)‖w − u_k‖², u_k = ``centres[k]`` (public, one entry
+        per column of group k), η = ``transfer_strength``; the high level is unchanged.
+
+        The calibration is PST-F's own (:meth:`calibrate`, ε in total): u_k is public and the
+        Hessian of the extra term is ηI ⪰ 0, so every low-level bound of the module doc holds
+        as it is (the full argument is in :mod:`service.dp.transfer`). η = 0 is :meth:`run`.
+        """
+        problem = self.validate_params(problem)
+        check_common(problem, self.allowed)
+        X = np.ascontiguousarray(X, dtype=np.float64)
+        y = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
+        if X.shape != (problem.n, problem.d) or y.shape[0] != problem.n:
+            raise ValueError("X and y do not match the problem's n and d")
+        plan = self._plan(problem)
+        if plan.epsilon != calibration.epsilon:
+            raise ValueError("the calibration does not belong to this problem")
+        eta = float(transfer_strength)
+        if not math.isfinite(eta) or eta < 0.0:
+            raise PrivacyParameterError("transfer_strength must be a finite number ≥ 0")
+        assert plan.groups is not None
+        if len(centres) != len(plan.groups):
+            raise PrivacyParameterError(
+                f"one centre per feature group is needed ({len(plan.groups)}), got {len(centres)}"
+            )
+        us: list[FloatArray] = []
+        for k, (u, g) in enumerate(zip(centres, plan.groups, strict=True)):
+            arr = np.asarray(u, dtype=np.float64).reshape(-1)
+            if arr.size != len(g) or not np.all(np.isfinite(arr)):
+                raise PrivacyParameterError(
+                    f"the centre of feature group {k} must hold {len(g)} finite weights"
+                )
+            us.append(arr)
+        return self._run_levels(
+            X, y, problem, plan, rng=rng, progress=progress, centres=us, centre_weight=eta
+        )
 
 
 STACKING_SAMPLES = StackingSamples()

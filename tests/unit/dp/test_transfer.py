@@ -1,15 +1,30 @@
 """Hypothesis transfer (``service.dp.transfer``): η = 0 is objective perturbation, a large η
-returns the source model, η moves the fit towards the source, bad input is refused."""
+returns the source model, η moves the fit towards the source, bad input is refused.
+
+PST-H (feature groups): the centres reproduce the source's group scores on the group's scale,
+η = 0 is PST-F with the same noise, a large η puts the low-level models on their centres, the
+calibration and the charged ε are the hand-derived ones."""
 
 from __future__ import annotations
+
+import math
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from service.dp import fit
+from service.dp import FitResult, fit, make_problem
+from service.dp.mechanisms.stacking import STACKING_FEATURES
+from service.dp.models import StackedModel
 from service.dp.noise import RELEASE_GRID
-from service.dp.transfer import transfer_fit
+from service.dp.transfer import (
+    group_centres,
+    stacked_transfer_calibration,
+    stacked_transfer_fit,
+    transfer_fit,
+)
 
 
 def data(
@@ -89,3 +104,214 @@ def test_bad_input_is_refused(source: list[float], eta: float, message: str) -> 
     X, y = data()
     with pytest.raises(ValueError, match=message):
         transfer_fit(X, y, source, epsilon=1.0, transfer_strength=eta, regularization=0.05)
+
+
+# --- PST-H: hypothesis transfer with feature groups (seed 003 Alg. 4) -----------------------
+
+GROUPS = [[0], [1, 2, 3]]
+Q = [0.3, 0.7]
+
+
+def pst_h(
+    eta: float, *, seed: int = 1, source: NDArray[np.float64] | None = None, **kw: Any
+) -> FitResult:
+    X, y = data(n=200, d=5)
+    w0 = np.array([1.0, -2.0, 0.5, 3.0, 7.0]) if source is None else source
+    options: dict[str, Any] = {
+        "feature_groups": GROUPS,
+        "importance": Q,
+        "epsilon": 1.0,
+        "regularization": 0.05,
+    }
+    options.update(kw)
+    return stacked_transfer_fit(
+        X, y, w0, transfer_strength=eta, rng=np.random.default_rng(seed), **options
+    )
+
+
+def test_centres_reproduce_the_sources_group_scores_on_the_groups_scale() -> None:
+    rng = np.random.default_rng(5)
+    w0 = rng.normal(size=7)
+    groups = [[0, 4], [1, 2, 6]]  # columns 3 and 5 in no group
+    X = rng.normal(size=(50, 7))
+    # PrivFit's scale (a_k = 1): the centre is the source restricted to the group.
+    for u, g in zip(group_centres(w0, groups), groups, strict=True):
+        np.testing.assert_array_equal(u, w0[g])
+    # Any public scale a_k: u_kᵀ(a_k x_(k)) = w₀[G_k]ᵀx_(k), e.g. seed 003's a_k = q_k.
+    scales = [0.25, 0.75]
+    centres = group_centres(w0, groups, scales)
+    for u, g, a in zip(centres, groups, scales, strict=True):
+        np.testing.assert_allclose((a * X[:, g]) @ u, X[:, g] @ w0[g], rtol=1e-12)
+    # The group scores plus the unused columns' part add up to the source's score.
+    total = sum(X[:, g] @ u for u, g in zip(group_centres(w0, groups), groups, strict=True))
+    np.testing.assert_allclose(total + X[:, [3, 5]] @ w0[[3, 5]], X @ w0, rtol=1e-12)
+    with pytest.raises(ValueError, match="scale"):
+        group_centres(w0, groups, [1.0, 0.0])
+    with pytest.raises(ValueError, match="outside"):
+        group_centres(w0, [[0, 7]])
+
+
+def test_zero_strength_is_pst_f_with_the_same_noise() -> None:
+    got = pst_h(0.0)
+    X, y = data(n=200, d=5)
+    ref = fit(
+        X,
+        y,
+        "stacking_features",
+        epsilon=1.0,
+        regularization=0.05,
+        feature_groups=GROUPS,
+        importance=Q,
+        rng=np.random.default_rng(1),
+    )
+    assert isinstance(got.model, StackedModel)
+    assert isinstance(ref.model, StackedModel)
+    for a, b in zip(got.model.low_level, ref.model.low_level, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(got.model.high_level, ref.model.high_level)
+    assert got.model.method == "features"
+    assert got.model.groups == ((0,), (1, 2, 3))
+    assert got.epsilon == ref.epsilon == 1.0
+    assert got.mechanism == "transfer"
+    assert got.seeded
+
+
+def test_a_large_strength_puts_the_low_level_models_on_their_centres() -> None:
+    w0 = np.array([1.0, -2.0, 0.5, 3.0, 7.0])
+    distances = []
+    for eta in (0.0, 0.1, 10.0, 1e5):
+        result = pst_h(eta, source=w0)
+        assert isinstance(result.model, StackedModel)
+        low = result.model.low_level
+        distances.append(
+            max(float(np.linalg.norm(w - w0[g])) for w, g in zip(low, GROUPS, strict=True))
+        )
+        for w in low:
+            assert np.all(np.round(w / RELEASE_GRID) * RELEASE_GRID == w)
+    assert distances == sorted(distances, reverse=True)
+    assert distances[-1] < 1e-3
+    # Column 4 is in no group: its source weight (7) is nowhere in the model.
+    assert result.details["unused_columns"] == [4]
+    assert result.details["centre_norms"] == pytest.approx(
+        [1.0, float(np.linalg.norm([-2.0, 0.5, 3.0]))]
+    )
+
+
+def test_calibration_matches_the_hand_derived_numbers() -> None:
+    eta = 0.45
+    cal = stacked_transfer_calibration(
+        200,
+        5,
+        feature_groups=GROUPS,
+        importance=Q,
+        epsilon=1.0,
+        transfer_strength=eta,
+        regularization=0.05,
+    )
+    d = cal.details
+    # n_h = round(0.5·200) = 100 rows for the high level, n_l = 100 for the low level.
+    assert (d["rows_high_level"], d["rows_low_level"]) == (100, 100)
+    # ε_k = q_k·ε; ε′_k = ε_k − 2 ln(1 + c/(n_l λ)) = ε_k − 2 ln 1.05 (c = 1/4): Δ_k = 0.
+    slack = 2 * math.log(1.05)
+    assert d["low_level_epsilon"] == [0.3, 0.7]
+    for low, e_k, d_k in zip(d["low_level"], (0.3, 0.7), (1, 3), strict=True):
+        assert low["branch"] == "no_extra_regularization"
+        assert low["Delta"] == 0.0
+        assert low["epsilon_prime"] == pytest.approx(e_k - slack, rel=1e-12)
+        assert low["beta"] == pytest.approx((e_k - slack) / 2, rel=1e-12)
+        assert low["expected_noise_norm"] == pytest.approx(d_k / ((e_k - slack) / 2))
+    # The high level: ε = 1 on 3 meta-features (2 models + intercept), scale 1/√3.
+    assert d["high_level"]["epsilon_prime"] == pytest.approx(1.0 - slack, rel=1e-12)
+    assert d["meta_scale"] == pytest.approx(1 / math.sqrt(3))
+    # η is not counted in the calibration; the bound it would allow is reported:
+    # 2 ln(1 + c/(n_l(λ + η))) = 2 ln(1 + 0.25/50) = 2 ln 1.005.
+    assert d["jacobian_epsilon_with_transfer"] == pytest.approx([2 * math.log(1.005)] * 2)
+    assert d["transfer_strength"] == eta
+    assert d["variant"] == "pst_h"
+    # Below the threshold a group falls back to Δ_k > 0 and ε′_k = ε_k/2 (CMS11 Alg. 2).
+    small = stacked_transfer_calibration(
+        200,
+        5,
+        feature_groups=GROUPS,
+        importance=Q,
+        epsilon=1.0,
+        transfer_strength=eta,
+        regularization=0.001,
+    )
+    low = small.details["low_level"][0]
+    assert low["branch"] == "extra_regularization"
+    assert low["epsilon_prime"] == pytest.approx(0.15)
+    assert low["Delta"] == pytest.approx(0.25 / (100 * math.expm1(0.3 / 4)) - 0.001)
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "groups", "q"),
+    [
+        (1.0, GROUPS, Q),
+        (0.1, [[0], [1], [2, 3, 4]], [1 / 3, 1 / 3, 1 / 3]),
+        (0.7, [[0, 1, 2, 3, 4]], [1.0]),
+        (2.0, [[4], [0, 1], [2], [3]], None),
+    ],
+)
+def test_the_cost_is_the_composed_cost_of_both_levels(
+    epsilon: float, groups: list[list[int]], q: list[float] | None
+) -> None:
+    result = pst_h(0.5, epsilon=epsilon, feature_groups=groups, importance=q)
+    d = result.details
+    low = [Fraction(e) for e in d["low_level_epsilon"]]
+    # Low level: K fits on the same rows, sequential: Σ_k ε_k ≤ ε exactly, and ≈ ε.
+    assert sum(low, Fraction(0)) <= Fraction(epsilon)
+    assert float(sum(low, Fraction(0))) == pytest.approx(epsilon)
+    # High level: ε on the disjoint rows D^h; parallel with the low level: max(·,·) = ε.
+    assert d["high_level_epsilon"] == epsilon
+    assert result.epsilon == max(float(sum(low, Fraction(0))), d["high_level_epsilon"])
+    assert result.epsilon == epsilon
+    assert result.delta == 0.0
+    assert d["rows_high_level"] + d["rows_low_level"] == 200
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"source": np.ones(4)}, "5 finite weights"),
+        ({"eta": -1.0}, "transfer_strength"),
+        ({"eta": 2e6}, "transfer_strength"),
+        ({"feature_groups": [[0, 1], [1, 2]]}, "disjoint"),
+        ({"feature_groups": [[0], []]}, "empty"),
+        ({"feature_groups": [[0], [9]]}, "between 0 and 4"),
+        ({"importance": [0.5, 0.25]}, "sum to 1"),
+        ({"importance": [1.0]}, "one weight per feature group"),
+        ({"importance": [1.0, 0.0]}, "> 0"),
+    ],
+)
+def test_bad_pst_h_input_is_refused(change: dict[str, Any], message: str) -> None:
+    source = change.pop("source", None)
+    eta = change.pop("eta", 1.0)
+    with pytest.raises(ValueError, match=message):
+        pst_h(eta, source=source, **change)
+
+
+def test_run_transfer_needs_one_finite_centre_per_group() -> None:
+    X, y = data(n=200, d=5)
+    cal = stacked_transfer_calibration(
+        200, 5, feature_groups=GROUPS, epsilon=1.0, transfer_strength=1.0, regularization=0.05
+    )
+    _, problem = make_problem(
+        "stacking_features",
+        n=200,
+        d=5,
+        epsilon=1.0,
+        delta=0.0,
+        loss="logistic",
+        regularization=0.05,
+        params={"feature_groups": GROUPS},
+    )
+    for centres, message in (
+        ([np.zeros(1)], "one centre per feature group"),
+        ([np.zeros(1), np.zeros(2)], "3 finite weights"),
+        ([np.zeros(1), np.array([0.0, np.nan, 0.0])], "3 finite weights"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            STACKING_FEATURES.run_transfer(
+                X, y, problem, cal, centres=centres, transfer_strength=1.0, rng=None, progress=None
+            )
