@@ -540,6 +540,151 @@ def test_parquet_float_category_column_is_refused() -> None:
     assert "column 'colour' has Parquet type double" in exc.detail
 
 
+# ---- block-parallel CSV reading -------------------------------------------------------------
+
+
+def _random_rows(n: int, seed: int = 11) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [
+        f"{rng.integers(-10, 120)},{rng.choice(['red', 'blue', 'teal'])},"
+        f"{rng.normal():.6f},{rng.choice(['yes', 'no'])}"
+        for _ in range(n)
+    ]
+
+
+def _design(data: bytes, spec: DatasetSpec | None = None) -> tuple[np.ndarray, np.ndarray]:
+    spec = spec or _spec()
+    report, chunks = _run(data, spec)
+    return design_from_chunks(spec.preprocessing, [c.payload for c in chunks], report.n_rows)
+
+
+def _assert_design(data: bytes, rows: Sequence[str]) -> None:
+    X, y = _design(data)
+    X_expected, y_expected = _expected(_spec(), rows)
+    np.testing.assert_array_equal(X, X_expected)
+    np.testing.assert_array_equal(y, y_expected)
+
+
+@pytest.mark.parametrize("block", [64, 1000, 1 << 20])
+def test_blocks_and_the_streaming_reader_give_the_same_design(
+    block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", block)
+    rows = _random_rows(2000)
+    plain = _csv(rows)  # cut into blocks at line breaks
+    quoted = _csv(rows, header='"age","colour","score","label"\n')  # streaming reader
+    _assert_design(plain, rows)
+    _assert_design(quoted, rows)
+    plain_report, _ = _run(plain)
+    quoted_report, _ = _run(quoted)
+    assert plain_report.to_dict() == quoted_report.to_dict()
+    assert plain_report.n_positive == quoted_report.n_positive
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_chunks_do_not_depend_on_the_number_of_threads(
+    threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 2048)
+    data = _csv(_random_rows(3000))
+    reference = _run(data)[1]
+    monkeypatch.setattr(ingest_module, "INGEST_THREADS", threads)
+    chunks = _run(data)[1]
+    assert len(chunks) > 10
+    assert chunks == reference
+
+
+def test_quoted_line_breaks_after_the_first_blocks_are_read_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 512)
+    plain = [r.split(",") for r in _random_rows(300)]
+    # After 300 plain rows, quoted cells: many with a line break (and a comma) inside, which
+    # a cut at the block's last line break would split; declared categories in quotes.
+    odd = [
+        [str(i % 90), "blue,\nsky" if i % 2 else "red", "0.5", "no" if i % 3 else "yes"]
+        for i in range(300)
+    ]
+    more = [r.split(",") for r in _random_rows(300, seed=12)]
+    cells = [*plain, *odd, *more]
+    lines = [",".join(f'"{c}"' if "\n" in c or c == "red" else c for c in row) for row in cells]
+    X, y = _design(_csv(lines))
+    columns = {
+        "age": np.array([float(c[0]) for c in cells]),
+        "colour": np.array([c[1] for c in cells]),
+        "score": np.array([float(c[2]) for c in cells]),
+    }
+    np.testing.assert_array_equal(X, _spec().preprocessing.transform(columns))
+    np.testing.assert_array_equal(y, [1.0 if c[3] == "yes" else -1.0 for c in cells])
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["crlf", "cr-data", "cr-everywhere", "blank-lines", "no-final-break", "bom", "empty-lines-end"],
+)
+def test_line_endings_and_blank_lines(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 256)
+    rows = _random_rows(400)
+    text = {
+        "crlf": HEADER.replace("\n", "\r\n") + "\r\n".join(rows) + "\r\n",
+        "cr-data": HEADER + "\r".join(rows) + "\r",
+        "cr-everywhere": HEADER.replace("\n", "\r") + "\r".join(rows) + "\r",
+        "blank-lines": HEADER + "\n\n".join(rows) + "\n\n\n",
+        "no-final-break": HEADER + "\n".join(rows),
+        "bom": "\ufeff" + HEADER + "\n".join(rows) + "\n",
+        "empty-lines-end": HEADER + "\n".join(rows) + "\n" + "\n" * 600,
+    }[shape]
+    _assert_design(text.encode(), rows)
+
+
+@pytest.mark.parametrize("bad_first", ["fields", "number"])
+def test_the_first_bad_row_of_the_file_is_the_one_reported(
+    bad_first: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 256)
+    rows = _random_rows(3000)
+    fields, number = "987654321,SECRET-TEXT-7731,1,yes,4242.5", "SECRET-TEXT-7731,red,1,no"
+    rows[100], rows[2500] = (fields, number) if bad_first == "fields" else (number, fields)
+    before = threading.active_count()
+    exc = _bad(_csv(rows))
+    assert threading.active_count() == before
+    if bad_first == "fields":
+        assert exc.detail == "malformed CSV: a row has 5 fields but the header has 4"
+    else:
+        assert "numeric column 'age' holds a value that is not a number" in exc.detail
+
+
+def test_missing_and_non_finite_counts_span_every_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 256)
+    rows = _random_rows(3000)
+    for i in range(0, 3000, 300):
+        rows[i] = "nan,red,1,yes"
+    for i in range(7, 3000, 500):
+        rows[i] = ",red,inf,no"
+    exc = _bad(_csv(rows), _spec(missing="drop"))
+    assert "NaN or infinity found in 'age' (10 rows), 'score' (6 rows)" in exc.detail
+
+
+def test_blocks_in_flight_are_bounded() -> None:
+    threads = 2
+    pulled = 0
+
+    def tasks() -> Any:
+        nonlocal pulled
+        for i in range(50):
+            pulled += 1
+            yield lambda i=i: i
+
+    def work(task: Any) -> Any:
+        return task()
+
+    seen = []
+    for consumed, value in enumerate(ingest_module._in_order(tasks(), work, threads=threads)):
+        assert pulled - consumed <= threads + 1
+        seen.append(value)
+    assert seen == list(range(50))
+
+
 # ---- streaming mechanics --------------------------------------------------------------------
 
 
@@ -567,19 +712,81 @@ def test_payloads_never_unpickle() -> None:
         decode_chunk(buf.getvalue())
 
 
-@pytest.mark.parametrize("compression", ["none", "lz4"])
-def test_chunk_payload_round_trips(compression: Any) -> None:
+@pytest.mark.parametrize("compression", ["none", "lz4", "zstd"])
+def test_chunk_payload_round_trips_bit_for_bit(compression: Any) -> None:
     rng = np.random.default_rng(3)
-    num = rng.normal(size=(500, 3))
+    num = np.column_stack(
+        [
+            rng.normal(size=500),  # fractions: stay float64
+            rng.integers(17, 91, size=500).astype(np.float64),  # int8
+            rng.integers(-40_000, 40_000, size=500).astype(np.float64),  # int32
+            np.full(500, 2.0**40),  # integral but beyond int32: float64
+            np.where(np.arange(500) == 7, -0.0, 1.0),  # −0.0 must survive as −0.0
+        ]
+    )
     cat = rng.integers(-1, 5, size=(500, 2)).astype(np.int16)
     y = np.where(rng.random(500) < 0.5, 1, -1).astype(np.int8)
     payload = encode_chunk(num, cat, y, compression=compression)
-    assert payload.startswith(b"PK") == (compression == "none")
+    assert payload.startswith(b"PFARROW1")
     num2, cat2, y2 = decode_chunk(payload)
+    assert num2.dtype == np.float64
+    np.testing.assert_array_equal(num2.view(np.uint64), num.view(np.uint64))
+    np.testing.assert_array_equal(cat2, cat)
+    np.testing.assert_array_equal(y2, y)
+    assert y2.dtype == np.int8
+
+
+def test_integral_columns_are_stored_narrow() -> None:
+    rng = np.random.default_rng(4)
+    n = 10_000
+    integral = rng.integers(0, 100, size=(n, 1)).astype(np.float64)
+    fractional = integral + 0.5
+    codes = rng.integers(0, 3, size=(n, 1))
+    y = np.ones(n, dtype=np.int8)
+    narrow = encode_chunk(integral, codes, y, compression="none")
+    wide = encode_chunk(fractional, codes, y, compression="none")
+    assert len(narrow) < len(wide) - 6 * n  # 1 byte per value instead of 8
+
+
+def _legacy_payload(num: np.ndarray, cat: np.ndarray, y: np.ndarray, *, lz4: bool) -> bytes:
+    """A payload as uploads stored it before the Arrow form: ``np.savez``, maybe in LZ4."""
+    buf = io.BytesIO()
+    np.savez(buf, num=num, cat=cat, y=y)
+    raw = buf.getvalue()
+    if not lz4:
+        return raw
+    packed = pa.Codec("lz4").compress(raw, asbytes=True)
+    return b"PFLZ4\x00" + len(raw).to_bytes(8, "little") + bytes(packed)
+
+
+@pytest.mark.parametrize("lz4", [False, True])
+def test_payloads_of_the_earlier_form_are_still_read(lz4: bool) -> None:
+    spec = _spec()
+    num = np.array([[30.0, 1.5], [100.0, -1.0]])
+    cat = np.array([[0], [-1]], dtype=np.int16)
+    y = np.array([1, -1], dtype=np.int8)
+    old = _legacy_payload(num, cat, y, lz4=lz4)
+    num2, cat2, y2 = decode_chunk(old)
     np.testing.assert_array_equal(num2, num)
     np.testing.assert_array_equal(cat2, cat)
-    assert cat2.dtype == np.int16
     np.testing.assert_array_equal(y2, y)
+    X_old, y_old = design_from_chunks(spec.preprocessing, [old], 2)
+    X_new, y_new = design_from_chunks(spec.preprocessing, [encode_chunk(num, cat, y)], 2)
+    np.testing.assert_array_equal(X_old, X_new)
+    np.testing.assert_array_equal(y_old, y_new)
+
+
+def test_corrupt_or_foreign_arrow_payloads_are_refused() -> None:
+    good = encode_chunk(np.zeros((2, 1)), np.zeros((2, 1), dtype=np.int8), np.ones(2, np.int8))
+    with pytest.raises(ValueError, match="not a readable Arrow"):
+        decode_chunk(good[:-40])
+    sink = pa.BufferOutputStream()
+    sink.write(b"PFARROW1")
+    batch = pa.record_batch({"n0": pa.array(["x"]), "y": pa.array([1], pa.int8())})
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    with pytest.raises(ValueError, match="unexpected column types"):
+        decode_chunk(sink.getvalue().to_pybytes())
 
 
 def test_chunk_round_trip_and_row_count_checks() -> None:
