@@ -10,31 +10,51 @@ J(w) = (1/n) Σ l(y_i wᵀx_i) + (μ/2)‖w‖² + gᵀw + const with μ = λ + 
 g = b/n − η w₀; J is μ-strongly convex, so its minimiser is unique.
 
 The privacy proofs of output and objective perturbation are about this *exact* minimiser, so
-the solver iterates until ‖∇J(w)‖ ≤ tol·(1 + ‖g‖) (tol = 1e-10 by default); then
-‖w − w*‖ ≤ ‖∇J(w)‖/μ by strong convexity. The scale 1 + ‖g‖ bounds every term of the
-gradient at the optimum (|l'| ≤ 1 and ‖x‖ ≤ 1 give ‖(1/n)Σ l' y x‖ ≤ 1, and μw* equals
-minus the rest). If the tolerance is not met, :class:`ConvergenceError` is raised: a released
-model must never come from an unconverged solve.
+the solver iterates until ‖∇J(w)‖ ≤ tol·(1 + ‖g‖) (tol = 1e-10 by default), with ∇J evaluated
+in float64 on the given X; then ‖w − w*‖ ≤ ‖∇J(w)‖/μ by strong convexity. The scale 1 + ‖g‖
+bounds every term of the gradient at the optimum (|l'| ≤ 1 and ‖x‖ ≤ 1 give
+‖(1/n)Σ l' y x‖ ≤ 1, and μw* equals minus the rest). If the tolerance is not met,
+:class:`ConvergenceError` is raised: a released model must never come from an unconverged
+solve.
 
-Method: Newton's method with the Hessian H = (1/n) Xᵀ diag(l''(z)) X + μI, solved densely
-when d ≤ ``DENSE_NEWTON_MAX_DIM`` (one SYRK of cost n·d²/2 per step, in float32; at
-n = 30 000, d = 105 a few milliseconds), and by conjugate gradients on exact Hessian–vector
-products otherwise (truncated Newton). Steps are damped by an Armijo backtracking line search that
-reuses the cached margins z = y ⊙ Xw and dz = y ⊙ Xp, so every trial step costs O(n), not a
-matrix product. Near the optimum, where objective differences drown in rounding, a step is
-accepted when it lowers the gradient norm instead. For the Huber loss l'' is piecewise
-constant and this is a semismooth Newton method; should Newton stall, L-BFGS-B is run from
-the last iterate and Newton restarted from its result before giving up.
+Method: damped Newton with the Hessian H = (1/n) Xᵀ diag(l''(z)) X + μI, in two phases.
+
+1. *float32 phase.* When n·d ≤ ``FLOAT32_COPY_MAX_ENTRIES`` the solver keeps one float32 copy
+   of X and iterates on it (margins, gradients, Hessians: half the memory traffic, and SIMD
+   exponentials) until the float32 gradient norm is about 10⁻⁶·(1 + ‖g‖), near the precision
+   float32 can resolve. Far from the optimum (‖∇J‖ > 10⁻²·(1 + ‖g‖)) the Hessian comes from
+   every 8th row (an eighth of the cost, and only the step length of a damped step depends on
+   it); close to it, one full Hessian is factorised and then reused as the preconditioner of
+   conjugate gradients on exact float32 Hessian–vector products, so most steps cost two
+   matrix–vector products instead of an n·d² product. A new Hessian is formed only when the
+   preconditioned iteration stops contracting fast enough.
+2. *float64 phase.* Margins and gradients are recomputed in float64 from X and Newton steps
+   (preconditioned as above, a fresh Hessian when needed, a float64 Hessian if the float32 one
+   is numerically indefinite) are taken until the float64 gradient meets the tolerance; from
+   the float32 phase's end this is one step. The convergence test is only ever made here.
+
+Only Newton *directions* are computed in lower precision or from a subsample, so they change
+the path, never the point the solver accepts. Steps are damped by an Armijo backtracking line
+search that reuses the cached margins z = y ⊙ Xw and dz = y ⊙ Xp, so every trial step costs
+O(n), not a matrix product. Near the optimum, where objective differences drown in rounding, a
+step is accepted when it lowers the gradient norm instead. For d > ``DENSE_NEWTON_MAX_DIM``
+the Newton system is solved by conjugate gradients on Hessian–vector products (truncated
+Newton). For the Huber loss l'' is piecewise constant and this is a semismooth Newton method;
+should Newton stall, L-BFGS-B is run from the last iterate and Newton restarted from its
+result before giving up.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import optimize, special
+from scipy import linalg, optimize, special
 from scipy.sparse.linalg import LinearOperator, cg
 
 from service.dp.losses import LogisticLoss, Loss
@@ -42,6 +62,7 @@ from service.dp.losses import LogisticLoss, Loss
 __all__ = [
     "DEFAULT_TOLERANCE",
     "DENSE_NEWTON_MAX_DIM",
+    "FLOAT32_COPY_MAX_ENTRIES",
     "ConvergenceError",
     "SolverResult",
     "erm_gradient",
@@ -51,17 +72,39 @@ __all__ = [
 ]
 
 FloatArray = NDArray[np.float64]
+Float32Array = NDArray[np.float32]
+_Factor = tuple[FloatArray, bool]
+_Z = TypeVar("_Z", FloatArray, Float32Array)
 
 #: Relative gradient-norm tolerance (see the module docstring).
 DEFAULT_TOLERANCE = 1e-10
 #: Above this dimension the Newton system is solved by conjugate gradients.
 DENSE_NEWTON_MAX_DIM = 1000
+#: Largest n·d for which the solver keeps a float32 copy of X (2^27 entries, 512 MiB).
+FLOAT32_COPY_MAX_ENTRIES = 1 << 27
 
-#: Entries per float32 block when forming the Hessian (4 MiB).
+#: Below this n·d, every step is cheap and the solver works in float64 only.
+_FLOAT32_MIN_ENTRIES = 1 << 15
+#: Entries per block when forming the Hessian (4 MiB of float32).
 _HESSIAN_BLOCK = 1 << 20
+#: Entries per block of :meth:`_Objective.evaluate` (1 MiB of float64: stays in cache).
+_EVALUATE_BLOCK = 1 << 17
 _ARMIJO = 1e-4
 _MAX_BACKTRACKS = 60
 _ROUNDING = 64.0 * np.finfo(np.float64).eps
+_ROUNDING32 = 64.0 * float(np.finfo(np.float32).eps)
+#: The float32 phase stops at ‖∇J‖ ≤ _SWITCH·(1 + ‖g‖).
+_SWITCH = 1e-6
+#: Above ‖∇J‖ = _FAR·(1 + ‖g‖), Hessians are formed from every _STRIDE-th row ...
+_FAR = 1e-2
+_STRIDE = 8
+#: ... when that leaves at least _MIN_ROWS_PER_DIM rows per dimension.
+_MIN_ROWS_PER_DIM = 4
+#: Preconditioned CG steps per Newton direction before a fresh Hessian is formed.
+_MAX_PCG = 4
+_NEAR_STRIDE = 1
+_MAX_PCG_FLOAT64 = 6
+_B_MARGIN = 0.1
 
 
 class ConvergenceError(RuntimeError):
@@ -97,11 +140,11 @@ class SolverResult:
 class _Objective:
     """J in the collected form (1/n) Σ l(y_i wᵀx_i) + (μ/2)‖w‖² + gᵀw.
 
-    The Hessian is accumulated in float32 (:meth:`hessian`). Only the Newton *direction*
-    depends on it; every gradient and objective value, and so the convergence test, is
-    float64. A Hessian with relative error ~1e-7 still gives (locally) linear convergence
-    with rate ~1e-7·cond(H), as fast as exact Newton in practice, at half the memory traffic
-    of the dominant n·d² product.
+    ``X32``/``y32`` are an optional float32 copy of the data for the float32 phase (the
+    ``*32`` methods); every method without the suffix works in float64 on X, and only those
+    decide convergence. Hessians are accumulated from float32 blocks (:meth:`hessian`): only
+    the Newton *direction* depends on them, and a Hessian with relative error ~1e-7 still gives
+    (locally) linear convergence with rate ~1e-7·cond(H), as fast as exact Newton in practice.
     """
 
     X: FloatArray
@@ -109,10 +152,14 @@ class _Objective:
     loss: Loss
     mu: float
     g: FloatArray
+    X32: Float32Array | None = None
+    y32: Float32Array | None = None
 
     @property
     def n(self) -> int:
         return int(self.X.shape[0])
+
+    # float64: the exact objective -------------------------------------------------------
 
     def margins(self, w: FloatArray) -> FloatArray:
         return self.y * (self.X @ w)
@@ -129,9 +176,11 @@ class _Objective:
             return -e, e * (1.0 - e)
         return self.loss.derivative(z), self.loss.second_derivative(z)
 
+    def mean_loss(self, z: FloatArray) -> float:
+        return float(self.loss_values(z).sum()) / self.n
+
     def value(self, w: FloatArray, z: FloatArray) -> float:
-        mean_loss = float(self.loss_values(z).sum()) / self.n
-        return mean_loss + 0.5 * self.mu * float(w @ w) + float(self.g @ w)
+        return self.mean_loss(z) + 0.5 * self.mu * float(w @ w) + float(self.g @ w)
 
     def gradient(self, w: FloatArray, d1: FloatArray) -> FloatArray:
         grad: FloatArray = self.X.T @ (self.y * d1)
@@ -140,32 +189,123 @@ class _Objective:
         grad += self.g
         return grad
 
-    def hessian(self, d2: FloatArray, *, precise: bool = False) -> FloatArray:
-        """(1/n) Xᵀ diag(d2) X + μI, accumulated over blocks of rows.
+    def hessian(
+        self, d2: NDArray[np.floating], *, precise: bool = False, stride: int = 1
+    ) -> FloatArray:
+        """(1/m) Σ d2_i x_i x_iᵀ + μI over the rows i ≡ 0 (mod ``stride``) (m of them).
 
-        Each block of diag(√d2)·X is written straight into a float32 buffer (float64 when
-        ``precise``) of about ``_HESSIAN_BLOCK`` entries (cache-sized; no n×d temporary, no
-        copy of X) and its Gram matrix added to the float64 total.
+        Blocks of diag(√d2)·X of about ``_HESSIAN_BLOCK`` entries (cache-sized; no n×d
+        temporary) are written into a float32 buffer (float64 when ``precise``) and their Gram
+        matrices added to the float64 total. The rows come from ``X32`` when there is one and
+        float32 is asked for, else from X.
         """
-        n, d = self.X.shape
-        rows = max(1, min(n, _HESSIAN_BLOCK // d))
+        source: NDArray[np.floating] = (
+            self.X32 if self.X32 is not None and not precise else self.X
+        )[::stride]
+        root = np.sqrt(d2[::stride])
+        m, d = source.shape
+        rows = max(1, min(m, _HESSIAN_BLOCK // d))
         buf = np.empty((rows, d), dtype=np.float64 if precise else np.float32)
-        root = np.sqrt(d2)
         h: FloatArray = np.zeros((d, d))
-        for start in range(0, n, rows):
-            stop = min(n, start + rows)
+        for start in range(0, m, rows):
+            stop = min(m, start + rows)
             block = buf[: stop - start]
-            np.multiply(self.X[start:stop], root[start:stop, None], out=block, casting="same_kind")
+            np.multiply(source[start:stop], root[start:stop, None], out=block, casting="same_kind")
             h += block.T @ block
-        h /= n
+        h /= m
         h.flat[:: d + 1] += self.mu
         return h
 
-    def hessp(self, d2: FloatArray, v: FloatArray) -> FloatArray:
-        out: FloatArray = self.X.T @ (d2 * (self.X @ v))
+    def hessp(
+        self, d2: NDArray[np.floating], v: FloatArray
+    ) -> tuple[FloatArray, NDArray[np.floating]]:
+        """(H v, X v); from ``X32`` in float32 when there is one (a direction only), else
+        float64. X v comes for free and lets conjugate gradients accumulate X·step."""
+        if self.X32 is not None:
+            xv: NDArray[np.floating] = self.X32 @ v.astype(np.float32)
+            out: FloatArray = (self.X32.T @ np.multiply(xv, d2, dtype=np.float32)).astype(
+                np.float64
+            )
+        else:
+            xv = self.X @ v
+            out = self.X.T @ (d2 * xv)
         out /= self.n
         out += self.mu * v
-        return out
+        return out, xv
+
+    def evaluate(
+        self, w: FloatArray, base: FloatArray | None = None, v: FloatArray | None = None
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """Margins, l'' and ∇J at w in one blocked pass over X; returns (dz, z, l''(z), ∇J(w)).
+
+        With ``base`` and ``v`` (w = w_old + v, base = y ⊙ X w_old), dz = y ⊙ Xv and
+        z = base + dz: a Newton step's trial point, one matrix product cheaper than margins
+        from scratch. Otherwise dz = z = y ⊙ Xw. Each block of rows (about
+        ``_EVALUATE_BLOCK`` entries) is read for X·v and again, from cache, for Xᵀ(y ⊙ l').
+        """
+        n, d = self.X.shape
+        direction = w if v is None else v
+        rows = max(1, min(n, _EVALUATE_BLOCK // d))
+        dz = np.empty(n)
+        z = dz if base is None else np.empty(n)
+        d2 = np.empty(n)
+        grad = np.zeros(d)
+        for start in range(0, n, rows):
+            stop = min(n, start + rows)
+            block = self.X[start:stop]
+            yb = self.y[start:stop]
+            np.multiply(yb, block @ direction, out=dz[start:stop])
+            if base is not None:
+                np.add(base[start:stop], dz[start:stop], out=z[start:stop])
+            d1b, d2[start:stop] = self.derivatives(z[start:stop])
+            grad += block.T @ (yb * d1b)
+        grad /= n
+        grad += self.mu * w
+        grad += self.g
+        return dz, z, d2, grad
+
+    # float32: the copy, for the float32 phase ------------------------------------------------
+
+    def _data32(self) -> tuple[Float32Array, Float32Array]:
+        if self.X32 is None or self.y32 is None:  # pragma: no cover - callers check
+            raise RuntimeError("no float32 copy of the data")
+        return self.X32, self.y32
+
+    def margins32(self, w: FloatArray) -> Float32Array:
+        X32, y32 = self._data32()
+        z: Float32Array = X32 @ w.astype(np.float32)
+        z *= y32
+        return z
+
+    def derivatives32(self, z: Float32Array) -> tuple[Float32Array, Float32Array]:
+        """(l'(z), l''(z)) in float32; logistic: with e = e^{−|z|} and q = 1/(1 + e),
+        σ(−z) = e·q for z ≥ 0 and q otherwise, and l'' = σ(z)σ(−z) = e·q²."""
+        if isinstance(self.loss, LogisticLoss):
+            e = np.exp(-np.abs(z))
+            q = np.float32(1.0) / (np.float32(1.0) + e)
+            eq = e * q
+            return np.where(z >= 0, -eq, -q), eq * q
+        z64 = z.astype(np.float64)
+        return (
+            self.loss.derivative(z64).astype(np.float32),
+            self.loss.second_derivative(z64).astype(np.float32),
+        )
+
+    def mean_loss32(self, z: Float32Array) -> float:
+        """(1/n) Σ l(z_i) from float32 margins; logistic: l(z) = ln(1 + e^{−|z|}) + max(−z, 0)."""
+        if isinstance(self.loss, LogisticLoss):
+            values = np.log(np.float32(1.0) + np.exp(-np.abs(z)))
+            values += np.maximum(-z, np.float32(0.0))
+            return float(values.sum(dtype=np.float64)) / self.n
+        return float(self.loss.value(z.astype(np.float64)).sum()) / self.n
+
+    def gradient32(self, w: FloatArray, d1: Float32Array) -> FloatArray:
+        X32, y32 = self._data32()
+        grad: FloatArray = (X32.T @ (y32 * d1)).astype(np.float64)
+        grad /= self.n
+        grad += self.mu * w
+        grad += self.g
+        return grad
 
 
 def erm_objective(
@@ -202,7 +342,7 @@ def erm_gradient(
     centre: FloatArray | None = None,
     centre_weight: float = 0.0,
 ) -> FloatArray:
-    """∇J(w)."""
+    """∇J(w), in float64."""
     obj = _build(X, y, loss, regularization, linear, extra_regularization, centre, centre_weight)
     w = np.asarray(w, dtype=np.float64)
     d1, _ = obj.derivatives(obj.margins(w))
@@ -223,7 +363,7 @@ def solve_erm(
     max_iter: int = 200,
     initial: FloatArray | None = None,
 ) -> SolverResult:
-    """Minimise J (module docstring) to ‖∇J‖ ≤ tol·(1 + ‖b/n − η w₀‖).
+    """Minimise J (module docstring) to ‖∇J‖ ≤ tol·(1 + ‖b/n − η w₀‖), ∇J in float64.
 
     ``linear`` is b (the objective gets bᵀw/n), ``extra_regularization`` Δ, ``centre`` w₀ and
     ``centre_weight`` η. Raises :class:`ConvergenceError` when the tolerance is not reached.
@@ -233,7 +373,9 @@ def solve_erm(
     if max_iter < 1:
         raise ValueError(f"max_iter must be at least 1, got {max_iter}")
     obj = _build(X, y, loss, regularization, linear, extra_regularization, centre, centre_weight)
-    d = obj.X.shape[1]
+    n, d = obj.X.shape
+    if _FLOAT32_MIN_ENTRIES <= n * d <= FLOAT32_COPY_MAX_ENTRIES:
+        obj = dataclasses.replace(obj, X32=obj.X.astype(np.float32), y32=obj.y.astype(np.float32))
     gtol = tol * (1.0 + float(np.linalg.norm(obj.g)))
     w = np.zeros(d) if initial is None else np.array(initial, dtype=np.float64).reshape(d)
 
@@ -339,74 +481,287 @@ def _build(
 def _newton(
     obj: _Objective, w: FloatArray, gtol: float, max_iter: int
 ) -> tuple[FloatArray, float, int, bool]:
-    """Damped Newton; returns (w, ‖∇J(w)‖, iterations, converged)."""
+    """Damped Newton (module docstring); returns (w, ‖∇J(w)‖ in float64, iterations,
+    converged)."""
     d = w.shape[0]
     dense = d <= DENSE_NEWTON_MAX_DIM
-    z = obj.margins(w)
-    d1, d2 = obj.derivatives(z)
-    grad = obj.gradient(w, d1)
+    iterations = 0
+    factor: _Factor | None = None
+    if obj.X32 is not None:
+        target = max(gtol, _SWITCH * (1.0 + _norm(obj.g)))
+        w, iterations, factor = _float32_phase(obj, w, target, max_iter)
+    _, z, d2, grad = obj.evaluate(w)
     gnorm = _norm(grad)
-    f = obj.value(w, z)
-    for it in range(max_iter):
+    f: float | None = None  # J(w), computed only when a step has to be judged by it
+    for it in range(iterations, max_iter):
         if gnorm <= gtol:
             return w, gnorm, it, True
+        step: FloatArray | None = None
         if dense:
-            step = _dense_step(obj, d2, grad, precise=False)
+            if factor is not None and obj.X32 is not None:
+                # the float32 phase left a Hessian factor: precondition CG on float32 products,
+                # asking for a residual that should put the next gradient well below gtol
+                rtol = min(0.1, max(1e-6, _B_MARGIN * gtol / gnorm))
+                solved = _pcg(obj, d2, -grad, factor, rtol, _MAX_PCG_FLOAT64)
+                step = None if solved is None else solved[0]
+            if step is None:
+                factor = _cholesky(obj.hessian(d2))
+                step = None if factor is None else _solve(factor, -grad)
             if step is None or not float(grad @ step) < 0.0:
                 # float32 rounding can matter when μ is tiny next to ‖H‖: redo in float64
+                factor = None
                 step = _dense_step(obj, d2, grad, precise=True)
                 if step is None:
                     return w, gnorm, it, False
         else:
-            curvature = d2
-
-            def matvec(v: FloatArray, curvature: FloatArray = curvature) -> FloatArray:
-                return obj.hessp(curvature, v)
-
-            op = LinearOperator((d, d), matvec=matvec, dtype=np.float64)
-            forcing = min(0.5, float(np.sqrt(gnorm)))
-            step, _ = cg(op, -grad, rtol=forcing, maxiter=10 * d)
+            step = _cg_step(obj, d2, grad, gnorm)
         slope = float(grad @ step)
         if not slope < 0.0:
             return w, gnorm, it, False
-        dz = obj.y * (obj.X @ step)
-        ww, wp, pp = float(w @ w), float(w @ step), float(step @ step)
-        gw, gp = float(obj.g @ w), float(obj.g @ step)
-        t = 1.0
-        accepted = False
-        for _ in range(_MAX_BACKTRACKS):
-            z_t = z + t * dz
-            f_t = (
-                float(obj.loss_values(z_t).sum()) / obj.n
-                + 0.5 * obj.mu * (ww + 2.0 * t * wp + t * t * pp)
-                + gw
-                + t * gp
-            )
-            if f_t <= f + _ARMIJO * t * slope:
-                accepted = True
-            elif abs(f_t - f) <= _ROUNDING * max(1.0, abs(f)):
-                # Rounding regime: objective differences are meaningless; trust the gradient.
-                d1_t, _ = obj.derivatives(z_t)
-                if _norm(obj.gradient(w + t * step, d1_t)) < gnorm:
-                    accepted = True
-            if accepted:
-                break
-            t *= 0.5
-        if not accepted:
+        # the full step first, with its gradient in the same pass over X (near the optimum
+        # it is the step taken); the line search proper only if it is rejected
+        # (a point that meets the tolerance is the answer whatever J does there)
+        w_t = w + step
+        dz, z_t, d2_t, grad_t = obj.evaluate(w_t, z, step)
+        gnorm_t = _norm(grad_t)
+        if gnorm_t <= gtol:
+            w, z, d2, grad, gnorm, f = w_t, z_t, d2_t, grad_t, gnorm_t, None
+            continue
+        if f is None:
+            f = obj.value(w, z)
+        f_t = obj.value(w_t, z_t)
+        if f_t <= f + _ARMIJO * slope or (
+            abs(f_t - f) <= _ROUNDING * max(1.0, abs(f)) and gnorm_t < gnorm
+        ):
+            w, z, f, d2, grad, gnorm = w_t, z_t, f_t, d2_t, grad_t, gnorm_t
+            continue
+        searched = _line_search(
+            obj,
+            w,
+            step,
+            slope,
+            z,
+            dz,
+            f,
+            gnorm,
+            obj.mean_loss,
+            lambda v, zv: obj.gradient(v, obj.derivatives(zv)[0]),
+            _ROUNDING,
+            first=0.5,
+        )
+        if searched is None:
             return w, gnorm, it, False
+        t, z, f = searched
+        factor = None  # a damped step: the last Hessian is no guide to the next one
         w = w + t * step
-        z = z_t
-        f = f_t
         d1, d2 = obj.derivatives(z)
         grad = obj.gradient(w, d1)
         gnorm = _norm(grad)
     return w, gnorm, max_iter, gnorm <= gtol
 
 
+def _float32_phase(
+    obj: _Objective, w: FloatArray, target: float, max_iter: int
+) -> tuple[FloatArray, int, _Factor | None]:
+    """Newton on the float32 copy until its gradient norm is ≤ ``target``.
+
+    While ‖∇J‖ > ``_FAR``·(1 + ‖g‖) the Hessian comes from every ``_STRIDE``-th row. Then one
+    full Hessian is factorised and each step is preconditioned CG with it, a fresh one being
+    formed only when CG would need more than ``_MAX_PCG`` products.
+
+    Returns (w, iterations, Cholesky factor of the last Hessian or None). It never declares
+    convergence; when a step fails (float32 Hessian indefinite, line search stuck) it just
+    stops and the float64 phase carries on from w.
+    """
+    n, d = obj.X.shape
+    dense = d <= DENSE_NEWTON_MAX_DIM
+    scale = 1.0 + _norm(obj.g)
+    far = _FAR * scale
+    stride = _STRIDE if n >= _STRIDE * _MIN_ROWS_PER_DIM * d else 1
+    _, y32 = obj._data32()
+    z = obj.margins32(w)
+    d1, d2 = obj.derivatives32(z)
+    grad = obj.gradient32(w, d1)
+    gnorm = _norm(grad)
+    f = obj.mean_loss32(z) + 0.5 * obj.mu * float(w @ w) + float(obj.g @ w)
+    factor: _Factor | None = None
+    factor_full = False
+    full_step = True  # was the last step undamped (the quadratic model fits, reuse H)?
+    it = 0
+    while it < max_iter and gnorm > target:
+        it += 1
+        step: FloatArray | None = None
+        dz: Float32Array | None = None
+        if not dense:
+            step = _cg_step(obj, d2, grad, gnorm)
+        elif gnorm > far and stride > 1:
+            factor, factor_full = _cholesky(obj.hessian(d2, stride=stride)), False
+            step = None if factor is None else _solve(factor, -grad)
+        else:
+            if factor is not None and factor_full and full_step:
+                rtol = min(0.1, max(1e-4, gnorm / scale))
+                solved = _pcg(obj, d2, -grad, factor, rtol, _MAX_PCG)
+                if solved is not None:
+                    step = solved[0]
+                    dz = np.multiply(y32, solved[1], dtype=np.float32)
+            if step is None:
+                near = _NEAR_STRIDE if n >= _NEAR_STRIDE * _MIN_ROWS_PER_DIM * d else 1
+                factor, factor_full = _cholesky(obj.hessian(d2, stride=near)), True
+                step = None if factor is None else _solve(factor, -grad)
+        if step is None:
+            break
+        slope = float(grad @ step)
+        if not slope < 0.0:
+            break
+        if dz is None:
+            dz = obj.margins32(step)
+        searched = _line_search(
+            obj,
+            w,
+            step,
+            slope,
+            z,
+            dz,
+            f,
+            gnorm,
+            obj.mean_loss32,
+            lambda v, zv: obj.gradient32(v, obj.derivatives32(zv)[0]),
+            _ROUNDING32,
+        )
+        if searched is None:
+            break
+        t, z, f = searched
+        full_step = t == 1.0
+        w = w + t * step
+        d1, d2 = obj.derivatives32(z)
+        grad = obj.gradient32(w, d1)
+        gnorm = _norm(grad)
+    return w, it, factor if full_step else None
+
+
+def _line_search(
+    obj: _Objective,
+    w: FloatArray,
+    step: FloatArray,
+    slope: float,
+    z: _Z,
+    dz: _Z,
+    f: float,
+    gnorm: float,
+    mean_loss: Callable[[_Z], float],
+    gradient_at: Callable[[FloatArray, _Z], FloatArray],
+    rounding: float,
+    *,
+    first: float = 1.0,
+) -> tuple[float, _Z, float] | None:
+    """Armijo backtracking on the cached margins; returns (t, z + t·dz, J there) or None.
+
+    In the rounding regime (|ΔJ| ≤ ``rounding``·max(1, |J|)) a step that lowers the gradient
+    norm is accepted instead.
+    """
+    ww, wp, pp = float(w @ w), float(w @ step), float(step @ step)
+    gw, gp = float(obj.g @ w), float(obj.g @ step)
+    noise = rounding * max(1.0, abs(f))
+    t = first
+    for _ in range(_MAX_BACKTRACKS):
+        z_t = z + z.dtype.type(t) * dz
+        f_t = mean_loss(z_t) + 0.5 * obj.mu * (ww + 2.0 * t * wp + t * t * pp) + gw + t * gp
+        if f_t <= f + _ARMIJO * t * slope:
+            return t, z_t, f_t
+        # rounding regime: objective differences are meaningless; trust the gradient
+        if abs(f_t - f) <= noise and _norm(gradient_at(w + t * step, z_t)) < gnorm:
+            return t, z_t, f_t
+        t *= 0.5
+    return None
+
+
+def _cholesky(h: FloatArray) -> _Factor | None:
+    """Cholesky factor of h, or None when h is not numerically positive definite."""
+    if not bool(np.all(np.isfinite(h))):
+        return None
+    try:
+        c, lower = linalg.cho_factor(h, lower=True, check_finite=False)
+    except linalg.LinAlgError:
+        return None
+    return np.asarray(c, dtype=np.float64), bool(lower)
+
+
+def _solve(factor: _Factor, rhs: FloatArray) -> FloatArray | None:
+    out = np.asarray(linalg.cho_solve(factor, rhs, check_finite=False), dtype=np.float64)
+    return out if bool(np.all(np.isfinite(out))) else None
+
+
+def _pcg(
+    obj: _Objective,
+    d2: NDArray[np.floating],
+    rhs: FloatArray,
+    factor: _Factor,
+    rtol: float,
+    max_iter: int,
+) -> tuple[FloatArray, NDArray[np.floating]] | None:
+    """Solve H(d2) s = rhs by conjugate gradients preconditioned with a factorised (older)
+    Hessian, on Hessian–vector products (:meth:`_Objective.hessp`).
+
+    Returns (s, X s) once ‖H s − rhs‖ ≤ rtol·‖rhs‖ (X s accumulated from the products, in
+    their precision), or None when that would take more than ``max_iter`` products at the
+    contraction seen so far (the factor is then too stale).
+    """
+    target = rtol * _norm(rhs)
+    x = np.zeros_like(rhs)
+    xs: NDArray[np.floating] | None = None
+    r = rhs.copy()
+    zr = _solve(factor, r)
+    if zr is None:
+        return None
+    p = zr.copy()
+    rz = float(r @ zr)
+    rnorm0 = _norm(r)
+    for k in range(1, max_iter + 1):
+        hp, xp = obj.hessp(d2, p)
+        curvature = float(p @ hp)
+        if not curvature > 0.0:
+            return None
+        alpha = rz / curvature
+        x += alpha * p
+        if xs is None:
+            xs = xp * xp.dtype.type(alpha)
+        else:
+            xs += xp.dtype.type(alpha) * xp
+        r -= alpha * hp
+        rnorm = _norm(r)
+        if rnorm <= target:
+            return x, xs
+        # residuals shrink about geometrically: give up early if max_iter will not do
+        rate = (rnorm / rnorm0) ** (1.0 / k)
+        if k == max_iter or (k >= 2 and rnorm * rate ** (max_iter - k) > target):
+            return None
+        zr = _solve(factor, r)
+        if zr is None:
+            return None
+        rz_next = float(r @ zr)
+        p = zr + (rz_next / rz) * p
+        rz = rz_next
+    return None
+
+
+def _cg_step(
+    obj: _Objective, d2: NDArray[np.floating], grad: FloatArray, gnorm: float
+) -> FloatArray:
+    """Truncated-Newton direction: CG on H p = −∇J to relative residual min(0.5, √‖∇J‖)."""
+    d = grad.shape[0]
+
+    def matvec(v: FloatArray) -> FloatArray:
+        return obj.hessp(d2, np.asarray(v, dtype=np.float64).reshape(d))[0]
+
+    op = LinearOperator((d, d), matvec=matvec, dtype=np.float64)
+    step, _ = cg(op, -grad, rtol=min(0.5, math.sqrt(gnorm)), maxiter=10 * d)
+    return np.asarray(step, dtype=np.float64)
+
+
 def _dense_step(
     obj: _Objective, d2: FloatArray, grad: FloatArray, *, precise: bool
 ) -> FloatArray | None:
-    """The Newton step −H⁻¹∇J, or None when H is numerically singular."""
+    """The Newton step −H⁻¹∇J by LU, or None when H is numerically singular."""
     try:
         step = np.asarray(np.linalg.solve(obj.hessian(d2, precise=precise), -grad), np.float64)
     except np.linalg.LinAlgError:
@@ -419,7 +774,7 @@ def _norm(v: FloatArray) -> float:
 
 
 def _lbfgs(obj: _Objective, w: FloatArray, gtol: float) -> tuple[FloatArray, float, int, bool]:
-    """Fallback: L-BFGS-B with the gradient test in the ∞-norm tightened by √d."""
+    """Fallback: L-BFGS-B (float64) with the gradient test in the ∞-norm tightened by √d."""
 
     def fun(v: FloatArray) -> tuple[float, FloatArray]:
         z = obj.margins(v)

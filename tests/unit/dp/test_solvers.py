@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from numpy.typing import NDArray
@@ -118,11 +120,13 @@ def test_float64_hessian_when_float32_misleads(monkeypatch: pytest.MonkeyPatch) 
     real = solvers._Objective.hessian
     precise_calls: list[bool] = []
 
-    def hessian(self: object, d2: NDArray[np.float64], *, precise: bool = False) -> object:
+    def hessian(
+        self: object, d2: NDArray[np.float64], *, precise: bool = False, stride: int = 1
+    ) -> object:
         precise_calls.append(precise)
         if not precise:  # an indefinite "float32" Hessian: its Newton step is uphill
             return -np.eye(5)
-        return real(self, d2, precise=True)  # type: ignore[arg-type]
+        return real(self, d2, precise=True, stride=stride)  # type: ignore[arg-type]
 
     monkeypatch.setattr(solvers._Objective, "hessian", hessian)
     res = solve_erm(X, y, LogisticLoss(), regularization=1e-3)
@@ -215,3 +219,232 @@ def test_rejects_bad_arguments(kwargs: dict[str, object], match: str) -> None:
 def test_rejects_mismatched_labels() -> None:
     with pytest.raises(ValueError, match="y has 3 entries"):
         solve_erm(np.zeros((2, 2)), np.ones(3), LogisticLoss(), regularization=1.0)
+
+
+# --- the float32 phase (n·d ≥ 2^15: a float32 copy of X, subsampled and reused Hessians) ------
+
+_OP_KWARGS: dict[str, object] = {
+    "regularization": 1e-3,
+    "linear": np.linspace(-40.0, 40.0, 12),
+    "extra_regularization": 1e-4,
+    "centre": np.full(12, 0.3),
+    "centre_weight": 1e-3,
+}
+
+
+def _float64_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(solvers, "_FLOAT32_MIN_ENTRIES", 1 << 62)
+
+
+@pytest.mark.parametrize("loss", [LogisticLoss(), HuberLoss(h=0.1), HuberLoss(h=1.0)])
+@pytest.mark.parametrize("kwargs", [{"regularization": 1e-3}, _OP_KWARGS])
+def test_float32_phase_reaches_the_float64_tolerance(
+    loss: LogisticLoss | HuberLoss, kwargs: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    X, y = _data(4000, 12, seed=11)
+    fast = solve_erm(X, y, loss, **kwargs)  # type: ignore[arg-type]
+    # the tolerance holds for ∇J recomputed in float64 from X, not just for the solver's own view
+    g = erm_gradient(X, y, loss, fast.coef, **kwargs)  # type: ignore[arg-type]
+    assert np.linalg.norm(g) <= fast.gradient_tolerance
+    assert fast.gradient_norm == pytest.approx(float(np.linalg.norm(g)), rel=1e-6, abs=1e-15)
+    _float64_only(monkeypatch)
+    slow = solve_erm(X, y, loss, **kwargs)  # type: ignore[arg-type]
+    # both are within ‖∇J‖/μ of the unique minimiser
+    assert np.linalg.norm(fast.coef - slow.coef) <= fast.distance_bound + slow.distance_bound
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # sklearn's lbfgs passes iprint
+def test_float32_phase_matches_sklearn() -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    X, y = _data(5000, 10, seed=12)
+    lam = 1e-3
+    ours = solve_erm(X, y, LogisticLoss(), regularization=lam)
+    ref = LogisticRegression(
+        C=1.0 / (X.shape[0] * lam),
+        fit_intercept=False,
+        tol=1e-12,
+        max_iter=100_000,
+        solver="newton-cholesky",
+    ).fit(X, y)
+    np.testing.assert_allclose(ours.coef, ref.coef_.ravel(), atol=1e-6, rtol=0)
+
+
+def test_float32_phase_uses_subsampled_and_reused_hessians(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    X, y = _data(6000, 12, seed=13)
+    strides: list[int] = []
+    products: list[int] = []
+    real_hessian = solvers._Objective.hessian
+    real_hessp = solvers._Objective.hessp
+
+    def hessian(
+        self: solvers._Objective, d2: NDArray[np.float64], *, precise: bool = False, stride: int = 1
+    ) -> NDArray[np.float64]:
+        strides.append(stride)
+        return real_hessian(self, d2, precise=precise, stride=stride)
+
+    def hessp(
+        self: solvers._Objective, d2: NDArray[np.float64], v: NDArray[np.float64]
+    ) -> tuple[NDArray[np.float64], NDArray[np.floating]]:
+        products.append(1)
+        return real_hessp(self, d2, v)
+
+    monkeypatch.setattr(solvers._Objective, "hessian", hessian)
+    monkeypatch.setattr(solvers._Objective, "hessp", hessp)
+    res = solve_erm(X, y, LogisticLoss(), regularization=1e-3, linear=np.ones(12))
+    assert res.gradient_norm <= res.gradient_tolerance
+    assert solvers._STRIDE in strides  # far from w*: Hessians from every 8th row
+    assert strides.count(1) == 1  # one full Hessian, reused as a preconditioner
+    assert products  # ... by conjugate gradients on Hessian–vector products
+
+
+def test_no_float32_copy_above_the_memory_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    X, y = _data(4000, 12, seed=14)
+    copied = solve_erm(X, y, LogisticLoss(), regularization=1e-3)
+    monkeypatch.setattr(solvers, "FLOAT32_COPY_MAX_ENTRIES", X.size - 1)
+    seen: list[bool] = []
+    real_newton = solvers._newton
+
+    def newton(
+        obj: solvers._Objective, w: NDArray[np.float64], gtol: float, max_iter: int
+    ) -> tuple[NDArray[np.float64], float, int, bool]:
+        seen.append(obj.X32 is None)
+        return real_newton(obj, w, gtol, max_iter)
+
+    monkeypatch.setattr(solvers, "_newton", newton)
+    uncopied = solve_erm(X, y, LogisticLoss(), regularization=1e-3)
+    assert seen == [True]
+    assert np.linalg.norm(copied.coef - uncopied.coef) <= (
+        copied.distance_bound + uncopied.distance_bound
+    )
+
+
+@pytest.mark.parametrize("loss", [LogisticLoss(), HuberLoss(h=0.1)])
+def test_float32_phase_on_separable_data_with_tiny_regularisation(
+    loss: LogisticLoss | HuberLoss, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Weights in the hundreds (margins far beyond float32's resolution of l'): the float32
+    phase gets close, the float64 phase finishes."""
+    rng = np.random.default_rng(15)
+    X = rng.normal(size=(4000, 10))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    y = np.sign(X[:, 0])
+    res = solve_erm(X, y, loss, regularization=1e-6)
+    g = erm_gradient(X, y, loss, res.coef, regularization=1e-6)
+    assert np.linalg.norm(g) <= res.gradient_tolerance
+    assert np.linalg.norm(res.coef) > 50.0
+    _float64_only(monkeypatch)
+    ref = solve_erm(X, y, loss, regularization=1e-6)
+    assert np.linalg.norm(res.coef - ref.coef) <= res.distance_bound + ref.distance_bound
+
+
+def test_float64_phase_recovers_from_a_bad_float32_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever the float32 phase hands over (a poor point, a useless factor), the float64
+    phase still reaches the tolerance: the float32 phase only shortens the path."""
+    X, y = _data(4000, 12, seed=16)
+    exact = solve_erm(X, y, LogisticLoss(), regularization=1e-3)
+
+    def bad_phase(
+        obj: solvers._Objective, w: NDArray[np.float64], target: float, max_iter: int
+    ) -> tuple[NDArray[np.float64], int, object]:
+        factor = solvers._cholesky(1e6 * np.eye(w.shape[0]))  # a wildly wrong "Hessian"
+        return w + 1.0, 1, factor
+
+    monkeypatch.setattr(solvers, "_float32_phase", bad_phase)
+    res = solve_erm(X, y, LogisticLoss(), regularization=1e-3)
+    assert res.gradient_norm <= res.gradient_tolerance
+    assert np.linalg.norm(res.coef - exact.coef) <= res.distance_bound + exact.distance_bound
+
+
+def test_float32_path_unreachable_tolerance_raises() -> None:
+    X, y = _data(4000, 12, seed=17)
+    with pytest.raises(ConvergenceError, match="did not reach the exact minimiser"):
+        solve_erm(X, y, LogisticLoss(), regularization=1e-3, tol=1e-300, max_iter=20)
+
+
+def test_conjugate_gradient_path_with_float32_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    X, y = _data(4000, 12, seed=18)
+    dense = solve_erm(X, y, HuberLoss(h=0.5), regularization=1e-3, linear=np.ones(12))
+    monkeypatch.setattr(solvers, "DENSE_NEWTON_MAX_DIM", 0)
+    cg = solve_erm(X, y, HuberLoss(h=0.5), regularization=1e-3, linear=np.ones(12))
+    assert cg.method == "newton-cg"
+    assert cg.gradient_norm <= cg.gradient_tolerance
+    assert np.linalg.norm(cg.coef - dense.coef) <= cg.distance_bound + dense.distance_bound
+
+
+# --- the building blocks --------------------------------------------------------------------
+
+
+def _objective(
+    n: int, d: int, seed: int, loss: LogisticLoss | HuberLoss, *, float32: bool
+) -> solvers._Objective:
+    X, y = _data(n, d, seed)
+    obj = solvers._build(X, y, loss, 1e-2, np.ones(d), 0.0, None, 0.0)
+    if float32:
+        obj = dataclasses.replace(obj, X32=obj.X.astype(np.float32), y32=obj.y.astype(np.float32))
+    return obj
+
+
+@pytest.mark.parametrize("loss", [LogisticLoss(), HuberLoss(h=0.3)])
+def test_blocked_evaluate_matches_separate_passes(
+    loss: LogisticLoss | HuberLoss, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    obj = _objective(1003, 7, 19, loss, float32=False)
+    monkeypatch.setattr(solvers, "_EVALUATE_BLOCK", 7 * 100)  # 11 blocks, the last one short
+    rng = np.random.default_rng(20)
+    w, v = rng.normal(size=7), rng.normal(size=7)
+    z = obj.margins(w)
+    dz, z2, d2, grad = obj.evaluate(w)
+    np.testing.assert_allclose(z2, z, rtol=1e-14, atol=1e-14)
+    np.testing.assert_array_equal(dz, z2)
+    np.testing.assert_allclose(d2, obj.derivatives(z)[1], rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(grad, obj.gradient(w, obj.derivatives(z)[0]), rtol=1e-12)
+    # the trial point w + v from the margins at w
+    dz, z_t, _, grad_t = obj.evaluate(w + v, z, v)
+    np.testing.assert_allclose(dz, obj.y * (obj.X @ v), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(z_t, obj.margins(w + v), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        grad_t, obj.gradient(w + v, obj.derivatives(obj.margins(w + v))[0]), rtol=1e-11
+    )
+
+
+def test_float32_logistic_pieces_match_float64() -> None:
+    obj = _objective(50, 3, 21, LogisticLoss(), float32=True)
+    z = np.concatenate([np.linspace(-120.0, 120.0, 2001), [0.0, -1e-8, 1e-8]])
+    z32 = z.astype(np.float32)
+    d1, d2 = obj.derivatives(z)
+    d1_32, d2_32 = obj.derivatives32(z32)
+    assert d1_32.dtype == np.float32
+    assert d2_32.dtype == np.float32
+    np.testing.assert_allclose(d1_32, d1, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(d2_32, d2, rtol=0, atol=1e-6)
+    # l'' = e^{−|z|}/(1 + e^{−|z|})² keeps its relative accuracy in the tails (where float64's
+    # σ(z)(1 − σ(z)) has long since rounded to 0), down to float32's normal range
+    e = np.exp(-np.abs(z))
+    tails = e / (1.0 + e) ** 2
+    normal = tails > 1e-36
+    np.testing.assert_allclose(d2_32[normal], tails[normal], rtol=1e-5)
+    big = dataclasses.replace(obj, X=np.zeros((z.size, 3)), y=np.ones(z.size))
+    assert big.mean_loss32(z32) == pytest.approx(big.mean_loss(z), rel=1e-6)
+
+
+def test_preconditioned_cg_solves_with_a_stale_factor() -> None:
+    obj = _objective(800, 6, 22, LogisticLoss(), float32=False)  # float64 products: exact
+    rng = np.random.default_rng(23)
+    d2_old = obj.derivatives(obj.margins(np.zeros(6)))[1]
+    d2_new = obj.derivatives(obj.margins(rng.normal(size=6)))[1]
+    factor = solvers._cholesky(obj.hessian(d2_old, precise=True))
+    assert factor is not None
+    rhs = rng.normal(size=6)
+    solved = solvers._pcg(obj, d2_new, rhs, factor, 1e-10, 50)
+    assert solved is not None
+    s, xs = solved
+    h_new = obj.hessian(d2_new, precise=True)
+    assert np.linalg.norm(h_new @ s - rhs) <= 1e-10 * np.linalg.norm(rhs) * 1.0001
+    np.testing.assert_allclose(xs, obj.X @ s, rtol=1e-10, atol=1e-12)
+    # a useless preconditioner and too few products: it says so instead of returning junk
+    useless = solvers._cholesky(np.diag([1e6, 1.0, 1e-3, 1e3, 1e-2, 1e2]))
+    assert useless is not None
+    assert solvers._pcg(obj, d2_new, rhs, useless, 1e-10, 2) is None
