@@ -22,8 +22,9 @@ are the same.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -62,12 +63,14 @@ from service.dp.aggregation import (
     normalised_weights,
 )
 from service.dp.base import Calibration, FitResult
-from service.dp.transfer import transfer_fit
+from service.dp.preprocessing import CategoricalFeature, PreprocessingSpec
+from service.dp.transfer import stacked_transfer_calibration, stacked_transfer_fit, transfer_fit
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "AGGREGATION_METHODS",
+    "PST_H_WITHIN_JOB",
     "AggregationRequest",
     "FeatureRequest",
     "TransferRequest",
@@ -376,7 +379,9 @@ def aggregate(
 
 @dataclass(frozen=True, slots=True)
 class TransferRequest:
-    """Hypothesis transfer onto the coordinator's own target dataset."""
+    """Hypothesis transfer onto the coordinator's own target dataset; with ``feature_groups``
+    (lists of the study's encoded feature names, or of categorical column names standing for
+    their one-hot block) and optional public ``importance`` weights it is PST-H (seed 003)."""
 
     target_dataset_id: str
     epsilon: float
@@ -385,6 +390,8 @@ class TransferRequest:
     regularization: float = 0.01
     loss: str = "logistic"
     name: str | None = None
+    feature_groups: Sequence[Sequence[str]] | None = None
+    importance: Sequence[float] | None = None
 
 
 #: Calibration numbers safe to show every member: none of them reveals the target's row count.
@@ -398,6 +405,20 @@ _PUBLIC_CALIBRATION_KEYS = (
     "meta_mechanism",
     "meta_scale",
     "n_site_models",
+    # PST-H: public choices of the caller and numbers from ε, q_k and the source models only
+    "variant",
+    "feature_groups",
+    "feature_group_names",
+    "unused_features",
+    "importance",
+    "n_models",
+    "low_level_epsilon",
+    "high_level_epsilon",
+    "high_level_fraction",
+    "high_level_intercept",
+    "high_level_regularization",
+    "calibration_strong_convexity",
+    "centre_norms",
 )
 
 
@@ -572,7 +593,120 @@ class _ChargedFit:
     compute: FitCompute
 
 
+#: What the record says a PST-H job does and costs (DESIGN §3; service.dp.transfer).
+PST_H_WITHIN_JOB = (
+    "PST-H (seed 003 Alg. 4, target side): the target's rows are split at random, "
+    "independently of the data, into a low-level and a high-level part; low-level model k is "
+    "objective perturbation on feature group k's columns with ε_k = q_k·ε (calibration."
+    "low_level_epsilon) and the regulariser (η/2)‖w − u_k‖² centred on the average of the "
+    "source models restricted to group k (public, post-processed; calibrated with λ only, "
+    "which is conservative); the K low-level models read the same rows, so their costs add "
+    "(Σ_k ε_k = ε); the high level is objective perturbation with ε on the meta-features of "
+    "the other rows (disjoint: parallel). The true cost of everything fitted on the target "
+    "rows is therefore ε, and that is what the target dataset was charged. Nothing is fitted "
+    "on the source data: each source dataset keeps the cost its models were charged (added "
+    "up when several source models come from one dataset), not seed 003's per-group ε_src "
+    "(its K source models on the same rows cost K·ε_src)"
+)
+
+
+def _resolve_groups(
+    feature_names: Sequence[str],
+    preprocessing: Mapping[str, Any],
+    groups: Sequence[Sequence[str]] | None,
+    importance: Sequence[float] | None,
+) -> tuple[list[list[int]], list[list[str]], list[str], list[float] | None]:
+    """Column indices, encoded names and unused names of the groups; normalised importance.
+
+    A group entry is an encoded feature name of the study (``age``, ``color=red``,
+    ``intercept``) or a categorical column name, which stands for its whole one-hot block.
+    Groups must be non-empty and disjoint. The ``intercept`` column is a column like any
+    other: in a group it gives that group's low-level model a bias; in no group it is unused
+    (the high level has its own intercept). Importance weights are public, ≥ 0, one per group,
+    not all zero; a zero weight is refused (the group would get no budget: leave it out).
+    Any breach is an :class:`InvalidInputError` naming it (only names, never data)."""
+    if groups is None:
+        if importance is not None:
+            raise InvalidInputError(
+                "importance weights need feature_groups (one weight per group)",
+                errors=[{"loc": ["body", "importance"], "msg": "needs feature_groups"}],
+            )
+        return [], [], [], None
+    index = {name: i for i, name in enumerate(feature_names)}
+    blocks: dict[str, list[str]] = {}
+    spec = PreprocessingSpec.from_dict(preprocessing)
+    if spec.projection is None:
+        blocks = {
+            f.column: list(f.names) for f in spec.features if isinstance(f, CategoricalFeature)
+        }
+    errors: list[dict[str, Any]] = []
+    owner: dict[int, int] = {}
+    resolved: list[list[int]] = []
+    for k, group in enumerate(groups):
+        if not group:
+            errors.append({"loc": ["body", "feature_groups", k], "msg": f"group {k} is empty"})
+        cols: list[int] = []
+        for j, entry in enumerate(group):
+            loc = ["body", "feature_groups", k, j]
+            if entry in index:
+                expanded = [entry]
+            elif entry in blocks:
+                expanded = blocks[entry]
+            else:
+                errors.append({"loc": loc, "msg": f"unknown feature {entry!r}"})
+                continue
+            for name in expanded:
+                i = index[name]
+                if i in owner:
+                    where = "twice in group" if owner[i] == k else f"also in group {owner[i]} of"
+                    errors.append(
+                        {
+                            "loc": loc,
+                            "msg": f"feature {name!r} is {where} feature_groups: the groups "
+                            "must be disjoint",
+                        }
+                    )
+                    continue
+                owner[i] = k
+                cols.append(i)
+        resolved.append(cols)
+    if errors:
+        raise InvalidInputError(
+            "bad feature_groups: " + "; ".join(e["msg"] for e in errors[:10]),
+            errors=errors,
+        )
+    named = [[feature_names[i] for i in cols] for cols in resolved]
+    unused = [name for i, name in enumerate(feature_names) if i not in owner]
+    if importance is None:
+        return resolved, named, unused, None
+    q = [float(v) for v in importance]
+    loc = ["body", "importance"]
+    if len(q) != len(resolved):
+        raise InvalidInputError(
+            f"importance needs one weight per feature group ({len(resolved)}), got {len(q)}",
+            errors=[{"loc": loc, "msg": "one weight per feature group"}],
+        )
+    bad = [k for k, v in enumerate(q) if not math.isfinite(v) or v < 0.0]
+    if bad:
+        raise InvalidInputError(
+            "importance weights must be finite and ≥ 0",
+            errors=[{"loc": [*loc, k], "msg": "must be finite and ≥ 0"} for k in bad],
+        )
+    zero = [k for k, v in enumerate(q) if v == 0.0]
+    if zero:
+        raise InvalidInputError(
+            "a feature group with importance 0 would get no privacy budget; leave it out of "
+            "feature_groups instead (groups " + ", ".join(map(str, zero)) + ")",
+            errors=[{"loc": [*loc, k], "msg": "importance 0"} for k in zero],
+        )
+    total = math.fsum(q)
+    return resolved, named, unused, [v / total for v in q]
+
+
 def _transfer_spec(p: Mapping[str, Any]) -> _ChargedFit:
+    if p.get("feature_groups"):
+        return _pst_h_spec(p)
+
     def calibrate(n: int, d: int, _k: int) -> Calibration:
         return dp_calibrate(
             "objective_perturbation",
@@ -604,6 +738,53 @@ def _transfer_spec(p: Mapping[str, Any]) -> _ChargedFit:
         within_job="objective perturbation on the target dataset with the regulariser "
         "(η/2)‖w − w₀‖² centred on the average w₀ of the source models (public, "
         "post-processed); the same ε bound holds (see service.dp.transfer)",
+        calibrate=calibrate,
+        compute=compute,
+    )
+
+
+def _pst_h_spec(p: Mapping[str, Any]) -> _ChargedFit:
+    """``transfer`` with feature groups: PST-H on the target (service.dp.transfer)."""
+    groups = [[int(j) for j in g] for g in p["feature_groups"]]
+    importance = None if p.get("importance") is None else [float(v) for v in p["importance"]]
+    public = {
+        "feature_group_names": [list(g) for g in p.get("feature_group_names") or []],
+        "unused_features": list(p.get("unused_features") or []),
+    }
+
+    def calibrate(n: int, d: int, _k: int) -> Calibration:
+        return stacked_transfer_calibration(
+            n,
+            d,
+            feature_groups=groups,
+            importance=importance,
+            epsilon=float(p["epsilon"]),
+            transfer_strength=float(p["transfer_strength"]),
+            regularization=float(p["regularization"]),
+            loss=str(p["loss"]),
+        )
+
+    def compute(X: Any, y: Any, sources: list[Any], rng: np.random.Generator | None) -> FitResult:
+        result = stacked_transfer_fit(
+            X,
+            y,
+            average_coefficients(sources),  # w₀: the equal-weight average of the sources
+            feature_groups=groups,
+            importance=importance,
+            epsilon=float(p["epsilon"]),
+            transfer_strength=float(p["transfer_strength"]),
+            regularization=float(p["regularization"]),
+            loss=str(p["loss"]),
+            rng=rng,
+        )
+        return replace(result, details={**result.details, **public})
+
+    return _ChargedFit(
+        method="transfer",
+        role="target",
+        field="target_dataset_id",
+        base_mechanism="stacking_features",
+        within_job=PST_H_WITHIN_JOB,
         calibrate=calibrate,
         compute=compute,
     )
@@ -822,8 +1003,12 @@ def transfer(
     and the queued job are committed together, before any noise is drawn, and the job goes to
     the runner (:func:`run_aggregation_job`); a failure after the charge leaves the budget
     spent (DESIGN §2), a cancel while queued refunds it.
+
+    With ``feature_groups`` the fit is PST-H (:func:`_resolve_groups` for the rules; bad
+    groups or importance weights are 422 before anything is charged); ε is still the whole
+    cost charged to the target (:data:`PST_H_WITHIN_JOB`).
     """
-    params = {
+    params: dict[str, Any] = {
         "epsilon": request.epsilon,
         "delta": 0.0,
         "transfer_strength": request.transfer_strength,
@@ -831,6 +1016,23 @@ def transfer(
         "loss": request.loss,
         "name": request.name,
     }
+    if request.feature_groups is not None or request.importance is not None:
+        site_id = actor.require_site()
+        with uow:
+            study = visible_study(uow, study_id, actor)
+            if study.coordinator_site_id != site_id:
+                raise PermissionDeniedError("only the study's coordinator can run aggregations")
+            feature_names = list(study.feature_names)
+            preprocessing = dict(study.preprocessing)
+        groups, named, unused, importance = _resolve_groups(
+            feature_names, preprocessing, request.feature_groups, request.importance
+        )
+        params.update(
+            feature_groups=groups,
+            feature_group_names=named,
+            unused_features=unused,
+            importance=importance,
+        )
     return _submit_charged_fit(
         uow,
         study_id=study_id,

@@ -774,3 +774,178 @@ def test_charged_aggregations_run_on_the_runner_and_a_queued_one_is_refunded(
     model = client.get(f"/v1/models/{done['model_id']}", headers=member.headers)
     assert model.status_code == 200
     assert model.json()["mechanism"] == "transfer"
+
+
+# --- PST-H: transfer with feature groups (seed 003 Alg. 4) ---------------------------------
+
+#: age + intercept, and the color block (named by its column), with public importance 2 : 1.
+PST_H_GROUPS = [["age", "intercept"], ["color"]]
+
+
+def test_pst_h_fits_a_stacked_model_charges_the_target_eps_and_members_use_it(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    from service.dp.models import StackedModel, model_from_dict
+
+    coordinator, member, outsider = trio
+    study = create_study(client, coordinator, [member])
+    source_data = upload_dataset(client, member, seed=31)
+    source = fit_model(client, member, source_data["id"], epsilon=1.0)
+    contribute(client, member, study["id"], {"model_id": source["id"]})
+    target = upload_dataset(client, coordinator, seed=32, epsilon=2.0)
+
+    status, job = transfer(
+        client,
+        coordinator,
+        study["id"],
+        target_dataset_id=target["id"],
+        epsilon=0.8,
+        transfer_strength=0.5,
+        regularization=0.05,
+        feature_groups=PST_H_GROUPS,
+        importance=[2.0, 1.0],
+    )
+    assert status == 202, job
+    assert job["status"] == "succeeded", job
+    # The whole job costs ε: Σ_k q_k·ε on the low-level rows, ε on the disjoint high-level rows.
+    assert [(c["dataset_id"], c["epsilon"], c["delta"]) for c in job["charges"]] == [
+        (target["id"], 0.8, 0.0)
+    ]
+    assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(0.8)
+    assert epsilon_spent(client, member, source_data["id"]) == pytest.approx(1.0)
+
+    model = client.get(f"/v1/models/{job['model_id']}", headers=member.headers).json()
+    assert model["mechanism"] == "transfer"
+    assert model["coefficients"] is None
+    body = model["model"]
+    assert body["kind"] == "stacked"
+    assert body["method"] == "features"
+    assert [m["columns"] for m in body["low_level"]] == [[0, 4], [1, 2, 3]]
+    record = model["privacy"]
+    assert record["guarantee"] == "differential_privacy"
+    by_dataset = {d["id"]: d for d in record["datasets"]}
+    assert by_dataset[target["id"]]["epsilon"] == pytest.approx(0.8)
+    assert by_dataset[target["id"]]["charged_by_this_job"]["epsilon"] == pytest.approx(0.8)
+    assert by_dataset[source_data["id"]]["epsilon"] == pytest.approx(1.0)
+    assert record["charged"] == f"ε = 0.8, δ = 0 to the target dataset {target['id']}"
+    cal = record["calibration"]
+    assert cal["variant"] == "pst_h"
+    assert cal["base_mechanism"] == "stacking_features"
+    assert cal["feature_group_names"] == [
+        ["age", "intercept"],
+        ["color=red", "color=green", "color=blue"],
+    ]
+    assert cal["unused_features"] == []
+    assert cal["importance"] == pytest.approx([2 / 3, 1 / 3])
+    assert cal["low_level_epsilon"] == pytest.approx([0.8 * 2 / 3, 0.8 / 3])
+    assert sum(cal["low_level_epsilon"]) <= 0.8
+    assert cal["high_level_epsilon"] == 0.8
+    assert cal["transfer_strength"] == 0.5
+    within = record["composition"]["within_job"]
+    assert "PST-H" in within
+    assert "K·ε_src" in within
+    # Nothing that depends on the target's size reaches the members.
+    for key in ("n", "rows_low_level", "rows_high_level", "low_level", "high_level"):
+        assert key not in cal
+
+    row = {"age": 61, "color": "blue"}
+    x = np.array([(61 - 18) / (90 - 18), 0.0, 0.0, 1.0, 1.0])
+    x = x / max(1.0, float(np.linalg.norm(x)))
+    stacked = model_from_dict(body)
+    assert isinstance(stacked, StackedModel)
+    expected = float(stacked.decision_function(x[None, :])[0])
+    for site in (coordinator, member):
+        predicted = client.post(
+            f"/v1/models/{model['id']}/predict", json={"rows": [row]}, headers=site.headers
+        )
+        assert predicted.status_code == 200, predicted.text
+        assert predicted.json()["predictions"][0]["score"] == pytest.approx(expected, abs=1e-9)
+        exported = client.get(f"/v1/models/{model['id']}/export", headers=site.headers)
+        assert exported.status_code == 200
+        assert exported.json()["model"] == body
+        assert exported.json()["weights"] is None
+    for path in ("", "/export"):
+        assert (
+            client.get(f"/v1/models/{model['id']}{path}", headers=outsider.headers).status_code
+            == 404
+        )
+
+
+def test_a_strong_pst_h_puts_each_group_on_the_sources_weights(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    for site, w in ((coordinator, W1), (member, W2)):
+        m = upload_model(client, site, w, claim={"epsilon": 1.0})
+        contribute(client, site, study["id"], {"model_id": m["id"]})
+    target = upload_dataset(client, coordinator, seed=33)
+    status, job = transfer(
+        client,
+        coordinator,
+        study["id"],
+        target_dataset_id=target["id"],
+        epsilon=1.0,
+        transfer_strength=1e6,
+        regularization=0.05,
+        feature_groups=[["age"], ["color=red", "color=blue"]],
+    )
+    assert status == 202
+    assert job["status"] == "succeeded", job
+    model = client.get(f"/v1/models/{job['model_id']}", headers=coordinator.headers).json()
+    w0 = (np.asarray(W1) + np.asarray(W2)) / 2
+    low = model["model"]["low_level"]
+    assert [m["columns"] for m in low] == [[0], [1, 3]]
+    np.testing.assert_allclose(low[0]["coef"], w0[[0]], atol=1e-4)
+    np.testing.assert_allclose(low[1]["coef"], w0[[1, 3]], atol=1e-4)
+    cal = model["privacy"]["calibration"]
+    assert cal["unused_features"] == ["color=green", "intercept"]
+    assert cal["importance"] == [0.5, 0.5]  # default: equal weights
+    assert model["privacy"]["guarantee"] == "declared"
+    assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(1.0)
+
+
+def test_bad_feature_groups_and_importance_are_422_and_charge_nothing(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    m = upload_model(client, member, W2)
+    contribute(client, member, study["id"], {"model_id": m["id"]})
+    target = upload_dataset(client, coordinator, seed=34, epsilon=1.0)
+    ok = {"epsilon": 0.5, "transfer_strength": 1.0, "regularization": 0.05}
+
+    refused: list[tuple[dict[str, Any], str | None]] = [
+        ({"feature_groups": [["age", "height"]]}, "unknown feature 'height'"),
+        ({"feature_groups": [["age"], ["age"]]}, "must be disjoint"),
+        ({"feature_groups": [["color"], ["color=red"]]}, "'color=red' is also in group 0"),
+        ({"feature_groups": [["age", "age"]]}, "twice in group"),
+        ({"feature_groups": [["age"], []]}, None),
+        ({"feature_groups": []}, None),
+        ({"feature_groups": [[0, 4]]}, None),
+        ({"feature_groups": PST_H_GROUPS, "importance": [1.0]}, "one weight per feature group"),
+        ({"feature_groups": PST_H_GROUPS, "importance": [1.0, 0.0]}, "no privacy budget"),
+        ({"feature_groups": PST_H_GROUPS, "importance": [1.0, -1.0]}, None),
+        ({"importance": [1.0]}, "need feature_groups"),
+    ]
+    for bad, message in refused:
+        status, problem = transfer(
+            client, coordinator, study["id"], target_dataset_id=target["id"], **ok, **bad
+        )
+        assert status == 422, (bad, problem)
+        if message is not None:
+            assert message in problem["detail"], (bad, problem["detail"])
+    # The member is not the coordinator: 403 before the groups are looked at.
+    status, _ = transfer(
+        client,
+        member,
+        study["id"],
+        target_dataset_id=target["id"],
+        feature_groups=[["height"]],
+        **ok,
+    )
+    assert status == 403
+    assert epsilon_spent(client, coordinator, target["id"]) == 0.0
+    seen = client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()
+    assert seen["results"] == []
+    assert [c["used"] for c in seen["contributions"]] == [False]

@@ -218,6 +218,8 @@ def create_aggregation(
                 regularization=body.regularization,
                 loss=body.loss,
                 name=body.name,
+                feature_groups=body.feature_groups,
+                importance=body.importance,
             ),
             actor=principal,
             context=audit_context,
@@ -255,4 +257,3 @@ def create_aggregation(
     view = jobs.get_job(uow, job_id=job.id, actor=principal)
     response.headers["Location"] = f"{API_V1}/jobs/{job.id}"
     return JobRead.from_view(view)
-

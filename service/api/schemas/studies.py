@@ -34,6 +34,9 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 #: Models one aggregation may combine.
 MAX_AGGREGATION_MODELS = 1_000
+#: Feature groups of one PST-H transfer, and names in one group.
+MAX_FEATURE_GROUPS = 1_000
+MAX_FEATURE_GROUP_SIZE = 10_000
 
 
 class StudySpecIn(RequestModel):
@@ -255,7 +258,13 @@ class AverageAggregationIn(RequestModel):
 class TransferAggregationIn(RequestModel):
     """`transfer` (hypothesis transfer, seed 003): an ε-DP objective-perturbation fit on the
     coordinator's own target dataset with the regulariser (η/2)‖w − w₀‖² centred on the
-    average w₀ of the source models. ε is charged to the target dataset."""
+    average w₀ of the source models. ε is charged to the target dataset.
+
+    With `feature_groups` it is PST-H (seed 003 Alg. 4): PST-F stacking on the target — the
+    rows split at random into a low and a high level; low-level model k is objective
+    perturbation on group k's columns with budget q_k·ε and the regulariser centred on w₀
+    restricted to group k; the high level is objective perturbation with ε on the other rows —
+    released as a stacked model. Its whole cost is still ε, charged to the target."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -265,7 +274,15 @@ class TransferAggregationIn(RequestModel):
                     "target_dataset_id": "0a1b2c3d4e5f60718293a4b5c6d7e8f9",
                     "epsilon": 1.0,
                     "transfer_strength": 0.1,
-                }
+                },
+                {
+                    "method": "transfer",
+                    "target_dataset_id": "0a1b2c3d4e5f60718293a4b5c6d7e8f9",
+                    "epsilon": 1.0,
+                    "transfer_strength": 0.1,
+                    "feature_groups": [["age", "intercept"], ["color"]],
+                    "importance": [2.0, 1.0],
+                },
             ]
         }
     )
@@ -285,6 +302,32 @@ class TransferAggregationIn(RequestModel):
     regularization: FiniteFloat = Field(default=0.01, gt=0, description="λ.")
     loss: Literal["logistic", "huber"] = "logistic"
     name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+    feature_groups: (
+        list[
+            Annotated[
+                list[Annotated[StrictStr, Field(min_length=1, max_length=500)]],
+                Field(min_length=1, max_length=MAX_FEATURE_GROUP_SIZE),
+            ]
+        ]
+        | None
+    ) = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_FEATURE_GROUPS,
+        description="PST-H: disjoint, non-empty groups of the study's encoded feature names "
+        "(`age`, `color=red`, `intercept`), or of categorical column names standing for their "
+        "whole one-hot block. Features in no group are not used by the low level; `intercept` "
+        "is a feature like any other (in no group, the high level's own intercept carries the "
+        "constant). Default: no groups (plain transfer).",
+    )
+    importance: list[Annotated[float, Field(ge=0, allow_inf_nan=False)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_FEATURE_GROUPS,
+        description="PST-H: public importance q_k, one per feature group, > 0, normalised to "
+        "sum 1; group k's low-level model gets the budget share q_k·ε. It must be fixed "
+        "without looking at the data. Default: equal weights. Needs `feature_groups`.",
+    )
 
 
 class FeatureAggregationIn(RequestModel):
