@@ -61,8 +61,8 @@ model, the average of the final broadcasts, is post-processing.
 Penalty η. The paper does not report it. The default η = 0.3·√(λ(c + λ))/(2K·N̄) (N̄ the mean
 degree) sets the penalty curvature 2ηN̄ to 0.3 times the geometric mean of a site's share
 (≈ 1/K) of the loss curvature bounds λ and c + λ; on Adult (λ = 10⁻³, 10 sites) it reached
-the centralised minimiser fastest among η spanning three orders of magnitude. Larger η
-also lowers ᾱ (more strong convexity) but slows consensus.
+the centralised minimiser fastest after 50 and 100 iterations among multipliers from 0.01 to
+10 in place of 0.3. Larger η also lowers ᾱ (more strong convexity) but slows consensus.
 """
 
 from __future__ import annotations
@@ -118,8 +118,8 @@ PERTURBATIONS = ("none", "dual", "primal")
 TOPOLOGIES = ("complete", "ring")
 DEFAULT_PERTURBATION = "dual"
 #: 50 iterations: the paper's runs go to t = 100; every iteration costs α, so fewer, larger
-#: steps are cheaper in privacy. Non-private runs on Adult are within ~1e-2 of the
-#: centralised minimiser after 50 iterations with the default penalty.
+#: steps are cheaper in privacy. A non-private run on Adult (10 sites, λ = 10⁻³) ends within
+#: 4·10⁻³ of the centralised minimiser (whose norm is ≈ 7.7) with the default penalty.
 DEFAULT_ITERATIONS = 50
 MAX_ITERATIONS = 10_000
 #: Multiplier of the default penalty (module docstring).
@@ -302,14 +302,19 @@ def per_iteration_alpha(
     if delta_prime is None:
         return basic_alpha, None
     T = iterations
+    ln2 = math.log(2.0)
+    if basic_alpha >= ln2:
+        # for α′ ≥ ln 2 the advanced bound is ≥ Tα′(e^α′ − 1) ≥ Tα′, so it cannot beat basic
+        try:
+            return basic_alpha, best_composition(PrivacyCost(basic_alpha), T, delta_prime)
+        except (OverflowError, ValueError):  # e^α overflows: advanced is astronomically loose
+            return basic_alpha, None
 
     def advanced_eps(alpha: float) -> float:
         return advanced_composition(PrivacyCost(alpha), T, delta_prime).epsilon
 
-    hi = epsilon
-    while advanced_eps(hi) < epsilon:
-        hi *= 2.0
-    adv_alpha = float(optimize.brentq(lambda a: advanced_eps(a) - epsilon, 0.0, hi, xtol=1e-15))
+    # the root lies below ln 2: there the advanced bound is ≥ T ln 2 > Tα_basic = ε
+    adv_alpha = float(optimize.brentq(lambda a: advanced_eps(a) - epsilon, 0.0, ln2, xtol=1e-15))
     while adv_alpha > 0.0 and advanced_eps(adv_alpha) > epsilon:
         adv_alpha = math.nextafter(adv_alpha, 0.0)
     alpha = max(basic_alpha, adv_alpha)

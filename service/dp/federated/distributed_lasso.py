@@ -19,7 +19,8 @@ g_k = Σ_{j∈D_k} (v_tᵀx_j − y_j) x_j (+ noise, below); the coordinator ste
 z = ``step_size``/L and L = 1 ≥ λ_max((1/N)XᵀX) (public: ‖x‖ ≤ 1), so any 0 < z ≤ 1 is a valid
 ISTA step. With ``accelerated`` (FISTA, Beck & Teboulle) v_{t+1} = w_{t+1} +
 ((s_t − 1)/s_{t+1})(w_{t+1} − w_t), s_{t+1} = (1 + √(1 + 4s_t²))/2; otherwise v = w (ISTA).
-The released model is w_T.
+The default is FISTA without noise and ISTA with noise (momentum accumulates the injected
+noise). The released model is w_T.
 
 Without noise (``noise=False``) the shared gradients are exact functions of the data: an
 observer who knows all records but one recovers it from one round (seed 001 §4.3.5). It is

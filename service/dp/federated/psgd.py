@@ -37,8 +37,9 @@ step without looking at the data. Schedules (``step_size``):
 
 * ``"nesterov"`` (default): Nesterov's accelerated gradient for strongly convex functions,
   v_{t+1} = w_{t+1} + m (w_{t+1} − w_t), w_{t+1} = v_t − z g_t, m = (√κ − 1)/(√κ + 1),
-  κ = L_J/μ. Noise-free it contracts like (1 − 1/√κ)^t: on Adult (λ = 10⁻³, κ ≈ 250) 200
-  rounds reach 10⁻⁴ of the GOP minimiser where plain gradient descent is still at 50 %.
+  κ = L_J/μ. Noise-free it contracts like (1 − 1/√κ)^t: on Adult (λ = 10⁻³, κ ≈ 250, 10
+  sites) 200 rounds come within 10⁻⁴ of the GOP minimiser (itself ≈ 8 away from the
+  non-private one at ε = 1) where plain gradient descent is still ≈ 3.5 away.
 * ``"constant"``: w_{t+1} = w_t − z g_t (seed 002 Alg. 1 with z_t = 1/L_J); contracts like
   (1 − 1/κ)^t.
 * ``"decreasing"``: z_t = 1/(L_J + μ t), the Robbins–Monro schedule of Alg. 1
@@ -91,8 +92,9 @@ __all__ = [
 NAME = "psgd"
 ALLOWED_PARAMS = ("iterations", "step_size")
 SCHEDULES = ("nesterov", "constant", "decreasing")
-#: 500 rounds: with tail averaging the per-round noise ρ adds about √(K/250) of GOP's own
-#: perturbation on Adult; one round costs two passes over the data (a few ms on Adult).
+#: 500 rounds: with tail averaging the per-round noise ρ moves the model by about √(K/250)
+#: times GOP's own perturbation (0.14 measured on Adult with 10 sites, where PSGD's test error
+#: matched centralised GOP's at ε = 0.5, 1 and 4); a round is two passes over the data.
 DEFAULT_ITERATIONS = 500
 MAX_ITERATIONS = 100_000
 #: The Lipschitz constant of every supported loss (|l′| ≤ 1).

@@ -260,3 +260,14 @@ def test_one_step_noise_follows_the_calibrated_law(
     if perturbation == "dual":
         assert site["branch"] == ("Phi" if regularization == 0.001 else "no_Phi")
     assert stats.kstest(norms, stats.gamma(a=3, scale=1 / zeta).cdf).pvalue > 1e-4
+
+
+@pytest.mark.parametrize(("eps", "advanced"), [(10.0, True), (1e4, False)])
+def test_large_per_iteration_alpha_keeps_basic(eps: float, advanced: bool) -> None:
+    # α = ε/T ≥ ln 2: the advanced bound Tα(e^α − 1) + … exceeds Tα, so basic is kept; at
+    # α = 1000 e^α overflows and the advanced bound is not even reported
+    cal = _cal((100,), eps, iterations=10, delta=1e-5, delta_prime=1e-5)
+    assert cal.details["composition_method"] == "basic"
+    assert cal.details["alpha"] == pytest.approx(eps / 10, rel=1e-12)
+    assert (cal.details["advanced_total"] is not None) is advanced
+    assert cal.site_costs[0].delta == 0.0
