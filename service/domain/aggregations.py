@@ -63,6 +63,7 @@ from service.dp.aggregation import (
     normalised_weights,
 )
 from service.dp.base import Calibration, FitResult
+from service.dp.models import META_FEATURES
 from service.dp.preprocessing import CategoricalFeature, PreprocessingSpec
 from service.dp.transfer import stacked_transfer_calibration, stacked_transfer_fit, transfer_fit
 
@@ -392,6 +393,8 @@ class TransferRequest:
     name: str | None = None
     feature_groups: Sequence[Sequence[str]] | None = None
     importance: Sequence[float] | None = None
+    #: PST-H's meta-features (``sigmoid``, the default, or ``centered_sigmoid``).
+    meta_features: str | None = None
 
 
 #: Calibration numbers safe to show every member: none of them reveals the target's row count.
@@ -747,6 +750,7 @@ def _pst_h_spec(p: Mapping[str, Any]) -> _ChargedFit:
     """``transfer`` with feature groups: PST-H on the target (service.dp.transfer)."""
     groups = [[int(j) for j in g] for g in p["feature_groups"]]
     importance = None if p.get("importance") is None else [float(v) for v in p["importance"]]
+    meta = str(p.get("meta_features") or "sigmoid")
     public = {
         "feature_group_names": [list(g) for g in p.get("feature_group_names") or []],
         "unused_features": list(p.get("unused_features") or []),
@@ -762,6 +766,7 @@ def _pst_h_spec(p: Mapping[str, Any]) -> _ChargedFit:
             transfer_strength=float(p["transfer_strength"]),
             regularization=float(p["regularization"]),
             loss=str(p["loss"]),
+            meta_features=meta,
         )
 
     def compute(X: Any, y: Any, sources: list[Any], rng: np.random.Generator | None) -> FitResult:
@@ -775,6 +780,7 @@ def _pst_h_spec(p: Mapping[str, Any]) -> _ChargedFit:
             transfer_strength=float(p["transfer_strength"]),
             regularization=float(p["regularization"]),
             loss=str(p["loss"]),
+            meta_features=meta,
             rng=rng,
         )
         return replace(result, details={**result.details, **public})
@@ -1016,6 +1022,13 @@ def transfer(
         "loss": request.loss,
         "name": request.name,
     }
+    if request.meta_features is not None and request.feature_groups is None:
+        raise InvalidInputError(
+            "meta_features needs feature_groups (plain transfer has no meta level)",
+            errors=[{"loc": ["body", "meta_features"], "msg": "needs feature_groups"}],
+        )
+    if request.meta_features is not None and request.meta_features not in META_FEATURES:
+        raise InvalidInputError(f"meta_features must be one of {', '.join(META_FEATURES)}")
     if request.feature_groups is not None or request.importance is not None:
         site_id = actor.require_site()
         with uow:
@@ -1032,6 +1045,7 @@ def transfer(
             feature_group_names=named,
             unused_features=unused,
             importance=importance,
+            meta_features=request.meta_features or "sigmoid",
         )
     return _submit_charged_fit(
         uow,

@@ -820,6 +820,7 @@ def test_pst_h_fits_a_stacked_model_charges_the_target_eps_and_members_use_it(
     body = model["model"]
     assert body["kind"] == "stacked"
     assert body["method"] == "features"
+    assert body["meta_features"] == "sigmoid"  # seed 003's default
     assert [m["columns"] for m in body["low_level"]] == [[0, 4], [1, 2, 3]]
     record = model["privacy"]
     assert record["guarantee"] == "differential_privacy"
@@ -889,10 +890,13 @@ def test_a_strong_pst_h_puts_each_group_on_the_sources_weights(
         transfer_strength=1e6,
         regularization=0.05,
         feature_groups=[["age"], ["color=red", "color=blue"]],
+        meta_features="centered_sigmoid",
     )
     assert status == 202
     assert job["status"] == "succeeded", job
     model = client.get(f"/v1/models/{job['model_id']}", headers=coordinator.headers).json()
+    assert model["model"]["meta_features"] == "centered_sigmoid"
+    assert model["privacy"]["calibration"]["meta_features"] == "centered_sigmoid"
     w0 = (np.asarray(W1) + np.asarray(W2)) / 2
     low = model["model"]["low_level"]
     assert [m["columns"] for m in low] == [[0], [1, 3]]
@@ -927,6 +931,8 @@ def test_bad_feature_groups_and_importance_are_422_and_charge_nothing(
         ({"feature_groups": PST_H_GROUPS, "importance": [1.0, 0.0]}, "no privacy budget"),
         ({"feature_groups": PST_H_GROUPS, "importance": [1.0, -1.0]}, None),
         ({"importance": [1.0]}, "need feature_groups"),
+        ({"meta_features": "centered_sigmoid"}, "meta_features needs feature_groups"),
+        ({"feature_groups": PST_H_GROUPS, "meta_features": "linear"}, None),
     ]
     for bad, message in refused:
         status, problem = transfer(

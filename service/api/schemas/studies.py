@@ -328,6 +328,12 @@ class TransferAggregationIn(RequestModel):
         "sum 1; group k's low-level model gets the budget share q_k·ε. It must be fixed "
         "without looking at the data. Default: equal weights. Needs `feature_groups`.",
     )
+    meta_features: Literal["sigmoid", "centered_sigmoid"] | None = Field(
+        default=None,
+        description="PST-H: the high level's inputs, σ(group score) (`sigmoid`, seed 003, the "
+        "default) or 2σ − 1 (`centered_sigmoid`, which avoids the high level collapsing onto "
+        "the majority class on unbalanced labels). Needs `feature_groups`.",
+    )
 
 
 class FeatureAggregationIn(RequestModel):
