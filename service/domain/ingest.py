@@ -12,6 +12,7 @@ What this module guarantees (DESIGN §2, issue 4):
   text cut at a line break; Parquet: ``ParquetFile.iter_batches``). Blocks are parsed and
   encoded on :data:`INGEST_THREADS` worker threads, a few at a time, and handed to
   ``on_chunk`` in file order, so memory stays bounded by a few blocks whatever the file size.
+  The source is read once, front to back, so parsing can start while the upload arrives.
   CSV text is cut at ``\\n`` only while it holds no quote character (a quoted value may hold
   a line break); from the first block that does, pyarrow's streaming reader reads the rest.
 * **All or nothing.** Problems that need the whole file (missing values under
@@ -35,11 +36,14 @@ keeps storing the chunks cheap. Payloads of the earlier ``np.savez`` form are st
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import math
 import os
 import re
+import shutil
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -626,13 +630,43 @@ class IngestReport:
         }
 
 
-def _sniff(source: IO[bytes]) -> Literal["csv", "parquet", "empty"]:
-    start = source.tell()
-    head = source.read(len(_PARQUET_MAGIC))
-    source.seek(start)
-    if not head:
-        return "empty"
-    return "parquet" if head == _PARQUET_MAGIC else "csv"
+def _read_full(source: IO[bytes], n: int) -> bytes:
+    """Up to ``n`` bytes: fewer only at the end of ``source`` (a pipe may return short reads)."""
+    data = source.read(n) or b""
+    if not data or len(data) >= n:
+        return data
+    parts, got = [data], len(data)
+    while got < n:
+        more = source.read(n - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+class _Prefixed(io.RawIOBase):
+    """``prefix`` (bytes already read) followed by the rest of ``source``, read once. Every
+    read is filled completely unless the end is reached: pyarrow's streaming CSV reader
+    takes a short read for a short block."""
+
+    def __init__(self, prefix: bytes, source: IO[bytes]) -> None:
+        super().__init__()
+        self._prefix = memoryview(prefix)
+        self._source = source
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), len(self._prefix))
+        buffer[:n] = self._prefix[:n]
+        self._prefix = self._prefix[n:]
+        if n < len(buffer):
+            data = _read_full(self._source, len(buffer) - n)
+            buffer[n : n + len(data)] = data
+            n += len(data)
+        return n
 
 
 def _plural(k: int, word: str) -> str:
@@ -690,11 +724,17 @@ def _csv_error(exc: Exception, names: Sequence[str], spec: DatasetSpec) -> Datas
     return DatasetFileError("malformed CSV: the file could not be parsed (no details shown)")
 
 
-def _csv_header(source: IO[bytes]) -> tuple[list[str], bytes]:
-    """The header's column names and its raw first line (``source`` is left where it was)."""
-    start = source.tell()
-    line = source.readline(MAX_HEADER_BYTES + 1)
-    source.seek(start)
+def _csv_header(head: bytes, source: IO[bytes]) -> tuple[list[str], bytes, bytes]:
+    """The header's column names, its raw line (up to and including the first ``\\n``, at
+    most :data:`MAX_HEADER_BYTES` + 1 bytes) and everything read after it."""
+    buf = head
+    while b"\n" not in buf and len(buf) <= MAX_HEADER_BYTES:
+        more = source.read(CSV_BLOCK_BYTES)
+        if not more:
+            break
+        buf += more
+    end = buf.find(b"\n", 0, MAX_HEADER_BYTES + 1)
+    line = buf[: end + 1] if end >= 0 else buf[: MAX_HEADER_BYTES + 1]
     if len(line) > MAX_HEADER_BYTES:
         raise DatasetFileError(
             f"malformed CSV: the header row is longer than {MAX_HEADER_BYTES} bytes"
@@ -705,7 +745,7 @@ def _csv_header(source: IO[bytes]) -> tuple[list[str], bytes]:
         table = pacsv.read_csv(pa.BufferReader(line))
     except (pa.ArrowInvalid, pa.ArrowKeyError, UnicodeDecodeError) as exc:
         raise DatasetFileError("malformed CSV: the header row could not be parsed") from exc
-    return [str(n) for n in table.column_names], line
+    return [str(n) for n in table.column_names], line, buf[len(line) :]
 
 
 #: A unit of reading handed to the worker threads: returns the next record batch (parsing a
@@ -762,8 +802,9 @@ def _splittable_header(line: bytes) -> bool:
     return line.endswith(b"\n") and b'"' not in line and b"\r" not in body
 
 
-def _csv_tasks(source: IO[bytes], spec: DatasetSpec) -> Iterator[_Task]:
-    """The CSV file as tasks, in order.
+def _csv_tasks(head: bytes, source: IO[bytes], spec: DatasetSpec) -> Iterator[_Task]:
+    """The CSV file (``head``, its first bytes, already read) as tasks, in order. ``source``
+    is read once, front to back: it may be a pipe still being filled by the upload.
 
     Fast path: the text after the header is read in blocks of :data:`CSV_BLOCK_BYTES` cut
     after their last ``\\n``, and each block is parsed on its own by a worker, so blocks are
@@ -772,39 +813,40 @@ def _csv_tasks(source: IO[bytes], spec: DatasetSpec) -> Iterator[_Task]:
     quote (or no line break at all) to the end, the file is read by pyarrow's streaming
     reader instead, which parses quoting in full, one block after the other.
     """
-    start = source.tell()
-    names, header = _csv_header(source)
+    names, header, rest = _csv_header(head, source)
     _check_header(names, spec)
     layout = _CsvLayout(names=names, convert=_csv_convert(spec), spec=spec)
     if not _splittable_header(header):
-        yield from _csv_stream(source, layout, with_header=True)
+        yield from _csv_stream(_Prefixed(header + rest, source), layout, with_header=True)
         return
-    offset = start + len(header)
-    source.seek(offset)
-    carry = b""
+    carry = rest
     while True:
-        data = source.read(CSV_BLOCK_BYTES)
-        if not data:
-            break
+        data = _read_full(source, max(CSV_BLOCK_BYTES - len(carry), 1))
         text = carry + data if carry else data
-        cut = text.rfind(b"\n") + 1
-        if cut == 0 or b'"' in text:
-            source.seek(offset)
-            yield from _csv_stream(source, layout, with_header=False)
+        if not text:
             return
+        if b'"' in text:
+            yield from _csv_stream(_Prefixed(text, source), layout, with_header=False)
+            return
+        if data:  # more may follow: cut after the last line break
+            cut = text.rfind(b"\n") + 1
+            if cut == 0:
+                yield from _csv_stream(_Prefixed(text, source), layout, with_header=False)
+                return
+        else:  # the end of the file: the last line needs no line break
+            cut = len(text)
         yield functools.partial(_parse_csv_block, pa.py_buffer(text).slice(0, cut), layout)
-        offset += cut
+        if not data:
+            return
         carry = text[cut:]
-    if carry:  # the last line, without a line break (and without quotes: checked above)
-        yield functools.partial(_parse_csv_block, pa.py_buffer(carry), layout)
 
 
 def _ready(batch: pa.RecordBatch) -> _Task:
     return lambda: batch
 
 
-def _csv_stream(source: IO[bytes], layout: _CsvLayout, *, with_header: bool) -> Iterator[_Task]:
-    """pyarrow's streaming CSV reader from the current position, one block at a time. Its
+def _csv_stream(source: io.RawIOBase, layout: _CsvLayout, *, with_header: bool) -> Iterator[_Task]:
+    """pyarrow's streaming CSV reader over the rest of the file, one block at a time. Its
     blocks are cut where quoting allows (``newlines_in_values``), so a quoted line break on
     a block boundary is read as part of its value."""
     read = pacsv.ReadOptions(
@@ -859,18 +901,30 @@ def _parquet_convert(batch: pa.RecordBatch, spec: DatasetSpec) -> pa.RecordBatch
     return pa.RecordBatch.from_arrays(arrays, names=list(spec.columns))
 
 
-def _parquet_tasks(source: IO[bytes], spec: DatasetSpec) -> Iterator[_Task]:
-    try:
-        pf = pq.ParquetFile(source)
-        names = [str(n) for n in pf.schema_arrow.names]
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-        raise DatasetFileError("the Parquet file could not be read (no details shown)") from exc
-    _check_header(names, spec)
-    try:
-        for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=list(spec.columns)):
-            yield functools.partial(_parquet_convert, batch, spec)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
-        raise DatasetFileError("the Parquet file could not be read (no details shown)") from exc
+def _parquet_tasks(head: bytes, source: IO[bytes], spec: DatasetSpec) -> Iterator[_Task]:
+    """The Parquet file (``head``, its first bytes, already read) in record batches. Parquet
+    keeps its schema at the end of the file, so a source that cannot seek (a pipe) is first
+    copied to a temporary file."""
+    with contextlib.ExitStack() as stack:
+        if source.seekable():
+            source.seek(source.tell() - len(head))
+            file = source
+        else:
+            file = stack.enter_context(tempfile.TemporaryFile())
+            file.write(head)
+            shutil.copyfileobj(source, file, 1 << 20)
+            file.seek(0)
+        try:
+            pf = pq.ParquetFile(file)
+            names = [str(n) for n in pf.schema_arrow.names]
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+            raise DatasetFileError("the Parquet file could not be read (no details shown)") from exc
+        _check_header(names, spec)
+        try:
+            for batch in pf.iter_batches(batch_size=PARQUET_BATCH_ROWS, columns=list(spec.columns)):
+                yield functools.partial(_parquet_convert, batch, spec)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+            raise DatasetFileError("the Parquet file could not be read (no details shown)") from exc
 
 
 # ---- encoding -------------------------------------------------------------------------------
@@ -1061,6 +1115,10 @@ def ingest(
     """Read, validate and encode ``source`` (CSV with a header row, or Parquet, detected by
     its magic bytes) batch by batch, calling ``on_chunk`` for each encoded chunk in order.
 
+    ``source`` is read once, front to back, and need not be seekable: it may be a pipe that
+    the upload is still filling (a Parquet file, whose schema is at its end, is then copied
+    to a temporary file first).
+
     Batches are parsed and encoded on :data:`INGEST_THREADS` worker threads (pyarrow and
     the codecs release the GIL), a few at a time; counts are merged and chunks handed on in
     file order, so the result does not depend on the number of threads.
@@ -1070,13 +1128,14 @@ def ingest(
     declared column, holds NaN/inf in a numeric column, has missing values under
     ``"missing": "error"``, or leaves no positive or no negative rows.
     """
-    kind = _sniff(source)
-    if kind == "empty":
+    head = _read_full(source, len(_PARQUET_MAGIC))
+    if not head:
         raise DatasetFileError("the uploaded file is empty")
+    kind: Literal["csv", "parquet"] = "parquet" if head == _PARQUET_MAGIC else "csv"
     report = IngestReport(format=kind)
     tally = _Tally(missing={}, nonfinite={})
     encoder = _Encoder(spec)
-    tasks = _csv_tasks(source, spec) if kind == "csv" else _parquet_tasks(source, spec)
+    tasks = _csv_tasks(head, source, spec) if kind == "csv" else _parquet_tasks(head, source, spec)
     for part in _in_order(tasks, encoder.run, threads=INGEST_THREADS):
         report.rows_read += part.rows_read
         for c, k in part.missing.items():

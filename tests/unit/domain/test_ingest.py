@@ -8,7 +8,7 @@ import math
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -570,7 +570,7 @@ def test_blocks_and_the_streaming_reader_give_the_same_design(
     block: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", block)
-    rows = _random_rows(2000)
+    rows = _random_rows(2000 if block > 100 else 400)
     plain = _csv(rows)  # cut into blocks at line breaks
     quoted = _csv(rows, header='"age","colour","score","label"\n')  # streaming reader
     _assert_design(plain, rows)
@@ -663,6 +663,60 @@ def test_missing_and_non_finite_counts_span_every_block(monkeypatch: pytest.Monk
         rows[i] = ",red,inf,no"
     exc = _bad(_csv(rows), _spec(missing="drop"))
     assert "NaN or infinity found in 'age' (10 rows), 'score' (6 rows)" in exc.detail
+
+
+class _Trickle(io.RawIOBase):
+    """A source like a pipe filled by an upload: it cannot seek, and reads come back short."""
+
+    def __init__(self, data: bytes, seed: int = 5) -> None:
+        super().__init__()
+        self._data = memoryview(data)
+        self._rng = np.random.default_rng(seed)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), len(self._data), int(self._rng.integers(1, 3000)))
+        buffer[:n] = self._data[:n]
+        self._data = self._data[n:]
+        return n
+
+
+@pytest.mark.parametrize("kind", ["plain", "quoted-header", "quotes-later", "parquet"])
+def test_a_source_that_cannot_seek_and_reads_short(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 4096)
+    rows = _random_rows(3000)
+    if kind == "plain":
+        data = _csv(rows)
+    elif kind == "quoted-header":
+        data = _csv(rows, header='"age","colour","score","label"\n')
+    elif kind == "quotes-later":
+        data = _csv([*rows[:2000], *(r.replace(",red,", ',"red",') for r in rows[2000:])])
+    else:
+        cells = [r.split(",") for r in rows]
+        buf = io.BytesIO()
+        pq.write_table(
+            pa.table(
+                {
+                    "age": [float(c[0]) for c in cells],
+                    "colour": [c[1] for c in cells],
+                    "score": [float(c[2]) for c in cells],
+                    "label": [c[3] for c in cells],
+                }
+            ),
+            buf,
+        )
+        data = buf.getvalue()
+    spec = _spec()
+    chunks: list[EncodedChunk] = []
+    report = ingest(cast(IO[bytes], _Trickle(data)), spec, on_chunk=chunks.append)
+    X, y = design_from_chunks(spec.preprocessing, [c.payload for c in chunks], report.n_rows)
+    X_expected, y_expected = _expected(spec, rows)
+    np.testing.assert_array_equal(X, X_expected)
+    np.testing.assert_array_equal(y, y_expected)
 
 
 def test_blocks_in_flight_are_bounded() -> None:
