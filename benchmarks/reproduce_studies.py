@@ -15,6 +15,12 @@ the ones behind ``POST /v1/studies/{id}/aggregations`` (``service.dp.aggregation
 (f) Hypothesis transfer (seed 003, the "H" of PST-H): a source site (10 000 rows, ε = 1) and a
     small target site (n rows, ε = 1): the target alone vs transfer with strength η.
     Claim: transfer improves a small target.
+(g) PST-H (seed 003 Alg. 4): the same source and target sites; the target alone, plain
+    transfer (whole weight vector, η), PST-F on the target alone, and PST-H — PST-F on the
+    target with each low-level model centred on the source restricted to its feature group —
+    over Adult's public attribute groups with uniform (U) or expert (W) importance, with
+    seed 003's sigmoid meta-features and with centred ones. Every target-side method costs the
+    target ε = 1 in total. Test AUC (seed 003's metric) and error.
 
 Run from the repository root (writes PNGs and a markdown table into ``benchmarks/out/`` and
 copies the PNGs to ``benchmarks/figures/``)::
@@ -231,6 +237,127 @@ def experiment_f(
     return {str(n): c for n, c in cells.items()}, lines
 
 
+G_ETA = 1.0
+G_SIZES = (100, 300, 1000, 3000)
+G_METHODS = (
+    "source only",
+    "target only",
+    "transfer",
+    "PST-F(U) target",
+    "PST-H(U)",
+    "PST-H(W)",
+    "PST-H(U) centred",
+    "PST-H(W) centred",
+)
+
+
+def auc(model: Any, data: Data) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    scores = np.asarray(model.decision_function(data.Xte), dtype=np.float64)
+    return float(roc_auc_score(data.yte, scores))
+
+
+def experiment_g(
+    data: Data, sizes: Sequence[int], repeats: int
+) -> tuple[dict[str, Any], list[str]]:
+    from benchmarks.reproduce_papers import EXPERT_IMPORTANCE, feature_groups
+    from service.dp import LinearModel, fit
+    from service.dp.transfer import stacked_transfer_fit, transfer_fit
+
+    groups, labels = feature_groups(data.names)
+    expert = [EXPERT_IMPORTANCE[g] for g in labels]
+    uniform = [1.0 / len(groups)] * len(groups)
+    order = np.random.default_rng(SPLIT_SEED + 1).permutation(data.X.shape[0])
+    src = order[:SOURCE_ROWS]
+    cells: dict[int, dict[str, dict[str, list[float]]]] = {
+        n: {m: {"auc": [], "error": []} for m in G_METHODS} for n in sizes
+    }
+
+    def record(n: int, method: str, model: Any) -> None:
+        cells[n][method]["auc"].append(auc(model, data))
+        cells[n][method]["error"].append(error(model, data))
+
+    for r in range(repeats):
+        rng = np.random.default_rng(9000 + r)
+        w_src = fit_coef(data.X[src], data.y[src], "objective_perturbation", 1.0, rng)
+        for n in sizes:
+            tgt = order[SOURCE_ROWS : SOURCE_ROWS + n]
+            X, y = data.X[tgt], data.y[tgt]
+            record(n, "source only", LinearModel(coef=w_src))
+            alone = fit_coef(X, y, "objective_perturbation", 1.0, rng)
+            record(n, "target only", LinearModel(coef=alone))
+            common: dict[str, Any] = {"epsilon": 1.0, "regularization": LAMBDA, "rng": rng}
+            record(n, "transfer", transfer_fit(X, y, w_src, transfer_strength=G_ETA, **common))
+            record(
+                n,
+                "PST-F(U) target",
+                fit(X, y, "stacking_features", feature_groups=groups, importance=uniform, **common),
+            )
+            for label, q in (("U", uniform), ("W", expert)):
+                for meta, suffix in (("sigmoid", ""), ("centered_sigmoid", " centred")):
+                    res = stacked_transfer_fit(
+                        X,
+                        y,
+                        w_src,
+                        feature_groups=groups,
+                        importance=q,
+                        transfer_strength=G_ETA,
+                        meta_features=meta,
+                        **common,
+                    )
+                    assert res.epsilon == 1.0  # the whole target-side cost
+                    record(n, f"PST-H({label}){suffix}", res)
+        print(f"(g) repeat {r + 1}/{repeats} done")
+    for n in sizes:
+        print(
+            f"(g) n={n}: "
+            + ", ".join(f"{m} AUC {np.mean(cells[n][m]['auc']):.3f}" for m in G_METHODS)
+        )
+    auc_rows = [
+        [
+            str(n),
+            *(
+                f"{mean_sd(cells[n][m]['auc'])[0]:.3f} ± {mean_sd(cells[n][m]['auc'])[1]:.3f}"
+                for m in G_METHODS
+            ),
+        ]
+        for n in sizes
+    ]
+    err_rows = [
+        [str(n), *(f"{np.mean(cells[n][m]['error']):.4f}" for m in G_METHODS)] for n in sizes
+    ]
+    group_text = "; ".join(
+        f"{g} ({len(cols)} columns, q = {EXPERT_IMPORTANCE[g]:g} in W)"
+        for g, cols in zip(labels, groups, strict=True)
+    )
+    lines = [
+        f"### (g) PST-H vs plain transfer vs the target alone: source {SOURCE_ROWS} rows at "
+        f"ε = 1, target n rows at ε = 1, λ = {LAMBDA:g}, η = {G_ETA:g}, {repeats} repeats",
+        "",
+        "Test AUC (mean ± sd; seed 003's metric), then the mean test error. `target only`: "
+        "objective perturbation on the target; `transfer`: the whole weight vector centred on "
+        "the source (as in (f)); `PST-F(U) target`: stacking over the feature groups on the "
+        "target, no transfer; `PST-H`: the same stacking with each low-level model centred on "
+        f"the source restricted to its group. Groups (K = {len(groups)}, public, by meaning; the "
+        f"intercept column is in the first): {group_text}; U = uniform importance, W = the "
+        "expert prior `EXPERT_IMPORTANCE` of the issue-3 benchmarks (fixed before these runs). "
+        "Meta-features: seed 003's sigmoid, or `centered_sigmoid`; 50/50 low/high row split, "
+        "high-level λ = λ. Every target-side column costs the target ε = 1 in total (PST-H: "
+        "Σ_k q_k·ε on the low-level rows, ε on the disjoint high-level rows); the source's "
+        "ε = 1 is its own.",
+        "",
+        markdown_table(["target n", *G_METHODS], auc_rows),
+        "",
+        markdown_table(["target n (error)", *G_METHODS], err_rows),
+        "",
+    ]
+    raw = {
+        str(n): {m: {k: list(v) for k, v in cells[n][m].items()} for m in G_METHODS} for n in sizes
+    }
+    return raw, lines
+
+
 def plots(
     raw: dict[str, Any],
     majority: float,
@@ -287,6 +414,29 @@ def plots(
     names.append("f_studies_transfer.png")
     fig.savefig(OUT_DIR / names[-1], dpi=110)
     plt.close(fig)
+
+    g_sizes = [int(n) for n in raw["g"]]
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for k in G_METHODS:
+        ax.plot(
+            g_sizes,
+            [np.mean(raw["g"][str(n)][k]["auc"]) for n in g_sizes],
+            marker="o",
+            ls="--" if k in ("source only", "target only") else "-",
+            label=k,
+        )
+    ax.axhline(0.5, color="grey", ls=":", lw=1)
+    ax.set(
+        xscale="log",
+        xlabel="target rows n",
+        ylabel="test AUC",
+        title=f"(g) PST-H vs transfer at ε = 1 (η = {G_ETA:g})",
+    )
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    names.append("g_studies_pst_h.png")
+    fig.savefig(OUT_DIR / names[-1], dpi=110)
+    plt.close(fig)
     return names
 
 
@@ -322,6 +472,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     raw["e"], lines = experiment_e(data, n_grid)
     report += lines
     raw["f"], lines = experiment_f(data, sizes, ETAS, repeats)
+    report += lines
+    g_repeats = args.repeats or (1 if quick else 10)
+    raw["g"], lines = experiment_g(data, (300,) if quick else G_SIZES, g_repeats)
     report += lines
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     names = plots(raw, majority_error(data), eps_grid, n_grid, sizes)
