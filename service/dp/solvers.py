@@ -19,29 +19,34 @@ solve.
 
 Method: damped Newton with the Hessian H = (1/n) Xᵀ diag(l''(z)) X + μI, in two phases.
 
-1. *float32 phase.* When n·d ≤ ``FLOAT32_COPY_MAX_ENTRIES`` the solver keeps one float32 copy
-   of X and iterates on it (margins, gradients, Hessians: half the memory traffic, and SIMD
-   exponentials) until the float32 gradient norm is about 10⁻⁶·(1 + ‖g‖), near the precision
-   float32 can resolve. Far from the optimum (‖∇J‖ > 10⁻²·(1 + ‖g‖)) the Hessian comes from
-   every 8th row (an eighth of the cost, and only the step length of a damped step depends on
-   it); close to it, one full Hessian is factorised and then reused as the preconditioner of
-   conjugate gradients on exact float32 Hessian–vector products, so most steps cost two
-   matrix–vector products instead of an n·d² product. A new Hessian is formed only when the
-   preconditioned iteration stops contracting fast enough.
-2. *float64 phase.* Margins and gradients are recomputed in float64 from X and Newton steps
-   (preconditioned as above, a fresh Hessian when needed, a float64 Hessian if the float32 one
-   is numerically indefinite) are taken until the float64 gradient meets the tolerance; from
-   the float32 phase's end this is one step. The convergence test is only ever made here.
+1. *float32 phase* (when 2^15 ≤ n·d ≤ ``FLOAT32_COPY_MAX_ENTRIES``). The solver makes one
+   float32 copy of X and iterates on it: margins, gradients and Hessians move half the bytes,
+   and the exponentials run in SIMD float32. While ‖∇J‖ > 10⁻²·(1 + ‖g‖) each step solves
+   with the Hessian of every 8th row (an eighth of the n·d² cost; far from w* a rough Hessian
+   only costs a little step quality). Closer in, one full Hessian is factorised and then
+   serves as the preconditioner of conjugate gradients on float32 Hessian–vector products
+   (two matrix–vector products each), so most Newton steps cost a few matrix–vector products
+   instead of an n·d² product; a new Hessian is formed only when the preconditioned iteration
+   would need more than four products, or after a damped step. The phase stops when its
+   gradient norm is 10⁻⁶·(1 + ‖g‖), about what float32 can resolve.
+2. *float64 phase.* From there, margins and gradients are exact float64 computations on X,
+   one blocked pass over X for both (each block is read once for Xw and again, from cache,
+   for Xᵀ(y ⊙ l')). The step is the same preconditioned CG on float32 products, asked for a
+   residual 10⁻¹·tol/‖∇J‖, so one step normally meets the tolerance; a fresh Hessian is formed
+   when that fails, and a float64 one when the float32 Hessian is numerically indefinite.
+   Convergence is only ever decided here. Without a float32 copy (tiny or huge problems) only
+   this phase runs, with a fresh Hessian every step.
 
-Only Newton *directions* are computed in lower precision or from a subsample, so they change
-the path, never the point the solver accepts. Steps are damped by an Armijo backtracking line
-search that reuses the cached margins z = y ⊙ Xw and dz = y ⊙ Xp, so every trial step costs
-O(n), not a matrix product. Near the optimum, where objective differences drown in rounding, a
-step is accepted when it lowers the gradient norm instead. For d > ``DENSE_NEWTON_MAX_DIM``
-the Newton system is solved by conjugate gradients on Hessian–vector products (truncated
-Newton). For the Huber loss l'' is piecewise constant and this is a semismooth Newton method;
-should Newton stall, L-BFGS-B is run from the last iterate and Newton restarted from its
-result before giving up.
+Lower precision and subsamples only ever enter Newton *directions*: they change the path, never
+the test a returned point must pass. Steps are damped by an Armijo backtracking line search
+on the cached margins z = y ⊙ Xw and dz = y ⊙ Xp, so every trial step costs O(n), not a
+matrix product; in the float64 phase the full step's gradient comes with its margins, and a
+step that meets the tolerance is taken at once. Near the optimum, where objective differences
+drown in rounding, a step is accepted when it lowers the gradient norm instead. For
+d > ``DENSE_NEWTON_MAX_DIM`` the Newton system is solved by conjugate gradients on
+Hessian–vector products (truncated Newton). For the Huber loss l'' is piecewise constant and
+this is a semismooth Newton method; should Newton stall, L-BFGS-B is run from the last
+iterate and Newton restarted from its result before giving up.
 """
 
 from __future__ import annotations
@@ -93,6 +98,9 @@ _ARMIJO = 1e-4
 _MAX_BACKTRACKS = 60
 _ROUNDING = 64.0 * np.finfo(np.float64).eps
 _ROUNDING32 = 64.0 * float(np.finfo(np.float32).eps)
+#: In the float32 phase a full step that multiplies ‖∇J‖ by at most this is taken without a
+#: line search.
+_GRADIENT_DECREASE = 0.5
 #: The float32 phase stops at ‖∇J‖ ≤ _SWITCH·(1 + ‖g‖).
 _SWITCH = 1e-6
 #: Above ‖∇J‖ = _FAR·(1 + ‖g‖), Hessians are formed from every _STRIDE-th row ...
@@ -100,10 +108,13 @@ _FAR = 1e-2
 _STRIDE = 8
 #: ... when that leaves at least _MIN_ROWS_PER_DIM rows per dimension.
 _MIN_ROWS_PER_DIM = 4
-#: Preconditioned CG steps per Newton direction before a fresh Hessian is formed.
+#: Preconditioned CG products per Newton direction before a fresh Hessian is formed, in the
+#: float32 and the float64 phase (where a step is worth more: each costs a pass over X).
 _MAX_PCG = 4
-_NEAR_STRIDE = 1
+_A_RTOL_FLOOR = 1e-4
 _MAX_PCG_FLOAT64 = 6
+#: The float64 phase asks CG for a residual _B_MARGIN·gtol/‖∇J‖ (the step should land below
+#: the tolerance with room to spare).
 _B_MARGIN = 0.1
 
 
@@ -219,50 +230,43 @@ class _Objective:
     def hessp(
         self, d2: NDArray[np.floating], v: FloatArray
     ) -> tuple[FloatArray, NDArray[np.floating]]:
-        """(H v, X v); from ``X32`` in float32 when there is one (a direction only), else
-        float64. X v comes for free and lets conjugate gradients accumulate X·step."""
-        if self.X32 is not None:
-            xv: NDArray[np.floating] = self.X32 @ v.astype(np.float32)
-            out: FloatArray = (self.X32.T @ np.multiply(xv, d2, dtype=np.float32)).astype(
-                np.float64
-            )
-        else:
-            xv = self.X @ v
-            out = self.X.T @ (d2 * xv)
-        out /= self.n
+        """(H v, X v), in one blocked pass over ``X32`` in float32 when there is one (a
+        direction only), else over X in float64. X v comes for free and lets conjugate
+        gradients accumulate X·step."""
+        X: NDArray[np.floating] = self.X if self.X32 is None else self.X32
+        n, d = X.shape
+        rows = max(1, min(n, _EVALUATE_BLOCK // d))
+        vx = v.astype(X.dtype, copy=False)
+        xv = np.empty(n, dtype=X.dtype)
+        out = np.zeros(d)
+        for start in range(0, n, rows):
+            stop = min(n, start + rows)
+            block = X[start:stop]
+            np.matmul(block, vx, out=xv[start:stop])
+            out += block.T @ np.multiply(xv[start:stop], d2[start:stop], dtype=X.dtype)
+        out /= n
         out += self.mu * v
         return out, xv
 
     def evaluate(
         self, w: FloatArray, base: FloatArray | None = None, v: FloatArray | None = None
     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-        """Margins, l'' and ∇J at w in one blocked pass over X; returns (dz, z, l''(z), ∇J(w)).
+        """Margins, l'' and ∇J at w in one blocked pass over X (float64); returns
+        (dz, z, l''(z), ∇J(w)).
 
         With ``base`` and ``v`` (w = w_old + v, base = y ⊙ X w_old), dz = y ⊙ Xv and
         z = base + dz: a Newton step's trial point, one matrix product cheaper than margins
         from scratch. Otherwise dz = z = y ⊙ Xw. Each block of rows (about
         ``_EVALUATE_BLOCK`` entries) is read for X·v and again, from cache, for Xᵀ(y ⊙ l').
         """
-        n, d = self.X.shape
-        direction = w if v is None else v
-        rows = max(1, min(n, _EVALUATE_BLOCK // d))
-        dz = np.empty(n)
-        z = dz if base is None else np.empty(n)
-        d2 = np.empty(n)
-        grad = np.zeros(d)
-        for start in range(0, n, rows):
-            stop = min(n, start + rows)
-            block = self.X[start:stop]
-            yb = self.y[start:stop]
-            np.multiply(yb, block @ direction, out=dz[start:stop])
-            if base is not None:
-                np.add(base[start:stop], dz[start:stop], out=z[start:stop])
-            d1b, d2[start:stop] = self.derivatives(z[start:stop])
-            grad += block.T @ (yb * d1b)
-        grad /= n
-        grad += self.mu * w
-        grad += self.g
-        return dz, z, d2, grad
+        return _evaluate(self.X, self.y, self.derivatives, self.mu, self.g, w, base, v)
+
+    def evaluate32(
+        self, w: FloatArray, base: Float32Array, v: FloatArray
+    ) -> tuple[Float32Array, Float32Array, Float32Array, FloatArray]:
+        """:meth:`evaluate` on the float32 copy (∇J returned in float64)."""
+        X32, y32 = self._data32()
+        return _evaluate(X32, y32, self.derivatives32, self.mu, self.g, w, base, v)
 
     # float32: the copy, for the float32 phase ------------------------------------------------
 
@@ -306,6 +310,42 @@ class _Objective:
         grad += self.mu * w
         grad += self.g
         return grad
+
+
+_A = TypeVar("_A", FloatArray, Float32Array)
+
+
+def _evaluate(
+    X: _A,
+    y: _A,
+    derivatives: Callable[[_A], tuple[_A, _A]],
+    mu: float,
+    g: FloatArray,
+    w: FloatArray,
+    base: _A | None,
+    v: FloatArray | None,
+) -> tuple[_A, _A, _A, FloatArray]:
+    """The blocked pass behind :meth:`_Objective.evaluate`, in the precision of X."""
+    n, d = X.shape
+    direction = (w if v is None else v).astype(X.dtype, copy=False)
+    rows = max(1, min(n, _EVALUATE_BLOCK // d))
+    dz = np.empty(n, dtype=X.dtype)
+    z = dz if base is None else np.empty(n, dtype=X.dtype)
+    d2 = np.empty(n, dtype=X.dtype)
+    grad = np.zeros(d)
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
+        block = X[start:stop]
+        yb = y[start:stop]
+        np.multiply(yb, block @ direction, out=dz[start:stop])
+        if base is not None:
+            np.add(base[start:stop], dz[start:stop], out=z[start:stop])
+        d1b, d2[start:stop] = derivatives(z[start:stop])
+        grad += block.T @ (yb * d1b)
+    grad /= n
+    grad += mu * w
+    grad += g
+    return dz, z, d2, grad
 
 
 def erm_objective(
@@ -489,7 +529,8 @@ def _newton(
     factor: _Factor | None = None
     if obj.X32 is not None:
         target = max(gtol, _SWITCH * (1.0 + _norm(obj.g)))
-        w, iterations, factor = _float32_phase(obj, w, target, max_iter)
+        # at most half the budget: the float64 phase must have room to finish
+        w, iterations, factor = _float32_phase(obj, w, target, max(1, max_iter // 2))
     _, z, d2, grad = obj.evaluate(w)
     gnorm = _norm(grad)
     f: float | None = None  # J(w), computed only when a step has to be judged by it
@@ -579,11 +620,11 @@ def _float32_phase(
     far = _FAR * scale
     stride = _STRIDE if n >= _STRIDE * _MIN_ROWS_PER_DIM * d else 1
     _, y32 = obj._data32()
-    z = obj.margins32(w)
+    z = obj.margins32(w) if w.any() else np.zeros(n, dtype=np.float32)
     d1, d2 = obj.derivatives32(z)
     grad = obj.gradient32(w, d1)
     gnorm = _norm(grad)
-    f = obj.mean_loss32(z) + 0.5 * obj.mu * float(w @ w) + float(obj.g @ w)
+    f: float | None = None  # J(w), computed only when a step has to be judged by it
     factor: _Factor | None = None
     factor_full = False
     full_step = True  # was the last step undamped (the quadratic model fits, reuse H)?
@@ -599,22 +640,34 @@ def _float32_phase(
             step = None if factor is None else _solve(factor, -grad)
         else:
             if factor is not None and factor_full and full_step:
-                rtol = min(0.1, max(1e-4, gnorm / scale))
+                rtol = min(0.1, max(_A_RTOL_FLOOR, gnorm / scale))
                 solved = _pcg(obj, d2, -grad, factor, rtol, _MAX_PCG)
                 if solved is not None:
                     step = solved[0]
                     dz = np.multiply(y32, solved[1], dtype=np.float32)
             if step is None:
-                near = _NEAR_STRIDE if n >= _NEAR_STRIDE * _MIN_ROWS_PER_DIM * d else 1
-                factor, factor_full = _cholesky(obj.hessian(d2, stride=near)), True
+                factor, factor_full = _cholesky(obj.hessian(d2)), True
                 step = None if factor is None else _solve(factor, -grad)
         if step is None:
             break
         slope = float(grad @ step)
         if not slope < 0.0:
             break
+        # the full step is taken at once if it halves the gradient norm (Newton's regime; the
+        # gradient is needed next anyway); otherwise an Armijo search on J decides
+        w_t = w + step
         if dz is None:
-            dz = obj.margins32(step)
+            dz, z_t, d2_t, grad_t = obj.evaluate32(w_t, z, step)
+        else:
+            z_t = z + dz
+            d1, d2_t = obj.derivatives32(z_t)
+            grad_t = obj.gradient32(w_t, d1)
+        if _norm(grad_t) <= _GRADIENT_DECREASE * gnorm:
+            w, z, d2, grad, gnorm, f = w_t, z_t, d2_t, grad_t, _norm(grad_t), None
+            full_step = True
+            continue
+        if f is None:
+            f = obj.mean_loss32(z) + 0.5 * obj.mu * float(w @ w) + float(obj.g @ w)
         searched = _line_search(
             obj,
             w,
