@@ -1,14 +1,26 @@
-"""Receiving a dataset upload: a streaming ``multipart/form-data`` reader with a size limit.
+"""Receiving a dataset upload: a streaming ``multipart/form-data`` reader with a size limit
+that hands the file to its consumer while the file is still arriving.
 
 FastAPI's automatic form parsing hands each received message whole to the multipart parser
 and writes file data through a thread pool one message at a time; for a 200 MB upload that
-costs more than reading the CSV itself. This reader instead:
+costs more than reading the CSV itself. :func:`process_upload` instead:
 
 * refuses a declared ``Content-Length`` above the limit before reading anything, and counts
   the bytes actually received, stopping at the limit (chunked uploads included);
-* feeds the parser slices of at most 1 MiB;
-* writes the ``file`` part to one temporary file (in memory up to 1 MiB, then on disk), so the
-  upload is never held in memory whole, and keeps the small ``spec`` part as text.
+* feeds the parser slices of at most 1 MiB, keeps the small ``spec`` part as text, and
+  refuses a body that ends before its closing boundary (a cut-short upload);
+* when the ``spec`` part comes before the ``file`` part (as HTML forms, curl ``-F`` in that
+  order and httpx send them), prepares the spec and starts ``process`` at once on a thread
+  of its own, reading the file through a bounded in-memory pipe (:class:`_Pipe`) while the
+  rest of the body arrives: receiving and parsing overlap, and the file never touches disk;
+* otherwise spools the ``file`` part to a temporary file (in memory up to 1 MiB, then on
+  disk) and calls ``process`` once the body is complete.
+
+Either way the upload is never held in memory whole, and the outcome is the same as reading
+the whole body first: a problem with the body (413, malformed multipart, a missing part)
+wins over a problem with the spec, which wins over one with the file. The reader of the pipe
+sees the end of the file only once the whole body has been received and checked; if the body
+turns out bad, its reads fail with :class:`UploadAbortedError`, so nothing it read is kept.
 
 Errors are :class:`UploadRejectedError` with the HTTP status to answer (400, 413, 415, 422);
 they never contain the uploaded content.
@@ -16,31 +28,43 @@ they never contain the uploaded content.
 
 from __future__ import annotations
 
+import asyncio
 import codecs
+import contextlib
+import contextvars
+import functools
+import io
 import tempfile
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import IO, Final
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from typing import IO, Any, Final, Generic, TypeVar, cast
 
 from python_multipart.exceptions import MultipartParseError
-from python_multipart.multipart import MultipartParser, parse_options_header
+from python_multipart.multipart import MultipartParser, MultipartState, parse_options_header
+from starlette.concurrency import run_in_threadpool
 
 __all__ = [
     "MAX_SPEC_BYTES",
-    "ReceivedUpload",
+    "UploadAbortedError",
     "UploadRejectedError",
-    "receive_upload",
+    "process_upload",
 ]
 
 #: The ``spec`` part may not be larger than this.
 MAX_SPEC_BYTES: Final[int] = 1 << 20
 #: Largest slice handed to the multipart parser at once (it is much faster on slices).
 _SLICE: Final[int] = 1 << 20
-#: The file part stays in memory up to this size, then moves to a temporary file on disk.
+#: A spooled file part stays in memory up to this size, then moves to a temporary file.
 _SPOOL_BYTES: Final[int] = 1 << 20
+#: File bytes received but not yet read by ``process`` (the pipe's capacity).
+PIPE_BYTES: Final[int] = 8 << 20
 
 FILE_PART: Final[str] = "file"
 SPEC_PART: Final[str] = "spec"
+
+_P = TypeVar("_P")
+_R = TypeVar("_R")
 
 
 class UploadRejectedError(Exception):
@@ -53,14 +77,8 @@ class UploadRejectedError(Exception):
         self.detail = detail
 
 
-@dataclass(slots=True)
-class ReceivedUpload:
-    """The received parts. ``file`` is positioned at 0; the caller closes it."""
-
-    spec: str
-    file: IO[bytes]
-    filename: str | None
-    size: int
+class UploadAbortedError(Exception):
+    """Raised to the reader of an upload's file when the request body failed or ended early."""
 
 
 def too_large(limit: int) -> UploadRejectedError:
@@ -71,28 +89,177 @@ def too_large(limit: int) -> UploadRejectedError:
     )
 
 
-@dataclass(slots=True)
-class _Part:
-    name: str | None = None
-    filename: str | None = None
-    is_file: bool = False
-    data: bytearray = field(default_factory=bytearray)
+def _malformed() -> UploadRejectedError:
+    return UploadRejectedError(
+        400, "malformed-multipart", "the multipart/form-data body is malformed"
+    )
 
 
-class _Collector:
-    """Multipart callbacks: remembers the ``spec`` text and streams ``file`` to disk."""
+class _Pipe(io.RawIOBase):
+    """Bytes from the event loop (:meth:`put`) to one reader thread (:meth:`read`), with at
+    most about ``capacity`` bytes buffered.
 
-    def __init__(self, charset: str) -> None:
+    ``put`` waits (asynchronously) while the buffer is full; ``read(n)`` blocks until it can
+    return ``n`` bytes, or what is left after :meth:`finish`. After :meth:`fail` every read
+    raises :class:`UploadAbortedError`; after :meth:`abandon` (the reader is gone) ``put``
+    drops what it is given.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self._loop = asyncio.get_running_loop()
+        self._capacity = capacity
+        self._cond = threading.Condition()
+        self._chunks: deque[memoryview] = deque()
+        self._buffered = 0
+        self._want = 0
+        self._ended = False
+        self._failed = False
+        self._abandoned = False
+        self._room = asyncio.Event()
+
+    def readable(self) -> bool:
+        return True
+
+    async def put(self, data: memoryview) -> None:
+        while True:
+            with self._cond:
+                if self._abandoned:
+                    return
+                if self._buffered < self._capacity:
+                    self._chunks.append(data)
+                    self._buffered += len(data)
+                    if self._buffered >= self._want:
+                        self._cond.notify()
+                    return
+                self._room.clear()
+            await self._room.wait()
+
+    def finish(self) -> None:
+        with self._cond:
+            self._ended = True
+            self._cond.notify_all()
+
+    def fail(self) -> None:
+        with self._cond:
+            self._failed = True
+            self._chunks.clear()
+            self._cond.notify_all()
+
+    def abandon(self) -> None:
+        """The reader stopped (on the event loop: a done callback)."""
+        with self._cond:
+            self._abandoned = True
+            self._chunks.clear()
+            self._buffered = 0
+        self._room.set()
+
+    def read(self, size: int | None = -1) -> bytes:
+        if size is None or size < 0:
+            return self.readall()
+        with self._cond:
+            self._want = min(size, self._capacity)
+            while self._buffered < self._want and not (self._ended or self._failed):
+                self._cond.wait()
+            self._want = 0
+            if self._failed:
+                raise UploadAbortedError("the upload failed while its file was being read")
+            out: list[memoryview] = []
+            got = 0
+            while self._chunks and got < size:
+                chunk = self._chunks[0]
+                take = min(len(chunk), size - got)
+                out.append(chunk[:take])
+                if take == len(chunk):
+                    self._chunks.popleft()
+                else:
+                    self._chunks[0] = chunk[take:]
+                got += take
+            self._buffered -= got
+        if got:
+            with contextlib.suppress(RuntimeError):  # the loop is closing: nobody waits
+                self._loop.call_soon_threadsafe(self._room.set)
+        return b"".join(out)
+
+    def readall(self) -> bytes:
+        parts = []
+        while data := self.read(self._capacity):
+            parts.append(data)
+        return b"".join(parts)
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+def _in_thread(call: Callable[[], _R]) -> asyncio.Future[_R]:
+    """Run ``call`` on a thread of its own (with the caller's context variables); its
+    outcome as a future of the running loop.
+
+    Not the shared thread pool: ``process`` may wait on a slow client for as long as the
+    upload lasts, and must not hold a thread that other requests need meanwhile.
+    """
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_R] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not future.done():
+            outcome()
+
+    def run() -> None:
+        try:
+            result = context.run(call)
+        except BaseException as exc:
+            report = functools.partial(settle, functools.partial(future.set_exception, exc))
+        else:
+            report = functools.partial(settle, functools.partial(future.set_result, result))
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(report)
+
+    threading.Thread(target=run, name="privfit-upload", daemon=True).start()
+    return future
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
+class _Upload(Generic[_P, _R]):
+    """The multipart callbacks and what they lead to: the ``spec`` text, and the file going
+    to ``process`` through a pipe, to a spooled temporary file, or (when the spec cannot be
+    prepared) nowhere."""
+
+    def __init__(
+        self,
+        charset: str,
+        prepare: Callable[[str], _P],
+        process: Callable[[_P, IO[bytes]], _R],
+    ) -> None:
         self.charset = charset
-        self.part = _Part()
+        self.prepare = prepare
+        self.process = process
+        # the part being read
+        self.name: str | None = None
         self.header_name = bytearray()
         self.header_value = bytearray()
         self.disposition = b""
+        self.spec_data = bytearray()
+        # what was received
         self.spec: bytes | None = None
-        self.file: IO[bytes] | None = None
+        self.file_seen = False
         self.filename: str | None = None
         self.file_size = 0
         self.error: UploadRejectedError | None = None
+        # where the file goes
+        self.pipe: _Pipe | None = None
+        self.pending: list[memoryview] = []
+        self.worker: asyncio.Future[_R] | None = None
+        self.spool: IO[bytes] | None = None
+        self.spec_text: str | None = None
+        self.deferred: BaseException | None = None  # a spec problem, raised after the body
 
     def _reject(self, detail: str) -> None:
         if self.error is None:
@@ -100,7 +267,7 @@ class _Collector:
         raise MultipartParseError(detail)
 
     def on_part_begin(self) -> None:
-        self.part = _Part()
+        self.name = None
         self.disposition = b""
 
     def on_header_field(self, data: bytes, start: int, end: int) -> None:
@@ -122,51 +289,141 @@ class _Collector:
             self._reject("every form part needs a Content-Disposition name")
             return
         name = raw_name.decode(self.charset, errors="replace")
-        self.part.name = name
+        self.name = name
         if name == FILE_PART:
-            if self.file is not None:
+            if self.file_seen:
                 self._reject("send exactly one 'file' part")
-            self.part.is_file = True
+            self.file_seen = True
             raw_filename = options.get(b"filename")
             self.filename = (
                 None if raw_filename is None else raw_filename.decode(self.charset, "replace")
             )
-            self.file = tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES)  # noqa: SIM115
+            self._start_file()
         elif name == SPEC_PART:
             if self.spec is not None:
                 self._reject("send exactly one 'spec' part")
+            self.spec_data = bytearray()
         else:
             self._reject(
                 f"unexpected form part {name[:100]!r}; send a 'file' part and a 'spec' part"
             )
 
+    def _start_file(self) -> None:
+        """The file part begins: stream it to ``process`` if the spec is already here and
+        usable, else spool it (spec still to come) or drop it (the spec is unusable)."""
+        if self.spec is None:
+            self.spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES)  # noqa: SIM115
+            return
+        try:
+            self.spec_text = self.spec.decode("utf-8")
+        except UnicodeDecodeError:
+            return  # reported once the body is complete
+        try:
+            prepared = self.prepare(self.spec_text)
+        except Exception as exc:  # raised once the body is known to be complete and sound
+            self.deferred = exc
+            return
+        pipe = self.pipe = _Pipe(PIPE_BYTES)
+        self.worker = _in_thread(functools.partial(self.process, prepared, cast(IO[bytes], pipe)))
+        self.worker.add_done_callback(lambda _: pipe.abandon())
+
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
-        if self.part.is_file:
-            assert self.file is not None
-            self.file.write(data[start:end])
+        if self.name == FILE_PART:
             self.file_size += end - start
+            if self.pipe is not None:
+                self.pending.append(memoryview(data)[start:end])
+            elif self.spool is not None:
+                self.spool.write(memoryview(data)[start:end])
         else:
-            if len(self.part.data) + (end - start) > MAX_SPEC_BYTES:
+            if len(self.spec_data) + (end - start) > MAX_SPEC_BYTES:
                 self._reject(f"the 'spec' part is larger than {MAX_SPEC_BYTES} bytes")
-            self.part.data += data[start:end]
+            self.spec_data += data[start:end]
 
     def on_part_end(self) -> None:
-        if self.part.name == SPEC_PART:
-            self.spec = bytes(self.part.data)
+        if self.name == SPEC_PART:
+            self.spec = bytes(self.spec_data)
+
+    async def flush(self) -> None:
+        """Hand the file data of the last slice to the pipe (waiting while it is full)."""
+        if self.pending:
+            pending, self.pending = self.pending, []
+            assert self.pipe is not None
+            for piece in pending:
+                await self.pipe.put(piece)
+
+    def check_complete(self) -> None:
+        """After the whole body: both parts present, the spec UTF-8."""
+        missing = [
+            name
+            for name, present in ((SPEC_PART, self.spec is not None), (FILE_PART, self.file_seen))
+            if not present
+        ]
+        if missing:
+            raise UploadRejectedError(
+                422,
+                "invalid-upload",
+                "the upload needs a 'file' part (CSV or Parquet) and a 'spec' part (JSON); "
+                f"missing: {', '.join(repr(m) for m in missing)}",
+            )
+        assert self.spec is not None
+        try:
+            self.spec_text = self.spec.decode("utf-8")
+        except UnicodeDecodeError:
+            raise UploadRejectedError(
+                422, "invalid-upload", "the 'spec' part must be UTF-8 JSON"
+            ) from None
+
+    def abort(self) -> None:
+        """The body failed: make the file's reader fail, drop the spool."""
+        if self.pipe is not None:
+            self.pipe.fail()
+        if self.worker is not None:  # its outcome is not reported: retrieve it when it comes
+            self.worker.add_done_callback(_retrieve)
+        if self.spool is not None:
+            self.spool.close()
+
+    async def settle(self) -> None:
+        """Wait for ``process`` to stop (after :meth:`abort`), ignoring how it ended."""
+        if self.worker is not None:
+            await asyncio.wait([self.worker])
+            if not self.worker.cancelled():
+                self.worker.exception()  # retrieved: it is the body's error that is reported
+
+    async def complete(self) -> _R:
+        """The body is complete and sound: the outcome of ``process``."""
+        if self.deferred is not None:
+            raise self.deferred
+        if self.worker is not None:
+            assert self.pipe is not None
+            self.pipe.finish()
+            return await self.worker
+        assert self.spool is not None
+        assert self.spec_text is not None
+        try:
+            prepared = self.prepare(self.spec_text)
+            self.spool.seek(0)
+            return await run_in_threadpool(self.process, prepared, self.spool)
+        finally:
+            self.spool.close()
 
 
-async def receive_upload(
+async def process_upload(
     *,
     content_type: str | None,
     content_length: str | None,
     chunks: AsyncIterator[bytes],
     max_bytes: int,
-) -> ReceivedUpload:
-    """Read a ``multipart/form-data`` body with a ``file`` and a ``spec`` part.
+    prepare: Callable[[str], _P],
+    process: Callable[[_P, IO[bytes]], _R],
+) -> _R:
+    """Receive a ``multipart/form-data`` body with a ``file`` and a ``spec`` part, and return
+    ``process(prepare(spec_text), file)`` (``process`` runs on a worker thread and reads the
+    file once, front to back; it may start before the body is complete, see the module doc).
 
-    Raises :class:`UploadRejectedError`: 415 when the body is not multipart, 413 when it is
-    (or is declared) larger than ``max_bytes``, 400 when the multipart framing is broken, 422
-    when a part is missing, duplicated, unexpected or the spec is not UTF-8. On error every
+    Raises, in this order of precedence: :class:`UploadRejectedError` (415 when the body is
+    not multipart, 413 when it is or is declared larger than ``max_bytes``, 400 when the
+    multipart framing is broken, 422 when a part is missing, duplicated, unexpected or the
+    spec is not UTF-8), then what ``prepare`` raises, then what ``process`` raises. Every
     temporary file is closed (and so deleted).
     """
     media, params = parse_options_header(content_type or "")
@@ -188,65 +445,45 @@ async def receive_upload(
         charset = codecs.lookup(charset).name
     except LookupError:
         charset = "utf-8"
-    collector = _Collector(charset)
+    upload: _Upload[_P, _R] = _Upload(charset, prepare, process)
     parser = MultipartParser(
         params[b"boundary"],
         {
-            "on_part_begin": collector.on_part_begin,
-            "on_header_field": collector.on_header_field,
-            "on_header_value": collector.on_header_value,
-            "on_header_end": collector.on_header_end,
-            "on_headers_finished": collector.on_headers_finished,
-            "on_part_data": collector.on_part_data,
-            "on_part_end": collector.on_part_end,
+            "on_part_begin": upload.on_part_begin,
+            "on_header_field": upload.on_header_field,
+            "on_header_value": upload.on_header_value,
+            "on_header_end": upload.on_header_end,
+            "on_headers_finished": upload.on_headers_finished,
+            "on_part_data": upload.on_part_data,
+            "on_part_end": upload.on_part_end,
         },
     )
     received = 0
     try:
-        async for chunk in chunks:
-            received += len(chunk)
-            if received > max_bytes:
-                raise too_large(max_bytes)
-            view = memoryview(chunk)
-            for i in range(0, len(view), _SLICE):
-                parser.write(bytes(view[i : i + _SLICE]) if len(view) > _SLICE else chunk)
-        parser.finalize()
-    except MultipartParseError as exc:
-        if collector.file is not None:
-            collector.file.close()
-        if collector.error is not None:
-            raise collector.error from None
-        raise UploadRejectedError(
-            400, "malformed-multipart", "the multipart/form-data body is malformed"
-        ) from exc
-    except BaseException:
-        if collector.file is not None:
-            collector.file.close()
+        try:
+            async for chunk in chunks:
+                received += len(chunk)
+                if received > max_bytes:
+                    raise too_large(max_bytes)
+                if len(chunk) <= _SLICE:
+                    parser.write(chunk)
+                    await upload.flush()
+                    continue
+                view = memoryview(chunk)
+                for i in range(0, len(view), _SLICE):
+                    parser.write(bytes(view[i : i + _SLICE]))
+                    await upload.flush()
+            parser.finalize()
+            if parser.state != MultipartState.END:  # no closing boundary: the body is cut short
+                raise MultipartParseError("the body ends inside a part")
+        except MultipartParseError as exc:
+            raise (upload.error or _malformed()) from exc
+        upload.check_complete()
+    except asyncio.CancelledError:
+        upload.abort()
         raise
-    missing = [
-        name
-        for name, present in ((SPEC_PART, collector.spec is not None), (FILE_PART, collector.file))
-        if not present
-    ]
-    if missing:
-        if collector.file is not None:
-            collector.file.close()
-        raise UploadRejectedError(
-            422,
-            "invalid-upload",
-            "the upload needs a 'file' part (CSV or Parquet) and a 'spec' part (JSON); "
-            f"missing: {', '.join(repr(m) for m in missing)}",
-        )
-    assert collector.file is not None
-    assert collector.spec is not None
-    try:
-        spec = collector.spec.decode("utf-8")
-    except UnicodeDecodeError:
-        collector.file.close()
-        raise UploadRejectedError(
-            422, "invalid-upload", "the 'spec' part must be UTF-8 JSON"
-        ) from None
-    collector.file.seek(0)
-    return ReceivedUpload(
-        spec=spec, file=collector.file, filename=collector.filename, size=collector.file_size
-    )
+    except BaseException:
+        upload.abort()
+        await upload.settle()
+        raise
+    return await upload.complete()

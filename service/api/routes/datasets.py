@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import IO, Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response, status
-from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -20,11 +19,12 @@ from service.api.schemas.datasets import (
     DatasetRead,
     LedgerChargeRead,
 )
-from service.api.uploads import UploadRejectedError, receive_upload
+from service.api.uploads import UploadRejectedError, process_upload
+from service.db.models import Dataset
 from service.domain import datasets
 from service.domain.budgets import BudgetStatus
 from service.domain.errors import InvalidInputError
-from service.domain.ingest import BudgetLimits
+from service.domain.ingest import BudgetLimits, DatasetSpec
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["datasets"])
 
@@ -140,33 +140,32 @@ async def create_dataset(
     audit_context: AuditContextDep,
 ) -> DatasetRead:
     principal.require_site()
+    limits = BudgetLimits(
+        max_epsilon=settings.max_budget_epsilon, max_delta=settings.max_budget_delta
+    )
+
+    def prepare(text: str) -> DatasetSpec:
+        return _parse_spec(text).to_domain(limits)
+
+    def store(spec: DatasetSpec, source: IO[bytes]) -> Dataset:
+        return datasets.create_dataset(
+            uow, actor=principal, spec=spec, source=source, context=audit_context
+        )
+
     try:
-        upload = await receive_upload(
+        # The file is parsed while it arrives when the spec part comes first.
+        dataset = await process_upload(
             content_type=request.headers.get("content-type"),
             content_length=request.headers.get("content-length"),
             chunks=request.stream(),
             max_bytes=settings.max_request_bytes,
+            prepare=prepare,
+            process=store,
         )
     except UploadRejectedError as exc:
         if exc.status == 422:
             raise InvalidUploadError(exc.detail) from None
         raise StarletteHTTPException(exc.status, detail=exc.detail) from None
-    try:
-        spec = _parse_spec(upload.spec).to_domain(
-            BudgetLimits(
-                max_epsilon=settings.max_budget_epsilon, max_delta=settings.max_budget_delta
-            )
-        )
-        dataset = await run_in_threadpool(
-            datasets.create_dataset,
-            uow,
-            actor=principal,
-            spec=spec,
-            source=upload.file,
-            context=audit_context,
-        )
-    finally:
-        upload.file.close()
     return _read(dataset)
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, cast
 
@@ -15,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from service.api.uploads import UploadAbortedError, UploadRejectedError, _Pipe, process_upload
 from service.domain import ingest as ingest_module
 from service.domain.ingest import (
     BudgetLimits,
@@ -863,3 +866,230 @@ def test_a_file_without_header_row_does_not_echo_its_first_record() -> None:
     assert "SECRET" not in exc.detail
     assert "41" not in exc.detail
     assert "header row" in exc.detail
+
+
+# ---- uploads parsed while they arrive (service.api.uploads) ---------------------------------
+
+BOUNDARY = "privfit-test-boundary"
+
+
+def _part(name: str, data: bytes, filename: str | None = None) -> bytes:
+    extra = f'; filename="{filename}"' if filename else ""
+    return (
+        f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"{extra}\r\n\r\n'.encode()
+        + data
+        + b"\r\n"
+    )
+
+
+def _body(*parts: bytes) -> bytes:
+    return b"".join(parts) + f"--{BOUNDARY}--\r\n".encode()
+
+
+SPEC_JSON = b'{"name": "toy"}'
+
+
+@dataclass
+class _Run:
+    """What ``process`` saw: its source, whether ingest returned (= the upload would be
+    stored), and the error it ended with."""
+
+    source: Any = None
+    seekable: bool | None = None
+    stored: bool = False
+    error: BaseException | None = None
+
+
+def _upload(
+    body: bytes | list[bytes],
+    *,
+    piece: int = 1000,
+    max_bytes: int = 1 << 30,
+    spec: DatasetSpec | None = None,
+    before_last: Callable[[], Any] | None = None,
+    fail_at: int | None = None,
+) -> tuple[_Run, Any]:
+    """``process_upload`` over ``body`` sent in pieces (of ``piece`` bytes, or as listed);
+    ``process`` ingests the file."""
+    run = _Run()
+
+    def prepare(text: str) -> DatasetSpec:
+        if text != SPEC_JSON.decode():
+            raise DatasetSpecError("invalid dataset spec: not the test spec")
+        return spec or _spec()
+
+    def process(prepared: DatasetSpec, source: IO[bytes]) -> IngestReport:
+        run.source = source
+        run.seekable = source.seekable()
+        try:
+            report = ingest(source, prepared, on_chunk=lambda _: None)
+        except BaseException as exc:
+            run.error = exc
+            raise
+        run.stored = True
+        return report
+
+    async def chunks() -> AsyncIterator[bytes]:
+        pieces = (
+            body
+            if isinstance(body, list)
+            else [body[i : i + piece] for i in range(0, len(body), piece)]
+        )
+        for k, data in enumerate(pieces):
+            if fail_at is not None and k == fail_at:
+                raise ConnectionResetError("the client went away")
+            if k == len(pieces) - 1 and before_last is not None:
+                await before_last()
+            yield data
+
+    async def main() -> Any:
+        return await process_upload(
+            content_type=f"multipart/form-data; boundary={BOUNDARY}",
+            content_length=None,
+            chunks=chunks(),
+            max_bytes=max_bytes,
+            prepare=prepare,
+            process=process,
+        )
+
+    try:
+        return run, asyncio.run(main())
+    except Exception as exc:
+        return run, exc
+
+
+def test_the_file_is_parsed_while_the_body_arrives() -> None:
+    rows = _random_rows(3000)
+    started = threading.Event()
+    original = ingest_module._Encoder.run
+
+    def run_and_signal(self: Any, task: Any) -> Any:
+        started.set()
+        return original(self, task)
+
+    async def wait_for_the_first_block() -> None:
+        # The last piece is held back until a worker has started on the file: the file was
+        # being parsed before the body was complete.
+        for _ in range(500):
+            if started.is_set():
+                return
+            await asyncio.sleep(0.01)
+        raise AssertionError("nothing was parsed before the body was complete")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ingest_module, "CSV_BLOCK_BYTES", 4096)
+        mp.setattr(ingest_module._Encoder, "run", run_and_signal)
+        body = _body(_part("spec", SPEC_JSON), _part("file", _csv(rows), "a.csv"))
+        run, report = _upload(body, before_last=wait_for_the_first_block)
+    assert isinstance(report, IngestReport), report
+    assert report.n_rows == 3000
+    assert run.stored
+    assert run.seekable is False  # the pipe, not a spooled file
+
+
+def test_a_file_sent_before_its_spec_is_spooled_then_read() -> None:
+    rows = _random_rows(500)
+    run, report = _upload(_body(_part("file", _csv(rows), "a.csv"), _part("spec", SPEC_JSON)))
+    assert isinstance(report, IngestReport), report
+    assert report.n_rows == 500
+    assert run.seekable is True
+
+
+async def _pause() -> None:
+    await asyncio.sleep(0.3)  # time enough for a reader that (wrongly) saw the end to store
+
+
+def _split_after_the_file(body: bytes) -> list[bytes]:
+    """The body in two pieces, the first ending with the boundary line after the file part,
+    so that the parser has seen the whole file before the second piece arrives."""
+    marker = b'name="file"'
+    cut = body.index(b"--" + BOUNDARY.encode() + b"\r\n", body.index(marker)) + len(BOUNDARY) + 4
+    return [body[:cut], body[cut:]]
+
+
+@pytest.mark.parametrize(
+    ("trailer", "status"),
+    [
+        (_part("extra", b"SECRET-TEXT-7731"), 422),  # an unexpected part after the file
+        (_part("file", b"x\n"), 422),  # a second file part
+        (b"--" + BOUNDARY.encode() + b"\r\nbroken", 400),  # cut short: no closing boundary
+    ],
+    ids=["extra-part", "second-file", "cut-short"],
+)
+def test_a_bad_body_after_a_complete_file_stores_nothing(trailer: bytes, status: int) -> None:
+    head = _part("spec", SPEC_JSON) + _part("file", _csv(_random_rows(2000)), "a.csv")
+    # The file is complete, then a pause, then the rest of the body, which is bad.
+    body = head + trailer if status == 400 else _body(head, trailer)
+    run, outcome = _upload(_split_after_the_file(body), before_last=_pause)
+    assert isinstance(outcome, UploadRejectedError)
+    assert outcome.status == status
+    assert "SECRET" not in outcome.detail
+    assert not run.stored
+    assert isinstance(run.error, UploadAbortedError)
+
+
+def test_the_size_limit_reached_after_the_file_stores_nothing() -> None:
+    head = _part("spec", SPEC_JSON) + _part("file", _csv(_random_rows(5000)), "a.csv")
+    pieces = _split_after_the_file(_body(head, _part("extra", b"x" * 100)))
+    run, outcome = _upload(pieces, max_bytes=len(pieces[0]) + 10, before_last=_pause)
+    assert isinstance(outcome, UploadRejectedError)
+    assert outcome.status == 413
+    assert not run.stored
+    assert isinstance(run.error, UploadAbortedError)
+
+
+def test_a_client_that_goes_away_stops_the_reader() -> None:
+    body = _body(_part("spec", SPEC_JSON), _part("file", _csv(_random_rows(5000)), "a.csv"))
+    run, outcome = _upload(body, fail_at=50)
+    assert isinstance(outcome, ConnectionResetError)
+    assert not run.stored
+    assert isinstance(run.error, UploadAbortedError)  # process has ended
+    assert not [t for t in threading.enumerate() if t.name.startswith("privfit-ingest")]
+
+
+def test_problems_keep_their_order_body_then_spec_then_file() -> None:
+    bad_csv = _csv(["SECRET-TEXT-7731,red,1,yes", *_random_rows(3000)])
+    trailer = _part("extra", b"x")
+    # A malformed file is found early, but the body's own problem is the one reported.
+    _, outcome = _upload(_body(_part("spec", SPEC_JSON), _part("file", bad_csv, "a"), trailer))
+    assert isinstance(outcome, UploadRejectedError)
+    assert outcome.status == 422
+    _, outcome = _upload(_body(_part("spec", SPEC_JSON), _part("file", bad_csv, "a")))
+    assert isinstance(outcome, DatasetFileError)
+    assert "numeric column 'age'" in outcome.detail
+    # An unusable spec: the body's problem first, then the spec's.
+    bad_spec = _part("spec", b"{}")
+    body = _body(bad_spec, _part("file", _csv(_random_rows(3000)), "a"))
+    _, outcome = _upload(body, max_bytes=len(body) - 1)
+    assert isinstance(outcome, UploadRejectedError)
+    assert outcome.status == 413
+    run, outcome = _upload(body)
+    assert isinstance(outcome, DatasetSpecError)
+    assert run.source is None  # the file went nowhere
+    _, outcome = _upload(_body(_part("spec", b"\xff\xfe"), _part("file", _csv(["1,red,1,yes"]))))
+    assert isinstance(outcome, UploadRejectedError)
+    assert outcome.detail == "the 'spec' part must be UTF-8 JSON"
+
+
+def test_the_pipe_holds_a_bounded_amount_and_waits_for_its_reader() -> None:
+    async def main() -> None:
+        pipe = _Pipe(capacity=10)
+        await pipe.put(memoryview(b"0123456789"))
+        blocked = asyncio.ensure_future(pipe.put(memoryview(b"abc")))
+        await asyncio.sleep(0.05)
+        assert not blocked.done()  # full: the sender waits
+        got = await asyncio.to_thread(pipe.read, 4)
+        assert got == b"0123"
+        await asyncio.wait_for(blocked, timeout=5)
+        pipe.finish()
+        assert await asyncio.to_thread(pipe.read, 100) == b"456789abc"
+        assert await asyncio.to_thread(pipe.read, 100) == b""
+        failed = _Pipe(capacity=10)
+        reader = asyncio.ensure_future(asyncio.to_thread(failed.read, 5))
+        await asyncio.sleep(0.05)
+        assert not reader.done()  # waits for 5 bytes (or the end)
+        failed.fail()
+        with pytest.raises(UploadAbortedError):
+            await asyncio.wait_for(reader, timeout=5)
+
+    asyncio.run(main())
