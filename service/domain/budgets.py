@@ -69,7 +69,8 @@ class DatasetDeletedError(ConflictError):
 
 class DatasetBudgetExhaustedError(BudgetExhaustedError):
     """A dataset's budget cannot cover a charge (409, type ``…/budget-exhausted``); carries the
-    remaining and requested ε and δ and the dataset's id."""
+    remaining and requested ε and δ and the dataset's id. ``limit`` says what was short: the
+    dataset's own budget, or a study's grant on it."""
 
     slug = "budget-exhausted"
 
@@ -82,6 +83,7 @@ class DatasetBudgetExhaustedError(BudgetExhaustedError):
         remaining_delta: float,
         requested_epsilon: float,
         requested_delta: float,
+        limit: str = "dataset",
     ) -> None:
         super().__init__(
             detail,
@@ -91,9 +93,10 @@ class DatasetBudgetExhaustedError(BudgetExhaustedError):
             requested_delta=requested_delta,
         )
         self.dataset_id = dataset_id
+        self.limit = limit
 
     def extensions(self) -> dict[str, Any]:
-        return {**super().extensions(), "dataset_id": self.dataset_id}
+        return {**super().extensions(), "dataset_id": self.dataset_id, "limit": self.limit}
 
 
 class DuplicateChargeError(ConflictError):
@@ -259,6 +262,7 @@ def _grant_shortfall(
         remaining_delta=rem_d,
         requested_epsilon=req_e,
         requested_delta=req_d,
+        limit="grant",
     )
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from service.domain.aggregations import run_aggregation_job
+from service.domain.federated import run_federated_job
 from service.domain.jobs import JobHandler
 
 __all__ = ["JOB_HANDLERS"]
 
 JOB_HANDLERS: Mapping[str, JobHandler] = {
     "aggregate": run_aggregation_job,
+    "federated": run_federated_job,
 }

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Request, Response, status
+from fastapi import APIRouter, Body, Header, Query, Request, Response, status
+from fastapi.responses import JSONResponse
 
 from service.api.deps import AuditContextDep, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
+from service.api.schemas.federated import FederatedFitCreate, FederatedQuoteRead
 from service.api.schemas.jobs import JobRead
 from service.api.schemas.studies import (
     AggregationCreate,
@@ -21,7 +23,7 @@ from service.api.schemas.studies import (
     StudyRead,
     TransferAggregationIn,
 )
-from service.domain import aggregations, jobs, studies
+from service.domain import aggregations, federated, jobs, studies
 from service.jobs.runner import JobRunner
 
 router = APIRouter(prefix=f"{API_V1}/studies", tags=["studies"])
@@ -186,7 +188,11 @@ def withdraw_contribution(
         "study's, with the regulariser (η/2)‖w − w₀‖² centred on the average w₀ of the "
         "`source_models` (default: all contributed), η = `transfer_strength`. ε is charged to "
         "the target dataset before any noise is drawn (409 when its budget cannot cover it); "
-        "a fit that then fails leaves the budget spent and the job `failed`.\n\n"
+        "a fit that then fails leaves the budget spent and the job `failed`. With "
+        "`feature_groups` (study feature names, or a categorical column for its whole block) "
+        "and optional public `importance` weights it is PST-H (seed 003, Alg. 4): PST-F on the "
+        "target with each group's model centred on the source restricted to that group, "
+        "released as a stacked model; ε in total is charged to the target.\n\n"
         "The privacy record lists each input's guarantee (uploaded classifiers' as declared "
         "claims), composes per dataset, and says plainly when an input has no DP guarantee. "
         "Models not contributed to this study, and stacked models, are 422."
@@ -257,4 +263,87 @@ def create_aggregation(
         )
     view = jobs.get_job(uow, job_id=job.id, actor=principal)
     response.headers["Location"] = f"{API_V1}/jobs/{job.id}"
+    return JobRead.from_view(view)
+
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=federated.MAX_IDEMPOTENCY_KEY_LENGTH,
+        description="Makes the request safe to retry: a request repeated with the same key "
+        "returns the first request's job and every dataset is charged once.",
+    ),
+]
+DryRun = Annotated[
+    bool,
+    Query(description="Only quote the per-dataset costs and the calibration (200)."),
+]
+
+
+@router.post(
+    "/{study_id}/federated-fits",
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Run a federated fit across granted datasets",
+    description=(
+        "Coordinator only (other members: 403). Runs a multiparty protocol across the datasets "
+        "the members granted to the study (`datasets`, default: all of them; at least two), "
+        "each site's local steps over its own rows only, and releases only the final model, "
+        "readable by every member.\n\n"
+        "* `noisy_average` (seed 000 §4.4.1, scenario 2): exact local fits that never leave "
+        "PrivFit, averaged, then one noise draw with β = K·min nᵢ·λ·ε/2. ε per dataset.\n"
+        "* `psgd` (Rajkumar & Agarwal): gradient descent on the sum of the sites' noisy "
+        "gradients (fresh ρₜ plus a fixed Gaussian share ηᵏ); (ε, δ) per dataset.\n"
+        "* `admm` with `perturbation` `none`, `dual` (DVP) or `primal` (PVP) (Zhang & Zhu): "
+        "sites on a graph (`topology` `complete` or `ring`, or an `adjacency`); the per-"
+        "iteration α is composed over the iterations, the tighter of basic and advanced "
+        "composition (at `delta_prime`).\n"
+        "* `distributed_lasso` (Li et al.): proximal steps on shared squared-loss gradients; "
+        "Gaussian noise on each shared gradient composed with zCDP, or, with `noise: false`, "
+        "not DP (only over datasets that allow non-private use).\n\n"
+        "Every dataset is charged its own cost (parallel composition), within its remaining "
+        "budget and the study's grant on it, all or none, before any noise is drawn: a "
+        "shortfall is a 409 naming the dataset. 202 with the job (kind `federated`); it reports "
+        "progress per round and honours `POST /v1/jobs/{id}/cancel`. `?dry_run=true` answers "
+        "200 with the per-dataset costs and the calibration, spending nothing."
+    ),
+    response_model=JobRead,
+    responses={
+        200: {"model": FederatedQuoteRead, "description": "Dry run: the quote; nothing spent."},
+        **problem_responses(401, 403, 404, 409, 413, 422),
+    },
+    openapi_extra=access("site"),
+)
+def create_federated_fit(
+    study_id: str,
+    body: FederatedFitCreate,
+    request: Request,
+    response: Response,
+    uow: UowDep,
+    principal: PrincipalDep,
+    audit_context: AuditContextDep,
+    idempotency_key: IdempotencyKey = None,
+    dry_run: DryRun = False,
+) -> JobRead | JSONResponse:
+    principal.require_site()
+    fit_request = body.to_domain()
+    if dry_run:
+        quote = federated.quote_federated_fit(
+            uow, study_id=study_id, request=fit_request, actor=principal
+        )
+        return JSONResponse(FederatedQuoteRead.from_quote(quote).model_dump(mode="json"))
+    runner: JobRunner = request.app.state.job_runner
+    submitted = federated.submit_federated_fit(
+        uow,
+        study_id=study_id,
+        request=fit_request,
+        actor=principal,
+        runner=runner,
+        context=audit_context,
+        idempotency_key=idempotency_key,
+    )
+    view = jobs.get_job(uow, job_id=submitted.job.id, actor=principal)
+    response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
+    if not submitted.created:
+        response.headers["Idempotent-Replayed"] = "true"
     return JobRead.from_view(view)

@@ -35,8 +35,8 @@ FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 #: Models one aggregation may combine.
 MAX_AGGREGATION_MODELS = 1_000
 #: Feature groups of one PST-H transfer, and names in one group.
-MAX_FEATURE_GROUPS = 1_000
-MAX_FEATURE_GROUP_SIZE = 10_000
+MAX_FEATURE_GROUPS = 32
+MAX_FEATURE_GROUP_SIZE = 512
 
 
 class StudySpecIn(RequestModel):
@@ -305,7 +305,7 @@ class TransferAggregationIn(RequestModel):
     feature_groups: (
         list[
             Annotated[
-                list[Annotated[StrictStr, Field(min_length=1, max_length=500)]],
+                list[Annotated[StrictStr, Field(min_length=1, max_length=200)]],
                 Field(min_length=1, max_length=MAX_FEATURE_GROUP_SIZE),
             ]
         ]

@@ -1,0 +1,795 @@
+"""Federated fits: a multiparty protocol across the datasets granted to a study (issue 6).
+
+The coordinator of a study asks for ``noisy_average``, ``psgd``, ``admm`` or
+``distributed_lasso`` over some of the datasets its members granted to the study
+(:mod:`service.domain.studies`); the protocol runs inside PrivFit, each site's local steps over
+that site's own rows only (:mod:`service.dp.federated`), and only the final model is released,
+to every member of the study.
+
+Order of a federated fit (the same ledger rules as a single fit, DESIGN §2):
+
+1. validate everything public with :func:`service.dp.federated.federated_calibrate` on the
+   granted datasets' public sizes: an unknown protocol, bad parameters, a dataset that is not
+   granted, a non-private protocol over a dataset that does not allow non-private use — each a
+   422 before anything is spent;
+2. one transaction: the queued job, and one charge per dataset of its own cost (parallel
+   composition: the datasets hold different people), each within the dataset's remaining budget
+   *and* the study's grant on it — all or none (:func:`service.domain.budgets.charge_many`); a
+   shortfall is a 409 naming the dataset; commit before any noise is drawn;
+3. the runner runs :func:`run_federated_job`. Progress is reported per round and a cancel is
+   honoured at the next round; a failure in any site's step fails the whole job and releases
+   nothing. The budget stays spent once the job has started; a job cancelled while queued is
+   refunded (dataset and grant alike).
+
+Granting a dataset to a study makes its row count visible to the study's coordinator and
+members: every protocol's calibration depends on the sites' sizes (public under replace-one
+neighbours), and the calibration is part of the released model's privacy record.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from service.db.base import utcnow
+from service.db.errors import IntegrityConflictError
+from service.db.models import Dataset, Job, Model, Study, StudyContribution, new_id
+from service.db.uow import UnitOfWork, UnitOfWorkFactory
+from service.domain import audit, budgets
+from service.domain.audit import AuditContext
+from service.domain.datasets import load_design
+from service.domain.errors import (
+    BudgetExhaustedError,
+    ConflictError,
+    InvalidInputError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+from service.domain.ids import looks_like_id
+from service.domain.jobs import ClaimedJob, JobContext, JobScheduler
+from service.domain.principal import Principal
+from service.domain.privacy_record import (
+    NEIGHBOURING,
+    RECORD_VERSION,
+    json_safe,
+    software_version,
+)
+from service.domain.randomness import Randomness
+from service.domain.studies import visible_study
+from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
+from service.dp.federated import (
+    FEDERATED_PROTOCOLS,
+    FederatedCalibration,
+    federated_calibrate,
+    federated_fit,
+)
+
+__all__ = [
+    "MAX_FEDERATED_DATASETS",
+    "MIN_FEDERATED_DATASETS",
+    "DatasetCost",
+    "FederatedQuote",
+    "FederatedRequest",
+    "SubmittedFederatedFit",
+    "federated_privacy_record",
+    "quote_federated_fit",
+    "run_federated_job",
+    "submit_federated_fit",
+]
+
+logger = logging.getLogger(__name__)
+
+MIN_FEDERATED_DATASETS: Final[int] = 2
+MAX_FEDERATED_DATASETS: Final[int] = 100
+MAX_IDEMPOTENCY_KEY_LENGTH: Final[int] = 200
+#: A placeholder ε used only to learn whether a protocol with these parameters is private
+#: when the request names no ε (a non-private protocol ignores ε).
+_PROBE_EPSILON: Final[float] = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class FederatedRequest:
+    """A federated fit as the coordinator asked for it (already well-formed)."""
+
+    protocol: str
+    epsilon: float | None
+    delta: float = 0.0
+    #: None: the protocol's own loss (``squared`` for the Lasso, ``logistic`` otherwise).
+    loss: str | None = None
+    regularization: float = 0.01
+    datasets: Sequence[str] | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    name: str | None = None
+
+    @property
+    def resolved_loss(self) -> str:
+        if self.loss is not None:
+            return self.loss
+        return "squared" if self.protocol == "distributed_lasso" else "logistic"
+
+    def to_params(self) -> dict[str, Any]:
+        """The JSON stored as the job's ``params`` (with the study and datasets added)."""
+        return {
+            "protocol": self.protocol,
+            "epsilon": None if self.epsilon is None else float(self.epsilon),
+            "delta": float(self.delta),
+            "loss": self.resolved_loss,
+            "regularization": float(self.regularization),
+            "params": json_safe(dict(self.params)),
+            "name": self.name,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetCost:
+    """One participating dataset: its owner, its cost and whether it can be paid (its own
+    budget, and the study's grant on it). No row count: the coordinator may not see one."""
+
+    dataset_id: str
+    site_id: str
+    epsilon: float
+    delta: float
+    dataset_sufficient: bool
+    #: Shown to the dataset's owner only (another site's budget is its own business).
+    remaining_epsilon: float | None
+    remaining_delta: float | None
+    grant_left_epsilon: float
+    grant_left_delta: float
+
+    @property
+    def affordable(self) -> bool:
+        return (
+            self.dataset_sufficient
+            and self.epsilon <= self.grant_left_epsilon
+            and self.delta <= self.grant_left_delta
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FederatedQuote:
+    """A dry run: per-dataset costs and the calibration; nothing is spent."""
+
+    protocol: str
+    private: bool
+    rounds: int
+    composition: str
+    calibration: dict[str, Any]
+    notes: tuple[str, ...]
+    costs: tuple[DatasetCost, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SubmittedFederatedFit:
+    """The job of a federated-fit request; ``created`` is False for an idempotent retry."""
+
+    job: Job
+    created: bool
+
+
+class ForeignBudgetExhaustedError(BudgetExhaustedError):
+    """Another site's dataset cannot pay its share (409 ``…/budget-exhausted``): names the
+    dataset and the request, not what the other site has left."""
+
+    slug = "budget-exhausted"
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        dataset_id: str,
+        requested_epsilon: float | None,
+        requested_delta: float | None,
+    ) -> None:
+        super().__init__(
+            detail,
+            remaining_epsilon=math.nan,
+            remaining_delta=math.nan,
+            requested_epsilon=requested_epsilon,
+            requested_delta=requested_delta,
+        )
+        self.dataset_id = dataset_id
+
+    def extensions(self) -> dict[str, Any]:
+        members = {k: v for k, v in super().extensions().items() if not k.startswith("remaining")}
+        return {**members, "dataset_id": self.dataset_id, "limit": "dataset"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Participant:
+    grant: StudyContribution
+    dataset: Dataset
+
+
+# --- checks that need no data ------------------------------------------------------------
+
+
+def _coordinated_study(uow: UnitOfWork, study_id: str, actor: Principal) -> Study:
+    site_id = actor.require_site()
+    study = visible_study(uow, study_id, actor)
+    if study.coordinator_site_id != site_id:
+        raise PermissionDeniedError("only the study's coordinator can run federated fits")
+    return study
+
+
+def _participants(
+    uow: UnitOfWork, study: Study, requested: Sequence[str] | None
+) -> list[_Participant]:
+    """The granted datasets taking part, in request order (default: grant order)."""
+    grants = {
+        c.dataset_id: c
+        for c in uow.studies.contributions(study.id)
+        if c.kind == "dataset" and c.dataset_id is not None
+    }
+    if requested is None:
+        ids = list(grants)
+    else:
+        ids = list(requested)
+        dupes = sorted({d for d in ids if ids.count(d) > 1})
+        if dupes:
+            raise InvalidInputError(
+                "a dataset is named more than once: " + ", ".join(map(repr, dupes)),
+                errors=[{"loc": ["body", "datasets"], "msg": "duplicate dataset ids"}],
+            )
+        missing = [i for i, d in enumerate(ids) if d not in grants]
+        if missing:
+            raise InvalidInputError(
+                "only datasets granted to this study can take part; not granted: "
+                + ", ".join(repr(ids[i]) for i in missing),
+                errors=[
+                    {"loc": ["body", "datasets", i], "msg": "not granted to this study"}
+                    for i in missing
+                ],
+            )
+    if len(ids) < MIN_FEDERATED_DATASETS:
+        raise InvalidInputError(
+            f"a federated fit needs at least {MIN_FEDERATED_DATASETS} granted datasets; "
+            f"this request has {len(ids)} (members grant datasets with "
+            "POST /v1/studies/{id}/contributions)",
+            errors=[{"loc": ["body", "datasets"], "msg": "too few granted datasets"}],
+        )
+    out: list[_Participant] = []
+    for dataset_id in ids:
+        dataset = uow.datasets.get(dataset_id)
+        if dataset is None:  # pragma: no cover - the foreign key keeps granted datasets
+            raise NotFoundError("dataset")
+        if dataset.deleted_at is not None:
+            raise budgets.DatasetDeletedError(
+                f"dataset {dataset_id} was deleted; it can no longer take part in a fit"
+            )
+        out.append(_Participant(grant=grants[dataset_id], dataset=dataset))
+    return out
+
+
+def _calibrate(
+    request: FederatedRequest, participants: Sequence[_Participant]
+) -> FederatedCalibration:
+    if request.protocol not in FEDERATED_PROTOCOLS:
+        raise InvalidInputError(
+            f"unknown protocol {request.protocol!r}; choose one of "
+            + ", ".join(FEDERATED_PROTOCOLS),
+            errors=[{"loc": ["body", "protocol"], "msg": "unknown protocol"}],
+        )
+    d = {int(p.dataset.n_features) for p in participants}
+    if len(d) != 1:  # pragma: no cover - grants match the study's spec, hence its width
+        raise InvalidInputError("the granted datasets encode different numbers of features")
+    try:
+        calibration = federated_calibrate(
+            request.protocol,
+            site_sizes=[int(p.dataset.n_rows) for p in participants],
+            d=d.pop(),
+            epsilon=_PROBE_EPSILON if request.epsilon is None else request.epsilon,
+            delta=request.delta,
+            loss=request.resolved_loss,
+            regularization=request.regularization,
+            **dict(request.params),
+        )
+    except (ValueError, TypeError) as exc:
+        raise InvalidInputError(
+            f"invalid federated-fit parameters: {exc}",
+            errors=[{"loc": ["body"], "msg": str(exc)}],
+        ) from exc
+    if calibration.private and request.epsilon is None:
+        raise InvalidInputError(
+            f"epsilon is required: {request.protocol} with these parameters is private",
+            errors=[{"loc": ["body", "epsilon"], "msg": "required for a private protocol"}],
+        )
+    if not calibration.private:
+        refusing = [p.dataset.id for p in participants if not p.dataset.allow_non_private]
+        if refusing:
+            raise InvalidInputError(
+                f"{request.protocol} with these parameters is not differentially private; it "
+                "may only run over datasets uploaded with allow_non_private, and these were "
+                "not: " + ", ".join(refusing),
+                errors=[{"loc": ["body", "datasets"], "msg": "non-private use not allowed"}],
+            )
+    return calibration
+
+
+def _costs(
+    calibration: FederatedCalibration, participants: Sequence[_Participant]
+) -> list[tuple[float, float]]:
+    """(ε, δ) to charge each dataset: nothing when the protocol claims no privacy, else the
+    largest per-dataset cost, charged to every dataset.
+
+    The protocols spend the same on every dataset except ``noisy_average``, whose noise is
+    calibrated to the smallest site: site i is protected at ε·min nₖ/nᵢ ≤ ε. Charging every
+    site ε (an upper bound of its spend) keeps the charges, which the coordinator sees, from
+    revealing the sites' relative sizes (DESIGN §2: no row counts of another site's dataset).
+    """
+    if not calibration.private:
+        return [(0.0, 0.0)] * len(participants)
+    epsilon = max(float(c.epsilon) for c in calibration.site_costs)
+    delta = max(float(c.delta) for c in calibration.site_costs)
+    return [(epsilon, delta)] * len(participants)
+
+
+def _check_request(request: FederatedRequest) -> None:
+    if request.datasets is not None and len(request.datasets) > MAX_FEDERATED_DATASETS:
+        raise InvalidInputError(f"at most {MAX_FEDERATED_DATASETS} datasets may take part")
+    for dataset_id in request.datasets or ():
+        if not looks_like_id(dataset_id):
+            raise InvalidInputError(
+                f"only datasets granted to this study can take part; not granted: {dataset_id!r}",
+                errors=[{"loc": ["body", "datasets"], "msg": "not granted to this study"}],
+            )
+
+
+#: Calibration numbers that depend on no site's size, per protocol: only these are shown to
+#: the coordinator and stored in the record every member reads. β of the noisy average
+#: (∝ min nᵢ), PSGD's ε̃, Δ and σ* (functions of N = Σ nᵢ), ADMM's per-site κ, ᾱ, Φ, ζ (of each
+#: Bₚ) and every per-site entry would reveal row counts of other sites' datasets.
+_PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
+    "noisy_average": frozenset(
+        {"protocol", "K", "d", "epsilon", "delta", "loss", "lipschitz", "regularization", "noise"}
+    ),
+    "psgd": frozenset(
+        {
+            "protocol",
+            "K",
+            "d",
+            "epsilon",
+            "delta",
+            "loss",
+            "c",
+            "lipschitz",
+            "regularization",
+            "chi2_quantile",
+            "beta",
+            "expected_round_noise_norm_per_site",
+            "iterations",
+            "step_size",
+            "averaging_from",
+        }
+    ),
+    "admm": frozenset(
+        {
+            "protocol",
+            "perturbation",
+            "K",
+            "d",
+            "loss",
+            "c",
+            "lipschitz",
+            "regularization",
+            "penalty",
+            "penalty_default",
+            "iterations",
+            "neighbours",
+            "epsilon",
+            "delta",
+            "alpha",
+            "composition_method",
+            "basic_total",
+            "advanced_total",
+            "delta_prime",
+        }
+    ),
+    "distributed_lasso": frozenset(
+        {
+            "protocol",
+            "K",
+            "d",
+            "loss",
+            "l1",
+            "iterations",
+            "step_size",
+            "accelerated",
+            "noise",
+            "epsilon",
+            "delta",
+            "clip",
+            "sensitivity",
+            "zcdp_conversion",
+            "rho_per_round",
+            "rho_total",
+            "sigma",
+            "epsilon_spent",
+            "epsilon_bun_steinke",
+            "expected_noise_norm_per_site",
+        }
+    ),
+}
+_HIDDEN_NOTE: Final[str] = (
+    "numbers that depend on the sites' row counts are not shown (DESIGN §2: no row counts of "
+    "another site's dataset)"
+)
+
+
+def public_calibration(calibration: FederatedCalibration) -> dict[str, Any]:
+    """The calibration as the coordinator and the members may see it."""
+    allowed = _PUBLIC_CALIBRATION.get(calibration.protocol, frozenset())
+    shown = {k: v for k, v in calibration.details.items() if k in allowed}
+    return json_safe({**shown, "note": _HIDDEN_NOTE})  # type: ignore[no-any-return]
+
+
+def public_composition(calibration: FederatedCalibration) -> str:
+    """How each dataset's cost arises, in words that reveal no site's size."""
+    if not calibration.private:
+        return (
+            f"{calibration.protocol} with these parameters adds no calibrated noise: no "
+            "differential privacy, nothing charged"
+        )
+    if calibration.protocol == "noisy_average":
+        return (
+            "one release: the average of the K exact local minimisers plus noise ∝ exp(−β‖b‖) "
+            "with β = K·min nᵢ·λ·ε/2; the average moves by at most 2/(K nᵢ λ) when one record "
+            "of site i changes, so every dataset is protected at ε or better (the smallest at "
+            "exactly ε), and every dataset is charged ε"
+        )
+    if calibration.protocol == "psgd":
+        return (
+            "(ε, δ) per dataset for the released model (Rajkumar & Agarwal 2012, Thm 4.2): the "
+            "sites' fixed Gaussian shares sum to the noise of Gaussian objective perturbation "
+            "on the union of the datasets (Thm 4.1, σ* from the χ²_d condition with ε̃ and Δ "
+            f"from computeSlack with e^(ε/4)); {calibration.rounds} rounds whose sums never "
+            "leave PrivFit"
+        )
+    # ADMM's and the Lasso's statements name only public numbers (α, T, σ, ρ).
+    return calibration.composition
+
+
+# --- quote and submit ----------------------------------------------------------------------
+
+
+def quote_federated_fit(
+    uow: UnitOfWork, *, study_id: str, request: FederatedRequest, actor: Principal
+) -> FederatedQuote:
+    """The dry run: per-dataset costs, calibration and what each dataset has left."""
+    _check_request(request)
+    with uow:
+        study = _coordinated_study(uow, study_id, actor)
+        participants = _participants(uow, study, request.datasets)
+        calibration = _calibrate(request, participants)
+        costs: list[DatasetCost] = []
+        for p, (eps, dlt) in zip(participants, _costs(calibration, participants), strict=True):
+            remaining_e, remaining_d = budgets.remaining(p.dataset)
+            own = p.dataset.owner_site_id == actor.site_id
+            costs.append(
+                DatasetCost(
+                    dataset_id=p.dataset.id,
+                    site_id=p.dataset.owner_site_id,
+                    epsilon=eps,
+                    delta=dlt,
+                    dataset_sufficient=eps <= remaining_e and dlt <= remaining_d,
+                    remaining_epsilon=remaining_e if own else None,
+                    remaining_delta=remaining_d if own else None,
+                    grant_left_epsilon=from_units(
+                        int(p.grant.epsilon_cap_units or 0) - p.grant.epsilon_spent_units,
+                        EPSILON_UNIT,
+                    ),
+                    grant_left_delta=from_units(
+                        int(p.grant.delta_cap_units or 0) - p.grant.delta_spent_units,
+                        DELTA_UNIT,
+                    ),
+                )
+            )
+    return FederatedQuote(
+        protocol=calibration.protocol,
+        private=calibration.private,
+        rounds=int(calibration.rounds),
+        composition=public_composition(calibration),
+        calibration=public_calibration(calibration),
+        notes=tuple(calibration.notes),
+        costs=tuple(costs),
+    )
+
+
+def _job_params(
+    request: FederatedRequest, study: Study, participants: Sequence[_Participant]
+) -> dict[str, Any]:
+    return {
+        **request.to_params(),
+        "study_id": study.id,
+        "datasets": [p.dataset.id for p in participants],
+    }
+
+
+def _existing(
+    uow: UnitOfWork, *, owner: str, key: str, params: Mapping[str, Any] | None
+) -> Job | None:
+    job = uow.jobs.get_by_idempotency_key(owner_site_id=owner, idempotency_key=key)
+    if job is not None and (
+        job.kind != "federated" or (params is not None and dict(job.params) != dict(params))
+    ):
+        raise InvalidInputError(
+            "this Idempotency-Key was already used for a different request",
+            errors=[{"loc": ["header", "Idempotency-Key"], "msg": "key reused"}],
+        )
+    return job
+
+
+def _charge_all(
+    uow: UnitOfWork,
+    actor: Principal,
+    participants: Sequence[_Participant],
+    requests: Sequence[budgets.ChargeRequest],
+) -> None:
+    """:func:`budgets.charge_many`, with another site's remaining budget left out of the 409."""
+    try:
+        budgets.charge_many(uow, requests)
+    except budgets.DatasetBudgetExhaustedError as exc:
+        owners = {p.dataset.id: p.dataset.owner_site_id for p in participants}
+        if exc.limit != "dataset" or owners.get(exc.dataset_id) == actor.site_id:
+            raise
+        raise ForeignBudgetExhaustedError(
+            f"the privacy budget of dataset {exc.dataset_id} (another site's) cannot cover "
+            f"its cost in this federated fit: requested ε={exc.requested_epsilon!r}, "
+            f"δ={exc.requested_delta!r}. Nothing was charged to any dataset.",
+            dataset_id=exc.dataset_id,
+            requested_epsilon=exc.requested_epsilon,
+            requested_delta=exc.requested_delta,
+        ) from None
+
+
+def submit_federated_fit(
+    uow: UnitOfWork,
+    *,
+    study_id: str,
+    request: FederatedRequest,
+    actor: Principal,
+    runner: JobScheduler,
+    context: AuditContext,
+    idempotency_key: str | None = None,
+) -> SubmittedFederatedFit:
+    """Validate, charge every dataset (all or none) and enqueue (see the module docstring)."""
+    owner = actor.require_site()
+    _check_request(request)
+    if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_LENGTH):
+        raise InvalidInputError(
+            f"Idempotency-Key must have 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
+            errors=[{"loc": ["header", "Idempotency-Key"], "msg": "bad length"}],
+        )
+    job_id = new_id()
+    try:
+        with uow:
+            study = _coordinated_study(uow, study_id, actor)
+            participants = _participants(uow, study, request.datasets)
+            params = _job_params(request, study, participants)
+            if idempotency_key is not None:
+                found = _existing(uow, owner=owner, key=idempotency_key, params=params)
+                if found is not None:
+                    return SubmittedFederatedFit(job=found, created=False)
+            calibration = _calibrate(request, participants)
+            costs = _costs(calibration, participants)
+            job = uow.jobs.add(
+                Job(
+                    id=job_id,
+                    owner_site_id=owner,
+                    kind="federated",
+                    dataset_id=None,
+                    params=json_safe(params),
+                    status="queued",
+                    idempotency_key=idempotency_key,
+                )
+            )
+            _charge_all(
+                uow,
+                actor,
+                participants,
+                [
+                    budgets.ChargeRequest(
+                        dataset_id=p.dataset.id,
+                        epsilon=eps,
+                        delta=dlt,
+                        mechanism=f"federated_{request.protocol}",
+                        job_id=job_id,
+                        grant_id=p.grant.id,
+                    )
+                    for p, (eps, dlt) in zip(participants, costs, strict=True)
+                ],
+            )
+            uow.studies.mark_used([p.grant.id for p in participants], at=utcnow())
+            audit.record(
+                uow,
+                action="study.federated_fit_submitted",
+                actor=actor,
+                context=context,
+                subject_type="study",
+                subject_id=study.id,
+                details={
+                    "job_id": job_id,
+                    "protocol": request.protocol,
+                    "datasets": [p.dataset.id for p in participants],
+                },
+            )
+            uow.commit()  # every charge is committed before any noise is drawn
+    except IntegrityConflictError:
+        if idempotency_key is None:
+            raise
+        # A concurrent request with the same key committed first: return its job.
+        with uow:
+            found = _existing(uow, owner=owner, key=idempotency_key, params=None)
+        if found is None:
+            raise ConflictError(
+                "a request with this Idempotency-Key is being processed; retry"
+            ) from None
+        return SubmittedFederatedFit(job=found, created=False)
+    try:
+        runner.submit(job_id)
+    except Exception:
+        logger.exception("job %s stays queued: the runner did not accept it", job_id)
+    return SubmittedFederatedFit(job=job, created=True)
+
+
+# --- the worker ------------------------------------------------------------------------------
+
+
+def federated_privacy_record(
+    calibration: FederatedCalibration,
+    *,
+    datasets: Sequence[Mapping[str, Any]],
+    randomness: Randomness,
+    job_id: str,
+    study_id: str,
+    version: str | None = None,
+) -> dict[str, Any]:
+    """The record of a federated model: each dataset's own (ε, δ) (parallel across datasets),
+    the protocol's calibration and assumptions, and a plain "no DP" for non-private runs.
+
+    ``datasets``: ``{"id", "site_id"}`` per participating dataset, in the protocol's site
+    order (the order of ``calibration.site_costs``).
+    """
+    private = calibration.private
+    seeded = "" if randomness.seed is None else " (test seed: not private in practice)"
+    entries: list[dict[str, Any]] = []
+    charged_epsilon = max(float(c.epsilon) for c in calibration.site_costs)
+    charged_delta = max(float(c.delta) for c in calibration.site_costs)
+    for d in datasets:
+        eps = charged_epsilon if private else None
+        dlt = charged_delta if private else 0.0
+        entries.append(
+            {
+                "id": d["id"],
+                "site_id": d["site_id"],
+                "epsilon": eps,
+                "delta": dlt,
+                "charged_by_this_job": {"epsilon": eps or 0.0, "delta": dlt},
+                "guarantee": "differential_privacy" if private else "none",
+                "verified": True,
+            }
+        )
+    if private:
+        statement = (
+            "; ".join(
+                f"({e['epsilon']:g}, {e['delta']:g})-differential privacy for one row of "
+                f"dataset {e['id']}"
+                for e in entries
+            )
+            + seeded
+        )
+        epsilon: float | None = max(float(e["epsilon"]) for e in entries)
+        delta = max(float(e["delta"]) for e in entries)
+    else:
+        statement = (
+            f"no differential privacy: {calibration.protocol} with these parameters shares "
+            "exact statistics of the sites' data between its rounds and releases its result "
+            "without calibrated noise"
+        )
+        epsilon, delta = None, 0.0
+    record: dict[str, Any] = {
+        "version": RECORD_VERSION,
+        "kind": "federated",
+        "protocol": calibration.protocol,
+        "verified": True,
+        "guarantee": "differential_privacy" if private else "none",
+        "statement": statement,
+        "mechanism": calibration.protocol,
+        "epsilon": epsilon,
+        "delta": delta,
+        "unit": {
+            "record": "row",
+            "neighbouring": NEIGHBOURING,
+            "description": "one row of each participating dataset",
+        },
+        "datasets": entries,
+        "calibration": public_calibration(calibration),
+        "rounds": int(calibration.rounds),
+        "assumptions": list(calibration.notes),
+        "released": "only this final model: no site's local model, shared statistic or "
+        "intermediate iterate leaves PrivFit",
+        "composition": {
+            "within_job": public_composition(calibration),
+            "across_datasets": "parallel: the datasets hold different people, so each is "
+            "charged its own cost (the figures above), not their sum",
+            "across_jobs": (
+                "basic sequential composition on each dataset's budget ledger and on the "
+                "study's grant: this job's costs were charged and committed before any noise "
+                "was drawn"
+                if private
+                else "not applicable: no privacy was claimed"
+            ),
+        },
+        "randomness": randomness.describe(),
+        "study_id": study_id,
+        "software": {"name": "privfit", "version": version or software_version()},
+        "job_id": job_id,
+    }
+    return json_safe(record)  # type: ignore[no-any-return]
+
+
+def run_federated_job(
+    uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext
+) -> Model:
+    """Run the protocol over the granted datasets and return the final model.
+
+    Each site's design is read from its own stored dataset and handed to the protocol as a
+    separate site; the protocol's site steps see only their own rows. Any exception (a site's
+    step, a deleted dataset, a solver that does not converge, a cancel) propagates, so the
+    job fails or is cancelled with nothing released.
+    """
+    params = job.params
+    study_id = str(params["study_id"])
+    dataset_ids = [str(d) for d in params["datasets"]]
+    with uow_factory() as uow:
+        study = uow.studies.get(study_id)
+        if study is None:
+            raise NotFoundError("study")
+        owners: list[dict[str, Any]] = []
+        for dataset_id in dataset_ids:
+            dataset = uow.datasets.get(dataset_id)
+            if dataset is None or dataset.deleted_at is not None:
+                raise NotFoundError("dataset")
+            owners.append({"id": dataset.id, "site_id": dataset.owner_site_id})
+        feature_names = list(study.feature_names)
+        preprocessing = dict(study.preprocessing)
+        label = dict(study.spec.get("label") or {})
+    context.progress(0.0)
+    sites = [load_design(uow_factory, dataset_id) for dataset_id in dataset_ids]
+    epsilon = params.get("epsilon")
+    result = federated_fit(
+        sites,
+        str(params["protocol"]),
+        epsilon=_PROBE_EPSILON if epsilon is None else float(epsilon),
+        delta=float(params["delta"]),
+        loss=str(params["loss"]),
+        regularization=float(params["regularization"]),
+        rng=context.randomness.generator(),
+        progress=context.progress,
+        **dict(params.get("params") or {}),
+    )
+    record = federated_privacy_record(
+        result.calibration,
+        datasets=owners,
+        randomness=context.randomness,
+        job_id=job.id,
+        study_id=study_id,
+    )
+    return Model(
+        id=new_id(),
+        owner_site_id=job.owner_site_id,
+        name=params.get("name"),
+        source="federated",
+        mechanism=result.protocol,
+        loss=str(params["loss"]),
+        feature_names=feature_names,
+        preprocessing=preprocessing,
+        body=json_safe(result.model.to_dict()),
+        label=label,
+        privacy=record,
+        dataset_id=None,
+        job_id=job.id,
+        study_id=study_id,
+    )
