@@ -13,8 +13,11 @@ bounds and some undeclared categories, plus the label; the columns and categorie
 * ``uvicorn``: the same through a real server on 127.0.0.1 (``privfit``'s app under uvicorn,
   one worker), the client streaming the file with httpx.
 
-Each upload is deleted after it is timed (the deletion is not timed). The ratio upload/read_csv
-is printed; the issue's target is ≤ 1.5. Run from the repository root::
+``read_csv`` is timed again right before every upload, and each column is the best of its
+runs, so a machine busy with other work slows both sides alike. Each upload is deleted after it
+is timed (the deletion is not timed). The ratio upload/read_csv is printed, with the server's
+peak resident memory in the uvicorn mode (``VmHWM``, Linux); the issue's target is ≤ 1.5. Run
+from the repository root::
 
     .venv/bin/python -m benchmarks.bench_upload                 # 50 and 200 MB, SQLite
     .venv/bin/python -m benchmarks.bench_upload --sizes 20 --repeats 1
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import os
 import socket
@@ -33,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,10 +101,6 @@ def synthetic_csv(megabytes: float, spec: dict[str, Any]) -> Path:
     return path
 
 
-def best_of(repeats: int, run: Callable[[], float]) -> float:
-    return min(run() for _ in range(repeats))
-
-
 def time_read_csv(path: Path) -> float:
     started = time.perf_counter()
     pacsv.read_csv(path)
@@ -123,8 +121,11 @@ def migrated_sqlite(tmp: Path) -> str:
     return url
 
 
-def bench_testclient(path: Path, database_url: str, repeats: int) -> tuple[float, int]:
-    """Best upload time through the in-process app, and the stored row count."""
+def bench_testclient(
+    path: Path, database_url: str, repeats: int, baseline: list[float]
+) -> tuple[float, int]:
+    """Best upload time through the in-process app, and the stored row count; ``read_csv``
+    is timed before each upload into ``baseline``."""
     from fastapi.testclient import TestClient
 
     from service.main import create_app
@@ -144,6 +145,7 @@ def bench_testclient(path: Path, database_url: str, repeats: int) -> tuple[float
         made.raise_for_status()
         site = {"Authorization": f"Bearer {made.json()['key']['api_key']}"}
         for _ in range(repeats):
+            baseline.append(time_read_csv(path))
             started = time.perf_counter()
             with path.open("rb") as fh:
                 response = client.post(
@@ -169,6 +171,27 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def uvicorn_server(database_url: str, extra_env: dict[str, str] | None = None) -> Iterator[str]:
     """``uvicorn service.main:app`` on 127.0.0.1 in a child process; yields its base URL."""
+    with uvicorn_process(database_url, extra_env) as (base, _):
+        yield base
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    """The peak resident memory of a process (``VmHWM``), in MB; None off Linux."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024 / 1e6
+    return None
+
+
+@contextlib.contextmanager
+def uvicorn_process(
+    database_url: str, extra_env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """:func:`uvicorn_server`, yielding the child process too."""
     port = _free_port()
     env = {
         **os.environ,
@@ -206,22 +229,29 @@ def uvicorn_server(database_url: str, extra_env: dict[str, str] | None = None) -
             if time.monotonic() > deadline or process.poll() is not None:
                 raise RuntimeError("uvicorn did not start")
             time.sleep(0.2)
-        yield base
+        yield base, process
     finally:
         process.terminate()
         process.wait(timeout=30)
 
 
-def bench_uvicorn(path: Path, database_url: str, repeats: int) -> float:
-    """Best upload time through uvicorn, the client streaming the file."""
+def bench_uvicorn(
+    path: Path, database_url: str, repeats: int, baseline: list[float]
+) -> tuple[float, float | None]:
+    """Best upload time through uvicorn, the client streaming the file, and the server's peak
+    resident memory (MB); ``read_csv`` is timed before each upload into ``baseline``."""
     spec = _upload_spec()
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
     times: list[float] = []
-    with uvicorn_server(database_url) as base, httpx.Client(base_url=base, timeout=600) as client:
+    with (
+        uvicorn_process(database_url) as (base, process),
+        httpx.Client(base_url=base, timeout=600) as client,
+    ):
         made = client.post("/v1/sites", json={"name": f"bench-{time.time_ns()}"}, headers=admin)
         made.raise_for_status()
         site = {"Authorization": f"Bearer {made.json()['key']['api_key']}"}
         for _ in range(repeats):
+            baseline.append(time_read_csv(path))
             started = time.perf_counter()
             with path.open("rb") as fh:
                 response = client.post(
@@ -234,7 +264,8 @@ def bench_uvicorn(path: Path, database_url: str, repeats: int) -> float:
             if response.status_code != 201:
                 raise RuntimeError(f"upload failed: {response.status_code} {response.text}")
             client.delete(f"/v1/datasets/{response.json()['id']}", headers=site)
-    return min(times)
+        peak = peak_rss_mb(process.pid)
+    return min(times), peak
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -252,26 +283,33 @@ def main(argv: list[str] | None = None) -> None:
     spec = load_spec()
     print(f"# Upload benchmark ({os.cpu_count()} cores, best of {args.repeats})")
     print()
-    print("| CSV | rows | read_csv (s) | mode | upload (s) | MB/s | upload / read_csv |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| CSV | rows | read_csv (s) | mode | upload (s) | MB/s | upload / read_csv "
+        "| server peak RSS |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         database_url = args.database_url or migrated_sqlite(Path(tmp))
         for size in (float(s) for s in args.sizes.split(",")):
             path = synthetic_csv(size, spec)
             megabytes = path.stat().st_size / 1e6
-            baseline = best_of(args.repeats, functools.partial(time_read_csv, path))
             rows = pacsv.read_csv(path).num_rows
-            results: list[tuple[str, float]] = []
+            results: list[tuple[str, float, list[float], float | None]] = []
             if "testclient" in modes:
-                seconds, stored = bench_testclient(path, database_url, args.repeats)
+                runs: list[float] = []
+                seconds, stored = bench_testclient(path, database_url, args.repeats, runs)
                 assert stored == rows, (stored, rows)
-                results.append(("testclient", seconds))
+                results.append(("testclient", seconds, runs, None))
             if "uvicorn" in modes:
-                results.append(("uvicorn", bench_uvicorn(path, database_url, args.repeats)))
-            for mode, seconds in results:
+                runs = []
+                seconds, peak = bench_uvicorn(path, database_url, args.repeats, runs)
+                results.append(("uvicorn", seconds, runs, peak))
+            for mode, seconds, runs, peak in results:
+                baseline = min(runs)
+                memory = "–" if peak is None else f"{peak:.0f} MB"
                 print(
                     f"| {megabytes:.0f} MB | {rows:,} | {baseline:.2f} | {mode} | {seconds:.2f} "
-                    f"| {megabytes / seconds:.0f} | {seconds / baseline:.2f}× |",
+                    f"| {megabytes / seconds:.0f} | {seconds / baseline:.2f}× | {memory} |",
                     flush=True,
                 )
 
