@@ -8,8 +8,9 @@ mechanism, ``--repeats`` times and alternating the two contenders:
 * ``library``: ``service.dp.fit(X, y, mechanism, ...)`` on the design matrix the service
   itself fits on (read back from the database with ``service.domain.datasets.load_design``),
   noise from the OS CSPRNG as in the service;
-* ``http``: ``POST /v1/datasets/{id}/fits`` then ``GET /v1/jobs/{id}`` every
-  ``--poll-ms`` until the job has succeeded (``--transport testclient``: the app in this
+* ``http``: ``POST /v1/datasets/{id}/fits`` then ``GET /v1/jobs/{id}?wait=30`` (a long poll
+  that answers when the job ends; ``--no-long-poll``: a plain GET every ``--poll-ms``) until
+  the job has succeeded (``--transport testclient``: the app in this
   process through ``fastapi.testclient``; ``uvicorn``: a real server on 127.0.0.1 in a child
   process, the client using httpx over TCP): validation and charging the ledger, queueing,
   the worker claiming the job, reading the dataset, the fit, storing the model and its
@@ -133,6 +134,8 @@ def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 if response.status_code != 202:
                     raise RuntimeError(f"fit refused: {response.status_code} {response.text}")
                 job_url = response.headers["Location"]
+                if args.long_poll:
+                    job_url += "?wait=30"
                 while True:
                     job = client.get(job_url, headers=site).json()
                     if job["status"] == "succeeded":
@@ -170,6 +173,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runner", choices=("process", "thread"), default="process")
     parser.add_argument("--transport", choices=("testclient", "uvicorn"), default="testclient")
     parser.add_argument("--poll-ms", type=float, default=2.0)
+    parser.add_argument(
+        "--long-poll",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="wait with GET /v1/jobs/{id}?wait=30 (default) instead of polling every --poll-ms",
+    )
     parser.add_argument("--threads", type=int, default=1, help="native threads; 0 = default")
     parser.add_argument("--database-url", default=None, help="default: a fresh SQLite file")
     parser.add_argument("--quick", action="store_true", help="3 repeats")
@@ -183,7 +192,8 @@ def main(argv: list[str] | None = None) -> None:
             os.environ[var] = str(threads)
     _controller = limit_threads(threads)
     print(environment(threads))
-    print(f"runner: {args.runner}, {args.transport}; load average before: {load_average()}")
+    mode = "long poll (?wait=30)" if args.long_poll else f"polling every {args.poll_ms:g} ms"
+    print(f"runner: {args.runner}, {args.transport}, {mode}; load average before: {load_average()}")
     rows = _run(args)
     print(f"load average after: {load_average()}\n")
     print(
@@ -197,7 +207,12 @@ def main(argv: list[str] | None = None) -> None:
     )
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / f"fit_job_{args.runner}_{args.transport}.json"
-    payload = {"runner": args.runner, "transport": args.transport, "rows": rows}
+    payload = {
+        "runner": args.runner,
+        "transport": args.transport,
+        "long_poll": args.long_poll,
+        "rows": rows,
+    }
     out.write_text(json.dumps(payload, indent=2))
     print(f"\nwrote {out.relative_to(ROOT)}")
 

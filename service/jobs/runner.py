@@ -147,6 +147,7 @@ class PoolJobRunner:
         self._pending: dict[Future[object], tuple[str, Executor]] = {}
         self._closed = False
         self._resubmits: dict[str, int] = {}
+        self._listeners: dict[str, list[Callable[[], None]]] = {}
 
     # -- lifecycle --
 
@@ -190,6 +191,17 @@ class PoolJobRunner:
             self._pending[future] = (job_id, self._executor)
         future.add_done_callback(self._done)
 
+    def notify_when_done(self, job_id: str, callback: Callable[[], None]) -> bool:
+        """Call ``callback`` (from a pool thread) once this runner's execution of ``job_id``
+        has ended, whatever its outcome; False, and no call, when this runner is not running
+        the job (already finished, or run elsewhere). For long polls: the caller re-reads the
+        job's status in the database afterwards."""
+        with self._lock:
+            if not any(job == job_id for job, _ in self._pending.values()):
+                return False
+            self._listeners.setdefault(job_id, []).append(callback)
+            return True
+
     @property
     def active(self) -> int:
         """Jobs submitted and not finished yet (queued in the pool or running)."""
@@ -226,6 +238,12 @@ class PoolJobRunner:
     def _done(self, future: Future[object]) -> None:
         with self._lock:
             entry = self._pending.pop(future, None)
+            listeners = self._listeners.pop(entry[0], []) if entry is not None else []
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:  # a waiting request that went away must not break the pool
+                logger.exception("a job listener failed")
         if entry is None or future.cancelled():
             return  # dropped at shutdown: still queued in the database
         job_id, executor = entry

@@ -532,3 +532,44 @@ def test_another_runner_plugs_in_without_touching_the_domain(settings: Settings)
         assert response.json()["model_id"] is not None
         assert runner.ran == [(response.json()["id"], "succeeded")]
     assert runner.stopped
+
+
+# --- long polls --------------------------------------------------------------------------------
+
+
+def test_a_long_poll_answers_when_the_job_ends(client: TestClient, site: SiteHandle) -> None:
+    dataset = upload(client, site.headers)
+    job = _post_fit(client, site, dataset["id"])
+    response = client.get(f"/v1/jobs/{job['id']}?wait=30", headers=site.headers)
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "succeeded"  # one request, no polling loop
+    assert response.json()["model_id"] is not None
+
+
+class _HeldRunner:
+    """Accepts jobs and never runs them (so they stay queued)."""
+
+    def submit(self, job_id: str) -> None:
+        pass
+
+
+def test_a_long_poll_on_a_job_that_does_not_end_answers_with_its_status(
+    app: FastAPI, client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers)
+    original = app.state.job_runner
+    app.state.job_runner = _HeldRunner()
+    try:
+        job = _post_fit(client, site, dataset["id"])
+        response = client.get(f"/v1/jobs/{job['id']}?wait=0.2", headers=site.headers)
+    finally:
+        app.state.job_runner = original
+    assert response.status_code == 200, response.text
+    assert response.json()["status"] == "queued"
+
+
+@pytest.mark.parametrize("wait", ["-1", "31", "nan", "soon"])
+def test_a_bad_wait_is_422(client: TestClient, site: SiteHandle, wait: str) -> None:
+    response = client.get(f"/v1/jobs/{'0' * 32}?wait={wait}", headers=site.headers)
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")

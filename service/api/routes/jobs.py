@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+from typing import Annotated, Final
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
+from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
@@ -16,6 +18,37 @@ router = APIRouter(prefix=f"{API_V1}/jobs", tags=["jobs"])
 
 Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]
+Wait = Annotated[
+    float,
+    Query(
+        ge=0,
+        le=30,
+        allow_inf_nan=False,
+        description="Long poll: wait up to this many seconds for a queued or running job to "
+        "end before answering (0, the default: answer at once).",
+    ),
+]
+
+MAX_WAIT_SECONDS: Final[float] = 30.0
+#: How often a long poll re-reads a job this process's runner is not executing.
+FALLBACK_POLL_SECONDS: Final[float] = 0.025
+_UNFINISHED: Final[frozenset[str]] = frozenset({"queued", "running"})
+
+
+async def _until_done(request: Request, job_id: str, timeout: float) -> None:
+    """Return once the runner reports the job's execution ended, or after ``timeout`` (or
+    after a short interval when the runner does not run the job here)."""
+    runner = request.app.state.job_runner
+    notify = getattr(runner, "notify_when_done", None)
+    loop = asyncio.get_running_loop()
+    ended = asyncio.Event()
+    if notify is None or not notify(job_id, lambda: loop.call_soon_threadsafe(ended.set)):
+        await asyncio.sleep(min(timeout, FALLBACK_POLL_SECONDS))
+        return
+    try:
+        await asyncio.wait_for(ended.wait(), timeout)
+    except TimeoutError:
+        return
 
 
 @router.get(
@@ -44,14 +77,25 @@ def list_jobs(
     description=(
         "`status`: queued, running, succeeded (see `model_id`), failed (see `error`, a problem "
         "object without data or internals) or cancelled; `progress` from 0 to 1. Another "
-        "site's job is 404."
+        "site's job is 404.\n\n"
+        "`?wait=s` makes it a long poll: a job still queued or running is answered when it "
+        "ends, or after `s` seconds (at most 30) with its status then, so a client can wait "
+        "for a fit without polling in a loop."
     ),
     response_model=JobRead,
     responses=problem_responses(401, 404, 422),
     openapi_extra=access("any"),
 )
-def get_job(job_id: str, uow: UowDep, principal: PrincipalDep) -> JobRead:
-    return JobRead.from_view(jobs.get_job(uow, job_id=job_id, actor=principal))
+async def get_job(
+    job_id: str, request: Request, uow: UowDep, principal: PrincipalDep, wait: Wait = 0.0
+) -> JobRead:
+    view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=principal)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(wait, MAX_WAIT_SECONDS)
+    while view.job.status in _UNFINISHED and (remaining := deadline - loop.time()) > 0:
+        await _until_done(request, job_id, remaining)
+        view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=principal)
+    return JobRead.from_view(view)
 
 
 @router.post(

@@ -153,3 +153,23 @@ def test_invalid_configuration_is_refused() -> None:
             on_lost=recorder.on_lost,
             workers=0,
         )
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_a_listener_hears_when_the_runner_is_done_with_a_job(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path, kind: RunnerKind
+) -> None:
+    runner = make_runner(kind, Recorder())
+    runner.start()
+    heard: list[str] = []
+    assert not runner.notify_when_done("sleep-1", lambda: heard.append("early"))  # not submitted
+    runner.submit("sleep-1")
+    runner.submit("fail-2")
+    assert runner.notify_when_done("sleep-1", lambda: heard.append("sleep-1"))
+    assert runner.notify_when_done("fail-2", lambda: heard.append("fail-2"))
+    time.sleep(0.05)
+    assert heard == []  # the first job waits for the release file
+    (tmp_path / "release").touch()
+    wait_for(lambda: sorted(heard) == ["fail-2", "sleep-1"])  # a failure ends the wait too
+    assert (tmp_path / "sleep-1.done").exists()
+    assert not runner.notify_when_done("sleep-1", lambda: heard.append("late"))
