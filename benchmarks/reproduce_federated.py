@@ -6,18 +6,18 @@ functions are the ones behind ``POST /v1/studies/{id}/federated-fits``
 (``service.dp.federated.federated_fit``) and ``POST /v1/datasets/{id}/fits``
 (``service.dp.fit``), called in one process.
 
-(g) Noisy average vs PSGD vs centralised GOP (seed 002 §6, seed 000 §4.4.1): K equal sites for
+(h) Noisy average vs PSGD vs centralised GOP (seed 002 §6, seed 000 §4.4.1): K equal sites for
     K ∈ {2, 5, 10, 20}, then K = 5 sites of skewed sizes [0.2×5], [0.1, 0.2, 0.2, 0.25, 0.25],
     [0.01, 0.29, 0.2, 0.25, 0.25]. Claims: the noisy average gets worse as K grows and as the
     sizes become skewed (its noise is calibrated to the smallest site); PSGD stays flat and
     close to centralised GOP.
-(h) ADMM without noise (seed 004): the distance of the released model to the centralised
+(i) ADMM without noise (seed 004): the distance of the released model to the centralised
     non-private minimiser after T iterations. Claim: it converges to the centralised solution.
-(i) DVP vs PVP at the same per-iteration α (seed 004 §V): test error over repeated runs.
+(j) DVP vs PVP at the same per-iteration α (seed 004 §V): test error over repeated runs.
     Claim: DVP is more stable (smaller spread) than PVP.
-(j) Every protocol at the same total ε per dataset, side by side with centralised objective
+(k) Every protocol at the same total ε per dataset, side by side with centralised objective
     perturbation on the pooled rows (K = 5).
-(k) Time per round and total fit time as K and n grow (synthetic data for n up to 10⁶).
+(l) Time per round and total fit time as K and n grow (synthetic data for n up to 10⁶).
 
 Run from the repository root (writes PNGs and a markdown table into ``benchmarks/out/`` and
 copies the PNGs to ``benchmarks/figures/``)::
@@ -58,11 +58,14 @@ DELTA = 1e-6
 SPLIT_SEED = 2012
 K_GRID = (2, 5, 10, 20)
 SKEWS: dict[str, tuple[float, ...]] = {
-    "equal [0.2×5]": (0.2, 0.2, 0.2, 0.2, 0.2),
     "[0.1, 0.2, 0.2, 0.25, 0.25]": (0.1, 0.2, 0.2, 0.25, 0.25),
     "[0.01, 0.29, 0.2, 0.25, 0.25]": (0.01, 0.29, 0.2, 0.25, 0.25),
 }
-EPS_G = 0.5
+EPS_G = 2.0
+#: λ of (g). At ε = 0.5 the noisy average's noise (E‖b‖ = d/β ≈ 14 on Adult) swamps every
+#: model and it predicts the majority class whatever K is; at λ = 0.01 every model is so
+#: regularised that all three score alike. ε = 2, λ = 10⁻³ leaves room to see differences.
+LAMBDA_G = 1e-3
 PSGD_ITERATIONS = 200
 ADMM_T = (1, 2, 5, 10, 20, 40)
 ADMM_ITERATIONS = 20
@@ -105,7 +108,8 @@ def central(sites: Sites, mechanism: str, rng: np.random.Generator, **kw: Any) -
     from service.dp import fit
 
     X, y = pooled(sites)
-    result = fit(X, y, mechanism, regularization=LAMBDA, rng=rng, **kw)
+    lam = kw.pop("regularization", LAMBDA)
+    result = fit(X, y, mechanism, regularization=lam, rng=rng, **kw)
     return np.asarray(result.coef, dtype=np.float64)
 
 
@@ -114,13 +118,15 @@ def cell(values: Sequence[float]) -> str:
     return f"{m:.4f} ± {s:.4f}"
 
 
-# --- (g) noisy average vs PSGD vs GOP ---------------------------------------------------------
+# --- (h) noisy average vs PSGD vs GOP ---------------------------------------------------------
 
 
-def experiment_g(
+def experiment_h(
     data: Data, k_grid: Sequence[int], repeats: int
 ) -> tuple[dict[str, Any], list[str]]:
-    configs: list[tuple[str, Sites]] = [(f"K = {k} equal", equal_sites(data, k)) for k in k_grid]
+    configs: list[tuple[str, Sites]] = [
+        (f"K = {k} equal" + (" [0.2×5]" if k == 5 else ""), equal_sites(data, k)) for k in k_grid
+    ]
     configs += [(f"K = 5 {name}", split_sizes(data, f)) for name, f in SKEWS.items()]
     keys = ("noisy_average", "psgd", "gop")
     out: dict[str, dict[str, list[float]]] = {}
@@ -128,20 +134,33 @@ def experiment_g(
         res: dict[str, list[float]] = {k: [] for k in keys}
         for r in range(repeats):
             rng = np.random.default_rng(7_000 + r)
-            na = federated(sites, "noisy_average", rng, epsilon=EPS_G)
+            na = federated(sites, "noisy_average", rng, epsilon=EPS_G, regularization=LAMBDA_G)
             res["noisy_average"].append(error(na.coef, data))
             ps = federated(
-                sites, "psgd", rng, epsilon=EPS_G, delta=DELTA, iterations=PSGD_ITERATIONS
+                sites,
+                "psgd",
+                rng,
+                epsilon=EPS_G,
+                delta=DELTA,
+                iterations=PSGD_ITERATIONS,
+                regularization=LAMBDA_G,
             )
             res["psgd"].append(error(ps.coef, data))
-            gop = central(sites, "gaussian_objective_perturbation", rng, epsilon=EPS_G, delta=DELTA)
+            gop = central(
+                sites,
+                "gaussian_objective_perturbation",
+                rng,
+                epsilon=EPS_G,
+                delta=DELTA,
+                regularization=LAMBDA_G,
+            )
             res["gop"].append(error(gop, data))
         out[label] = res
-        print(f"(g) {label}: " + ", ".join(f"{k} {np.mean(v):.4f}" for k, v in res.items()))
+        print(f"(h) {label}: " + ", ".join(f"{k} {np.mean(v):.4f}" for k, v in res.items()))
     rows = [[label, *(cell(out[label][k]) for k in keys)] for label, _ in configs]
     lines = [
-        f"### (g) Noisy average vs PSGD vs centralised GOP (ε = {EPS_G:g} per dataset, "
-        f"δ = {DELTA:g} for PSGD and GOP, λ = {LAMBDA:g}, {repeats} repeats)",
+        f"### (h) Noisy average vs PSGD vs centralised GOP (ε = {EPS_G:g} per dataset, "
+        f"δ = {DELTA:g} for PSGD and GOP, λ = {LAMBDA_G:g}, {repeats} repeats)",
         "",
         "Test error (mean ± sd). `noisy_average`: exact local fits averaged, one noise draw with "
         "β = K·min nᵢ·λ·ε/2; `psgd`: Rajkumar & Agarwal, "
@@ -153,10 +172,10 @@ def experiment_g(
     return out, lines
 
 
-# --- (h) ADMM without noise converges to the centralised minimiser ----------------------------
+# --- (i) ADMM without noise converges to the centralised minimiser ----------------------------
 
 
-def experiment_h(data: Data, t_grid: Sequence[int]) -> tuple[dict[str, Any], list[str]]:
+def experiment_i(data: Data, t_grid: Sequence[int]) -> tuple[dict[str, Any], list[str]]:
     sites = equal_sites(data, K_J)
     w_star = central(sites, "non_private", np.random.default_rng(0), epsilon=1.0)
     out: dict[str, dict[str, float]] = {}
@@ -175,9 +194,9 @@ def experiment_h(data: Data, t_grid: Sequence[int]) -> tuple[dict[str, Any], lis
             gap = float(np.linalg.norm(res.coef - w_star) / np.linalg.norm(w_star))
             out[f"{topology}/{t}"] = {"relative_distance": gap, "error": error(res.coef, data)}
             rows.append([topology, t, f"{gap:.2e}", f"{error(res.coef, data):.4f}"])
-            print(f"(h) {topology} T={t}: ‖w_T − w*‖/‖w*‖ = {gap:.2e}")
+            print(f"(i) {topology} T={t}: ‖w_T − w*‖/‖w*‖ = {gap:.2e}")
     lines = [
-        f"### (h) ADMM without noise, K = {K_J} equal sites, λ = {LAMBDA:g}",
+        f"### (i) ADMM without noise, K = {K_J} equal sites, λ = {LAMBDA:g}",
         "",
         f"Distance of the released model to the centralised non-private minimiser w* "
         f"(test error of w*: {error(w_star, data):.4f}).",
@@ -188,10 +207,10 @@ def experiment_h(data: Data, t_grid: Sequence[int]) -> tuple[dict[str, Any], lis
     return out, lines
 
 
-# --- (i) DVP vs PVP at the same α -------------------------------------------------------------
+# --- (j) DVP vs PVP at the same α -------------------------------------------------------------
 
 
-def experiment_i(
+def experiment_j(
     data: Data, alphas: Sequence[float], repeats: int
 ) -> tuple[dict[str, Any], list[str]]:
     sites = equal_sites(data, K_J)
@@ -214,9 +233,9 @@ def experiment_i(
         rows.append(
             [f"{alpha:g}", f"{alpha * ADMM_ITERATIONS:g}", cell(res["dual"]), cell(res["primal"])]
         )
-        print(f"(i) α={alpha:g}: DVP {cell(res['dual'])}, PVP {cell(res['primal'])}")
+        print(f"(j) α={alpha:g}: DVP {cell(res['dual'])}, PVP {cell(res['primal'])}")
     lines = [
-        f"### (i) DVP vs PVP at the same per-iteration α (K = {K_J}, T = {ADMM_ITERATIONS}, "
+        f"### (j) DVP vs PVP at the same per-iteration α (K = {K_J}, T = {ADMM_ITERATIONS}, "
         f"complete graph, {repeats} repeats)",
         "",
         "Test error (mean ± sd over runs); the sd is the stability the paper compares. The "
@@ -228,10 +247,10 @@ def experiment_i(
     return out, lines
 
 
-# --- (j) every protocol at the same ε --------------------------------------------------------
+# --- (k) every protocol at the same ε --------------------------------------------------------
 
 
-def experiment_j(
+def experiment_k(
     data: Data, eps_grid: Sequence[float], repeats: int
 ) -> tuple[dict[str, Any], list[str]]:
     sites = equal_sites(data, K_J)
@@ -248,6 +267,7 @@ def experiment_j(
                 epsilon=e,
                 perturbation="dual",
                 iterations=ADMM_ITERATIONS,
+                delta=DELTA,
                 delta_prime=DELTA,
             ).coef
         ),
@@ -259,12 +279,19 @@ def experiment_j(
                 epsilon=e,
                 perturbation="primal",
                 iterations=ADMM_ITERATIONS,
+                delta=DELTA,
                 delta_prime=DELTA,
             ).coef
         ),
         "distributed_lasso": lambda e, g: (
             federated(
-                sites, "distributed_lasso", g, epsilon=e, delta=DELTA, regularization=LASSO_L1
+                sites,
+                "distributed_lasso",
+                g,
+                epsilon=e,
+                delta=DELTA,
+                regularization=LASSO_L1,
+                loss="squared",
             ).coef
         ),
         "central objective": lambda e, g: central(sites, "objective_perturbation", g, epsilon=e),
@@ -276,10 +303,10 @@ def experiment_j(
             for name, run in runs.items():
                 res[name].append(error(run(eps, np.random.default_rng(11_000 + r)), data))
         out[str(eps)] = res
-        print(f"(j) ε={eps:g}: " + ", ".join(f"{k} {np.mean(v):.4f}" for k, v in res.items()))
+        print(f"(k) ε={eps:g}: " + ", ".join(f"{k} {np.mean(v):.4f}" for k, v in res.items()))
     rows = [[f"{e:g}", *(cell(out[str(e)][k]) for k in runs)] for e in eps_grid]
     lines = [
-        f"### (j) Every protocol at the same total ε per dataset (K = {K_J} equal sites, "
+        f"### (k) Every protocol at the same total ε per dataset (K = {K_J} equal sites, "
         f"λ = {LAMBDA:g}, {repeats} repeats)",
         "",
         f"Test error (mean ± sd). PSGD and the Lasso are (ε, {DELTA:g})-DP per dataset; ADMM "
@@ -294,10 +321,10 @@ def experiment_j(
     return out, lines
 
 
-# --- (k) timing ----------------------------------------------------------------------------------
+# --- (l) timing ----------------------------------------------------------------------------------
 
 
-def experiment_k(
+def experiment_l(
     data: Data, k_grid: Sequence[int], n_grid: Sequence[int]
 ) -> tuple[dict[str, Any], list[str]]:
     out: dict[str, Any] = {}
@@ -326,7 +353,7 @@ def experiment_k(
                     f"{total:.3f}",
                 ]
             )
-            print(f"(k) {label} {protocol}: {per_round * 1e3:.2f} ms/round, {total:.3f} s")
+            print(f"(l) {label} {protocol}: {per_round * 1e3:.2f} ms/round, {total:.3f} s")
 
     for k in k_grid:
         measure(f"Adult, K = {k}", equal_sites(data, k))
@@ -337,7 +364,7 @@ def experiment_k(
         parts = np.array_split(order, 5)
         measure(f"synthetic n = {n:,}", [(X[p], y[p]) for p in parts])
     lines = [
-        "### (k) Time per round and total fit time",
+        "### (l) Time per round and total fit time",
         "",
         f"One process, one BLAS thread. Synthetic rows have Adult's width d = {d} and K = 5 "
         "equal sites. Per round: median wall time of one communication round (every site's "
@@ -357,7 +384,10 @@ def plots(raw: dict[str, Any], majority: float, k_grid: Sequence[int]) -> list[s
     for key in ("noisy_average", "psgd", "gop"):
         ax.plot(
             k_grid,
-            [np.mean(raw["g"][f"K = {k} equal"][key]) for k in k_grid],
+            [
+                np.mean(raw["h"][f"K = {k} equal" + (" [0.2×5]" if k == 5 else "")][key])
+                for k in k_grid
+            ],
             marker="o",
             label=key,
         )
@@ -366,20 +396,20 @@ def plots(raw: dict[str, Any], majority: float, k_grid: Sequence[int]) -> list[s
         xscale="log",
         xlabel="sites K (equal sizes)",
         ylabel="test error",
-        title=f"(g) ε = {EPS_G:g} per dataset",
+        title=f"(h) ε = {EPS_G:g} per dataset",
     )
     ax.legend()
     fig.tight_layout()
-    names.append("g_federated_sites.png")
+    names.append("h_federated_sites.png")
     fig.savefig(OUT_DIR / names[-1], dpi=110)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for topology in ("complete", "ring"):
-        ts = sorted(int(k.split("/")[1]) for k in raw["h"] if k.startswith(topology))
+        ts = sorted(int(k.split("/")[1]) for k in raw["i"] if k.startswith(topology))
         ax.plot(
             ts,
-            [raw["h"][f"{topology}/{t}"]["relative_distance"] for t in ts],
+            [raw["i"][f"{topology}/{t}"]["relative_distance"] for t in ts],
             marker="o",
             label=topology,
         )
@@ -388,28 +418,28 @@ def plots(raw: dict[str, Any], majority: float, k_grid: Sequence[int]) -> list[s
         yscale="log",
         xlabel="iterations T",
         ylabel="‖w_T − w*‖ / ‖w*‖",
-        title="(h) ADMM without noise",
+        title="(i) ADMM without noise",
     )
     ax.legend()
     fig.tight_layout()
-    names.append("h_federated_admm_convergence.png")
+    names.append("i_federated_admm_convergence.png")
     fig.savefig(OUT_DIR / names[-1], dpi=110)
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    eps = sorted(float(e) for e in raw["j"])
-    for key in raw["j"][str(eps[0])]:
-        ax.plot(eps, [np.mean(raw["j"][str(e)][key]) for e in eps], marker="o", label=key)
+    eps = sorted(float(e) for e in raw["k"])
+    for key in raw["k"][str(eps[0])]:
+        ax.plot(eps, [np.mean(raw["k"][str(e)][key]) for e in eps], marker="o", label=key)
     ax.axhline(majority, color="grey", ls="--", lw=1, label="majority class")
     ax.set(
         xscale="log",
         xlabel="ε per dataset",
         ylabel="test error",
-        title=f"(j) protocols at the same ε, K = {K_J}",
+        title=f"(k) protocols at the same ε, K = {K_J}",
     )
     ax.legend(fontsize=8)
     fig.tight_layout()
-    names.append("j_federated_protocols.png")
+    names.append("k_federated_protocols.png")
     fig.savefig(OUT_DIR / names[-1], dpi=110)
     plt.close(fig)
     return names
@@ -428,7 +458,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     warnings.simplefilter("ignore", category=RuntimeWarning)
     load_before = load_average()
     quick = args.quick
-    repeats = args.repeats or (1 if quick else 5)
+    repeats = args.repeats or (1 if quick else 3)
     k_grid = (2, 5) if quick else K_GRID
     data = load_data()
     t0 = time.perf_counter()
@@ -441,15 +471,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Majority-class test error {majority_error(data):.4f}.",
         "",
     ]
-    raw["g"], lines = experiment_g(data, k_grid, repeats)
+    raw["h"], lines = experiment_h(data, k_grid, repeats)
     report += lines
-    raw["h"], lines = experiment_h(data, (1, 5) if quick else ADMM_T)
+    raw["i"], lines = experiment_i(data, (1, 5) if quick else ADMM_T)
     report += lines
-    raw["i"], lines = experiment_i(data, ALPHAS_I[:1] if quick else ALPHAS_I, max(repeats, 2))
+    raw["j"], lines = experiment_j(data, ALPHAS_I[:1] if quick else ALPHAS_I, max(repeats, 2))
     report += lines
-    raw["j"], lines = experiment_j(data, (0.5,) if quick else EPS_J, repeats)
+    raw["k"], lines = experiment_k(data, (0.5,) if quick else EPS_J, repeats)
     report += lines
-    raw["k"], lines = experiment_k(
+    raw["l"], lines = experiment_l(
         data, k_grid, (10_000,) if quick else (10_000, 100_000, 1_000_000)
     )
     report += lines
