@@ -178,6 +178,9 @@ def test_noisy_average_charges_each_dataset_and_every_member_reads_the_model(
             headers=site.headers,
         )
         assert predicted.status_code == 200, predicted.text
+        exported = client.get(f"/v1/models/{job['model_id']}/export", headers=site.headers)
+        assert exported.status_code == 200, exported.text
+        assert exported.json()["privacy"]["kind"] == "federated"
     assert client.get(f"/v1/models/{job['model_id']}", headers=outsider.headers).status_code == 404
     results = client.get(f"/v1/studies/{study['id']}", headers=b.headers).json()["results"]
     assert [(r["model_id"], r["method"]) for r in results] == [(job["model_id"], "noisy_average")]
