@@ -21,11 +21,11 @@ Method: damped Newton with the Hessian H = (1/n) Xᵀ diag(l''(z)) X + μI, in t
 
 1. *float32 phase* (when 2^15 ≤ n·d ≤ ``FLOAT32_COPY_MAX_ENTRIES``). The solver makes one
    float32 copy of X and iterates on it: margins, gradients and Hessians move half the bytes,
-   and the exponentials run in SIMD float32. While ‖∇J‖ > 10⁻²·(1 + ‖g‖) each step solves
+   and the exponentials run in SIMD float32. While ‖∇J‖ > 3·10⁻³·(1 + ‖g‖) each step solves
    with the Hessian of every 8th row (an eighth of the n·d² cost; far from w* a rough Hessian
    only costs a little step quality). Closer in, one full Hessian is factorised and then
    serves as the preconditioner of conjugate gradients on float32 Hessian–vector products
-   (two matrix–vector products each), so most Newton steps cost a few matrix–vector products
+   (one blocked pass over the copy each), so later Newton steps cost a few such passes
    instead of an n·d² product; a new Hessian is formed only when the preconditioned iteration
    would need more than four products, or after a damped step. The phase stops when its
    gradient norm is 10⁻⁶·(1 + ‖g‖), about what float32 can resolve.
@@ -101,18 +101,21 @@ _ROUNDING32 = 64.0 * float(np.finfo(np.float32).eps)
 #: In the float32 phase a full step that multiplies ‖∇J‖ by at most this is taken without a
 #: line search.
 _GRADIENT_DECREASE = 0.5
-#: The float32 phase stops at ‖∇J‖ ≤ _SWITCH·(1 + ‖g‖).
+#: The float32 phase stops at ‖∇J‖ ≤ _SWITCH·(1 + ‖g‖), or when _MAX_STALLED steps have not
+#: halved ‖∇J‖.
 _SWITCH = 1e-6
+_MAX_STALLED = 5
 #: Above ‖∇J‖ = _FAR·(1 + ‖g‖), Hessians are formed from every _STRIDE-th row ...
-_FAR = 1e-2
+_FAR = 3e-3
 _STRIDE = 8
 #: ... when that leaves at least _MIN_ROWS_PER_DIM rows per dimension.
 _MIN_ROWS_PER_DIM = 4
 #: Preconditioned CG products per Newton direction before a fresh Hessian is formed, in the
 #: float32 and the float64 phase (where a step is worth more: each costs a pass over X).
 _MAX_PCG = 4
-_A_RTOL_FLOOR = 1e-4
 _MAX_PCG_FLOAT64 = 6
+#: The float32 phase asks CG for a residual min(0.1, max(_A_RTOL_FLOOR, ‖∇J‖/(1 + ‖g‖))).
+_A_RTOL_FLOOR = 1e-4
 #: The float64 phase asks CG for a residual _B_MARGIN·gtol/‖∇J‖ (the step should land below
 #: the tolerance with room to spare).
 _B_MARGIN = 0.1
@@ -628,6 +631,7 @@ def _float32_phase(
     factor: _Factor | None = None
     factor_full = False
     full_step = True  # was the last step undamped (the quadratic model fits, reuse H)?
+    progress, progress_it = gnorm, 0  # when ‖∇J‖ last halved
     it = 0
     while it < max_iter and gnorm > target:
         it += 1
@@ -665,6 +669,7 @@ def _float32_phase(
         if _norm(grad_t) <= _GRADIENT_DECREASE * gnorm:
             w, z, d2, grad, gnorm, f = w_t, z_t, d2_t, grad_t, _norm(grad_t), None
             full_step = True
+            progress, progress_it = gnorm, it
             continue
         if f is None:
             f = obj.mean_loss32(z) + 0.5 * obj.mu * float(w @ w) + float(obj.g @ w)
@@ -689,6 +694,13 @@ def _float32_phase(
         d1, d2 = obj.derivatives32(z)
         grad = obj.gradient32(w, d1)
         gnorm = _norm(grad)
+        # no halving of ‖∇J‖ in several steps: a hard problem (a semismooth loss with a tiny
+        # ridge, say) where float32 values of J are too coarse to guide the search, so the
+        # float64 phase takes over
+        if gnorm <= 0.5 * progress:
+            progress, progress_it = gnorm, it
+        elif it - progress_it >= _MAX_STALLED:
+            break
     return w, it, factor if full_step else None
 
 
