@@ -92,8 +92,9 @@ FLOAT32_COPY_MAX_ENTRIES = 1 << 27
 _FLOAT32_MIN_ENTRIES = 1 << 15
 #: Entries per block when forming the Hessian (4 MiB of float32).
 _HESSIAN_BLOCK = 1 << 20
-#: Entries per block of :meth:`_Objective.evaluate` (1 MiB of float64: stays in cache).
-_EVALUATE_BLOCK = 1 << 17
+#: Bytes per block of rows in the blocked passes (:meth:`_Objective.evaluate`, Hessian–vector
+#: products, the float32 copy): small enough to be read again from cache.
+_BLOCK_BYTES = 1 << 20
 _ARMIJO = 1e-4
 _MAX_BACKTRACKS = 60
 _ROUNDING = 64.0 * np.finfo(np.float64).eps
@@ -168,6 +169,8 @@ class _Objective:
     g: FloatArray
     X32: Float32Array | None = None
     y32: Float32Array | None = None
+    #: Xᵀy from the float32 copy: the gradient at w = 0, where every margin is 0
+    xty: FloatArray | None = None
 
     @property
     def n(self) -> int:
@@ -238,7 +241,7 @@ class _Objective:
         gradients accumulate X·step."""
         X: NDArray[np.floating] = self.X if self.X32 is None else self.X32
         n, d = X.shape
-        rows = max(1, min(n, _EVALUATE_BLOCK // d))
+        rows = _block_rows(X)
         vx = v.astype(X.dtype, copy=False)
         xv = np.empty(n, dtype=X.dtype)
         out = np.zeros(d)
@@ -259,8 +262,8 @@ class _Objective:
 
         With ``base`` and ``v`` (w = w_old + v, base = y ⊙ X w_old), dz = y ⊙ Xv and
         z = base + dz: a Newton step's trial point, one matrix product cheaper than margins
-        from scratch. Otherwise dz = z = y ⊙ Xw. Each block of rows (about
-        ``_EVALUATE_BLOCK`` entries) is read for X·v and again, from cache, for Xᵀ(y ⊙ l').
+        from scratch. Otherwise dz = z = y ⊙ Xw. Each block of rows (``_BLOCK_BYTES``) is read
+        for X·v and again, from cache, for Xᵀ(y ⊙ l').
         """
         return _evaluate(self.X, self.y, self.derivatives, self.mu, self.g, w, base, v)
 
@@ -331,7 +334,7 @@ def _evaluate(
     """The blocked pass behind :meth:`_Objective.evaluate`, in the precision of X."""
     n, d = X.shape
     direction = (w if v is None else v).astype(X.dtype, copy=False)
-    rows = max(1, min(n, _EVALUATE_BLOCK // d))
+    rows = _block_rows(X)
     dz = np.empty(n, dtype=X.dtype)
     z = dz if base is None else np.empty(n, dtype=X.dtype)
     d2 = np.empty(n, dtype=X.dtype)
@@ -418,7 +421,7 @@ def solve_erm(
     obj = _build(X, y, loss, regularization, linear, extra_regularization, centre, centre_weight)
     n, d = obj.X.shape
     if _FLOAT32_MIN_ENTRIES <= n * d <= FLOAT32_COPY_MAX_ENTRIES:
-        obj = dataclasses.replace(obj, X32=obj.X.astype(np.float32), y32=obj.y.astype(np.float32))
+        obj = _with_float32_copy(obj)
     gtol = tol * (1.0 + float(np.linalg.norm(obj.g)))
     w = np.zeros(d) if initial is None else np.array(initial, dtype=np.float64).reshape(d)
 
@@ -519,6 +522,21 @@ def _build(
     elif centre_weight != 0.0:
         raise ValueError("centre_weight needs a centre")
     return _Objective(X=X, y=y, loss=loss, mu=mu, g=g)
+
+
+def _with_float32_copy(obj: _Objective) -> _Objective:
+    """``obj`` with the float32 copy of X and y, and Xᵀy taken from each block of the copy
+    while it is in cache."""
+    n, d = obj.X.shape
+    X32 = np.empty((n, d), dtype=np.float32)
+    y32 = obj.y.astype(np.float32)
+    xty = np.zeros(d)
+    rows = _block_rows(X32)
+    for start in range(0, n, rows):
+        block = X32[start : start + rows]
+        np.copyto(block, obj.X[start : start + rows], casting="same_kind")
+        xty += block.T @ y32[start : start + rows]
+    return dataclasses.replace(obj, X32=X32, y32=y32, xty=xty)
 
 
 def _newton(
@@ -623,9 +641,15 @@ def _float32_phase(
     far = _FAR * scale
     stride = _STRIDE if n >= _STRIDE * _MIN_ROWS_PER_DIM * d else 1
     _, y32 = obj._data32()
-    z = obj.margins32(w) if w.any() else np.zeros(n, dtype=np.float32)
-    d1, d2 = obj.derivatives32(z)
-    grad = obj.gradient32(w, d1)
+    if w.any() or obj.xty is None:
+        z = obj.margins32(w)
+        d1, d2 = obj.derivatives32(z)
+        grad = obj.gradient32(w, d1)
+    else:  # w = 0: every margin is 0, and ∇J = l'(0)·Xᵀy/n + g
+        z = np.zeros(n, dtype=np.float32)
+        d1_0, d2_0 = obj.derivatives32(z[:1])
+        d2 = np.full(n, d2_0[0], dtype=np.float32)
+        grad = (float(d1_0[0]) / n) * obj.xty + obj.g
     gnorm = _norm(grad)
     f: float | None = None  # J(w), computed only when a step has to be judged by it
     factor: _Factor | None = None
@@ -832,6 +856,11 @@ def _dense_step(
     except np.linalg.LinAlgError:
         return None
     return step if bool(np.all(np.isfinite(step))) else None
+
+
+def _block_rows(X: NDArray[np.floating]) -> int:
+    n, d = X.shape
+    return max(1, min(int(n), _BLOCK_BYTES // (int(d) * int(X.itemsize))))
 
 
 def _norm(v: FloatArray) -> float:

@@ -406,7 +406,7 @@ def test_blocked_evaluate_matches_separate_passes(
     loss: LogisticLoss | HuberLoss, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     obj = _objective(1003, 7, 19, loss, float32=False)
-    monkeypatch.setattr(solvers, "_EVALUATE_BLOCK", 7 * 100)  # 11 blocks, the last one short
+    monkeypatch.setattr(solvers, "_BLOCK_BYTES", 7 * 100 * 8)  # 11 blocks, the last one short
     rng = np.random.default_rng(20)
     w, v = rng.normal(size=7), rng.normal(size=7)
     z = obj.margins(w)
