@@ -462,3 +462,22 @@ def test_preconditioned_cg_solves_with_a_stale_factor() -> None:
     useless = solvers._cholesky(np.diag([1e6, 1.0, 1e-3, 1e3, 1e-2, 1e2]))
     assert useless is not None
     assert solvers._pcg(obj, d2_new, rhs, useless, 1e-10, 2) is None
+
+
+def test_float32_copy_carries_x_transpose_y(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The copy is made block by block, and Xᵀy (the gradient at w = 0 up to l'(0)/n and g)
+    is summed from the blocks on the way."""
+    obj = _objective(1003, 7, 24, LogisticLoss(), float32=False)
+    monkeypatch.setattr(solvers, "_BLOCK_BYTES", 7 * 100 * 4)  # 11 blocks of float32 rows
+    copied = solvers._with_float32_copy(obj)
+    assert copied.X32 is not None
+    assert copied.xty is not None
+    np.testing.assert_array_equal(copied.X32, obj.X.astype(np.float32))
+    np.testing.assert_allclose(copied.xty, obj.X.T @ obj.y, rtol=1e-5, atol=1e-4)
+    # the float32 phase's first gradient at w = 0 is then the float64 one to float32 accuracy
+    d1_0 = obj.derivatives(np.zeros(1))[0][0]
+    np.testing.assert_allclose(
+        d1_0 * copied.xty / obj.n + obj.g,
+        obj.gradient(np.zeros(7), np.full(obj.n, d1_0)),
+        atol=1e-6,
+    )
