@@ -714,9 +714,12 @@ def _float32_phase(
             break
         t, z, f = searched
         full_step = t == 1.0
-        w = w + t * step
-        d1, d2 = obj.derivatives32(z)
-        grad = obj.gradient32(w, d1)
+        if full_step:  # the trial point after all: its gradient is at hand
+            w, z, d2, grad = w_t, z_t, d2_t, grad_t
+        else:
+            w = w + t * step
+            d1, d2 = obj.derivatives32(z)
+            grad = obj.gradient32(w, d1)
         gnorm = _norm(grad)
         # no halving of ‖∇J‖ in several steps: a hard problem (a semismooth loss with a tiny
         # ridge, say) where float32 values of J are too coarse to guide the search, so the
