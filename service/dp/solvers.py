@@ -115,8 +115,11 @@ _MIN_ROWS_PER_DIM = 4
 #: float32 and the float64 phase (where a step is worth more: each costs a pass over X).
 _MAX_PCG = 4
 _MAX_PCG_FLOAT64 = 6
-#: The float32 phase asks CG for a residual min(0.1, max(_A_RTOL_FLOOR, ‖∇J‖/(1 + ‖g‖))).
+#: The float32 phase asks CG for a residual min(0.1, max(_A_RTOL_FLOOR, ‖∇J‖/(1 + ‖g‖))), and
+#: hands its step to the float64 phase unmeasured when Newton's local model predicts a
+#: gradient below _PREDICTED_MARGIN times its target.
 _A_RTOL_FLOOR = 1e-4
+_PREDICTED_MARGIN = 0.01
 #: The float64 phase asks CG for a residual _B_MARGIN·gtol/‖∇J‖ (the step should land below
 #: the tolerance with room to spare).
 _B_MARGIN = 0.1
@@ -657,10 +660,14 @@ def _float32_phase(
     full_step = True  # was the last step undamped (the quadratic model fits, reuse H)?
     progress, progress_it = gnorm, 0  # when ‖∇J‖ last halved
     it = 0
+    # C in ‖∇J(w + s)‖ ≈ C‖∇J(w)‖², from the last full step along an exact (float32) Newton
+    # direction
+    quadratic: float | None = None
     while it < max_iter and gnorm > target:
         it += 1
         step: FloatArray | None = None
         dz: Float32Array | None = None
+        newton = False
         if not dense:
             step = _cg_step(obj, d2, grad, gnorm)
         elif gnorm > far and stride > 1:
@@ -673,9 +680,17 @@ def _float32_phase(
                 if solved is not None:
                     step = solved[0]
                     dz = np.multiply(y32, solved[1], dtype=np.float32)
+                    if (
+                        quadratic is not None
+                        and rtol * gnorm + quadratic * gnorm**2 <= _PREDICTED_MARGIN * target
+                    ):
+                        # Newton's local model puts the next gradient far below the target:
+                        # take the step and let the float64 phase measure the gradient
+                        return w + step, it, factor
             if step is None:
                 factor, factor_full = _cholesky(obj.hessian(d2)), True
                 step = None if factor is None else _solve(factor, -grad)
+                newton = factor is not None
         if step is None:
             break
         slope = float(grad @ step)
@@ -691,6 +706,8 @@ def _float32_phase(
             d1, d2_t = obj.derivatives32(z_t)
             grad_t = obj.gradient32(w_t, d1)
         if _norm(grad_t) <= _GRADIENT_DECREASE * gnorm:
+            if newton:
+                quadratic = _norm(grad_t) / gnorm**2
             w, z, d2, grad, gnorm, f = w_t, z_t, d2_t, grad_t, _norm(grad_t), None
             full_step = True
             progress, progress_it = gnorm, it

@@ -481,3 +481,32 @@ def test_float32_copy_carries_x_transpose_y(monkeypatch: pytest.MonkeyPatch) -> 
         obj.gradient(np.zeros(7), np.full(obj.n, d1_0)),
         atol=1e-6,
     )
+
+
+def test_float32_phase_hands_over_a_predicted_step_unmeasured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When Newton's local model puts the next gradient far below the float32 target, the
+    float32 phase skips measuring it; the float64 phase measures it, and the answer is the
+    same as with every step measured."""
+    X, y = _data(6000, 12, seed=13)
+    measured: list[int] = []
+    real_gradient32 = solvers._Objective.gradient32
+
+    def gradient32(
+        self: solvers._Objective, w: NDArray[np.float64], d1: NDArray[np.float32]
+    ) -> NDArray[np.float64]:
+        measured.append(1)
+        return real_gradient32(self, w, d1)
+
+    monkeypatch.setattr(solvers._Objective, "gradient32", gradient32)
+    skipped = solve_erm(X, y, LogisticLoss(), regularization=1e-3, linear=np.ones(12))
+    skipped_count = len(measured)
+    measured.clear()
+    monkeypatch.setattr(solvers, "_PREDICTED_MARGIN", 0.0)
+    every = solve_erm(X, y, LogisticLoss(), regularization=1e-3, linear=np.ones(12))
+    assert skipped_count < len(measured)
+    assert skipped.gradient_norm <= skipped.gradient_tolerance
+    assert np.linalg.norm(skipped.coef - every.coef) <= (
+        skipped.distance_bound + every.distance_bound
+    )
