@@ -98,6 +98,14 @@ def gradient_norm(X: FloatArray, y: FloatArray, w: FloatArray, lam: float) -> fl
     return float(np.linalg.norm(erm_gradient(X, y, LogisticLoss(), w, regularization=lam)))
 
 
+def validation_seconds(X: FloatArray, y: FloatArray) -> float:
+    """Wall-clock seconds of ``service.dp.fit``'s input check on (X, y)."""
+    from service.dp.validation import validate_design
+
+    _, seconds, _ = timed(lambda: validate_design(X, y))
+    return seconds
+
+
 # --------------------------------------------------------------------------------------------
 # Part 1: Adult
 
@@ -120,6 +128,7 @@ def bench_adult(
     sk = Runs()
     skx = Runs()
     pf_np = Runs()
+    validation = Runs()  # service.dp.fit's input check alone, part of every PrivFit time
     grad_norms: dict[str, list[float]] = {"privfit": [], "sklearn": [], "sklearn_exact": []}
     gap: list[float] = []
     per_eps: dict[float, dict[str, Runs]] = {}
@@ -155,6 +164,7 @@ def bench_adult(
             pf_np.accuracy.append(accuracy(Xte @ w0, yte))
             ref = max(float(np.linalg.norm(s.coef)), 1e-12)
             gap.append(float(np.linalg.norm(w0 - s.coef)) / ref)
+            validation.seconds.append(validation_seconds(X, y))
             if r == 0:
                 grad_norms["privfit"].append(gradient_norm(X, y, w0, lam))
                 grad_norms["sklearn"].append(gradient_norm(X, y, s.coef, lam))
@@ -314,6 +324,9 @@ def bench_adult(
         "",
         np_table,
         "",
+        f"Of each PrivFit time, `validate_design` (finite entries, row norms ≤ 1, labels; before "
+        f"any solving) takes {median(validation.seconds) * 1e3:.1f} ms.",
+        "",
         f"Majority-class test accuracy: {majority:.4f}. Largest relative difference between "
         f"PrivFit `non_private` and sklearn weights: {max(gap):.2e}.",
         "",
@@ -329,6 +342,7 @@ def bench_adult(
         "sklearn_exact": asdict(skx),
         "gradient_norms": grad_norms,
         "privfit_non_private": asdict(pf_np),
+        "privfit_validation": asdict(validation),
         "per_epsilon": {
             str(eps): {k: asdict(v) for k, v in runs.items()} for eps, runs in per_eps.items()
         },
