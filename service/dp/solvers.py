@@ -174,6 +174,8 @@ class _Objective:
     y32: Float32Array | None = None
     #: Xᵀy from the float32 copy: the gradient at w = 0, where every margin is 0
     xty: FloatArray | None = None
+    #: every _STRIDE-th row of X32, contiguous (for the subsampled Hessians)
+    X32_sub: Float32Array | None = None
 
     @property
     def n(self) -> int:
@@ -219,9 +221,11 @@ class _Objective:
         matrices added to the float64 total. The rows come from ``X32`` when there is one and
         float32 is asked for, else from X.
         """
-        source: NDArray[np.floating] = (
-            self.X32 if self.X32 is not None and not precise else self.X
-        )[::stride]
+        source: NDArray[np.floating]
+        if stride == _STRIDE and self.X32_sub is not None and not precise:
+            source = self.X32_sub
+        else:
+            source = (self.X32 if self.X32 is not None and not precise else self.X)[::stride]
         root = np.sqrt(d2[::stride])
         m, d = source.shape
         rows = max(1, min(m, _HESSIAN_BLOCK // d))
@@ -528,10 +532,11 @@ def _build(
 
 
 def _with_float32_copy(obj: _Objective) -> _Objective:
-    """``obj`` with the float32 copy of X and y, and Xᵀy taken from each block of the copy
-    while it is in cache."""
+    """``obj`` with the float32 copy of X and y, plus what is taken from each block of the
+    copy while it is in cache: Xᵀy and a contiguous copy of every ``_STRIDE``-th row."""
     n, d = obj.X.shape
     X32 = np.empty((n, d), dtype=np.float32)
+    sub = np.empty((-(-n // _STRIDE), d), dtype=np.float32)
     y32 = obj.y.astype(np.float32)
     xty = np.zeros(d)
     rows = _block_rows(X32)
@@ -539,7 +544,11 @@ def _with_float32_copy(obj: _Objective) -> _Objective:
         block = X32[start : start + rows]
         np.copyto(block, obj.X[start : start + rows], casting="same_kind")
         xty += block.T @ y32[start : start + rows]
-    return dataclasses.replace(obj, X32=X32, y32=y32, xty=xty)
+        first = -start % _STRIDE  # the block's first row with index ≡ 0 (mod _STRIDE)
+        picked = block[first::_STRIDE]
+        lo = (start + first) // _STRIDE
+        sub[lo : lo + picked.shape[0]] = picked
+    return dataclasses.replace(obj, X32=X32, y32=y32, xty=xty, X32_sub=sub)
 
 
 def _newton(

@@ -465,8 +465,8 @@ def test_preconditioned_cg_solves_with_a_stale_factor() -> None:
 
 
 def test_float32_copy_carries_x_transpose_y(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The copy is made block by block, and Xᵀy (the gradient at w = 0 up to l'(0)/n and g)
-    is summed from the blocks on the way."""
+    """The copy is made block by block; Xᵀy (the gradient at w = 0 up to l'(0)/n and g) and
+    a contiguous copy of every 8th row (for subsampled Hessians) are taken on the way."""
     obj = _objective(1003, 7, 24, LogisticLoss(), float32=False)
     monkeypatch.setattr(solvers, "_BLOCK_BYTES", 7 * 100 * 4)  # 11 blocks of float32 rows
     copied = solvers._with_float32_copy(obj)
@@ -474,6 +474,16 @@ def test_float32_copy_carries_x_transpose_y(monkeypatch: pytest.MonkeyPatch) -> 
     assert copied.xty is not None
     np.testing.assert_array_equal(copied.X32, obj.X.astype(np.float32))
     np.testing.assert_allclose(copied.xty, obj.X.T @ obj.y, rtol=1e-5, atol=1e-4)
+    # blocks of 100 rows, not a multiple of the stride: every 8th row all the same
+    assert copied.X32_sub is not None
+    np.testing.assert_array_equal(copied.X32_sub, copied.X32[:: solvers._STRIDE])
+    d2 = np.linspace(0.01, 0.25, obj.n)
+    np.testing.assert_allclose(
+        copied.hessian(d2, stride=solvers._STRIDE),
+        dataclasses.replace(copied, X32_sub=None).hessian(d2, stride=solvers._STRIDE),
+        rtol=1e-6,
+        atol=1e-9,
+    )
     # the float32 phase's first gradient at w = 0 is then the float64 one to float32 accuracy
     d1_0 = obj.derivatives(np.zeros(1))[0][0]
     np.testing.assert_allclose(
