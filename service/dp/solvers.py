@@ -28,7 +28,9 @@ Method: damped Newton with the Hessian H = (1/n) Xᵀ diag(l''(z)) X + μI, in t
    (one blocked pass over the copy each), so later Newton steps cost a few such passes
    instead of an n·d² product; a new Hessian is formed only when the preconditioned iteration
    would need more than four products, or after a damped step. The phase stops when its
-   gradient norm is 10⁻⁶·(1 + ‖g‖), about what float32 can resolve.
+   gradient norm is 10⁻⁶·(1 + ‖g‖), about what float32 can resolve (or hands over a last step
+   unmeasured when Newton's local model puts its gradient a hundred times lower), and gives
+   up early when five steps in a row have not halved the gradient norm.
 2. *float64 phase.* From there, margins and gradients are exact float64 computations on X,
    one blocked pass over X for both (each block is read once for Xw and again, from cache,
    for Xᵀ(y ⊙ l')). The step is the same preconditioned CG on float32 products, asked for a
@@ -85,7 +87,8 @@ _Z = TypeVar("_Z", FloatArray, Float32Array)
 DEFAULT_TOLERANCE = 1e-10
 #: Above this dimension the Newton system is solved by conjugate gradients.
 DENSE_NEWTON_MAX_DIM = 1000
-#: Largest n·d for which the solver keeps a float32 copy of X (2^27 entries, 512 MiB).
+#: Largest n·d for which the solver keeps a float32 copy of X (2^27 entries: 512 MiB, plus an
+#: eighth of that for a copy of every 8th row).
 FLOAT32_COPY_MAX_ENTRIES = 1 << 27
 
 #: Below this n·d, every step is cheap and the solver works in float64 only.
