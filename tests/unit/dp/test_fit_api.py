@@ -87,6 +87,8 @@ def test_row_norm_tolerance() -> None:
     [
         (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 5, np.nan, X), y), "finite"),
         (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 5, np.inf, X), y), "finite"),
+        # finite, but its squared norm overflows: a row too long, not a non-finite entry
+        (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 5, 1e200, X), y), "norm"),
         (lambda X, y: (X[:, 0], y), "2-D"),
         (lambda X, y: (X.astype(str), y), "numeric"),
         (lambda X, y: (X.astype(complex), y), "real"),
