@@ -123,9 +123,10 @@ def _parse_spec(text: str) -> DatasetCreate:
         "feature with public bounds or categories, the budget caps and the missing-value "
         "policy. Numeric values are clamped to the declared bounds, categories outside the "
         "list become an all-zero block, an intercept is added and every row is brought into "
-        "the unit ball. PrivFit never reads bounds from the data. The file is streamed to "
-        "disk and read in record batches; the dataset is stored only if the whole file is "
-        "valid. Errors name columns and count rows but never show a data value. Requires a "
+        "the unit ball. PrivFit never reads bounds from the data. The file is parsed while "
+        "it is received when the `spec` part comes first (spooled to disk first otherwise), "
+        "never held whole in memory; the dataset is stored only if the whole body and file "
+        "are valid. Errors name columns and count rows but never show a data value. Requires a "
         "site key."
     ),
     response_model=DatasetRead,
