@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.audit import AuditContext
 from service.domain.auth import authenticate
 from service.domain.errors import AuthenticationError
+from service.domain.ids import MAX_IDEMPOTENCY_KEY_LENGTH
 from service.domain.principal import Principal
 from service.settings import Settings
 
@@ -22,6 +23,8 @@ __all__ = [
     "SECURITY_SCHEME_NAME",
     "AdminDep",
     "AuditContextDep",
+    "DryRun",
+    "IdempotencyKey",
     "PrincipalDep",
     "SettingsDep",
     "SiteDep",
@@ -113,3 +116,20 @@ def access(who: str) -> dict[str, str]:
     if who not in {"admin", "site", "any", "public"}:
         raise ValueError(f"unknown access level {who!r}")
     return {"x-privfit-access": who}
+
+
+#: The ``Idempotency-Key`` header of requests that charge a budget.
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=MAX_IDEMPOTENCY_KEY_LENGTH,
+        description="Makes the request safe to retry: a request repeated with the same key "
+        "returns the first request's job, and nothing is charged twice.",
+    ),
+]
+#: ``?dry_run=true``: quote a charged request without spending anything.
+DryRun = Annotated[
+    bool,
+    Query(description="Only quote the cost and the calibration (200); nothing is spent."),
+]

@@ -42,7 +42,7 @@ from service.domain.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
-from service.domain.ids import looks_like_id
+from service.domain.ids import looks_like_id, refuse_duplicates
 from service.domain.jobs import ClaimedJob, JobContext, JobScheduler
 from service.domain.principal import Principal
 from service.domain.privacy_record import (
@@ -118,12 +118,7 @@ def _select_inputs(uow: UnitOfWork, study: Study, requested: Sequence[str] | Non
             )
     else:
         ids = list(requested)
-        dupes = sorted({m for m in ids if ids.count(m) > 1})
-        if dupes:
-            raise InvalidInputError(
-                "a model is named more than once: " + ", ".join(map(repr, dupes)),
-                errors=[{"loc": ["body", "models"], "msg": "duplicate model ids"}],
-            )
+        refuse_duplicates(ids, field="models", what="model")
         foreign = [i for i, m in enumerate(ids) if m not in contributed]
         if foreign:
             raise InvalidInputError(

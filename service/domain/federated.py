@@ -48,7 +48,7 @@ from service.domain.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
-from service.domain.ids import looks_like_id
+from service.domain.ids import check_idempotency_key, looks_like_id, refuse_duplicates
 from service.domain.jobs import ClaimedJob, JobContext, JobScheduler
 from service.domain.principal import Principal
 from service.domain.privacy_record import (
@@ -84,7 +84,6 @@ logger = logging.getLogger(__name__)
 
 MIN_FEDERATED_DATASETS: Final[int] = 2
 MAX_FEDERATED_DATASETS: Final[int] = 100
-MAX_IDEMPOTENCY_KEY_LENGTH: Final[int] = 200
 #: A placeholder ε used only to learn whether a protocol with these parameters is private
 #: when the request names no ε (a non-private protocol ignores ε).
 _PROBE_EPSILON: Final[float] = 1.0
@@ -227,12 +226,7 @@ def _participants(
         ids = list(grants)
     else:
         ids = list(requested)
-        dupes = sorted({d for d in ids if ids.count(d) > 1})
-        if dupes:
-            raise InvalidInputError(
-                "a dataset is named more than once: " + ", ".join(map(repr, dupes)),
-                errors=[{"loc": ["body", "datasets"], "msg": "duplicate dataset ids"}],
-            )
+        refuse_duplicates(ids, field="datasets", what="dataset")
         missing = [i for i, d in enumerate(ids) if d not in grants]
         if missing:
             raise InvalidInputError(
@@ -557,11 +551,7 @@ def submit_federated_fit(
     """Validate, charge every dataset (all or none) and enqueue (see the module docstring)."""
     owner = actor.require_site()
     _check_request(request)
-    if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_LENGTH):
-        raise InvalidInputError(
-            f"Idempotency-Key must have 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
-            errors=[{"loc": ["header", "Idempotency-Key"], "msg": "bad length"}],
-        )
+    check_idempotency_key(idempotency_key)
     job_id = new_id()
     try:
         with uow:

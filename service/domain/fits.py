@@ -24,7 +24,7 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from service.db.errors import IntegrityConflictError
 from service.db.models import Dataset, Job, new_id
@@ -33,6 +33,7 @@ from service.domain import audit, budgets
 from service.domain.audit import AuditContext
 from service.domain.datasets import get_owned_dataset
 from service.domain.errors import ConflictError, InvalidInputError
+from service.domain.ids import MAX_IDEMPOTENCY_KEY_LENGTH, check_idempotency_key
 from service.domain.jobs import JobScheduler
 from service.domain.principal import Principal
 from service.domain.privacy_record import NO_DP_MECHANISMS, json_safe
@@ -48,8 +49,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-MAX_IDEMPOTENCY_KEY_LENGTH: Final[int] = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,11 +206,7 @@ def submit_fit(
 ) -> SubmittedFit:
     """Validate, charge and enqueue a fit (see the module docstring)."""
     owner = actor.require_site()
-    if idempotency_key is not None and not (0 < len(idempotency_key) <= MAX_IDEMPOTENCY_KEY_LENGTH):
-        raise InvalidInputError(
-            f"Idempotency-Key must have 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
-            errors=[{"loc": ["header", "Idempotency-Key"], "msg": "bad length"}],
-        )
+    check_idempotency_key(idempotency_key)
     with uow:
         dataset = get_owned_dataset(uow, dataset_id=dataset_id, actor=actor)
         if idempotency_key is not None:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
 
-from service.api.deps import AuditContextDep, PrincipalDep, UowDep, access
+from service.api.deps import AuditContextDep, DryRun, IdempotencyKey, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
 from service.api.schemas.fits import FitCreate, FitQuoteRead
@@ -16,20 +14,6 @@ from service.domain import fits, jobs
 from service.jobs.runner import JobRunner
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
-
-IdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        max_length=fits.MAX_IDEMPOTENCY_KEY_LENGTH,
-        description="Makes the request safe to retry: a request repeated with the same key "
-        "returns the first request's job and is charged once.",
-    ),
-]
-DryRun = Annotated[
-    bool,
-    Query(description="Only quote the cost and the calibration (200); nothing is spent."),
-]
 
 
 @router.post(

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, Query, Request, Response, status
+from fastapi import APIRouter, Body, Query, Request, Response, status
 from fastapi.responses import JSONResponse
 
-from service.api.deps import AuditContextDep, PrincipalDep, UowDep, access
+from service.api.deps import AuditContextDep, DryRun, IdempotencyKey, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
 from service.api.schemas.federated import FederatedFitCreate, FederatedQuoteRead
@@ -264,21 +264,6 @@ def create_aggregation(
     view = jobs.get_job(uow, job_id=job.id, actor=principal)
     response.headers["Location"] = f"{API_V1}/jobs/{job.id}"
     return JobRead.from_view(view)
-
-
-IdempotencyKey = Annotated[
-    str | None,
-    Header(
-        alias="Idempotency-Key",
-        max_length=federated.MAX_IDEMPOTENCY_KEY_LENGTH,
-        description="Makes the request safe to retry: a request repeated with the same key "
-        "returns the first request's job and every dataset is charged once.",
-    ),
-]
-DryRun = Annotated[
-    bool,
-    Query(description="Only quote the per-dataset costs and the calibration (200)."),
-]
 
 
 @router.post(
