@@ -53,7 +53,7 @@ from service.domain.privacy_record import (
     software_version,
 )
 from service.domain.randomness import Randomness
-from service.domain.studies import require_matching, visible_study
+from service.domain.studies import StudyFacts, require_matching, visible_study
 from service.dp import calibrate as dp_calibrate
 from service.dp.aggregation import (
     FEATURE_MECHANISMS,
@@ -337,21 +337,16 @@ def aggregate(
             )
         )
         uow.models.add(
-            Model(
-                id=model_id,
+            StudyFacts.of(study).model(
+                model_id=model_id,
                 owner_site_id=site_id,
+                job_id=job_id,
                 name=request.name,
                 source="aggregate",
                 mechanism=request.method,
                 loss=losses.pop() if len(losses) == 1 else "other",
-                feature_names=list(study.feature_names),
-                preprocessing=dict(study.preprocessing),
                 body={"kind": "linear", "coef": [float(v) for v in coef]},
-                label=dict(study.spec.get("label") or {}),
                 privacy=record,
-                dataset_id=None,
-                job_id=job_id,
-                study_id=study.id,
             )
         )
         _mark_used(uow, inputs, now)
@@ -947,9 +942,7 @@ def run_aggregation_job(
         sources = [list(i.model.body["coef"]) for i in inputs]
         entries = [_input_entry(item, 1.0 / len(inputs)) for item in inputs]
         target_site = dataset.owner_site_id
-        feature_names = list(study.feature_names)
-        preprocessing = dict(study.preprocessing)
-        label = dict(study.spec.get("label") or {})
+        facts = StudyFacts.of(study)
     context.progress(0.0)
     X, y = load_design(uow_factory, dataset_id)
     result = spec.compute(X, y, sources, context.randomness.generator())
@@ -968,21 +961,16 @@ def run_aggregation_job(
         base_mechanism=spec.base_mechanism,
         within_job=spec.within_job,
     )
-    return Model(
-        id=new_id(),
+    return facts.model(
         owner_site_id=job.owner_site_id,
+        job_id=job.id,
         name=params.get("name"),
         source="aggregate",
         mechanism=spec.method,
         loss=str(params["loss"]),
-        feature_names=feature_names,
-        preprocessing=preprocessing,
         body=json_safe(result.model.to_dict()),
-        label=label,
         privacy=record,
         dataset_id=dataset_id,
-        job_id=job.id,
-        study_id=str(params["study_id"]),
     )
 
 

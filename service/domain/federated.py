@@ -58,7 +58,7 @@ from service.domain.privacy_record import (
     software_version,
 )
 from service.domain.randomness import Randomness
-from service.domain.studies import visible_study
+from service.domain.studies import StudyFacts, visible_study
 from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
 from service.dp.federated import (
     FEDERATED_PROTOCOLS,
@@ -743,9 +743,7 @@ def run_federated_job(
             if dataset is None or dataset.deleted_at is not None:
                 raise NotFoundError("dataset")
             owners.append({"id": dataset.id, "site_id": dataset.owner_site_id})
-        feature_names = list(study.feature_names)
-        preprocessing = dict(study.preprocessing)
-        label = dict(study.spec.get("label") or {})
+        facts = StudyFacts.of(study)
     context.progress(0.0)
     sites = [load_design(uow_factory, dataset_id) for dataset_id in dataset_ids]
     epsilon = params.get("epsilon")
@@ -767,19 +765,13 @@ def run_federated_job(
         job_id=job.id,
         study_id=study_id,
     )
-    return Model(
-        id=new_id(),
+    return facts.model(
         owner_site_id=job.owner_site_id,
+        job_id=job.id,
         name=params.get("name"),
         source="federated",
         mechanism=result.protocol,
         loss=str(params["loss"]),
-        feature_names=feature_names,
-        preprocessing=preprocessing,
         body=json_safe(result.model.to_dict()),
-        label=label,
         privacy=record,
-        dataset_id=None,
-        job_id=job.id,
-        study_id=study_id,
     )

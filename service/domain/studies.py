@@ -35,6 +35,7 @@ from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
 __all__ = [
     "MAX_MEMBERS",
     "DatasetGrant",
+    "StudyFacts",
     "StudyPage",
     "StudySpecInput",
     "StudyView",
@@ -69,6 +70,58 @@ class DatasetGrant:
     dataset_id: str
     epsilon_cap: float
     delta_cap: float
+
+
+@dataclass(frozen=True, slots=True)
+class StudyFacts:
+    """What every model released to a study takes from the study: its encoded features,
+    preprocessing and label (public), read once so a worker can build the model later."""
+
+    id: str
+    feature_names: list[str]
+    preprocessing: dict[str, Any]
+    label: dict[str, Any]
+
+    @classmethod
+    def of(cls, study: Study) -> StudyFacts:
+        return cls(
+            id=study.id,
+            feature_names=list(study.feature_names),
+            preprocessing=dict(study.preprocessing),
+            label=dict(study.spec.get("label") or {}),
+        )
+
+    def model(
+        self,
+        *,
+        owner_site_id: str,
+        job_id: str,
+        source: str,
+        mechanism: str,
+        loss: str,
+        body: dict[str, Any],
+        privacy: dict[str, Any],
+        name: str | None = None,
+        dataset_id: str | None = None,
+        model_id: str | None = None,
+    ) -> Model:
+        """The (unsaved) model released to the study, readable by every member."""
+        return Model(
+            id=model_id or new_id(),
+            owner_site_id=owner_site_id,
+            name=name,
+            source=source,
+            mechanism=mechanism,
+            loss=loss,
+            feature_names=self.feature_names,
+            preprocessing=self.preprocessing,
+            body=body,
+            label=self.label,
+            privacy=privacy,
+            dataset_id=dataset_id,
+            job_id=job_id,
+            study_id=self.id,
+        )
 
 
 @dataclass(frozen=True, slots=True)

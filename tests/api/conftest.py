@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from tests.conftest import MakeSite
 
@@ -30,3 +33,24 @@ class FuzzKeys:
 def fuzz_keys(admin_headers: dict[str, str], make_site: MakeSite) -> FuzzKeys:
     """A valid admin key and a valid site key."""
     return FuzzKeys(admin_headers, make_site(name="fuzz site").headers)
+
+
+class HeldRunner:
+    """A job runner that only records what it was given: jobs stay queued until the test
+    runs them by hand (``service.domain.jobs.run_job``) or cancels them."""
+
+    def __init__(self) -> None:
+        self.submitted: list[str] = []
+
+    def submit(self, job_id: str) -> None:
+        self.submitted.append(job_id)
+
+
+@pytest.fixture
+def held(app: FastAPI, client: TestClient) -> Iterator[HeldRunner]:
+    """The app's runner replaced by a :class:`HeldRunner` for the test."""
+    original = app.state.job_runner
+    runner = HeldRunner()
+    app.state.job_runner = runner
+    yield runner
+    app.state.job_runner = original

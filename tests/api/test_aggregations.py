@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from service.db.base import utcnow
@@ -36,6 +37,7 @@ from tests.api._studies import (
     upload_model,
     weights_of,
 )
+from tests.api.conftest import HeldRunner
 from tests.conftest import MakeSite, SiteHandle
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -723,18 +725,11 @@ def test_marking_used_counts_only_contributions_that_still_exist(
         uow.rollback()
 
 
-class HeldRunner:
-    """A runner that only records what it was given (the test decides when jobs run)."""
-
-    def __init__(self) -> None:
-        self.submitted: list[str] = []
-
-    def submit(self, job_id: str) -> None:
-        self.submitted.append(job_id)
-
-
 def test_charged_aggregations_run_on_the_runner_and_a_queued_one_is_refunded(
-    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+    app: FastAPI,
+    client: TestClient,
+    trio: tuple[SiteHandle, SiteHandle, SiteHandle],
+    held: HeldRunner,
 ) -> None:
     from service.domain.jobs import run_job
 
@@ -743,33 +738,25 @@ def test_charged_aggregations_run_on_the_runner_and_a_queued_one_is_refunded(
     source = upload_model(client, member, W1)
     contribute(client, member, study["id"], {"model_id": source["id"]})
     target = upload_dataset(client, coordinator, seed=21, epsilon=2.0)
-    app = client.app
-    original = app.state.job_runner  # type: ignore[attr-defined]
-    held = HeldRunner()
-    app.state.job_runner = held  # type: ignore[attr-defined]
-    try:
-        body = {"target_dataset_id": target["id"], "epsilon": 0.5, "transfer_strength": 0.1}
-        queued = []
-        for _ in range(2):
-            response = client.post(
-                f"/v1/studies/{study['id']}/aggregations",
-                json={"method": "transfer", **body},
-                headers=coordinator.headers,
-            )
-            assert response.status_code == 202, response.text
-            assert response.json()["status"] == "queued"
-            queued.append(response.json()["id"])
-        assert held.submitted == queued
-        assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(1.0)
-        cancelled = client.post(f"/v1/jobs/{queued[0]}/cancel", headers=coordinator.headers)
-        assert cancelled.status_code == 200
-        assert [c["state"] for c in cancelled.json()["charges"]] == ["refunded"]
-        assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(0.5)
-        uow_factory = app.state.uow_factory  # type: ignore[attr-defined]
-        assert run_job(uow_factory, queued[0]) == "cancelled"
-        assert run_job(uow_factory, queued[1]) == "succeeded"
-    finally:
-        app.state.job_runner = original  # type: ignore[attr-defined]
+    body = {"target_dataset_id": target["id"], "epsilon": 0.5, "transfer_strength": 0.1}
+    queued = []
+    for _ in range(2):
+        response = client.post(
+            f"/v1/studies/{study['id']}/aggregations",
+            json={"method": "transfer", **body},
+            headers=coordinator.headers,
+        )
+        assert response.status_code == 202, response.text
+        assert response.json()["status"] == "queued"
+        queued.append(response.json()["id"])
+    assert held.submitted == queued
+    assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(1.0)
+    cancelled = client.post(f"/v1/jobs/{queued[0]}/cancel", headers=coordinator.headers)
+    assert cancelled.status_code == 200
+    assert [c["state"] for c in cancelled.json()["charges"]] == ["refunded"]
+    assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(0.5)
+    assert run_job(app.state.uow_factory, queued[0]) == "cancelled"
+    assert run_job(app.state.uow_factory, queued[1]) == "succeeded"
     done = client.get(f"/v1/jobs/{queued[1]}", headers=coordinator.headers).json()
     model = client.get(f"/v1/models/{done['model_id']}", headers=member.headers)
     assert model.status_code == 200

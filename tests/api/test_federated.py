@@ -9,7 +9,6 @@ intermediate iterate) becomes reachable; bad requests are 4xx that charge nothin
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -32,6 +31,7 @@ from tests.api._studies import (
     rows_csv,
     upload_dataset,
 )
+from tests.api.conftest import HeldRunner
 from tests.conftest import MakeSite, SiteHandle
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -42,25 +42,6 @@ N_ROWS = 200  # rows of tests.api._studies.upload_dataset
 @pytest.fixture
 def db_url(any_db_url: str) -> str:
     return any_db_url
-
-
-class HeldRunner:
-    """A runner that only records what it was given (the test runs jobs by hand)."""
-
-    def __init__(self) -> None:
-        self.submitted: list[str] = []
-
-    def submit(self, job_id: str) -> None:
-        self.submitted.append(job_id)
-
-
-@pytest.fixture
-def held(app: FastAPI, client: TestClient) -> Iterator[HeldRunner]:
-    original = app.state.job_runner
-    runner = HeldRunner()
-    app.state.job_runner = runner
-    yield runner
-    app.state.job_runner = original
 
 
 Consortium = tuple[SiteHandle, SiteHandle, SiteHandle, SiteHandle, dict[str, Any], list[str]]

@@ -28,6 +28,7 @@ from service.dp import fit as dp_fit
 from service.jobs.runner import JobRunner, PoolJobRunner
 from service.main import create_app
 from service.settings import Settings
+from tests.api.conftest import HeldRunner
 from tests.conftest import ADMIN_KEY, MakeSite, SiteHandle
 from tests.unit.jobs._flow import (
     TIMEOUT,
@@ -546,24 +547,13 @@ def test_a_long_poll_answers_when_the_job_ends(client: TestClient, site: SiteHan
     assert response.json()["model_id"] is not None
 
 
-class _HeldRunner:
-    """Accepts jobs and never runs them (so they stay queued)."""
-
-    def submit(self, job_id: str) -> None:
-        pass
-
-
 def test_a_long_poll_on_a_job_that_does_not_end_answers_with_its_status(
-    app: FastAPI, client: TestClient, site: SiteHandle
+    client: TestClient, site: SiteHandle, held: HeldRunner
 ) -> None:
     dataset = upload(client, site.headers)
-    original = app.state.job_runner
-    app.state.job_runner = _HeldRunner()
-    try:
-        job = _post_fit(client, site, dataset["id"])
-        response = client.get(f"/v1/jobs/{job['id']}?wait=0.2", headers=site.headers)
-    finally:
-        app.state.job_runner = original
+    job = _post_fit(client, site, dataset["id"])
+    assert held.submitted == [job["id"]]  # never run: it stays queued
+    response = client.get(f"/v1/jobs/{job['id']}?wait=0.2", headers=site.headers)
     assert response.status_code == 200, response.text
     assert response.json()["status"] == "queued"
 
