@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
+import shutil
 import statistics
 import time
 import warnings
@@ -225,3 +227,37 @@ def environment(threads: int | None = None) -> str:
         f"{'library default' if threads is None else threads}; service/dp source hash "
         f"{dp_core_fingerprint()}"
     )
+
+
+def save_report(
+    stem: str,
+    lines: Sequence[str],
+    raw: dict[str, Any],
+    figures: Sequence[str],
+    *,
+    started: float,
+    load_before: str,
+    quick: bool,
+    copy_figures: bool,
+) -> None:
+    """Finish a reproduction script: append the run time and load, print the markdown, write
+    ``out/<stem>[_quick].md`` and ``.json``, and copy the PNGs (already in ``OUT_DIR``) to
+    ``benchmarks/figures/`` for a full run."""
+    text = "\n".join(
+        [
+            *lines,
+            f"Total run time {time.perf_counter() - started:.0f} s; load average before "
+            f"{load_before}, after {load_average()}.",
+        ]
+    )
+    print(text)
+    suffix = "_quick" if quick else ""
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    (OUT_DIR / f"{stem}{suffix}.md").write_text(text + "\n", encoding="utf-8")
+    (OUT_DIR / f"{stem}{suffix}.json").write_text(
+        json.dumps(raw, indent=1, default=str) + "\n", encoding="utf-8"
+    )
+    if copy_figures and not quick:
+        FIGURES_DIR.mkdir(parents=True, exist_ok=True)
+        for name in figures:
+            shutil.copy2(OUT_DIR / name, FIGURES_DIR / name)

@@ -31,8 +31,6 @@ copies the PNGs to ``benchmarks/figures/``)::
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import time
 import warnings
 from collections.abc import Sequence
@@ -42,13 +40,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from benchmarks._common import (
-    FIGURES_DIR,
     OUT_DIR,
     environment,
     limit_threads,
     load_average,
     markdown_table,
     mean_sd,
+    save_report,
 )
 from benchmarks.reproduce_papers import Data, load_data, majority_error
 
@@ -478,21 +476,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     report += lines
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     names = plots(raw, majority_error(data), eps_grid, n_grid, sizes)
-    report.append(
-        f"Total run time {time.perf_counter() - t0:.0f} s; load average before {load_before}, "
-        f"after {load_average()}."
+    save_report(
+        "reproduce_studies",
+        report,
+        raw,
+        names,
+        started=t0,
+        load_before=load_before,
+        quick=quick,
+        copy_figures=not args.no_copy,
     )
-    text = "\n".join(report)
-    print(text)
-    suffix = "_quick" if quick else ""
-    (OUT_DIR / f"reproduce_studies{suffix}.md").write_text(text + "\n", encoding="utf-8")
-    (OUT_DIR / f"reproduce_studies{suffix}.json").write_text(
-        json.dumps(raw, indent=1, default=str) + "\n", encoding="utf-8"
-    )
-    if not args.no_copy and not quick:
-        FIGURES_DIR.mkdir(parents=True, exist_ok=True)
-        for name in names:
-            shutil.copy2(OUT_DIR / name, FIGURES_DIR / name)
     return 0
 
 
