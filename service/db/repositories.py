@@ -351,15 +351,17 @@ class JobRepository(Repository[Job]):
             values["error"] = error
         return self._update(job_id, Job.status == expected, **values)
 
-    def claim(self, job_id: str, *, started_at: datetime) -> bool:
-        """``queued`` → ``running`` for exactly one worker; counts the attempt."""
-        return self._update(
-            job_id,
-            Job.status == "queued",
-            status="running",
-            started_at=started_at,
-            attempt=Job.attempt + 1,
+    def claim(self, job_id: str, *, started_at: datetime) -> Job | None:
+        """``queued`` → ``running`` for exactly one worker, counting the attempt; the claimed
+        job as it now is (one ``UPDATE … RETURNING``), or None when it was not queued."""
+        statement = (
+            update(Job)
+            .where(Job.id == job_id, Job.status == "queued")
+            .values(status="running", started_at=started_at, attempt=Job.attempt + 1)
+            .returning(Job)
+            .execution_options(synchronize_session=False, populate_existing=True)
         )
+        return self.session.scalars(statement).one_or_none()
 
     def request_cancel(self, job_id: str) -> bool:
         """Flag a running job for cancellation; False when it is not running."""

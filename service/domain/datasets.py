@@ -35,6 +35,7 @@ from service.domain.errors import NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.ingest import DatasetSpec, EncodedChunk, design_from_chunks, ingest
 from service.domain.principal import Principal
+from service.dp.prepared import PreparedDesign, prepare_design
 from service.dp.preprocessing import PreprocessingSpec
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "get_owned_dataset",
     "list_datasets",
     "load_design",
+    "read_design",
 ]
 
 #: Encoded chunks of an upload stay in memory up to this size, then go to a temporary file.
@@ -223,37 +225,39 @@ Design = tuple[NDArray[np.float64], NDArray[np.float64]]
 
 
 class _DesignCache:
-    """Design matrices recently read by this process, least recently used out first.
+    """Designs recently read by this process, least recently used out first.
 
     A dataset's content never changes after its upload committed (it can only be deleted, and
-    :func:`load_design` checks that in the database before every use), so a worker that fits
-    the same dataset again skips decoding it. Arrays are read-only: a fit cannot alter them.
+    :func:`read_design` checks that in the database before every use), so a worker that fits
+    the same dataset again skips decoding it, checking it (:func:`service.dp.prepare_design`)
+    and the solver's float32 working copy of it. Arrays are read-only: a fit cannot alter them.
     """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[str, Design] = OrderedDict()
+        self._items: OrderedDict[str, PreparedDesign] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, dataset_id: str) -> Design | None:
+    def get(self, dataset_id: str) -> PreparedDesign | None:
         with self._lock:
             item = self._items.get(dataset_id)
             if item is not None:
                 self._items.move_to_end(dataset_id)
             return item
 
-    def put(self, dataset_id: str, design: Design) -> None:
-        X, y = design
-        size = X.nbytes + y.nbytes
-        if size > self.max_bytes:
+    def put(self, dataset_id: str, design: PreparedDesign) -> None:
+        # Sized as X, y and a float32 copy of X: what a fit's solver derives from it.
+        if self._size(design) > self.max_bytes:
             return
-        X.flags.writeable = False
-        y.flags.writeable = False
         with self._lock:
             self._items[dataset_id] = design
             self._items.move_to_end(dataset_id)
-            while sum(a.nbytes + b.nbytes for a, b in self._items.values()) > self.max_bytes:
+            while sum(self._size(d) for d in self._items.values()) > self.max_bytes:
                 self._items.popitem(last=False)
+
+    @staticmethod
+    def _size(design: PreparedDesign) -> int:
+        return int(design.X.nbytes * 3 // 2 + design.y.nbytes)
 
     def clear(self) -> None:
         with self._lock:
@@ -272,28 +276,35 @@ def load_design(uow_factory: UnitOfWorkFactory, dataset_id: str) -> Design:
     ``NotFoundError("dataset")`` and :class:`DatasetDeletedError`. Reads in one short
     transaction.
     """
-    uow = uow_factory()
-    with uow:
-        dataset = uow.datasets.get(dataset_id)
-        if dataset is None:
-            raise NotFoundError("dataset")
-        if dataset.deleted_at is not None:
-            raise DatasetDeletedError(f"dataset {dataset_id} was deleted; its content is gone")
-        cached = design_cache.get(dataset_id)
-        if cached is not None:
-            return cached
-        prep = PreprocessingSpec.from_dict(dataset.preprocessing)
-        try:
-            design = design_from_chunks(
-                prep, uow.datasets.chunk_payloads(dataset_id), dataset.n_rows
-            )
-            design_cache.put(dataset_id, design)
-            return design
-        except ValueError:
-            # A deletion committed while the chunks were being read (READ COMMITTED).
-            fresh = uow.datasets.get_fresh(dataset_id)
-            if fresh is None or fresh.deleted_at is not None:
-                raise DatasetDeletedError(
-                    f"dataset {dataset_id} was deleted; its content is gone"
-                ) from None
-            raise
+    with uow_factory() as uow:
+        design = read_design(uow, uow.datasets.get(dataset_id), dataset_id=dataset_id)
+    return design.X, design.y
+
+
+def read_design(uow: UnitOfWork, dataset: Dataset | None, *, dataset_id: str) -> PreparedDesign:
+    """:func:`load_design`, prepared for fitting (:func:`service.dp.prepare_design`), inside
+    the caller's open transaction, for a dataset row it has just read (None: not found): from
+    this process's cache when the dataset was read before, else from its chunks."""
+    if dataset is None:
+        raise NotFoundError("dataset")
+    if dataset.deleted_at is not None:
+        raise DatasetDeletedError(f"dataset {dataset_id} was deleted; its content is gone")
+    cached = design_cache.get(dataset_id)
+    if cached is not None:
+        return cached
+    prep = PreprocessingSpec.from_dict(dataset.preprocessing)
+    try:
+        X, y = design_from_chunks(prep, uow.datasets.chunk_payloads(dataset_id), dataset.n_rows)
+        X.flags.writeable = False  # fresh arrays, owned: prepared without a copy
+        y.flags.writeable = False
+        design = prepare_design(X, y)
+        design_cache.put(dataset_id, design)
+        return design
+    except ValueError:
+        # A deletion committed while the chunks were being read (READ COMMITTED).
+        fresh = uow.datasets.get_fresh(dataset_id)
+        if fresh is None or fresh.deleted_at is not None:
+            raise DatasetDeletedError(
+                f"dataset {dataset_id} was deleted; its content is gone"
+            ) from None
+        raise

@@ -34,7 +34,7 @@ from service.domain.audit import AuditContext
 from service.domain.datasets import get_owned_dataset
 from service.domain.errors import ConflictError, InvalidInputError
 from service.domain.ids import MAX_IDEMPOTENCY_KEY_LENGTH, check_idempotency_key
-from service.domain.jobs import JobScheduler
+from service.domain.jobs import JobScheduler, JobView, job_view
 from service.domain.principal import Principal
 from service.domain.privacy_record import NO_DP_MECHANISMS, json_safe
 from service.dp import MECHANISMS, Calibration, calibrate
@@ -96,10 +96,15 @@ class FitQuote:
 
 @dataclass(frozen=True, slots=True)
 class SubmittedFit:
-    """The job of a fit request; ``created`` is False for an idempotent retry."""
+    """The job of a fit request with its charges, as committed; ``created`` is False for an
+    idempotent retry."""
 
-    job: Job
+    view: JobView
     created: bool
+
+    @property
+    def job(self) -> Job:
+        return self.view.job
 
 
 def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
@@ -215,7 +220,7 @@ def submit_fit(
             )
             if found is not None:
                 # a retry gets its job back, even once the dataset is gone
-                return SubmittedFit(job=found, created=False)
+                return SubmittedFit(view=job_view(uow, found), created=False)
         _require_live(dataset)
     calibration = _calibrate(dataset, request)
     epsilon, delta = _cost(request, calibration)
@@ -257,6 +262,7 @@ def submit_fit(
                         "delta": delta,
                     },
                 )
+            view = job_view(uow, job)  # answered without reading the job back
             uow.commit()
     except IntegrityConflictError:
         if idempotency_key is None:
@@ -266,13 +272,13 @@ def submit_fit(
             found = _existing(
                 uow, owner=owner, key=idempotency_key, dataset_id=dataset_id, request=request
             )
-        if found is None:
-            raise ConflictError(
-                "a request with this Idempotency-Key is being processed; retry"
-            ) from None
-        return SubmittedFit(job=found, created=False)
+            if found is None:
+                raise ConflictError(
+                    "a request with this Idempotency-Key is being processed; retry"
+                ) from None
+            return SubmittedFit(view=job_view(uow, found), created=False)
     try:
         runner.submit(job_id)
     except Exception:
         logger.exception("job %s stays queued: the runner did not accept it", job_id)
-    return SubmittedFit(job=job, created=True)
+    return SubmittedFit(view=view, created=True)

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from service.db.base import utcnow
-from service.db.models import Job, LedgerCharge, Model, new_id
+from service.db.models import Dataset, Job, LedgerCharge, Model, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import budgets
-from service.domain.datasets import load_design
+from service.domain.datasets import read_design
 from service.domain.errors import ConflictError, NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.principal import Principal
@@ -117,7 +117,8 @@ def _charge(row: LedgerCharge) -> JobCharge:
     )
 
 
-def _view(uow: UnitOfWork, job: Job) -> JobView:
+def job_view(uow: UnitOfWork, job: Job) -> JobView:
+    """``job`` with its ledger charges, read in the caller's open transaction."""
     return JobView(job=job, charges=tuple(_charge(c) for c in uow.ledger.charges_for_job(job.id)))
 
 
@@ -173,7 +174,7 @@ def get_job(uow: UnitOfWork, *, job_id: str, actor: Principal) -> JobView:
     if not looks_like_id(job_id):
         raise NotFoundError("job")
     with uow:
-        return _view(uow, _visible(uow.jobs.get(job_id), actor))
+        return job_view(uow, _visible(uow.jobs.get(job_id), actor))
 
 
 def list_jobs(uow: UnitOfWork, *, actor: Principal, limit: int, offset: int) -> JobPage:
@@ -182,7 +183,7 @@ def list_jobs(uow: UnitOfWork, *, actor: Principal, limit: int, offset: int) -> 
     with uow:
         return JobPage(
             items=[
-                _view(uow, job)
+                job_view(uow, job)
                 for job in uow.jobs.list_page(owner_site_id=owner, limit=limit, offset=offset)
             ],
             total=uow.jobs.count(owner_site_id=owner),
@@ -211,7 +212,7 @@ def cancel_job(uow: UnitOfWork, *, job_id: str, actor: Principal) -> JobView:
             uow.rollback()
             job = _visible(uow.jobs.get(job_id, fresh=True), actor)
             raise ConflictError(f"the job has already finished ({job.status}); nothing to cancel")
-        return _view(uow, _visible(uow.jobs.get(job_id, fresh=True), actor))
+        return job_view(uow, _visible(uow.jobs.get(job_id, fresh=True), actor))
 
 
 # --- crash recovery ------------------------------------------------------------------------
@@ -378,11 +379,10 @@ def run_job(
     """
     randomness = randomness or Randomness()
     with uow_factory() as uow:
-        if not uow.jobs.claim(job_id, started_at=utcnow()):
-            job = uow.jobs.get(job_id)
-            return "missing" if job is None else job.status
-        job = uow.jobs.get(job_id)
-        assert job is not None
+        job = uow.jobs.claim(job_id, started_at=utcnow())
+        if job is None:
+            current = uow.jobs.get(job_id)
+            return "missing" if current is None else current.status
         uow.commit()
         claimed = ClaimedJob(
             id=job.id,
@@ -433,11 +433,15 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
     if job.dataset_id is None:
         raise LookupError("fit job without a dataset")
     params = job.params
-    dataset = _dataset_facts(uow_factory, job.dataset_id)
-    X, y = load_design(uow_factory, job.dataset_id)
+    with uow_factory() as uow:  # one read: the dataset's public facts and its design
+        row = uow.datasets.get(job.dataset_id)
+        if row is None or row.deleted_at is not None:
+            raise NotFoundError("dataset")
+        dataset = _dataset_facts(row)
+        design = read_design(uow, row, dataset_id=job.dataset_id)
     result = context.fit(
-        X,
-        y,
+        design,
+        None,
         str(params["mechanism"]),
         rng=context.randomness.generator(),
         progress=context.progress,
@@ -476,15 +480,11 @@ class _DatasetFacts:
     label: dict[str, Any]
 
 
-def _dataset_facts(uow_factory: UnitOfWorkFactory, dataset_id: str) -> _DatasetFacts:
-    """Name, encoded features, preprocessing and label of a dataset; NotFound once deleted."""
-    with uow_factory() as uow:
-        dataset = uow.datasets.get(dataset_id)
-        if dataset is None or dataset.deleted_at is not None:
-            raise NotFoundError("dataset")
-        return _DatasetFacts(
-            ref=DatasetRef(id=dataset.id, name=dataset.name),
-            feature_names=list(dataset.feature_names),
-            preprocessing=dict(dataset.preprocessing),
-            label=dict(dataset.spec.get("label", {})),
-        )
+def _dataset_facts(dataset: Dataset) -> _DatasetFacts:
+    """Name, encoded features, preprocessing and label of a (live) dataset row."""
+    return _DatasetFacts(
+        ref=DatasetRef(id=dataset.id, name=dataset.name),
+        feature_names=list(dataset.feature_names),
+        preprocessing=dict(dataset.preprocessing),
+        label=dict(dataset.spec.get("label", {})),
+    )

@@ -12,6 +12,7 @@ and ``"nan"``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -60,8 +61,10 @@ class PrivacyClaim:
     description: str | None = None
 
 
+@functools.cache
 def software_version() -> str:
-    """The installed PrivFit version (``"unknown"`` when run from an uninstalled tree)."""
+    """The installed PrivFit version (``"unknown"`` when run from an uninstalled tree); read
+    from the package metadata once per process (a lookup costs milliseconds per job)."""
     try:
         return metadata.version("privfit")
     except metadata.PackageNotFoundError:  # pragma: no cover - the package is installed

@@ -39,6 +39,7 @@ from service.dp.base import (
 )
 from service.dp.losses import LOSSES
 from service.dp.mechanisms import MECHANISMS, get_mechanism
+from service.dp.prepared import PreparedDesign, prepare_design, using
 from service.dp.solvers import ConvergenceError
 from service.dp.validation import (
     PrivacyParameterError,
@@ -56,6 +57,7 @@ __all__ = [
     "FittedModel",
     "LinearModel",
     "Mechanism",
+    "PreparedDesign",
     "PrivacyCost",
     "PrivacyParameterError",
     "Problem",
@@ -63,6 +65,7 @@ __all__ = [
     "fit",
     "get_mechanism",
     "make_problem",
+    "prepare_design",
     "preprocessing",
     "projection",
 ]
@@ -74,8 +77,8 @@ DEFAULT_HUBER_H = 0.5
 
 
 def fit(
-    X: ArrayLike,
-    y: ArrayLike,
+    X: ArrayLike | PreparedDesign,
+    y: ArrayLike | None,
     mechanism: str,
     *,
     epsilon: float,
@@ -96,9 +99,37 @@ def fit(
     mechanism (output or objective perturbation, generalized objective perturbation at
     δ = 0) spends δ = 0 whatever ``delta`` was offered; ``non_private`` reports ε = ∞ and
     ignores ``epsilon``.
+
+    ``X`` may be a :class:`PreparedDesign` (then ``y`` is None): the data was checked when it
+    was prepared and the solver reuses its working copy across fits (:mod:`service.dp.prepared`).
     """
     _check_rng(rng)
+    if isinstance(X, PreparedDesign):
+        if y is not None:
+            raise ValueError("y must be None when X is a PreparedDesign (it holds its labels)")
+        with using(X):
+            return _fit(
+                X.X, X.y, mechanism, epsilon, delta, loss, regularization, rng, progress, params
+            )
+    if y is None:
+        raise ValueError("y is required unless X is a PreparedDesign")
     Xf, yf = validate_design(X, y)
+    return _fit(Xf, yf, mechanism, epsilon, delta, loss, regularization, rng, progress, params)
+
+
+def _fit(
+    Xf: np.ndarray[Any, np.dtype[np.float64]],
+    yf: np.ndarray[Any, np.dtype[np.float64]],
+    mechanism: str,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    regularization: float,
+    rng: np.random.Generator | None,
+    progress: ProgressCallback | None,
+    params: Mapping[str, Any],
+) -> FitResult:
+    """:func:`fit` on checked float64 arrays."""
     mech, problem = make_problem(
         mechanism,
         n=int(Xf.shape[0]),

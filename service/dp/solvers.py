@@ -65,6 +65,7 @@ from scipy import linalg, optimize, special
 from scipy.sparse.linalg import LinearOperator, cg
 
 from service.dp.losses import LogisticLoss, Loss
+from service.dp.prepared import active_design
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -536,22 +537,39 @@ def _build(
 
 def _with_float32_copy(obj: _Objective) -> _Objective:
     """``obj`` with the float32 copy of X and y, plus what is taken from each block of the
-    copy while it is in cache: Xᵀy and a contiguous copy of every ``_STRIDE``-th row."""
-    n, d = obj.X.shape
+    copy while it is in cache: Xᵀy and a contiguous copy of every ``_STRIDE``-th row. When
+    (X, y) are the arrays of the :class:`~service.dp.prepared.PreparedDesign` being fitted,
+    the copy made by its first fit is reused (it depends on X and y only)."""
+    design = active_design(obj.X, obj.y)
+    if design is None:
+        X32, y32, xty, sub = _float32_work(obj.X, obj.y)
+    else:
+        X32, y32, xty, sub = design.derived("solver.float32", lambda: _float32_work(obj.X, obj.y))
+        xty = xty.copy()  # the shared copy stays untouched whatever the solver does
+    return dataclasses.replace(obj, X32=X32, y32=y32, xty=xty, X32_sub=sub)
+
+
+def _float32_work(
+    X: FloatArray, y: FloatArray
+) -> tuple[Float32Array, Float32Array, FloatArray, Float32Array]:
+    """(X32, y32, Xᵀy, every ``_STRIDE``-th row of X32) in one blocked pass over X."""
+    n, d = X.shape
     X32 = np.empty((n, d), dtype=np.float32)
     sub = np.empty((-(-n // _STRIDE), d), dtype=np.float32)
-    y32 = obj.y.astype(np.float32)
+    y32 = y.astype(np.float32)
     xty = np.zeros(d)
     rows = _block_rows(X32)
     for start in range(0, n, rows):
         block = X32[start : start + rows]
-        np.copyto(block, obj.X[start : start + rows], casting="same_kind")
+        np.copyto(block, X[start : start + rows], casting="same_kind")
         xty += block.T @ y32[start : start + rows]
         first = -start % _STRIDE  # the block's first row with index ≡ 0 (mod _STRIDE)
         picked = block[first::_STRIDE]
         lo = (start + first) // _STRIDE
         sub[lo : lo + picked.shape[0]] = picked
-    return dataclasses.replace(obj, X32=X32, y32=y32, xty=xty, X32_sub=sub)
+    for array in (X32, y32, sub):
+        array.flags.writeable = False
+    return X32, y32, xty, sub
 
 
 def _newton(

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 from numpy.typing import NDArray
 
 from service.domain.jobs import recover_jobs, run_job, settle_lost_job
-from service.dp import ConvergenceError, FitResult
+from service.dp import ConvergenceError, FitResult, PreparedDesign
 from service.dp import fit as dp_fit
 from service.jobs.runner import JobRunner, PoolJobRunner
 from service.main import create_app
@@ -209,8 +209,10 @@ def test_dp_sgd_reports_progress_while_it_runs_and_stops_when_cancelled(
 
 
 def _failing_fit(make_error: Callable[[str], Exception]) -> Callable[..., FitResult]:
-    def fit(X: NDArray[np.float64], y: NDArray[np.float64], mechanism: str, **_: Any) -> FitResult:
-        raise make_error(f"{SECRET}: row 3 has x = {float(X[3, 0])!r}, label {float(y[3])!r}")
+    def fit(design: PreparedDesign, y: None, mechanism: str, **_: Any) -> FitResult:
+        # The worker fits the stored dataset as a prepared design (its labels inside).
+        X, labels = design.X, design.y
+        raise make_error(f"{SECRET}: row 3 has x = {float(X[3, 0])!r}, label {float(labels[3])!r}")
 
     return fit
 
@@ -527,11 +529,15 @@ def test_another_runner_plugs_in_without_touching_the_domain(settings: Settings)
             f"/v1/datasets/{dataset['id']}/fits", json=fit_body(), headers=headers
         )
 
-        # The inline runner finished the job before the 202 was written.
+        # The 202 shows the job as it was committed (queued, charged); the inline runner
+        # had finished it before the answer was written.
         assert response.status_code == 202, response.text
-        assert response.json()["status"] == "succeeded"
-        assert response.json()["model_id"] is not None
+        assert response.json()["status"] == "queued"
+        assert response.json()["charges"][0]["state"] == "charged"
         assert runner.ran == [(response.json()["id"], "succeeded")]
+        done = client.get(response.headers["Location"], headers=headers).json()
+        assert done["status"] == "succeeded"
+        assert done["model_id"] is not None
     assert runner.stopped
 
 

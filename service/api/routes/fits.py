@@ -10,7 +10,7 @@ from service.api.errors import problem_responses
 from service.api.routes import API_V1
 from service.api.schemas.fits import FitCreate, FitQuoteRead
 from service.api.schemas.jobs import JobRead
-from service.domain import fits, jobs
+from service.domain import fits
 from service.jobs.runner import JobRunner
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
@@ -64,7 +64,7 @@ def create_fit(
         idempotency_key=idempotency_key,
         context=audit_context,
     )
-    view = jobs.get_job(uow, job_id=submitted.job.id, actor=principal)
+    view = submitted.view
     response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
     if not submitted.created:
         response.headers["Idempotent-Replayed"] = "true"
