@@ -34,7 +34,7 @@ from service.domain.audit import AuditContext
 from service.domain.datasets import get_owned_dataset
 from service.domain.errors import ConflictError, InvalidInputError
 from service.domain.ids import MAX_IDEMPOTENCY_KEY_LENGTH, check_idempotency_key
-from service.domain.jobs import JobScheduler, JobView, job_view
+from service.domain.jobs import JobScheduler, JobView, job_charge, job_view
 from service.domain.principal import Principal
 from service.domain.privacy_record import NO_DP_MECHANISMS, json_safe
 from service.dp import MECHANISMS, Calibration, calibrate
@@ -238,7 +238,7 @@ def submit_fit(
                     idempotency_key=idempotency_key,
                 )
             )
-            budgets.charge(
+            charge_id = budgets.charge(
                 uow,
                 dataset_id=dataset_id,
                 epsilon=epsilon,
@@ -262,7 +262,8 @@ def submit_fit(
                         "delta": delta,
                     },
                 )
-            view = job_view(uow, job)  # answered without reading the job back
+            # The answer, from the rows this transaction wrote (no query).
+            view = JobView(job=job, charges=(job_charge(uow.ledger.get(charge_id)),))
             uow.commit()
     except IntegrityConflictError:
         if idempotency_key is None:

@@ -55,7 +55,9 @@ __all__ = [
     "JobView",
     "cancel_job",
     "get_job",
+    "job_charge",
     "job_problem",
+    "job_view",
     "list_jobs",
     "recover_jobs",
     "run_fit_job",
@@ -108,7 +110,10 @@ class JobPage:
     total: int
 
 
-def _charge(row: LedgerCharge) -> JobCharge:
+def job_charge(row: LedgerCharge | None) -> JobCharge:
+    """What a ledger row says about a job's charge."""
+    if row is None:
+        raise LookupError("the charge is not in this unit of work")
     return JobCharge(
         dataset_id=row.dataset_id,
         epsilon=from_units(row.epsilon_units, EPSILON_UNIT),
@@ -119,7 +124,9 @@ def _charge(row: LedgerCharge) -> JobCharge:
 
 def job_view(uow: UnitOfWork, job: Job) -> JobView:
     """``job`` with its ledger charges, read in the caller's open transaction."""
-    return JobView(job=job, charges=tuple(_charge(c) for c in uow.ledger.charges_for_job(job.id)))
+    return JobView(
+        job=job, charges=tuple(job_charge(c) for c in uow.ledger.charges_for_job(job.id))
+    )
 
 
 # --- problems stored on failed jobs ------------------------------------------------------
