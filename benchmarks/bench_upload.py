@@ -3,24 +3,32 @@
 For each size (default ~50 MB and ~200 MB) an Adult-like synthetic CSV is generated once
 (``benchmarks/out/upload/``: the 14 Adult attributes with random values, some outside the public
 bounds and some undeclared categories, plus the label; the columns and categories of
-``datasets/adult/spec.json``). Then, best of ``--repeats``:
+``datasets/adult/spec.json``). Then, ``--repeats`` times:
 
 * ``read_csv``: ``pyarrow.csv.read_csv(path)`` with default options (multi-threaded, types
   inferred): reading the file into memory and nothing else, the floor for any upload;
 * ``testclient``: the upload through the in-process ASGI app (``fastapi.testclient``), from
-  building the multipart body to the 201: multipart parsing, streaming to a temporary file,
-  batch-wise parsing, validation and encoding, and storing every chunk in the database;
+  building the multipart body to the 201: multipart parsing, parsing while receiving,
+  validation and encoding, and storing every chunk in the database;
 * ``uvicorn``: the same through a real server on 127.0.0.1 (``privfit``'s app under uvicorn,
-  one worker), the client streaming the file with httpx.
+  one worker), the client streaming the file with httpx (whose own CPU time competes with the
+  server for the cores);
+* ``curl``: the same server, the client ``curl -F spec=<… -F file=@…`` (what operators use; it
+  streams the file from disk at a fraction of httpx's CPU cost).
 
-``read_csv`` is timed again right before every upload, and each column is the best of its
-runs, so a machine busy with other work slows both sides alike. Each upload is deleted after it
-is timed (the deletion is not timed). The ratio upload/read_csv is printed, with the server's
-peak resident memory in the uvicorn mode (``VmHWM``, Linux); the issue's target is ≤ 1.5. Run
-from the repository root::
+``read_csv`` is timed right before every upload and each upload is divided by the
+``read_csv`` time just before it, so a machine busy with other work slows both sides of a
+ratio alike; the table gives the median of these ratios (and their range), the best upload
+time, and the CPU seconds per upload: of the server process (uvicorn and curl modes, all its
+threads, from ``/proc``), of the client, and of ``read_csv`` itself. Each upload is deleted
+after it is timed (the deletion is not timed). The server's HTTP parser is uvicorn's choice
+(``--http auto``: httptools when installed, else h11) unless ``--http`` names one. Peak
+resident memory is the server's ``VmHWM`` (Linux). The issue's target is ≤ 1.5. Run from the
+repository root::
 
     .venv/bin/python -m benchmarks.bench_upload                 # 50 and 200 MB, SQLite
     .venv/bin/python -m benchmarks.bench_upload --sizes 20 --repeats 1
+    .venv/bin/python -m benchmarks.bench_upload --modes uvicorn,curl --http h11
     .venv/bin/python -m benchmarks.bench_upload --database-url postgresql+psycopg://...
 """
 
@@ -30,12 +38,16 @@ import argparse
 import contextlib
 import json
 import os
+import resource
+import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +63,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "out" / "upload"
 ADMIN_KEY = "bench-admin-key-0123456789abcdef"
 ROWS_PER_BLOCK = 50_000
+MODES = ("testclient", "uvicorn", "curl")
 
 
 def synthetic_block(spec: dict[str, Any], rows: int, seed: int) -> pa.Table:
@@ -101,10 +114,50 @@ def synthetic_csv(megabytes: float, spec: dict[str, Any]) -> Path:
     return path
 
 
-def time_read_csv(path: Path) -> float:
-    started = time.perf_counter()
-    pacsv.read_csv(path)
-    return time.perf_counter() - started
+def _own_cpu() -> float:
+    """CPU seconds (user + system) of this process, all threads."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished children (curl)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system, all threads) of a running process; None off Linux."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # after the command: state is field 3, utime and stime are fields 14 and 15
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(slots=True)
+class Runs:
+    """The measurements of one mode on one file, one entry per upload."""
+
+    read_csv: list[float] = field(default_factory=list)
+    read_csv_cpu: list[float] = field(default_factory=list)
+    upload: list[float] = field(default_factory=list)
+    server_cpu: list[float] = field(default_factory=list)
+    client_cpu: list[float] = field(default_factory=list)
+    rows: int = 0
+    peak_mb: float | None = None
+    http: str = "–"
+
+    def baseline(self, path: Path) -> None:
+        """Time ``read_csv`` once (wall and CPU seconds) right before an upload."""
+        cpu, started = _own_cpu(), time.perf_counter()
+        pacsv.read_csv(path)
+        self.read_csv.append(time.perf_counter() - started)
+        self.read_csv_cpu.append(_own_cpu() - cpu)
+
+    def ratios(self) -> list[float]:
+        return [u / r for u, r in zip(self.upload, self.read_csv, strict=True)]
 
 
 def _upload_spec() -> str:
@@ -121,11 +174,15 @@ def migrated_sqlite(tmp: Path) -> str:
     return url
 
 
-def bench_testclient(
-    path: Path, database_url: str, repeats: int, baseline: list[float]
-) -> tuple[float, int]:
-    """Best upload time through the in-process app, and the stored row count; ``read_csv``
-    is timed before each upload into ``baseline``."""
+def _check(status: int, body: str) -> dict[str, Any]:
+    if status != 201:
+        raise RuntimeError(f"upload failed: {status} {body[:500]}")
+    return dict(json.loads(body))
+
+
+def bench_testclient(path: Path, database_url: str, repeats: int) -> Runs:
+    """Uploads through the in-process app. Client and server share this process: the CPU
+    seconds are the two together."""
     from fastapi.testclient import TestClient
 
     from service.main import create_app
@@ -138,15 +195,14 @@ def bench_testclient(
     )
     spec = _upload_spec()
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    times: list[float] = []
-    rows = 0
+    runs = Runs()
     with TestClient(create_app(settings)) as client:
         made = client.post("/v1/sites", json={"name": f"bench-{time.time_ns()}"}, headers=admin)
         made.raise_for_status()
         site = {"Authorization": f"Bearer {made.json()['key']['api_key']}"}
         for _ in range(repeats):
-            baseline.append(time_read_csv(path))
-            started = time.perf_counter()
+            runs.baseline(path)
+            cpu, started = _own_cpu(), time.perf_counter()
             with path.open("rb") as fh:
                 response = client.post(
                     "/v1/datasets",
@@ -154,12 +210,12 @@ def bench_testclient(
                     data={"spec": spec},
                     headers=site,
                 )
-            times.append(time.perf_counter() - started)
-            if response.status_code != 201:
-                raise RuntimeError(f"upload failed: {response.status_code} {response.text}")
-            rows = int(response.json()["n_rows"])
-            client.delete(f"/v1/datasets/{response.json()['id']}", headers=site)
-    return min(times), rows
+            runs.upload.append(time.perf_counter() - started)
+            runs.server_cpu.append(_own_cpu() - cpu)
+            body = _check(response.status_code, response.text)
+            runs.rows = int(body["n_rows"])
+            client.delete(f"/v1/datasets/{body['id']}", headers=site)
+    return runs
 
 
 def _free_port() -> int:
@@ -169,9 +225,15 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def uvicorn_server(database_url: str, extra_env: dict[str, str] | None = None) -> Iterator[str]:
+def uvicorn_server(
+    database_url: str,
+    extra_env: dict[str, str] | None = None,
+    *,
+    http: str = "auto",
+    loop: str = "auto",
+) -> Iterator[str]:
     """``uvicorn service.main:app`` on 127.0.0.1 in a child process; yields its base URL."""
-    with uvicorn_process(database_url, extra_env) as (base, _):
+    with uvicorn_process(database_url, extra_env, http=http, loop=loop) as (base, _):
         yield base
 
 
@@ -187,9 +249,25 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+def _installed(choice: str, fast: str, fallback: str) -> str:
+    """What uvicorn runs for ``--http``/``--loop`` ``choice``: ``auto`` is ``fast`` (httptools,
+    uvloop) when that package is installed, else ``fallback``."""
+    if choice != "auto":
+        return choice
+    try:
+        __import__(fast)
+    except ImportError:
+        return fallback
+    return fast
+
+
 @contextlib.contextmanager
 def uvicorn_process(
-    database_url: str, extra_env: dict[str, str] | None = None
+    database_url: str,
+    extra_env: dict[str, str] | None = None,
+    *,
+    http: str = "auto",
+    loop: str = "auto",
 ) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """:func:`uvicorn_server`, yielding the child process too."""
     port = _free_port()
@@ -213,6 +291,10 @@ def uvicorn_process(
             str(port),
             "--log-level",
             "warning",
+            "--http",
+            http,
+            "--loop",
+            loop,
         ],
         cwd=ROOT,
         env=env,
@@ -235,37 +317,92 @@ def uvicorn_process(
         process.wait(timeout=30)
 
 
+def _server_cpu(pid: int) -> float:
+    cpu = process_cpu(pid)
+    return float("nan") if cpu is None else cpu
+
+
 def bench_uvicorn(
-    path: Path, database_url: str, repeats: int, baseline: list[float]
-) -> tuple[float, float | None]:
-    """Best upload time through uvicorn, the client streaming the file, and the server's peak
-    resident memory (MB); ``read_csv`` is timed before each upload into ``baseline``."""
+    path: Path,
+    database_url: str,
+    repeats: int,
+    *,
+    client: str = "httpx",
+    http: str = "auto",
+    loop: str = "auto",
+) -> Runs:
+    """Uploads through uvicorn, the file streamed by ``client`` (``httpx`` in this process,
+    or ``curl``), with the server's CPU seconds per upload and its peak resident memory."""
     spec = _upload_spec()
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    times: list[float] = []
+    runs = Runs(
+        http=f"{_installed(http, 'httptools', 'h11')}, {_installed(loop, 'uvloop', 'asyncio')}"
+    )
     with (
-        uvicorn_process(database_url) as (base, process),
-        httpx.Client(base_url=base, timeout=600) as client,
+        uvicorn_process(database_url, http=http, loop=loop) as (base, process),
+        httpx.Client(base_url=base, timeout=600) as session,
+        tempfile.TemporaryDirectory() as tmp,
     ):
-        made = client.post("/v1/sites", json={"name": f"bench-{time.time_ns()}"}, headers=admin)
+        made = session.post("/v1/sites", json={"name": f"bench-{time.time_ns()}"}, headers=admin)
         made.raise_for_status()
-        site = {"Authorization": f"Bearer {made.json()['key']['api_key']}"}
+        key = made.json()["key"]["api_key"]
+        site = {"Authorization": f"Bearer {key}"}
+        spec_file = Path(tmp) / "spec.json"
+        spec_file.write_text(spec)
+        answer = Path(tmp) / "answer.json"
         for _ in range(repeats):
-            baseline.append(time_read_csv(path))
-            started = time.perf_counter()
-            with path.open("rb") as fh:
-                response = client.post(
-                    "/v1/datasets",
-                    files={"file": (path.name, fh, "text/csv")},
-                    data={"spec": spec},
-                    headers=site,
+            runs.baseline(path)
+            server = _server_cpu(process.pid)
+            if client == "curl":
+                own = _children_cpu()
+                started = time.perf_counter()
+                done = subprocess.run(
+                    [
+                        "curl",
+                        "--silent",
+                        "--show-error",
+                        "--output",
+                        str(answer),
+                        "--write-out",
+                        "%{http_code}",
+                        "--header",
+                        f"Authorization: Bearer {key}",
+                        "--form",
+                        f"spec=<{spec_file}",
+                        "--form",
+                        f"file=@{path};type=text/csv",
+                        f"{base}/v1/datasets",
+                    ],
+                    check=True,
+                    capture_output=True,
+                    text=True,
                 )
-            times.append(time.perf_counter() - started)
-            if response.status_code != 201:
-                raise RuntimeError(f"upload failed: {response.status_code} {response.text}")
-            client.delete(f"/v1/datasets/{response.json()['id']}", headers=site)
-        peak = peak_rss_mb(process.pid)
-    return min(times), peak
+                runs.upload.append(time.perf_counter() - started)
+                runs.client_cpu.append(_children_cpu() - own)
+                status, text = int(done.stdout), answer.read_text()
+            else:
+                own = _own_cpu()
+                started = time.perf_counter()
+                with path.open("rb") as fh:
+                    response = session.post(
+                        "/v1/datasets",
+                        files={"file": (path.name, fh, "text/csv")},
+                        data={"spec": spec},
+                        headers=site,
+                    )
+                runs.upload.append(time.perf_counter() - started)
+                runs.client_cpu.append(_own_cpu() - own)
+                status, text = response.status_code, response.text
+            runs.server_cpu.append(_server_cpu(process.pid) - server)
+            body = _check(status, text)
+            runs.rows = int(body["n_rows"])
+            session.delete(f"/v1/datasets/{body['id']}", headers=site)
+        runs.peak_mb = peak_rss_mb(process.pid)
+    return runs
+
+
+def _median(values: list[float]) -> str:
+    return "–" if not values else f"{statistics.median(values):.2f}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -273,43 +410,67 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", default="50,200", help="CSV sizes in MB, comma separated")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
-        "--modes", default="testclient,uvicorn", help="testclient and/or uvicorn, comma separated"
+        "--modes",
+        default="testclient,uvicorn",
+        help=f"some of {', '.join(MODES)}, comma separated",
+    )
+    parser.add_argument(
+        "--http",
+        default="auto",
+        choices=("auto", "h11", "httptools"),
+        help="uvicorn's HTTP parser (default: auto, httptools when installed)",
+    )
+    parser.add_argument(
+        "--loop",
+        default="auto",
+        choices=("auto", "asyncio", "uvloop"),
+        help="uvicorn's event loop (default: auto, uvloop when installed)",
     )
     parser.add_argument(
         "--database-url", default=None, help="a migrated database (default: a fresh SQLite file)"
     )
     args = parser.parse_args(argv)
-    modes = {m.strip() for m in args.modes.split(",") if m.strip()}
+    modes = [m for m in MODES if m in {s.strip() for s in args.modes.split(",")}]
+    if "curl" in modes and shutil.which("curl") is None:
+        parser.error("the curl mode needs curl on the PATH")
     spec = load_spec()
-    print(f"# Upload benchmark ({os.cpu_count()} cores, best of {args.repeats})")
+    print(f"# Upload benchmark ({os.cpu_count()} cores, {args.repeats} runs, medians)")
     print()
     print(
-        "| CSV | rows | read_csv (s) | mode | upload (s) | MB/s | upload / read_csv "
-        "| server peak RSS |"
+        "| CSV | rows | mode | HTTP parser, loop | read_csv (s) | upload (s) | upload / read_csv "
+        "| server CPU-s | client CPU-s | read_csv CPU-s | server peak RSS |"
     )
-    print("|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         database_url = args.database_url or migrated_sqlite(Path(tmp))
         for size in (float(s) for s in args.sizes.split(",")):
             path = synthetic_csv(size, spec)
             megabytes = path.stat().st_size / 1e6
             rows = pacsv.read_csv(path).num_rows
-            results: list[tuple[str, float, list[float], float | None]] = []
-            if "testclient" in modes:
-                runs: list[float] = []
-                seconds, stored = bench_testclient(path, database_url, args.repeats, runs)
-                assert stored == rows, (stored, rows)
-                results.append(("testclient", seconds, runs, None))
-            if "uvicorn" in modes:
-                runs = []
-                seconds, peak = bench_uvicorn(path, database_url, args.repeats, runs)
-                results.append(("uvicorn", seconds, runs, peak))
-            for mode, seconds, runs, peak in results:
-                baseline = min(runs)
-                memory = "–" if peak is None else f"{peak:.0f} MB"
+            for mode in modes:
+                if mode == "testclient":
+                    runs = bench_testclient(path, database_url, args.repeats)
+                else:
+                    client = "curl" if mode == "curl" else "httpx"
+                    runs = bench_uvicorn(
+                        path,
+                        database_url,
+                        args.repeats,
+                        client=client,
+                        http=args.http,
+                        loop=args.loop,
+                    )
+                assert runs.rows == rows, (runs.rows, rows)
+                ratios = runs.ratios()
+                memory = "–" if runs.peak_mb is None else f"{runs.peak_mb:.0f} MB"
+                cpu = "in client" if mode == "testclient" else _median(runs.client_cpu)
+                label = "testclient (client + server)" if mode == "testclient" else mode
                 print(
-                    f"| {megabytes:.0f} MB | {rows:,} | {baseline:.2f} | {mode} | {seconds:.2f} "
-                    f"| {megabytes / seconds:.0f} | {seconds / baseline:.2f}× | {memory} |",
+                    f"| {megabytes:.0f} MB | {rows:,} | {label} | {runs.http} "
+                    f"| {_median(runs.read_csv)} | {_median(runs.upload)} "
+                    f"| {statistics.median(ratios):.2f}× ({min(ratios):.2f}–{max(ratios):.2f}) "
+                    f"| {_median(runs.server_cpu)} | {cpu} | {_median(runs.read_csv_cpu)} "
+                    f"| {memory} |",
                     flush=True,
                 )
 

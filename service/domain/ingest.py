@@ -473,6 +473,14 @@ def _narrow_codes(codes: NDArray[np.integer[Any]]) -> NDArray[np.integer[Any]]:
     raise ValueError("category codes do not fit in 32 bits")
 
 
+def _code_type(size: int) -> type[np.signedinteger[Any]]:
+    """The smallest signed integer type holding the codes −1 … ``size`` − 1."""
+    for kind in (np.int8, np.int16, np.int32):
+        if size - 1 <= np.iinfo(kind).max:
+            return kind
+    raise ValueError("category codes do not fit in 32 bits")
+
+
 def _payload(
     numeric: Sequence[NDArray[Any]],
     codes: Sequence[NDArray[Any]],
@@ -777,6 +785,10 @@ def _csv_convert(spec: DatasetSpec) -> pacsv.ConvertOptions:
 
 
 def _as_batch(table: pa.Table) -> pa.RecordBatch:
+    """The table as one record batch: its own batch (no copy) when it has one."""
+    batches = table.to_batches()
+    if len(batches) == 1:
+        return batches[0]
     return pa.RecordBatch.from_arrays(
         [column.combine_chunks() for column in table.columns], names=table.column_names
     )
@@ -962,6 +974,12 @@ class _Encoder:
             for f in spec.features
             if isinstance(f, CategoricalFeature)
         }
+        #: Codes (−1 … size−1) in the smallest signed type that holds them.
+        self.code_types = {
+            f.column: _code_type(len(f.categories))
+            for f in spec.features
+            if isinstance(f, CategoricalFeature)
+        }
         self.positive = pa.scalar(spec.positive, pa.string())
         #: Set once the upload is known to be rejected: later batches are only counted.
         self.failed = threading.Event()
@@ -1011,9 +1029,16 @@ class _Encoder:
                 numeric.append(_narrow_numeric(v if keep is None else v[keep]))
             else:
                 found = pc.index_in(batch.column(f.column), value_set=self.value_sets[f.column])
-                code = np.asarray(found.fill_null(-1).to_numpy(zero_copy_only=False))
-                code = _narrow_codes(code if keep is None else code[keep])
-                out.unknown[f.column] = int(np.count_nonzero(code < 0))
+                # null: an undeclared value (or a missing one, dropped below); most batches
+                # have none, and their codes are read without a copy
+                unlisted = found.null_count
+                code = np.asarray(
+                    (found.fill_null(-1) if unlisted else found).to_numpy(zero_copy_only=False)
+                )
+                if keep is not None:
+                    code = code[keep]
+                code = code.astype(self.code_types[f.column], copy=False)
+                out.unknown[f.column] = int(np.count_nonzero(code < 0)) if unlisted else 0
                 codes.append(code)
         positive = pc.equal(batch.column(spec.label_column), self.positive).fill_null(False)
         y = np.asarray(positive.to_numpy(zero_copy_only=False), dtype=np.int8) * 2 - 1

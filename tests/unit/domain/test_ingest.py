@@ -407,6 +407,32 @@ def test_missing_drop_drops_the_rows_and_reports_them() -> None:
     np.testing.assert_array_equal(y, y_expected)
 
 
+def test_undeclared_categories_are_counted_after_dropping_rows() -> None:
+    # a dropped row's undeclared category is not counted; the missing colour is not either
+    rows = ["1,green,1,yes", ",green,1,no", "2,,1,no", "3,blue,1,no", "4,pink,0,yes"]
+    spec = _spec(missing="drop")
+    report, chunks = _run(_csv(rows), spec)
+    assert (report.rows_read, report.rows_dropped, report.n_rows) == (5, 2, 3)
+    assert report.unknown_category_rows == {"colour": 2}
+    _, cat, _ = decode_chunk(chunks[0].payload)
+    np.testing.assert_array_equal(cat[:, 0], [-1, 1, -1])
+
+
+def test_long_category_lists_keep_every_code() -> None:
+    names = tuple(f"c{i}" for i in range(300))
+    features = [
+        FeatureInput(column="age", type="numeric", lower=0, upper=100),
+        FeatureInput(column="colour", type="categorical", categories=names),
+    ]
+    spec = _spec(features=features)
+    rows = [f"{i % 90},{names[i]},{'yes' if i % 2 else 'no'}" for i in range(300)]
+    rows.append("5,other,yes")
+    report, chunks = _run(_csv(rows, header="age,colour,label\n"), spec)
+    assert report.unknown_category_rows == {"colour": 1}
+    _, cat, _ = decode_chunk(chunks[0].payload)
+    np.testing.assert_array_equal(cat[:, 0], [*range(300), -1])
+
+
 def test_dropping_every_row_is_an_error() -> None:
     with pytest.raises(DatasetFileError, match="no rows are left after dropping the 2 rows"):
         _run(_csv([",red,1,yes", "1,red,1,"]), _spec(missing="drop"))
