@@ -77,8 +77,12 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, np.ndarray):
+        if value.dtype.kind == "f" and np.isfinite(value).all():
+            return value.tolist()  # finite floats (coefficients): Python floats as they are
         return json_safe(value.tolist())
     if isinstance(value, list | tuple):
+        if value and all(type(v) is float and v - v == 0.0 for v in value):
+            return list(value)  # finite Python floats (v − v is NaN for NaN and ±inf)
         return [json_safe(v) for v in value]
     if isinstance(value, bool | np.bool_):
         return bool(value)

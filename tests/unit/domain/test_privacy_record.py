@@ -128,6 +128,27 @@ def test_json_safe_handles_numpy_and_non_finite_values() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ([0.5, -1e308, 1e308], [0.5, -1e308, 1e308]),  # finite floats: kept as they are
+        ([0.5, math.nan], [0.5, "nan"]),  # one non-finite float: the slow path
+        ([1.0, math.inf, 2.0], [1.0, "inf", 2.0]),
+        (np.array([0.25, -np.inf], dtype=np.float32), [0.25, "-inf"]),
+        (np.array([0.25, 4.0]), [0.25, 4.0]),
+        ([np.float64(0.5), 1.0], [0.5, 1.0]),  # a numpy scalar: converted
+        ([True, 1.0], [True, 1.0]),
+    ],
+)
+def test_json_safe_fast_paths_for_float_lists_give_the_same_answer(
+    value: object, expected: list[object]
+) -> None:
+    out = json_safe(value)
+    assert out == expected
+    assert [type(v) for v in out] == [type(v) for v in expected]
+    json.dumps(out, allow_nan=False)
+
+
 def test_randomness_comes_from_a_seed_only_in_test_mode() -> None:
     assert Randomness.from_settings(environment="prod", test_seed=5).seed is None
     assert Randomness.from_settings(environment="dev", test_seed=5).generator() is None
