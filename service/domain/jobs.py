@@ -29,7 +29,7 @@ from service.db.base import utcnow
 from service.db.models import Dataset, Job, LedgerCharge, Model, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import budgets
-from service.domain.datasets import read_design
+from service.domain.datasets import design_cache, read_design
 from service.domain.errors import ConflictError, NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.principal import Principal
@@ -340,6 +340,9 @@ class ClaimedJob:
     owner_site_id: str
     dataset_id: str | None
     params: dict[str, Any]
+    #: The job's dataset row, read in the claim's own transaction (None without a dataset
+    #: or when it no longer exists), so a fit needs no further read when its design is cached.
+    dataset: Dataset | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,6 +393,7 @@ def run_job(
         if job is None:
             current = uow.jobs.get(job_id)
             return "missing" if current is None else current.status
+        dataset = None if job.dataset_id is None else uow.datasets.get(job.dataset_id)
         uow.commit()
         claimed = ClaimedJob(
             id=job.id,
@@ -397,6 +401,7 @@ def run_job(
             owner_site_id=job.owner_site_id,
             dataset_id=job.dataset_id,
             params=dict(job.params),
+            dataset=dataset,
         )
     context = JobContext(
         randomness=randomness,
@@ -440,12 +445,14 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
     if job.dataset_id is None:
         raise LookupError("fit job without a dataset")
     params = job.params
-    with uow_factory() as uow:  # one read: the dataset's public facts and its design
-        row = uow.datasets.get(job.dataset_id)
-        if row is None or row.deleted_at is not None:
-            raise NotFoundError("dataset")
-        dataset = _dataset_facts(row)
-        design = read_design(uow, row, dataset_id=job.dataset_id)
+    row = job.dataset  # read with the claim
+    if row is None or row.deleted_at is not None:
+        raise NotFoundError("dataset")
+    dataset = _dataset_facts(row)
+    design = design_cache.get(job.dataset_id)
+    if design is None:
+        with uow_factory() as uow:
+            design = read_design(uow, row, dataset_id=job.dataset_id)
     result = context.fit(
         design,
         None,
