@@ -377,17 +377,17 @@ class JobRepository(Repository[Job]):
         ).one_or_none()
         return row is None or row[0] != "running" or bool(row[1])
 
-    def succeed(self, job_id: str, *, model_id: str, finished_at: datetime) -> bool:
-        """``running`` → ``succeeded`` unless a cancel was requested meanwhile."""
-        return self._update(
-            job_id,
-            Job.status == "running",
-            Job.cancel_requested.is_(False),
-            status="succeeded",
-            progress=1.0,
-            model_id=model_id,
-            finished_at=finished_at,
+    def succeed(self, job_id: str, *, model_id: str, finished_at: datetime) -> Job | None:
+        """``running`` → ``succeeded`` unless a cancel was requested meanwhile; the job as it
+        now is (one ``UPDATE … RETURNING``), or None when it was not changed."""
+        statement = (
+            update(Job)
+            .where(Job.id == job_id, Job.status == "running", Job.cancel_requested.is_(False))
+            .values(status="succeeded", progress=1.0, model_id=model_id, finished_at=finished_at)
+            .returning(Job)
+            .execution_options(synchronize_session=False, populate_existing=True)
         )
+        return self.session.scalars(statement).one_or_none()
 
 
 class ModelRepository(Repository[Model]):

@@ -50,10 +50,12 @@ __all__ = [
     "JobCancelledError",
     "JobContext",
     "JobHandler",
+    "JobOutcome",
     "JobPage",
     "JobScheduler",
     "JobView",
     "cancel_job",
+    "execute_job",
     "get_job",
     "job_charge",
     "job_problem",
@@ -368,6 +370,16 @@ def _default_handlers() -> Mapping[str, JobHandler]:
     return JOB_HANDLERS
 
 
+@dataclass(frozen=True, slots=True)
+class JobOutcome:
+    """How a worker's run of a job ended: the final status (or the status the job already
+    had when it was not queued) and, for a success, the job with its charges exactly as the
+    run committed them, so a waiting long poll can answer without reading the job back."""
+
+    status: str
+    view: JobView | None = None
+
+
 def run_job(
     uow_factory: UnitOfWorkFactory,
     job_id: str,
@@ -377,7 +389,27 @@ def run_job(
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
     handlers: Mapping[str, JobHandler] | None = None,
 ) -> str:
-    """Run one queued job to its end; returns the final status (or the status it already had
+    """Run one queued job to its end; returns the final status (see :func:`execute_job`)."""
+    return execute_job(
+        uow_factory,
+        job_id,
+        randomness=randomness,
+        fit=fit,
+        progress_interval=progress_interval,
+        handlers=handlers,
+    ).status
+
+
+def execute_job(
+    uow_factory: UnitOfWorkFactory,
+    job_id: str,
+    *,
+    randomness: Randomness | None = None,
+    fit: FitFunction = dp_fit,
+    progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
+    handlers: Mapping[str, JobHandler] | None = None,
+) -> JobOutcome:
+    """Run one queued job to its end; returns its outcome (with the status it already had
     when it was not queued: a job is claimed once, by one worker).
 
     Claim (``queued → running``, attempt + 1) → the handler of the job's kind (a fit, an
@@ -392,7 +424,7 @@ def run_job(
         job = uow.jobs.claim(job_id, started_at=utcnow())
         if job is None:
             current = uow.jobs.get(job_id)
-            return "missing" if current is None else current.status
+            return JobOutcome("missing" if current is None else current.status)
         dataset = None if job.dataset_id is None else uow.datasets.get(job.dataset_id)
         uow.commit()
         claimed = ClaimedJob(
@@ -416,28 +448,30 @@ def run_job(
         model = handler(uow_factory, claimed, context)
         with uow_factory() as uow:
             uow.models.add(model)
-            if uow.jobs.succeed(job_id, model_id=model.id, finished_at=utcnow()):
+            done = uow.jobs.succeed(job_id, model_id=model.id, finished_at=utcnow())
+            if done is not None:
+                view = job_view(uow, done)
                 uow.commit()
-                return "succeeded"
+                return JobOutcome("succeeded", view)
         # The job was cancelled (or settled by recovery) while the model was being stored.
         _finish(uow_factory, job_id, "cancelled", None)
-        return "cancelled"
+        return JobOutcome("cancelled")
     except JobCancelledError:
         _finish(uow_factory, job_id, "cancelled", None)
-        return "cancelled"
+        return JobOutcome("cancelled")
     except ConvergenceError:
         _finish(uow_factory, job_id, "failed", "did-not-converge")
-        return "failed"
+        return JobOutcome("failed")
     except NotFoundError:
         _finish(uow_factory, job_id, "failed", "dataset-unavailable")
-        return "failed"
+        return JobOutcome("failed")
     except ValueError:
         _finish(uow_factory, job_id, "failed", "invalid-data")
-        return "failed"
+        return JobOutcome("failed")
     except Exception:
         logger.exception("job %s failed", job_id)
         _finish(uow_factory, job_id, "failed", "job-failed")
-        return "failed"
+        return JobOutcome("failed")
 
 
 def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext) -> Model:

@@ -37,6 +37,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
     "JobFunction",
+    "JobListener",
     "JobRunner",
     "LostJobHandler",
     "PoolJobRunner",
@@ -47,8 +48,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Runs one job, given its id, to completion (recording success or failure itself).
+#: Runs one job, given its id, to completion (recording success or failure itself); what it
+#: returns is handed to the job's listeners (:meth:`PoolJobRunner.notify_when_done`).
 JobFunction = Callable[[str], object]
+#: Told that a job's execution ended, with what the job function returned (None when it
+#: raised or never ran).
+JobListener = Callable[[object], None]
 #: Builds the job function inside a worker. Must be picklable for ``kind="process"``
 #: (a module-level function, or a ``functools.partial`` of one with picklable arguments).
 WorkerFactory = Callable[[], JobFunction]
@@ -97,10 +102,10 @@ def _init_worker(factory: WorkerFactory) -> None:
     _worker_job = factory()
 
 
-def _run_in_worker(job_id: str) -> None:
+def _run_in_worker(job_id: str) -> object:
     if _worker_job is None:  # pragma: no cover - the initializer always runs first
         raise RuntimeError("job worker not initialised")
-    _worker_job(job_id)
+    return _worker_job(job_id)
 
 
 def _warm_up() -> None:
@@ -147,7 +152,7 @@ class PoolJobRunner:
         self._pending: dict[Future[object], tuple[str, Executor]] = {}
         self._closed = False
         self._resubmits: dict[str, int] = {}
-        self._listeners: dict[str, list[Callable[[], None]]] = {}
+        self._listeners: dict[str, list[JobListener]] = {}
 
     # -- lifecycle --
 
@@ -191,11 +196,11 @@ class PoolJobRunner:
             self._pending[future] = (job_id, self._executor)
         future.add_done_callback(self._done)
 
-    def notify_when_done(self, job_id: str, callback: Callable[[], None]) -> bool:
+    def notify_when_done(self, job_id: str, callback: JobListener) -> bool:
         """Call ``callback`` (from a pool thread) once this runner's execution of ``job_id``
-        has ended, whatever its outcome; False, and no call, when this runner is not running
-        the job (already finished, or run elsewhere). For long polls: the caller re-reads the
-        job's status in the database afterwards."""
+        has ended, whatever its outcome, with what the job function returned (None when it
+        raised or was dropped); False, and no call, when this runner is not running the job
+        (already finished, or run elsewhere). For long polls."""
         with self._lock:
             if not any(job == job_id for job, _ in self._pending.values()):
                 return False
@@ -239,9 +244,12 @@ class PoolJobRunner:
         with self._lock:
             entry = self._pending.pop(future, None)
             listeners = self._listeners.pop(entry[0], []) if entry is not None else []
+        returned = None
+        if listeners and not future.cancelled() and future.exception() is None:
+            returned = future.result()
         for listener in listeners:
             try:
-                listener()
+                listener(returned)
             except Exception:  # a waiting request that went away must not break the pool
                 logger.exception("a job listener failed")
         if entry is None or future.cancelled():

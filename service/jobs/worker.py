@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain.jobs import recover_jobs, run_job, settle_lost_job
+from service.domain.jobs import execute_job, recover_jobs, settle_lost_job
 from service.domain.randomness import Randomness
 from service.jobs.runner import JobFunction, JobRunner, PoolJobRunner, RunnerKind
 from service.settings import Settings
@@ -45,7 +45,7 @@ class WorkerConfig:
 
 def _bind(config: WorkerConfig, uow_factory: UnitOfWorkFactory) -> JobFunction:
     return functools.partial(
-        run_job,
+        execute_job,
         uow_factory,
         randomness=config.randomness,
         progress_interval=config.progress_interval,

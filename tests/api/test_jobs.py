@@ -22,7 +22,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from numpy.typing import NDArray
 
-from service.domain.jobs import recover_jobs, run_job, settle_lost_job
+from service.domain import jobs as domain_jobs
+from service.domain.jobs import execute_job, recover_jobs, run_job, settle_lost_job
 from service.dp import ConvergenceError, FitResult, PreparedDesign
 from service.dp import fit as dp_fit
 from service.jobs.runner import JobRunner, PoolJobRunner
@@ -551,6 +552,48 @@ def test_a_long_poll_answers_when_the_job_ends(client: TestClient, site: SiteHan
     assert response.status_code == 200, response.text
     assert response.json()["status"] == "succeeded"  # one request, no polling loop
     assert response.json()["model_id"] is not None
+
+
+def test_a_long_poll_answers_with_the_job_its_worker_committed_without_reading_it_back(
+    app: FastAPI, client: TestClient, site: SiteHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner hands the worker's outcome to the waiting request: the answer is the job
+    as committed (the same as any later GET) and the long poll reads the job only once."""
+    gate = Gate()
+    uow_factory = app.state.uow_factory
+    runner = PoolJobRunner(
+        worker=lambda: functools.partial(execute_job, uow_factory, fit=gate.fit),
+        recover_jobs=functools.partial(recover_jobs, uow_factory),
+        on_lost=functools.partial(settle_lost_job, uow_factory),
+        kind="thread",
+    )
+    runner.start()
+    app.state.job_runner = runner
+    try:
+        dataset = upload(client, site.headers)
+        job = _post_fit(client, site, dataset["id"])
+        wait_for(lambda: gate.entered == 1, what="job at the gate")
+        reads: list[str] = []
+        real_get_job = domain_jobs.get_job
+
+        def counting_get_job(*args: Any, **kwargs: Any) -> Any:
+            reads.append(kwargs["job_id"])
+            return real_get_job(*args, **kwargs)
+
+        monkeypatch.setattr(domain_jobs, "get_job", counting_get_job)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            waiting = pool.submit(client.get, f"/v1/jobs/{job['id']}?wait=30", headers=site.headers)
+            wait_for(lambda: reads == [job["id"]], what="the long poll's first read")
+            gate.open()
+            answer = waiting.result(timeout=TIMEOUT)
+        assert answer.status_code == 200, answer.text
+        assert reads == [job["id"]]  # no second read
+        later = client.get(f"/v1/jobs/{job['id']}", headers=site.headers)
+        assert answer.json()["status"] == "succeeded"
+        assert answer.json() == later.json()
+    finally:
+        gate.open(100)
+        runner.shutdown(wait=True)
 
 
 def test_a_long_poll_on_a_job_that_does_not_end_answers_with_its_status(

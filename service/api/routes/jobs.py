@@ -13,6 +13,7 @@ from service.api.errors import problem_responses
 from service.api.routes import API_V1
 from service.api.schemas.jobs import JobList, JobRead
 from service.domain import jobs
+from service.domain.jobs import JobOutcome, JobView
 
 router = APIRouter(prefix=f"{API_V1}/jobs", tags=["jobs"])
 
@@ -35,20 +36,37 @@ FALLBACK_POLL_SECONDS: Final[float] = 0.025
 _UNFINISHED: Final[frozenset[str]] = frozenset({"queued", "running"})
 
 
-async def _until_done(request: Request, job_id: str, timeout: float) -> None:
+async def _until_done(request: Request, job_id: str, timeout: float) -> JobView | None:
     """Return once the runner reports the job's execution ended, or after ``timeout`` (or
-    after a short interval when the runner does not run the job here)."""
+    after a short interval when the runner does not run the job here). When the run
+    succeeded, returns the job as the worker committed it (terminal: it cannot change any
+    more), so the answer needs no second read; otherwise None, and the caller reads it."""
     runner = request.app.state.job_runner
     notify = getattr(runner, "notify_when_done", None)
     loop = asyncio.get_running_loop()
-    ended = asyncio.Event()
-    if notify is None or not notify(job_id, lambda: loop.call_soon_threadsafe(ended.set)):
+    ended: asyncio.Future[object] = loop.create_future()
+
+    def settle(returned: object) -> None:
+        if not ended.done():
+            ended.set_result(returned)
+
+    if notify is None or not notify(
+        job_id, lambda returned: loop.call_soon_threadsafe(settle, returned)
+    ):
         await asyncio.sleep(min(timeout, FALLBACK_POLL_SECONDS))
-        return
+        return None
     try:
-        await asyncio.wait_for(ended.wait(), timeout)
+        returned = await asyncio.wait_for(ended, timeout)
     except TimeoutError:
-        return
+        return None
+    if (
+        isinstance(returned, JobOutcome)
+        and returned.view is not None
+        and returned.view.job.id == job_id
+        and returned.view.job.status == "succeeded"
+    ):
+        return returned.view
+    return None
 
 
 @router.get(
@@ -93,8 +111,13 @@ async def get_job(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(wait, MAX_WAIT_SECONDS)
     while view.job.status in _UNFINISHED and (remaining := deadline - loop.time()) > 0:
-        await _until_done(request, job_id, remaining)
-        view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=principal)
+        # The job was found visible to the caller above; its final state may come with the
+        # runner's notice.
+        finished = await _until_done(request, job_id, remaining)
+        if finished is not None:
+            view = finished
+        else:
+            view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=principal)
     return JobRead.from_view(view)
 
 

@@ -13,11 +13,12 @@ def file_worker(directory: str) -> JobFunction:
     """A job writes ``<id>.started`` then ``<id>.done`` with its process id into ``directory``.
 
     Job ids starting with ``sleep`` wait in between (at most 30 s) until a file ``release``
-    appears in ``directory``; ids starting with ``fail`` raise after starting.
+    appears in ``directory``; ids starting with ``fail`` raise after starting. A job that
+    ends returns ``"<id> done"``.
     """
     root = Path(directory)
 
-    def run(job_id: str) -> None:
+    def run(job_id: str) -> str:
         (root / f"{job_id}.started").write_text(str(os.getpid()))
         if job_id.startswith("sleep"):
             deadline = time.monotonic() + 30.0
@@ -26,5 +27,6 @@ def file_worker(directory: str) -> JobFunction:
         if job_id.startswith("fail"):
             raise RuntimeError("job failed on purpose")
         (root / f"{job_id}.done").write_text(str(os.getpid()))
+        return f"{job_id} done"
 
     return run

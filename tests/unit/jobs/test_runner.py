@@ -162,14 +162,26 @@ def test_a_listener_hears_when_the_runner_is_done_with_a_job(
     runner = make_runner(kind, Recorder())
     runner.start()
     heard: list[str] = []
-    assert not runner.notify_when_done("sleep-1", lambda: heard.append("early"))  # not submitted
+    returned: dict[str, object] = {}
+
+    def listener(job_id: str) -> Callable[[object], None]:
+        def hear(value: object) -> None:
+            returned[job_id] = value
+            heard.append(job_id)
+
+        return hear
+
+    assert not runner.notify_when_done("sleep-1", listener("early"))  # not submitted
     runner.submit("sleep-1")
     runner.submit("fail-2")
-    assert runner.notify_when_done("sleep-1", lambda: heard.append("sleep-1"))
-    assert runner.notify_when_done("fail-2", lambda: heard.append("fail-2"))
+    assert runner.notify_when_done("sleep-1", listener("sleep-1"))
+    assert runner.notify_when_done("fail-2", listener("fail-2"))
     time.sleep(0.05)
     assert heard == []  # the first job waits for the release file
     (tmp_path / "release").touch()
     wait_for(lambda: sorted(heard) == ["fail-2", "sleep-1"])  # a failure ends the wait too
     assert (tmp_path / "sleep-1.done").exists()
-    assert not runner.notify_when_done("sleep-1", lambda: heard.append("late"))
+    # what the job function returned reaches the listener (across processes too); nothing
+    # for a job that raised
+    assert returned == {"sleep-1": "sleep-1 done", "fail-2": None}
+    assert not runner.notify_when_done("sleep-1", listener("late"))
