@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -105,3 +107,17 @@ def test_labels_go_with_the_design_and_only_there() -> None:
         dp.fit(design, y, "objective_perturbation", epsilon=1.0, regularization=1e-2)
     with pytest.raises(ValueError, match="y is required"):
         dp.fit(X, None, "objective_perturbation", epsilon=1.0, regularization=1e-2)
+
+
+def test_the_readme_library_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    readme = Path(__file__).resolve().parents[3] / "README.md"
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(encoding="utf-8"), re.DOTALL)
+    (code,) = [b for b in blocks if "prepare_design(" in b]
+    X, y = _data()
+    exec(compile(code, str(readme), "exec"), {"X": X, "y": y})
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split()[:2] for line in printed] == [
+        ["0.1", "0.1"],
+        ["0.5", "0.5"],
+        ["1.0", "1.0"],
+    ]
