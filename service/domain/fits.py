@@ -262,8 +262,10 @@ def submit_fit(
                         "delta": delta,
                     },
                 )
-            # The answer, from the rows this transaction wrote (no query).
-            view = JobView(job=job, charges=(job_charge(uow.ledger.get(charge_id)),))
+            # The answer, from the rows this transaction wrote (no query: the charge is in
+            # the session's identity map).
+            charge = uow.ledger.get(charge_id)
+            view = job_view(uow, job) if charge is None else JobView(job, (job_charge(charge),))
             uow.commit()
     except IntegrityConflictError:
         if idempotency_key is None:

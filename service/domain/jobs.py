@@ -112,10 +112,8 @@ class JobPage:
     total: int
 
 
-def job_charge(row: LedgerCharge | None) -> JobCharge:
+def job_charge(row: LedgerCharge) -> JobCharge:
     """What a ledger row says about a job's charge."""
-    if row is None:
-        raise LookupError("the charge is not in this unit of work")
     return JobCharge(
         dataset_id=row.dataset_id,
         epsilon=from_units(row.epsilon_units, EPSILON_UNIT),
