@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from service.db.base import Base
@@ -220,18 +220,7 @@ class LedgerRepository(Repository[LedgerCharge]):
         SQLite (one writer). False when nothing matched (unknown, deleted or short).
         """
         result = self.session.execute(
-            update(Dataset)
-            .where(
-                Dataset.id == dataset_id,
-                Dataset.deleted_at.is_(None),
-                Dataset.epsilon_spent_units + epsilon_units <= Dataset.epsilon_cap_units,
-                Dataset.delta_spent_units + delta_units <= Dataset.delta_cap_units,
-            )
-            .values(
-                epsilon_spent_units=Dataset.epsilon_spent_units + epsilon_units,
-                delta_spent_units=Dataset.delta_spent_units + delta_units,
-            )
-            .execution_options(synchronize_session=False)
+            _DEBIT, {"dataset_id": dataset_id, "eps": epsilon_units, "delta": delta_units}
         )
         return _rowcount(result) == 1
 
@@ -264,9 +253,11 @@ class LedgerRepository(Repository[LedgerCharge]):
 
     def charges_for_job(self, job_id: str, *, state: str | None = None) -> Sequence[LedgerCharge]:
         """A job's charges, optionally in one state."""
-        query = select(LedgerCharge).where(LedgerCharge.job_id == job_id)
-        if state is not None:
-            query = query.where(LedgerCharge.state == state)
+        if state is None:
+            return self.session.scalars(_JOB_CHARGES, {"job_id": job_id}).all()
+        query = select(LedgerCharge).where(
+            LedgerCharge.job_id == job_id, LedgerCharge.state == state
+        )
         return self.session.scalars(query.order_by(LedgerCharge.created_at)).all()
 
     def charges_for_dataset(self, dataset_id: str) -> Sequence[LedgerCharge]:
@@ -354,14 +345,8 @@ class JobRepository(Repository[Job]):
     def claim(self, job_id: str, *, started_at: datetime) -> Job | None:
         """``queued`` → ``running`` for exactly one worker, counting the attempt; the claimed
         job as it now is (one ``UPDATE … RETURNING``), or None when it was not queued."""
-        statement = (
-            update(Job)
-            .where(Job.id == job_id, Job.status == "queued")
-            .values(status="running", started_at=started_at, attempt=Job.attempt + 1)
-            .returning(Job)
-            .execution_options(synchronize_session=False, populate_existing=True)
-        )
-        return self.session.scalars(statement).one_or_none()
+        values = {"job_id": job_id, "started_at": started_at}
+        return self.session.scalars(_CLAIM, values).one_or_none()
 
     def request_cancel(self, job_id: str) -> bool:
         """Flag a running job for cancellation; False when it is not running."""
@@ -380,14 +365,8 @@ class JobRepository(Repository[Job]):
     def succeed(self, job_id: str, *, model_id: str, finished_at: datetime) -> Job | None:
         """``running`` → ``succeeded`` unless a cancel was requested meanwhile; the job as it
         now is (one ``UPDATE … RETURNING``), or None when it was not changed."""
-        statement = (
-            update(Job)
-            .where(Job.id == job_id, Job.status == "running", Job.cancel_requested.is_(False))
-            .values(status="succeeded", progress=1.0, model_id=model_id, finished_at=finished_at)
-            .returning(Job)
-            .execution_options(synchronize_session=False, populate_existing=True)
-        )
-        return self.session.scalars(statement).one_or_none()
+        values = {"job_id": job_id, "model_id": model_id, "finished_at": finished_at}
+        return self.session.scalars(_SUCCEED, values).one_or_none()
 
 
 class ModelRepository(Repository[Model]):
@@ -552,3 +531,50 @@ class StudyRepository(Repository[Study]):
             .order_by(Model.created_at.desc(), Model.id)
         )
         return self.session.scalars(query).all()
+
+
+# Statements on the path of every fit job, built once (their compiled form is cached by
+# SQLAlchemy anyway; building the statement objects is what these save).
+
+#: Charge a live dataset if the cost fits under both caps (:meth:`LedgerRepository.debit`).
+_DEBIT = (
+    update(Dataset)
+    .where(
+        Dataset.id == bindparam("dataset_id"),
+        Dataset.deleted_at.is_(None),
+        Dataset.epsilon_spent_units + bindparam("eps") <= Dataset.epsilon_cap_units,
+        Dataset.delta_spent_units + bindparam("delta") <= Dataset.delta_cap_units,
+    )
+    .values(
+        epsilon_spent_units=Dataset.epsilon_spent_units + bindparam("eps"),
+        delta_spent_units=Dataset.delta_spent_units + bindparam("delta"),
+    )
+    .execution_options(synchronize_session=False)
+)
+#: A job's charges, oldest first (:meth:`LedgerRepository.charges_for_job`).
+_JOB_CHARGES = (
+    select(LedgerCharge)
+    .where(LedgerCharge.job_id == bindparam("job_id"))
+    .order_by(LedgerCharge.created_at)
+)
+#: queued → running (:meth:`JobRepository.claim`).
+_CLAIM = (
+    update(Job)
+    .where(Job.id == bindparam("job_id"), Job.status == "queued")
+    .values(status="running", started_at=bindparam("started_at"), attempt=Job.attempt + 1)
+    .returning(Job)
+    .execution_options(synchronize_session=False, populate_existing=True)
+)
+#: running → succeeded unless a cancel was requested (:meth:`JobRepository.succeed`).
+_SUCCEED = (
+    update(Job)
+    .where(Job.id == bindparam("job_id"), Job.status == "running", Job.cancel_requested.is_(False))
+    .values(
+        status="succeeded",
+        progress=1.0,
+        model_id=bindparam("model_id"),
+        finished_at=bindparam("finished_at"),
+    )
+    .returning(Job)
+    .execution_options(synchronize_session=False, populate_existing=True)
+)
