@@ -1,9 +1,10 @@
 """Fit-job wall time over HTTP against ``service.dp.fit`` on the same data.
 
 Adult (the published training split, uploaded as a site would: ``benchmarks.adult.csv_bytes``
-with ``datasets/adult/spec.json``) is uploaded once to a PrivFit app running in this process
-(``fastapi.testclient``, the app's lifespan and job runner included). Then, for each
-mechanism, ``--repeats`` times and alternating the two contenders:
+with ``datasets/adult/spec.json``) is uploaded once to a PrivFit server: by default ``uvicorn``
+on 127.0.0.1 in a child process, as PrivFit is deployed (``--transport testclient``: the app in
+this process through ``fastapi.testclient``, lifespan and job runner included). Then, for
+each mechanism, ``--repeats`` times and alternating the three contenders:
 
 * ``library``: ``service.dp.fit(X, y, mechanism, ...)`` on the design matrix the service
   itself fits on (read back from the database with ``service.domain.datasets.load_design``),
@@ -13,19 +14,17 @@ mechanism, ``--repeats`` times and alternating the two contenders:
   copy kept between fits). HTTP minus this is the cost of the HTTP path itself;
 * ``http``: ``POST /v1/datasets/{id}/fits`` then ``GET /v1/jobs/{id}?wait=30`` (a long poll
   that answers when the job ends; ``--no-long-poll``: a plain GET every ``--poll-ms``) until
-  the job has succeeded (``--transport testclient``: the app in this
-  process through ``fastapi.testclient``; ``uvicorn``: a real server on 127.0.0.1 in a child
-  process, the client using httpx over TCP): validation and charging the ledger, queueing,
-  the worker claiming the job, reading the dataset, the fit, storing the model and its
-  privacy record, and the polling itself.
+  the job has succeeded, the client using httpx (over TCP to uvicorn): validation and
+  charging the ledger, queueing, the worker claiming the job, reading the dataset, the fit,
+  storing the model and its privacy record, and the answer.
 
 Medians are printed with the ratios http / library (the issue's target is ≤ 1.25) and
-http / prepared. Native
-threads are pinned to 1 (``--threads``) for the same reasons as in ``bench_adult_fit``; with
-``--runner process`` the worker process inherits that through the environment. Run from the
-repository root::
+http / prepared. Native threads are pinned to 1 (``--threads``) for the same reasons as in
+``bench_adult_fit``; with ``--runner process`` the worker process inherits that through the
+environment. Run from the repository root::
 
-    .venv/bin/python -m benchmarks.bench_fit_job                  # process runner, 15 repeats
+    .venv/bin/python -m benchmarks.bench_fit_job                  # uvicorn, process runner
+    .venv/bin/python -m benchmarks.bench_fit_job --transport testclient
     .venv/bin/python -m benchmarks.bench_fit_job --runner thread --repeats 5
 """
 
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--runner", choices=("process", "thread"), default="process")
-    parser.add_argument("--transport", choices=("testclient", "uvicorn"), default="testclient")
+    parser.add_argument("--transport", choices=("testclient", "uvicorn"), default="uvicorn")
     parser.add_argument("--poll-ms", type=float, default=2.0)
     parser.add_argument(
         "--long-poll",
