@@ -203,13 +203,7 @@ def bench_testclient(path: Path, database_url: str, repeats: int) -> Runs:
         for _ in range(repeats):
             runs.baseline(path)
             cpu, started = _own_cpu(), time.perf_counter()
-            with path.open("rb") as fh:
-                response = client.post(
-                    "/v1/datasets",
-                    files={"file": (path.name, fh, "text/csv")},
-                    data={"spec": spec},
-                    headers=site,
-                )
+            response = _post_file(client, path, spec, site)
             runs.upload.append(time.perf_counter() - started)
             runs.server_cpu.append(_own_cpu() - cpu)
             body = _check(response.status_code, response.text)
@@ -317,6 +311,17 @@ def uvicorn_process(
         process.wait(timeout=30)
 
 
+def _post_file(client: Any, path: Path, spec: str, headers: dict[str, str]) -> Any:
+    """``POST /v1/datasets`` with the file streamed from disk (httpx or the test client)."""
+    with path.open("rb") as fh:
+        return client.post(
+            "/v1/datasets",
+            files={"file": (path.name, fh, "text/csv")},
+            data={"spec": spec},
+            headers=headers,
+        )
+
+
 def _server_cpu(pid: int) -> float:
     cpu = process_cpu(pid)
     return float("nan") if cpu is None else cpu
@@ -383,13 +388,7 @@ def bench_uvicorn(
             else:
                 own = _own_cpu()
                 started = time.perf_counter()
-                with path.open("rb") as fh:
-                    response = session.post(
-                        "/v1/datasets",
-                        files={"file": (path.name, fh, "text/csv")},
-                        data={"spec": spec},
-                        headers=site,
-                    )
+                response = _post_file(session, path, spec, site)
                 runs.upload.append(time.perf_counter() - started)
                 runs.client_cpu.append(_own_cpu() - own)
                 status, text = response.status_code, response.text
