@@ -464,13 +464,10 @@ def _narrow_numeric(values: NDArray[np.float64]) -> NDArray[Any]:
 
 def _narrow_codes(codes: NDArray[np.integer[Any]]) -> NDArray[np.integer[Any]]:
     """Category codes (−1 … size−1) in the smallest signed integer type that holds them."""
+    if codes.size and int(codes.min()) < -1:
+        raise ValueError("category codes must be -1 or more")
     high = int(codes.max()) if codes.size else 0
-    low = int(codes.min()) if codes.size else 0
-    for kind in (np.int8, np.int16, np.int32):
-        info = np.iinfo(kind)
-        if info.min <= low and high <= info.max:
-            return codes.astype(kind, copy=False)
-    raise ValueError("category codes do not fit in 32 bits")
+    return codes.astype(_code_type(high + 1), copy=False)
 
 
 def _code_type(size: int) -> type[np.signedinteger[Any]]:
