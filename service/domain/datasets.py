@@ -273,38 +273,39 @@ def load_design(uow_factory: UnitOfWorkFactory, dataset_id: str) -> Design:
     dataset, rebuilt from its chunks by its stored preprocessing spec.
 
     No access check (the job that calls it was authorised when it was created). Raises
-    ``NotFoundError("dataset")`` and :class:`DatasetDeletedError`. Reads in one short
-    transaction.
+    ``NotFoundError("dataset")`` and :class:`DatasetDeletedError`.
     """
     with uow_factory() as uow:
-        design = read_design(uow, uow.datasets.get(dataset_id), dataset_id=dataset_id)
+        dataset = uow.datasets.get(dataset_id)
+    design = read_design(uow_factory, dataset)
     return design.X, design.y
 
 
-def read_design(uow: UnitOfWork, dataset: Dataset | None, *, dataset_id: str) -> PreparedDesign:
-    """:func:`load_design`, prepared for fitting (:func:`service.dp.prepare_design`), inside
-    the caller's open transaction, for a dataset row it has just read (None: not found): from
-    this process's cache when the dataset was read before, else from its chunks."""
+def read_design(uow_factory: UnitOfWorkFactory, dataset: Dataset | None) -> PreparedDesign:
+    """The design of a dataset row the caller has just read (None: not found), prepared for
+    fitting (:func:`service.dp.prepare_design`): from this process's cache when the dataset
+    was read before (no database access), else from its chunks, in one short transaction."""
     if dataset is None:
         raise NotFoundError("dataset")
     if dataset.deleted_at is not None:
-        raise DatasetDeletedError(f"dataset {dataset_id} was deleted; its content is gone")
-    cached = design_cache.get(dataset_id)
+        raise DatasetDeletedError(f"dataset {dataset.id} was deleted; its content is gone")
+    cached = design_cache.get(dataset.id)
     if cached is not None:
         return cached
     prep = PreprocessingSpec.from_dict(dataset.preprocessing)
-    try:
-        X, y = design_from_chunks(prep, uow.datasets.chunk_payloads(dataset_id), dataset.n_rows)
-        X.flags.writeable = False  # fresh arrays, owned: prepared without a copy
-        y.flags.writeable = False
-        design = prepare_design(X, y)
-        design_cache.put(dataset_id, design)
-        return design
-    except ValueError:
-        # A deletion committed while the chunks were being read (READ COMMITTED).
-        fresh = uow.datasets.get_fresh(dataset_id)
-        if fresh is None or fresh.deleted_at is not None:
-            raise DatasetDeletedError(
-                f"dataset {dataset_id} was deleted; its content is gone"
-            ) from None
-        raise
+    with uow_factory() as uow:
+        try:
+            X, y = design_from_chunks(prep, uow.datasets.chunk_payloads(dataset.id), dataset.n_rows)
+        except ValueError:
+            # A deletion committed after the row was read, or while the chunks were.
+            fresh = uow.datasets.get_fresh(dataset.id)
+            if fresh is None or fresh.deleted_at is not None:
+                raise DatasetDeletedError(
+                    f"dataset {dataset.id} was deleted; its content is gone"
+                ) from None
+            raise
+    X.flags.writeable = False  # fresh arrays, owned: prepared without a copy
+    y.flags.writeable = False
+    design = prepare_design(X, y)
+    design_cache.put(dataset.id, design)
+    return design

@@ -29,7 +29,7 @@ from service.db.base import utcnow
 from service.db.models import Dataset, Job, LedgerCharge, Model, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import budgets
-from service.domain.datasets import design_cache, read_design
+from service.domain.datasets import read_design
 from service.domain.errors import ConflictError, NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.principal import Principal
@@ -481,10 +481,7 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
     if row is None or row.deleted_at is not None:
         raise NotFoundError("dataset")
     dataset = _dataset_facts(row)
-    design = design_cache.get(job.dataset_id)
-    if design is None:
-        with uow_factory() as uow:
-            design = read_design(uow, row, dataset_id=job.dataset_id)
+    design = read_design(uow_factory, row)
     result = context.fit(
         design,
         None,

@@ -545,7 +545,6 @@ def _with_float32_copy(obj: _Objective) -> _Objective:
         X32, y32, xty, sub = _float32_work(obj.X, obj.y)
     else:
         X32, y32, xty, sub = design.derived("solver.float32", lambda: _float32_work(obj.X, obj.y))
-        xty = xty.copy()  # the shared copy stays untouched whatever the solver does
     return dataclasses.replace(obj, X32=X32, y32=y32, xty=xty, X32_sub=sub)
 
 
@@ -567,7 +566,7 @@ def _float32_work(
         picked = block[first::_STRIDE]
         lo = (start + first) // _STRIDE
         sub[lo : lo + picked.shape[0]] = picked
-    for array in (X32, y32, sub):
+    for array in (X32, y32, xty, sub):  # read-only: a prepared design shares them
         array.flags.writeable = False
     return X32, y32, xty, sub
 
