@@ -25,6 +25,7 @@ __all__ = [
     "AuditContextDep",
     "DryRun",
     "IdempotencyKey",
+    "PreferWait",
     "PrincipalDep",
     "SettingsDep",
     "SiteDep",
@@ -132,4 +133,18 @@ IdempotencyKey = Annotated[
 DryRun = Annotated[
     bool,
     Query(description="Only quote the cost and the calibration (200); nothing is spent."),
+]
+
+
+#: ``Prefer: wait=N`` (RFC 7240) on requests that queue a job: answer when the job has ended,
+#: or after N seconds (at most 30) with the job as it then stands.
+PreferWait = Annotated[
+    str | None,
+    Header(
+        alias="Prefer",
+        max_length=256,
+        description="`wait=N` (seconds, at most 30): answer once the job has ended (201 with "
+        "the finished job) or after N seconds (202 with the job as it then stands), so a "
+        "client needs no second request to learn the outcome. Other preferences are ignored.",
+    ),
 ]

@@ -268,7 +268,7 @@ def _grant_shortfall(
 
 def _existing(
     uow: UnitOfWork, dataset_id: str, key: str, epsilon_units: int, delta_units: int, mechanism: str
-) -> str | None:
+) -> LedgerCharge | None:
     found = uow.ledger.find_by_key(dataset_id, key)
     if found is None:
         return None
@@ -280,10 +280,10 @@ def _existing(
         raise ConflictError(
             "this idempotency key was already used for a different charge on this dataset"
         )
-    return found.id
+    return found
 
 
-def _charge_one(uow: UnitOfWork, request: ChargeRequest, *, name_it: bool) -> str:
+def _charge_one(uow: UnitOfWork, request: ChargeRequest, *, name_it: bool) -> LedgerCharge:
     _check_labels(request.mechanism, request.idempotency_key)
     epsilon_units, delta_units = _cost_units(request.epsilon, request.delta)
     if request.idempotency_key is not None:
@@ -324,7 +324,7 @@ def _charge_one(uow: UnitOfWork, request: ChargeRequest, *, name_it: bool) -> st
             "a concurrent request used the same idempotency key and was charged; retry to get "
             "its result"
         ) from exc
-    return row.id
+    return row
 
 
 def charge(
@@ -336,8 +336,8 @@ def charge(
     mechanism: str,
     job_id: str | None = None,
     idempotency_key: str | None = None,
-) -> str:
-    """Charge (ε, δ) to a dataset's budget; returns the charge id. Inside ``with uow:``; the
+) -> LedgerCharge:
+    """Charge (ε, δ) to a dataset's budget; returns the charge row. Inside ``with uow:``; the
     caller commits.
 
     Raises :class:`BudgetExhaustedError` (with the remaining ε and δ; nothing charged),
@@ -370,7 +370,7 @@ def charge_many(uow: UnitOfWork, requests: Sequence[ChargeRequest]) -> list[str]
     ids: list[str | None] = [None] * len(requests)
     try:
         for i in order:
-            ids[i] = _charge_one(uow, requests[i], name_it=True)
+            ids[i] = _charge_one(uow, requests[i], name_it=True).id
     except BaseException:
         uow.rollback()
         raise

@@ -238,7 +238,7 @@ def submit_fit(
                     idempotency_key=idempotency_key,
                 )
             )
-            charge_id = budgets.charge(
+            charge = budgets.charge(
                 uow,
                 dataset_id=dataset_id,
                 epsilon=epsilon,
@@ -262,10 +262,8 @@ def submit_fit(
                         "delta": delta,
                     },
                 )
-            # The answer, from the rows this transaction wrote (no query: the charge is in
-            # the session's identity map).
-            charge = uow.ledger.get(charge_id)
-            view = job_view(uow, job) if charge is None else JobView(job, (job_charge(charge),))
+            # The answer, from the rows this transaction wrote (no query).
+            view = JobView(job, (job_charge(charge),))
             uow.commit()
     except IntegrityConflictError:
         if idempotency_key is None:

@@ -612,3 +612,88 @@ def test_a_bad_wait_is_422(client: TestClient, site: SiteHandle, wait: str) -> N
     response = client.get(f"/v1/jobs/{'0' * 32}?wait={wait}", headers=site.headers)
     assert response.status_code == 422
     assert response.headers["content-type"].startswith("application/problem+json")
+
+
+# --- Prefer: wait on the fit request ----------------------------------------------------------
+
+
+def test_prefer_wait_answers_the_fit_request_when_its_job_has_ended(
+    client: TestClient, site: SiteHandle
+) -> None:
+    """One request: 201 with the finished job, the same as a later GET, with its Location."""
+    dataset = upload(client, site.headers)
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits",
+        json=fit_body(),
+        headers={**site.headers, "Prefer": "wait=30"},
+    )
+    assert response.status_code == 201, response.text
+    assert response.headers["Preference-Applied"] == "wait=30"
+    job = response.json()
+    assert job["status"] == "succeeded"
+    assert job["model_id"] is not None
+    assert response.headers["Location"] == f"/v1/jobs/{job['id']}"
+    assert client.get(response.headers["Location"], headers=site.headers).json() == job
+    assert client.get(f"/v1/models/{job['model_id']}", headers=site.headers).status_code == 200
+
+
+def test_prefer_wait_gives_up_after_its_seconds_with_the_job_as_it_stands(
+    client: TestClient, site: SiteHandle, held: HeldRunner
+) -> None:
+    dataset = upload(client, site.headers)
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits",
+        json=fit_body(),
+        headers={**site.headers, "Prefer": "wait=1"},
+    )
+    assert response.status_code == 202, response.text
+    assert response.headers["Preference-Applied"] == "wait=1"
+    assert response.json()["status"] == "queued"
+    assert held.submitted == [response.json()["id"]]
+
+
+def test_prefer_wait_reports_a_failed_job_too(
+    app: FastAPI, client: TestClient, site: SiteHandle
+) -> None:
+    """A job that ends failed is also finished: 201 with its problem (the inline runner has no
+    notices, so this is the re-reading path)."""
+    app.state.job_runner = InlineRunner(app.state.uow_factory, fit=_failing_fit(ConvergenceError))
+    dataset = upload(client, site.headers)
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits",
+        json=fit_body(),
+        headers={**site.headers, "Prefer": "wait=5"},
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["status"] == "failed"
+    assert response.json()["error"]["type"].endswith("/did-not-converge")
+    assert SECRET not in response.text
+
+
+def test_prefer_wait_on_a_retried_request_returns_the_first_job(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers)
+    headers = {**site.headers, "Idempotency-Key": "wait-retry", "Prefer": "wait=30"}
+    url = f"/v1/datasets/{dataset['id']}/fits"
+    first = client.post(url, json=fit_body(), headers=headers)
+    again = client.post(url, json=fit_body(), headers=headers)
+    assert (first.status_code, again.status_code) == (201, 201), again.text
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json() == first.json()
+    assert len(budget(client, site.headers, dataset["id"])["charges"]) == 1
+
+
+@pytest.mark.parametrize("prefer", ["respond-async", "wait=soon", "wait=-1", "wait", "wait=1.5"])
+def test_other_or_malformed_preferences_are_ignored(
+    client: TestClient, site: SiteHandle, held: HeldRunner, prefer: str
+) -> None:
+    dataset = upload(client, site.headers)
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits",
+        json=fit_body(),
+        headers={**site.headers, "Prefer": prefer},
+    )
+    assert response.status_code == 202, response.text
+    assert "Preference-Applied" not in response.headers
+    assert response.json()["status"] == "queued"

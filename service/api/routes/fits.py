@@ -4,9 +4,19 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import AuditContextDep, DryRun, IdempotencyKey, PrincipalDep, UowDep, access
+from service.api.deps import (
+    AuditContextDep,
+    DryRun,
+    IdempotencyKey,
+    PreferWait,
+    PrincipalDep,
+    UowDep,
+    access,
+)
 from service.api.errors import problem_responses
+from service.api.job_waiting import UNFINISHED, preferred_wait, wait_for_job
 from service.api.routes import API_V1
 from service.api.schemas.fits import FitCreate, FitQuoteRead
 from service.api.schemas.jobs import JobRead
@@ -24,9 +34,11 @@ router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
         "Validates the request (422 for an unknown mechanism or bad parameters, before "
         "anything is spent), charges the dataset's budget with the fit's (ε, δ) (409 with the "
         "remaining budget when it cannot cover it) and queues a job: 202 with the job and its "
-        "`Location`. Poll `GET /v1/jobs/{id}` until it ends; a succeeded job names its model. "
-        "The charge is committed before any noise is drawn and is refunded only if the job is "
-        "cancelled while still queued.\n\n"
+        "`Location`. Poll `GET /v1/jobs/{id}` until it ends (`?wait=s` for a long poll); a "
+        "succeeded job names its model. With `Prefer: wait=N` the answer comes when the job "
+        "has ended (201 with the finished job) or after N seconds (202). The charge is "
+        "committed before any noise is drawn and is refunded only if the job is cancelled "
+        "while still queued.\n\n"
         "`?dry_run=true` answers 200 with the exact cost, the calibration (expected noise "
         "norm) and the remaining budget, spending nothing. `non_private` is accepted only on "
         "datasets uploaded with `allow_non_private`. Requires the owning site's key."
@@ -34,11 +46,16 @@ router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
     response_model=JobRead,
     responses={
         200: {"model": FitQuoteRead, "description": "Dry run: the quote; nothing spent."},
+        201: {
+            "model": JobRead,
+            "description": "With `Prefer: wait=N`: the job ended within the wait "
+            "(succeeded, failed or cancelled).",
+        },
         **problem_responses(401, 403, 404, 409, 413, 422),
     },
     openapi_extra=access("site"),
 )
-def create_fit(
+async def create_fit(
     dataset_id: str,
     body: FitCreate,
     request: Request,
@@ -48,14 +65,18 @@ def create_fit(
     audit_context: AuditContextDep,
     idempotency_key: IdempotencyKey = None,
     dry_run: DryRun = False,
+    prefer: PreferWait = None,
 ) -> JobRead | JSONResponse:
     principal.require_site()
     fit_request = body.to_domain()
     if dry_run:
-        quote = fits.quote_fit(uow, dataset_id=dataset_id, request=fit_request, actor=principal)
+        quote = await run_in_threadpool(
+            fits.quote_fit, uow, dataset_id=dataset_id, request=fit_request, actor=principal
+        )
         return JSONResponse(FitQuoteRead.from_quote(quote).model_dump(mode="json"))
     runner: JobRunner = request.app.state.job_runner
-    submitted = fits.submit_fit(
+    submitted = await run_in_threadpool(
+        fits.submit_fit,
         uow,
         dataset_id=dataset_id,
         request=fit_request,
@@ -68,4 +89,10 @@ def create_fit(
     response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
     if not submitted.created:
         response.headers["Idempotent-Replayed"] = "true"
+    wait = preferred_wait(prefer)
+    if wait is not None:
+        response.headers["Preference-Applied"] = f"wait={wait}"
+        view = await wait_for_job(request, uow, principal, view, wait)
+        if view.job.status not in UNFINISHED:
+            response.status_code = status.HTTP_201_CREATED
     return JobRead.from_view(view)

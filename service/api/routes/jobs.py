@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import Annotated, Final
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
+from service.api.job_waiting import MAX_WAIT_SECONDS, wait_for_job
 from service.api.routes import API_V1
 from service.api.schemas.jobs import JobList, JobRead
 from service.domain import jobs
-from service.domain.jobs import JobOutcome, JobView
 
 router = APIRouter(prefix=f"{API_V1}/jobs", tags=["jobs"])
 
@@ -23,50 +22,12 @@ Wait = Annotated[
     float,
     Query(
         ge=0,
-        le=30,
+        le=MAX_WAIT_SECONDS,
         allow_inf_nan=False,
         description="Long poll: wait up to this many seconds for a queued or running job to "
         "end before answering (0, the default: answer at once).",
     ),
 ]
-
-MAX_WAIT_SECONDS: Final[float] = 30.0
-#: How often a long poll re-reads a job this process's runner is not executing.
-FALLBACK_POLL_SECONDS: Final[float] = 0.025
-_UNFINISHED: Final[frozenset[str]] = frozenset({"queued", "running"})
-
-
-async def _until_done(request: Request, job_id: str, timeout: float) -> JobView | None:
-    """Return once the runner reports the job's execution ended, or after ``timeout`` (or
-    after a short interval when the runner does not run the job here). When the run
-    succeeded, returns the job as the worker committed it (terminal: it cannot change any
-    more), so the answer needs no second read; otherwise None, and the caller reads it."""
-    runner = request.app.state.job_runner
-    notify = getattr(runner, "notify_when_done", None)
-    loop = asyncio.get_running_loop()
-    ended: asyncio.Future[object] = loop.create_future()
-
-    def settle(returned: object) -> None:
-        if not ended.done():
-            ended.set_result(returned)
-
-    if notify is None or not notify(
-        job_id, lambda returned: loop.call_soon_threadsafe(settle, returned)
-    ):
-        await asyncio.sleep(min(timeout, FALLBACK_POLL_SECONDS))
-        return None
-    try:
-        returned = await asyncio.wait_for(ended, timeout)
-    except TimeoutError:
-        return None
-    if (
-        isinstance(returned, JobOutcome)
-        and returned.view is not None
-        and returned.view.job.id == job_id
-        and returned.view.job.status == "succeeded"
-    ):
-        return returned.view
-    return None
 
 
 @router.get(
@@ -108,16 +69,8 @@ async def get_job(
     job_id: str, request: Request, uow: UowDep, principal: PrincipalDep, wait: Wait = 0.0
 ) -> JobRead:
     view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=principal)
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(wait, MAX_WAIT_SECONDS)
-    while view.job.status in _UNFINISHED and (remaining := deadline - loop.time()) > 0:
-        # The job was found visible to the caller above; its final state may come with the
-        # runner's notice.
-        finished = await _until_done(request, job_id, remaining)
-        if finished is not None:
-            view = finished
-        else:
-            view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=principal)
+    if wait > 0:
+        view = await wait_for_job(request, uow, principal, view, wait)
     return JobRead.from_view(view)
 
 

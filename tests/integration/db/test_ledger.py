@@ -118,7 +118,7 @@ def charge(
             mechanism="output_perturbation",
             job_id=job_id,
             idempotency_key=key,
-        )
+        ).id
         uow.commit()
     return charge_id
 

@@ -1,0 +1,102 @@
+"""Waiting for a job to end inside a request: the long poll of ``GET /v1/jobs/{id}?wait=s``
+and ``Prefer: wait=s`` on the requests that queue a job (RFC 7240).
+
+The wait costs no database reads while the job runs here: the runner tells the waiting request
+when its execution ended (``notify_when_done``) and hands over the job as the worker committed
+it. A job this process does not run (another process, a restart) is re-read every
+:data:`FALLBACK_POLL_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Final
+
+from fastapi import Request
+from starlette.concurrency import run_in_threadpool
+
+from service.db.uow import UnitOfWork
+from service.domain import jobs
+from service.domain.jobs import JobOutcome, JobView
+from service.domain.principal import Principal
+
+__all__ = [
+    "FALLBACK_POLL_SECONDS",
+    "MAX_WAIT_SECONDS",
+    "UNFINISHED",
+    "preferred_wait",
+    "wait_for_job",
+]
+
+MAX_WAIT_SECONDS: Final[float] = 30.0
+#: How often a wait re-reads a job this process's runner is not executing.
+FALLBACK_POLL_SECONDS: Final[float] = 0.025
+UNFINISHED: Final[frozenset[str]] = frozenset({"queued", "running"})
+
+#: ``wait=<delta-seconds>`` in a ``Prefer`` header (RFC 7240 §4.3); name case-insensitive,
+#: the value optionally quoted.
+_WAIT = re.compile(r'^\s*wait\s*=\s*"?(\d{1,9})"?\s*$', re.IGNORECASE)
+
+
+def preferred_wait(prefer: str | None) -> int | None:
+    """The seconds of a ``Prefer: wait=N`` header, capped at :data:`MAX_WAIT_SECONDS`; None
+    when the header asks for no wait. Other preferences and malformed ones are ignored, as
+    RFC 7240 asks of a server that does not understand them."""
+    if not prefer:
+        return None
+    for preference in prefer.split(","):
+        matched = _WAIT.match(preference.split(";", 1)[0])
+        if matched is not None:
+            return min(int(matched.group(1)), int(MAX_WAIT_SECONDS))
+    return None
+
+
+async def wait_for_job(
+    request: Request, uow: UnitOfWork, actor: Principal, view: JobView, seconds: float
+) -> JobView:
+    """``view`` (a job already found visible to ``actor``) once the job has ended, or as it
+    stands after ``seconds`` (at most :data:`MAX_WAIT_SECONDS`)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + min(seconds, MAX_WAIT_SECONDS)
+    job_id = view.job.id
+    while view.job.status in UNFINISHED and (remaining := deadline - loop.time()) > 0:
+        finished = await _until_done(request, job_id, remaining)
+        if finished is not None:
+            view = finished
+        else:
+            view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=actor)
+    return view
+
+
+async def _until_done(request: Request, job_id: str, timeout: float) -> JobView | None:
+    """Return once the runner reports the job's execution ended, or after ``timeout`` (or
+    after a short interval when the runner does not run the job here). When the run
+    succeeded, returns the job as the worker committed it (terminal: it cannot change any
+    more), so the answer needs no second read; otherwise None, and the caller reads it."""
+    runner = request.app.state.job_runner
+    notify = getattr(runner, "notify_when_done", None)
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[object] = loop.create_future()
+
+    def settle(returned: object) -> None:
+        if not ended.done():
+            ended.set_result(returned)
+
+    if notify is None or not notify(
+        job_id, lambda returned: loop.call_soon_threadsafe(settle, returned)
+    ):
+        await asyncio.sleep(min(timeout, FALLBACK_POLL_SECONDS))
+        return None
+    try:
+        returned = await asyncio.wait_for(ended, timeout)
+    except TimeoutError:
+        return None
+    if (
+        isinstance(returned, JobOutcome)
+        and returned.view is not None
+        and returned.view.job.id == job_id
+        and returned.view.job.status == "succeeded"
+    ):
+        return returned.view
+    return None
