@@ -16,6 +16,7 @@ from typing import Final
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
+from service.db.models import Job
 from service.db.uow import UnitOfWork
 from service.domain import jobs
 from service.domain.jobs import JobOutcome, JobView
@@ -63,17 +64,19 @@ async def wait_for_job(
     while view.job.status in UNFINISHED and (remaining := deadline - loop.time()) > 0:
         finished = await _until_done(request, job_id, remaining)
         if finished is not None:
-            view = finished
+            # A job that ran keeps the charges it was created with (only a queued job is
+            # ever refunded): the ones read above.
+            view = JobView(finished, view.charges)
         else:
             view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=actor)
     return view
 
 
-async def _until_done(request: Request, job_id: str, timeout: float) -> JobView | None:
+async def _until_done(request: Request, job_id: str, timeout: float) -> Job | None:
     """Return once the runner reports the job's execution ended, or after ``timeout`` (or
     after a short interval when the runner does not run the job here). When the run
-    succeeded, returns the job as the worker committed it (terminal: it cannot change any
-    more), so the answer needs no second read; otherwise None, and the caller reads it."""
+    succeeded, returns the job row as the worker committed it (terminal: it cannot change
+    any more), so the answer needs no second read; otherwise None, and the caller reads it."""
     runner = request.app.state.job_runner
     notify = getattr(runner, "notify_when_done", None)
     loop = asyncio.get_running_loop()
@@ -94,9 +97,9 @@ async def _until_done(request: Request, job_id: str, timeout: float) -> JobView 
         return None
     if (
         isinstance(returned, JobOutcome)
-        and returned.view is not None
-        and returned.view.job.id == job_id
-        and returned.view.job.status == "succeeded"
+        and returned.job is not None
+        and returned.job.id == job_id
+        and returned.job.status == "succeeded"
     ):
-        return returned.view
+        return returned.job
     return None

@@ -371,11 +371,13 @@ def _default_handlers() -> Mapping[str, JobHandler]:
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
     """How a worker's run of a job ended: the final status (or the status the job already
-    had when it was not queued) and, for a success, the job with its charges exactly as the
-    run committed them, so a waiting long poll can answer without reading the job back."""
+    had when it was not queued) and, for a success, the job row exactly as the run committed
+    it, so a request waiting for the job can answer without reading it back. Its charges are
+    the ones the job was created with: they change only when a queued job is cancelled (the
+    refund), never for a job that ran, so the waiting request already holds them."""
 
     status: str
-    view: JobView | None = None
+    job: Job | None = None
 
 
 def run_job(
@@ -448,9 +450,8 @@ def execute_job(
             uow.models.add(model)
             done = uow.jobs.succeed(job_id, model_id=model.id, finished_at=utcnow())
             if done is not None:
-                view = job_view(uow, done)
                 uow.commit()
-                return JobOutcome("succeeded", view)
+                return JobOutcome("succeeded", done)
         # The job was cancelled (or settled by recovery) while the model was being stored.
         _finish(uow_factory, job_id, "cancelled", None)
         return JobOutcome("cancelled")
