@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Final
+from typing import Any, Final
 
-from fastapi import Request
+from fastapi import Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
+from service.api.schemas.jobs import JobRead
 from service.db.models import Job
 from service.db.uow import UnitOfWork
 from service.domain import jobs
@@ -24,8 +25,10 @@ from service.domain.principal import Principal
 
 __all__ = [
     "FALLBACK_POLL_SECONDS",
+    "FINISHED_RESPONSE",
     "MAX_WAIT_SECONDS",
     "UNFINISHED",
+    "honour_prefer_wait",
     "preferred_wait",
     "wait_for_job",
 ]
@@ -40,6 +43,16 @@ UNFINISHED: Final[frozenset[str]] = frozenset({"queued", "running"})
 _WAIT = re.compile(r'^\s*wait\s*=\s*"?(\d{1,9})"?\s*$', re.IGNORECASE)
 
 
+#: The OpenAPI entry of the 201 a job-queuing request answers under ``Prefer: wait``.
+FINISHED_RESPONSE: Final[dict[int | str, dict[str, Any]]] = {
+    201: {
+        "model": JobRead,
+        "description": "With `Prefer: wait=N`: the job ended within the wait (succeeded, "
+        "failed or cancelled).",
+    }
+}
+
+
 def preferred_wait(prefer: str | None) -> int | None:
     """The seconds of a ``Prefer: wait=N`` header, capped at :data:`MAX_WAIT_SECONDS`; None
     when the header asks for no wait. Other preferences and malformed ones are ignored, as
@@ -51,6 +64,27 @@ def preferred_wait(prefer: str | None) -> int | None:
         if matched is not None:
             return min(int(matched.group(1)), int(MAX_WAIT_SECONDS))
     return None
+
+
+async def honour_prefer_wait(
+    request: Request,
+    response: Response,
+    uow: UnitOfWork,
+    actor: Principal,
+    view: JobView,
+    prefer: str | None,
+) -> JobView:
+    """The answer of a request that has just queued the job of ``view``: under
+    ``Prefer: wait=N``, the job once it has ended (and status 201) or as it stands after N
+    seconds, with ``Preference-Applied``; else ``view`` itself."""
+    wait = preferred_wait(prefer)
+    if wait is None:
+        return view
+    response.headers["Preference-Applied"] = f"wait={wait}"
+    view = await wait_for_job(request, uow, actor, view, wait)
+    if view.job.status not in UNFINISHED:
+        response.status_code = status.HTTP_201_CREATED
+    return view
 
 
 async def wait_for_job(

@@ -942,3 +942,52 @@ def test_bad_feature_groups_and_importance_are_422_and_charge_nothing(
     seen = client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()
     assert seen["results"] == []
     assert [c["used"] for c in seen["contributions"]] == [False]
+
+
+def test_prefer_wait_answers_a_transfer_with_its_finished_job(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    """``Prefer: wait`` on an aggregation that runs on the job runner: one request, 201 with
+    the succeeded job (the same as a later GET)."""
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    source_data = upload_dataset(client, member, seed=11)
+    source = fit_model(client, member, source_data["id"], epsilon=1.0)
+    contribute(client, member, study["id"], {"model_id": source["id"]})
+    target = upload_dataset(client, coordinator, seed=12, epsilon=2.0)
+    response = client.post(
+        f"/v1/studies/{study['id']}/aggregations",
+        json={
+            "method": "transfer",
+            "target_dataset_id": target["id"],
+            "epsilon": 0.5,
+            "transfer_strength": 0.5,
+            "regularization": 0.05,
+        },
+        headers={**coordinator.headers, "Prefer": "wait=30"},
+    )
+    assert response.status_code == 201, response.text
+    assert response.headers["Preference-Applied"] == "wait=30"
+    job = response.json()
+    assert job["status"] == "succeeded"
+    assert job["model_id"] is not None
+    assert client.get(response.headers["Location"], headers=coordinator.headers).json() == job
+
+
+def test_without_prefer_wait_an_average_is_still_202(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    """An average is done within the request; it keeps its 202 unless the client asked to
+    wait, and then it is 201 at once."""
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    contribute(
+        client, coordinator, study["id"], {"model_id": upload_model(client, coordinator, W1)["id"]}
+    )
+    url = f"/v1/studies/{study['id']}/aggregations"
+    plain = client.post(url, json={"method": "average"}, headers=coordinator.headers)
+    waited = client.post(
+        url, json={"method": "average"}, headers={**coordinator.headers, "Prefer": "wait=5"}
+    )
+    assert (plain.status_code, waited.status_code) == (202, 201), waited.text
+    assert plain.json()["status"] == waited.json()["status"] == "succeeded"

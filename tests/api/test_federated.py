@@ -475,3 +475,21 @@ def test_no_row_count_or_budget_of_another_site_reaches_the_coordinator(
     assert "remaining_epsilon" not in problem
     assert "another site" in problem["detail"]
     assert spent(client, a, small["id"])[0] == pytest.approx(1.0)
+
+
+def test_prefer_wait_answers_with_the_finished_federated_job(
+    client: TestClient, make_site: MakeSite
+) -> None:
+    coordinator, a, _, _, study, datasets = consortium(client, make_site)
+    response = client.post(
+        f"/v1/studies/{study['id']}/federated-fits",
+        json=NOISY_AVERAGE,
+        headers={**coordinator.headers, "Prefer": "wait=30"},
+    )
+    assert response.status_code == 201, response.text
+    assert response.headers["Preference-Applied"] == "wait=30"
+    job = response.json()
+    assert job["status"] == "succeeded"
+    assert sorted(c["dataset_id"] for c in job["charges"]) == sorted(datasets)
+    assert client.get(response.headers["Location"], headers=coordinator.headers).json() == job
+    assert spent(client, a, datasets[0])[0] == pytest.approx(1.0)

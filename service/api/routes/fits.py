@@ -16,7 +16,7 @@ from service.api.deps import (
     access,
 )
 from service.api.errors import problem_responses
-from service.api.job_waiting import UNFINISHED, preferred_wait, wait_for_job
+from service.api.job_waiting import FINISHED_RESPONSE, honour_prefer_wait
 from service.api.routes import API_V1
 from service.api.schemas.fits import FitCreate, FitQuoteRead
 from service.api.schemas.jobs import JobRead
@@ -46,11 +46,7 @@ router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
     response_model=JobRead,
     responses={
         200: {"model": FitQuoteRead, "description": "Dry run: the quote; nothing spent."},
-        201: {
-            "model": JobRead,
-            "description": "With `Prefer: wait=N`: the job ended within the wait "
-            "(succeeded, failed or cancelled).",
-        },
+        **FINISHED_RESPONSE,
         **problem_responses(401, 403, 404, 409, 413, 422),
     },
     openapi_extra=access("site"),
@@ -89,10 +85,5 @@ async def create_fit(
     response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
     if not submitted.created:
         response.headers["Idempotent-Replayed"] = "true"
-    wait = preferred_wait(prefer)
-    if wait is not None:
-        response.headers["Preference-Applied"] = f"wait={wait}"
-        view = await wait_for_job(request, uow, principal, view, wait)
-        if view.job.status not in UNFINISHED:
-            response.status_code = status.HTTP_201_CREATED
+    view = await honour_prefer_wait(request, response, uow, principal, view, prefer)
     return JobRead.from_view(view)

@@ -6,9 +6,19 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Request, Response, status
 from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import AuditContextDep, DryRun, IdempotencyKey, PrincipalDep, UowDep, access
+from service.api.deps import (
+    AuditContextDep,
+    DryRun,
+    IdempotencyKey,
+    PreferWait,
+    PrincipalDep,
+    UowDep,
+    access,
+)
 from service.api.errors import problem_responses
+from service.api.job_waiting import FINISHED_RESPONSE, honour_prefer_wait
 from service.api.routes import API_V1
 from service.api.schemas.federated import FederatedFitCreate, FederatedQuoteRead
 from service.api.schemas.jobs import JobRead
@@ -23,7 +33,11 @@ from service.api.schemas.studies import (
     StudyRead,
     TransferAggregationIn,
 )
+from service.db.uow import UnitOfWork
 from service.domain import aggregations, federated, jobs, studies
+from service.domain.audit import AuditContext
+from service.domain.jobs import JobView
+from service.domain.principal import Principal
 from service.jobs.runner import JobRunner
 
 router = APIRouter(prefix=f"{API_V1}/studies", tags=["studies"])
@@ -174,7 +188,8 @@ def withdraw_contribution(
         "`Location`; once `succeeded` it names the result: a model every member can read, "
         "predict with and export. `average` reads no data and draws no noise, so its job has "
         "already succeeded; `feature` and `transfer` run on the job runner like a fit (poll "
-        "`GET /v1/jobs/{id}`; a cancel while queued refunds the charge).\n\n"
+        "`GET /v1/jobs/{id}`; a cancel while queued refunds the charge). With `Prefer: wait=N` "
+        "the answer comes when the job has ended (201) or after N seconds (202).\n\n"
         "* `average` (seed 000, Alg. 4) averages the coefficients of the contributed models "
         "(`models`, default: all of them) with optional public `weights`. It reads no data and "
         "charges nothing.\n"
@@ -198,10 +213,10 @@ def withdraw_contribution(
         "Models not contributed to this study, and stacked models, are 422."
     ),
     response_model=JobRead,
-    responses=problem_responses(401, 403, 404, 409, 413, 422),
+    responses={**FINISHED_RESPONSE, **problem_responses(401, 403, 404, 409, 413, 422)},
     openapi_extra=access("site"),
 )
-def create_aggregation(
+async def create_aggregation(
     study_id: str,
     body: Annotated[AggregationCreate, Body()],
     request: Request,
@@ -209,9 +224,26 @@ def create_aggregation(
     uow: UowDep,
     principal: PrincipalDep,
     audit_context: AuditContextDep,
+    prefer: PreferWait = None,
 ) -> JobRead:
     principal.require_site()
     runner: JobRunner = request.app.state.job_runner
+    view = await run_in_threadpool(
+        _submit_aggregation, uow, study_id, body, principal, audit_context, runner
+    )
+    response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
+    view = await honour_prefer_wait(request, response, uow, principal, view, prefer)
+    return JobRead.from_view(view)
+
+
+def _submit_aggregation(
+    uow: UnitOfWork,
+    study_id: str,
+    body: AggregationCreate,
+    principal: Principal,
+    audit_context: AuditContext,
+    runner: JobRunner,
+) -> JobView:
     if isinstance(body, TransferAggregationIn):
         job = aggregations.transfer(
             uow,
@@ -261,9 +293,7 @@ def create_aggregation(
             actor=principal,
             context=audit_context,
         )
-    view = jobs.get_job(uow, job_id=job.id, actor=principal)
-    response.headers["Location"] = f"{API_V1}/jobs/{job.id}"
-    return JobRead.from_view(view)
+    return jobs.get_job(uow, job_id=job.id, actor=principal)
 
 
 @router.post(
@@ -289,17 +319,19 @@ def create_aggregation(
         "Every dataset is charged its own cost (parallel composition), within its remaining "
         "budget and the study's grant on it, all or none, before any noise is drawn: a "
         "shortfall is a 409 naming the dataset. 202 with the job (kind `federated`); it reports "
-        "progress per round and honours `POST /v1/jobs/{id}/cancel`. `?dry_run=true` answers "
-        "200 with the per-dataset costs and the calibration, spending nothing."
+        "progress per round and honours `POST /v1/jobs/{id}/cancel`; with `Prefer: wait=N` "
+        "the answer comes when it has ended (201) or after N seconds (202). `?dry_run=true` "
+        "answers 200 with the per-dataset costs and the calibration, spending nothing."
     ),
     response_model=JobRead,
     responses={
         200: {"model": FederatedQuoteRead, "description": "Dry run: the quote; nothing spent."},
+        **FINISHED_RESPONSE,
         **problem_responses(401, 403, 404, 409, 413, 422),
     },
     openapi_extra=access("site"),
 )
-def create_federated_fit(
+async def create_federated_fit(
     study_id: str,
     body: FederatedFitCreate,
     request: Request,
@@ -309,26 +341,36 @@ def create_federated_fit(
     audit_context: AuditContextDep,
     idempotency_key: IdempotencyKey = None,
     dry_run: DryRun = False,
+    prefer: PreferWait = None,
 ) -> JobRead | JSONResponse:
     principal.require_site()
     fit_request = body.to_domain()
     if dry_run:
-        quote = federated.quote_federated_fit(
-            uow, study_id=study_id, request=fit_request, actor=principal
+        quote = await run_in_threadpool(
+            federated.quote_federated_fit,
+            uow,
+            study_id=study_id,
+            request=fit_request,
+            actor=principal,
         )
         return JSONResponse(FederatedQuoteRead.from_quote(quote).model_dump(mode="json"))
     runner: JobRunner = request.app.state.job_runner
-    submitted = federated.submit_federated_fit(
-        uow,
-        study_id=study_id,
-        request=fit_request,
-        actor=principal,
-        runner=runner,
-        context=audit_context,
-        idempotency_key=idempotency_key,
-    )
-    view = jobs.get_job(uow, job_id=submitted.job.id, actor=principal)
+
+    def submit() -> tuple[JobView, bool]:
+        submitted = federated.submit_federated_fit(
+            uow,
+            study_id=study_id,
+            request=fit_request,
+            actor=principal,
+            runner=runner,
+            context=audit_context,
+            idempotency_key=idempotency_key,
+        )
+        return jobs.get_job(uow, job_id=submitted.job.id, actor=principal), submitted.created
+
+    view, created = await run_in_threadpool(submit)
     response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
-    if not submitted.created:
+    if not created:
         response.headers["Idempotent-Replayed"] = "true"
+    view = await honour_prefer_wait(request, response, uow, principal, view, prefer)
     return JobRead.from_view(view)
