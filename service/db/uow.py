@@ -21,6 +21,7 @@ commit, then compute).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Self
 
@@ -101,6 +102,11 @@ class UnitOfWork:
     def rollback(self) -> None:
         """Discard everything not yet committed."""
         self.session.rollback()
+
+    def no_autoflush(self) -> AbstractContextManager[Session]:
+        """A block in which queries do not flush staged rows first (they are flushed together
+        later); for statements that do not read those rows."""
+        return self.session.no_autoflush
 
     def flush(self) -> None:
         """Send pending changes to the database without committing (fills in ids)."""

@@ -227,7 +227,9 @@ def submit_fit(
     job_id = new_id()
     try:
         with uow:
-            job = uow.jobs.add(
+            # The job, its audit event and its charge go to the database in one flush (the
+            # charge's): the ledger's debit does not read them.
+            job = uow.jobs.stage(
                 Job(
                     id=job_id,
                     owner_site_id=owner,
@@ -237,15 +239,6 @@ def submit_fit(
                     status="queued",
                     idempotency_key=idempotency_key,
                 )
-            )
-            charge = budgets.charge(
-                uow,
-                dataset_id=dataset_id,
-                epsilon=epsilon,
-                delta=delta,
-                mechanism=request.mechanism,
-                job_id=job_id,
-                idempotency_key=idempotency_key,
             )
             if context is not None:
                 audit.record(
@@ -262,10 +255,20 @@ def submit_fit(
                         "delta": delta,
                     },
                 )
+            with uow.no_autoflush():
+                charge = budgets.charge(
+                    uow,
+                    dataset_id=dataset_id,
+                    epsilon=epsilon,
+                    delta=delta,
+                    mechanism=request.mechanism,
+                    job_id=job_id,
+                    idempotency_key=idempotency_key,
+                )
             # The answer, from the rows this transaction wrote (no query).
             view = JobView(job, (job_charge(charge),))
             uow.commit()
-    except IntegrityConflictError:
+    except (IntegrityConflictError, budgets.DuplicateChargeError):
         if idempotency_key is None:
             raise
         # A concurrent request with the same key committed first: return its job.

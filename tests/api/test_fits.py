@@ -372,3 +372,35 @@ def test_fits_need_a_site_key(
     assert client.post(url, json=fit_body(), headers=bad_key).status_code == 401
     assert client.post(url, json=fit_body(), headers=admin_headers).status_code in {403, 404}
     _assert_untouched(client, site, dataset["id"])
+
+
+def test_a_fit_is_audited_with_its_job_and_a_refused_one_leaves_no_trace(
+    client: TestClient, site: SiteHandle, admin_headers: dict[str, str]
+) -> None:
+    """The job, its charge and its ``fit.submitted`` event are written together; a fit the
+    budget cannot cover writes none of them."""
+    dataset = upload(client, site.headers, spec=toy_spec(epsilon=0.7))
+    accepted = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=fit_body(epsilon=0.5), headers=site.headers
+    )
+    assert accepted.status_code == 202, accepted.text
+    refused = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=fit_body(epsilon=0.5), headers=site.headers
+    )
+    assert refused.status_code == 409, refused.text
+
+    events = client.get(
+        "/v1/audit-events", params={"action": "fit.submitted"}, headers=admin_headers
+    ).json()["items"]
+    assert [(e["subject_type"], e["subject_id"]) for e in events] == [
+        ("job", accepted.json()["id"])
+    ]
+    assert events[0]["actor_site_id"] == site.id
+    assert events[0]["details"] == {
+        "dataset_id": dataset["id"],
+        "mechanism": "objective_perturbation",
+        "epsilon": 0.5,
+        "delta": 0.0,
+    }
+    assert _jobs_total(client, site) == 1
+    assert [c["epsilon"] for c in budget(client, site.headers, dataset["id"])["charges"]] == [0.5]
