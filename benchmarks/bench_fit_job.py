@@ -255,8 +255,11 @@ def main(argv: list[str] | None = None) -> None:
             os.environ[var] = str(threads)
     _controller = limit_threads(threads)
     print(environment(threads))
-    mode = "long poll (?wait=30)" if args.long_poll else f"polling every {args.poll_ms:g} ms"
-    print(f"runner: {args.runner}, {args.transport}, {mode}; load average before: {load_average()}")
+    mode = "a long poll (?wait=30)" if args.long_poll else f"polling every {args.poll_ms:g} ms"
+    print(
+        f"runner: {args.runner}, {args.transport}; flows: Prefer: wait=30, and POST then {mode}; "
+        f"load average before: {load_average()}"
+    )
     rows = _run(args)
     print(f"load average after: {load_average()}\n")
     print(
