@@ -353,6 +353,18 @@ def transfer(
     return response.status_code, out
 
 
+def transfer_study(
+    client: TestClient, coordinator: SiteHandle, member: SiteHandle
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """A study where ``member`` contributed a model fitted at ε = 1 on its dataset, and a target
+    dataset of the coordinator (ε = 2): the study, the source dataset and the target."""
+    study = create_study(client, coordinator, [member])
+    source_data = upload_dataset(client, member, seed=11)
+    source = fit_model(client, member, source_data["id"], epsilon=1.0)
+    contribute(client, member, study["id"], {"model_id": source["id"]})
+    return study, source_data, upload_dataset(client, coordinator, seed=12, epsilon=2.0)
+
+
 def epsilon_spent(client: TestClient, site: SiteHandle, dataset_id: str) -> float:
     budget = client.get(f"/v1/datasets/{dataset_id}/budget", headers=site.headers).json()
     return float(budget["epsilon_spent"])
@@ -362,11 +374,7 @@ def test_transfer_fits_the_target_charges_it_and_every_member_reads_the_result(
     client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
 ) -> None:
     coordinator, member, outsider = trio
-    study = create_study(client, coordinator, [member])
-    source_data = upload_dataset(client, member, seed=11)
-    source = fit_model(client, member, source_data["id"], epsilon=1.0)
-    contribute(client, member, study["id"], {"model_id": source["id"]})
-    target = upload_dataset(client, coordinator, seed=12, epsilon=2.0)
+    study, source_data, target = transfer_study(client, coordinator, member)
 
     status, job = transfer(
         client,
@@ -950,11 +958,7 @@ def test_prefer_wait_answers_a_transfer_with_its_finished_job(
     """``Prefer: wait`` on an aggregation that runs on the job runner: one request, 201 with
     the succeeded job (the same as a later GET)."""
     coordinator, member, _ = trio
-    study = create_study(client, coordinator, [member])
-    source_data = upload_dataset(client, member, seed=11)
-    source = fit_model(client, member, source_data["id"], epsilon=1.0)
-    contribute(client, member, study["id"], {"model_id": source["id"]})
-    target = upload_dataset(client, coordinator, seed=12, epsilon=2.0)
+    study, _, target = transfer_study(client, coordinator, member)
     response = client.post(
         f"/v1/studies/{study['id']}/aggregations",
         json={

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx2 as httpx
 import numpy as np
 import pytest
 from fastapi import FastAPI
@@ -617,16 +618,21 @@ def test_a_bad_wait_is_422(client: TestClient, site: SiteHandle, wait: str) -> N
 # --- Prefer: wait on the fit request ----------------------------------------------------------
 
 
+def _fit_preferring(client: TestClient, site: SiteHandle, prefer: str) -> httpx.Response:
+    """Upload a toy dataset and request a fit on it with ``Prefer: <prefer>``."""
+    dataset = upload(client, site.headers)
+    return client.post(
+        f"/v1/datasets/{dataset['id']}/fits",
+        json=fit_body(),
+        headers={**site.headers, "Prefer": prefer},
+    )
+
+
 def test_prefer_wait_answers_the_fit_request_when_its_job_has_ended(
     client: TestClient, site: SiteHandle
 ) -> None:
     """One request: 201 with the finished job, the same as a later GET, with its Location."""
-    dataset = upload(client, site.headers)
-    response = client.post(
-        f"/v1/datasets/{dataset['id']}/fits",
-        json=fit_body(),
-        headers={**site.headers, "Prefer": "wait=30"},
-    )
+    response = _fit_preferring(client, site, "wait=30")
     assert response.status_code == 201, response.text
     assert response.headers["Preference-Applied"] == "wait=30"
     job = response.json()
@@ -640,12 +646,7 @@ def test_prefer_wait_answers_the_fit_request_when_its_job_has_ended(
 def test_prefer_wait_gives_up_after_its_seconds_with_the_job_as_it_stands(
     client: TestClient, site: SiteHandle, held: HeldRunner
 ) -> None:
-    dataset = upload(client, site.headers)
-    response = client.post(
-        f"/v1/datasets/{dataset['id']}/fits",
-        json=fit_body(),
-        headers={**site.headers, "Prefer": "wait=1"},
-    )
+    response = _fit_preferring(client, site, "wait=1")
     assert response.status_code == 202, response.text
     assert response.headers["Preference-Applied"] == "wait=1"
     assert response.json()["status"] == "queued"
@@ -658,12 +659,7 @@ def test_prefer_wait_reports_a_failed_job_too(
     """A job that ends failed is also finished: 201 with its problem (the inline runner has no
     notices, so this is the re-reading path)."""
     app.state.job_runner = InlineRunner(app.state.uow_factory, fit=_failing_fit(ConvergenceError))
-    dataset = upload(client, site.headers)
-    response = client.post(
-        f"/v1/datasets/{dataset['id']}/fits",
-        json=fit_body(),
-        headers={**site.headers, "Prefer": "wait=5"},
-    )
+    response = _fit_preferring(client, site, "wait=5")
     assert response.status_code == 201, response.text
     assert response.json()["status"] == "failed"
     assert response.json()["error"]["type"].endswith("/did-not-converge")
@@ -688,12 +684,7 @@ def test_prefer_wait_on_a_retried_request_returns_the_first_job(
 def test_other_or_malformed_preferences_are_ignored(
     client: TestClient, site: SiteHandle, held: HeldRunner, prefer: str
 ) -> None:
-    dataset = upload(client, site.headers)
-    response = client.post(
-        f"/v1/datasets/{dataset['id']}/fits",
-        json=fit_body(),
-        headers={**site.headers, "Prefer": prefer},
-    )
+    response = _fit_preferring(client, site, prefer)
     assert response.status_code == 202, response.text
     assert "Preference-Applied" not in response.headers
     assert response.json()["status"] == "queued"
