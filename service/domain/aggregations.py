@@ -15,7 +15,7 @@ average has none. Stacked models are not one weight vector: averaging them is a 
 ``feature`` and ``transfer`` fit a DP model on one of the coordinator's own datasets: the
 request is checked, the dataset charged and the job queued in one transaction, and the job
 runs on the job runner like a single-dataset fit (:func:`run_aggregation_job`, dispatched by
-:func:`service.domain.jobs.run_job`): progress, cancellation, recovery and the ledger rules
+:func:`service.domain.jobs.execute_job`): progress, cancellation, recovery and the ledger rules
 are the same.
 """
 

@@ -1,4 +1,5 @@
-"""Which use case runs a job of each kind (``Job.kind``), for :func:`service.domain.jobs.run_job`.
+"""Which use case runs a job of each kind (``Job.kind``), for
+:func:`service.domain.jobs.execute_job`.
 
 ``fit`` jobs are run by :func:`service.domain.jobs.run_fit_job` itself; the study jobs are
 registered here, where importing their modules cannot create an import cycle.

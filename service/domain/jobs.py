@@ -1,4 +1,4 @@
-"""Jobs: the worker entry point :func:`run_job`, cancellation, crash recovery (issue 4 item 3).
+"""Jobs: the worker entry point :func:`execute_job`, cancellation, crash recovery (issue 4 item 3).
 
 A job row moves through ``queued → running → succeeded | failed | cancelled`` (or straight
 from ``queued`` to ``cancelled``). Every transition is one conditional UPDATE on the expected
@@ -63,7 +63,6 @@ __all__ = [
     "list_jobs",
     "recover_jobs",
     "run_fit_job",
-    "run_job",
     "settle_lost_job",
 ]
 
@@ -357,7 +356,7 @@ class JobContext:
 
 
 #: Runs one claimed job of a kind and returns the model to release (not yet stored). It reads
-#: what it needs through the factory; raising fails the job (see :func:`run_job`).
+#: what it needs through the factory; raising fails the job (see :func:`execute_job`).
 JobHandler = Callable[[UnitOfWorkFactory, ClaimedJob, JobContext], Model]
 
 
@@ -378,26 +377,6 @@ class JobOutcome:
 
     status: str
     job: Job | None = None
-
-
-def run_job(
-    uow_factory: UnitOfWorkFactory,
-    job_id: str,
-    *,
-    randomness: Randomness | None = None,
-    fit: FitFunction = dp_fit,
-    progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-    handlers: Mapping[str, JobHandler] | None = None,
-) -> str:
-    """Run one queued job to its end; returns the final status (see :func:`execute_job`)."""
-    return execute_job(
-        uow_factory,
-        job_id,
-        randomness=randomness,
-        fit=fit,
-        progress_interval=progress_interval,
-        handlers=handlers,
-    ).status
 
 
 def execute_job(

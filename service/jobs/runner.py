@@ -1,7 +1,7 @@
 """Job runners: where queued jobs execute (DESIGN §1 ``jobs/``, §6).
 
 A runner only *schedules*. The work itself is a plain function of the domain,
-``service.domain.jobs.run_job(uow_factory, job_id)``, which claims the job in the database,
+``service.domain.jobs.execute_job(uow_factory, job_id)``, which claims the job in the database,
 fits, stores the model and records the outcome. Everything a runner knows about a job is its
 id, so a distributed task engine (Celery with a Redis broker is planned) plugs in by
 implementing :class:`JobRunner` with a task that calls the same function in its worker, and is

@@ -739,7 +739,7 @@ def test_charged_aggregations_run_on_the_runner_and_a_queued_one_is_refunded(
     trio: tuple[SiteHandle, SiteHandle, SiteHandle],
     held: HeldRunner,
 ) -> None:
-    from service.domain.jobs import run_job
+    from service.domain.jobs import execute_job
 
     coordinator, member, _ = trio
     study = create_study(client, coordinator, [member])
@@ -763,8 +763,8 @@ def test_charged_aggregations_run_on_the_runner_and_a_queued_one_is_refunded(
     assert cancelled.status_code == 200
     assert [c["state"] for c in cancelled.json()["charges"]] == ["refunded"]
     assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(0.5)
-    assert run_job(app.state.uow_factory, queued[0]) == "cancelled"
-    assert run_job(app.state.uow_factory, queued[1]) == "succeeded"
+    assert execute_job(app.state.uow_factory, queued[0]).status == "cancelled"
+    assert execute_job(app.state.uow_factory, queued[1]).status == "succeeded"
     done = client.get(f"/v1/jobs/{queued[1]}", headers=coordinator.headers).json()
     model = client.get(f"/v1/models/{done['model_id']}", headers=member.headers)
     assert model.status_code == 200
