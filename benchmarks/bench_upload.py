@@ -14,7 +14,10 @@ bounds and some undeclared categories, plus the label; the columns and categorie
   one worker), the client streaming the file with httpx (whose own CPU time competes with the
   server for the cores);
 * ``curl``: the same server, the client ``curl -F spec=<… -F file=@…`` (what operators use; it
-  streams the file from disk at a fraction of httpx's CPU cost).
+  streams the file from disk at a fraction of httpx's CPU cost);
+* ``ingest``: no HTTP and no database: ``service.domain.ingest.ingest`` reading the file from
+  disk (parsing, validation, clamping, category codes, compressing the chunks, which are then
+  dropped). The service's own work on the data, the floor for any upload through it.
 
 ``read_csv`` is timed right before every upload and each upload is divided by the
 ``read_csv`` time just before it, so a machine busy with other work slows both sides of a
@@ -29,6 +32,7 @@ repository root::
     .venv/bin/python -m benchmarks.bench_upload                 # 50 and 200 MB, SQLite
     .venv/bin/python -m benchmarks.bench_upload --sizes 20 --repeats 1
     .venv/bin/python -m benchmarks.bench_upload --modes uvicorn,curl --http h11
+    .venv/bin/python -m benchmarks.bench_upload --modes ingest,curl
     .venv/bin/python -m benchmarks.bench_upload --database-url postgresql+psycopg://...
 """
 
@@ -63,7 +67,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "out" / "upload"
 ADMIN_KEY = "bench-admin-key-0123456789abcdef"
 ROWS_PER_BLOCK = 50_000
-MODES = ("testclient", "uvicorn", "curl")
+MODES = ("ingest", "testclient", "uvicorn", "curl")
 
 
 def synthetic_block(spec: dict[str, Any], rows: int, seed: int) -> pa.Table:
@@ -178,6 +182,27 @@ def _check(status: int, body: str) -> dict[str, Any]:
     if status != 201:
         raise RuntimeError(f"upload failed: {status} {body[:500]}")
     return dict(json.loads(body))
+
+
+def bench_ingest(path: Path, repeats: int) -> Runs:
+    """The file read, validated and encoded in this process (chunks dropped): no HTTP, no
+    database. The CPU seconds are this process's."""
+    from service.api.schemas.datasets import DatasetCreate
+    from service.domain.ingest import BudgetLimits, ingest
+
+    spec = DatasetCreate.model_validate_json(_upload_spec()).to_domain(
+        BudgetLimits(max_epsilon=1e6, max_delta=0.5)
+    )
+    runs = Runs(http="none")
+    for _ in range(repeats):
+        runs.baseline(path)
+        cpu, started = _own_cpu(), time.perf_counter()
+        with path.open("rb") as source:
+            report = ingest(source, spec, on_chunk=lambda _chunk: None)
+        runs.upload.append(time.perf_counter() - started)
+        runs.server_cpu.append(_own_cpu() - cpu)
+        runs.rows = report.n_rows
+    return runs
 
 
 def bench_testclient(path: Path, database_url: str, repeats: int) -> Runs:
@@ -447,7 +472,9 @@ def main(argv: list[str] | None = None) -> None:
             megabytes = path.stat().st_size / 1e6
             rows = pacsv.read_csv(path).num_rows
             for mode in modes:
-                if mode == "testclient":
+                if mode == "ingest":
+                    runs = bench_ingest(path, args.repeats)
+                elif mode == "testclient":
                     runs = bench_testclient(path, database_url, args.repeats)
                 else:
                     client = "curl" if mode == "curl" else "httpx"
@@ -462,8 +489,11 @@ def main(argv: list[str] | None = None) -> None:
                 assert runs.rows == rows, (runs.rows, rows)
                 ratios = runs.ratios()
                 memory = "–" if runs.peak_mb is None else f"{runs.peak_mb:.0f} MB"
-                cpu = "in client" if mode == "testclient" else _median(runs.client_cpu)
-                label = "testclient (client + server)" if mode == "testclient" else mode
+                cpu = {"testclient": "in client", "ingest": "–"}.get(mode, _median(runs.client_cpu))
+                label = {
+                    "testclient": "testclient (client + server)",
+                    "ingest": "ingest alone (no HTTP, no database)",
+                }.get(mode, mode)
                 print(
                     f"| {megabytes:.0f} MB | {rows:,} | {label} | {runs.http} "
                     f"| {_median(runs.read_csv)} | {_median(runs.upload)} "
