@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
         "rows": rows,
     }
     out.write_text(json.dumps(payload, indent=2))
-    print(f"\nwrote {out.relative_to(ROOT)}")
+    print(f"\nwrote {os.path.relpath(out, ROOT)}")
 
 
 if __name__ == "__main__":
