@@ -2,9 +2,9 @@
 ``benchmarks.bench_fit_job``, at their smallest settings, through the same code paths a full
 run takes (the app in process and under uvicorn, the process-pool runner).
 
-These tests check that each script completes and reports one well-formed row per case, with
-positive, finite times and ratios; they do not judge the times (the figures are recorded in
-``benchmarks/RESULTS.md``). Their output files go to a temporary folder.
+These tests check that each script completes and reports one well-formed row per case (every
+row of the file counted, positive finite ratios); they do not judge the times (the figures are
+recorded in ``benchmarks/RESULTS.md``). Their output files go to a temporary folder.
 """
 
 from __future__ import annotations
