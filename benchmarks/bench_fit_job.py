@@ -22,9 +22,8 @@ each mechanism, ``--repeats`` times, the four contenders in a rotating order:
 
 The client is httpx (over TCP to uvicorn). Medians are printed, and the ratios to the library
 (the issue's target is ≤ 1.25) and ``Prefer: wait`` / prepared as the median over the rounds
-of each round's ratio. Native threads are pinned
-to 1 (``--threads``) for the same reasons as in
-``bench_adult_fit``; with ``--runner process`` the worker process inherits that through the
+of each round's ratio. Native threads are pinned to 1 (``--threads``) for the same reasons as
+in ``bench_adult_fit``; with ``--runner process`` the worker process inherits that through the
 environment. Run from the repository root::
 
     .venv/bin/python -m benchmarks.bench_fit_job                  # uvicorn, process runner

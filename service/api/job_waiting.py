@@ -27,7 +27,6 @@ __all__ = [
     "FALLBACK_POLL_SECONDS",
     "FINISHED_RESPONSE",
     "MAX_WAIT_SECONDS",
-    "UNFINISHED",
     "honour_prefer_wait",
     "preferred_wait",
     "wait_for_job",
@@ -36,7 +35,7 @@ __all__ = [
 MAX_WAIT_SECONDS: Final[float] = 30.0
 #: How often a wait re-reads a job this process's runner is not executing.
 FALLBACK_POLL_SECONDS: Final[float] = 0.025
-UNFINISHED: Final[frozenset[str]] = frozenset({"queued", "running"})
+_UNFINISHED: Final[frozenset[str]] = frozenset({"queued", "running"})
 
 #: ``wait=<delta-seconds>`` in a ``Prefer`` header (RFC 7240 §4.3); name case-insensitive,
 #: the value optionally quoted.
@@ -82,7 +81,7 @@ async def honour_prefer_wait(
         return view
     response.headers["Preference-Applied"] = f"wait={wait}"
     view = await wait_for_job(request, uow, actor, view, wait)
-    if view.job.status not in UNFINISHED:
+    if view.job.status not in _UNFINISHED:
         response.status_code = status.HTTP_201_CREATED
     return view
 
@@ -95,7 +94,7 @@ async def wait_for_job(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(seconds, MAX_WAIT_SECONDS)
     job_id = view.job.id
-    while view.job.status in UNFINISHED and (remaining := deadline - loop.time()) > 0:
+    while view.job.status in _UNFINISHED and (remaining := deadline - loop.time()) > 0:
         finished = await _until_done(request, job_id, remaining)
         if finished is not None:
             # A job that ran keeps the charges it was created with (only a queued job is
