@@ -7,8 +7,10 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 PYTEST_ARGS ?=
+# Tests run in parallel, one process per core (pytest-xdist).
+PYTEST_PARALLEL ?= -n auto
 
-.PHONY: help run test lint format openapi migrate revision bench bench-quick clean
+.PHONY: help run test test-fast lint format openapi client-models migrate revision bench bench-quick clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -24,12 +26,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(PIP) install -e .
 	@touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(PIP) install -e '.[dev]'
+$(VENV)/.installed-dev: pyproject.toml client/pyproject.toml | $(BIN)/python
+	$(PIP) install -e '.[dev]' -e './client[pandas,plot,dev]'
 	@touch $@ $(VENV)/.installed
 
-$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
-	$(PIP) install -e '.[dev,bench]'
+$(VENV)/.installed-bench: pyproject.toml client/pyproject.toml | $(BIN)/python
+	$(PIP) install -e '.[dev,bench]' -e './client[pandas,plot,dev]'
 	@touch $@ $(VENV)/.installed-dev $(VENV)/.installed
 
 # --- the two commands ---------------------------------------------------------------------
@@ -38,15 +40,18 @@ run: $(VENV)/.installed ## Install, migrate the database (data/privfit.db by def
 	$(BIN)/privfit migrate
 	$(BIN)/privfit serve
 
-test: $(VENV)/.installed-dev ## Install dev dependencies and run the whole test suite
-	$(BIN)/pytest $(PYTEST_ARGS)
+test: $(VENV)/.installed-dev ## Install dev dependencies and run the whole test suite (in parallel)
+	$(BIN)/pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+
+test-fast: $(VENV)/.installed-dev ## The inner loop: the suite without statistical, slow and PostgreSQL tests
+	$(BIN)/pytest $(PYTEST_PARALLEL) -m 'not statistical and not slow and not postgres' $(PYTEST_ARGS)
 
 # --- development --------------------------------------------------------------------------
 
 lint: $(VENV)/.installed-dev ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy service tests migrations
+	$(BIN)/mypy service tests migrations client
 
 format: $(VENV)/.installed-dev ## Apply ruff's formatting and safe fixes
 	$(BIN)/ruff format .
@@ -54,6 +59,9 @@ format: $(VENV)/.installed-dev ## Apply ruff's formatting and safe fixes
 
 openapi: $(VENV)/.installed ## Regenerate openapi/openapi.json from the app (commit the result)
 	$(BIN)/python -m service.openapi
+
+client-models: $(VENV)/.installed-dev ## Regenerate the Python client's models from openapi/openapi.json (commit the result)
+	$(BIN)/python client/generate_models.py
 
 migrate: $(VENV)/.installed ## Apply database migrations (PRIVFIT_DATABASE_URL or the default SQLite file)
 	$(BIN)/privfit migrate

@@ -20,6 +20,12 @@ App
     ``settings``, ``app`` (``create_app(settings)``), ``client`` (``TestClient`` with the lifespan
     running), ``admin_headers``, ``make_site(name=None) -> SiteHandle`` and ``site``;
     ``uow_factory`` gives units of work on the same database as the app.
+
+Real processes
+    ``live_server``     ``privfit serve`` on a free port over a fresh SQLite file (admin key
+                        ``ADMIN_KEY``); ``tests.support.live_server.start_server`` for others.
+    ``browser``         headless Debian Chromium under Playwright (skipped with a reason when
+                        absent; ``PRIVFIT_REQUIRE_BROWSER=1`` makes that a failure).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.main import create_app
 from service.settings import Settings
+from tests.support.live_server import LiveServer, start_server
 
 ADMIN_KEY = "test-admin-key-0123456789abcdef"
 DEFAULT_TEST_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -251,3 +258,26 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             yellow=True,
             bold=True,
         )
+
+
+# --- Real processes: a live server and a headless browser ---------------------------------
+
+
+@pytest.fixture
+def browser() -> Iterator[object]:
+    """Debian's Chromium under Playwright, one per test; see tests/support/browser.py.
+
+    Not shared across tests: Playwright's sync API keeps an event loop running in the main
+    thread while it is started, and any later test in the same process that calls
+    ``asyncio.run`` would then fail with "cannot be called from a running event loop"."""
+    from tests.support.browser import chromium_browser
+
+    yield from chromium_browser()
+
+
+@pytest.fixture
+def live_server(tmp_path: Path) -> Iterator[LiveServer]:
+    """``privfit serve`` on a free port over a fresh SQLite file, admin key ``ADMIN_KEY``."""
+    database = tmp_path / "live" / "privfit.db"
+    with start_server(f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=tmp_path) as server:
+        yield server

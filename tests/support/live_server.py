@@ -1,0 +1,135 @@
+"""A real PrivFit server in a child process (``privfit migrate`` then ``privfit serve``).
+
+Tests of the client, the command line, the README walkthrough and the pages people use (in a
+headless browser) talk to a server over a real socket, as site software does. ``start_server``
+starts one on a free loopback port with its own database (SQLite file by default, or a
+PostgreSQL schema URL) and a known admin key, and waits until ``/readyz`` answers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import httpx2
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LiveServer:
+    """A running ``privfit serve`` process and what it printed."""
+
+    process: subprocess.Popen[str]
+    base_url: str
+    admin_key: str
+    stdout: list[str] = field(default_factory=list)
+    stderr: list[str] = field(default_factory=list)
+    readers: list[threading.Thread] = field(default_factory=list)
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_key}"}
+
+    def wait_until_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"server exited: {''.join(self.stderr)[-3000:]}")
+            try:
+                if httpx2.get(f"{self.base_url}/readyz", timeout=1).status_code == 200:
+                    return
+            except httpx2.TransportError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("server did not become ready")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        for reader in self.readers:
+            reader.join(timeout=5)
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _pump(stream: IO[str], sink: list[str]) -> None:
+    sink.extend(iter(stream.readline, ""))
+
+
+def server_environment(
+    database_url: str, *, admin_key: str, port: int, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The environment of a server process: no inherited ``PRIVFIT_*`` setting leaks in."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PRIVFIT_")}
+    env.update(
+        PRIVFIT_DATABASE_URL=database_url,
+        PRIVFIT_ADMIN_KEY=admin_key,
+        PRIVFIT_HOST="127.0.0.1",
+        PRIVFIT_PORT=str(port),
+    )
+    env.update(extra or {})
+    return env
+
+
+@contextmanager
+def start_server(
+    database_url: str,
+    *,
+    admin_key: str,
+    workdir: Path,
+    extra_env: Mapping[str, str] | None = None,
+) -> Iterator[LiveServer]:
+    """Migrate ``database_url`` and serve it on a free port until the block ends."""
+    port = free_port()
+    env = server_environment(database_url, admin_key=admin_key, port=port, extra=extra_env)
+    subprocess.run(
+        [sys.executable, "-m", "service.cli", "migrate"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve"],
+        cwd=workdir,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    server = LiveServer(process, f"http://127.0.0.1:{port}", admin_key)
+    for stream, sink in ((process.stdout, server.stdout), (process.stderr, server.stderr)):
+        reader = threading.Thread(target=_pump, args=(stream, sink), daemon=True)
+        reader.start()
+        server.readers.append(reader)
+    try:
+        server.wait_until_ready()
+        yield server
+    finally:
+        server.stop()
