@@ -124,9 +124,12 @@ def csv_bytes(split: Split = "train") -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
-def load_spec() -> dict[str, Any]:
-    """The public PrivFit dataset spec for Adult (``datasets/adult/spec.json``)."""
-    with (ADULT_DIR / "spec.json").open(encoding="utf-8") as fh:
+def load_spec(*, non_private: bool = False) -> dict[str, Any]:
+    """The public PrivFit dataset spec for Adult: ``datasets/adult/spec.json`` (DP fits only),
+    or with ``non_private`` its variant ``spec-non-private.json``, identical but for its name
+    and ``allow_non_private: true`` (for a non-private baseline fitted through the API)."""
+    name = "spec-non-private.json" if non_private else "spec.json"
+    with (ADULT_DIR / name).open(encoding="utf-8") as fh:
         spec: dict[str, Any] = json.load(fh)
     return spec
 

@@ -379,6 +379,15 @@ _PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
             "basic_total",
             "advanced_total",
             "delta_prime",
+            # Gaussian primal perturbation: functions of ε, δ and T only
+            "noise",
+            "iterations_default",
+            "zcdp_conversion",
+            "rho_total",
+            "rho_per_round",
+            "epsilon_spent",
+            "epsilon_bun_steinke",
+            "solver_slack",
         }
     ),
     "distributed_lasso": frozenset(

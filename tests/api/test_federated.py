@@ -311,6 +311,49 @@ def test_non_private_admm_runs_only_where_allowed_and_says_so(
     assert spent(client, a, datasets[0]) == (0.0, 0.0)
 
 
+def test_gaussian_admm_is_accounted_in_zcdp_and_charges_exactly_the_offer(
+    client: TestClient, make_site: MakeSite
+) -> None:
+    coordinator, a, b, _, study, datasets = consortium(client, make_site)
+    body: dict[str, Any] = {
+        "protocol": "admm",
+        "epsilon": 1.0,
+        "delta": 1e-6,
+        "regularization": 0.05,
+        "params": {"noise": "gaussian"},
+    }
+    status, quote = post(client, coordinator, study["id"], "?dry_run=true", **body)
+    assert status == 200, quote
+    assert [(c["epsilon"], c["delta"]) for c in quote["costs"]] == [(1.0, 1e-6)] * 2
+    shown = quote["calibration"]
+    assert (shown["noise"], shown["perturbation"], shown["zcdp_conversion"]) == (
+        "gaussian",
+        "primal",
+        "cks",
+    )
+    assert shown["rho_per_round"] * shown["iterations"] == pytest.approx(shown["rho_total"])
+    assert shown["epsilon_spent"] == pytest.approx(1.0, abs=1e-9)
+    assert not {"sites", "N", "sigma"} & set(shown)  # σ_p would reveal B_p
+    assert "zCDP" in quote["composition"]
+
+    # δ = 0 cannot be reached through zCDP: a 422 that charges nothing
+    status, problem = post(client, coordinator, study["id"], **{**body, "delta": 0.0})
+    assert status == 422, problem
+    assert "delta > 0" in problem["detail"]
+    assert spent(client, a, datasets[0]) == (0.0, 0.0)
+
+    status, job = post(client, coordinator, study["id"], **body)
+    assert status == 202, job
+    job = finished(client, coordinator, job)
+    assert job["status"] == "succeeded", job
+    record = client.get(f"/v1/models/{job['model_id']}", headers=b.headers).json()["privacy"]
+    assert [(d["epsilon"], d["delta"]) for d in record["datasets"]] == [(1.0, 1e-6)] * 2
+    assert record["calibration"]["rho_total"] == shown["rho_total"]
+    assert "zCDP" in record["composition"]["within_job"]
+    assert spent(client, a, datasets[0]) == pytest.approx((1.0, 1e-6))
+    assert spent(client, b, datasets[1]) == pytest.approx((1.0, 1e-6))
+
+
 def test_cancelling_a_queued_federated_fit_refunds_every_dataset_and_grant(
     client: TestClient, make_site: MakeSite, held: HeldRunner
 ) -> None:

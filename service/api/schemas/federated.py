@@ -38,6 +38,13 @@ class FederatedFitCreate(RequestModel):
                     "regularization": 0.01,
                     "params": {"perturbation": "dual", "iterations": 20, "topology": "ring"},
                 },
+                {
+                    "protocol": "admm",
+                    "epsilon": 1.0,
+                    "delta": 1e-6,
+                    "regularization": 0.001,
+                    "params": {"noise": "gaussian"},
+                },
             ]
         }
     )
@@ -77,8 +84,9 @@ class FederatedFitCreate(RequestModel):
     params: dict[str, Any] = Field(
         default_factory=dict,
         description="The protocol's own options (e.g. `iterations`; `perturbation`, "
-        "`topology`, `delta_prime` for `admm`; `noise` for `distributed_lasso`). Unknown "
-        "options are a 422.",
+        "`topology`, `delta_prime` for `admm`, and `noise`: `laplace` (default) or `gaussian` "
+        "(primal perturbation accounted in zCDP, needs `delta` > 0; `zcdp_conversion`: `cks` "
+        "or `bun_steinke`); `noise` for `distributed_lasso`). Unknown options are a 422.",
     )
     name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
 

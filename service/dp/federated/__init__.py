@@ -10,7 +10,8 @@ its rows); a coordinator sees only the d-vectors the protocol lets cross. Protoc
 * ``psgd`` — Rajkumar & Agarwal's multiparty gradient descent (seed 002): (ε, δ)-DP per
   dataset for the released model, under the secure-sum condition the service meets.
 * ``admm`` — consensus ADMM over a graph of sites with ``perturbation`` ``"none"``,
-  ``"dual"`` (DVP) or ``"primal"`` (PVP) (seed 004), composed over the T iterations.
+  ``"dual"`` (DVP) or ``"primal"`` (PVP) (seed 004), composed over the T iterations; with
+  ``noise="gaussian"``, PVP with Gaussian noise: (ε, δ)-DP per dataset through zCDP.
 * ``distributed_lasso`` — ISTA/FISTA on shared squared-loss gradients (seed 001, Li et al.);
   not DP without noise, or (ε, δ)-DP with clipped gradients and Gaussian noise (zCDP).
 

@@ -114,14 +114,18 @@ def test_dvp_reproduces_the_seed_004_illustration() -> None:
 
 
 def test_pvp_sensitivity_includes_the_penalty() -> None:
-    # Δ_p = 2/(λB_p + 2NηN_p): 2/(10 + 8) = 1/9 and 2/(30 + 8) = 1/19; α = 0.5/5 = 0.1
+    # Δ_p = 2/(λB_p + 2NηN_p): 2/(10 + 8) = 1/9 and 2/(30 + 8) = 1/19; α = 0.5/5 = 0.1;
+    # the solver's slack S = 10⁻⁴ widens it to Δ_p(1 + S), so ζ_p = 0.1/(Δ_p·1.0001)
     cal = _cal((1000, 3000), 0.5, iterations=5, penalty=0.001, perturbation="primal")
     s0, s1 = cal.details["sites"]
-    assert s0["sensitivity"] == pytest.approx(1 / 9, rel=1e-12)
-    assert s1["sensitivity"] == pytest.approx(1 / 19, rel=1e-12)
-    assert s0["zeta"] == pytest.approx(0.9, rel=1e-12)
-    assert s1["zeta"] == pytest.approx(1.9, rel=1e-12)
-    assert s0["expected_noise_norm"] == pytest.approx(5 / 0.9, rel=1e-12)
+    assert s0["sensitivity_exact_minimiser"] == pytest.approx(1 / 9, rel=1e-12)
+    assert s1["sensitivity_exact_minimiser"] == pytest.approx(1 / 19, rel=1e-12)
+    assert s0["sensitivity"] == pytest.approx(1.0001 / 9, rel=1e-12)
+    assert s1["sensitivity"] == pytest.approx(1.0001 / 19, rel=1e-12)
+    assert s0["gradient_bound"] == pytest.approx(1e-4 / 1000, rel=1e-12)
+    assert s0["zeta"] == pytest.approx(0.9 / 1.0001, rel=1e-12)
+    assert s1["zeta"] == pytest.approx(1.9 / 1.0001, rel=1e-12)
+    assert s0["expected_noise_norm"] == pytest.approx(5 / (0.9 / 1.0001), rel=1e-12)
 
 
 def test_default_penalty_formula() -> None:
