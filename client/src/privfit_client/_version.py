@@ -1,0 +1,3 @@
+"""The distribution's version."""
+
+__version__ = "0.1.0"

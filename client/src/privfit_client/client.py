@@ -1,0 +1,507 @@
+"""``Client``: one PrivFit server, one API key, typed calls for every resource.
+
+from privfit_client import Client
+
+with Client("http://127.0.0.1:8000", key) as pf:
+    dataset = pf.upload("adult.csv", "datasets/adult/spec.json")
+    job = pf.fit(dataset.id, "objective_perturbation", epsilon=1.0, regularization=1e-3)
+    model = job.wait(progress=True).model()
+    predictions = pf.predict(model.id, rows)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, Literal, Self, TypeVar, overload
+
+import httpx
+from pydantic import BaseModel
+
+from privfit_client._http import RetryPolicy, Session
+from privfit_client._io import DataSource, SpecSource, is_dataframe, load_spec, open_data, records
+from privfit_client.errors import PrivFitError, ValidationFailed
+from privfit_client.jobs import MAX_WAIT, Job
+from privfit_client.models import (
+    AverageAggregationIn,
+    BudgetRead,
+    ContributionRead,
+    DatasetGrantIn,
+    DatasetList,
+    DatasetRead,
+    FeatureAggregationIn,
+    FederatedFitCreate,
+    FederatedQuoteRead,
+    FitCreate,
+    FitQuoteRead,
+    IssuedKeyRead,
+    JobList,
+    JobRead,
+    ModelContributionIn,
+    ModelExportRead,
+    ModelList,
+    ModelRead,
+    ModelSummary,
+    ModelUpload,
+    PredictionRead,
+    PredictRequest,
+    PredictResponse,
+    SiteCreate,
+    SiteList,
+    SiteRead,
+    SiteWithKey,
+    StudyCreate,
+    StudyList,
+    StudyRead,
+    StudySpecIn,
+    TransferAggregationIn,
+)
+
+__all__ = ["PAGE_SIZE", "PREDICT_BATCH", "Client", "ExportFormat"]
+
+_M = TypeVar("_M", bound=BaseModel)
+
+#: Page size used to read whole lists (the API's maximum).
+PAGE_SIZE: Final[int] = 200
+
+
+def _max_rows() -> int:
+    """The API's per-request row limit of ``POST /v1/models/{id}/predict``, from its schema."""
+    for meta in PredictRequest.model_fields["rows"].metadata:
+        if getattr(meta, "max_length", None):
+            return int(meta.max_length)
+    return 1000
+
+
+#: Rows per predict request: the API's limit, read from the generated schema.
+PREDICT_BATCH: Final[int] = _max_rows()
+
+ExportFormat = Literal["json", "skops", "onnx"]
+_Aggregation = AverageAggregationIn | FeatureAggregationIn | TransferAggregationIn
+_AGGREGATIONS: Final[dict[str, type[_Aggregation]]] = {
+    "average": AverageAggregationIn,
+    "feature": FeatureAggregationIn,
+    "transfer": TransferAggregationIn,
+}
+
+
+def _body(model: BaseModel) -> dict[str, Any]:
+    return model.model_dump(mode="json", exclude_none=True)
+
+
+class Client:
+    """A session with a PrivFit server.
+
+    ``base_url`` and ``key`` default to the ``PRIVFIT_URL`` and ``PRIVFIT_KEY`` environment
+    variables. Use it as a context manager (or call :meth:`close`). ``retry`` tunes retries,
+    ``transport`` replaces httpx's (for proxies, mounts or tests).
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        key: str | None = None,
+        *,
+        timeout: float = MAX_WAIT + 30.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        url = base_url or os.environ.get("PRIVFIT_URL")
+        if not url:
+            raise PrivFitError("no server URL: pass base_url or set PRIVFIT_URL")
+        url = url.rstrip("/").removesuffix("/v1")
+        self.base_url = url
+        self._session = Session(
+            url,
+            key if key is not None else os.environ.get("PRIVFIT_KEY"),
+            timeout=timeout,
+            retry=retry,
+            transport=transport,
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections."""
+        self._session.close()
+
+    # --- plumbing -----------------------------------------------------------------------
+
+    def _get(self, path: str, model: type[_M], **params: Any) -> _M:
+        response = self._session.request("GET", path, params=params or None)
+        return model.model_validate_json(response.content)
+
+    def _post(
+        self,
+        path: str,
+        model: type[_M],
+        body: BaseModel | None = None,
+        *,
+        idempotent: bool | None = None,
+        idempotency_key: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> _M:
+        response = self._session.request(
+            "POST",
+            path,
+            json=None if body is None else _body(body),
+            idempotent=idempotent,
+            idempotency_key=idempotency_key,
+            params=params,
+            headers=headers,
+        )
+        return model.model_validate_json(response.content)
+
+    def _pages(self, path: str, page: type[_M], **params: Any) -> Iterator[Any]:
+        offset = 0
+        while True:
+            listing = self._get(path, page, limit=PAGE_SIZE, offset=offset, **params)
+            items: list[Any] = listing.items  # type: ignore[attr-defined]
+            yield from items
+            offset += len(items)
+            total = getattr(listing, "total", None)
+            if not items or len(items) < PAGE_SIZE or (total is not None and offset >= total):
+                return
+
+    def _job(self, state: JobRead) -> Job:
+        return Job(self, state)
+
+    @staticmethod
+    def _prefer(wait: float | None) -> dict[str, str] | None:
+        return None if not wait else {"Prefer": f"wait={int(min(wait, MAX_WAIT))}"}
+
+    # --- sites --------------------------------------------------------------------------
+
+    def me(self) -> SiteRead:
+        """The calling site."""
+        return self._get("/v1/sites/me", SiteRead)
+
+    def create_site(self, name: str) -> SiteWithKey:
+        """Create a site (admin key); the answer holds its API key, shown only now."""
+        return self._post("/v1/sites", SiteWithKey, SiteCreate(name=name))
+
+    def sites(self) -> list[SiteRead]:
+        """Every site (admin key)."""
+        return list(self._pages("/v1/sites", SiteList))
+
+    def site(self, site_id: str) -> SiteRead:
+        """One site."""
+        return self._get(f"/v1/sites/{site_id}", SiteRead)
+
+    def rotate_key(self, site_id: str | None = None) -> IssuedKeyRead:
+        """A new key for the calling site (or, with the admin key, for ``site_id``); the old
+        key stops working at once. This client keeps using the key it was given."""
+        path = "/v1/sites/me/keys/rotate" if site_id is None else f"/v1/sites/{site_id}/keys/rotate"
+        return self._post(path, IssuedKeyRead)
+
+    # --- datasets -----------------------------------------------------------------------
+
+    def upload(self, data: DataSource, spec: SpecSource) -> DatasetRead:
+        """Upload a dataset: ``data`` is a CSV or Parquet path, bytes, a binary file, or a
+        pandas DataFrame (sent as Parquet); ``spec`` a mapping, JSON text or JSON file path.
+        The file is streamed, with the spec first so the server parses while it receives."""
+        spec_json = json.dumps(load_spec(spec)).encode()
+        with open_data(data) as (filename, handle, media_type):
+
+            def body() -> dict[str, Any]:
+                return {
+                    "files": [
+                        ("spec", ("spec.json", spec_json, "application/json")),
+                        ("file", (filename, handle, media_type)),
+                    ]
+                }
+
+            response = self._session.request("POST", "/v1/datasets", body=body)
+        return DatasetRead.model_validate_json(response.content)
+
+    def datasets(self, *, include_deleted: bool = False) -> list[DatasetRead]:
+        """The calling site's datasets, newest first."""
+        return list(self._pages("/v1/datasets", DatasetList, include_deleted=include_deleted))
+
+    def dataset(self, dataset_id: str) -> DatasetRead:
+        """One dataset."""
+        return self._get(f"/v1/datasets/{dataset_id}", DatasetRead)
+
+    def delete_dataset(self, dataset_id: str) -> None:
+        """Delete a dataset's content (its ledger is kept)."""
+        self._session.request("DELETE", f"/v1/datasets/{dataset_id}")
+
+    def budget(self, dataset_id: str) -> BudgetRead:
+        """A dataset's budget: caps, spent, remaining and every charge."""
+        return self._get(f"/v1/datasets/{dataset_id}/budget", BudgetRead)
+
+    # --- fits and jobs ------------------------------------------------------------------
+
+    def _fit_body(
+        self,
+        mechanism: str,
+        epsilon: float | None,
+        delta: float,
+        loss: str,
+        regularization: float,
+        params: Mapping[str, Any] | None,
+    ) -> FitCreate:
+        return FitCreate(
+            mechanism=mechanism,
+            epsilon=epsilon,
+            delta=delta,
+            loss=loss,
+            regularization=regularization,
+            params=dict(params or {}),
+        )
+
+    def fit(
+        self,
+        dataset_id: str,
+        mechanism: str = "objective_perturbation",
+        *,
+        epsilon: float | None,
+        regularization: float,
+        delta: float = 0.0,
+        loss: str = "logistic",
+        params: Mapping[str, Any] | None = None,
+        wait: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> Job:
+        """Charge the dataset's budget and queue a fit; returns the job (``job.wait()``).
+
+        ``wait`` (seconds, at most 30) asks the server to answer once the job has ended.
+        Retries reuse one idempotency key, so the budget is charged once.
+        """
+        body = self._fit_body(mechanism, epsilon, delta, loss, regularization, params)
+        state = self._post(
+            f"/v1/datasets/{dataset_id}/fits",
+            JobRead,
+            body,
+            idempotency_key=idempotency_key,
+            headers=self._prefer(wait),
+        )
+        return self._job(state)
+
+    def quote_fit(
+        self,
+        dataset_id: str,
+        mechanism: str = "objective_perturbation",
+        *,
+        epsilon: float | None,
+        regularization: float,
+        delta: float = 0.0,
+        loss: str = "logistic",
+        params: Mapping[str, Any] | None = None,
+    ) -> FitQuoteRead:
+        """The dry run of :meth:`fit`: exact cost, expected noise, remaining budget; spends
+        nothing."""
+        body = self._fit_body(mechanism, epsilon, delta, loss, regularization, params)
+        return self._post(
+            f"/v1/datasets/{dataset_id}/fits",
+            FitQuoteRead,
+            body,
+            idempotent=True,
+            params={"dry_run": "true"},
+        )
+
+    def job(self, job_id: str, *, wait: float = 0.0) -> Job:
+        """One job; ``wait`` > 0 long-polls until it ends (at most 30 s per request)."""
+        params = {"wait": min(wait, MAX_WAIT)} if wait > 0 else {}
+        return self._job(self._get(f"/v1/jobs/{job_id}", JobRead, **params))
+
+    def jobs(self) -> list[Job]:
+        """The calling site's jobs, newest first."""
+        return [self._job(state) for state in self._pages("/v1/jobs", JobList)]
+
+    def cancel_job(self, job_id: str) -> Job:
+        """Cancel a queued or running job (409 once it has ended)."""
+        return self._job(self._post(f"/v1/jobs/{job_id}/cancel", JobRead, idempotent=True))
+
+    # --- models -------------------------------------------------------------------------
+
+    def model(self, model_id: str) -> ModelRead:
+        """A model: coefficients, preprocessing and privacy record."""
+        return self._get(f"/v1/models/{model_id}", ModelRead)
+
+    def models(self) -> list[ModelSummary]:
+        """The models the calling site can read, newest first."""
+        return list(self._pages("/v1/models", ModelList))
+
+    def upload_model(self, model: ModelUpload | Mapping[str, Any]) -> ModelRead:
+        """Store a classifier the site trained itself (its privacy claim is kept as declared)."""
+        body = model if isinstance(model, ModelUpload) else ModelUpload.model_validate(model)
+        return self._post("/v1/models", ModelRead, body)
+
+    @overload
+    def predict(self, model_id: str, rows: Sequence[Mapping[str, Any]]) -> list[PredictionRead]: ...
+
+    @overload
+    def predict(self, model_id: str, rows: Any) -> Any: ...
+
+    def predict(self, model_id: str, rows: Any) -> Any:
+        """Predictions for raw rows: a list of dicts (returns a list of
+        :class:`PredictionRead`) or a DataFrame (returns a DataFrame with ``positive``,
+        ``score`` and ``probability`` on the same index). Sent in batches of at most
+        :data:`PREDICT_BATCH` rows."""
+        rows_list = records(rows)
+        predictions: list[PredictionRead] = []
+        for start in range(0, len(rows_list), PREDICT_BATCH):
+            batch = PredictRequest(rows=rows_list[start : start + PREDICT_BATCH])
+            try:
+                answer = self._post(
+                    f"/v1/models/{model_id}/predict", PredictResponse, batch, idempotent=True
+                )
+            except ValidationFailed as exc:
+                exc.add_note(f"row numbers count from row {start} (the batch's first row)")
+                raise
+            predictions.extend(answer.predictions)
+        if is_dataframe(rows):
+            import pandas as pd
+
+            return pd.DataFrame(
+                [p.model_dump() for p in predictions],
+                columns=["positive", "score", "probability"],
+                index=rows.index,
+            )
+        return predictions
+
+    @overload
+    def export(self, model_id: str, format: Literal["json"] = "json") -> ModelExportRead: ...
+
+    @overload
+    def export(self, model_id: str, format: Literal["skops", "onnx"]) -> bytes: ...
+
+    def export(self, model_id: str, format: ExportFormat = "json") -> ModelExportRead | bytes:
+        """The model as PrivFit's JSON document, or as the bytes of a ``skops`` or ``onnx``
+        file where the server offers them."""
+        response = self._session.request(
+            "GET", f"/v1/models/{model_id}/export", params={"format": format}
+        )
+        is_json = response.headers.get("content-type", "").startswith("application/json")
+        if format == "json":
+            return ModelExportRead.model_validate_json(response.content)
+        if is_json:
+            raise PrivFitError(f"this server does not export models as {format!r}")
+        return response.content
+
+    # --- studies ------------------------------------------------------------------------
+
+    def create_study(
+        self, name: str, members: Sequence[str], spec: StudySpecIn | SpecSource
+    ) -> StudyRead:
+        """Create a study as its coordinator. ``spec`` may be a dataset spec: only its label,
+        features and row norm are used."""
+        if not isinstance(spec, StudySpecIn):
+            fields = StudySpecIn.model_fields
+            spec = StudySpecIn.model_validate(
+                {k: v for k, v in load_spec(spec).items() if k in fields}
+            )
+        body = StudyCreate(name=name, members=list(members), spec=spec)
+        return self._post("/v1/studies", StudyRead, body)
+
+    def studies(self) -> list[StudyRead]:
+        """The studies the calling site belongs to."""
+        return list(self._pages("/v1/studies", StudyList))
+
+    def study(self, study_id: str) -> StudyRead:
+        """One study with its members, contributions and results."""
+        return self._get(f"/v1/studies/{study_id}", StudyRead)
+
+    def contribute(
+        self,
+        study_id: str,
+        *,
+        model_id: str | None = None,
+        dataset_id: str | None = None,
+        epsilon_cap: float | None = None,
+        delta_cap: float = 0.0,
+    ) -> ContributionRead:
+        """Contribute a model the site owns (``model_id``), or grant the study up to
+        ``epsilon_cap`` (and ``delta_cap``) of a dataset's budget (``dataset_id``)."""
+        body: ModelContributionIn | DatasetGrantIn
+        if (model_id is None) == (dataset_id is None):
+            raise ValueError("pass exactly one of model_id and dataset_id")
+        if model_id is not None:
+            body = ModelContributionIn(model_id=model_id)
+        else:
+            if epsilon_cap is None:
+                raise ValueError("a dataset grant needs epsilon_cap")
+            body = DatasetGrantIn(
+                dataset_id=str(dataset_id), epsilon_cap=epsilon_cap, delta_cap=delta_cap
+            )
+        return self._post(f"/v1/studies/{study_id}/contributions", ContributionRead, body)
+
+    def withdraw(self, study_id: str, contribution_id: str) -> None:
+        """Withdraw an unused contribution."""
+        self._session.request("DELETE", f"/v1/studies/{study_id}/contributions/{contribution_id}")
+
+    def aggregate(
+        self,
+        study_id: str,
+        method: Literal["average", "feature", "transfer"] = "average",
+        *,
+        wait: float | None = None,
+        **fields: Any,
+    ) -> Job:
+        """Combine the study's contributed models (coordinator): ``average`` (``models``,
+        ``weights``), ``feature`` (``holdout_dataset_id``, ``epsilon``, ...) or ``transfer``
+        (``target_dataset_id``, ``epsilon``, ``transfer_strength``, ...). Returns the job."""
+        if method not in _AGGREGATIONS:
+            raise ValueError(f"unknown aggregation method {method!r}")
+        body = _AGGREGATIONS[method].model_validate({"method": method, **fields})
+        state = self._post(
+            f"/v1/studies/{study_id}/aggregations", JobRead, body, headers=self._prefer(wait)
+        )
+        return self._job(state)
+
+    def _federated_body(
+        self, protocol: str, epsilon: float | None, fields: Mapping[str, Any]
+    ) -> FederatedFitCreate:
+        return FederatedFitCreate.model_validate(
+            {"protocol": protocol, "epsilon": epsilon, **fields}
+        )
+
+    def federated_fit(
+        self,
+        study_id: str,
+        protocol: str,
+        *,
+        epsilon: float | None,
+        wait: float | None = None,
+        idempotency_key: str | None = None,
+        **fields: Any,
+    ) -> Job:
+        """Run a federated fit across the study's granted datasets (coordinator):
+        ``noisy_average``, ``psgd``, ``admm`` or ``distributed_lasso``; other fields
+        (``delta``, ``regularization``, ``params``, ``datasets``, ``loss``, ``name``) as in
+        the API. Retries reuse one idempotency key, so each dataset is charged once."""
+        body = self._federated_body(protocol, epsilon, fields)
+        state = self._post(
+            f"/v1/studies/{study_id}/federated-fits",
+            JobRead,
+            body,
+            idempotency_key=idempotency_key,
+            headers=self._prefer(wait),
+        )
+        return self._job(state)
+
+    def quote_federated_fit(
+        self, study_id: str, protocol: str, *, epsilon: float | None, **fields: Any
+    ) -> FederatedQuoteRead:
+        """The dry run of :meth:`federated_fit`: each dataset's cost; spends nothing."""
+        body = self._federated_body(protocol, epsilon, fields)
+        return self._post(
+            f"/v1/studies/{study_id}/federated-fits",
+            FederatedQuoteRead,
+            body,
+            idempotent=True,
+            params={"dry_run": "true"},
+        )

@@ -1,0 +1,1484 @@
+# Generated from openapi/openapi.json by client/generate_models.py: do not edit.
+# Regenerate with `make client-models`; tests/client/test_models.py checks it is current.
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from typing_extensions import TypeAliasType
+
+
+class AuditEventRead(BaseModel):
+    """
+    A security-relevant event. Keys appear only by their public prefix.
+    """
+
+    action: Annotated[
+        str, Field(description="What happened, e.g. site.created, auth.failed.", title="Action")
+    ]
+    actor_role: Annotated[
+        str | None,
+        Field(description="admin or site; null when unauthenticated.", title="Actor Role"),
+    ]
+    actor_site_id: Annotated[str | None, Field(title="Actor Site Id")]
+    client_ip: Annotated[str | None, Field(title="Client Ip")]
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    details: Annotated[dict[str, Any] | None, Field(title="Details")]
+    id: Annotated[int, Field(title="Id")]
+    key_prefix: Annotated[
+        str | None,
+        Field(description="Public prefix of the key involved, if any.", title="Key Prefix"),
+    ]
+    outcome: Annotated[str, Field(description="success or failure.", title="Outcome")]
+    request_id: Annotated[str | None, Field(title="Request Id")]
+    subject_id: Annotated[str | None, Field(title="Subject Id")]
+    subject_type: Annotated[str | None, Field(title="Subject Type")]
+
+
+AverageAggregationInModelsAverageAggregationInModel = TypeAliasType(
+    "AverageAggregationInModelsAverageAggregationInModel",
+    Annotated[str, Field(max_length=64, min_length=1)],
+)
+
+
+AverageAggregationInModels = TypeAliasType(
+    "AverageAggregationInModels",
+    Annotated[
+        list[AverageAggregationInModelsAverageAggregationInModel],
+        Field(
+            description="Contributed model ids to combine; default: every contributed model.",
+            max_length=1000,
+            min_length=1,
+            title="Models",
+        ),
+    ],
+)
+
+
+AverageAggregationInName = TypeAliasType(
+    "AverageAggregationInName", Annotated[str, Field(max_length=200, min_length=1, title="Name")]
+)
+
+
+AverageAggregationInWeightsAverageAggregationInWeight = TypeAliasType(
+    "AverageAggregationInWeightsAverageAggregationInWeight", Annotated[float, Field(ge=0.0)]
+)
+
+
+AverageAggregationInWeights = TypeAliasType(
+    "AverageAggregationInWeights",
+    Annotated[
+        list[AverageAggregationInWeightsAverageAggregationInWeight],
+        Field(
+            description="Public, non-negative weights, one per model in `models` order (or in contribution order); normalised to sum 1. Default: equal weights.",
+            max_length=1000,
+            min_length=1,
+            title="Weights",
+        ),
+    ],
+)
+
+
+class AverageAggregationIn(BaseModel):
+    """
+    `average` (seed 000, Alg. 4): the (optionally weighted) average of the contributed
+    models' coefficients. Nothing is charged; the result's privacy record lists the guarantee
+    each input carried.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    method: Annotated[Literal["average"], Field(title="Method")]
+    models: Annotated[
+        AverageAggregationInModels | None,
+        Field(
+            description="Contributed model ids to combine; default: every contributed model.",
+            title="Models",
+        ),
+    ] = None
+    name: Annotated[AverageAggregationInName | None, Field(title="Name")] = None
+    weights: Annotated[
+        AverageAggregationInWeights | None,
+        Field(
+            description="Public, non-negative weights, one per model in `models` order (or in contribution order); normalised to sum 1. Default: equal weights.",
+            title="Weights",
+        ),
+    ] = None
+
+
+class BudgetCaps(BaseModel):
+    """
+    The dataset's (ε, δ) caps.
+    """
+
+    delta: Annotated[float, Field(title="Delta")]
+    epsilon: Annotated[float, Field(title="Epsilon")]
+
+
+class BudgetLeft(BaseModel):
+    """
+    The dataset's remaining budget now, and whether it covers the fit.
+    """
+
+    remaining_delta: Annotated[float, Field(title="Remaining Delta")]
+    remaining_epsilon: Annotated[float, Field(title="Remaining Epsilon")]
+    sufficient: Annotated[bool, Field(title="Sufficient")]
+
+
+class CategoricalFeatureIn(BaseModel):
+    """
+    A categorical column one-hot encoded against the declared list; other values map to an
+    all-zero block.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    categories: Annotated[
+        list[str | int],
+        Field(
+            description="The public category list (integers are compared in decimal).",
+            title="Categories",
+        ),
+    ]
+    column: Annotated[str, Field(max_length=1000, min_length=1, title="Column")]
+    type: Annotated[Literal["categorical"], Field(title="Type")]
+
+
+class Coefficient(BaseModel):
+    """
+    One weight of a linear model, by the name of its design-matrix column.
+    """
+
+    feature: Annotated[str, Field(title="Feature")]
+    weight: Annotated[float, Field(title="Weight")]
+
+
+class ContributionRead(BaseModel):
+    """
+    A contribution: a model, or a grant on a dataset's budget.
+    """
+
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    dataset_id: Annotated[str | None, Field(title="Dataset Id")]
+    delta_cap: Annotated[float | None, Field(title="Delta Cap")]
+    delta_spent: Annotated[float | None, Field(title="Delta Spent")]
+    epsilon_cap: Annotated[
+        float | None,
+        Field(description="For a grant: the most ε the study may spend.", title="Epsilon Cap"),
+    ]
+    epsilon_spent: Annotated[
+        float | None,
+        Field(
+            description="For a grant: the ε the study's federated fits have charged through it.",
+            title="Epsilon Spent",
+        ),
+    ]
+    id: Annotated[str, Field(title="Id")]
+    kind: Annotated[Literal["model", "dataset"], Field(title="Kind")]
+    model_id: Annotated[str | None, Field(title="Model Id")]
+    site_id: Annotated[str, Field(description="The contributing site.", title="Site Id")]
+    used: Annotated[
+        bool,
+        Field(
+            description="Used by an aggregation or federated fit: it can no longer be withdrawn.",
+            title="Used",
+        ),
+    ]
+
+
+class DatasetGrantIn(BaseModel):
+    """
+    Let the study spend up to (ε, δ) of one of the calling site's datasets (used by
+    federated fits); the caps must fit within the dataset's own budget caps.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    dataset_id: Annotated[str, Field(max_length=64, min_length=1, title="Dataset Id")]
+    delta_cap: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta Cap")] = 0.0
+    epsilon_cap: Annotated[float, Field(gt=0.0, title="Epsilon Cap")]
+
+
+FeatureAggregationInName = TypeAliasType(
+    "FeatureAggregationInName", Annotated[str, Field(max_length=200, min_length=1, title="Name")]
+)
+
+
+FeatureAggregationInSourceModelsFeatureAggregationInSourceModel = TypeAliasType(
+    "FeatureAggregationInSourceModelsFeatureAggregationInSourceModel",
+    Annotated[str, Field(max_length=64, min_length=1)],
+)
+
+
+FeatureAggregationInSourceModels = TypeAliasType(
+    "FeatureAggregationInSourceModels",
+    Annotated[
+        list[FeatureAggregationInSourceModelsFeatureAggregationInSourceModel],
+        Field(
+            description="Contributed model ids to stack; default: all.",
+            max_length=1000,
+            min_length=1,
+            title="Source Models",
+        ),
+    ],
+)
+
+
+class FeatureAggregationIn(BaseModel):
+    """
+    `feature` (seed 000, Alg. 5): stack the site models and fit the meta-level model with a
+    DP mechanism on the coordinator's own holdout dataset, whose budget is charged.
+    `linear` meta-features x ↦ s·M_f x are released as the linear model s·M_fᵀω; `sigmoid`
+    ones (seed 003) as a stacked model. The scale comes from the public site models only.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilon: Annotated[
+        float, Field(description="ε charged to the holdout dataset.", gt=0.0, title="Epsilon")
+    ]
+    holdout_dataset_id: Annotated[
+        str,
+        Field(
+            description="A labelled dataset the coordinator owns.",
+            max_length=64,
+            min_length=1,
+            title="Holdout Dataset Id",
+        ),
+    ]
+    loss: Annotated[Literal["logistic", "huber"] | None, Field(title="Loss")] = "logistic"
+    mechanism: Annotated[
+        Literal["objective_perturbation", "output_perturbation"] | None, Field(title="Mechanism")
+    ] = "objective_perturbation"
+    meta_features: Annotated[Literal["linear", "sigmoid"] | None, Field(title="Meta Features")] = (
+        "linear"
+    )
+    method: Annotated[Literal["feature"], Field(title="Method")]
+    name: Annotated[FeatureAggregationInName | None, Field(title="Name")] = None
+    regularization: Annotated[
+        float | None, Field(description="λ of the meta level.", gt=0.0, title="Regularization")
+    ] = 0.01
+    source_models: Annotated[
+        FeatureAggregationInSourceModels | None,
+        Field(description="Contributed model ids to stack; default: all.", title="Source Models"),
+    ] = None
+
+
+class FederatedCostRead(BaseModel):
+    """
+    What one participating dataset would be charged and whether it can pay. Another site's
+    remaining budget and row count are not shown.
+    """
+
+    dataset_id: Annotated[str, Field(title="Dataset Id")]
+    dataset_sufficient: Annotated[
+        bool,
+        Field(description="The dataset's own budget covers the cost.", title="Dataset Sufficient"),
+    ]
+    delta: Annotated[float, Field(title="Delta")]
+    epsilon: Annotated[float, Field(title="Epsilon")]
+    grant_left_delta: Annotated[float, Field(title="Grant Left Delta")]
+    grant_left_epsilon: Annotated[
+        float, Field(description="Left under the study's grant on it.", title="Grant Left Epsilon")
+    ]
+    remaining_delta: Annotated[float | None, Field(title="Remaining Delta")]
+    remaining_epsilon: Annotated[
+        float | None,
+        Field(
+            description="Left on the dataset's own budget; only for the caller's own datasets.",
+            title="Remaining Epsilon",
+        ),
+    ]
+    site_id: Annotated[str, Field(title="Site Id")]
+    sufficient: Annotated[bool, Field(title="Sufficient")]
+
+
+FederatedFitCreateDatasetsFederatedFitCreateDataset = TypeAliasType(
+    "FederatedFitCreateDatasetsFederatedFitCreateDataset",
+    Annotated[str, Field(max_length=64, min_length=1)],
+)
+
+
+FederatedFitCreateDatasets = TypeAliasType(
+    "FederatedFitCreateDatasets",
+    Annotated[
+        list[FederatedFitCreateDatasetsFederatedFitCreateDataset],
+        Field(
+            description="Granted dataset ids taking part; default: every dataset granted to the study (at least two).",
+            max_length=100,
+            min_length=1,
+            title="Datasets",
+        ),
+    ],
+)
+
+
+FederatedFitCreateEpsilon = TypeAliasType(
+    "FederatedFitCreateEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="ε each participating dataset may be charged (required unless the protocol's parameters make it non-private).",
+            gt=0.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+FederatedFitCreateLoss = TypeAliasType(
+    "FederatedFitCreateLoss",
+    Annotated[
+        str,
+        Field(
+            description="`logistic` (default) or `huber` (`h` in `params`); `squared` (the default) for `distributed_lasso`.",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
+FederatedFitCreateName = TypeAliasType(
+    "FederatedFitCreateName", Annotated[str, Field(max_length=200, min_length=1, title="Name")]
+)
+
+
+class FederatedFitCreate(BaseModel):
+    """
+    A multiparty protocol over the datasets members granted to the study.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    datasets: Annotated[
+        FederatedFitCreateDatasets | None,
+        Field(
+            description="Granted dataset ids taking part; default: every dataset granted to the study (at least two).",
+            title="Datasets",
+        ),
+    ] = None
+    delta: Annotated[
+        float | None, Field(description="δ per dataset.", ge=0.0, lt=1.0, title="Delta")
+    ] = 0.0
+    epsilon: Annotated[
+        FederatedFitCreateEpsilon | None,
+        Field(
+            description="ε each participating dataset may be charged (required unless the protocol's parameters make it non-private).",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        FederatedFitCreateLoss | None,
+        Field(
+            description="`logistic` (default) or `huber` (`h` in `params`); `squared` (the default) for `distributed_lasso`.",
+            title="Loss",
+        ),
+    ] = None
+    name: Annotated[FederatedFitCreateName | None, Field(title="Name")] = None
+    params: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="The protocol's own options (e.g. `iterations`; `perturbation`, `topology`, `delta_prime` for `admm`, and `noise`: `laplace` (default) or `gaussian` (primal perturbation accounted in zCDP, needs `delta` > 0; `zcdp_conversion`: `cks` or `bun_steinke`); `noise` for `distributed_lasso`). Unknown options are a 422.",
+            title="Params",
+        ),
+    ] = None
+    protocol: Annotated[
+        str,
+        Field(
+            description="`noisy_average`, `psgd`, `admm` or `distributed_lasso`.",
+            max_length=64,
+            min_length=1,
+            title="Protocol",
+        ),
+    ]
+    regularization: Annotated[
+        float | None,
+        Field(
+            description="λ of the objective (for `distributed_lasso`: the L1 strength).",
+            gt=0.0,
+            title="Regularization",
+        ),
+    ] = 0.01
+
+
+class FederatedQuoteRead(BaseModel):
+    """
+    A dry run of a federated fit: per-dataset costs and the calibration; nothing spent.
+    """
+
+    assumptions: Annotated[list[str], Field(title="Assumptions")]
+    calibration: Annotated[
+        dict[str, Any],
+        Field(
+            description="The public calibration numbers (none that depends on a site's row count).",
+            title="Calibration",
+        ),
+    ]
+    composition: Annotated[
+        str, Field(description="How each dataset's total (ε, δ) arises.", title="Composition")
+    ]
+    costs: Annotated[list[FederatedCostRead], Field(title="Costs")]
+    dry_run: Annotated[bool | None, Field(title="Dry Run")] = True
+    private: Annotated[
+        bool,
+        Field(
+            description="False when the parameters make the protocol non-private.", title="Private"
+        ),
+    ]
+    protocol: Annotated[str, Field(title="Protocol")]
+    rounds: Annotated[
+        int, Field(description="Communication rounds the protocol will run.", title="Rounds")
+    ]
+
+
+class FitCost(BaseModel):
+    """
+    The (ε, δ) charged to the dataset's budget.
+    """
+
+    delta: Annotated[float, Field(title="Delta")]
+    epsilon: Annotated[float, Field(title="Epsilon")]
+
+
+FitCreateEpsilon = TypeAliasType(
+    "FitCreateEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`).",
+            gt=0.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+class FitCreate(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`).",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[
+        str,
+        Field(
+            description="The fit mechanism: one of `dp_sgd`, `gaussian_objective_perturbation`, `generalized_objective_perturbation`, `non_private`, `objective_perturbation`, `output_perturbation`, `stacking_features`, `stacking_samples`.",
+            max_length=64,
+            min_length=1,
+            title="Mechanism",
+        ),
+    ]
+    params: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="The mechanism's own options (e.g. `h`, the Huber width; `epochs`, `batch_size` for `dp_sgd`). Unknown options are a 422.",
+            title="Params",
+        ),
+    ] = None
+    regularization: Annotated[
+        float,
+        Field(
+            description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖².",
+            gt=0.0,
+            title="Regularization",
+        ),
+    ]
+
+
+class FitQuoteRead(BaseModel):
+    """
+    A dry run: what the fit would cost and how it would randomise. Nothing was spent.
+    """
+
+    budget: BudgetLeft
+    calibration: Annotated[
+        dict[str, Any],
+        Field(
+            description="The calibration: every noise parameter, named as in the papers.",
+            title="Calibration",
+        ),
+    ]
+    composition: Annotated[
+        str, Field(description="How the fit's total (ε, δ) arises.", title="Composition")
+    ]
+    cost: FitCost
+    dry_run: Annotated[bool | None, Field(title="Dry Run")] = True
+    expected_noise_norm: Annotated[
+        float | None,
+        Field(
+            description="E‖noise‖ of the mechanism's noise vector, where it has a single one.",
+            title="Expected Noise Norm",
+        ),
+    ]
+    mechanism: Annotated[str, Field(title="Mechanism")]
+    private: Annotated[
+        bool, Field(description="False for `non_private`: no DP, nothing charged.", title="Private")
+    ]
+
+
+class Health(BaseModel):
+    """
+    The process is alive.
+    """
+
+    status: Annotated[Literal["ok"], Field(title="Status")] = "ok"
+
+
+class IngestRead(BaseModel):
+    """
+    How the upload was read (the owner's own metadata).
+    """
+
+    format: Annotated[Literal["csv", "parquet"], Field(title="Format")]
+    rows_dropped: Annotated[
+        int,
+        Field(
+            description="Rows dropped for missing values ('missing': 'drop').", title="Rows Dropped"
+        ),
+    ]
+    rows_read: Annotated[int, Field(title="Rows Read")]
+    unknown_category_rows: Annotated[
+        dict[str, int],
+        Field(
+            description="Per categorical column, rows whose value is not in the declared list (encoded as an all-zero block). A high count often means a typo or stray whitespace.",
+            title="Unknown Category Rows",
+        ),
+    ]
+
+
+class IssuedKeyRead(BaseModel):
+    """
+    A freshly issued API key. `api_key` is shown only in this response: store it now.
+    """
+
+    api_key: Annotated[
+        str,
+        Field(
+            description="Send as `Authorization: Bearer <api_key>`. Shown once.", title="Api Key"
+        ),
+    ]
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    key_prefix: Annotated[
+        str, Field(description="Public part of the key, shown in audit events.", title="Key Prefix")
+    ]
+
+
+class JobCharge(BaseModel):
+    """
+    What the job charged to its dataset's budget.
+    """
+
+    dataset_id: Annotated[str, Field(title="Dataset Id")]
+    delta: Annotated[float, Field(title="Delta")]
+    epsilon: Annotated[float, Field(title="Epsilon")]
+    state: Annotated[
+        Literal["charged", "refunded"],
+        Field(description="`refunded` only for a job cancelled while still queued.", title="State"),
+    ]
+
+
+class JobProblem(BaseModel):
+    """
+    Why a job failed (RFC 9457 members). Never contains data values or internals.
+    """
+
+    detail: Annotated[str, Field(title="Detail")]
+    title: Annotated[str, Field(title="Title")]
+    type: Annotated[
+        str, Field(examples=["https://privfit.dev/problems/job-interrupted"], title="Type")
+    ]
+
+
+class JobRead(BaseModel):
+    """
+    A job: a fit, aggregation or federated fit running in the background. Poll it until
+    `status` is final.
+    """
+
+    attempt: Annotated[int, Field(title="Attempt")]
+    cancel_requested: Annotated[
+        bool,
+        Field(
+            description="A cancel was requested while the job was running; it stops at its next progress report and ends `cancelled` (its budget stays spent).",
+            title="Cancel Requested",
+        ),
+    ]
+    charges: Annotated[list[JobCharge], Field(title="Charges")]
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    dataset_id: Annotated[str | None, Field(title="Dataset Id")]
+    error: Annotated[JobProblem | None, Field(description="Why the job failed, once `failed`.")]
+    finished_at: Annotated[AwareDatetime | None, Field(title="Finished At")]
+    id: Annotated[str, Field(title="Id")]
+    kind: Annotated[
+        str,
+        Field(
+            description="`fit` (one dataset), `aggregate` (a study's aggregation) or `federated` (a study's multiparty fit across granted datasets).",
+            title="Kind",
+        ),
+    ]
+    model_id: Annotated[
+        str | None, Field(description="The released model, once `succeeded`.", title="Model Id")
+    ]
+    params: Annotated[dict[str, Any], Field(description="The validated request.", title="Params")]
+    progress: Annotated[
+        float,
+        Field(
+            description="Fraction done, updated while running.", ge=0.0, le=1.0, title="Progress"
+        ),
+    ]
+    started_at: Annotated[AwareDatetime | None, Field(title="Started At")]
+    status: Annotated[
+        Literal["queued", "running", "succeeded", "failed", "cancelled"], Field(title="Status")
+    ]
+
+
+class LabelIn(BaseModel):
+    """
+    The label column and its two classes. In a dataset upload a label value of neither
+    class is refused (422 `invalid-label-values`, counting rows, never showing values).
+    Without `negative` (the earlier form) an upload is read only when the column holds exactly
+    one value besides `positive`, which then is the negative class.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    column: Annotated[str, Field(max_length=1000, min_length=1, title="Column")]
+    negative: Annotated[
+        str | int | bool | None,
+        Field(
+            description="The negative class, compared like `positive`. Declare it: without it an upload whose label column holds more than one other value is refused.",
+            title="Negative",
+        ),
+    ] = None
+    positive: Annotated[
+        str | int | bool,
+        Field(
+            description="The positive class. Compared as text, exactly (case and spaces count): integers in decimal, booleans as 'True'/'False'.",
+            title="Positive",
+        ),
+    ]
+
+
+class LabelRead(BaseModel):
+    """
+    What the model predicts: `positive` means the label column equals this value.
+    """
+
+    column: Annotated[str, Field(title="Column")]
+    positive: Annotated[str, Field(title="Positive")]
+
+
+class LedgerChargeRead(BaseModel):
+    """
+    One charge against a dataset's budget.
+    """
+
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    delta: Annotated[float, Field(title="Delta")]
+    epsilon: Annotated[float, Field(title="Epsilon")]
+    id: Annotated[str, Field(title="Id")]
+    job_id: Annotated[
+        str | None,
+        Field(description="The job that spent it (None for a direct charge).", title="Job Id"),
+    ]
+    mechanism: Annotated[str, Field(title="Mechanism")]
+    refunded_at: Annotated[AwareDatetime | None, Field(title="Refunded At")] = None
+    state: Annotated[
+        Literal["charged", "refunded"],
+        Field(description="`refunded`: the job was cancelled while still queued.", title="State"),
+    ]
+
+
+class ModelContributionIn(BaseModel):
+    """
+    Contribute a model the calling site owns (fitted by PrivFit or uploaded).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    model_id: Annotated[str, Field(max_length=64, min_length=1, title="Model Id")]
+
+
+class ModelExportRead(BaseModel):
+    """
+    A self-contained JSON document of the model (see the README for scikit-learn).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    classes: Annotated[list[int], Field(title="Classes")]
+    created_at: Annotated[str | None, Field(title="Created At")]
+    decision_rule: Annotated[str, Field(title="Decision Rule")]
+    feature_names: Annotated[list[str], Field(title="Feature Names")]
+    format: Annotated[str, Field(examples=["privfit.model"], title="Format")]
+    format_version: Annotated[int, Field(title="Format Version")]
+    label: Annotated[dict[str, Any] | None, Field(title="Label")]
+    loss: Annotated[str | None, Field(title="Loss")]
+    mechanism: Annotated[str | None, Field(title="Mechanism")]
+    model: Annotated[dict[str, Any], Field(title="Model")]
+    model_id: Annotated[str, Field(title="Model Id")]
+    preprocessing: Annotated[dict[str, Any], Field(title="Preprocessing")]
+    privacy: Annotated[dict[str, Any], Field(title="Privacy")]
+    projection_matrix: Annotated[list[list[float]] | None, Field(title="Projection Matrix")]
+    source: Annotated[str, Field(title="Source")]
+    weights: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="`coef` (one per feature) and `intercept` (0: the intercept is a feature).",
+            title="Weights",
+        ),
+    ]
+
+
+class ModelSummary(BaseModel):
+    """
+    A model in a list.
+    """
+
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    delta: Annotated[float | None, Field(title="Delta")]
+    epsilon: Annotated[
+        float | None,
+        Field(description="Verified ε; None for no DP or a mere claim.", title="Epsilon"),
+    ]
+    id: Annotated[str, Field(title="Id")]
+    loss: Annotated[str | None, Field(title="Loss")]
+    mechanism: Annotated[str | None, Field(title="Mechanism")]
+    n_features: Annotated[int, Field(title="N Features")]
+    source: Annotated[Literal["fit", "upload", "aggregate", "federated"], Field(title="Source")]
+    verified: Annotated[bool, Field(title="Verified")]
+
+
+ModelUploadWeight = TypeAliasType(
+    "ModelUploadWeight", Annotated[float, Field(ge=-1000000.0, le=1000000.0)]
+)
+
+
+class NumericFeatureIn(BaseModel):
+    """
+    A numeric column; values are clamped to the public bounds [lower, upper].
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    column: Annotated[str, Field(max_length=1000, min_length=1, title="Column")]
+    lower: Annotated[
+        float | None,
+        Field(
+            description="Public lower bound. Required: PrivFit never reads bounds from the data.",
+            title="Lower",
+        ),
+    ] = None
+    type: Annotated[Literal["numeric"], Field(title="Type")]
+    upper: Annotated[
+        float | None,
+        Field(
+            description="Public upper bound. Required: PrivFit never reads bounds from the data.",
+            title="Upper",
+        ),
+    ] = None
+
+
+class PredictRequest(BaseModel):
+    """
+    Raw rows to score, keyed by column name (extra columns are ignored).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    rows: Annotated[list[dict[str, Any]], Field(max_length=1000, min_length=1, title="Rows")]
+
+
+class PredictionRead(BaseModel):
+    """
+    The class, the score wᵀx and (logistic loss only) the probability of the positive class.
+    """
+
+    positive: Annotated[
+        bool, Field(description="score > 0: the label's positive class.", title="Positive")
+    ]
+    probability: Annotated[
+        float | None,
+        Field(
+            description="σ(score) in [0, 1], computed stably; only for the logistic loss.",
+            title="Probability",
+        ),
+    ]
+    score: Annotated[
+        float,
+        Field(
+            description="wᵀx for the preprocessed row, always finite: clipped to ±1,000,000,000,000.",
+            title="Score",
+        ),
+    ]
+
+
+PrivacyClaimInDelta = TypeAliasType(
+    "PrivacyClaimInDelta", Annotated[float, Field(ge=0.0, lt=1.0, title="Delta")]
+)
+
+
+PrivacyClaimInDescription = TypeAliasType(
+    "PrivacyClaimInDescription", Annotated[str, Field(max_length=2000, title="Description")]
+)
+
+
+PrivacyClaimInEpsilon = TypeAliasType(
+    "PrivacyClaimInEpsilon", Annotated[float, Field(ge=0.0, title="Epsilon")]
+)
+
+
+PrivacyClaimInMechanism = TypeAliasType(
+    "PrivacyClaimInMechanism", Annotated[str, Field(max_length=64, min_length=1, title="Mechanism")]
+)
+
+
+class PrivacyClaimIn(BaseModel):
+    """
+    The uploader's own privacy claim. Stored and shown as declared, never verified.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[PrivacyClaimInDelta | None, Field(title="Delta")] = None
+    description: Annotated[PrivacyClaimInDescription | None, Field(title="Description")] = None
+    epsilon: Annotated[PrivacyClaimInEpsilon | None, Field(title="Epsilon")] = None
+    mechanism: Annotated[PrivacyClaimInMechanism | None, Field(title="Mechanism")] = None
+
+
+class PrivacyRecordRead(BaseModel):
+    """
+    The model's privacy record. For models PrivFit fitted (`verified: true`) it states what
+    was protected and how; for uploaded models it holds the uploader's claim, which PrivFit did
+    not verify (`verified: false`, `kind: declared_claim`).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    calibration: Annotated[dict[str, Any] | None, Field(title="Calibration")] = None
+    claim: Annotated[
+        dict[str, Any] | None,
+        Field(description="For uploads: the declared claim, as declared.", title="Claim"),
+    ] = None
+    composition: Annotated[dict[str, Any] | None, Field(title="Composition")] = None
+    datasets: Annotated[list[dict[str, Any]] | None, Field(title="Datasets")] = None
+    delta: Annotated[float | None, Field(title="Delta")]
+    epsilon: Annotated[
+        float | None,
+        Field(description="Verified ε (None: no DP, or only a claim).", title="Epsilon"),
+    ]
+    expected_noise_norm: Annotated[float | str | None, Field(title="Expected Noise Norm")] = None
+    guarantee: Annotated[
+        Literal["differential_privacy", "none", "declared"], Field(title="Guarantee")
+    ]
+    kind: Annotated[Literal["fit", "declared_claim", "aggregate", "federated"], Field(title="Kind")]
+    mechanism: Annotated[str | None, Field(title="Mechanism")]
+    randomness: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="`csprng`, or `test_seed` when the server ran in test mode.",
+            title="Randomness",
+        ),
+    ] = None
+    software: Annotated[dict[str, Any], Field(title="Software")]
+    statement: Annotated[
+        str, Field(description="The guarantee in one sentence.", title="Statement")
+    ]
+    unit: Annotated[
+        dict[str, Any] | None,
+        Field(description="The unit protected: one row of the dataset, replace-one.", title="Unit"),
+    ] = None
+    verified: Annotated[bool, Field(title="Verified")]
+
+
+class Readiness(BaseModel):
+    """
+    The service can handle requests: its database is reachable and fully migrated.
+    """
+
+    database: Annotated[Literal["ok"], Field(title="Database")] = "ok"
+    revision: Annotated[
+        str, Field(description="The database's migration revision (the head).", title="Revision")
+    ]
+    status: Annotated[Literal["ready"], Field(title="Status")] = "ready"
+
+
+class SiteCreate(BaseModel):
+    """
+    A new site.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    name: Annotated[
+        str,
+        Field(
+            description="Unique display name: 1–100 characters, no control characters.",
+            examples=["St. Mary's Hospital"],
+            max_length=100,
+            min_length=1,
+            pattern="^[^\\x00-\\x1f\\x7f]*\\S[^\\x00-\\x1f\\x7f]*$",
+            title="Name",
+        ),
+    ]
+
+
+class SiteRead(BaseModel):
+    """
+    A site.
+    """
+
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    id: Annotated[str, Field(description="The site's id (32 hex digits).", title="Id")]
+    name: Annotated[str, Field(title="Name")]
+
+
+class SiteWithKey(BaseModel):
+    """
+    A site with a key issued in this response.
+    """
+
+    key: IssuedKeyRead
+    site: SiteRead
+
+
+StudyCreateMember = TypeAliasType(
+    "StudyCreateMember", Annotated[str, Field(max_length=64, min_length=1)]
+)
+
+
+class StudyMemberRead(BaseModel):
+    """
+    A member site and its role.
+    """
+
+    role: Annotated[Literal["coordinator", "member"], Field(title="Role")]
+    site_id: Annotated[str, Field(title="Site Id")]
+
+
+class StudyResultRead(BaseModel):
+    """
+    A model released to the study (readable by every member at `/v1/models/{id}`).
+    """
+
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    guarantee: Annotated[
+        str | None,
+        Field(description="The result's privacy guarantee, in one word.", title="Guarantee"),
+    ]
+    job_id: Annotated[str | None, Field(title="Job Id")]
+    method: Annotated[str | None, Field(title="Method")]
+    model_id: Annotated[str, Field(title="Model Id")]
+
+
+class StudySpecIn(BaseModel):
+    """
+    The features and label every contribution must encode: the shape of a dataset spec's
+    `label`, `features` and `row_norm` (public bounds and category lists).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    features: Annotated[
+        list[Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]],
+        Field(min_length=1, title="Features"),
+    ]
+    label: LabelIn
+    row_norm: Annotated[Literal["clip", "scale"] | None, Field(title="Row Norm")] = "clip"
+
+
+TransferAggregationInFeatureGroupsTransferAggregationInFeatureGroupTransferAggregationInFeatureGroupsTransferAggregationInFeatureGroupItem = TypeAliasType(
+    "TransferAggregationInFeatureGroupsTransferAggregationInFeatureGroupTransferAggregationInFeatureGroupsTransferAggregationInFeatureGroupItem",
+    Annotated[str, Field(max_length=200, min_length=1)],
+)
+
+
+TransferAggregationInFeatureGroupsTransferAggregationInFeatureGroup = TypeAliasType(
+    "TransferAggregationInFeatureGroupsTransferAggregationInFeatureGroup",
+    Annotated[
+        list[
+            TransferAggregationInFeatureGroupsTransferAggregationInFeatureGroupTransferAggregationInFeatureGroupsTransferAggregationInFeatureGroupItem
+        ],
+        Field(max_length=512, min_length=1),
+    ],
+)
+
+
+TransferAggregationInFeatureGroups = TypeAliasType(
+    "TransferAggregationInFeatureGroups",
+    Annotated[
+        list[TransferAggregationInFeatureGroupsTransferAggregationInFeatureGroup],
+        Field(
+            description="PST-H: disjoint, non-empty groups of the study's encoded feature names (`age`, `color=red`, `intercept`), or of categorical column names standing for their whole one-hot block. Features in no group are not used by the low level; `intercept` is a feature like any other (in no group, the high level's own intercept carries the constant). Default: no groups (plain transfer).",
+            max_length=32,
+            min_length=1,
+            title="Feature Groups",
+        ),
+    ],
+)
+
+
+TransferAggregationInImportanceTransferAggregationInImportanceItem = TypeAliasType(
+    "TransferAggregationInImportanceTransferAggregationInImportanceItem",
+    Annotated[float, Field(ge=0.0)],
+)
+
+
+TransferAggregationInImportance = TypeAliasType(
+    "TransferAggregationInImportance",
+    Annotated[
+        list[TransferAggregationInImportanceTransferAggregationInImportanceItem],
+        Field(
+            description="PST-H: public importance q_k, one per feature group, > 0, normalised to sum 1; group k's low-level model gets the budget share q_k·ε. It must be fixed without looking at the data. Default: equal weights. Needs `feature_groups`.",
+            max_length=32,
+            min_length=1,
+            title="Importance",
+        ),
+    ],
+)
+
+
+TransferAggregationInName = TypeAliasType(
+    "TransferAggregationInName", Annotated[str, Field(max_length=200, min_length=1, title="Name")]
+)
+
+
+TransferAggregationInSourceModelsTransferAggregationInSourceModel = TypeAliasType(
+    "TransferAggregationInSourceModelsTransferAggregationInSourceModel",
+    Annotated[str, Field(max_length=64, min_length=1)],
+)
+
+
+TransferAggregationInSourceModels = TypeAliasType(
+    "TransferAggregationInSourceModels",
+    Annotated[
+        list[TransferAggregationInSourceModelsTransferAggregationInSourceModel],
+        Field(
+            description="Contributed model ids whose average is the source w₀; default: all.",
+            max_length=1000,
+            min_length=1,
+            title="Source Models",
+        ),
+    ],
+)
+
+
+class TransferAggregationIn(BaseModel):
+    """
+    `transfer` (hypothesis transfer, seed 003): an ε-DP objective-perturbation fit on the
+    coordinator's own target dataset with the regulariser (η/2)‖w − w₀‖² centred on the
+    average w₀ of the source models. ε is charged to the target dataset.
+
+    With `feature_groups` it is PST-H (seed 003 Alg. 4): PST-F stacking on the target — the
+    rows split at random into a low and a high level; low-level model k is objective
+    perturbation on group k's columns with budget q_k·ε and the regulariser centred on w₀
+    restricted to group k; the high level is objective perturbation with ε on the other rows —
+    released as a stacked model. Its whole cost is still ε, charged to the target.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    epsilon: Annotated[
+        float, Field(description="ε charged to the target dataset.", gt=0.0, title="Epsilon")
+    ]
+    feature_groups: Annotated[
+        TransferAggregationInFeatureGroups | None,
+        Field(
+            description="PST-H: disjoint, non-empty groups of the study's encoded feature names (`age`, `color=red`, `intercept`), or of categorical column names standing for their whole one-hot block. Features in no group are not used by the low level; `intercept` is a feature like any other (in no group, the high level's own intercept carries the constant). Default: no groups (plain transfer).",
+            title="Feature Groups",
+        ),
+    ] = None
+    importance: Annotated[
+        TransferAggregationInImportance | None,
+        Field(
+            description="PST-H: public importance q_k, one per feature group, > 0, normalised to sum 1; group k's low-level model gets the budget share q_k·ε. It must be fixed without looking at the data. Default: equal weights. Needs `feature_groups`.",
+            title="Importance",
+        ),
+    ] = None
+    loss: Annotated[Literal["logistic", "huber"] | None, Field(title="Loss")] = "logistic"
+    meta_features: Annotated[
+        Literal["sigmoid", "centered_sigmoid"] | None,
+        Field(
+            description="PST-H: the high level's inputs, σ(group score) (`sigmoid`, seed 003, the default) or 2σ − 1 (`centered_sigmoid`, which avoids the high level collapsing onto the majority class on unbalanced labels). Needs `feature_groups`.",
+            title="Meta Features",
+        ),
+    ] = None
+    method: Annotated[Literal["transfer"], Field(title="Method")]
+    name: Annotated[TransferAggregationInName | None, Field(title="Name")] = None
+    regularization: Annotated[
+        float | None, Field(description="λ.", gt=0.0, title="Regularization")
+    ] = 0.01
+    source_models: Annotated[
+        TransferAggregationInSourceModels | None,
+        Field(
+            description="Contributed model ids whose average is the source w₀; default: all.",
+            title="Source Models",
+        ),
+    ] = None
+    target_dataset_id: Annotated[
+        str,
+        Field(
+            description="A dataset the coordinator owns.",
+            max_length=64,
+            min_length=1,
+            title="Target Dataset Id",
+        ),
+    ]
+    transfer_strength: Annotated[
+        float,
+        Field(
+            description="η: how strongly the fit is pulled towards the source.",
+            ge=0.0,
+            le=1000000.0,
+            title="Transfer Strength",
+        ),
+    ]
+
+
+class ValidationIssue(BaseModel):
+    """
+    One invalid part of a request.
+    """
+
+    loc: Annotated[
+        list[str | int],
+        Field(description="Where: e.g. ['body', 'name'] or ['query', 'limit'].", title="Loc"),
+    ]
+    msg: Annotated[str, Field(description="What is wrong with it.", title="Msg")]
+    type: Annotated[str | None, Field(description="Machine-readable error code.", title="Type")] = (
+        None
+    )
+
+
+class AuditEventList(BaseModel):
+    """
+    One page of audit events, newest first.
+    """
+
+    items: Annotated[list[AuditEventRead], Field(title="Items")]
+    limit: Annotated[int, Field(title="Limit")]
+    offset: Annotated[int, Field(title="Offset")]
+
+
+class BudgetRead(BaseModel):
+    """
+    The dataset's budget: caps, amounts spent (charges not refunded) and what remains.
+
+    The ledger is kept in exact integer units (1e-9 ε, 1e-15 δ); the floats here are those
+    amounts rounded once to the nearest double.
+    """
+
+    charges: Annotated[list[LedgerChargeRead], Field(title="Charges")]
+    dataset_id: Annotated[str, Field(title="Dataset Id")]
+    delta_remaining: Annotated[float, Field(title="Delta Remaining")]
+    delta_spent: Annotated[float, Field(title="Delta Spent")]
+    delta_total: Annotated[float, Field(title="Delta Total")]
+    epsilon_remaining: Annotated[float, Field(title="Epsilon Remaining")]
+    epsilon_spent: Annotated[float, Field(title="Epsilon Spent")]
+    epsilon_total: Annotated[float, Field(title="Epsilon Total")]
+
+
+class DatasetRead(BaseModel):
+    """
+    A dataset's metadata. Only its owner (or the admin) can read it.
+    """
+
+    allow_non_private: Annotated[bool, Field(title="Allow Non Private")]
+    budget: BudgetCaps
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    deleted_at: Annotated[
+        AwareDatetime | None,
+        Field(
+            description="Set once the dataset was deleted: its content is gone, its ledger kept.",
+            title="Deleted At",
+        ),
+    ] = None
+    feature_names: Annotated[
+        list[str],
+        Field(
+            description="Names of the design matrix's columns (e.g. `workclass=Private`).",
+            title="Feature Names",
+        ),
+    ]
+    id: Annotated[str, Field(description="The dataset's id (32 hex digits).", title="Id")]
+    ingest: IngestRead | None = None
+    n_features: Annotated[
+        int,
+        Field(description="Columns of the design matrix, intercept included.", title="N Features"),
+    ]
+    n_rows: Annotated[int, Field(title="N Rows")]
+    name: Annotated[str, Field(title="Name")]
+    owner: Annotated[str, Field(description="The id of the owning site.", title="Owner")]
+    spec: Annotated[
+        dict[str, Any], Field(description="The spec as stored (normalised).", title="Spec")
+    ]
+
+
+class JobList(BaseModel):
+    """
+    One page of jobs, newest first.
+    """
+
+    items: Annotated[list[JobRead], Field(title="Items")]
+    limit: Annotated[int, Field(title="Limit")]
+    offset: Annotated[int, Field(title="Offset")]
+    total: Annotated[int, Field(title="Total")]
+
+
+class ModelList(BaseModel):
+    """
+    One page of models, newest first.
+    """
+
+    items: Annotated[list[ModelSummary], Field(title="Items")]
+    limit: Annotated[int, Field(title="Limit")]
+    offset: Annotated[int, Field(title="Offset")]
+    total: Annotated[int, Field(title="Total")]
+
+
+class ModelRead(BaseModel):
+    """
+    A model: coefficients with feature names, preprocessing and privacy record.
+    """
+
+    coefficients: Annotated[
+        list[Coefficient] | None,
+        Field(
+            description="The weights by feature (None for models that are not one linear map, such as stacked models: see `model`).",
+            title="Coefficients",
+        ),
+    ]
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    dataset_id: Annotated[str | None, Field(title="Dataset Id")]
+    feature_names: Annotated[list[str], Field(title="Feature Names")]
+    id: Annotated[str, Field(title="Id")]
+    job_id: Annotated[str | None, Field(title="Job Id")]
+    label: LabelRead | None
+    loss: Annotated[str | None, Field(title="Loss")]
+    mechanism: Annotated[str | None, Field(title="Mechanism")]
+    model: Annotated[
+        dict[str, Any], Field(description="The released model as JSON.", title="Model")
+    ]
+    preprocessing: Annotated[
+        dict[str, Any],
+        Field(
+            description="The public preprocessing that `predict` applies to raw rows.",
+            title="Preprocessing",
+        ),
+    ]
+    privacy: PrivacyRecordRead
+    source: Annotated[
+        Literal["fit", "upload", "aggregate", "federated"],
+        Field(
+            description="`fit`: fitted by PrivFit; `upload`: a site's own classifier; `aggregate`: a study's combination of its members' models; `federated`: a study's multiparty fit across its members' granted datasets.",
+            title="Source",
+        ),
+    ]
+
+
+class ModelUpload(BaseModel):
+    """
+    A linear classifier a site trained itself: weights over the encoded features.
+
+    The feature spec has the shape of a dataset spec's `features`/`label`: numeric columns
+    with public bounds (mapped onto [0, 1]) and categorical columns with their category list
+    (one-hot), then the intercept and the row-norm step. `weights` has one entry per encoded
+    feature, in that order (see `feature_names` in the response).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    features: Annotated[
+        list[Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]],
+        Field(min_length=1, title="Features"),
+    ]
+    label: LabelIn
+    loss: Annotated[
+        Literal["logistic", "huber", "other"] | None,
+        Field(
+            description="The loss it was trained with; `logistic` makes σ(score) a probability.",
+            title="Loss",
+        ),
+    ] = "logistic"
+    privacy_claim: PrivacyClaimIn | None = None
+    row_norm: Annotated[Literal["clip", "scale"] | None, Field(title="Row Norm")] = "clip"
+    weights: Annotated[
+        list[ModelUploadWeight],
+        Field(
+            description="One per encoded feature; each finite with |w| ≤ 1,000,000.",
+            min_length=1,
+            title="Weights",
+        ),
+    ]
+
+
+class PredictResponse(BaseModel):
+    """
+    One prediction per row, in request order.
+    """
+
+    predictions: Annotated[list[PredictionRead], Field(title="Predictions")]
+
+
+class Problem(BaseModel):
+    """
+    An error, as `application/problem+json` (RFC 9457).
+
+    `type` is a stable URI per kind of error; clients branch on it, not on `detail`. Some
+    problems add members: `errors` (validation), `remaining_epsilon`/`remaining_delta`
+    (budget exhausted).
+    """
+
+    model_config = ConfigDict(
+        extra="allow",
+    )
+    detail: Annotated[
+        str | None,
+        Field(
+            description="What went wrong with this request; never contains secrets.", title="Detail"
+        ),
+    ] = None
+    errors: Annotated[
+        list[ValidationIssue] | None,
+        Field(
+            description="For validation problems: every invalid part of the request.",
+            title="Errors",
+        ),
+    ] = None
+    instance: Annotated[str | None, Field(description="The request path.", title="Instance")] = None
+    request_id: Annotated[
+        str | None,
+        Field(
+            description="Also in the X-Request-ID header; quote it when reporting.",
+            title="Request Id",
+        ),
+    ] = None
+    status: Annotated[
+        int, Field(description="The HTTP status code.", ge=400, le=599, title="Status")
+    ]
+    title: Annotated[str, Field(description="Short summary of the kind of problem.", title="Title")]
+    type: Annotated[
+        str,
+        Field(
+            description="URI identifying the kind of problem.",
+            examples=["https://privfit.dev/problems/not-found"],
+            title="Type",
+        ),
+    ]
+
+
+class SiteList(BaseModel):
+    """
+    One page of sites.
+    """
+
+    items: Annotated[list[SiteRead], Field(title="Items")]
+    limit: Annotated[int, Field(title="Limit")]
+    offset: Annotated[int, Field(title="Offset")]
+    total: Annotated[int, Field(description="Number of sites in all pages.", ge=0, title="Total")]
+
+
+class StudyCreate(BaseModel):
+    """
+    A new study; the caller becomes its coordinator (and a member).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    members: Annotated[
+        list[StudyCreateMember],
+        Field(
+            description="Ids of the member sites (besides the coordinator, who is always one).",
+            max_length=101,
+            min_length=1,
+            title="Members",
+        ),
+    ]
+    name: Annotated[str, Field(max_length=200, min_length=1, title="Name")]
+    spec: StudySpecIn
+
+
+class StudyRead(BaseModel):
+    """
+    A study as its members see it.
+    """
+
+    contributions: Annotated[list[ContributionRead], Field(title="Contributions")]
+    coordinator: Annotated[
+        str, Field(description="The coordinating site's id.", title="Coordinator")
+    ]
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    feature_names: Annotated[
+        list[str],
+        Field(description="The encoded features, intercept included.", title="Feature Names"),
+    ]
+    id: Annotated[str, Field(title="Id")]
+    members: Annotated[list[StudyMemberRead], Field(title="Members")]
+    name: Annotated[str, Field(title="Name")]
+    results: Annotated[list[StudyResultRead], Field(title="Results")]
+    spec: Annotated[
+        dict[str, Any], Field(description="The label and features, normalised.", title="Spec")
+    ]
+
+
+class DatasetList(BaseModel):
+    """
+    One page of datasets.
+    """
+
+    items: Annotated[list[DatasetRead], Field(title="Items")]
+    limit: Annotated[int, Field(title="Limit")]
+    offset: Annotated[int, Field(title="Offset")]
+    total: Annotated[int, Field(title="Total")]
+
+
+class StudyList(BaseModel):
+    """
+    One page of studies, newest first.
+    """
+
+    items: Annotated[list[StudyRead], Field(title="Items")]
+    limit: Annotated[int, Field(title="Limit")]
+    offset: Annotated[int, Field(title="Offset")]
+    total: Annotated[int, Field(title="Total")]
