@@ -46,6 +46,7 @@ from starlette.concurrency import run_in_threadpool
 
 __all__ = [
     "MAX_SPEC_BYTES",
+    "SPEC_ERROR",
     "UploadAbortedError",
     "UploadRejectedError",
     "process_upload",
@@ -59,6 +60,10 @@ _SLICE: Final[int] = 1 << 20
 _SPOOL_BYTES: Final[int] = 1 << 20
 #: File bytes received but not yet read by ``process`` (the pipe's capacity).
 PIPE_BYTES: Final[int] = 8 << 20
+
+#: The ``kind`` of a rejection that concerns the ``spec`` part itself (too large, not UTF-8);
+#: answered with the same problem type as every other spec error.
+SPEC_ERROR: Final[str] = "invalid-dataset-spec"
 
 FILE_PART: Final[str] = "file"
 SPEC_PART: Final[str] = "spec"
@@ -261,9 +266,9 @@ class _Upload(Generic[_P, _R]):
         self.spec_text: str | None = None
         self.deferred: BaseException | None = None  # a spec problem, raised after the body
 
-    def _reject(self, detail: str) -> None:
+    def _reject(self, detail: str, kind: str = "invalid-upload") -> None:
         if self.error is None:
-            self.error = UploadRejectedError(422, "invalid-upload", detail)
+            self.error = UploadRejectedError(422, kind, detail)
         raise MultipartParseError(detail)
 
     def on_part_begin(self) -> None:
@@ -336,7 +341,7 @@ class _Upload(Generic[_P, _R]):
                 self.spool.write(memoryview(data)[start:end])
         else:
             if len(self.spec_data) + (end - start) > MAX_SPEC_BYTES:
-                self._reject(f"the 'spec' part is larger than {MAX_SPEC_BYTES} bytes")
+                self._reject(f"the 'spec' part is larger than {MAX_SPEC_BYTES} bytes", SPEC_ERROR)
             self.spec_data += data[start:end]
 
     def on_part_end(self) -> None:
@@ -370,7 +375,7 @@ class _Upload(Generic[_P, _R]):
             self.spec_text = self.spec.decode("utf-8")
         except UnicodeDecodeError:
             raise UploadRejectedError(
-                422, "invalid-upload", "the 'spec' part must be UTF-8 JSON"
+                422, SPEC_ERROR, "the 'spec' part must be UTF-8 JSON"
             ) from None
 
     def abort(self) -> None:
@@ -422,9 +427,10 @@ async def process_upload(
 
     Raises, in this order of precedence: :class:`UploadRejectedError` (415 when the body is
     not multipart, 413 when it is or is declared larger than ``max_bytes``, 400 when the
-    multipart framing is broken, 422 when a part is missing, duplicated, unexpected or the
-    spec is not UTF-8), then what ``prepare`` raises, then what ``process`` raises. Every
-    temporary file is closed (and so deleted).
+    multipart framing is broken, 422 when a part is missing, duplicated or unexpected, or
+    with ``kind`` :data:`SPEC_ERROR` when the spec part is too large or not UTF-8), then
+    what ``prepare`` raises, then what ``process`` raises. Every temporary file is closed
+    (and so deleted).
     """
     media, params = parse_options_header(content_type or "")
     if media != b"multipart/form-data" or b"boundary" not in params:

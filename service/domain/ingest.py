@@ -2,12 +2,17 @@
 
 What this module guarantees (DESIGN §2, issue 4):
 
-* **Data-independent preprocessing.** The spec declares the label column and its positive
-  class, every feature column with public bounds (numeric) or a public category list
-  (categorical), the budget caps and the missing-value policy. Nothing is read from the data
-  to build the preprocessing: a numeric feature without bounds is refused with an explanation.
+* **Data-independent preprocessing.** The spec declares the label column and its two
+  classes (positive and negative; any other label value is refused), every feature column
+  with public bounds (numeric) or a public category list (categorical), the budget caps and
+  the missing-value policy. Nothing is read from the data to build the preprocessing: a
+  numeric feature without bounds is refused with an explanation.
   The resulting :class:`~service.dp.preprocessing.PreprocessingSpec` (clamp, one-hot,
   intercept, rows clipped to norm ≤ 1) is what every fit and ``predict`` applies.
+* **Bounded width.** A file may have at most :data:`MAX_EXTRA_COLUMNS` columns beyond those
+  its spec reads, a CSV header at most :data:`MAX_HEADER_BYTES`, a Parquet footer at most
+  :data:`MAX_PARQUET_METADATA_BYTES`; all three are checked before the header or footer is
+  parsed, and only the declared columns are parsed, so memory follows what is kept.
 * **Streaming, on every core.** The file is read in blocks (CSV: :data:`CSV_BLOCK_BYTES` of
   text cut at a line break; Parquet: ``ParquetFile.iter_batches``). Blocks are parsed and
   encoded on :data:`INGEST_THREADS` worker threads, a few at a time, and handed to
@@ -16,7 +21,8 @@ What this module guarantees (DESIGN §2, issue 4):
   CSV text is cut at ``\\n`` only while it holds no quote character (a quoted value may hold
   a line break); from the first block that does, pyarrow's streaming reader reads the rest.
 * **All or nothing.** Problems that need the whole file (missing values under
-  ``"missing": "error"``, NaN/inf, a label without positive rows) are counted to the end and
+  ``"missing": "error"``, NaN/inf, label values of neither class, a label without positive
+  rows) are counted to the end and
   then raised; the caller keeps the chunks aside and stores them (in one transaction) only
   when :func:`ingest` returns, so a rejected upload stores nothing.
 * **No data values in errors.** Messages name columns and count rows; they never quote a
@@ -37,8 +43,10 @@ keeps storing the chunks cheap. Payloads of the earlier ``np.savez`` form are st
 from __future__ import annotations
 
 import contextlib
+import csv
 import functools
 import io
+import json
 import math
 import os
 import re
@@ -70,15 +78,20 @@ from service.dp.preprocessing import (
 __all__ = [
     "CHUNK_COMPRESSION",
     "DEFAULT_MISSING_VALUES",
+    "MAX_EXTRA_COLUMNS",
+    "MAX_HEADER_BYTES",
+    "MAX_PARQUET_METADATA_BYTES",
     "BudgetLimits",
     "Compression",
     "DatasetFileError",
     "DatasetInputError",
     "DatasetSpec",
     "DatasetSpecError",
+    "DatasetTooWideError",
     "EncodedChunk",
     "FeatureInput",
     "IngestReport",
+    "LabelValuesError",
     "MissingPolicy",
     "MissingValuesError",
     "build_spec",
@@ -101,8 +114,14 @@ PARQUET_BATCH_ROWS: Final[int] = 65_536
 CSV_BLOCK_BYTES: Final[int] = 4 << 20
 #: Worker threads that parse and encode blocks (pyarrow and the codecs release the GIL).
 INGEST_THREADS: Final[int] = max(1, min(4, os.cpu_count() or 1))
-#: The header row must fit in this many bytes.
+#: The header row must fit in this many bytes (checked before it is parsed).
 MAX_HEADER_BYTES: Final[int] = 1 << 20
+#: A file may have at most this many columns beyond those its spec reads (checked before any
+#: data row is parsed): the columns of a file cost memory even when they are not read.
+MAX_EXTRA_COLUMNS: Final[int] = 1000
+#: Largest Parquet footer (the file's metadata: schema, row groups, column chunks) accepted;
+#: it is parsed whole, at several times its size in memory.
+MAX_PARQUET_METADATA_BYTES: Final[int] = 4 << 20
 _PARQUET_MAGIC: Final[bytes] = b"PAR1"
 MAX_NAME_LENGTH: Final[int] = 200
 
@@ -141,6 +160,39 @@ class DatasetFileError(DatasetInputError):
 
     slug = "invalid-dataset-file"
     title = "Invalid dataset file"
+
+
+class DatasetTooWideError(DatasetFileError):
+    """The file has far more columns than its spec reads (or a header or Parquet footer larger
+    than the bounds): refused before its rows are parsed."""
+
+    slug = "dataset-too-wide"
+    title = "Dataset file too wide"
+
+
+class LabelValuesError(DatasetFileError):
+    """Label cells that are neither the positive nor the negative class (or, for a spec that
+    names only the positive class, more than one other value). Counts rows, never shows a
+    value; ``rows`` is how many label cells are not of a declared class."""
+
+    slug = "invalid-label-values"
+    title = "Label values outside the declared classes"
+
+    def __init__(self, detail: str, *, column: str, rows: int) -> None:
+        super().__init__(
+            detail,
+            errors=[
+                {
+                    "loc": ["file", column],
+                    "msg": f"{rows} row(s) hold a label value of neither declared class",
+                }
+            ],
+        )
+        self.column = column
+        self.rows = rows
+
+    def extensions(self) -> dict[str, Any]:
+        return {**super().extensions(), "label_column": self.column, "label_rows": self.rows}
 
 
 class MissingValuesError(DatasetInputError):
@@ -190,6 +242,9 @@ class DatasetSpec:
     """A validated upload spec. Build it with :func:`build_spec`.
 
     ``epsilon_cap_units``/``delta_cap_units`` are the caps in ledger units, rounded down.
+    ``negative`` is the declared negative class; ``None`` only for a spec that names the
+    positive class alone (the earlier form), whose label column must then hold exactly one
+    other value (checked when the file is read).
     """
 
     name: str
@@ -203,6 +258,7 @@ class DatasetSpec:
     missing: MissingPolicy = "error"
     missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES
     allow_non_private: bool = False
+    negative: str | None = None
 
     @property
     def features(self) -> tuple[Feature, ...]:
@@ -213,11 +269,19 @@ class DatasetSpec:
         """Every column read from the file: the features, then the label."""
         return (*self.preprocessing.columns, self.label_column)
 
+    @property
+    def label(self) -> dict[str, str]:
+        """The label as normalised JSON: column, positive and (when declared) negative."""
+        out = {"column": self.label_column, "positive": self.positive}
+        if self.negative is not None:
+            out["negative"] = self.negative
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         """The spec as normalised JSON (what ``GET /v1/datasets/{id}`` shows)."""
         return {
             "name": self.name,
-            "label": {"column": self.label_column, "positive": self.positive},
+            "label": self.label,
             "features": [f.to_dict() for f in self.features],
             "budget": {"epsilon": self.epsilon, "delta": self.delta},
             "missing": self.missing,
@@ -249,6 +313,7 @@ def build_spec(
     missing_values: Sequence[str] | None = None,
     allow_non_private: bool = False,
     row_norm: RowNorm = "clip",
+    negative: str | int | bool | None = None,
 ) -> DatasetSpec:
     """Validate an upload spec; raise :class:`DatasetSpecError` listing every problem.
 
@@ -256,7 +321,8 @@ def build_spec(
     is not a feature); numeric features declare finite bounds with lower < upper (PrivFit never
     reads bounds from the data); categorical features declare a non-empty list of distinct
     categories; 0 < ε ≤ the server's maximum and 0 ≤ δ < 1, δ ≤ the server's maximum; no
-    declared category and not the positive label is also a missing-value marker.
+    declared category and neither label class is also a missing-value marker; the negative
+    class (when given) differs from the positive one.
     """
     errors: list[dict[str, Any]] = []
 
@@ -275,6 +341,16 @@ def build_spec(
             f"the positive class {positive_text!r} is also a missing-value marker; "
             "change missing_values",
         )
+    negative_text = None if negative is None else _label_text(negative)
+    if negative_text is not None:
+        if negative_text == positive_text:
+            problem(["label", "negative"], "the negative class must differ from the positive class")
+        elif negative_text in markers:
+            problem(
+                ["label", "negative"],
+                f"the negative class {negative_text!r} is also a missing-value marker; "
+                "change missing_values",
+            )
     if missing not in ("error", "drop"):
         problem(["missing"], "missing must be 'error' or 'drop'")
     if row_norm not in ("clip", "scale"):
@@ -409,6 +485,7 @@ def build_spec(
         missing=missing,
         missing_values=markers,
         allow_non_private=allow_non_private,
+        negative=negative_text,
     )
 
 
@@ -419,14 +496,17 @@ def build_feature_spec(
     positive: str | int | bool,
     features: Sequence[FeatureInput],
     row_norm: RowNorm = "clip",
+    negative: str | int | bool | None = None,
 ) -> DatasetSpec:
     """:func:`build_spec` for a label and features that carry no budget (a study's shared
     spec, an uploaded model's): the same rules, with a placeholder budget that always passes.
-    Only ``label_column``, ``positive`` and ``preprocessing`` of the result are meaningful."""
+    Only ``label``, ``label_column``, ``positive``, ``negative`` and ``preprocessing`` of the
+    result are meaningful."""
     return build_spec(
         name=name,
         label_column=label_column,
         positive=positive,
+        negative=negative,
         features=features,
         epsilon=1.0,
         delta=0.0,
@@ -729,28 +809,71 @@ def _csv_error(exc: Exception, names: Sequence[str], spec: DatasetSpec) -> Datas
     return DatasetFileError("malformed CSV: the file could not be parsed (no details shown)")
 
 
-def _csv_header(head: bytes, source: IO[bytes]) -> tuple[list[str], bytes, bytes]:
-    """The header's column names, its raw line (up to and including the first ``\\n``, at
-    most :data:`MAX_HEADER_BYTES` + 1 bytes) and everything read after it."""
+def max_columns(spec: DatasetSpec) -> int:
+    """The most columns a file under ``spec`` may have: the spec's own plus
+    :data:`MAX_EXTRA_COLUMNS`."""
+    return len(spec.columns) + MAX_EXTRA_COLUMNS
+
+
+def _too_wide(columns: int, spec: DatasetSpec) -> DatasetTooWideError:
+    return DatasetTooWideError(
+        f"the file has {_plural(columns, 'column')}; the spec "
+        f"reads {len(spec.columns)} and at most {MAX_EXTRA_COLUMNS} more are accepted. Remove "
+        "the columns the spec does not read before uploading",
+        errors=[{"loc": ["file"], "msg": f"at most {max_columns(spec)} columns are accepted"}],
+    )
+
+
+def _line_end(buf: bytes) -> int:
+    """Where the first line of ``buf`` ends (after its ``\\n``, ``\\r\\n`` or ``\\r``), or −1
+    when no line break is within the first :data:`MAX_HEADER_BYTES` + 1 bytes."""
+    limit = MAX_HEADER_BYTES + 1
+    breaks = [i for i in (buf.find(b"\n", 0, limit), buf.find(b"\r", 0, limit)) if i >= 0]
+    if not breaks:
+        return -1
+    i = min(breaks)
+    return i + 2 if buf[i : i + 2] == b"\r\n" else i + 1
+
+
+def _csv_header(
+    head: bytes, source: IO[bytes], spec: DatasetSpec
+) -> tuple[list[str], bytes, bytes]:
+    """The header's column names, its raw line (up to and including its line break, at
+    most :data:`MAX_HEADER_BYTES` + 1 bytes) and everything read after it.
+
+    The line's length and its number of separators are checked before it is parsed, and it
+    is parsed as one line of text (pyarrow would build a column object for every name), so a
+    header of very many columns costs no more memory than its own bytes."""
     buf = head
-    while b"\n" not in buf and len(buf) <= MAX_HEADER_BYTES:
+    while _line_end(buf) < 0 and len(buf) <= MAX_HEADER_BYTES:
         more = source.read(CSV_BLOCK_BYTES)
         if not more:
             break
         buf += more
-    end = buf.find(b"\n", 0, MAX_HEADER_BYTES + 1)
-    line = buf[: end + 1] if end >= 0 else buf[: MAX_HEADER_BYTES + 1]
+    if buf.endswith(b"\r"):  # a "\r\n" may be cut in two
+        buf += source.read(CSV_BLOCK_BYTES) or b""
+    end = _line_end(buf)
+    line = buf[:end] if end >= 0 else buf[: MAX_HEADER_BYTES + 1]
     if len(line) > MAX_HEADER_BYTES:
-        raise DatasetFileError(
-            f"malformed CSV: the header row is longer than {MAX_HEADER_BYTES} bytes"
+        raise DatasetTooWideError(
+            f"the header row is longer than {MAX_HEADER_BYTES} bytes; remove the columns the "
+            "spec does not read before uploading",
+            errors=[
+                {"loc": ["file"], "msg": f"the header may have at most {MAX_HEADER_BYTES} bytes"}
+            ],
         )
     if not line.strip():
         raise DatasetFileError("malformed CSV: the first line must be a header naming the columns")
+    fields = line.count(b",") + 1  # exact without quotes, else an upper bound
+    if fields > max_columns(spec) and b'"' not in line:
+        raise _too_wide(fields, spec)
     try:
-        table = pacsv.read_csv(pa.BufferReader(line))
-    except (pa.ArrowInvalid, pa.ArrowKeyError, UnicodeDecodeError) as exc:
+        names = next(csv.reader([line.decode("utf-8-sig")], strict=True))
+    except (UnicodeDecodeError, csv.Error, StopIteration) as exc:
         raise DatasetFileError("malformed CSV: the header row could not be parsed") from exc
-    return [str(n) for n in table.column_names], line, buf[len(line) :]
+    if len(names) > max_columns(spec):
+        raise _too_wide(len(names), spec)
+    return names, line, buf[len(line) :]
 
 
 #: A unit of reading handed to the worker threads: returns the next record batch (parsing a
@@ -822,7 +945,7 @@ def _csv_tasks(head: bytes, source: IO[bytes], spec: DatasetSpec) -> Iterator[_T
     quote (or no line break at all) to the end, the file is read by pyarrow's streaming
     reader instead, which parses quoting in full, one block after the other.
     """
-    names, header, rest = _csv_header(head, source)
+    names, header, rest = _csv_header(head, source, spec)
     _check_header(names, spec)
     layout = _CsvLayout(names=names, convert=_csv_convert(spec), spec=spec)
     if not _splittable_header(header):
@@ -910,6 +1033,42 @@ def _parquet_convert(batch: pa.RecordBatch, spec: DatasetSpec) -> pa.RecordBatch
     return pa.RecordBatch.from_arrays(arrays, names=list(spec.columns))
 
 
+def _thrift_limit(spec: DatasetSpec) -> int:
+    """The most elements of any one list in a Parquet footer (schema nodes, row groups,
+    column chunks): enough for every file :func:`_check_parquet_footer` accepts, and a bound
+    on the objects a crafted footer of tiny elements makes pyarrow allocate."""
+    return max(4 * max_columns(spec), 65_536)
+
+
+def _check_parquet_footer(file: IO[bytes]) -> None:
+    """Refuse a Parquet footer larger than :data:`MAX_PARQUET_METADATA_BYTES` before it is
+    parsed (its length is in the file's last 8 bytes); ``file`` is left where it was."""
+    start = file.tell()
+    end = file.seek(0, os.SEEK_END)
+    if end - start < 12:
+        raise DatasetFileError("the Parquet file could not be read (no details shown)")
+    file.seek(end - 8)
+    tail = file.read(8)
+    file.seek(start)
+    size = int.from_bytes(tail[:4], "little")
+    if tail[4:] != _PARQUET_MAGIC:
+        raise DatasetFileError("the Parquet file could not be read (no details shown)")
+    if size > MAX_PARQUET_METADATA_BYTES:
+        raise DatasetTooWideError(
+            f"the Parquet file's metadata has {size} bytes, more than the "
+            f"{MAX_PARQUET_METADATA_BYTES} accepted: it has too many columns or row groups. "
+            f"Write only the columns the spec reads (at most {MAX_EXTRA_COLUMNS} more are "
+            "accepted), in larger row groups",
+            errors=[
+                {
+                    "loc": ["file"],
+                    "msg": "the Parquet metadata may have at most "
+                    f"{MAX_PARQUET_METADATA_BYTES} bytes",
+                }
+            ],
+        )
+
+
 def _parquet_tasks(head: bytes, source: IO[bytes], spec: DatasetSpec) -> Iterator[_Task]:
     """The Parquet file (``head``, its first bytes, already read) in record batches. Parquet
     keeps its schema at the end of the file, so a source that cannot seek (a pipe) is first
@@ -923,8 +1082,11 @@ def _parquet_tasks(head: bytes, source: IO[bytes], spec: DatasetSpec) -> Iterato
             file.write(head)
             shutil.copyfileobj(source, file, 1 << 20)
             file.seek(0)
+        _check_parquet_footer(file)
         try:
-            pf = pq.ParquetFile(file)
+            pf = pq.ParquetFile(file, thrift_container_size_limit=_thrift_limit(spec))
+            if pf.metadata.num_columns > max_columns(spec):
+                raise _too_wide(pf.metadata.num_columns, spec)
             names = [str(n) for n in pf.schema_arrow.names]
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
             raise DatasetFileError("the Parquet file could not be read (no details shown)") from exc
@@ -945,6 +1107,18 @@ class _Tally:
     nonfinite: dict[str, int]
     missing_rows: int = 0
     failed: bool = False
+    #: Label cells of neither declared class (a spec with a negative class).
+    label_rows: int = 0
+    #: A spec naming only the positive class: label cells that are not positive, and up to
+    #: two distinct values among them (kept in memory only, never shown).
+    other_rows: int = 0
+    others: set[str] = field(default_factory=set)
+
+    def add_others(self, values: Iterable[str]) -> None:
+        for value in values:
+            if len(self.others) >= 2:
+                return
+            self.others.add(value)
 
 
 @dataclass(slots=True)
@@ -959,6 +1133,9 @@ class _Encoded:
     n_positive: int = 0
     unknown: dict[str, int] = field(default_factory=dict)
     payload: bytes | None = None
+    label_rows: int = 0
+    other_rows: int = 0
+    others: tuple[str, ...] = ()
 
 
 class _Encoder:
@@ -978,6 +1155,7 @@ class _Encoder:
             if isinstance(f, CategoricalFeature)
         }
         self.positive = pa.scalar(spec.positive, pa.string())
+        self.negative = None if spec.negative is None else pa.scalar(spec.negative, pa.string())
         #: Set once the upload is known to be rejected: later batches are only counted.
         self.failed = threading.Event()
 
@@ -1014,7 +1192,15 @@ class _Encoder:
                 values.append(v)
         dropped = 0 if missing_row is None else int(np.count_nonzero(missing_row))
         out = _Encoded(rows_read=n, missing=missing, nonfinite=nonfinite, missing_rows=dropped)
-        if nonfinite or (dropped and spec.missing == "error") or self.failed.is_set():
+        label = batch.column(spec.label_column)
+        positive = pc.equal(label, self.positive).fill_null(False)
+        self._check_labels(label, positive, out)
+        if (
+            nonfinite
+            or (dropped and spec.missing == "error")
+            or out.label_rows
+            or self.failed.is_set()
+        ):
             return out
         keep = None if missing_row is None or not dropped else ~missing_row
         numeric: list[NDArray[Any]] = []
@@ -1037,7 +1223,6 @@ class _Encoder:
                 code = code.astype(self.code_types[f.column], copy=False)
                 out.unknown[f.column] = int(np.count_nonzero(code < 0)) if unlisted else 0
                 codes.append(code)
-        positive = pc.equal(batch.column(spec.label_column), self.positive).fill_null(False)
         y = np.asarray(positive.to_numpy(zero_copy_only=False), dtype=np.int8) * 2 - 1
         y = y.astype(np.int8) if keep is None else y[keep].astype(np.int8)
         out.n_rows = int(y.shape[0])
@@ -1045,6 +1230,67 @@ class _Encoder:
         if out.n_rows:
             out.payload = _payload(numeric, codes, y, CHUNK_COMPRESSION)
         return out
+
+    def _check_labels(self, label: pa.Array, positive: pa.Array, out: _Encoded) -> None:
+        """Count the label cells (present) of neither declared class; for a spec that names
+        only the positive class, count the other cells and keep up to two distinct values."""
+        present = label.is_valid()
+        if self.negative is not None:
+            declared = pc.or_(positive, pc.equal(label, self.negative).fill_null(False))
+            out.label_rows = _count(pc.and_(present, pc.invert(declared)))
+            return
+        rest = pc.and_(present, pc.invert(positive))
+        out.other_rows = _count(rest)
+        if out.other_rows:
+            values = pc.unique(pc.filter(label, rest)).slice(0, 2)
+            out.others = tuple(str(v) for v in values.to_pylist())
+
+
+def _count(mask: pa.Array) -> int:
+    return int(np.count_nonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)))
+
+
+def _same_text(a: str, b: str) -> bool:
+    """Whether two label values differ only in case or surrounding white space."""
+    return a.strip().casefold() == b.strip().casefold()
+
+
+def _ambiguous_labels(spec: DatasetSpec, tally: _Tally) -> bool:
+    """A spec naming only the positive class is read only when every other label cell holds
+    one and the same value, which is not the positive class in another case or spacing."""
+    if spec.negative is not None:
+        return False
+    return len(tally.others) > 1 or any(_same_text(v, spec.positive) for v in tally.others)
+
+
+def _check_label_values(spec: DatasetSpec, tally: _Tally, report: IngestReport) -> None:
+    column = spec.label_column
+    if tally.label_rows:
+        raise LabelValuesError(
+            f"{_plural(tally.label_rows, 'row')} of {report.rows_read} "
+            f"{'has' if tally.label_rows == 1 else 'have'} a value in the label column "
+            f"{column!r} that is neither the positive class {spec.positive!r} nor the negative "
+            f"class {spec.negative!r} (values not shown). Labels are compared exactly, case "
+            "and spaces included: fix or remove these rows before uploading",
+            column=column,
+            rows=tally.label_rows,
+        )
+    if _ambiguous_labels(spec, tally):
+        how = (
+            "more than one value"
+            if len(tally.others) > 1
+            else "a value that differs from it only in case or spaces"
+        )
+        example = json.dumps({"column": column, "positive": spec.positive, "negative": "..."})
+        raise LabelValuesError(
+            f"the spec names only the positive class {spec.positive!r} of the label column "
+            f"{column!r}, and the column holds {how} besides it "
+            f"({_plural(tally.other_rows, 'row')} of {report.rows_read}; values not shown). "
+            f'Declare both classes, "label": {example}: rows of any other value are then '
+            "refused instead of silently becoming negatives",
+            column=column,
+            rows=tally.other_rows,
+        )
 
 
 def _in_spec_order(spec: DatasetSpec, counts: Mapping[str, int]) -> dict[str, int]:
@@ -1076,6 +1322,7 @@ def _final_checks(spec: DatasetSpec, tally: _Tally, report: IngestReport) -> Non
             columns=tally.missing,
             rows=tally.missing_rows,
         )
+    _check_label_values(spec, tally, report)
     if report.rows_read == 0:
         raise DatasetFileError("the file has a header but no data rows")
     if report.n_rows == 0:
@@ -1148,7 +1395,9 @@ def ingest(
     Raises :class:`DatasetInputError` (after ``on_chunk`` may already have been called: the
     caller must discard what it received) when the file is empty or malformed, lacks a
     declared column, holds NaN/inf in a numeric column, has missing values under
-    ``"missing": "error"``, or leaves no positive or no negative rows.
+    ``"missing": "error"``, has label values of neither declared class (or, for a spec naming
+    only the positive class, more than one other value), or leaves no positive or no negative
+    rows.
     """
     head = _read_full(source, len(_PARQUET_MAGIC))
     if not head:
@@ -1165,7 +1414,15 @@ def ingest(
         for c, k in part.nonfinite.items():
             tally.nonfinite[c] = tally.nonfinite.get(c, 0) + k
         tally.missing_rows += part.missing_rows
-        if part.nonfinite or (part.missing_rows and spec.missing == "error"):
+        tally.label_rows += part.label_rows
+        tally.other_rows += part.other_rows
+        tally.add_others(part.others)
+        if (
+            part.nonfinite
+            or (part.missing_rows and spec.missing == "error")
+            or part.label_rows
+            or _ambiguous_labels(spec, tally)
+        ):
             tally.failed = True
             encoder.failed.set()
         if tally.failed:

@@ -9,6 +9,7 @@ weights only: nothing is ever unpickled.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,7 @@ from service.dp.models import model_from_dict
 from service.dp.preprocessing import PreprocessingSpec
 
 __all__ = [
+    "MAX_ABS_WEIGHT",
     "ModelPage",
     "UploadedModel",
     "build_upload",
@@ -62,6 +64,11 @@ class UploadedModel:
     claim: PrivacyClaim | None
 
 
+#: Largest |weight| of an uploaded model. Rows are brought into the unit ball, so a weight
+#: this large already decides every prediction alone; larger ones only risk overflow.
+MAX_ABS_WEIGHT = 1e6
+
+
 def build_upload(
     *,
     label: Mapping[str, Any],
@@ -74,12 +81,26 @@ def build_upload(
 ) -> UploadedModel:
     """Validate an uploaded classifier's feature spec by the same rules as a dataset spec
     (public bounds, declared categories, no column twice); a bad spec is a 422 about the
-    model's feature spec (``invalid-input``, locations under ``body``), not a dataset upload."""
+    model's feature spec (``invalid-input``, locations under ``body``), not a dataset upload.
+    Each weight must be finite with |w| ≤ :data:`MAX_ABS_WEIGHT`."""
+    bad = [i for i, w in enumerate(weights) if not (math.isfinite(w) and abs(w) <= MAX_ABS_WEIGHT)]
+    if bad:
+        raise InvalidInputError(
+            f"weights must be finite numbers with |w| <= {MAX_ABS_WEIGHT:,.0f}; {len(bad)} are not",
+            errors=[
+                {
+                    "loc": ["body", "weights", i],
+                    "msg": f"must be finite with |w| <= {MAX_ABS_WEIGHT:,.0f}",
+                }
+                for i in bad[:20]
+            ],
+        )
     try:
         spec = build_feature_spec(
             name=name or "uploaded model",
             label_column=str(label["column"]),
             positive=label["positive"],
+            negative=label.get("negative"),
             features=features,
             row_norm=row_norm,
         )
@@ -96,7 +117,7 @@ def build_upload(
     return UploadedModel(
         name=name,
         spec=spec.preprocessing,
-        label={"column": spec.label_column, "positive": spec.positive},
+        label=spec.label,
         weights=list(weights),
         loss=loss,
         claim=claim,

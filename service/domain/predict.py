@@ -6,6 +6,12 @@ Each row is checked first, so that a bad value is reported with its row index an
 with (:meth:`PreprocessingSpec.transform`), the model's decision function gives the score, the
 sign of the score the class, and for the logistic loss σ(score) the probability of the
 positive class. Columns the spec does not read (an ID, the label) are ignored.
+
+Every value returned is finite, whatever the stored weights: a linear score is computed as
+s·((w/s)ᵀx) with s = max|wᵢ| (so huge weights cannot overflow into inf − inf), any score is
+clipped to ±:data:`MAX_ABS_SCORE` (a score that still cannot be computed, which only a model
+with non-finite parts could give, is 0: not positive), and σ is scipy's ``expit``, which is
+exact at both ends (σ(±MAX_ABS_SCORE) is 1 or 0).
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import expit
 
-from service.dp import FittedModel
+from service.dp import FittedModel, LinearModel
 from service.dp.preprocessing import CategoricalFeature, NumericFeature, PreprocessingSpec
 
 __all__ = [
+    "MAX_ABS_SCORE",
     "MAX_REPORTED_ROW_ERRORS",
     "InvalidRowsError",
     "Prediction",
@@ -33,6 +40,9 @@ __all__ = [
 
 #: At most this many bad cells are listed in one error.
 MAX_REPORTED_ROW_ERRORS = 20
+#: Scores are clipped to [−MAX_ABS_SCORE, MAX_ABS_SCORE]; a sane model (rows have norm ≤ 1)
+#: never comes near it, and beyond it σ(score) is 0 or 1 in float64 anyway.
+MAX_ABS_SCORE = 1e12
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +161,23 @@ def rows_to_columns(
     return columns
 
 
+def _scores(model: FittedModel, X: NDArray[np.float64]) -> NDArray[np.float64]:
+    """The model's scores of ``X``, finite and within ±:data:`MAX_ABS_SCORE`."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        if isinstance(model, LinearModel):
+            coef = np.asarray(model.coef, dtype=np.float64)
+            scale = float(np.max(np.abs(coef))) if coef.size else 0.0
+            if math.isfinite(scale) and scale > 1.0:
+                raw = (np.asarray(X, dtype=np.float64) @ (coef / scale)) * scale
+            else:
+                raw = np.asarray(model.decision_function(X), dtype=np.float64)
+        else:
+            raw = np.asarray(model.decision_function(X), dtype=np.float64)
+        raw = raw.reshape(-1)
+    scores = np.clip(np.nan_to_num(raw, nan=0.0), -MAX_ABS_SCORE, MAX_ABS_SCORE)
+    return np.asarray(scores, dtype=np.float64)
+
+
 def predict_rows(
     model: FittedModel,
     spec: PreprocessingSpec,
@@ -163,7 +190,7 @@ def predict_rows(
     if not rows:
         return []
     X = spec.transform(rows_to_columns(spec, rows))
-    scores = np.asarray(model.decision_function(X), dtype=np.float64).reshape(-1)
+    scores = _scores(model, X)
     if scores.shape[0] != len(rows):
         raise ValueError("the model returned a score count that does not match the rows")
     probabilities = expit(scores) if loss == "logistic" else None

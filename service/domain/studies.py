@@ -61,6 +61,7 @@ class StudySpecInput:
     positive: str | int | bool
     features: Sequence[FeatureInput]
     row_norm: RowNorm = "clip"
+    negative: str | int | bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,7 @@ def _build_spec(
             name=name,
             label_column=spec.label_column,
             positive=spec.positive,
+            negative=spec.negative,
             features=spec.features,
             row_norm=spec.row_norm,
         )
@@ -193,7 +195,7 @@ def _build_spec(
         ) from exc
     prep = built.preprocessing
     normalised = {
-        "label": {"column": built.label_column, "positive": built.positive},
+        "label": built.label,
         "features": [f.to_dict() for f in prep.features],
         "row_norm": prep.row_norm,
     }

@@ -5,7 +5,7 @@ Runs on SQLite and PostgreSQL. What is checked:
 * a CSV and a Parquet upload give 201 with the public metadata, and the stored content, read
   back with :func:`service.domain.datasets.load_design`, equals a hand-computed encoding
   (clamping to the declared bounds, an all-zero block for an undeclared category, the
-  intercept, rows clipped to norm ≤ 1, every label value other than the positive one negative);
+  intercept, rows clipped to norm ≤ 1, labels of the two declared classes);
 * every bad upload is a precise 4xx ``application/problem+json`` with a stable ``type``, stores
   nothing (no dataset row, no content chunk) and quotes no private cell value;
 * deleting a dataset removes its content and keeps its ledger; fits on it are then a 409.
@@ -44,14 +44,15 @@ SECRETS = ("SECRET-7731", "SECRET-4242", "SECRET-0099", "31337.5")
 
 HEADER = "patient,age,color,income,outcome"
 #: Five rows: clamping (age 10 and 95, income 1500), an undeclared category ("purple"),
-#: label values other than "yes" ("no", "maybe", a secret) that are all negative, and an
+#: labels of the declared classes ("yes", "no"), a private value in a column that is never
+#: read (patient), and an
 #: extra column (patient) that is never read.
 ROWS = (
     "SECRET-0099,30,red,200,yes",
     "p2,10,purple,500,no",
-    "p3,95,blue,1500,maybe",
+    "p3,95,blue,1500,no",
     "p4,54,green,0,yes",
-    "p5,18,red,1000,SECRET-4242",
+    "p5,18,red,1000,no",
 )
 FEATURE_NAMES = ["age", "color=red", "color=green", "color=blue", "income", "intercept"]
 #: The hand-computed encoding of ROWS before the row clip: age ↦ (clamp(age, 18, 90) − 18)/72,
@@ -72,7 +73,7 @@ def base_spec(**overrides: Any) -> dict[str, Any]:
     """The upload spec of ROWS, with top-level keys replaced by ``overrides``."""
     spec: dict[str, Any] = {
         "name": "toy",
-        "label": {"column": "outcome", "positive": "yes"},
+        "label": {"column": "outcome", "positive": "yes", "negative": "no"},
         "features": [
             {"column": "age", "type": "numeric", "lower": 18, "upper": 90},
             {"column": "color", "type": "categorical", "categories": ["red", "green", "blue"]},
@@ -200,7 +201,7 @@ def test_upload_stores_the_hand_computed_encoding(
     assert body["n_features"] == 6  # age, 3 colors, income, intercept
     assert body["feature_names"] == FEATURE_NAMES
     assert body["budget"] == {"epsilon": 1.0, "delta": 1e-6}
-    assert body["spec"]["label"] == {"column": "outcome", "positive": "yes"}
+    assert body["spec"]["label"] == {"column": "outcome", "positive": "yes", "negative": "no"}
     assert body["spec"]["features"][0] == {
         "type": "numeric",
         "column": "age",
@@ -237,15 +238,63 @@ def test_upload_stores_the_hand_computed_encoding(
     assert got.json() == body
 
 
-def test_positive_class_is_compared_as_text_and_everything_else_is_negative(
+def test_label_classes_are_compared_as_text(
     client: TestClient, site: SiteHandle, uow_factory: UnitOfWorkFactory
 ) -> None:
-    rows = ["1,20,red,1,1", "2,20,red,1,0", "3,20,red,1,2", "4,20,red,1,1.0", "5,20,red,1,-1"]
-    spec = base_spec(label={"column": "outcome", "positive": 1})
+    rows = ["1,20,red,1,1", "2,20,red,1,0", "3,20,red,1,0", "4,20,red,1,1"]
+    spec = base_spec(label={"column": "outcome", "positive": 1, "negative": 0})
     response = upload(client, site, csv_bytes(rows), spec)
     assert response.status_code == 201, response.text
+    assert response.json()["spec"]["label"] == {
+        "column": "outcome",
+        "positive": "1",
+        "negative": "0",
+    }
     _, y = load_design(uow_factory, response.json()["id"])
-    np.testing.assert_array_equal(y, [1, -1, -1, -1, -1])
+    np.testing.assert_array_equal(y, [1, -1, -1, 1])
+
+
+def test_label_values_of_neither_class_are_refused_with_counts(
+    client: TestClient, site: SiteHandle, engine: Engine
+) -> None:
+    rows = [*ROWS, "p6,20,red,1,YES", "p7,20,red,1,maybe", "p8,20,red,1,SECRET-4242"]
+    body = assert_problem(upload(client, site, csv_bytes(rows)), 422, "invalid-label-values")
+    assert body["detail"].startswith("3 rows of 8 have a value in the label column 'outcome'")
+    assert body["label_column"] == "outcome"
+    assert body["label_rows"] == 3
+    assert body["errors"] == [
+        {"loc": ["file", "outcome"], "msg": "3 row(s) hold a label value of neither declared class"}
+    ]
+    for value in ("YES", "maybe"):
+        assert value not in json.dumps(body)
+    assert_nothing_stored(client, site, engine)
+
+
+def test_the_earlier_label_form_is_read_when_the_label_has_two_values(
+    client: TestClient, site: SiteHandle, uow_factory: UnitOfWorkFactory
+) -> None:
+    """A spec naming only the positive class (the form stored specs and older clients use)
+    still uploads a file whose label column holds exactly one other value."""
+    spec = base_spec(label={"column": "outcome", "positive": "yes"})
+    response = upload(client, site, csv_bytes(), spec)
+    assert response.status_code == 201, response.text
+    assert response.json()["spec"]["label"] == {"column": "outcome", "positive": "yes"}
+    _, y = load_design(uow_factory, response.json()["id"])
+    np.testing.assert_array_equal(y, EXPECTED_Y)
+
+
+def test_the_earlier_label_form_with_an_ambiguous_label_explains_the_new_field(
+    client: TestClient, site: SiteHandle, engine: Engine
+) -> None:
+    rows = [*ROWS, "p6,20,red,1,maybe", "p7,20,red,1,SECRET-4242"]
+    spec = base_spec(label={"column": "outcome", "positive": "yes"})
+    body = assert_problem(upload(client, site, csv_bytes(rows), spec), 422, "invalid-label-values")
+    assert "names only the positive class 'yes'" in body["detail"]
+    assert "more than one value" in body["detail"]
+    assert '"negative": "..."' in body["detail"]
+    assert body["label_rows"] == 5
+    assert "maybe" not in json.dumps(body)
+    assert_nothing_stored(client, site, engine)
 
 
 def test_missing_values_can_be_dropped(
@@ -349,8 +398,8 @@ REJECTED: list[tuple[str, bytes, dict[str, Any] | str, int, str, tuple[str, ...]
     ),
     (
         "label-without-positive-rows",
-        csv_bytes(),
-        base_spec(label={"column": "outcome", "positive": "approved"}),
+        csv_bytes([row.rsplit(",", 1)[0] + ",no" for row in ROWS]),
+        base_spec(label={"column": "outcome", "positive": "approved", "negative": "no"}),
         422,
         "invalid-dataset-file",
         ("'outcome'", "no row equal to the positive class 'approved'"),
@@ -424,7 +473,7 @@ REJECTED: list[tuple[str, bytes, dict[str, Any] | str, int, str, tuple[str, ...]
         csv_bytes(),
         "{'name': SECRET-7731",
         422,
-        "invalid-upload",
+        "invalid-dataset-spec",
         ("spec", "json"),
     ),
     (
@@ -432,7 +481,7 @@ REJECTED: list[tuple[str, bytes, dict[str, Any] | str, int, str, tuple[str, ...]
         csv_bytes(),
         json.dumps({"name": "toy", "label": {"column": "outcome"}, "features": []}),
         422,
-        "invalid-upload",
+        "invalid-dataset-spec",
         ("spec",),
     ),
     (

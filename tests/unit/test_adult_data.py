@@ -78,8 +78,9 @@ def test_labels_are_normalised(raw: dict[str, dict[str, np.ndarray]], split: str
 def test_spec_is_public_and_complete(adult: ModuleType) -> None:
     spec = adult.load_spec()
     assert spec["name"] == "adult"
-    assert spec["label"] == {"column": "income", "positive": ">50K"}
+    assert spec["label"] == {"column": "income", "positive": ">50K", "negative": "<=50K"}
     assert spec["missing"] == "drop"
+    assert spec["allow_non_private"] is False
     assert spec["budget"]["epsilon"] > 0
     assert 0 <= spec["budget"]["delta"] < 1
     columns = [f["column"] for f in spec["features"]]
@@ -93,6 +94,15 @@ def test_spec_is_public_and_complete(adult: ModuleType) -> None:
         else:
             assert f["type"] == "categorical"
             assert len(f["categories"]) == len(set(f["categories"])) > 1, f["column"]
+
+
+def test_the_non_private_variant_differs_only_in_name_and_flag(adult: ModuleType) -> None:
+    dp_only = adult.load_spec()
+    variant = adult.load_spec(non_private=True)
+    assert variant["allow_non_private"] is True
+    assert variant["name"] == "adult-non-private"
+    same = {k: v for k, v in variant.items() if k not in ("name", "allow_non_private")}
+    assert same == {k: v for k, v in dp_only.items() if k not in ("name", "allow_non_private")}
 
 
 @pytest.mark.parametrize("split", ["train", "test"])

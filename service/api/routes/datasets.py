@@ -19,12 +19,12 @@ from service.api.schemas.datasets import (
     DatasetRead,
     LedgerChargeRead,
 )
-from service.api.uploads import UploadRejectedError, process_upload
+from service.api.uploads import SPEC_ERROR, UploadRejectedError, process_upload
 from service.db.models import Dataset
 from service.domain import datasets
 from service.domain.budgets import BudgetStatus
 from service.domain.errors import InvalidInputError
-from service.domain.ingest import BudgetLimits, DatasetSpec
+from service.domain.ingest import MAX_EXTRA_COLUMNS, BudgetLimits, DatasetSpec, DatasetSpecError
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["datasets"])
 
@@ -93,7 +93,8 @@ def _budget(state: BudgetStatus) -> BudgetRead:
 
 
 def _parse_spec(text: str) -> DatasetCreate:
-    """The ``spec`` part as a :class:`DatasetCreate`; 422 with every problem otherwise."""
+    """The ``spec`` part as a :class:`DatasetCreate`; otherwise a ``DatasetSpecError`` (422
+    ``invalid-dataset-spec``, like every other spec problem) listing every invalid part."""
     try:
         return DatasetCreate.model_validate_json(text)
     except ValidationError as exc:
@@ -110,7 +111,19 @@ def _parse_spec(text: str) -> DatasetCreate:
             detail = f"the 'spec' part has {len(errors)} invalid part(s); see errors"
         except ValueError:
             detail = "the 'spec' part must be a JSON object"
-        raise InvalidUploadError(detail, errors=errors) from None
+        raise DatasetSpecError(detail, errors=errors) from None
+
+
+def _spec_from(text: str, limits: BudgetLimits) -> DatasetSpec:
+    """The validated spec of the ``spec`` part; every problem with it is one problem type,
+    ``invalid-dataset-spec``, whose ``errors`` locate each part under ``spec``."""
+    try:
+        return _parse_spec(text).to_domain(limits)
+    except DatasetSpecError as exc:
+        if all(e.get("loc", [None])[:1] == ["spec"] for e in exc.errors):
+            raise
+        errors = [{**e, "loc": ["spec", *e.get("loc", ())]} for e in exc.errors]
+        raise DatasetSpecError(exc.detail, errors=errors) from None
 
 
 @router.post(
@@ -119,15 +132,17 @@ def _parse_spec(text: str) -> DatasetCreate:
     summary="Upload a dataset",
     description=(
         "Multipart upload: a `file` part (CSV with a header row, or Parquet) and a `spec` part "
-        "(JSON, see `DatasetCreate`) naming the label column and its positive class, every "
+        "(JSON, see `DatasetCreate`) naming the label column and its two classes, every "
         "feature with public bounds or categories, the budget caps and the missing-value "
         "policy. Numeric values are clamped to the declared bounds, categories outside the "
         "list become an all-zero block, an intercept is added and every row is brought into "
         "the unit ball. PrivFit never reads bounds from the data. The file is parsed while "
         "it is received when the `spec` part comes first (spooled to disk first otherwise), "
         "never held whole in memory; the dataset is stored only if the whole body and file "
-        "are valid. Errors name columns and count rows but never show a data value. Requires a "
-        "site key."
+        f"are valid. A label value of neither class, or more than {MAX_EXTRA_COLUMNS:,} columns "
+        "beyond those the spec reads, is a 422; every problem with the spec itself is a 422 of "
+        "type `invalid-dataset-spec`. Errors name columns and count rows but never show a data "
+        "value. Requires a site key."
     ),
     response_model=DatasetRead,
     responses=problem_responses(400, 401, 403, 413, 415, 422),
@@ -146,7 +161,7 @@ async def create_dataset(
     )
 
     def prepare(text: str) -> DatasetSpec:
-        return _parse_spec(text).to_domain(limits)
+        return _spec_from(text, limits)
 
     def store(spec: DatasetSpec, source: IO[bytes]) -> Dataset:
         return datasets.create_dataset(
@@ -164,6 +179,10 @@ async def create_dataset(
             process=store,
         )
     except UploadRejectedError as exc:
+        if exc.kind == SPEC_ERROR:
+            raise DatasetSpecError(
+                exc.detail, errors=[{"loc": ["spec"], "msg": exc.detail}]
+            ) from None
         if exc.status == 422:
             raise InvalidUploadError(exc.detail) from None
         raise StarletteHTTPException(exc.status, detail=exc.detail) from None

@@ -76,7 +76,7 @@ def upload_model(
             epsilon=c.epsilon, delta=c.delta, mechanism=c.mechanism, description=c.description
         )
     upload = models.build_upload(
-        label={"column": body.label.column, "positive": body.label.positive},
+        label=body.label.model_dump(exclude_none=True),
         features=feature_inputs(body.features),
         row_norm=body.row_norm,
         weights=body.weights,

@@ -35,13 +35,24 @@ __all__ = [
 _COLUMN = Annotated[StrictStr, Field(min_length=1, max_length=1000)]
 
 
+_LABEL_VALUE = StrictStr | StrictInt | StrictBool
+
+
 class LabelIn(RequestModel):
-    """The label column and the value that marks the positive class; every other value of the
-    column is the negative class."""
+    """The label column and its two classes. In a dataset upload a label value of neither
+    class is refused (422 `invalid-label-values`, counting rows, never showing values).
+    Without `negative` (the earlier form) an upload is read only when the column holds exactly
+    one value besides `positive`, which then is the negative class."""
 
     column: _COLUMN
-    positive: StrictStr | StrictInt | StrictBool = Field(
-        description="Compared as text: integers in decimal, booleans as 'True'/'False'."
+    positive: _LABEL_VALUE = Field(
+        description="The positive class. Compared as text, exactly (case and spaces count): "
+        "integers in decimal, booleans as 'True'/'False'."
+    )
+    negative: _LABEL_VALUE | None = Field(
+        default=None,
+        description="The negative class, compared like `positive`. Declare it: without it an "
+        "upload whose label column holds more than one other value is refused.",
     )
 
 
@@ -102,7 +113,7 @@ class DatasetCreate(RequestModel):
             "examples": [
                 {
                     "name": "adult",
-                    "label": {"column": "income", "positive": ">50K"},
+                    "label": {"column": "income", "positive": ">50K", "negative": "<=50K"},
                     "features": [
                         {"column": "age", "type": "numeric", "lower": 17, "upper": 90},
                         {
@@ -149,6 +160,7 @@ class DatasetCreate(RequestModel):
             name=self.name,
             label_column=self.label.column,
             positive=self.label.positive,
+            negative=self.label.negative,
             features=feature_inputs(self.features),
             epsilon=self.budget.epsilon,
             delta=self.budget.delta,

@@ -10,7 +10,8 @@ from pydantic import ConfigDict, Field, StrictStr
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.api.schemas.datasets import CategoricalFeatureIn, LabelIn, NumericFeatureIn
 from service.db.models import Model
-from service.domain.predict import Prediction
+from service.domain.models import MAX_ABS_WEIGHT
+from service.domain.predict import MAX_ABS_SCORE, Prediction
 
 __all__ = [
     "Coefficient",
@@ -30,7 +31,8 @@ __all__ = [
 MAX_PREDICT_ROWS = 1_000
 
 FeatureIn = Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]
-FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
+#: One weight of an uploaded model: finite, |w| ≤ MAX_ABS_WEIGHT.
+Weight = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_ABS_WEIGHT, le=MAX_ABS_WEIGHT)]
 
 
 class Coefficient(ResponseModel):
@@ -193,9 +195,14 @@ class PredictRequest(RequestModel):
 class PredictionRead(ResponseModel):
     """The class, the score wᵀx and (logistic loss only) the probability of the positive class."""
 
-    positive: bool
-    score: float
-    probability: float | None = Field(description="σ(score); only for the logistic loss.")
+    positive: bool = Field(description="score > 0: the label's positive class.")
+    score: float = Field(
+        description="wᵀx for the preprocessed row, always finite: clipped to "
+        f"±{MAX_ABS_SCORE:,.0f}."
+    )
+    probability: float | None = Field(
+        description="σ(score) in [0, 1], computed stably; only for the logistic loss."
+    )
 
     @classmethod
     def from_domain(cls, p: Prediction) -> PredictionRead:
@@ -254,7 +261,10 @@ class ModelUpload(RequestModel):
     label: LabelIn
     features: list[FeatureIn] = Field(min_length=1)
     row_norm: Literal["clip", "scale"] = "clip"
-    weights: list[FiniteFloat] = Field(min_length=1)
+    weights: list[Weight] = Field(
+        min_length=1,
+        description=f"One per encoded feature; each finite with |w| ≤ {MAX_ABS_WEIGHT:,.0f}.",
+    )
     loss: Literal["logistic", "huber", "other"] = Field(
         default="logistic",
         description="The loss it was trained with; `logistic` makes σ(score) a probability.",

@@ -51,6 +51,7 @@ class StudySpecIn(RequestModel):
         return StudySpecInput(
             label_column=self.label.column,
             positive=self.label.positive,
+            negative=self.label.negative,
             features=feature_inputs(self.features),
             row_norm=self.row_norm,
         )

@@ -28,6 +28,7 @@ from service.domain.ingest import (
     EncodedChunk,
     FeatureInput,
     IngestReport,
+    LabelValuesError,
     MissingValuesError,
     build_spec,
     decode_chunk,
@@ -63,6 +64,7 @@ def _spec(**overrides: Any) -> DatasetSpec:
         "name": "toy",
         "label_column": "label",
         "positive": "yes",
+        "negative": "no",
         "features": _features(),
         "epsilon": 1.0,
         "delta": 1e-6,
@@ -92,15 +94,15 @@ def _assert_value_free(exc: DatasetInputError) -> None:
 
 
 def test_build_spec_normalises_and_converts_caps_to_units() -> None:
-    spec = _spec(epsilon=4.0, delta=1e-6, positive=1)
-    assert spec.positive == "1"
+    spec = _spec(epsilon=4.0, delta=1e-6, positive=1, negative=0)
+    assert (spec.positive, spec.negative) == ("1", "0")
     assert spec.epsilon_cap_units == to_units(4.0, EPSILON_UNIT, "down") == 4 * 10**9
     assert spec.delta_cap_units == to_units(1e-6, DELTA_UNIT, "down") == 10**9
     assert spec.columns == ("age", "colour", "score", "label")
     assert spec.preprocessing.n_features == 1 + 2 + 1 + 1  # with the intercept
     assert spec.preprocessing.row_norm == "clip"
     as_json = spec.to_dict()
-    assert as_json["label"] == {"column": "label", "positive": "1"}
+    assert as_json["label"] == {"column": "label", "positive": "1", "negative": "0"}
     assert as_json["features"][1] == {
         "type": "categorical",
         "column": "colour",
@@ -263,11 +265,78 @@ def test_csv_is_encoded_exactly_like_the_public_transform() -> None:
     assert X[2, 1] == X[2, 2] == 0.0  # the colour block of the undeclared category
 
 
-def test_every_other_label_value_is_negative() -> None:
-    rows = ["1,red,0,yes", "2,red,0,maybe", "3,red,0,YES", "4,red,0,no"]
-    _, chunks = _run(_csv(rows))
+def test_label_values_of_neither_class_are_refused_with_counts() -> None:
+    rows = ["1,red,0,yes", "2,red,0,maybe", "3,red,0,YES", "4,red,0,no", "5,red,0,SECRET-TEXT-7731"]
+    exc = _bad(_csv(rows))
+    assert isinstance(exc, LabelValuesError)
+    assert exc.slug == "invalid-label-values"
+    assert exc.detail.startswith("3 rows of 5 have a value in the label column 'label'")
+    assert "neither the positive class 'yes' nor the negative class 'no'" in exc.detail
+    for value in ("maybe", "YES"):
+        assert value not in exc.detail + json.dumps(exc.errors)
+    assert exc.errors == [
+        {"loc": ["file", "label"], "msg": "3 row(s) hold a label value of neither declared class"}
+    ]
+    assert exc.extensions()["label_column"] == "label"
+    assert exc.extensions()["label_rows"] == 3
+
+
+def test_label_values_are_counted_over_every_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 64)
+    rows = [f"{i},red,0,{['yes', 'no', 'Yes '][i % 3]}" for i in range(90)]
+    exc = _bad(_csv(rows))
+    assert isinstance(exc, LabelValuesError)
+    assert exc.rows == 30
+
+
+def test_missing_labels_follow_the_missing_policy_not_the_label_rule() -> None:
+    rows = ["1,red,0,yes", "2,red,0,", "3,red,0,no"]
+    assert isinstance(_bad(_csv(rows)), MissingValuesError)
+    report, _ = _run(_csv(rows), _spec(missing="drop"))
+    assert (report.n_rows, report.n_positive, report.rows_dropped) == (2, 1, 1)
+
+
+def test_a_spec_naming_only_the_positive_class_reads_a_two_valued_label() -> None:
+    spec = _spec(negative=None)
+    assert spec.negative is None
+    assert spec.to_dict()["label"] == {"column": "label", "positive": "yes"}
+    _, chunks = _run(_csv(["1,red,0,yes", "2,red,0,no", "3,red,0,no"]), spec)
     _, _, y = decode_chunk(chunks[0].payload)
-    np.testing.assert_array_equal(y, [1, -1, -1, -1])
+    np.testing.assert_array_equal(y, [1, -1, -1])
+
+
+@pytest.mark.parametrize(
+    ("others", "how"),
+    [
+        (["no", "maybe", "SECRET-TEXT-7731"], "more than one value"),
+        (["YES", "YES"], "only in case or spaces"),
+        ([" yes", "no"], "more than one value"),
+    ],
+    ids=["several-values", "case-variant", "space-variant-and-another"],
+)
+def test_a_spec_naming_only_the_positive_class_refuses_an_ambiguous_label(
+    others: list[str], how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 32)  # values in different blocks
+    rows = ["1,red,0,yes", *(f"{i},red,0,{v}" for i, v in enumerate(others, 2))]
+    exc = _bad(_csv(rows), _spec(negative=None))
+    assert isinstance(exc, LabelValuesError)
+    assert how in exc.detail
+    assert f"({len(others)} rows of {len(rows)}; values not shown)" in exc.detail
+    assert '"negative": "..."' in exc.detail
+    for value in ("maybe", "YES"):
+        assert value not in exc.detail
+
+
+@pytest.mark.parametrize(
+    ("negative", "fragment"),
+    [("yes", "must differ from the positive class"), ("NA", "missing-value marker")],
+)
+def test_the_negative_class_is_checked(negative: str, fragment: str) -> None:
+    with pytest.raises(DatasetSpecError) as info:
+        _spec(negative=negative)
+    assert fragment in info.value.detail
+    assert info.value.errors[0]["loc"] == ["label", "negative"]
 
 
 def test_parquet_gives_the_same_design_as_csv(tmp_path: Path) -> None:
@@ -300,7 +369,7 @@ def test_parquet_integer_categories_and_boolean_labels(tmp_path: Path) -> None:
         FeatureInput(column="zone", type="categorical", categories=("1", "2")),
         FeatureInput(column="flag", type="numeric", lower=0, upper=1),
     ]
-    spec = _spec(features=features, positive=True)
+    spec = _spec(features=features, positive=True, negative=False)
     path = tmp_path / "ints.parquet"
     pq.write_table(
         pa.table(
@@ -521,7 +590,7 @@ def test_nan_is_an_error_even_when_missing_rows_are_dropped() -> None:
 
 
 def test_label_without_positive_rows() -> None:
-    exc = _bad(_csv(["1,red,1,no", "2,blue,1,SECRET-TEXT-7731"]))
+    exc = _bad(_csv(["1,red,1,no", "2,blue,1,no"]))
     assert exc.detail.startswith("the label column 'label' has no row equal to the positive")
 
 

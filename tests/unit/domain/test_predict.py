@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from service.domain.predict import (
+    MAX_ABS_SCORE,
     MAX_REPORTED_ROW_ERRORS,
     InvalidRowsError,
     predict_rows,
@@ -116,3 +117,69 @@ def test_an_undeclared_category_scores_as_an_all_zero_block_as_in_training() -> 
     columns = {c: np.asarray([data[1][c]]) for c in spec.columns}
     expected = float(model().decision_function(spec.transform(columns))[0])
     assert got.score == pytest.approx(expected, abs=1e-12)
+
+
+# ---- extreme weights and inputs: finite, documented values (issue 18 item 5) ----------------
+
+HUGE = 1.7976931348623157e308
+
+
+@pytest.mark.parametrize(
+    "coef",
+    [
+        [HUGE, HUGE, -HUGE, HUGE, -HUGE, HUGE],  # inf − inf in a plain dot product
+        [HUGE] * 6,
+        [-HUGE] * 6,
+        [1e-300, -1e-300, 0.0, 0.0, 5e-324, -5e-324],
+        [0.0] * 6,
+    ],
+    ids=["cancelling", "all-huge", "all-minus-huge", "tiny", "zero"],
+)
+def test_scores_are_finite_and_clipped_whatever_the_weights(coef: list[float]) -> None:
+    data, _ = _data.rows(30)
+    extreme = [
+        {"age": 1e308, "color": "red", "income": -1e308},
+        {"age": -1e308, "color": "purple", "income": 1e308},
+    ]
+    got = predict_rows(
+        LinearModel(coef=np.array(coef)), _data.spec(), [*data, *extreme], loss="logistic"
+    )
+    for p in got:
+        assert math.isfinite(p.score)
+        assert abs(p.score) <= MAX_ABS_SCORE
+        assert p.positive == (p.score > 0)
+        assert p.probability is not None
+        assert 0.0 <= p.probability <= 1.0
+
+
+def test_huge_weights_keep_the_sign_of_the_exact_score() -> None:
+    spec = _data.spec()
+    data, _ = _data.rows(40)
+    coef = np.array([1.5, 0.7, -0.2, -0.4, 2.0, -1.0])
+    small = predict_rows(LinearModel(coef=coef), spec, data, loss="logistic")
+    huge = predict_rows(LinearModel(coef=coef * 1e307), spec, data, loss="logistic")
+    for a, b in zip(small, huge, strict=True):
+        assert b.positive == a.positive
+        assert b.score == (MAX_ABS_SCORE if a.score > 0 else -MAX_ABS_SCORE if a.score < 0 else 0)
+        assert b.probability == (1.0 if a.score > 0 else 0.0 if a.score < 0 else 0.5)
+
+
+def test_a_model_giving_nan_scores_predicts_zero() -> None:
+    class Broken:
+        def decision_function(self, X: np.ndarray) -> np.ndarray:
+            return np.full(X.shape[0], np.nan)
+
+        def to_dict(self) -> dict[str, Any]:
+            return {}
+
+    (p,) = predict_rows(Broken(), _data.spec(), _data.rows(1)[0], loss="logistic")
+    assert (p.score, p.positive, p.probability) == (0.0, False, 0.5)
+
+
+def test_moderate_scores_are_not_changed() -> None:
+    spec = _data.spec()
+    data, _ = _data.rows(20)
+    coef = np.array([1.5, 0.7, -0.2, -0.4, 2.0, -1.0]) * 1e5
+    got = predict_rows(LinearModel(coef=coef), spec, data, loss=None)
+    expected = spec.transform(_data.columns(data)) @ coef
+    assert [p.score for p in got] == pytest.approx(list(expected), rel=1e-12)
