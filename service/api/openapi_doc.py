@@ -8,8 +8,10 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 
 from service.api.errors import problem_example, problem_responses
+from service.api.schemas.datasets import DatasetCreate
 from service.api.schemas.problem import PROBLEM_MEDIA_TYPE
 
 __all__ = ["DESCRIPTION", "TAGS", "build_openapi", "operation_id"]
@@ -93,6 +95,24 @@ def _fix_error_responses(spec: dict[str, Any]) -> None:
                         example["instance"] = path
 
 
+#: Request models that no route declares as a body but the document references (the
+#: multipart upload's ``spec`` part is read by hand, so FastAPI never sees its model).
+_EXTRA_SCHEMAS: tuple[type[BaseModel], ...] = (DatasetCreate,)
+
+
+def _add_extra_schemas(spec: dict[str, Any]) -> None:
+    """Define every model of ``_EXTRA_SCHEMAS`` (and the models it uses) under
+    ``components/schemas`` so that every ``$ref`` in the document resolves."""
+    schemas: dict[str, Any] = spec.setdefault("components", {}).setdefault("schemas", {})
+    for model in _EXTRA_SCHEMAS:
+        schema = model.model_json_schema(
+            ref_template="#/components/schemas/{model}", mode="validation"
+        )
+        for name, definition in schema.pop("$defs", {}).items():
+            schemas.setdefault(name, definition)
+        schemas.setdefault(model.__name__, schema)
+
+
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     """The app's OpenAPI document (cached on the app)."""
     if app.openapi_schema is None:
@@ -105,5 +125,6 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         )
         spec = copy.deepcopy(spec)
         _fix_error_responses(spec)
+        _add_extra_schemas(spec)
         app.openapi_schema = spec
     return app.openapi_schema

@@ -117,6 +117,22 @@ class BudgetCaps(BaseModel):
     epsilon: Annotated[float, Field(title="Epsilon")]
 
 
+class BudgetIn(BaseModel):
+    """
+    The dataset's privacy budget caps; each at most the server's maximum.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(description="Total δ.", ge=0.0, lt=1.0, title="Delta")] = (
+        0.0
+    )
+    epsilon: Annotated[
+        float, Field(description="Total ε of every fit on this dataset.", gt=0.0, title="Epsilon")
+    ]
+
+
 class BudgetLeft(BaseModel):
     """
     The dataset's remaining budget now, and whether it covers the fit.
@@ -1215,6 +1231,52 @@ class BudgetRead(BaseModel):
     epsilon_remaining: Annotated[float, Field(title="Epsilon Remaining")]
     epsilon_spent: Annotated[float, Field(title="Epsilon Spent")]
     epsilon_total: Annotated[float, Field(title="Epsilon Total")]
+
+
+class DatasetCreate(BaseModel):
+    """
+    The ``spec`` part of ``POST /v1/datasets`` (a JSON object). Everything in it is public:
+    bounds and categories must be known without looking at the data.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    allow_non_private: Annotated[
+        bool | None,
+        Field(
+            description="Allow the non-private baseline fit on this dataset.",
+            title="Allow Non Private",
+        ),
+    ] = False
+    budget: BudgetIn
+    features: Annotated[
+        list[Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]],
+        Field(min_length=1, title="Features"),
+    ]
+    label: LabelIn
+    missing: Annotated[
+        Literal["error", "drop"] | None,
+        Field(
+            description="'error': refuse a file with missing cells (422 naming the columns and counts); 'drop': drop those rows.",
+            title="Missing",
+        ),
+    ] = "error"
+    missing_values: Annotated[
+        list[str] | None,
+        Field(
+            description="Cell texts that count as missing in a CSV; default ['', '?', 'NA', 'N/A', 'NULL', 'null']. NaN and inf are never missing: in a numeric column they are an error.",
+            title="Missing Values",
+        ),
+    ] = None
+    name: Annotated[str, Field(max_length=200, min_length=1, title="Name")]
+    row_norm: Annotated[
+        Literal["clip", "scale"] | None,
+        Field(
+            description="Bring rows into the unit ball by clipping each row (default) or by dividing every row by the public constant √(#features + 1).",
+            title="Row Norm",
+        ),
+    ] = "clip"
 
 
 class DatasetRead(BaseModel):
