@@ -17,6 +17,7 @@ from typing import TextIO
 import anyio.to_thread
 from fastapi import FastAPI
 
+from service.api.docs import install_docs
 from service.api.errors import install_error_handlers
 from service.api.metrics import HttpMetrics
 from service.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
@@ -133,7 +134,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         openapi_tags=TAGS,
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
-        swagger_ui_parameters={"persistAuthorization": True, "displayRequestDuration": True},
+        docs_url=None,
+        redoc_url=None,
     )
     metrics = HttpMetrics()
     app.state.settings = settings
@@ -142,6 +144,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.admin_key_hash = configured_key_hash(admin_key)
 
     install_error_handlers(app)
+    install_docs(app, persist_authorization=settings.docs_persist_authorization)
     # Routers carry their full prefix (see service.api.routes): include them without one.
     for router in (
         ops.router,

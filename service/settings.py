@@ -122,6 +122,13 @@ class Settings(BaseSettings):
             "another may still be running those jobs."
         ),
     )
+    docs_persist_authorization: bool = Field(
+        default=False,
+        description=(
+            "Let Swagger UI keep the pasted API key in the browser's localStorage across "
+            "restarts. Off by default: a raw key left in a shared browser is a leaked key."
+        ),
+    )
     test_seed: int | None = Field(
         default=None,
         ge=0,

@@ -1,0 +1,30 @@
+"""The documentation pages name no other host and keep no key unless the operator opts in."""
+
+from __future__ import annotations
+
+import re
+
+from fastapi.testclient import TestClient
+
+from service.main import create_app
+from service.settings import Settings
+
+_FOREIGN_URL = re.compile(r"""(?:src|href|url)\s*[=:(]\s*["']?(?:https?:)?//""", re.IGNORECASE)
+
+
+def test_docs_pages_load_every_asset_from_the_service(client: TestClient) -> None:
+    for page in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        response = client.get(page)
+        assert response.status_code == 200, page
+        assert not _FOREIGN_URL.search(response.text), page
+        assert "default-src 'self'" in response.headers["content-security-policy"]
+        assert "fonts.googleapis" not in response.text
+    for asset in ("swagger-ui-bundle.js", "swagger-ui.css", "redoc.standalone.js", "favicon.png"):
+        assert client.get(f"/docs-assets/{asset}").status_code == 200, asset
+
+
+def test_swagger_ui_keeps_the_key_only_when_the_operator_opts_in(settings: Settings) -> None:
+    default = TestClient(create_app(settings)).get("/docs").text
+    assert '"persistAuthorization": false' in default
+    opted_in = settings.model_copy(update={"docs_persist_authorization": True})
+    assert '"persistAuthorization": true' in TestClient(create_app(opted_in)).get("/docs").text
