@@ -22,6 +22,7 @@ from service.api.errors import install_error_handlers
 from service.api.metrics import HttpMetrics
 from service.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from service.api.openapi_doc import DESCRIPTION, TAGS, build_openapi, operation_id
+from service.api.rate_limits import RateLimits
 from service.api.routes import audit, datasets, fits, jobs, models, ops, sites, studies
 from service.db.migrate import DatabaseProbe, head_revisions
 from service.db.session import make_engine, make_sessionmaker
@@ -142,6 +143,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
     app.state.admin_key_hash = configured_key_hash(admin_key)
+    app.state.rate_limits = RateLimits(
+        failed_auth=settings.rate_limit_failed_auth,
+        expensive=settings.rate_limit_expensive,
+        storage_url=settings.rate_limit_storage,
+    )
 
     install_error_handlers(app)
     install_docs(app, persist_authorization=settings.docs_persist_authorization)

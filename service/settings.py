@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
+import limits
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -122,6 +123,31 @@ class Settings(BaseSettings):
             "another may still be running those jobs."
         ),
     )
+    rate_limit_failed_auth: str | None = Field(
+        default="30/minute",
+        description=(
+            "Failed authentications allowed per client address and per key prefix (`limits` "
+            "notation, e.g. `30/minute`; empty: no limit). Over it, requests get 429."
+        ),
+    )
+    rate_limit_expensive: str | None = Field(
+        default="120/minute",
+        description=(
+            "Expensive operations (uploads, fits, aggregations, federated fits, predictions, "
+            "model uploads) allowed per key and per client address; empty: no limit."
+        ),
+    )
+    rate_limit_storage: str = Field(
+        default="memory://",
+        description=(
+            "Where rate-limit counters live: `memory://` (per process) or a shared store such "
+            "as `redis://127.0.0.1:6379` for several API replicas."
+        ),
+    )
+    metrics_require_key: bool = Field(
+        default=False,
+        description="Require the admin key (`Authorization: Bearer`) for `/metrics`.",
+    )
     docs_persist_authorization: bool = Field(
         default=False,
         description=(
@@ -137,6 +163,17 @@ class Settings(BaseSettings):
             "Never set it in production: anyone who knows it can remove the noise."
         ),
     )
+
+    @field_validator("rate_limit_failed_auth", "rate_limit_expensive")
+    @classmethod
+    def _check_rate(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        try:
+            limits.parse(value)
+        except ValueError as exc:
+            raise ValueError(f"not a rate such as '30/minute': {value!r}") from exc
+        return value.strip()
 
     @field_validator("database_url")
     @classmethod

@@ -181,6 +181,10 @@ def settings(db_url: str) -> Settings:
         environment="test",
         max_request_bytes=1024 * 1024,
         job_runner="thread",
+        # Rate limits are off here (tests fire hundreds of requests a second); their own
+        # tests turn them on (tests/api/test_hardening.py).
+        rate_limit_failed_auth=None,
+        rate_limit_expensive=None,
     )
 
 

@@ -11,11 +11,13 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from service.api.rate_limits import RateLimits
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.audit import AuditContext
 from service.domain.auth import authenticate
 from service.domain.errors import AuthenticationError
 from service.domain.ids import MAX_IDEMPOTENCY_KEY_LENGTH
+from service.domain.keys import parse_prefix
 from service.domain.principal import Principal
 from service.settings import Settings
 
@@ -24,6 +26,7 @@ __all__ = [
     "AdminDep",
     "AuditContextDep",
     "DryRun",
+    "Expensive",
     "IdempotencyKey",
     "PreferWait",
     "PrincipalDep",
@@ -81,16 +84,39 @@ def get_principal(
     """The caller, from ``Authorization: Bearer <key>``; 401 when missing or invalid."""
     if credentials is None or not credentials.credentials:
         raise AuthenticationError("send an API key as `Authorization: Bearer <key>`")
+    rate_limits: RateLimits = request.app.state.rate_limits
+    address = _client_address(request)
+    prefix = parse_prefix(credentials.credentials)
+    rate_limits.check_authentication_allowed(address, prefix)
     admin_key_hash: str | None = request.app.state.admin_key_hash
-    return authenticate(
-        uow,
-        token=credentials.credentials,
-        configured_admin_key_hash=admin_key_hash,
-        context=audit_context,
-    )
+    try:
+        return authenticate(
+            uow,
+            token=credentials.credentials,
+            configured_admin_key_hash=admin_key_hash,
+            context=audit_context,
+        )
+    except AuthenticationError:
+        rate_limits.record_failed_authentication(address, prefix)
+        raise
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+def _client_address(request: Request) -> str:
+    return request.client.host if request.client is not None else "unknown"
+
+
+async def count_expensive(request: Request, principal: PrincipalDep) -> None:
+    """Count an expensive operation against the caller's key and address (429 when over)."""
+    rate_limits: RateLimits = request.app.state.rate_limits
+    key = principal.key_id or principal.role
+    rate_limits.hit_expensive(_client_address(request), key)
+
+
+#: Route dependency of the expensive operations (uploads, fits, aggregations, predictions).
+Expensive = Depends(count_expensive)
 
 
 async def get_admin(principal: PrincipalDep) -> Principal:

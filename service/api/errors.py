@@ -31,6 +31,7 @@ from service.domain.errors import (
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
+    RateLimitedError,
 )
 
 __all__ = [
@@ -53,6 +54,7 @@ DOMAIN_ERROR_STATUS: dict[type[DomainError], int] = {
     ConflictError: 409,
     BudgetExhaustedError: 409,
     InvalidInputError: 422,
+    RateLimitedError: 429,
 }
 
 #: Problem types of errors raised outside the domain: (slug, title) by status.
@@ -125,6 +127,8 @@ async def _domain_error(request: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, DomainError)
     status = status_for(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if isinstance(exc, RateLimitedError):
+        headers = {"Retry-After": str(exc.retry_after)}
     return problem_response(
         request,
         status=status,

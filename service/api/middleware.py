@@ -65,7 +65,9 @@ class RequestContextMiddleware:
             if message["type"] == "http.response.start":
                 response_started = True
                 status = int(message["status"])
-                MutableHeaders(scope=message)[REQUEST_ID_HEADER] = request_id
+                headers = MutableHeaders(scope=message)
+                headers[REQUEST_ID_HEADER] = request_id
+                _add_security_headers(headers, scope["path"])
             await send(message)
 
         try:
@@ -100,6 +102,19 @@ class RequestContextMiddleware:
                 },
             )
             request_id_var.reset(token)
+
+
+#: Paths whose responses may be cached: the docs' static assets (they carry no key or data).
+_CACHEABLE_PREFIXES = ("/docs-assets/",)
+
+
+def _add_security_headers(headers: MutableHeaders, path: str) -> None:
+    """``nosniff`` on every response; ``no-store`` on every response that is not a static asset
+    (API keys, datasets' budgets and models must not stay in a browser's or proxy's cache)."""
+    headers["X-Content-Type-Options"] = "nosniff"
+    headers.setdefault("Referrer-Policy", "no-referrer")
+    if not path.startswith(_CACHEABLE_PREFIXES):
+        headers["Cache-Control"] = "no-store"
 
 
 def _route_template(scope: Scope) -> str:

@@ -6,6 +6,7 @@ needs a migration (see README, "Migrations"); ``tests/integration/db`` fails on 
 
 from __future__ import annotations
 
+import unicodedata
 import uuid
 from datetime import datetime
 from typing import Any, Literal
@@ -55,6 +56,12 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def site_name_key(name: str) -> str:
+    """The form under which site names must be unique: NFKC, case-folded, NFKC again (the
+    Unicode "NFKC_Casefold" recipe), so compatibility and case variants collide."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+
+
 class Site(Base):
     """An organisation using the service (a hospital, a bank, a research site)."""
 
@@ -62,6 +69,13 @@ class Site(Base):
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
     name: Mapped[str] = mapped_column(String(100), unique=True)
+    #: The name after NFKC normalisation and case folding: two sites whose names look the same
+    #: ("St Mary", "ST MARY", "Ｓｔ Ｍａｒｙ") cannot both exist.
+    name_key: Mapped[str] = mapped_column(
+        String(1000),
+        unique=True,
+        default=lambda context: site_name_key(context.get_current_parameters()["name"]),
+    )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     api_keys: Mapped[list[ApiKey]] = relationship(back_populates="site", lazy="raise")

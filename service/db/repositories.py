@@ -85,6 +85,10 @@ class SiteRepository(Repository[Site]):
         """The site called ``name`` (names are unique), or None."""
         return self.session.scalars(select(Site).where(Site.name == name)).one_or_none()
 
+    def get_by_name_key(self, name_key: str) -> Site | None:
+        """The site whose normalised name is ``name_key`` (unique), or None."""
+        return self.session.scalars(select(Site).where(Site.name_key == name_key)).one_or_none()
+
     def list_page(self, *, limit: int, offset: int) -> Sequence[Site]:
         """Sites in creation order."""
         query = select(Site).order_by(Site.created_at, Site.id).limit(limit).offset(offset)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,10 @@ def safe_url(url: str | URL) -> str:
 def make_engine(url: str | URL, *, busy_timeout_ms: int = 5000, pool_size: int = 5) -> Engine:
     """Build an engine for ``url``.
 
-    SQLite: creates the file's folder, allows use across threads (FastAPI runs sync handlers in a
-    threadpool) and sets ``foreign_keys=ON``, ``journal_mode=WAL`` (readers do not block the
-    writer) and ``busy_timeout`` on every connection. PostgreSQL: a pre-pinged pool and a
+    SQLite: creates the file and its folder with owner-only permissions, allows use across
+    threads (FastAPI runs sync handlers in a threadpool) and sets ``foreign_keys=ON``,
+    ``journal_mode=WAL`` (readers do not block the writer) and ``busy_timeout`` on every
+    connection. PostgreSQL: a pre-pinged pool and a
     10-second connect timeout.
     """
     parsed = _parse(url)
@@ -43,7 +45,7 @@ def make_engine(url: str | URL, *, busy_timeout_ms: int = 5000, pool_size: int =
         database = parsed.database or ""
         in_memory = database in {"", ":memory:"} or database.startswith("file::memory:")
         if not in_memory:
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            _create_private_file(Path(database).expanduser())
         kwargs["connect_args"] = {"check_same_thread": False}
         engine = create_engine(parsed, **kwargs)
         _install_sqlite_pragmas(engine, busy_timeout_ms=busy_timeout_ms, wal=not in_memory)
@@ -53,6 +55,18 @@ def make_engine(url: str | URL, *, busy_timeout_ms: int = 5000, pool_size: int =
         # A blackholed host must fail /readyz quickly, not hang it.
         kwargs["connect_args"] = {"connect_timeout": 10}
     return create_engine(parsed, **kwargs)
+
+
+def _create_private_file(path: Path) -> None:
+    """Create the SQLite file (and any missing folders) readable by the owner only: it holds
+    raw rows. Folders created here get 0700 and a new file 0600; SQLite gives its ``-wal`` and
+    ``-shm`` files the main file's permissions. Existing files and folders are left as they are.
+    """
+    missing = [folder for folder in (path.parent, *path.parent.parents) if not folder.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    if not path.exists():
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
 
 
 def _install_sqlite_pragmas(engine: Engine, *, busy_timeout_ms: int, wal: bool) -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "InvalidInputError",
     "NotFoundError",
     "PermissionDeniedError",
+    "RateLimitedError",
 ]
 
 
@@ -124,3 +125,17 @@ class BudgetExhaustedError(DomainError):
         if self.requested_delta is not None:
             members["requested_delta"] = self.requested_delta
         return members
+
+
+class RateLimitedError(DomainError):
+    """Too many requests of a kind from one client or key; retry after ``retry_after`` s."""
+
+    slug = "rate-limited"
+    title = "Too many requests"
+
+    def __init__(self, detail: str, *, retry_after: int) -> None:
+        super().__init__(detail)
+        self.retry_after = retry_after
+
+    def extensions(self) -> dict[str, Any]:
+        return {"retry_after": self.retry_after}

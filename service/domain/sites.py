@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from service.db.base import utcnow
 from service.db.errors import IntegrityConflictError
-from service.db.models import ApiKey, Site
+from service.db.models import ApiKey, Site, site_name_key
 from service.db.uow import UnitOfWork
 from service.domain import audit
 from service.domain.audit import AuditContext
@@ -48,8 +49,21 @@ class SitePage:
     total: int
 
 
+#: Characters that reorder how text is displayed (Unicode bidi embeddings, overrides, isolates
+#: and marks): a name holding one can look like another site's name ("Trojan Source").
+BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
 def normalise_name(name: str) -> str:
-    """Trim surrounding whitespace; reject names that end up empty or too long."""
+    """Trim surrounding whitespace; reject names that end up empty or too long, or that hold
+    bidirectional or other control characters."""
+    if any(ch in BIDI_CONTROLS or unicodedata.category(ch) == "Cc" for ch in name):
+        raise InvalidInputError(
+            "the site name must not contain control or bidirectional formatting characters",
+            errors=[{"loc": ["body", "name"], "msg": "control character in name"}],
+        )
     cleaned = name.strip()
     if not cleaned:
         raise InvalidInputError(
@@ -79,10 +93,13 @@ def create_site(
     actor.require_admin()
     name = normalise_name(name)
     with uow:
-        if uow.sites.get_by_name(name) is not None:
-            raise ConflictError("a site with this name already exists")
+        if uow.sites.get_by_name_key(site_name_key(name)) is not None:
+            raise ConflictError(
+                "a site with this name already exists "
+                "(names are compared ignoring case and Unicode compatibility forms)"
+            )
         try:
-            site = uow.sites.add(Site(name=name))
+            site = uow.sites.add(Site(name=name, name_key=site_name_key(name)))
             key, token = _issue_key(uow, site)
             audit.record(
                 uow,
@@ -96,7 +113,10 @@ def create_site(
             uow.commit()
         except IntegrityConflictError as exc:
             # Another request created the same name between our check and our insert.
-            raise ConflictError("a site with this name already exists") from exc
+            raise ConflictError(
+                "a site with this name already exists "
+                "(names are compared ignoring case and Unicode compatibility forms)"
+            ) from exc
         return IssuedKey(site=site, key=key, token=token)
 
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.api.deps import AuditContextDep, PrincipalDep, SettingsDep, UowDep, access
+from service.api.deps import AuditContextDep, Expensive, PrincipalDep, SettingsDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
 from service.api.schemas.datasets import (
@@ -128,6 +128,7 @@ def _spec_from(text: str, limits: BudgetLimits) -> DatasetSpec:
 
 @router.post(
     "",
+    dependencies=[Expensive],
     status_code=status.HTTP_201_CREATED,
     summary="Upload a dataset",
     description=(

@@ -9,6 +9,7 @@ from starlette.concurrency import run_in_threadpool
 from service.api.deps import (
     AuditContextDep,
     DryRun,
+    Expensive,
     IdempotencyKey,
     PreferWait,
     PrincipalDep,
@@ -28,6 +29,7 @@ router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
 
 @router.post(
     "/{dataset_id}/fits",
+    dependencies=[Expensive],
     status_code=status.HTTP_202_ACCEPTED,
     summary="Fit a model on a dataset",
     description=(

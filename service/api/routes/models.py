@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, status
 from fastapi.responses import JSONResponse
 
-from service.api.deps import AuditContextDep, PrincipalDep, UowDep, access
+from service.api.deps import AuditContextDep, Expensive, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
 from service.api.schemas.datasets import feature_inputs
@@ -52,6 +52,7 @@ def list_models(
 
 @router.post(
     "",
+    dependencies=[Expensive],
     status_code=status.HTTP_201_CREATED,
     summary="Upload a classifier trained elsewhere",
     description=(
@@ -105,6 +106,7 @@ def get_model(model_id: str, uow: UowDep, principal: PrincipalDep) -> ModelRead:
 
 @router.post(
     "/{model_id}/predict",
+    dependencies=[Expensive],
     summary="Predict with a model",
     description=(
         "Scores raw rows (objects keyed by column name, as in the dataset's file) through the "

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.api.deps import access
+from service.api.deps import access, get_principal
 from service.api.errors import ProblemResponse, problem_response, problem_responses
 from service.api.metrics import HttpMetrics
 from service.api.schemas.ops import Health, Readiness
 from service.db.migrate import DatabaseProbe
+from service.db.uow import UnitOfWorkFactory
+from service.domain.audit import AuditContext
+from service.domain.errors import AuthenticationError
+from service.settings import Settings
 
 router = APIRouter(tags=["ops"])
 
@@ -59,7 +64,8 @@ def readyz(request: Request) -> Readiness | ProblemResponse:
     summary="Prometheus metrics",
     description=(
         "Request counts and latencies by method, route template and status, in the Prometheus "
-        "text format."
+        "text format. Public unless the operator sets `PRIVFIT_METRICS_REQUIRE_KEY`, which "
+        "makes it answer only to the admin key."
     ),
     response_class=PlainTextResponse,
     response_description="Prometheus text exposition format.",
@@ -77,5 +83,23 @@ def readyz(request: Request) -> Readiness | ProblemResponse:
     openapi_extra=access("public"),
 )
 def metrics(request: Request) -> Response:
+    settings: Settings = request.app.state.settings
+    if settings.metrics_require_key:
+        _require_admin_key(request)
     registry: HttpMetrics = request.app.state.metrics
     return Response(content=registry.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _require_admin_key(request: Request) -> None:
+    """401/403 unless the request carries the admin key (``PRIVFIT_METRICS_REQUIRE_KEY``)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationError("send the admin key as `Authorization: Bearer <key>`")
+    uow_factory: UnitOfWorkFactory = request.app.state.uow_factory
+    principal = get_principal(
+        request,
+        uow_factory(),
+        AuditContext(request_id=getattr(request.state, "request_id", None), client_ip=None),
+        HTTPAuthorizationCredentials(scheme="Bearer", credentials=token.strip()),
+    )
+    principal.require_admin()

@@ -11,6 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from service.api.deps import (
     AuditContextDep,
     DryRun,
+    Expensive,
     IdempotencyKey,
     PreferWait,
     PrincipalDep,
@@ -113,6 +114,7 @@ def get_study(study_id: str, uow: UowDep, principal: PrincipalDep) -> StudyRead:
 
 @router.post(
     "/{study_id}/contributions",
+    dependencies=[Expensive],
     status_code=status.HTTP_201_CREATED,
     summary="Contribute to a study",
     description=(
@@ -181,6 +183,7 @@ def withdraw_contribution(
 
 @router.post(
     "/{study_id}/aggregations",
+    dependencies=[Expensive],
     status_code=status.HTTP_202_ACCEPTED,
     summary="Aggregate the study's models",
     description=(
@@ -298,6 +301,7 @@ def _submit_aggregation(
 
 @router.post(
     "/{study_id}/federated-fits",
+    dependencies=[Expensive],
     status_code=status.HTTP_202_ACCEPTED,
     summary="Run a federated fit across granted datasets",
     description=(

@@ -1,0 +1,53 @@
+"""Site names are unique after Unicode normalisation and case folding.
+
+Revision ID: 5d2b7e9c4a10
+Revises: 9b2d4e6f8a13
+Create Date: 2026-11-25 08:10:00.000000
+
+Reviewed by hand. ``site`` gains ``name_key`` (NFKC, case-folded, NFKC again) with a unique
+constraint. Existing rows are backfilled; should two existing names collide under the new rule
+(they were accepted before it), the later one's key gets its site id appended so the upgrade
+never fails or renames anyone, and only new names are held to the rule.
+"""
+
+from collections.abc import Sequence
+import unicodedata
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "5d2b7e9c4a10"
+down_revision: str | Sequence[str] | None = "9b2d4e6f8a13"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def _key(name: str) -> str:
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("site", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("name_key", sa.String(length=1000), nullable=True))
+    connection = op.get_bind()
+    site = sa.table("site", sa.column("id", sa.String), sa.column("name", sa.String),
+                    sa.column("name_key", sa.String), sa.column("created_at", sa.DateTime))
+    seen: set[str] = set()
+    rows = connection.execute(
+        sa.select(site.c.id, site.c.name).order_by(site.c.created_at, site.c.id)
+    ).all()
+    for site_id, name in rows:
+        key = _key(name)
+        if key in seen:
+            key = f"{key}#{site_id}"
+        seen.add(key)
+        connection.execute(site.update().where(site.c.id == site_id).values(name_key=key))
+    with op.batch_alter_table("site", schema=None) as batch_op:
+        batch_op.alter_column("name_key", existing_type=sa.String(length=1000), nullable=False)
+        batch_op.create_unique_constraint(op.f("uq_site_name_key"), ["name_key"])
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("site", schema=None) as batch_op:
+        batch_op.drop_constraint(op.f("uq_site_name_key"), type_="unique")
+        batch_op.drop_column("name_key")

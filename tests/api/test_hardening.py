@@ -1,0 +1,152 @@
+"""What a security tester checks: response headers, rate limits (429 + Retry-After), a key for
+/metrics when asked, owner-only SQLite files, and site names that cannot impersonate others."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from service.db.session import make_engine
+from service.main import create_app
+from service.settings import Settings
+from tests.conftest import MakeSite
+
+PROBLEM = "application/problem+json"
+
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    return any_db_url
+
+
+def _client(app: FastAPI) -> Iterator[TestClient]:
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def limited(settings: Settings) -> Iterator[TestClient]:
+    """An app with small limits: 3 failed authentications and 4 expensive operations a minute."""
+    limited_settings = settings.model_copy(
+        update={"rate_limit_failed_auth": "3/minute", "rate_limit_expensive": "4/minute"}
+    )
+    yield from _client(create_app(limited_settings))
+
+
+def test_every_response_says_nosniff_and_api_responses_are_not_stored(
+    client: TestClient, admin_headers: dict[str, str]
+) -> None:
+    created = client.post("/v1/sites", json={"name": "Headers"}, headers=admin_headers)
+    assert created.status_code == 201
+    for response in (
+        created,
+        client.get("/v1/sites", headers=admin_headers),
+        client.get("/v1/sites"),  # a 401 problem
+        client.get("/healthz"),
+        client.get("/openapi.json"),
+    ):
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["cache-control"] == "no-store"
+    asset = client.get("/docs-assets/swagger-ui.css")
+    assert asset.headers["x-content-type-options"] == "nosniff"
+    assert asset.headers.get("cache-control") != "no-store"
+
+
+def test_failed_authentication_is_limited_per_address(
+    limited: TestClient, admin_headers: dict[str, str]
+) -> None:
+    wrong = {"Authorization": "Bearer pf_nosuchpr_wrongsecretwrongsecretwrongsecret"}
+    statuses = [limited.get("/v1/datasets", headers=wrong).status_code for _ in range(3)]
+    assert statuses == [401, 401, 401]
+    refused = limited.get("/v1/datasets", headers=wrong)
+    assert refused.status_code == 429
+    assert refused.headers["content-type"] == PROBLEM
+    assert refused.json()["type"].endswith("/rate-limited")
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    # The address is refused whatever key it now sends, until the window passes.
+    assert limited.get("/v1/sites", headers=admin_headers).status_code == 429
+
+
+def test_expensive_operations_are_limited_per_key(
+    limited: TestClient, admin_headers: dict[str, str]
+) -> None:
+    response = limited.post("/v1/sites", json={"name": "Busy"}, headers=admin_headers)
+    headers = {"Authorization": f"Bearer {response.json()['key']['api_key']}"}
+    body = {"dataset_id": "0" * 32, "epsilon": 1.0}
+    # Predicting with a model that does not exist is still an expensive request: counted.
+    statuses = [
+        limited.post(f"/v1/models/{'0' * 32}/predict", json=body, headers=headers).status_code
+        for _ in range(5)
+    ]
+    assert statuses[:4] != [429] * 4
+    assert statuses[4] == 429
+    # Cheap reads are not counted.
+    assert limited.get("/v1/datasets", headers=headers).status_code == 200
+
+
+def test_limits_are_configurable_and_validated(settings: Settings) -> None:
+    with pytest.raises(ValueError, match="30/minute"):
+        Settings(database_url="sqlite://", rate_limit_expensive="lots")
+    assert Settings(database_url="sqlite://", rate_limit_expensive="").rate_limit_expensive is None
+
+
+def test_metrics_can_require_the_admin_key(
+    settings: Settings, admin_headers: dict[str, str], make_site: MakeSite
+) -> None:
+    site = make_site()
+    guarded = settings.model_copy(update={"metrics_require_key": True})
+    for client in _client(create_app(guarded)):
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers=site.headers).status_code == 403
+        response = client.get("/metrics", headers=admin_headers)
+        assert response.status_code == 200
+        assert "privfit_http_requests_total" in response.text
+
+
+def test_metrics_stay_public_by_default(client: TestClient) -> None:
+    assert client.get("/metrics").status_code == 200
+
+
+def test_the_sqlite_file_and_its_folder_are_owner_only(tmp_path: Path) -> None:
+    database = tmp_path / "new-folder" / "privfit.db"
+    engine = make_engine(f"sqlite:///{database}")
+    with engine.connect():
+        pass
+    engine.dispose()
+    assert stat.S_IMODE(database.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(database.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("St Mary", "ST MARY"),
+        ("St Mary", "Ｓｔ Ｍａｒｙ"),  # fullwidth letters
+        ("Straße Klinik", "STRASSE KLINIK"),
+        ("ﬁrst site", "first site"),  # the fi ligature
+    ],
+)
+def test_site_names_are_unique_after_normalisation_and_case_folding(
+    client: TestClient, admin_headers: dict[str, str], first: str, second: str
+) -> None:
+    assert client.post("/v1/sites", json={"name": first}, headers=admin_headers).status_code == 201
+    again = client.post("/v1/sites", json={"name": second}, headers=admin_headers)
+    assert again.status_code == 409
+    assert again.headers["content-type"] == PROBLEM
+
+
+@pytest.mark.parametrize("control", ["\u202e", "\u2066", "\u200f", "\u061c", "\u0007"])
+def test_site_names_with_bidi_or_control_characters_are_refused(
+    client: TestClient, admin_headers: dict[str, str], control: str
+) -> None:
+    response = client.post(
+        "/v1/sites", json={"name": f"Clinic{control}cinilC"}, headers=admin_headers
+    )
+    assert response.status_code == 422
+    assert response.headers["content-type"] == PROBLEM
+    assert client.get("/v1/sites", headers=admin_headers).json()["total"] == 0
