@@ -1,5 +1,8 @@
 # PrivFit production image: `docker build -t privfit .`, then see README ("Container").
-FROM python:3.11-slim
+# The base image is pinned by digest (the python:3.11-slim index as published on Docker Hub), so a
+# rebuild gets the same bits; refresh it deliberately with
+# `docker buildx imagetools inspect python:3.11-slim`.
+FROM python:3.11-slim@sha256:9c900dea9e8fb7e16277c179b555cc72d29a352dbc33cff48ad5a0412fd5bfc7
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -8,14 +11,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# 1. Dependencies only, from pyproject.toml: this layer is rebuilt only when they change.
-COPY pyproject.toml README.md ./
-RUN mkdir service && touch service/__init__.py \
-    && pip install . \
-    && pip uninstall --yes privfit \
-    && rm -rf service build ./*.egg-info
+# 1. Dependencies only, exactly as locked (versions and hashes, `make lock`): this layer is
+#    rebuilt only when the lock changes, and a tampered or substituted wheel fails the build.
+COPY requirements.lock ./
+RUN pip install --require-hashes --no-deps -r requirements.lock
 
-# 2. The service itself, its migrations (found via /app/pyproject.toml) and the entrypoint.
+# 2. The service itself (no dependency resolution: all of them are installed above), its
+#    migrations (found via /app/pyproject.toml) and the entrypoint.
+COPY pyproject.toml README.md ./
 COPY service ./service
 COPY migrations ./migrations
 COPY docker/entrypoint.sh /usr/local/bin/privfit-entrypoint

@@ -10,7 +10,7 @@ PYTEST_ARGS ?=
 # Tests run in parallel, one process per core (pytest-xdist).
 PYTEST_PARALLEL ?= -n auto
 
-.PHONY: help run test test-fast lint format openapi client-models migrate revision bench bench-quick clean
+.PHONY: help run test test-fast lint format openapi client-models migrate revision lock bench bench-quick clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -81,6 +81,11 @@ bench-quick: $(VENV)/.installed-bench ## Smoke run of the benchmarks
 	$(BIN)/python -m benchmarks.reproduce_papers --quick
 	$(BIN)/python -m benchmarks.bench_upload --sizes 20 --repeats 1 --modes testclient
 	$(BIN)/python -m benchmarks.bench_fit_job --quick
+
+lock: $(VENV)/.installed-dev ## Regenerate requirements.lock (the image's pinned, hashed dependencies) from pyproject.toml
+	$(VENV)/bin/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
+	  --python-platform x86_64-manylinux_2_28 --no-header -o requirements.lock
+	sed -i '1i # The production image'"'"'s dependencies, pinned with hashes: `make lock` (from pyproject.toml).' requirements.lock
 
 clean: ## Remove caches and build output (keeps .venv and data/)
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist ./*.egg-info

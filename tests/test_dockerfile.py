@@ -6,6 +6,7 @@ import json
 import re
 import shlex
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -36,22 +37,46 @@ def args_of(parsed: list[tuple[str, str]], keyword: str) -> list[str]:
     return [rest for key, rest in parsed if key == keyword]
 
 
-def test_slim_python_base(parsed: list[tuple[str, str]]) -> None:
+def test_slim_python_base_pinned_by_digest(parsed: list[tuple[str, str]]) -> None:
     (base,) = args_of(parsed, "FROM")
-    assert re.fullmatch(r"python:3\.(1[1-9])-slim(-\w+)?", base), base
+    assert re.fullmatch(r"python:3\.(1[1-9])-slim(-\w+)?@sha256:[0-9a-f]{64}", base), base
 
 
-def test_dependencies_come_from_pyproject(parsed: list[tuple[str, str]]) -> None:
+def test_dependencies_come_from_the_hashed_lock(parsed: list[tuple[str, str]]) -> None:
     copies = args_of(parsed, "COPY")
-    runs = " ".join(args_of(parsed, "RUN"))
-    assert any("pyproject.toml" in c for c in copies)
-    assert "pip install ." in runs
-    assert "requirements" not in " ".join(copies) + runs
+    runs = args_of(parsed, "RUN")
+    assert "requirements.lock ./" in copies
+    lock_install = next(i for i, run in enumerate(runs) if "-r requirements.lock" in run)
+    assert "--require-hashes" in runs[lock_install]
+    assert "--no-deps" in runs[lock_install]
+    # The service itself is installed without resolving anything the lock did not pin.
+    assert any("pip install --no-deps ." in run for run in runs)
+    assert not any(re.search(r"pip install (?!--)", run) for run in runs)
     # Dependencies are installed before the code is copied, so code edits keep the layer.
     order = [key + " " + rest for key, rest in parsed]
-    first_install = next(i for i, line in enumerate(order) if "pip install ." in line)
+    first_install = next(i for i, line in enumerate(order) if "requirements.lock" in line)
     code_copy = next(i for i, line in enumerate(order) if line.startswith("COPY service"))
     assert first_install < code_copy
+
+
+def _requirement_name(requirement: str) -> str:
+    name = re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_the_lock_pins_every_dependency_with_hashes() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    lock = (ROOT / "requirements.lock").read_text(encoding="utf-8")
+    pinned = {
+        _requirement_name(m.group(1)): m.group(2)
+        for m in re.finditer(r"^([A-Za-z0-9_.\-\[\]]+)==(\S+) \\$", lock, re.MULTILINE)
+    }
+    for requirement in pyproject["project"]["dependencies"]:
+        assert _requirement_name(requirement) in pinned, f"{requirement} is not in the lock"
+    entries = re.split(r"\n(?=[A-Za-z0-9])", lock.split("\n", 1)[1])
+    for entry in entries:
+        if entry.strip():
+            assert "--hash=sha256:" in entry, entry.splitlines()[0]
 
 
 def test_runs_as_a_non_root_user(parsed: list[tuple[str, str]]) -> None:
@@ -108,6 +133,9 @@ def test_compose_example_runs_api_with_postgres() -> None:
     assert re.search(r"^  api:\n    build: \.", compose, re.MULTILINE)
     assert re.search(r"^  postgres:\n    image: postgres:", compose, re.MULTILINE)
     assert "PRIVFIT_DATABASE_URL: postgresql+psycopg://" in compose
+    # No literal password: it comes from the environment, and compose refuses to start without.
+    assert "POSTGRES_PASSWORD: ${POSTGRES_PASSWORD:?" in compose
+    assert re.search(r"psycopg://privfit:\$\{POSTGRES_PASSWORD:\?[^}]*\}@postgres", compose)
     assert "condition: service_healthy" in compose
 
 
