@@ -272,3 +272,23 @@ def test_site_names_with_bidi_or_control_characters_are_refused(
     assert response.status_code == 422
     assert response.headers["content-type"] == PROBLEM
     assert client.get("/v1/sites", headers=admin_headers).json()["total"] == 0
+
+
+def test_every_operation_with_a_key_documents_429_with_retry_after(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    operations = [
+        (path, operation)
+        for path, item in spec["paths"].items()
+        for operation in item.values()
+        if "security" in operation
+    ]
+    assert len(operations) > 20
+    for path, operation in operations:
+        documented = operation["responses"]["429"]
+        assert "Retry-After" in documented["headers"], path
+        example = documented["content"][PROBLEM]["example"]
+        assert example["status"] == 429
+        assert example["type"].endswith("/rate-limited")
+        assert example["instance"] == path
+    public = spec["paths"]["/healthz"]["get"]["responses"]
+    assert "429" not in public
