@@ -56,6 +56,11 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+#: Room for ``site_name_key``: NFKC expands one character to at most 18 (U+FDFA), so a long
+#: name of such characters can outgrow it; the domain refuses those names (422).
+SITE_NAME_KEY_LENGTH = 1000
+
+
 def site_name_key(name: str) -> str:
     """The form under which site names must be unique: NFKC, case-folded, NFKC again (the
     Unicode "NFKC_Casefold" recipe), so compatibility and case variants collide."""
@@ -72,7 +77,7 @@ class Site(Base):
     #: The name after NFKC normalisation and case folding: two sites whose names look the same
     #: ("St Mary", "ST MARY", "Ｓｔ Ｍａｒｙ") cannot both exist.
     name_key: Mapped[str] = mapped_column(
-        String(1000),
+        String(SITE_NAME_KEY_LENGTH),
         unique=True,
         default=lambda context: site_name_key(context.get_current_parameters()["name"]),
     )

@@ -292,3 +292,16 @@ def test_every_operation_with_a_key_documents_429_with_retry_after(client: TestC
         assert example["instance"] == path
     public = spec["paths"]["/healthz"]["get"]["responses"]
     assert "429" not in public
+
+
+def test_a_name_that_normalises_past_the_stored_key_is_refused(
+    client: TestClient, admin_headers: dict[str, str]
+) -> None:
+    """NFKC spells U+FDFA out as 18 characters: 60 of them (1080) would overflow the unique key
+    column on PostgreSQL; 55 (990) fit."""
+    too_long = client.post("/v1/sites", json={"name": "\ufdfa" * 60}, headers=admin_headers)
+    assert too_long.status_code == 422
+    assert too_long.headers["content-type"] == PROBLEM
+    assert client.get("/v1/sites", headers=admin_headers).json()["total"] == 0
+    fits = client.post("/v1/sites", json={"name": "\ufdfa" * 55}, headers=admin_headers)
+    assert fits.status_code == 201, fits.text
