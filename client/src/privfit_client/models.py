@@ -129,7 +129,12 @@ class BudgetIn(BaseModel):
         0.0
     )
     epsilon: Annotated[
-        float, Field(description="Total ε of every fit on this dataset.", gt=0.0, title="Epsilon")
+        float,
+        Field(
+            description="Total ε of every fit on this dataset (at least 1e-06).",
+            ge=1e-06,
+            title="Epsilon",
+        ),
     ]
 
 
@@ -216,7 +221,7 @@ class DatasetGrantIn(BaseModel):
     )
     dataset_id: Annotated[str, Field(max_length=64, min_length=1, title="Dataset Id")]
     delta_cap: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta Cap")] = 0.0
-    epsilon_cap: Annotated[float, Field(gt=0.0, title="Epsilon Cap")]
+    epsilon_cap: Annotated[float, Field(ge=1e-06, le=1000.0, title="Epsilon Cap")]
 
 
 FeatureAggregationInName = TypeAliasType(
@@ -257,7 +262,10 @@ class FeatureAggregationIn(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilon: Annotated[
-        float, Field(description="ε charged to the holdout dataset.", gt=0.0, title="Epsilon")
+        float,
+        Field(
+            description="ε charged to the holdout dataset.", ge=1e-06, le=1000.0, title="Epsilon"
+        ),
     ]
     holdout_dataset_id: Annotated[
         str,
@@ -278,7 +286,8 @@ class FeatureAggregationIn(BaseModel):
     method: Annotated[Literal["feature"], Field(title="Method")]
     name: Annotated[FeatureAggregationInName | None, Field(title="Name")] = None
     regularization: Annotated[
-        float | None, Field(description="λ of the meta level.", gt=0.0, title="Regularization")
+        float | None,
+        Field(description="λ of the meta level.", ge=1e-10, le=1000000.0, title="Regularization"),
     ] = 0.01
     source_models: Annotated[
         FeatureAggregationInSourceModels | None,
@@ -340,8 +349,9 @@ FederatedFitCreateEpsilon = TypeAliasType(
     Annotated[
         float,
         Field(
-            description="ε each participating dataset may be charged (required unless the protocol's parameters make it non-private).",
-            gt=0.0,
+            description="ε each participating dataset may be charged (required unless the protocol's parameters make it non-private); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
             title="Epsilon",
         ),
     ],
@@ -387,7 +397,7 @@ class FederatedFitCreate(BaseModel):
     epsilon: Annotated[
         FederatedFitCreateEpsilon | None,
         Field(
-            description="ε each participating dataset may be charged (required unless the protocol's parameters make it non-private).",
+            description="ε each participating dataset may be charged (required unless the protocol's parameters make it non-private); from 1e-06 to 1000.",
             title="Epsilon",
         ),
     ] = None
@@ -418,8 +428,9 @@ class FederatedFitCreate(BaseModel):
     regularization: Annotated[
         float | None,
         Field(
-            description="λ of the objective (for `distributed_lasso`: the L1 strength).",
-            gt=0.0,
+            description="λ of the objective (for `distributed_lasso`: the L1 strength), from 1e-10 to 1e+06.",
+            ge=1e-10,
+            le=1000000.0,
             title="Regularization",
         ),
     ] = 0.01
@@ -469,8 +480,9 @@ FitCreateEpsilon = TypeAliasType(
     Annotated[
         float,
         Field(
-            description="Privacy parameter ε of the whole fit (required except for `non_private`).",
-            gt=0.0,
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
             title="Epsilon",
         ),
     ],
@@ -497,7 +509,7 @@ class FitCreate(BaseModel):
     epsilon: Annotated[
         FitCreateEpsilon | None,
         Field(
-            description="Privacy parameter ε of the whole fit (required except for `non_private`).",
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
             title="Epsilon",
         ),
     ] = None
@@ -523,8 +535,9 @@ class FitCreate(BaseModel):
     regularization: Annotated[
         float,
         Field(
-            description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖².",
-            gt=0.0,
+            description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06.",
+            ge=1e-10,
+            le=1000000.0,
             title="Regularization",
         ),
     ]
@@ -1134,7 +1147,8 @@ class TransferAggregationIn(BaseModel):
         extra="forbid",
     )
     epsilon: Annotated[
-        float, Field(description="ε charged to the target dataset.", gt=0.0, title="Epsilon")
+        float,
+        Field(description="ε charged to the target dataset.", ge=1e-06, le=1000.0, title="Epsilon"),
     ]
     feature_groups: Annotated[
         TransferAggregationInFeatureGroups | None,
@@ -1161,7 +1175,7 @@ class TransferAggregationIn(BaseModel):
     method: Annotated[Literal["transfer"], Field(title="Method")]
     name: Annotated[TransferAggregationInName | None, Field(title="Name")] = None
     regularization: Annotated[
-        float | None, Field(description="λ.", gt=0.0, title="Regularization")
+        float | None, Field(description="λ.", ge=1e-10, le=1000000.0, title="Regularization")
     ] = 0.01
     source_models: Annotated[
         TransferAggregationInSourceModels | None,

@@ -12,6 +12,12 @@ from service.domain.federated import (
     FederatedQuote,
     FederatedRequest,
 )
+from service.domain.ranges import (
+    MAX_EPSILON,
+    MAX_REGULARIZATION,
+    MIN_EPSILON,
+    MIN_REGULARIZATION,
+)
 
 __all__ = ["FederatedCostRead", "FederatedFitCreate", "FederatedQuoteRead"]
 
@@ -63,10 +69,11 @@ class FederatedFitCreate(RequestModel):
     )
     epsilon: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_EPSILON,
+        le=MAX_EPSILON,
         allow_inf_nan=False,
         description="ε each participating dataset may be charged (required unless the "
-        "protocol's parameters make it non-private).",
+        f"protocol's parameters make it non-private); from {MIN_EPSILON:g} to {MAX_EPSILON:g}.",
     )
     delta: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False, description="δ per dataset.")
     loss: str | None = Field(
@@ -77,9 +84,11 @@ class FederatedFitCreate(RequestModel):
     )
     regularization: float = Field(
         default=0.01,
-        gt=0,
+        ge=MIN_REGULARIZATION,
+        le=MAX_REGULARIZATION,
         allow_inf_nan=False,
-        description="λ of the objective (for `distributed_lasso`: the L1 strength).",
+        description="λ of the objective (for `distributed_lasso`: the L1 strength), from "
+        f"{MIN_REGULARIZATION:g} to {MAX_REGULARIZATION:g}.",
     )
     params: dict[str, Any] = Field(
         default_factory=dict,
