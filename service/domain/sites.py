@@ -65,7 +65,7 @@ def normalise_name(name: str) -> str:
             errors=[{"loc": ["body", "name"], "msg": "control character in name"}],
         )
     cleaned = name.strip()
-    if not cleaned:
+    if not site_name_key(cleaned).strip():  # empty, or only spaces and invisible characters
         raise InvalidInputError(
             "the site name must contain a visible character",
             errors=[{"loc": ["body", "name"], "msg": "blank name"}],

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ from fastapi.testclient import TestClient
 
 from service.api.deps import count_expensive
 from service.api.routes import audit, datasets, fits, jobs, models, ops, sites, studies
+from service.db.models import site_name_key
 from service.db.session import make_engine
 from service.main import create_app
 from service.settings import Settings
@@ -21,6 +23,7 @@ from tests.api.test_datasets import base_spec, csv_bytes, upload
 from tests.conftest import MakeSite, SiteHandle
 
 PROBLEM = "application/problem+json"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -251,6 +254,8 @@ def test_the_sqlite_file_and_its_folder_are_owner_only(tmp_path: Path) -> None:
         ("St Mary", "Ｓｔ Ｍａｒｙ"),  # fullwidth letters
         ("Straße Klinik", "STRASSE KLINIK"),
         ("ﬁrst site", "first site"),  # the fi ligature
+        ("St Mary", "St Ma\u200bry"),  # a zero-width space
+        ("Clinic", "Cli\u00adnic\ufe0f"),  # a soft hyphen and a variation selector
     ],
 )
 def test_site_names_are_unique_after_normalisation_and_case_folding(
@@ -305,3 +310,27 @@ def test_a_name_that_normalises_past_the_stored_key_is_refused(
     assert client.get("/v1/sites", headers=admin_headers).json()["total"] == 0
     fits = client.post("/v1/sites", json={"name": "\ufdfa" * 55}, headers=admin_headers)
     assert fits.status_code == 201, fits.text
+
+
+@pytest.mark.parametrize("name", ["\u200b", " \u200b\u2060 ", "\ufeff\u00ad"])
+def test_a_name_of_invisible_characters_only_is_refused(
+    client: TestClient, admin_headers: dict[str, str], name: str
+) -> None:
+    response = client.post("/v1/sites", json={"name": name}, headers=admin_headers)
+    assert response.status_code == 422
+    assert response.headers["content-type"] == PROBLEM
+
+
+def test_the_migration_backfills_the_key_the_service_computes() -> None:
+    """The migration carries its own copy of the key function (migrations never import the
+    models they predate): both agree on every default-ignorable code point and some text."""
+    path = ROOT / "migrations" / "versions" / "2026-11-25_site_name_key.py"
+    spec = importlib.util.spec_from_file_location("site_name_key_migration", path)
+    assert spec is not None
+    assert spec.loader is not None
+    migration = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(migration)
+    samples = [chr(point) for point in range(0x30000) if not 0xD800 <= point <= 0xDFFF]
+    samples += ["St Mary", "ＳＴ ＭＡＲＹ", "Straße", "St Ma\u200bry", "\U000e0041x"]
+    assert [migration._key(s) for s in samples] == [site_name_key(s) for s in samples]
+    assert site_name_key("A\u200b\u00ad\ufe0f\U000e0041B") == "ab"
