@@ -28,6 +28,11 @@ every ε spent is recorded in a ledger.
   and lists sites;
 * a **site key** (returned once by `POST /v1/sites`, rotatable) acts for that site.
 
+**Rate limits.** Repeated failed authentications from one address or with one key prefix, and
+expensive operations (dataset and model uploads, fits, study contributions, aggregations,
+federated fits, predictions) beyond the operator's limits, are answered `429` with a
+`Retry-After` header.
+
 **Errors** are [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) `application/problem+json`
 documents with a stable `type` URI and a `request_id` (also in the `X-Request-ID` header).
 """
@@ -85,6 +90,8 @@ def _fix_error_responses(spec: dict[str, Any]) -> None:
                     },
                 },
             )
+            if "security" in operation:
+                responses.setdefault("429", _rate_limited_response(path))
             for code, response in responses.items():
                 content = response.get("content", {})
                 if int(code) >= 400 and _uses_problem(content):
@@ -93,6 +100,27 @@ def _fix_error_responses(spec: dict[str, Any]) -> None:
                     example = content[PROBLEM_MEDIA_TYPE].get("example")
                     if isinstance(example, dict):
                         example["instance"] = path
+
+
+def _rate_limited_response(path: str) -> dict[str, Any]:
+    """429 with ``Retry-After``: any operation that checks a key (failed-authentication limit),
+    including the expensive ones (their own limit)."""
+    documented = problem_responses(429)[429]
+    return {
+        "description": documented["description"],
+        "headers": {
+            "Retry-After": {
+                "description": "Seconds until the limit lets this client or key try again.",
+                "schema": {"type": "integer", "minimum": 1},
+            }
+        },
+        "content": {
+            PROBLEM_MEDIA_TYPE: {
+                "schema": {"$ref": "#/components/schemas/Problem"},
+                "example": problem_example(429, path),
+            }
+        },
+    }
 
 
 #: Request models that no route declares as a body but the document references (the
