@@ -1,5 +1,6 @@
-"""psgd: computeSlack (both branches, e^{ε/4}), GOP's σ* and its split over sites, β = ε/(2L),
-against hand arithmetic; the protocol converges to the GOP minimiser of its own noise."""
+"""psgd: the tight computeSlack (both branches, e^{ε/2}), GOP's σ* and its split over sites,
+β = ε/(2L), against hand arithmetic; the released model is the GOP minimiser of its own noise
+to the certified tolerance."""
 
 from __future__ import annotations
 
@@ -20,12 +21,13 @@ Q_4_005 = 9.487729036781154  # χ²_4 quantile at 0.95
 
 
 def test_no_slack_branch() -> None:
-    # N = 400 + 600, c/(Nλ) = 0.25/10 = 0.025; ε̃ = 1 − 2 ln 1.025 = 0.9506147748192572
+    # N = 400 + 600, c/(Nλ) = 0.25/10 = 0.025; tight Jacobian ln 1.025 = 0.0246926125903714
+    # ≤ ε/2, so Δ = 0 and ε̃ = 1 − ln 1.025 = 0.9753073874096286
     cal = federated_calibrate(
         "psgd", site_sizes=(400, 600), d=4, epsilon=1.0, delta=0.05, regularization=0.01
     )
     det = cal.details
-    eps_t = 0.9506147748192572
+    eps_t = 0.9753073874096286
     sigma = (math.sqrt(Q_4_005) + math.sqrt(Q_4_005 + 2 * eps_t)) / eps_t
     assert det["branch"] == "no_extra_regularization"
     assert det["Delta"] == 0.0
@@ -38,22 +40,22 @@ def test_no_slack_branch() -> None:
     assert [(c.epsilon, c.delta) for c in cal.site_costs] == [(1.0, 0.05)] * 2
 
 
-def test_slack_branch_uses_e_to_the_eps_over_4() -> None:
-    # N = 100, λ = 0.001: c/(Nλ) = 2.5, ε̃ = 0.5 − 2 ln 3.5 < 0, so
-    # Δ = c/(N(e^{ε/4} − 1)) − λ = 0.25/(100·0.13314845306682632) − 0.001 = 0.0177760348875046
-    # and ε̃ = ε/2 = 0.25 (seed 002's exp(c/4) would give 0.25/(100·0.0645) − 0.001 instead)
+def test_slack_branch_uses_e_to_the_eps_over_2() -> None:
+    # N = 100, λ = 0.001: c/(Nλ) = 2.5, ln 3.5 = 1.2528 > ε/2 = 0.25, so
+    # Δ = c/(N(e^{ε/2} − 1)) − λ = 0.25/(100·0.2840254166877415) − 0.001 = 0.0078020291604695
+    # and ε̃ = ε/2 = 0.25 (seed 002's computeSlack: e^{ε/4}, Δ = 0.0177760348875046)
     cal = federated_calibrate(
         "psgd", site_sizes=(50, 50), d=4, epsilon=0.5, delta=0.05, regularization=0.001
     )
     det = cal.details
     assert det["branch"] == "extra_regularization"
-    assert det["Delta"] == pytest.approx(0.0177760348875046, rel=1e-12)
-    assert det["epsilon_tilde"] == 0.25
-    assert det["effective_regularization"] == pytest.approx(0.0187760348875046, rel=1e-12)
+    assert det["Delta"] == pytest.approx(0.0078020291604695, rel=1e-12)
+    assert det["epsilon_tilde"] == pytest.approx(0.25, rel=1e-12)
+    assert det["effective_regularization"] == pytest.approx(0.0088020291604695, rel=1e-12)
     sigma = (math.sqrt(Q_4_005) + math.sqrt(Q_4_005 + 0.5)) / 0.25
     assert det["sigma_star"] == pytest.approx(sigma, rel=1e-10)
-    # the Jacobian part 2 ln(1 + c/(N(λ + Δ))) is exactly ε/2
-    assert 2 * math.log1p(0.25 / (100 * det["effective_regularization"])) == pytest.approx(0.25)
+    # the Jacobian part ln(1 + c/(N(λ + Δ))) is exactly ε/2
+    assert math.log1p(0.25 / (100 * det["effective_regularization"])) == pytest.approx(0.25)
 
 
 @pytest.mark.parametrize(
