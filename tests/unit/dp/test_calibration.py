@@ -16,12 +16,13 @@ from service.dp import calibrate
 @pytest.mark.parametrize(
     ("n", "d", "lam", "eps", "sensitivity", "beta"),
     [
-        # 2/(nλ) = 2/(1000·0.01) = 0.2; β = nλε/2 = 1000·0.01·0.5/2 = 2.5
-        (1000, 5, 0.01, 0.5, 0.2, 2.5),
-        # 2/(30000·0.001) = 1/15; β = 30000·0.001·1/2 = 15
-        (30000, 105, 0.001, 1.0, 1 / 15, 15.0),
-        # 2/(50·2) = 0.02; β = 50·2·0.1/2 = 5
-        (50, 1, 2.0, 0.1, 0.02, 5.0),
+        # S = 2/(nλ) + 2τ/λ with the solver tolerance τ = 1e-10:
+        # 2/(1000·0.01) + 2e-10/0.01 = 0.2 + 2e-8 = 0.20000002; β = ε/S = 0.5/0.20000002
+        (1000, 5, 0.01, 0.5, 0.20000002, 2.499999750000025),
+        # 2/(30000·0.001) + 2e-10/0.001 = 1/15 + 2e-7 = 0.0666668666…; β = 1/S
+        (30000, 105, 0.001, 1.0, 0.06666686666666667, 14.999955000134998),
+        # 2/(50·2) + 2e-10/2 = 0.0200000001; β = 0.1/0.0200000001 = 4.999999975
+        (50, 1, 2.0, 0.1, 0.0200000001, 4.999999975),
     ],
 )
 def test_output_perturbation(
@@ -33,13 +34,14 @@ def test_output_perturbation(
     assert cal.expected_noise_norm == pytest.approx(d / beta, rel=1e-12)
     assert cal.details["expected_noise_norm"] == cal.expected_noise_norm
     assert (cal.epsilon, cal.delta) == (eps, 0.0)
-    assert "2/(nλ)" in cal.composition
+    assert "2/(nλ) + 2τ/λ" in cal.composition
+    assert cal.details["sensitivity_exact_minimiser"] == pytest.approx(2 / (n * lam), rel=1e-12)
 
 
 def test_output_perturbation_is_not_seed_001s_2c_over_n() -> None:
     # seed 001's code: sensitivity 2C/N with C = 1/(nλ), i.e. 2/(n²λ): n times too small
     cal = calibrate("output_perturbation", n=200, d=3, epsilon=1.0, regularization=0.05)
-    assert cal.details["sensitivity"] == pytest.approx(2 / (200 * 0.05))
+    assert cal.details["sensitivity"] == pytest.approx(2 / (200 * 0.05) + 2e-10 / 0.05)
     assert cal.details["sensitivity"] != pytest.approx(2 / (200**2 * 0.05))
 
 
