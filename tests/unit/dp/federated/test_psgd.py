@@ -13,7 +13,7 @@ import pytest
 from service.dp.federated import federated_calibrate, federated_fit, psgd
 from service.dp.federated._common import RoundClock
 from service.dp.losses import LogisticLoss
-from service.dp.solvers import minimize_erm
+from service.dp.solvers import ConvergenceError, minimize_erm
 from service.dp.validation import PrivacyParameterError
 from tests.unit.dp.federated._data import make_sites, pooled
 
@@ -92,7 +92,10 @@ def test_huber_constant_and_schedule_details() -> None:
     assert det["beta"] == 1.0
     assert cal.rounds == 40
     assert any("secure sum" in note for note in cal.notes)
-    assert any("approximate minimiser" in note for note in cal.notes)
+    assert any("certifies the released model" in note for note in cal.notes)
+    assert det["certificate_tolerance"] == 1e-10
+    # ‖w − w_gop‖ ≤ τ/μ with μ = λ + Δ = 0.1 (Δ = 0: ln(1 + 2/(3·10⁶·0.1)) ≤ ε/2)
+    assert det["distance_to_gop_minimiser_bound"] == pytest.approx(1e-9)
 
 
 def test_delta_must_be_positive() -> None:
@@ -161,19 +164,30 @@ def _run_psgd(iterations: int, schedule: str, seed: int) -> tuple[float, float]:
     return float(np.linalg.norm(w - w_gop)), float(np.linalg.norm(w_gop - w_star))
 
 
-@pytest.mark.statistical
-@pytest.mark.parametrize("schedule", ["nesterov", "constant"])
-def test_converges_to_the_gop_minimiser_of_its_own_noise(schedule: str) -> None:
-    gap, gop_shift = _run_psgd(2000, schedule, seed=3)
-    assert gap < 0.1 * gop_shift
-    assert gap < 0.02
+@pytest.mark.parametrize("schedule", ["nesterov", "constant", "decreasing"])
+@pytest.mark.parametrize("iterations", [5, 20, 200])
+def test_released_model_is_the_gop_minimiser_within_the_certified_tolerance(
+    schedule: str, iterations: int
+) -> None:
+    # Few noisy rounds leave the tail average far from w_gop (the issue measured 1.6–4.5 at
+    # T = 5…50); the certification must close the gap to τ/μ whatever T and the schedule.
+    gap, gop_shift = _run_psgd(iterations, schedule, seed=3)
+    lam = 0.05  # Δ = 0 here: ln(1 + 0.25/50) ≤ ε/2, so μ = λ
+    # the released point has ‖∇J̃‖ ≤ 1e-10 and the reference minimiser ‖∇J̃‖ ≤ 1e-10(1 + ‖η‖/N)
+    assert gap <= (1e-10 + 1e-10 * (1 + gop_shift)) / lam + 1e-13
+    assert gop_shift > 1e-3  # the noise moved the minimiser: the comparison is not vacuous
 
 
-@pytest.mark.statistical
-def test_more_rounds_track_gop_more_closely() -> None:
-    short = np.mean([_run_psgd(100, "nesterov", seed=s)[0] for s in range(4)])
-    long = np.mean([_run_psgd(1600, "nesterov", seed=s)[0] for s in range(4)])
-    assert long < short / 2
+def test_certification_fails_the_job_when_the_certificate_is_not_reached() -> None:
+    def gradient(w: np.ndarray) -> np.ndarray:
+        out: np.ndarray = 2.0 * (w - 1.0)
+        return out
+
+    start = np.zeros(3)
+    with pytest.raises(ConvergenceError, match="could not certify"):
+        psgd.certify(gradient, start, strong_convexity=2.0, smoothness=2.0, max_rounds=1)
+    w = psgd.certify(gradient, start, strong_convexity=2.0, smoothness=2.0, max_rounds=5)
+    assert np.linalg.norm(gradient(w)) <= 1e-10
 
 
 def test_fit_releases_a_model_on_the_grid() -> None:
