@@ -335,10 +335,9 @@ def certify(
         if float(np.linalg.norm(g)) <= tol:
             return query
         w_next = query - z * g
-        if float(g @ (w_next - w)) > 0.0:  # restart: the momentum points uphill
-            query = w_next
-        else:
-            query = w_next + momentum * (w_next - w)
+        # restart (no momentum) when the momentum would point uphill
+        uphill = float(g @ (w_next - w)) > 0.0
+        query = w_next if uphill else w_next + momentum * (w_next - w)
         w = w_next
     raise ConvergenceError(
         f"psgd could not certify the released model: the gradient of the perturbed objective "
