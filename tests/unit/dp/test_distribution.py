@@ -131,7 +131,7 @@ def test_objective_perturbation_noise_is_the_hand_derived_law(
 
 def test_generalized_pure_noise_is_the_hand_derived_law() -> None:
     X, y = _data(60, 3, seed=4)
-    coefs, cal, problem = _runs(
+    coefs, _cal, problem = _runs(
         "generalized_objective_perturbation",
         X,
         y,
@@ -162,7 +162,7 @@ GAUSSIAN_LAWS = {
 @pytest.mark.parametrize("name", sorted(GAUSSIAN_LAWS))
 def test_gaussian_noise_is_the_hand_derived_law(name: str) -> None:
     X, y = _data(60, 3, seed=6)
-    coefs, cal, problem = _runs(
+    coefs, _cal, problem = _runs(
         name, X, y, runs=1000, seed=7, epsilon=1.0, delta=1e-4, regularization=0.01
     )
     sigma, extra = GAUSSIAN_LAWS[name]
