@@ -53,6 +53,7 @@ from service.domain.privacy_record import (
     software_version,
 )
 from service.domain.randomness import Randomness
+from service.domain.ranges import check_calibration
 from service.domain.studies import StudyFacts, require_matching, visible_study
 from service.dp import calibrate as dp_calibrate
 from service.dp.aggregation import (
@@ -867,8 +868,17 @@ def _submit_charged_fit(
             calibration = spec.calibrate(
                 max(int(dataset.n_rows), 1), int(dataset.n_features), len(inputs)
             )
-        except ValueError as exc:
-            raise InvalidInputError(f"invalid {spec.method} parameters: {exc}") from exc
+        except (ValueError, ArithmeticError, MemoryError) as exc:
+            raise InvalidInputError(
+                f"invalid {spec.method} parameters: {exc}",
+                errors=[{"loc": ["body"], "msg": str(exc)}],
+            ) from exc
+        check_calibration(
+            epsilon=calibration.epsilon,
+            delta=calibration.delta,
+            details=calibration.details,
+            noise_norm=calibration.expected_noise_norm,
+        )
         now = utcnow()
         job = uow.jobs.add(
             Job(

@@ -58,6 +58,7 @@ from service.domain.privacy_record import (
     software_version,
 )
 from service.domain.randomness import Randomness
+from service.domain.ranges import check_calibration
 from service.domain.studies import StudyFacts, visible_study
 from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
 from service.dp.federated import (
@@ -280,11 +281,15 @@ def _calibrate(
             regularization=request.regularization,
             **dict(request.params),
         )
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, ArithmeticError, MemoryError) as exc:
         raise InvalidInputError(
             f"invalid federated-fit parameters: {exc}",
             errors=[{"loc": ["body"], "msg": str(exc)}],
         ) from exc
+    for cost in calibration.site_costs if calibration.private else ():
+        check_calibration(
+            epsilon=cost.epsilon, delta=cost.delta, details=calibration.details, noise_norm=None
+        )
     if calibration.private and request.epsilon is None:
         raise InvalidInputError(
             f"epsilon is required: {request.protocol} with these parameters is private",

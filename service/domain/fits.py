@@ -37,6 +37,7 @@ from service.domain.ids import MAX_IDEMPOTENCY_KEY_LENGTH, check_idempotency_key
 from service.domain.jobs import JobScheduler, JobView, job_charge, job_view
 from service.domain.principal import Principal
 from service.domain.privacy_record import NO_DP_MECHANISMS, json_safe
+from service.domain.ranges import check_calibration
 from service.dp import MECHANISMS, Calibration, calibrate
 
 __all__ = [
@@ -126,7 +127,7 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
             errors=[{"loc": ["body", "epsilon"], "msg": "required for a private mechanism"}],
         )
     try:
-        return calibrate(
+        calibration = calibrate(
             request.mechanism,
             n=dataset.n_rows,
             d=dataset.n_features,
@@ -136,11 +137,19 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
             regularization=request.regularization,
             **dict(request.params),
         )
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, ArithmeticError, MemoryError) as exc:
         raise InvalidInputError(
             f"invalid fit parameters: {exc}",
             errors=[{"loc": ["body"], "msg": str(exc)}],
         ) from exc
+    if request.mechanism not in NO_DP_MECHANISMS:
+        check_calibration(
+            epsilon=calibration.epsilon,
+            delta=calibration.delta,
+            details=calibration.details,
+            noise_norm=calibration.expected_noise_norm,
+        )
+    return calibration
 
 
 def _require_live(dataset: Dataset) -> Dataset:

@@ -38,7 +38,7 @@ class AuditEventRead(BaseModel):
 
 AverageAggregationInModelsAverageAggregationInModel = TypeAliasType(
     "AverageAggregationInModelsAverageAggregationInModel",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -129,7 +129,12 @@ class BudgetIn(BaseModel):
         0.0
     )
     epsilon: Annotated[
-        float, Field(description="Total ε of every fit on this dataset.", gt=0.0, title="Epsilon")
+        float,
+        Field(
+            description="Total ε of every fit on this dataset (at least 1e-06).",
+            ge=1e-06,
+            title="Epsilon",
+        ),
     ]
 
 
@@ -214,9 +219,11 @@ class DatasetGrantIn(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    dataset_id: Annotated[str, Field(max_length=64, min_length=1, title="Dataset Id")]
+    dataset_id: Annotated[
+        str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$", title="Dataset Id")
+    ]
     delta_cap: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta Cap")] = 0.0
-    epsilon_cap: Annotated[float, Field(gt=0.0, title="Epsilon Cap")]
+    epsilon_cap: Annotated[float, Field(ge=1e-06, le=1000.0, title="Epsilon Cap")]
 
 
 FeatureAggregationInName = TypeAliasType(
@@ -226,7 +233,7 @@ FeatureAggregationInName = TypeAliasType(
 
 FeatureAggregationInSourceModelsFeatureAggregationInSourceModel = TypeAliasType(
     "FeatureAggregationInSourceModelsFeatureAggregationInSourceModel",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -257,7 +264,10 @@ class FeatureAggregationIn(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilon: Annotated[
-        float, Field(description="ε charged to the holdout dataset.", gt=0.0, title="Epsilon")
+        float,
+        Field(
+            description="ε charged to the holdout dataset.", ge=1e-06, le=1000.0, title="Epsilon"
+        ),
     ]
     holdout_dataset_id: Annotated[
         str,
@@ -265,6 +275,7 @@ class FeatureAggregationIn(BaseModel):
             description="A labelled dataset the coordinator owns.",
             max_length=64,
             min_length=1,
+            pattern="^[0-9a-f]{32}$",
             title="Holdout Dataset Id",
         ),
     ]
@@ -278,7 +289,8 @@ class FeatureAggregationIn(BaseModel):
     method: Annotated[Literal["feature"], Field(title="Method")]
     name: Annotated[FeatureAggregationInName | None, Field(title="Name")] = None
     regularization: Annotated[
-        float | None, Field(description="λ of the meta level.", gt=0.0, title="Regularization")
+        float | None,
+        Field(description="λ of the meta level.", ge=1e-10, le=1000000.0, title="Regularization"),
     ] = 0.01
     source_models: Annotated[
         FeatureAggregationInSourceModels | None,
@@ -317,7 +329,7 @@ class FederatedCostRead(BaseModel):
 
 FederatedFitCreateDatasetsFederatedFitCreateDataset = TypeAliasType(
     "FederatedFitCreateDatasetsFederatedFitCreateDataset",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -340,8 +352,9 @@ FederatedFitCreateEpsilon = TypeAliasType(
     Annotated[
         float,
         Field(
-            description="ε each participating dataset may be charged (required unless the protocol's parameters make it non-private).",
-            gt=0.0,
+            description="ε each participating dataset may be charged (required unless the protocol's parameters make it non-private); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
             title="Epsilon",
         ),
     ],
@@ -387,7 +400,7 @@ class FederatedFitCreate(BaseModel):
     epsilon: Annotated[
         FederatedFitCreateEpsilon | None,
         Field(
-            description="ε each participating dataset may be charged (required unless the protocol's parameters make it non-private).",
+            description="ε each participating dataset may be charged (required unless the protocol's parameters make it non-private); from 1e-06 to 1000.",
             title="Epsilon",
         ),
     ] = None
@@ -407,7 +420,7 @@ class FederatedFitCreate(BaseModel):
         ),
     ] = None
     protocol: Annotated[
-        str,
+        Literal["noisy_average", "psgd", "admm", "distributed_lasso"],
         Field(
             description="`noisy_average`, `psgd`, `admm` or `distributed_lasso`.",
             max_length=64,
@@ -418,8 +431,9 @@ class FederatedFitCreate(BaseModel):
     regularization: Annotated[
         float | None,
         Field(
-            description="λ of the objective (for `distributed_lasso`: the L1 strength).",
-            gt=0.0,
+            description="λ of the objective (for `distributed_lasso`: the L1 strength), from 1e-10 to 1e+06.",
+            ge=1e-10,
+            le=1000000.0,
             title="Regularization",
         ),
     ] = 0.01
@@ -469,8 +483,9 @@ FitCreateEpsilon = TypeAliasType(
     Annotated[
         float,
         Field(
-            description="Privacy parameter ε of the whole fit (required except for `non_private`).",
-            gt=0.0,
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
             title="Epsilon",
         ),
     ],
@@ -497,7 +512,7 @@ class FitCreate(BaseModel):
     epsilon: Annotated[
         FitCreateEpsilon | None,
         Field(
-            description="Privacy parameter ε of the whole fit (required except for `non_private`).",
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
             title="Epsilon",
         ),
     ] = None
@@ -523,8 +538,9 @@ class FitCreate(BaseModel):
     regularization: Annotated[
         float,
         Field(
-            description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖².",
-            gt=0.0,
+            description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06.",
+            ge=1e-10,
+            le=1000000.0,
             title="Regularization",
         ),
     ]
@@ -743,7 +759,9 @@ class ModelContributionIn(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    model_id: Annotated[str, Field(max_length=64, min_length=1, title="Model Id")]
+    model_id: Annotated[
+        str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$", title="Model Id")
+    ]
 
 
 class ModelExportRead(BaseModel):
@@ -996,7 +1014,8 @@ class SiteWithKey(BaseModel):
 
 
 StudyCreateMember = TypeAliasType(
-    "StudyCreateMember", Annotated[str, Field(max_length=64, min_length=1)]
+    "StudyCreateMember",
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -1099,7 +1118,7 @@ TransferAggregationInName = TypeAliasType(
 
 TransferAggregationInSourceModelsTransferAggregationInSourceModel = TypeAliasType(
     "TransferAggregationInSourceModelsTransferAggregationInSourceModel",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -1134,7 +1153,8 @@ class TransferAggregationIn(BaseModel):
         extra="forbid",
     )
     epsilon: Annotated[
-        float, Field(description="ε charged to the target dataset.", gt=0.0, title="Epsilon")
+        float,
+        Field(description="ε charged to the target dataset.", ge=1e-06, le=1000.0, title="Epsilon"),
     ]
     feature_groups: Annotated[
         TransferAggregationInFeatureGroups | None,
@@ -1161,7 +1181,7 @@ class TransferAggregationIn(BaseModel):
     method: Annotated[Literal["transfer"], Field(title="Method")]
     name: Annotated[TransferAggregationInName | None, Field(title="Name")] = None
     regularization: Annotated[
-        float | None, Field(description="λ.", gt=0.0, title="Regularization")
+        float | None, Field(description="λ.", ge=1e-10, le=1000000.0, title="Regularization")
     ] = 0.01
     source_models: Annotated[
         TransferAggregationInSourceModels | None,
@@ -1176,6 +1196,7 @@ class TransferAggregationIn(BaseModel):
             description="A dataset the coordinator owns.",
             max_length=64,
             min_length=1,
+            pattern="^[0-9a-f]{32}$",
             title="Target Dataset Id",
         ),
     ]

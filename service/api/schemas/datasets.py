@@ -16,6 +16,7 @@ from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.db.models import Dataset
 from service.domain.ingest import BudgetLimits, DatasetSpec, FeatureInput, build_spec
+from service.domain.ranges import MIN_EPSILON
 
 __all__ = [
     "BudgetCaps",
@@ -100,7 +101,9 @@ def feature_inputs(features: list[FeatureIn]) -> list[FeatureInput]:
 class BudgetIn(RequestModel):
     """The dataset's privacy budget caps; each at most the server's maximum."""
 
-    epsilon: float = Field(gt=0, description="Total ε of every fit on this dataset.")
+    epsilon: float = Field(
+        ge=MIN_EPSILON, description="Total ε of every fit on this dataset (at least 1e-06)."
+    )
     delta: float = Field(default=0.0, ge=0, lt=1, description="Total δ.")
 
 

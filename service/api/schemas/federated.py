@@ -12,10 +12,22 @@ from service.domain.federated import (
     FederatedQuote,
     FederatedRequest,
 )
+from service.domain.ranges import (
+    MAX_EPSILON,
+    MAX_REGULARIZATION,
+    MIN_EPSILON,
+    MIN_REGULARIZATION,
+)
+from service.dp.federated import FEDERATED_PROTOCOLS
 
 __all__ = ["FederatedCostRead", "FederatedFitCreate", "FederatedQuoteRead"]
 
-_ID = Annotated[StrictStr, Field(min_length=1, max_length=64)]
+#: PrivFit's ids are 32 lowercase hex characters; the pattern is documented so that clients
+#: and fuzzers generate well-formed ids (any other string is simply not found).
+_ID = Annotated[
+    StrictStr,
+    Field(min_length=1, max_length=64, json_schema_extra={"pattern": "^[0-9a-f]{32}$"}),
+]
 
 
 class FederatedFitCreate(RequestModel):
@@ -52,6 +64,7 @@ class FederatedFitCreate(RequestModel):
     protocol: str = Field(
         min_length=1,
         max_length=64,
+        json_schema_extra={"enum": list(FEDERATED_PROTOCOLS)},
         description="`noisy_average`, `psgd`, `admm` or `distributed_lasso`.",
     )
     datasets: list[_ID] | None = Field(
@@ -63,10 +76,11 @@ class FederatedFitCreate(RequestModel):
     )
     epsilon: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_EPSILON,
+        le=MAX_EPSILON,
         allow_inf_nan=False,
         description="ε each participating dataset may be charged (required unless the "
-        "protocol's parameters make it non-private).",
+        f"protocol's parameters make it non-private); from {MIN_EPSILON:g} to {MAX_EPSILON:g}.",
     )
     delta: float = Field(default=0.0, ge=0, lt=1, allow_inf_nan=False, description="δ per dataset.")
     loss: str | None = Field(
@@ -77,9 +91,11 @@ class FederatedFitCreate(RequestModel):
     )
     regularization: float = Field(
         default=0.01,
-        gt=0,
+        ge=MIN_REGULARIZATION,
+        le=MAX_REGULARIZATION,
         allow_inf_nan=False,
-        description="λ of the objective (for `distributed_lasso`: the L1 strength).",
+        description="λ of the objective (for `distributed_lasso`: the L1 strength), from "
+        f"{MIN_REGULARIZATION:g} to {MAX_REGULARIZATION:g}.",
     )
     params: dict[str, Any] = Field(
         default_factory=dict,

@@ -8,6 +8,12 @@ from pydantic import ConfigDict, Field
 
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.domain.fits import FitQuote, FitRequest
+from service.domain.ranges import (
+    MAX_EPSILON,
+    MAX_REGULARIZATION,
+    MIN_EPSILON,
+    MIN_REGULARIZATION,
+)
 from service.dp import MECHANISMS
 from service.dp.losses import LOSSES
 
@@ -40,9 +46,11 @@ class FitCreate(RequestModel):
     )
     epsilon: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_EPSILON,
+        le=MAX_EPSILON,
         allow_inf_nan=False,
-        description="Privacy parameter ε of the whole fit (required except for `non_private`).",
+        description="Privacy parameter ε of the whole fit (required except for `non_private`); "
+        f"from {MIN_EPSILON:g} to {MAX_EPSILON:g}.",
     )
     delta: float = Field(
         default=0.0,
@@ -53,9 +61,11 @@ class FitCreate(RequestModel):
     )
     loss: str = Field(default="logistic", max_length=32, description=f"One of {_LOSSES}.")
     regularization: float = Field(
-        gt=0,
+        ge=MIN_REGULARIZATION,
+        le=MAX_REGULARIZATION,
         allow_inf_nan=False,
-        description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖².",
+        description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from "
+        f"{MIN_REGULARIZATION:g} to {MAX_REGULARIZATION:g}.",
     )
     params: dict[str, Any] = Field(
         default_factory=dict,

@@ -10,6 +10,12 @@ from pydantic import ConfigDict, Field, StrictStr
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.api.schemas.datasets import FeatureIn, LabelIn, feature_inputs
 from service.db.models import Model, StudyContribution
+from service.domain.ranges import (
+    MAX_EPSILON,
+    MAX_REGULARIZATION,
+    MIN_EPSILON,
+    MIN_REGULARIZATION,
+)
 from service.domain.studies import MAX_MEMBERS, StudySpecInput, StudyView
 from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
 
@@ -29,7 +35,12 @@ __all__ = [
     "TransferAggregationIn",
 ]
 
-_ID = Annotated[StrictStr, Field(min_length=1, max_length=64)]
+#: PrivFit's ids are 32 lowercase hex characters; the pattern is documented so that clients
+#: and fuzzers generate well-formed ids (any other string is simply not found).
+_ID = Annotated[
+    StrictStr,
+    Field(min_length=1, max_length=64, json_schema_extra={"pattern": "^[0-9a-f]{32}$"}),
+]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 #: Models one aggregation may combine.
@@ -102,7 +113,7 @@ class DatasetGrantIn(RequestModel):
     federated fits); the caps must fit within the dataset's own budget caps."""
 
     dataset_id: _ID
-    epsilon_cap: FiniteFloat = Field(gt=0)
+    epsilon_cap: FiniteFloat = Field(ge=MIN_EPSILON, le=MAX_EPSILON)
     delta_cap: FiniteFloat = Field(default=0.0, ge=0, lt=1)
 
 
@@ -296,11 +307,15 @@ class TransferAggregationIn(RequestModel):
         max_length=MAX_AGGREGATION_MODELS,
         description="Contributed model ids whose average is the source w₀; default: all.",
     )
-    epsilon: FiniteFloat = Field(gt=0, description="ε charged to the target dataset.")
+    epsilon: FiniteFloat = Field(
+        ge=MIN_EPSILON, le=MAX_EPSILON, description="ε charged to the target dataset."
+    )
     transfer_strength: FiniteFloat = Field(
         ge=0, le=1e6, description="η: how strongly the fit is pulled towards the source."
     )
-    regularization: FiniteFloat = Field(default=0.01, gt=0, description="λ.")
+    regularization: FiniteFloat = Field(
+        default=0.01, ge=MIN_REGULARIZATION, le=MAX_REGULARIZATION, description="λ."
+    )
     loss: Literal["logistic", "huber"] = "logistic"
     name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
     feature_groups: (
@@ -366,10 +381,17 @@ class FeatureAggregationIn(RequestModel):
         max_length=MAX_AGGREGATION_MODELS,
         description="Contributed model ids to stack; default: all.",
     )
-    epsilon: FiniteFloat = Field(gt=0, description="ε charged to the holdout dataset.")
+    epsilon: FiniteFloat = Field(
+        ge=MIN_EPSILON, le=MAX_EPSILON, description="ε charged to the holdout dataset."
+    )
     delta: FiniteFloat = Field(default=0.0, ge=0, lt=1)
     mechanism: Literal["objective_perturbation", "output_perturbation"] = "objective_perturbation"
-    regularization: FiniteFloat = Field(default=0.01, gt=0, description="λ of the meta level.")
+    regularization: FiniteFloat = Field(
+        default=0.01,
+        ge=MIN_REGULARIZATION,
+        le=MAX_REGULARIZATION,
+        description="λ of the meta level.",
+    )
     meta_features: Literal["linear", "sigmoid"] = "linear"
     loss: Literal["logistic", "huber"] = "logistic"
     name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
