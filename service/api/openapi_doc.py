@@ -46,6 +46,11 @@ TAGS: list[dict[str, str]] = [
         "description": "Models with their privacy record: read, predict, export, upload.",
     },
     {
+        "name": "evaluations",
+        "description": "Private evaluations: a model's accuracy, precision, recall, F1 and ROC "
+        "on a private dataset, released with differential privacy and charged to its budget.",
+    },
+    {
         "name": "studies",
         "description": "Studies: sites contribute models or dataset grants; the coordinator "
         "aggregates them into a model every member reads.",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from service.domain.aggregations import run_aggregation_job
+from service.domain.evaluations import EVALUATION_KIND, run_evaluation_job
 from service.domain.federated import run_federated_job
 from service.domain.jobs import JobHandler
 
@@ -17,5 +18,6 @@ __all__ = ["JOB_HANDLERS"]
 
 JOB_HANDLERS: Mapping[str, JobHandler] = {
     "aggregate": run_aggregation_job,
+    EVALUATION_KIND: run_evaluation_job,
     "federated": run_federated_job,
 }

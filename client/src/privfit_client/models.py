@@ -224,6 +224,57 @@ class DatasetGrantIn(BaseModel):
     epsilon_cap: Annotated[float, Field(ge=1e-06, le=1000.0, title="Epsilon Cap")]
 
 
+class EvaluationCreate(BaseModel):
+    """
+    Evaluate a model on a dataset the caller owns, spending ε of that dataset's budget.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    dataset_id: Annotated[
+        str,
+        Field(
+            description="A dataset of the calling site with the model's spec (same features, preprocessing and label).",
+            max_length=64,
+            min_length=1,
+            title="Dataset Id",
+        ),
+    ]
+    epsilon: Annotated[
+        float,
+        Field(
+            description="The evaluation's total ε (δ = 0): half to the confusion matrix, half to the score histograms behind the ROC curve.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ]
+
+
+class EvaluationRead(BaseModel):
+    """
+    A released private evaluation: the noisy confusion matrix, metrics with intervals that
+    include the noise, the DP ROC curve, and its privacy record.
+    """
+
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    dataset_id: Annotated[str, Field(title="Dataset Id")]
+    epsilon: Annotated[float, Field(title="Epsilon")]
+    id: Annotated[str, Field(description="The id of the job that computed it.", title="Id")]
+    model_id: Annotated[str, Field(title="Model Id")]
+    privacy: Annotated[
+        dict[str, Any], Field(description="What was protected, how, and warnings.", title="Privacy")
+    ]
+    result: Annotated[
+        dict[str, Any],
+        Field(
+            description="`confusion_matrix` (noisy tp, fp, fn, tn), `metrics` (estimate and interval of accuracy, precision, recall, f1), `confidence`, `roc` (noisy per-class histograms over public bins, fpr, tpr, auc), `epsilon_split`, `noise`.",
+            title="Result",
+        ),
+    ]
+
+
 FeatureAggregationInName = TypeAliasType(
     "FeatureAggregationInName", Annotated[str, Field(max_length=200, min_length=1, title="Name")]
 )
@@ -1327,6 +1378,34 @@ class DatasetRead(BaseModel):
     spec: Annotated[
         dict[str, Any], Field(description="The spec as stored (normalised).", title="Spec")
     ]
+
+
+class EvaluationList(BaseModel):
+    """
+    A page of a model's evaluations.
+    """
+
+    items: Annotated[list[EvaluationRead], Field(title="Items")]
+    limit: Annotated[int, Field(title="Limit")]
+    offset: Annotated[int, Field(title="Offset")]
+    total: Annotated[int, Field(title="Total")]
+
+
+class EvaluationQuoteRead(BaseModel):
+    """
+    A dry run: what the evaluation would cost. Nothing was spent.
+    """
+
+    budget: BudgetLeft
+    cost: FitCost
+    dataset_id: Annotated[str, Field(title="Dataset Id")]
+    dry_run: Annotated[bool | None, Field(title="Dry Run")] = True
+    epsilon_split: Annotated[
+        dict[str, float],
+        Field(description="How ε is divided between releases.", title="Epsilon Split"),
+    ]
+    model_id: Annotated[str, Field(title="Model Id")]
+    warnings: Annotated[list[str], Field(title="Warnings")]
 
 
 class JobList(BaseModel):
