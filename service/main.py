@@ -31,6 +31,7 @@ from service.api.routes import (
     jobs,
     models,
     ops,
+    plans,
     sites,
     studies,
 )
@@ -170,6 +171,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         jobs.router,
         models.router,
         evaluations.router,
+        plans.router,
         studies.router,
         audit.router,
     ):

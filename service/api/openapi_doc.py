@@ -51,6 +51,11 @@ TAGS: list[dict[str, str]] = [
         "on a private dataset, released with differential privacy and charged to its budget.",
     },
     {
+        "name": "plans",
+        "description": "The privacy–utility planner: what a mechanism would give at each ε, "
+        "from public quantities and public reference data; spends nothing.",
+    },
+    {
         "name": "studies",
         "description": "Studies: sites contribute models or dataset grants; the coordinator "
         "aggregates them into a model every member reads.",

@@ -892,6 +892,88 @@ class NumericFeatureIn(BaseModel):
     ] = None
 
 
+PlanCreateReferenceDatasetId = TypeAliasType(
+    "PlanCreateReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateSeed = TypeAliasType(
+    "PlanCreateSeed", Annotated[int, Field(ge=0, le=9223372036854776000, title="Seed")]
+)
+
+
+PlanCreateTargetAccuracy = TypeAliasType(
+    "PlanCreateTargetAccuracy", Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")]
+)
+
+
+class PlanCreate(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to
+    simulate on and a target accuracy.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[str, Field(max_length=64, min_length=1, title="Mechanism")]
+    params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+    reference_dataset_id: Annotated[
+        PlanCreateReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float] | None, Field(max_length=40, min_length=1, title="Regularizations")
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[PlanCreateTargetAccuracy | None, Field(title="Target Accuracy")] = (
+        None
+    )
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
+
+
+class PlanRead(BaseModel):
+    """
+    Expected noise, excess-risk bound and (with a reference) simulated accuracy per grid
+    point; the smallest ε reaching the target. Nothing was spent.
+    """
+
+    d: Annotated[int, Field(title="D")]
+    dataset_id: Annotated[str, Field(title="Dataset Id")]
+    mechanism: Annotated[str, Field(title="Mechanism")]
+    n: Annotated[int, Field(title="N")]
+    notes: Annotated[list[str], Field(title="Notes")]
+    points: Annotated[list[dict[str, Any]], Field(title="Points")]
+    reference_dataset_id: Annotated[str | None, Field(title="Reference Dataset Id")]
+    spent: Annotated[dict[str, float], Field(title="Spent")]
+    target: Annotated[dict[str, Any] | None, Field(title="Target")]
+
+
 class PredictRequest(BaseModel):
     """
     Raw rows to score, keyed by column name (extra columns are ignored).
