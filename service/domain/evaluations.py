@@ -17,7 +17,6 @@ trained on (an in-sample estimate is optimistic).
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,16 +24,16 @@ from typing import Any
 
 import numpy as np
 
-from service.db.errors import IntegrityConflictError
-from service.db.models import Dataset, Job, Model, new_id
+from service.db.models import Dataset, Model
 from service.db.models import Evaluation as EvaluationRow
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain import audit, budgets
+from service.domain import budgets
 from service.domain.audit import AuditContext
+from service.domain.charged_jobs import ChargedJob, SubmittedJob, existing_job, submit_charged_job
 from service.domain.datasets import get_owned_dataset, read_design
-from service.domain.errors import ConflictError, InvalidInputError, NotFoundError
+from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.ids import check_idempotency_key, looks_like_id
-from service.domain.jobs import ClaimedJob, JobContext, JobScheduler, JobView, job_charge, job_view
+from service.domain.jobs import ClaimedJob, JobContext, JobScheduler, job_view
 from service.domain.models import get_model
 from service.domain.principal import Principal
 from service.domain.privacy_record import json_safe, software_version
@@ -46,15 +45,12 @@ __all__ = [
     "EVALUATION_KIND",
     "EvaluationPage",
     "EvaluationQuote",
-    "SubmittedEvaluation",
     "get_evaluation",
     "list_evaluations",
     "quote_evaluation",
     "run_evaluation_job",
     "submit_evaluation",
 ]
-
-logger = logging.getLogger(__name__)
 
 EVALUATION_KIND = "evaluate"
 MECHANISM = "private_evaluation"
@@ -76,14 +72,6 @@ class EvaluationQuote:
     remaining_epsilon: float
     remaining_delta: float
     warnings: list[str]
-
-
-@dataclass(frozen=True, slots=True)
-class SubmittedEvaluation:
-    """The job of an evaluation request as committed; ``created`` is False for a retry."""
-
-    view: JobView
-    created: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,16 +151,6 @@ def quote_evaluation(
     )
 
 
-def _existing(uow: UnitOfWork, *, owner: str, key: str, params: dict[str, Any]) -> Job | None:
-    job = uow.jobs.get_by_idempotency_key(owner_site_id=owner, idempotency_key=key)
-    if job is not None and (job.kind != EVALUATION_KIND or dict(job.params) != params):
-        raise InvalidInputError(
-            "this Idempotency-Key was already used for a different request",
-            errors=[{"loc": ["header", "Idempotency-Key"], "msg": "key reused"}],
-        )
-    return job
-
-
 def submit_evaluation(
     uow: UnitOfWork,
     *,
@@ -183,7 +161,7 @@ def submit_evaluation(
     runner: JobScheduler,
     idempotency_key: str | None = None,
     context: AuditContext | None = None,
-) -> SubmittedEvaluation:
+) -> SubmittedJob:
     """Validate, charge ε to the dataset's ledger and enqueue (module docstring)."""
     owner = actor.require_site()
     check_idempotency_key(idempotency_key)
@@ -193,62 +171,31 @@ def submit_evaluation(
     with uow:
         dataset = get_owned_dataset(uow, dataset_id=dataset_id, actor=actor)
         if idempotency_key is not None:
-            found = _existing(uow, owner=owner, key=idempotency_key, params=params)
+            found = existing_job(
+                uow, owner=owner, key=idempotency_key, kind=EVALUATION_KIND, params=params
+            )
             if found is not None:
-                return SubmittedEvaluation(view=job_view(uow, found), created=False)
+                return SubmittedJob(view=job_view(uow, found), created=False)
         _live(dataset)
     _check_same_spec(model, dataset)
-    job_id = new_id()
-    try:
-        with uow:
-            job = uow.jobs.stage(
-                Job(
-                    id=job_id,
-                    owner_site_id=owner,
-                    kind=EVALUATION_KIND,
-                    dataset_id=dataset_id,
-                    params=params,
-                    status="queued",
-                    idempotency_key=idempotency_key,
-                )
-            )
-            if context is not None:
-                audit.record(
-                    uow,
-                    action="evaluation.submitted",
-                    actor=actor,
-                    context=context,
-                    subject_type="job",
-                    subject_id=job_id,
-                    details={"dataset_id": dataset_id, "model_id": model_id, "epsilon": epsilon},
-                )
-            with uow.no_autoflush():
-                charge = budgets.charge(
-                    uow,
-                    dataset_id=dataset_id,
-                    epsilon=float(epsilon),
-                    delta=0.0,
-                    mechanism=MECHANISM,
-                    job_id=job_id,
-                    idempotency_key=idempotency_key,
-                )
-            view = JobView(job, (job_charge(charge),))
-            uow.commit()
-    except (IntegrityConflictError, budgets.DuplicateChargeError):
-        if idempotency_key is None:
-            raise
-        with uow:
-            found = _existing(uow, owner=owner, key=idempotency_key, params=params)
-            if found is None:
-                raise ConflictError(
-                    "a request with this Idempotency-Key is being processed; retry"
-                ) from None
-            return SubmittedEvaluation(view=job_view(uow, found), created=False)
-    try:
-        runner.submit(job_id)
-    except Exception:
-        logger.exception("job %s stays queued: the runner did not accept it", job_id)
-    return SubmittedEvaluation(view=view, created=True)
+    return submit_charged_job(
+        uow,
+        job=ChargedJob(
+            kind=EVALUATION_KIND,
+            dataset_id=dataset_id,
+            params=params,
+            epsilon=float(epsilon),
+            delta=0.0,
+            mechanism=MECHANISM,
+            audit_action="evaluation.submitted",
+            audit_details={"dataset_id": dataset_id, "model_id": model_id, "epsilon": epsilon},
+        ),
+        owner=owner,
+        actor=actor,
+        runner=runner,
+        idempotency_key=idempotency_key,
+        context=context,
+    )
 
 
 def run_evaluation_job(

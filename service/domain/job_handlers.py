@@ -13,6 +13,7 @@ from service.domain.aggregations import run_aggregation_job
 from service.domain.evaluations import EVALUATION_KIND, run_evaluation_job
 from service.domain.federated import run_federated_job
 from service.domain.jobs import JobHandler
+from service.domain.tuning import TUNED_FIT_KIND, run_tuned_fit_job
 
 __all__ = ["JOB_HANDLERS"]
 
@@ -20,4 +21,5 @@ JOB_HANDLERS: Mapping[str, JobHandler] = {
     "aggregate": run_aggregation_job,
     EVALUATION_KIND: run_evaluation_job,
     "federated": run_federated_job,
+    TUNED_FIT_KIND: run_tuned_fit_job,
 }

@@ -540,58 +540,18 @@ FitCreateEpsilon = TypeAliasType(
 )
 
 
-class FitCreate(BaseModel):
-    """
-    A fit of one mechanism on one dataset at a privacy cost (ε, δ).
-    """
-
-    model_config = ConfigDict(
-        extra="forbid",
-    )
-    delta: Annotated[
-        float | None,
-        Field(
-            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
-            ge=0.0,
-            lt=1.0,
-            title="Delta",
-        ),
-    ] = 0.0
-    epsilon: Annotated[
-        FitCreateEpsilon | None,
-        Field(
-            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
-            title="Epsilon",
-        ),
-    ] = None
-    loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
-    mechanism: Annotated[
-        str,
-        Field(
-            description="The fit mechanism: one of `dp_sgd`, `gaussian_objective_perturbation`, `generalized_objective_perturbation`, `non_private`, `objective_perturbation`, `output_perturbation`, `stacking_features`, `stacking_samples`.",
-            max_length=64,
-            min_length=1,
-            title="Mechanism",
-        ),
-    ]
-    params: Annotated[
-        dict[str, Any] | None,
-        Field(
-            description="The mechanism's own options (e.g. `h`, the Huber width; `epochs`, `batch_size` for `dp_sgd`). Unknown options are a 422.",
-            title="Params",
-        ),
-    ] = None
-    regularization: Annotated[
+FitCreateRegularization = TypeAliasType(
+    "FitCreateRegularization",
+    Annotated[
         float,
         Field(
-            description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06.",
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ).',
             ge=1e-10,
             le=1000000.0,
             title="Regularization",
         ),
-    ]
+    ],
+)
 
 
 class FitQuoteRead(BaseModel):
@@ -1101,6 +1061,27 @@ class Readiness(BaseModel):
     status: Annotated[Literal["ready"], Field(title="Status")] = "ready"
 
 
+RegularizationCandidatesCandidate = TypeAliasType(
+    "RegularizationCandidatesCandidate", Annotated[float, Field(ge=1e-10, le=1000000.0)]
+)
+
+
+class RegularizationCandidates(BaseModel):
+    """
+    Candidate λs for private tuning (Chaudhuri, Monteleoni and Sarwate 2011): each is fitted
+    on its own disjoint part of the data at the full (ε, δ) and one is chosen by the
+    exponential mechanism on a held-out part; the total cost stays (ε, δ).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    candidates: Annotated[
+        list[RegularizationCandidatesCandidate],
+        Field(description="Distinct λ values.", max_length=10, min_length=1, title="Candidates"),
+    ]
+
+
 class SiteCreate(BaseModel):
     """
     A new site.
@@ -1488,6 +1469,58 @@ class EvaluationQuoteRead(BaseModel):
     ]
     model_id: Annotated[str, Field(title="Model Id")]
     warnings: Annotated[list[str], Field(title="Warnings")]
+
+
+class FitCreate(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[
+        str,
+        Field(
+            description="The fit mechanism: one of `dp_sgd`, `gaussian_objective_perturbation`, `generalized_objective_perturbation`, `non_private`, `objective_perturbation`, `output_perturbation`, `stacking_features`, `stacking_samples`.",
+            max_length=64,
+            min_length=1,
+            title="Mechanism",
+        ),
+    ]
+    params: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="The mechanism's own options (e.g. `h`, the Huber width; `epochs`, `batch_size` for `dp_sgd`). Unknown options are a 422.",
+            title="Params",
+        ),
+    ] = None
+    regularization: Annotated[
+        FitCreateRegularization | RegularizationCandidates,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ).',
+            title="Regularization",
+        ),
+    ]
 
 
 class JobList(BaseModel):
