@@ -27,11 +27,11 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	@touch $@
 
 $(VENV)/.installed-dev: pyproject.toml client/pyproject.toml | $(BIN)/python
-	$(PIP) install -e '.[dev]' -e './client[pandas,plot,dev]'
+	$(PIP) install -e '.[dev]' -e './client[pandas,plot,sklearn,onnx,dev]'
 	@touch $@ $(VENV)/.installed
 
 $(VENV)/.installed-bench: pyproject.toml client/pyproject.toml | $(BIN)/python
-	$(PIP) install -e '.[dev,bench]' -e './client[pandas,plot,dev]'
+	$(PIP) install -e '.[dev,bench]' -e './client[pandas,plot,sklearn,onnx,dev]'
 	@touch $@ $(VENV)/.installed-dev $(VENV)/.installed
 
 # --- the two commands ---------------------------------------------------------------------

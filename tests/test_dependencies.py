@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # Imported lazily by one optional feature and documented as the caller's own installation.
 OPTIONAL_IMPORTS = {
     "sklearn": "service.domain.export.to_sklearn converts an export for a scikit-learn user",
+    # The standard exports: a 422 problem names the 'export' extra when they are missing.
+    "pandas": "service.domain.standard_export builds the exported ColumnTransformer",
+    "skops": "service.domain.standard_export writes format=skops",
+    "skl2onnx": "service.domain.standard_export writes format=onnx",
+    "onnx": "service.domain.standard_export registers the ONNX converter of the row-norm step",
+    "privfit_client": "the exported pipelines' row-norm step (privfit_client.sklearn)",
 }
 
 

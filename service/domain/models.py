@@ -245,3 +245,22 @@ def _vector(values: Sequence[float]) -> Any:
     import numpy as np
 
     return np.asarray(values, dtype=np.float64)
+
+
+def export_model_binary(document: dict[str, Any], *, format: str) -> bytes:
+    """The export ``document`` as a skops archive or an ONNX model
+    (:mod:`service.domain.standard_export`); 422 for models that are not linear."""
+    from service.domain import standard_export
+
+    try:
+        if format == "skops":
+            return standard_export.to_skops(document)
+        if format == "onnx":
+            return standard_export.to_onnx(document)
+    except ImportError as exc:
+        raise InvalidInputError(
+            f"format={format} is not available on this server (it needs the 'export' extra: "
+            "scikit-learn, pandas, skops, skl2onnx and the privfit-client package)",
+            errors=[{"loc": ["query", "format"], "msg": "not installed on this server"}],
+        ) from exc
+    raise InvalidInputError(f"unknown export format {format!r}")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, status
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from service.api.deps import AuditContextDep, Expensive, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
@@ -125,20 +125,53 @@ def predict(
     return PredictResponse(predictions=[PredictionRead.from_domain(p) for p in predictions])
 
 
+ExportFormat = Literal["json", "skops", "onnx"]
+
+
 @router.get(
     "/{model_id}/export",
     summary="Export a model",
     description=(
-        "A self-contained JSON document: format name and version, weights and feature names, "
-        "the preprocessing (with the projection matrix, if any), the label, the decision rule "
-        "and the privacy record. The README shows how to turn it into a scikit-learn estimator."
+        "`format=json` (default): a self-contained JSON document: format name and version, "
+        "weights and feature names, the preprocessing (with the projection matrix, if any), the "
+        "label, the decision rule and the privacy record. `format=skops`: a scikit-learn "
+        "`Pipeline` (the public preprocessing as a `ColumnTransformer`, the row-norm step "
+        "`privfit_client.sklearn.UnitBallRows`, then the linear model) saved with skops (no "
+        "pickle), with the JSON document as the archive member `privfit-export.json`. "
+        "`format=onnx`: the same pipeline as ONNX (one input per column, float64 or string "
+        "[N, 1]; outputs `label` and `scores`), the JSON document and the privacy record in "
+        "`metadata_props`. Both predict exactly what `predict` does; only linear models have "
+        "them (otherwise 422)."
     ),
     response_model=ModelExportRead,
-    responses=problem_responses(401, 404, 422),
+    responses={
+        **problem_responses(401, 404, 422),
+        200: {
+            "content": {
+                "application/json": {},
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            },
+            "description": "The export in the requested format.",
+        },
+    },
     openapi_extra=access("any"),
 )
-def export_model(model_id: str, uow: UowDep, principal: PrincipalDep) -> JSONResponse:
+def export_model(
+    model_id: str,
+    uow: UowDep,
+    principal: PrincipalDep,
+    format: Annotated[ExportFormat, Query(description="json (default), skops or onnx.")] = "json",
+) -> Response:
     document: dict[str, Any] = models.export_model(uow, model_id=model_id, actor=principal)
+    if format != "json":
+        data = models.export_model_binary(document, format=format)
+        return Response(
+            data,
+            media_type="application/octet-stream",
+            headers={
+                "Content-Disposition": (f'attachment; filename="privfit-model-{model_id}.{format}"')
+            },
+        )
     return JSONResponse(
         document,
         headers={"Content-Disposition": f'attachment; filename="privfit-model-{model_id}.json"'},
