@@ -12,11 +12,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnxruntime
 import pandas as pd
 import pytest
 from privfit_client import PREDICT_BATCH
 from privfit_client.cli import main
+from privfit_client.sklearn import load_skops, skops_privacy
 
+from benchmarks.adult import NUMERIC_COLUMNS
 from tests.client.conftest import SPEC_PATH, SiteAccount, small_csv
 from tests.support.live_server import LiveServer
 
@@ -126,6 +130,22 @@ def test_walkthrough(
     document = json.loads(exported.read_text())
     assert document["model_id"] == model_id
     assert document["privacy"]["epsilon"] == 1.0
+    # skops: the pipeline scores the predicted rows as the API did, and carries the record
+    skops_file = tmp_path / "model.skops"
+    saved = run_json(capsys, "export", model_id, "--format", "skops", "-o", str(skops_file))
+    assert saved["bytes"] == skops_file.stat().st_size > 0
+    pipeline = load_skops(skops_file)
+    assert skops_privacy(skops_file)["privacy"] == document["privacy"]
+    frame = pd.read_csv(rows_in, dtype=str)
+    frame = frame.astype({c: float for c in frame if c in NUMERIC_COLUMNS})
+    np.testing.assert_allclose(
+        pipeline.decision_function(frame), [float(r["score"]) for r in scored], atol=1e-6
+    )
+    onnx_file = tmp_path / "model.onnx"
+    run_json(capsys, "export", model_id, "--format", "onnx", "-o", str(onnx_file))
+    session = onnxruntime.InferenceSession(onnx_file, providers=["CPUExecutionProvider"])
+    meta = session.get_modelmeta().custom_metadata_map
+    assert json.loads(meta["privfit.privacy"]) == document["privacy"]
 
     png, svg = tmp_path / "budget.png", tmp_path / "budget.svg"
     code, out, _ = run(capsys, "budget", dataset["id"], "--plot", str(png))
