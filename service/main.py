@@ -17,6 +17,7 @@ from typing import TextIO
 import anyio.to_thread
 from fastapi import FastAPI
 
+from service.api.console import install_console
 from service.api.docs import install_docs
 from service.api.errors import install_error_handlers
 from service.api.metrics import HttpMetrics
@@ -162,6 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     install_error_handlers(app)
     install_docs(app, persist_authorization=settings.docs_persist_authorization)
+    install_console(app)
     # Routers carry their full prefix (see service.api.routes): include them without one.
     for router in (
         ops.router,

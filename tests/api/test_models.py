@@ -741,3 +741,28 @@ def test_non_finite_weights_are_a_422(client: TestClient, site: SiteHandle) -> N
     assert response.status_code == 422, response.text
     assert response.json()["errors"][0]["loc"][:2] == ["body", "weights"]
     assert _no_models(client, site)
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "JSON", ""])
+def test_an_unknown_export_format_is_a_422_problem(
+    client: TestClient, site: SiteHandle, fmt: str
+) -> None:
+    model = fitted_model(client, site, upload(client, site))
+    response = client.get(
+        f"/v1/models/{model['id']}/export", params={"format": fmt}, headers=site.headers
+    )
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize("fmt", ["skops", "onnx"])
+def test_a_stacked_model_has_no_standard_export(
+    client: TestClient, site: SiteHandle, fmt: str
+) -> None:
+    model = fitted_model(client, site, upload(client, site), mechanism="stacking_samples")
+    response = client.get(
+        f"/v1/models/{model['id']}/export", params={"format": fmt}, headers=site.headers
+    )
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "only linear models" in response.json()["detail"]
