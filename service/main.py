@@ -23,7 +23,18 @@ from service.api.metrics import HttpMetrics
 from service.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from service.api.openapi_doc import DESCRIPTION, TAGS, build_openapi, operation_id
 from service.api.rate_limits import RateLimits
-from service.api.routes import audit, datasets, fits, jobs, models, ops, sites, studies
+from service.api.routes import (
+    audit,
+    datasets,
+    evaluations,
+    fits,
+    jobs,
+    models,
+    ops,
+    plans,
+    sites,
+    studies,
+)
 from service.db.migrate import DatabaseProbe, head_revisions
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
@@ -159,6 +170,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         fits.router,
         jobs.router,
         models.router,
+        evaluations.router,
+        plans.router,
         studies.router,
         audit.router,
     ):

@@ -51,6 +51,16 @@ TAGS: list[dict[str, str]] = [
         "description": "Models with their privacy record: read, predict, export, upload.",
     },
     {
+        "name": "evaluations",
+        "description": "Private evaluations: a model's accuracy, precision, recall, F1 and ROC "
+        "on a private dataset, released with differential privacy and charged to its budget.",
+    },
+    {
+        "name": "plans",
+        "description": "The privacy–utility planner: what a mechanism would give at each ε, "
+        "from public quantities and public reference data; spends nothing.",
+    },
+    {
         "name": "studies",
         "description": "Studies: sites contribute models or dataset grants; the coordinator "
         "aggregates them into a model every member reads.",

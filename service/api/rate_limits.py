@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import NoReturn
 
 import limits
 from limits.storage import storage_from_string
@@ -79,14 +80,24 @@ class RateLimits:
             )
 
     def hit_expensive(self, address: str, key_id: str) -> None:
-        """Count one expensive operation per key and per address; raise when either is over."""
+        """Count one expensive operation per key and per address; raise when either is over.
+
+        A refused request counts against neither (a key is not charged for its address's
+        neighbours), so both are tested before either is hit."""
         item = self._expensive
         if item is None:
             return
-        for identity in (("key", key_id), ("address", address)):
-            if not self._limiter.hit(item, _EXPENSIVE, *identity):
-                raise RateLimitedError(
-                    f"too many expensive operations from this {identity[0]} "
-                    f"(limit {item}); try again later",
-                    retry_after=self._retry_after(item, _EXPENSIVE, *identity),
-                )
+        identities = (("key", key_id), ("address", address))
+        for identity in identities:
+            if not self._limiter.test(item, _EXPENSIVE, *identity):
+                self._refuse_expensive(item, identity)
+        for identity in identities:
+            if not self._limiter.hit(item, _EXPENSIVE, *identity):  # lost a race to the limit
+                self._refuse_expensive(item, identity)
+
+    def _refuse_expensive(self, item: limits.RateLimitItem, identity: tuple[str, str]) -> NoReturn:
+        raise RateLimitedError(
+            f"too many expensive operations from this {identity[0]} (limit {item}); "
+            "try again later",
+            retry_after=self._retry_after(item, _EXPENSIVE, *identity),
+        )

@@ -430,3 +430,23 @@ class StudyContribution(Base):
     delta_spent_units: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     used_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class Evaluation(Base):
+    """A private evaluation of a model on a dataset (issue 16): the released, noisy result and
+    its privacy record. Its id is the id of the job that computed it, so a finished
+    evaluation job's result is at ``/v1/evaluations/{job id}``."""
+
+    __tablename__ = "evaluation"
+    __table_args__ = (Index("ix_evaluation_model_created", "model_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(ForeignKey("job.id", ondelete="RESTRICT"), primary_key=True)
+    owner_site_id: Mapped[str] = mapped_column(ForeignKey("site.id", ondelete="RESTRICT"))
+    model_id: Mapped[str] = mapped_column(ForeignKey("model.id", ondelete="RESTRICT"))
+    dataset_id: Mapped[str] = mapped_column(
+        ForeignKey("dataset.id", ondelete="RESTRICT"), index=True
+    )
+    epsilon: Mapped[float] = mapped_column(Float)
+    result: Mapped[dict[str, Any]] = mapped_column(JSON)
+    privacy: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

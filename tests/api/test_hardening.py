@@ -12,13 +12,14 @@ import pytest
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
+from limits._storage_scheme import SCHEMES as limits_schemes
 
 from service.api.deps import count_expensive
 from service.api.routes import audit, datasets, fits, jobs, models, ops, sites, studies
 from service.db.models import site_name_key
 from service.db.session import make_engine
 from service.main import create_app
-from service.settings import Settings
+from service.settings import RATE_LIMIT_STORAGE_SCHEMES, Settings
 from tests.api.test_datasets import base_spec, csv_bytes, upload
 from tests.conftest import MakeSite, SiteHandle
 
@@ -145,7 +146,10 @@ def test_expensive_operations_are_limited_per_address(
         refused = here.post(path, json={}, headers=third)
         assert refused.status_code == 429
         assert "address" in refused.json()["detail"]
+        # The refusal did not count against the third key: it has its whole allowance elsewhere.
         assert there.post(path, json={}, headers=third).status_code != 429
+        assert there.post(path, json={}, headers=third).status_code != 429
+        assert there.post(path, json={}, headers=third).status_code == 429
 
 
 #: Every operation that queues numerical work or stores a file, counted by the expensive rule.
@@ -218,6 +222,13 @@ def test_limits_are_configurable_and_validated(settings: Settings) -> None:
     with pytest.raises(ValueError, match="30/minute"):
         Settings(database_url="sqlite://", rate_limit_expensive="lots")
     assert Settings(database_url="sqlite://", rate_limit_expensive="").rate_limit_expensive is None
+    for storage in ("nonsense://x", "async+redis://127.0.0.1:6379", "127.0.0.1:6379"):
+        with pytest.raises(ValueError, match="rate-limit storage"):
+            Settings(database_url="sqlite://", rate_limit_storage=storage)
+    shared = Settings(database_url="sqlite://", rate_limit_storage="redis://127.0.0.1:6379")
+    assert shared.rate_limit_storage == "redis://127.0.0.1:6379"
+    # Every scheme the settings accept is one the library knows.
+    assert set(RATE_LIMIT_STORAGE_SCHEMES) <= set(limits_schemes)
 
 
 def test_metrics_can_require_the_admin_key(

@@ -6,7 +6,8 @@ c = 1/4, Huber c = 1/(2h)); ‖x‖ ≤ 1; y ∈ {−1, +1}; 0 < δ < 1.
 
 Calibration (all public):
 
-    [Δ, ε̃] = computeSlack(ε, λ, N, c)     (seed 002 Procedure 2 with e^{ε/4}, DESIGN §3)
+    [Δ, ε̃] = computeSlack(ε, λ, N, c)     (tight: ε̃ = ε − ln(1 + c/(N(λ + Δ))), Δ from
+                                          ``jacobian_slack``, e^{ε/2} branch)
     σ*     = (√q + √(q + 2ε̃))/ε̃,  q = χ²_d quantile at 1 − δ   (GOP's σ*, see
              ``mechanisms.gaussian_objective``)
     η^k    ~ N(0, (σ*²/K) I_d), drawn ONCE by site k   ⇒ Σ_k η^k ~ N(0, σ*² I_d)

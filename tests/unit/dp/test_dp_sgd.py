@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -320,7 +321,9 @@ def test_projection_seed_defaults_to_a_fresh_draw() -> None:
 # ---- empirical privacy -------------------------------------------------------------------------
 
 
-def _one_update_outputs(y_value: float, runs: int, seed: int, eps: float) -> np.ndarray:
+def _one_update_outputs(
+    y_value: float, runs: int, seed: int, eps: float, noise_scale: float = 1.0
+) -> np.ndarray:
     # n = 1, d = 1, batch 1, one pass: w₁ = −η(λ·0 + l′(0)·y·x + z) with Huber l′(0) = −1,
     # so w₁ = y − z: the two neighbours (y = ±1) sit at the full sensitivity 2.
     X = np.array([[1.0]])
@@ -328,6 +331,9 @@ def _one_update_outputs(y_value: float, runs: int, seed: int, eps: float) -> np.
         1, 1, eps, loss="huber", lam=1e-9, batch_size=1, schedule="constant", eta=1.0
     )
     cal = MECHANISM.calibrate(problem)
+    # β = ε·b_min/2 = ε/2 by hand; the noise scale 1/β is multiplied by noise_scale
+    assert cal.details["beta"] == eps / 2
+    cal = replace(cal, details={**cal.details, "beta": eps / 2 / noise_scale})
     rng = np.random.default_rng(seed)
     y = np.array([y_value])
     return np.array(
@@ -347,6 +353,21 @@ def test_empirical_privacy_of_one_update_is_tight_but_not_exceeded() -> None:
     # sanity of the setup: the two output laws are Laplace(±1, 1/β) with β = ε/2
     assert np.median(a) == pytest.approx(1.0, abs=0.15)
     assert np.median(b) == pytest.approx(-1.0, abs=0.15)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("noise_scale", [0.5, 2.0])
+def test_empirical_privacy_audit_notices_half_and_twice_the_noise(noise_scale: float) -> None:
+    # half the noise: the true ε is 2ε and the audit's lower bound exceeds the claim;
+    # twice the noise: the true ε is ε/2, so the tightness check above (> 0.5 ε) fails
+    eps = 1.0
+    a = _one_update_outputs(1.0, 6000, 11, eps, noise_scale)
+    b = _one_update_outputs(-1.0, 6000, 12, eps, noise_scale)
+    bound = epsilon_lower_bound(a, b)
+    if noise_scale < 1.0:
+        assert bound > eps
+    else:
+        assert bound <= 0.5 * eps
 
 
 def test_calibrate_is_a_pure_function_of_public_quantities() -> None:
