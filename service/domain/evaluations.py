@@ -216,7 +216,7 @@ def run_evaluation_job(
     context.progress(0.1)
     fitted = model_from_dict(body)
     scores = np.asarray(fitted.decision_function(design.X), dtype=np.float64)
-    seed = context.randomness.seed
+    seed = context.randomness.job_seed(job.id)
     randbelow = None if seed is None else random.Random(seed).randrange
     bootstrap_rng = np.random.default_rng(seed)
     epsilon = float(params["epsilon"])
@@ -243,7 +243,7 @@ def run_evaluation_job(
         "epsilon_split": result.epsilon_split,
         **epsilon_split_note(),
         "dataset": {"id": row.id, "name": row.name},
-        "randomness": context.randomness.describe(),
+        "randomness": context.randomness.describe(job.id),
         "warnings": warnings,
         "software_version": software_version(),
     }

@@ -728,7 +728,7 @@ def federated_privacy_record(
                 else "not applicable: no privacy was claimed"
             ),
         },
-        "randomness": randomness.describe(),
+        "randomness": randomness.describe(job_id),
         "study_id": study_id,
         "software": {"name": "privfit", "version": version or software_version()},
         "job_id": job_id,
@@ -770,7 +770,7 @@ def run_federated_job(
         delta=float(params["delta"]),
         loss=str(params["loss"]),
         regularization=float(params["regularization"]),
-        rng=context.randomness.generator(),
+        rng=context.randomness.generator(job.id),
         progress=context.progress,
         **dict(params.get("params") or {}),
     )

@@ -471,7 +471,7 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
         design,
         None,
         str(params["mechanism"]),
-        rng=context.randomness.generator(),
+        rng=context.randomness.generator(job.id),
         progress=context.progress,
         **_fit_kwargs(params),
     )

@@ -235,7 +235,7 @@ def run_tuned_fit_job(
     candidates: Sequence[float] = params["regularization"]["candidates"]
     epsilon = float(params["epsilon"])
     delta = float(params["delta"])
-    rng = context.randomness.generator()
+    rng = context.randomness.generator(job.id)
     done = [0]
 
     def fit_one(part: PreparedDesign, lam: float) -> FitResult:
