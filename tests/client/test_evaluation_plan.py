@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 from privfit_client import Client
+from privfit_client.cli import main
 from privfit_client.models import PlanRead
 
-from tests.client.conftest import SPEC_PATH, small_csv
+from tests.client.conftest import SPEC_PATH, SiteAccount, small_csv
+from tests.support.live_server import LiveServer
 
 pytestmark = pytest.mark.slow
 
@@ -58,3 +60,28 @@ def test_tune_evaluate_and_plan(site_client: Client, adult_train_csv: Path) -> N
     assert isinstance(picture, str)
     assert picture.startswith("<svg")
     assert pf.budget(public.id).epsilon_spent == 0.0
+
+
+def test_the_command_line_draws_the_plan(
+    server: LiveServer,
+    site: SiteAccount,
+    site_client: Client,
+    adult_train_csv: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    spec = json.loads(SPEC_PATH.read_text())
+    train = site_client.upload(small_csv(adult_train_csv, 2000), spec)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("PRIVFIT_URL", server.base_url)
+    monkeypatch.setenv("PRIVFIT_KEY", site.key)
+    picture = tmp_path / "plan.png"
+    code = main(
+        ["plan", train.id, "--epsilon", "0.1", "--epsilon", "1", "--plot", str(picture), "--json"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert len(json.loads(out)["points"]) == 2
+    assert picture.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert site_client.budget(train.id).epsilon_spent == 0.0

@@ -424,6 +424,49 @@ def budget(
 
 
 @app.command()
+def plan(
+    dataset: Annotated[str, typer.Argument(help="Dataset id.")],
+    epsilon: Annotated[
+        list[float], typer.Option("--epsilon", help="A grid value of ε (repeat the option).")
+    ],
+    mechanism: Annotated[str, typer.Option(help="The mechanism to plan.")] = (
+        "objective_perturbation"
+    ),
+    regularization: Annotated[float, typer.Option(help="λ.")] = 1e-3,
+    reference: Annotated[
+        str | None,
+        typer.Option(help="A public dataset of yours with the same spec, to simulate accuracy."),
+    ] = None,
+    target_accuracy: Annotated[float | None, typer.Option(help="Accuracy to reach.")] = None,
+    plot: PlotOption = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The privacy–utility plan of a dataset: expected noise, risk bound and (with a public
+    reference) simulated accuracy for each ε. Spends nothing."""
+    with _client() as client:
+        result = client.plan(
+            dataset,
+            mechanism,
+            epsilons=epsilon,
+            regularizations=[regularization],
+            reference_dataset_id=reference,
+            target_accuracy=target_accuracy,
+        )
+    assert not isinstance(result, str)
+    if plot is not None:
+        from privfit_client import plot as pictures
+
+        pictures.plan_curve(result, plot)
+
+    def human() -> None:
+        out.print(result.model_dump_json(indent=2))
+        if plot is not None:
+            out.print(f"picture saved to {plot}")
+
+    _emit(as_json, result, human)
+
+
+@app.command()
 def studies(as_json: JsonFlag = False) -> None:
     """List the studies the site belongs to."""
     with _client() as client:
