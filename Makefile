@@ -83,7 +83,7 @@ bench-quick: $(VENV)/.installed-bench ## Smoke run of the benchmarks
 	$(BIN)/python -m benchmarks.bench_fit_job --quick
 
 lock: $(VENV)/.installed-dev ## Regenerate requirements.lock (the image's pinned, hashed dependencies) from pyproject.toml
-	$(VENV)/bin/uv pip compile pyproject.toml --generate-hashes --python-version 3.11 \
+	$(VENV)/bin/uv pip compile pyproject.toml --extra redis --generate-hashes --python-version 3.11 \
 	  --python-platform x86_64-manylinux_2_28 --no-header -o requirements.lock
 	sed -i '1i # The production image'"'"'s dependencies, pinned with hashes: `make lock` (from pyproject.toml).' requirements.lock
 

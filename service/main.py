@@ -17,13 +17,25 @@ from typing import TextIO
 import anyio.to_thread
 from fastapi import FastAPI
 
+from service.api.console import install_console
 from service.api.docs import install_docs
 from service.api.errors import install_error_handlers
 from service.api.metrics import HttpMetrics
 from service.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from service.api.openapi_doc import DESCRIPTION, TAGS, build_openapi, operation_id
 from service.api.rate_limits import RateLimits
-from service.api.routes import audit, datasets, fits, jobs, models, ops, sites, studies
+from service.api.routes import (
+    audit,
+    datasets,
+    evaluations,
+    fits,
+    jobs,
+    models,
+    ops,
+    plans,
+    sites,
+    studies,
+)
 from service.db.migrate import DatabaseProbe, head_revisions
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
@@ -151,6 +163,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     install_error_handlers(app)
     install_docs(app, persist_authorization=settings.docs_persist_authorization)
+    install_console(app)
     # Routers carry their full prefix (see service.api.routes): include them without one.
     for router in (
         ops.router,
@@ -159,6 +172,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         fits.router,
         jobs.router,
         models.router,
+        evaluations.router,
+        plans.router,
         studies.router,
         audit.router,
     ):

@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 __all__ = [
     "MIN_ADMIN_KEY_LENGTH",
+    "RATE_LIMIT_STORAGE_SCHEMES",
     "Environment",
     "LogLevel",
     "Settings",
@@ -51,6 +52,26 @@ def project_root() -> Path:
 def default_database_url() -> str:
     """The embedded database: ``<project root>/data/privfit.db``."""
     return f"sqlite:///{project_root() / 'data' / 'privfit.db'}"
+
+
+#: The ``limits`` library's synchronous counter stores (redis and valkey need the ``redis``
+#: extra, memcached and mongodb their own client).
+RATE_LIMIT_STORAGE_SCHEMES = (
+    "memory",
+    "redis",
+    "rediss",
+    "redis+unix",
+    "redis+cluster",
+    "redis+sentinel",
+    "valkey",
+    "valkeys",
+    "valkey+unix",
+    "valkey+cluster",
+    "valkey+sentinel",
+    "memcached",
+    "mongodb",
+    "mongodb+srv",
+)
 
 
 class Settings(BaseSettings):
@@ -141,7 +162,8 @@ class Settings(BaseSettings):
         default="memory://",
         description=(
             "Where rate-limit counters live: `memory://` (per process) or a shared store such "
-            "as `redis://127.0.0.1:6379` for several API replicas."
+            "as `redis://127.0.0.1:6379` for several API replicas (the `redis` extra, which "
+            "the image includes)."
         ),
     )
     metrics_require_key: bool = Field(
@@ -174,6 +196,17 @@ class Settings(BaseSettings):
         except ValueError as exc:
             raise ValueError(f"not a rate such as '30/minute': {value!r}") from exc
         return value.strip()
+
+    @field_validator("rate_limit_storage")
+    @classmethod
+    def _check_rate_limit_storage(cls, value: str) -> str:
+        scheme, sep, _ = value.partition("://")
+        if not sep or scheme not in RATE_LIMIT_STORAGE_SCHEMES:
+            raise ValueError(
+                "not a rate-limit storage URL; the scheme is one of "
+                + ", ".join(RATE_LIMIT_STORAGE_SCHEMES)
+            )
+        return value
 
     @field_validator("database_url")
     @classmethod

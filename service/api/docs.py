@@ -10,6 +10,9 @@ set (off by default: a raw key left in a shared browser is a leaked key).
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
 from pathlib import Path
 
 import fastapi_offline
@@ -22,24 +25,37 @@ from fastapi.openapi.docs import (
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
-__all__ = ["ASSETS_URL", "DOCS_CSP", "install_docs"]
+__all__ = ["ASSETS_URL", "DOCS_CSP", "content_security_policy", "install_docs"]
 
 #: Where the bundled Swagger UI / ReDoc files are served.
 ASSETS_URL = "/docs-assets"
 _ASSETS_DIR = Path(fastapi_offline.__file__).parent / "static"
 
-#: Only this origin: the inline bootstrap scripts and styles the two pages need, icons as data:
-#: URIs, ReDoc's blob: web worker. Nothing from any other host.
+#: Only this origin: styles may be inline (Swagger UI and ReDoc style elements at run time),
+#: icons are data: URIs, ReDoc's web worker is a blob:. Scripts come from this origin or are the
+#: page's own inline bootstrap, allowed by its SHA-256 (``{scripts}``), never any inline script.
 DOCS_CSP = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "default-src 'self'; script-src 'self'{scripts}; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data:; font-src 'self' data:; worker-src 'self' blob:; "
-    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'; "
+    "object-src 'none'"
 )
-_PAGE_HEADERS = {"Content-Security-Policy": DOCS_CSP, "Cache-Control": "no-store"}
+_INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.DOTALL)
+
+
+def content_security_policy(html: str) -> str:
+    """:data:`DOCS_CSP` allowing exactly the inline ``<script>`` blocks of ``html``."""
+    hashes = "".join(
+        f" 'sha256-{base64.b64encode(hashlib.sha256(body.encode()).digest()).decode()}'"
+        for body in _INLINE_SCRIPT.findall(html)
+    )
+    return DOCS_CSP.format(scripts=hashes)
 
 
 def _page(response: HTMLResponse) -> HTMLResponse:
-    response.headers.update(_PAGE_HEADERS)
+    html = bytes(response.body).decode("utf-8")
+    response.headers["Content-Security-Policy"] = content_security_policy(html)
+    response.headers["Cache-Control"] = "no-store"
     return response
 
 

@@ -21,6 +21,7 @@ from service.db.models import (
     AuditEvent,
     Dataset,
     DatasetChunk,
+    Evaluation,
     Job,
     LedgerCharge,
     Model,
@@ -34,6 +35,7 @@ __all__ = [
     "ApiKeyRepository",
     "AuditRepository",
     "DatasetRepository",
+    "EvaluationRepository",
     "JobRepository",
     "LedgerRepository",
     "ModelRepository",
@@ -373,7 +375,7 @@ class JobRepository(Repository[Job]):
         ).one_or_none()
         return row is None or row[0] != "running" or bool(row[1])
 
-    def succeed(self, job_id: str, *, model_id: str, finished_at: datetime) -> Job | None:
+    def succeed(self, job_id: str, *, model_id: str | None, finished_at: datetime) -> Job | None:
         """``running`` → ``succeeded`` unless a cancel was requested meanwhile; the job as it
         now is (one ``UPDATE … RETURNING``), or None when it was not changed."""
         values = {"job_id": job_id, "model_id": model_id, "finished_at": finished_at}
@@ -589,3 +591,27 @@ _SUCCEED = (
     .returning(Job)
     .execution_options(synchronize_session=False, populate_existing=True)
 )
+
+
+class EvaluationRepository(Repository[Evaluation]):
+    """Private evaluations of models."""
+
+    model = Evaluation
+
+    def list_for_model(
+        self, model_id: str, *, owner_site_id: str | None, limit: int, offset: int
+    ) -> Sequence[Evaluation]:
+        """A model's evaluations, newest first (of one site, or all)."""
+        query = select(Evaluation).where(Evaluation.model_id == model_id)
+        if owner_site_id is not None:
+            query = query.where(Evaluation.owner_site_id == owner_site_id)
+        query = query.order_by(Evaluation.created_at.desc(), Evaluation.id)
+        return self.session.scalars(query.limit(limit).offset(offset)).all()
+
+    def count_for_model(self, model_id: str, *, owner_site_id: str | None) -> int:
+        """How many evaluations :meth:`list_for_model` pages through."""
+        query = select(func.count()).select_from(Evaluation)
+        query = query.where(Evaluation.model_id == model_id)
+        if owner_site_id is not None:
+            query = query.where(Evaluation.owner_site_id == owner_site_id)
+        return int(self.session.scalar(query) or 0)

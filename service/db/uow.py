@@ -32,6 +32,7 @@ from service.db.repositories import (
     ApiKeyRepository,
     AuditRepository,
     DatasetRepository,
+    EvaluationRepository,
     JobRepository,
     LedgerRepository,
     ModelRepository,
@@ -53,6 +54,7 @@ class UnitOfWork:
     jobs: JobRepository
     models: ModelRepository
     studies: StudyRepository
+    evaluations: EvaluationRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -77,6 +79,7 @@ class UnitOfWork:
         self.jobs = JobRepository(self._session)
         self.models = ModelRepository(self._session)
         self.studies = StudyRepository(self._session)
+        self.evaluations = EvaluationRepository(self._session)
         return self
 
     def __exit__(

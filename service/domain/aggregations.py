@@ -545,7 +545,7 @@ def transfer_privacy_record(
             "across_jobs": f"this job's (ε, δ) was charged to the {role} dataset's ledger and "
             "committed before any noise was drawn",
         },
-        "randomness": randomness.describe(),
+        "randomness": randomness.describe(job_id),
         "study_id": study_id,
         "software": {"name": "privfit", "version": version or software_version()},
         "job_id": job_id,
@@ -976,7 +976,7 @@ def run_aggregation_job(
         facts = StudyFacts.of(study)
     context.progress(0.0)
     X, y = load_design(uow_factory, dataset_id)
-    result = spec.compute(X, y, sources, context.randomness.generator())
+    result = spec.compute(X, y, sources, context.randomness.generator(job.id))
     record = transfer_privacy_record(
         entries,
         target_id=dataset_id,

@@ -452,8 +452,10 @@ def public_composition(calibration: FederatedCalibration) -> str:
             "(ε, δ) per dataset for the released model (Rajkumar & Agarwal 2012, Thm 4.2): the "
             "sites' fixed Gaussian shares sum to the noise of Gaussian objective perturbation "
             "on the union of the datasets (Thm 4.1, σ* from the χ²_d condition with ε̃ and Δ "
-            f"from computeSlack with e^(ε/4)); {calibration.rounds} rounds whose sums never "
-            "leave PrivFit"
+            "from computeSlack with the determinant-lemma Jacobian ln(1 + c/(N(λ+Δ)))); "
+            f"{calibration.rounds} rounds whose sums never leave PrivFit, then exact gradient "
+            "sums until the released model is certified by ‖∇J̃‖ ≤ 1e-10, i.e. within "
+            "1e-10/(λ+Δ) of the perturbed objective's exact minimiser"
         )
     # ADMM's and the Lasso's statements name only public numbers (α, T, σ, ρ).
     return calibration.composition
@@ -726,7 +728,7 @@ def federated_privacy_record(
                 else "not applicable: no privacy was claimed"
             ),
         },
-        "randomness": randomness.describe(),
+        "randomness": randomness.describe(job_id),
         "study_id": study_id,
         "software": {"name": "privfit", "version": version or software_version()},
         "job_id": job_id,
@@ -768,7 +770,7 @@ def run_federated_job(
         delta=float(params["delta"]),
         loss=str(params["loss"]),
         regularization=float(params["regularization"]),
-        rng=context.randomness.generator(),
+        rng=context.randomness.generator(job.id),
         progress=context.progress,
         **dict(params.get("params") or {}),
     )

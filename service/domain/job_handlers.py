@@ -10,12 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from service.domain.aggregations import run_aggregation_job
+from service.domain.evaluations import EVALUATION_KIND, run_evaluation_job
 from service.domain.federated import run_federated_job
 from service.domain.jobs import JobHandler
+from service.domain.tuning import TUNED_FIT_KIND, run_tuned_fit_job
 
 __all__ = ["JOB_HANDLERS"]
 
 JOB_HANDLERS: Mapping[str, JobHandler] = {
     "aggregate": run_aggregation_job,
+    EVALUATION_KIND: run_evaluation_job,
     "federated": run_federated_job,
+    TUNED_FIT_KIND: run_tuned_fit_job,
 }

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from service.db.base import utcnow
-from service.db.models import Dataset, Job, LedgerCharge, Model, new_id
+from service.db.models import Dataset, Evaluation, Job, LedgerCharge, Model, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import budgets
 from service.domain.datasets import read_design
@@ -355,9 +355,10 @@ class JobContext:
     fit: FitFunction
 
 
-#: Runs one claimed job of a kind and returns the model to release (not yet stored). It reads
-#: what it needs through the factory; raising fails the job (see :func:`execute_job`).
-JobHandler = Callable[[UnitOfWorkFactory, ClaimedJob, JobContext], Model]
+#: Runs one claimed job of a kind and returns what it releases (not yet stored): a model, or
+#: a private evaluation (whose id is the job's). It reads what it needs through the factory;
+#: raising fails the job (see :func:`execute_job`).
+JobHandler = Callable[[UnitOfWorkFactory, ClaimedJob, JobContext], Model | Evaluation]
 
 
 def _default_handlers() -> Mapping[str, JobHandler]:
@@ -424,10 +425,14 @@ def execute_job(
         handler = run_fit_job if claimed.kind == "fit" else registry.get(claimed.kind)
         if handler is None:
             raise LookupError(f"no handler for jobs of kind {claimed.kind!r}")
-        model = handler(uow_factory, claimed, context)
+        released = handler(uow_factory, claimed, context)
         with uow_factory() as uow:
-            uow.models.add(model)
-            done = uow.jobs.succeed(job_id, model_id=model.id, finished_at=utcnow())
+            if isinstance(released, Evaluation):
+                uow.evaluations.add(released)
+                model_id = None
+            else:
+                model_id = uow.models.add(released).id
+            done = uow.jobs.succeed(job_id, model_id=model_id, finished_at=utcnow())
             if done is not None:
                 uow.commit()
                 return JobOutcome("succeeded", done)
@@ -466,7 +471,7 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
         design,
         None,
         str(params["mechanism"]),
-        rng=context.randomness.generator(),
+        rng=context.randomness.generator(job.id),
         progress=context.progress,
         **_fit_kwargs(params),
     )

@@ -25,6 +25,7 @@ from service.domain.ingest import DatasetSpecError, FeatureInput, RowNorm, build
 from service.domain.predict import InvalidRowsError, Prediction, predict_rows
 from service.domain.principal import Principal
 from service.domain.privacy_record import PrivacyClaim, upload_privacy_record
+from service.domain.standard_export import StandardExportError, to_onnx, to_skops
 from service.dp import LinearModel
 from service.dp.models import model_from_dict
 from service.dp.preprocessing import PreprocessingSpec
@@ -191,6 +192,31 @@ def export_model(uow: UnitOfWork, *, model_id: str, actor: Principal) -> dict[st
         privacy=model.privacy,
         label=model.label,
         created_at=model.created_at,
+    )
+
+
+#: Export formats: PrivFit's JSON document, a scikit-learn Pipeline saved with skops, ONNX.
+EXPORT_FORMATS = ("json", "skops", "onnx")
+
+
+def export_model_file(
+    uow: UnitOfWork, *, model_id: str, actor: Principal, export_format: str
+) -> bytes:
+    """The model as a skops archive or an ONNX file (:mod:`service.domain.standard_export`);
+    a model standard steps cannot express is a 422 naming the reason."""
+    document = export_model(uow, model_id=model_id, actor=actor)
+    try:
+        if export_format == "skops":
+            return to_skops(document)
+        if export_format == "onnx":
+            return to_onnx(document)
+    except StandardExportError as exc:
+        raise InvalidInputError(
+            str(exc), errors=[{"loc": ["query", "format"], "msg": str(exc)}]
+        ) from exc
+    raise InvalidInputError(
+        f"unknown export format {export_format!r}; choose one of " + ", ".join(EXPORT_FORMATS),
+        errors=[{"loc": ["query", "format"], "msg": "unknown format"}],
     )
 
 

@@ -162,7 +162,7 @@ def fit_privacy_record(
                 else "not applicable: no privacy was claimed"
             ),
         },
-        "randomness": randomness.describe(),
+        "randomness": randomness.describe(job_id),
         "software": {"name": "privfit", "version": version or software_version()},
         "job_id": job_id,
     }

@@ -37,6 +37,7 @@ from pydantic import SecretStr
 
 from service.api.schemas.problem import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
 from service.domain import export as export_module
+from service.domain.randomness import Randomness
 from service.dp.preprocessing import CategoricalFeature, NumericFeature, PreprocessingSpec
 from service.settings import Settings
 from tests.conftest import ADMIN_KEY, SiteHandle
@@ -328,12 +329,17 @@ def test_the_privacy_record_states_what_was_protected_and_how(
 def test_the_recorded_noise_source_is_the_one_used(
     client: TestClient, site: SiteHandle, repeats: bool
 ) -> None:
-    """A seeded server draws the same noise for the same fit; the CSPRNG never does."""
+    """A seeded server derives each job's seed from its own and the job id; the CSPRNG is
+    never repeated. Two jobs never share noise (that would cancel it between their models)."""
     dataset = upload(client, site)
     first = fitted_model(client, site, dataset)
     second = fitted_model(client, site, dataset)
     assert first["privacy"]["randomness"]["source"] == ("test_seed" if repeats else "csprng")
-    assert (coef_of(first) == coef_of(second)) is repeats
+    assert coef_of(first) != coef_of(second)
+    for model in (first, second):
+        recorded = model["privacy"]["randomness"]
+        expected = Randomness(seed=TEST_SEED).job_seed(model["job_id"]) if repeats else None
+        assert recorded.get("job_seed") == (None if expected is None else str(expected))
 
 
 def test_a_non_private_fit_says_it_gives_no_differential_privacy(
@@ -741,3 +747,28 @@ def test_non_finite_weights_are_a_422(client: TestClient, site: SiteHandle) -> N
     assert response.status_code == 422, response.text
     assert response.json()["errors"][0]["loc"][:2] == ["body", "weights"]
     assert _no_models(client, site)
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "JSON", ""])
+def test_an_unknown_export_format_is_a_422_problem(
+    client: TestClient, site: SiteHandle, fmt: str
+) -> None:
+    model = fitted_model(client, site, upload(client, site))
+    response = client.get(
+        f"/v1/models/{model['id']}/export", params={"format": fmt}, headers=site.headers
+    )
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+
+
+@pytest.mark.parametrize("fmt", ["skops", "onnx"])
+def test_a_stacked_model_has_no_standard_export(
+    client: TestClient, site: SiteHandle, fmt: str
+) -> None:
+    model = fitted_model(client, site, upload(client, site), mechanism="stacking_samples")
+    response = client.get(
+        f"/v1/models/{model['id']}/export", params={"format": fmt}, headers=site.headers
+    )
+    assert response.status_code == 422
+    assert response.headers["content-type"] == "application/problem+json"
+    assert "only linear models" in response.json()["detail"]

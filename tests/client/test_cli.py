@@ -9,6 +9,7 @@ import json
 import stat
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -126,6 +127,11 @@ def test_walkthrough(
     document = json.loads(exported.read_text())
     assert document["model_id"] == model_id
     assert document["privacy"]["epsilon"] == 1.0
+    for standard in ("skops", "onnx"):
+        saved = tmp_path / f"model.{standard}"
+        run_json(capsys, "export", model_id, "--format", standard, "-o", str(saved))
+        assert saved.stat().st_size > 1000
+    assert zipfile.is_zipfile(tmp_path / "model.skops")  # skops archives are zip files
 
     png, svg = tmp_path / "budget.png", tmp_path / "budget.svg"
     code, out, _ = run(capsys, "budget", dataset["id"], "--plot", str(png))

@@ -96,6 +96,8 @@ def run_walkthrough(server: LiveServer, train_csv: Path, test_csv: Path) -> None
         assert export.model_id == model.id
         assert export.weights is not None
         assert export.privacy["epsilon"] == 1.0
+        assert pf.export(model.id, "onnx")[:2] != b"PK"  # ONNX protobuf, not a zip
+        assert pf.export(model.id, "skops")[:2] == b"PK"
 
         assert [m.id for m in pf.models()] == [model.id]
         assert [d.id for d in pf.datasets()] == [dataset.id]

@@ -98,3 +98,35 @@ def test_study_picture_names_members_and_roles(tmp_path: Path) -> None:
     text = svg.read_text(encoding="utf-8")
     for label in ("Study consortium", "Hospital A (coordinator)", "site-b", "ε granted", "ε spent"):
         assert label in text, label
+
+
+def test_plan_picture_as_svg_and_png(tmp_path: Path) -> None:
+    from privfit_client.models import PlanRead
+
+    points = [
+        {
+            "epsilon": eps,
+            "regularization": 1e-3,
+            "expected_noise_norm": 10 / eps,
+            "simulated_accuracy": {"mean": acc, "p10": acc - 0.02, "p90": acc + 0.01},
+        }
+        for eps, acc in ((0.1, 0.7), (0.5, 0.8), (1.0, 0.82))
+    ]
+    plan = PlanRead(
+        dataset_id="dataset-1",
+        mechanism="objective_perturbation",
+        n=1000,
+        d=10,
+        reference_dataset_id="dataset-2",
+        points=points,
+        target={"accuracy": 0.8, "probability": 0.9, "smallest_epsilon": 1.0},
+        notes=[],
+        spent={"epsilon": 0.0, "delta": 0.0},
+    )
+    svg, png = tmp_path / "plan.svg", tmp_path / "plan.png"
+    plot.plan_curve(plan, svg)
+    plot.plan_curve(plan, png)
+    text = svg.read_text(encoding="utf-8")
+    for label in ("objective_perturbation: n = 1000, d = 10", "λ = 0.001", "target 0.8"):
+        assert label in text, label
+    assert png.read_bytes().startswith(b"\x89PNG")

@@ -78,9 +78,10 @@ def test_the_readme_walkthrough_runs_as_written(live_server: LiveServer, tmp_pat
         result.stdout[-3000:] + "\n--- stderr ---\n" + result.stderr[-3000:]
     )
     out = result.stdout
-    assert out.count('"St. Mary\'s Hospital"') == 2  # the site read itself with both keys
-    assert '"predictions"' in out
-    assert "\n1\n3\n" in out  # ε spent and remaining after the first fit
-    assert out.count('"dataset"\n') == 2  # both grants
-    assert out.count('"model"\n') == 2  # both model contributions
-    assert out.count("succeeded\n") == 2  # the federated fit and the average
+    context = out[-4000:] + "\n--- stderr ---\n" + result.stderr[-2000:]
+    assert out.count('"St. Mary\'s Hospital"') == 2, context  # read with both keys
+    assert '"predictions"' in out, context
+    assert "\n1\n3\n" in out, context  # ε spent and remaining after the first fit
+    assert out.count('"dataset"\n') == 2, context  # both grants
+    assert out.count('"model"\n') == 2, context  # both model contributions
+    assert out.count("succeeded\n") == 2, context  # the federated fit and the average

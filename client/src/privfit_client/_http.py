@@ -39,7 +39,11 @@ _REFUSED_STATUSES: Final[frozenset[int]] = frozenset({429, 503})
 #: The POST operations whose ``Idempotency-Key`` the server honours (a repeat returns the
 #: first answer and charges nothing twice); tests/client checks this against the OpenAPI document.
 KEYED_POSTS: Final[frozenset[str]] = frozenset(
-    {"/v1/datasets/{dataset_id}/fits", "/v1/studies/{study_id}/federated-fits"}
+    {
+        "/v1/datasets/{dataset_id}/fits",
+        "/v1/models/{model_id}/evaluations",
+        "/v1/studies/{study_id}/federated-fits",
+    }
 )
 _KEYED_POST_PATTERNS: Final = tuple(
     re.compile("^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)) + "$")

@@ -31,6 +31,10 @@ from privfit_client.models import (
     DatasetGrantIn,
     DatasetList,
     DatasetRead,
+    EvaluationCreate,
+    EvaluationList,
+    EvaluationQuoteRead,
+    EvaluationRead,
     FeatureAggregationIn,
     FederatedFitCreate,
     FederatedQuoteRead,
@@ -45,9 +49,12 @@ from privfit_client.models import (
     ModelRead,
     ModelSummary,
     ModelUpload,
+    PlanCreate,
+    PlanRead,
     PredictionRead,
     PredictRequest,
     PredictResponse,
+    RegularizationCandidates,
     SiteCreate,
     SiteList,
     SiteRead,
@@ -250,7 +257,7 @@ class Client:
         epsilon: float | None,
         delta: float,
         loss: str,
-        regularization: float,
+        regularization: float | Sequence[float],
         params: Mapping[str, Any] | None,
     ) -> FitCreate:
         return FitCreate(
@@ -258,7 +265,11 @@ class Client:
             epsilon=epsilon,
             delta=delta,
             loss=loss,
-            regularization=regularization,
+            regularization=(
+                regularization
+                if isinstance(regularization, (int, float))
+                else RegularizationCandidates(candidates=[float(c) for c in regularization])
+            ),
             params=dict(params or {}),
         )
 
@@ -268,7 +279,7 @@ class Client:
         mechanism: str = "objective_perturbation",
         *,
         epsilon: float | None,
-        regularization: float,
+        regularization: float | Sequence[float],
         delta: float = 0.0,
         loss: str = "logistic",
         params: Mapping[str, Any] | None = None,
@@ -276,6 +287,9 @@ class Client:
         idempotency_key: str | None = None,
     ) -> Job:
         """Charge the dataset's budget and queue a fit; returns the job (``job.wait()``).
+
+        A list of ``regularization`` values asks PrivFit to choose one privately within the
+        same (ε, δ) (the model's privacy record names the choice).
 
         ``wait`` (seconds, at most 30) asks the server to answer once the job has ended.
         Retries reuse one idempotency key, so the budget is charged once.
@@ -296,7 +310,7 @@ class Client:
         mechanism: str = "objective_perturbation",
         *,
         epsilon: float | None,
-        regularization: float,
+        regularization: float | Sequence[float],
         delta: float = 0.0,
         loss: str = "logistic",
         params: Mapping[str, Any] | None = None,
@@ -311,6 +325,91 @@ class Client:
             idempotent=True,
             params={"dry_run": "true"},
         )
+
+    # --- private evaluation and planning -------------------------------------------
+
+    def evaluate(
+        self,
+        model_id: str,
+        dataset_id: str,
+        *,
+        epsilon: float,
+        wait: float | None = None,
+        idempotency_key: str | None = None,
+    ) -> Job:
+        """Charge ε to ``dataset_id``'s budget and queue a private evaluation of the model;
+        once the job has succeeded, :meth:`evaluation` with the job's id reads the result."""
+        state = self._post(
+            f"/v1/models/{model_id}/evaluations",
+            JobRead,
+            EvaluationCreate(dataset_id=dataset_id, epsilon=epsilon),
+            idempotency_key=idempotency_key,
+            headers=self._prefer(wait),
+        )
+        return self._job(state)
+
+    def quote_evaluation(
+        self, model_id: str, dataset_id: str, *, epsilon: float
+    ) -> EvaluationQuoteRead:
+        """The dry run of :meth:`evaluate`; spends nothing."""
+        return self._post(
+            f"/v1/models/{model_id}/evaluations",
+            EvaluationQuoteRead,
+            EvaluationCreate(dataset_id=dataset_id, epsilon=epsilon),
+            idempotent=True,
+            params={"dry_run": "true"},
+        )
+
+    def evaluation(self, evaluation_id: str) -> EvaluationRead:
+        """A released private evaluation (its id is its job's id)."""
+        return self._get(f"/v1/evaluations/{evaluation_id}", EvaluationRead)
+
+    def evaluations(self, model_id: str) -> list[EvaluationRead]:
+        """The calling site's evaluations of a model, newest first."""
+        return list(self._pages(f"/v1/models/{model_id}/evaluations", EvaluationList))
+
+    def plan(
+        self,
+        dataset_id: str,
+        mechanism: str = "objective_perturbation",
+        *,
+        epsilons: Sequence[float],
+        regularizations: Sequence[float] = (1e-3,),
+        reference_dataset_id: str | None = None,
+        repeats: int = 10,
+        target_accuracy: float | None = None,
+        target_probability: float = 0.9,
+        delta: float = 0.0,
+        loss: str = "logistic",
+        params: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        svg: bool = False,
+    ) -> PlanRead | str:
+        """The privacy–utility plan (spends nothing); with ``svg=True`` the picture as SVG."""
+        body = PlanCreate(
+            mechanism=mechanism,
+            epsilons=list(epsilons),
+            regularizations=list(regularizations),
+            reference_dataset_id=reference_dataset_id,
+            repeats=repeats,
+            target_accuracy=target_accuracy,
+            target_probability=target_probability,
+            delta=delta,
+            loss=loss,
+            params=dict(params or {}),
+            seed=seed,
+        )
+        path = f"/v1/datasets/{dataset_id}/plans"
+        if svg:
+            response = self._session.request(
+                "POST",
+                path,
+                json=_body(body),
+                idempotent=True,
+                headers={"Accept": "image/svg+xml"},
+            )
+            return response.text
+        return self._post(path, PlanRead, body, idempotent=True)
 
     def job(self, job_id: str, *, wait: float = 0.0) -> Job:
         """One job; ``wait`` > 0 long-polls until it ends (at most 30 s per request)."""

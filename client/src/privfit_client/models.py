@@ -38,7 +38,7 @@ class AuditEventRead(BaseModel):
 
 AverageAggregationInModelsAverageAggregationInModel = TypeAliasType(
     "AverageAggregationInModelsAverageAggregationInModel",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -219,9 +219,62 @@ class DatasetGrantIn(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    dataset_id: Annotated[str, Field(max_length=64, min_length=1, title="Dataset Id")]
+    dataset_id: Annotated[
+        str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$", title="Dataset Id")
+    ]
     delta_cap: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta Cap")] = 0.0
     epsilon_cap: Annotated[float, Field(ge=1e-06, le=1000.0, title="Epsilon Cap")]
+
+
+class EvaluationCreate(BaseModel):
+    """
+    Evaluate a model on a dataset the caller owns, spending ε of that dataset's budget.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    dataset_id: Annotated[
+        str,
+        Field(
+            description="A dataset of the calling site with the model's spec (same features, preprocessing and label).",
+            max_length=64,
+            min_length=1,
+            title="Dataset Id",
+        ),
+    ]
+    epsilon: Annotated[
+        float,
+        Field(
+            description="The evaluation's total ε (δ = 0): half to the confusion matrix, half to the score histograms behind the ROC curve.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ]
+
+
+class EvaluationRead(BaseModel):
+    """
+    A released private evaluation: the noisy confusion matrix, metrics with intervals that
+    include the noise, the DP ROC curve, and its privacy record.
+    """
+
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    dataset_id: Annotated[str, Field(title="Dataset Id")]
+    epsilon: Annotated[float, Field(title="Epsilon")]
+    id: Annotated[str, Field(description="The id of the job that computed it.", title="Id")]
+    model_id: Annotated[str, Field(title="Model Id")]
+    privacy: Annotated[
+        dict[str, Any], Field(description="What was protected, how, and warnings.", title="Privacy")
+    ]
+    result: Annotated[
+        dict[str, Any],
+        Field(
+            description="`confusion_matrix` (noisy tp, fp, fn, tn), `metrics` (estimate and interval of accuracy, precision, recall, f1), `confidence`, `roc` (noisy per-class histograms over public bins, fpr, tpr, auc), `epsilon_split`, `noise`.",
+            title="Result",
+        ),
+    ]
 
 
 FeatureAggregationInName = TypeAliasType(
@@ -231,7 +284,7 @@ FeatureAggregationInName = TypeAliasType(
 
 FeatureAggregationInSourceModelsFeatureAggregationInSourceModel = TypeAliasType(
     "FeatureAggregationInSourceModelsFeatureAggregationInSourceModel",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -273,6 +326,7 @@ class FeatureAggregationIn(BaseModel):
             description="A labelled dataset the coordinator owns.",
             max_length=64,
             min_length=1,
+            pattern="^[0-9a-f]{32}$",
             title="Holdout Dataset Id",
         ),
     ]
@@ -326,7 +380,7 @@ class FederatedCostRead(BaseModel):
 
 FederatedFitCreateDatasetsFederatedFitCreateDataset = TypeAliasType(
     "FederatedFitCreateDatasetsFederatedFitCreateDataset",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -417,7 +471,7 @@ class FederatedFitCreate(BaseModel):
         ),
     ] = None
     protocol: Annotated[
-        str,
+        Literal["noisy_average", "psgd", "admm", "distributed_lasso"],
         Field(
             description="`noisy_average`, `psgd`, `admm` or `distributed_lasso`.",
             max_length=64,
@@ -489,58 +543,18 @@ FitCreateEpsilon = TypeAliasType(
 )
 
 
-class FitCreate(BaseModel):
-    """
-    A fit of one mechanism on one dataset at a privacy cost (ε, δ).
-    """
-
-    model_config = ConfigDict(
-        extra="forbid",
-    )
-    delta: Annotated[
-        float | None,
-        Field(
-            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
-            ge=0.0,
-            lt=1.0,
-            title="Delta",
-        ),
-    ] = 0.0
-    epsilon: Annotated[
-        FitCreateEpsilon | None,
-        Field(
-            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
-            title="Epsilon",
-        ),
-    ] = None
-    loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
-    mechanism: Annotated[
-        str,
-        Field(
-            description="The fit mechanism: one of `dp_sgd`, `gaussian_objective_perturbation`, `generalized_objective_perturbation`, `non_private`, `objective_perturbation`, `output_perturbation`, `stacking_features`, `stacking_samples`.",
-            max_length=64,
-            min_length=1,
-            title="Mechanism",
-        ),
-    ]
-    params: Annotated[
-        dict[str, Any] | None,
-        Field(
-            description="The mechanism's own options (e.g. `h`, the Huber width; `epochs`, `batch_size` for `dp_sgd`). Unknown options are a 422.",
-            title="Params",
-        ),
-    ] = None
-    regularization: Annotated[
+FitCreateRegularization = TypeAliasType(
+    "FitCreateRegularization",
+    Annotated[
         float,
         Field(
-            description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06.",
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ).',
             ge=1e-10,
             le=1000000.0,
             title="Regularization",
         ),
-    ]
+    ],
+)
 
 
 class FitQuoteRead(BaseModel):
@@ -756,7 +770,9 @@ class ModelContributionIn(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    model_id: Annotated[str, Field(max_length=64, min_length=1, title="Model Id")]
+    model_id: Annotated[
+        str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$", title="Model Id")
+    ]
 
 
 class ModelExportRead(BaseModel):
@@ -839,6 +855,88 @@ class NumericFeatureIn(BaseModel):
             title="Upper",
         ),
     ] = None
+
+
+PlanCreateReferenceDatasetId = TypeAliasType(
+    "PlanCreateReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateSeed = TypeAliasType(
+    "PlanCreateSeed", Annotated[int, Field(ge=0, le=9223372036854776000, title="Seed")]
+)
+
+
+PlanCreateTargetAccuracy = TypeAliasType(
+    "PlanCreateTargetAccuracy", Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")]
+)
+
+
+class PlanCreate(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to
+    simulate on and a target accuracy.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[str, Field(max_length=64, min_length=1, title="Mechanism")]
+    params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+    reference_dataset_id: Annotated[
+        PlanCreateReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float] | None, Field(max_length=40, min_length=1, title="Regularizations")
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[PlanCreateTargetAccuracy | None, Field(title="Target Accuracy")] = (
+        None
+    )
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
+
+
+class PlanRead(BaseModel):
+    """
+    Expected noise, excess-risk bound and (with a reference) simulated accuracy per grid
+    point; the smallest ε reaching the target. Nothing was spent.
+    """
+
+    d: Annotated[int, Field(title="D")]
+    dataset_id: Annotated[str, Field(title="Dataset Id")]
+    mechanism: Annotated[str, Field(title="Mechanism")]
+    n: Annotated[int, Field(title="N")]
+    notes: Annotated[list[str], Field(title="Notes")]
+    points: Annotated[list[dict[str, Any]], Field(title="Points")]
+    reference_dataset_id: Annotated[str | None, Field(title="Reference Dataset Id")]
+    spent: Annotated[dict[str, float], Field(title="Spent")]
+    target: Annotated[dict[str, Any] | None, Field(title="Target")]
 
 
 class PredictRequest(BaseModel):
@@ -968,6 +1066,27 @@ class Readiness(BaseModel):
     status: Annotated[Literal["ready"], Field(title="Status")] = "ready"
 
 
+RegularizationCandidatesCandidate = TypeAliasType(
+    "RegularizationCandidatesCandidate", Annotated[float, Field(ge=1e-10, le=1000000.0)]
+)
+
+
+class RegularizationCandidates(BaseModel):
+    """
+    Candidate λs for private tuning (Chaudhuri, Monteleoni and Sarwate 2011): each is fitted
+    on its own disjoint part of the data at the full (ε, δ) and one is chosen by the
+    exponential mechanism on a held-out part; the total cost stays (ε, δ).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    candidates: Annotated[
+        list[RegularizationCandidatesCandidate],
+        Field(description="Distinct λ values.", max_length=10, min_length=1, title="Candidates"),
+    ]
+
+
 class SiteCreate(BaseModel):
     """
     A new site.
@@ -1009,7 +1128,8 @@ class SiteWithKey(BaseModel):
 
 
 StudyCreateMember = TypeAliasType(
-    "StudyCreateMember", Annotated[str, Field(max_length=64, min_length=1)]
+    "StudyCreateMember",
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -1112,7 +1232,7 @@ TransferAggregationInName = TypeAliasType(
 
 TransferAggregationInSourceModelsTransferAggregationInSourceModel = TypeAliasType(
     "TransferAggregationInSourceModelsTransferAggregationInSourceModel",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -1190,6 +1310,7 @@ class TransferAggregationIn(BaseModel):
             description="A dataset the coordinator owns.",
             max_length=64,
             min_length=1,
+            pattern="^[0-9a-f]{32}$",
             title="Target Dataset Id",
         ),
     ]
@@ -1326,6 +1447,86 @@ class DatasetRead(BaseModel):
     owner: Annotated[str, Field(description="The id of the owning site.", title="Owner")]
     spec: Annotated[
         dict[str, Any], Field(description="The spec as stored (normalised).", title="Spec")
+    ]
+
+
+class EvaluationList(BaseModel):
+    """
+    A page of a model's evaluations.
+    """
+
+    items: Annotated[list[EvaluationRead], Field(title="Items")]
+    limit: Annotated[int, Field(title="Limit")]
+    offset: Annotated[int, Field(title="Offset")]
+    total: Annotated[int, Field(title="Total")]
+
+
+class EvaluationQuoteRead(BaseModel):
+    """
+    A dry run: what the evaluation would cost. Nothing was spent.
+    """
+
+    budget: BudgetLeft
+    cost: FitCost
+    dataset_id: Annotated[str, Field(title="Dataset Id")]
+    dry_run: Annotated[bool | None, Field(title="Dry Run")] = True
+    epsilon_split: Annotated[
+        dict[str, float],
+        Field(description="How ε is divided between releases.", title="Epsilon Split"),
+    ]
+    model_id: Annotated[str, Field(title="Model Id")]
+    warnings: Annotated[list[str], Field(title="Warnings")]
+
+
+class FitCreate(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[
+        str,
+        Field(
+            description="The fit mechanism: one of `dp_sgd`, `gaussian_objective_perturbation`, `generalized_objective_perturbation`, `non_private`, `objective_perturbation`, `output_perturbation`, `stacking_features`, `stacking_samples`.",
+            max_length=64,
+            min_length=1,
+            title="Mechanism",
+        ),
+    ]
+    params: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="The mechanism's own options (e.g. `h`, the Huber width; `epochs`, `batch_size` for `dp_sgd`). Unknown options are a 422.",
+            title="Params",
+        ),
+    ] = None
+    regularization: Annotated[
+        FitCreateRegularization | RegularizationCandidates,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ).',
+            title="Regularization",
+        ),
     ]
 
 

@@ -3,6 +3,7 @@
     from privfit_client import plot
     plot.budget_over_time(client.budget(dataset_id), "budget.png")
     plot.study_spend(client.study(study_id), "study.svg")
+    plot.plan_curve(client.plan(dataset_id, epsilons=[0.1, 0.5, 1.0]), "plan.png")
 
 The file type follows the suffix (``.png``, ``.svg``, ``.pdf``); text stays text in SVG.
 """
@@ -19,9 +20,9 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
-from privfit_client.models import BudgetRead, StudyRead
+from privfit_client.models import BudgetRead, PlanRead, StudyRead
 
-__all__ = ["budget_over_time", "study_spend"]
+__all__ = ["budget_over_time", "plan_curve", "study_spend"]
 
 #: Text stays text in SVG (searchable, and checked by the tests).
 _RC: Any = {"svg.fonttype": "none", "figure.dpi": 100}
@@ -123,4 +124,47 @@ def study_spend(
         ax.set_ylabel("ε")
         ax.legend()
         ax.set_title(title or f"Study {study.name}: privacy spend per member")
+        return _save(figure, path)
+
+
+def plan_curve(
+    plan: PlanRead, path: str | os.PathLike[str] | None = None, *, title: str | None = None
+) -> Any:
+    """A privacy–utility plan against ε (log scale), one line per λ: the simulated test
+    accuracy with its 10–90 % band when the plan has a reference dataset, else the expected
+    noise norm; a dotted line at the target accuracy. Returns the figure."""
+    points = plan.points
+    simulated = bool(points) and "simulated_accuracy" in points[0]
+    lambdas = sorted({float(p["regularization"]) for p in points})
+    with plt.rc_context(_RC):
+        figure, ax = plt.subplots(figsize=(7, 4.5))
+        for lam in lambdas:
+            mine = sorted(
+                (p for p in points if float(p["regularization"]) == lam),
+                key=lambda p: float(p["epsilon"]),
+            )
+            eps = [float(p["epsilon"]) for p in mine]
+            if simulated:
+                acc = [p["simulated_accuracy"] for p in mine]
+                ax.plot(eps, [a["mean"] for a in acc], marker="o", label=f"λ = {lam:g}")
+                ax.fill_between(eps, [a["p10"] for a in acc], [a["p90"] for a in acc], alpha=0.2)
+            else:
+                noise = [p["expected_noise_norm"] for p in mine]
+                ax.plot(eps, noise, marker="o", label=f"λ = {lam:g}")
+        if simulated:
+            ax.set_ylabel("test accuracy (mean, 10–90 %)")
+            if plan.target is not None and plan.target.get("accuracy") is not None:
+                ax.axhline(
+                    float(plan.target["accuracy"]),
+                    linestyle=":",
+                    color="C3",
+                    label=f"target {float(plan.target['accuracy']):g}",
+                )
+        else:
+            ax.set_ylabel("expected noise norm")
+            ax.set_yscale("log")
+        ax.set_xscale("log")
+        ax.set_xlabel("ε")
+        ax.legend(fontsize="small")
+        ax.set_title(title or f"{plan.mechanism}: n = {plan.n}, d = {plan.d}")
         return _save(figure, path)

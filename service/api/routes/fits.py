@@ -21,7 +21,8 @@ from service.api.job_waiting import FINISHED_RESPONSE, honour_prefer_wait
 from service.api.routes import API_V1
 from service.api.schemas.fits import FitCreate, FitQuoteRead
 from service.api.schemas.jobs import JobRead
-from service.domain import fits
+from service.domain import fits, tuning
+from service.domain.tuning import TunedFitRequest
 from service.jobs.runner import JobRunner
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
@@ -66,6 +67,20 @@ async def create_fit(
     prefer: PreferWait = None,
 ) -> JobRead | JSONResponse:
     principal.require_site()
+    tuned = body.to_tuned()
+    if tuned is not None:
+        return await _create_tuned_fit(
+            dataset_id,
+            tuned,
+            request,
+            response,
+            uow,
+            principal,
+            audit_context,
+            idempotency_key,
+            dry_run=dry_run,
+            prefer=prefer,
+        )
     fit_request = body.to_domain()
     if dry_run:
         quote = await run_in_threadpool(
@@ -78,6 +93,44 @@ async def create_fit(
         uow,
         dataset_id=dataset_id,
         request=fit_request,
+        actor=principal,
+        runner=runner,
+        idempotency_key=idempotency_key,
+        context=audit_context,
+    )
+    view = submitted.view
+    response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
+    if not submitted.created:
+        response.headers["Idempotent-Replayed"] = "true"
+    view = await honour_prefer_wait(request, response, uow, principal, view, prefer)
+    return JobRead.from_view(view)
+
+
+async def _create_tuned_fit(
+    dataset_id: str,
+    tuned: TunedFitRequest,
+    request: Request,
+    response: Response,
+    uow: UowDep,
+    principal: PrincipalDep,
+    audit_context: AuditContextDep,
+    idempotency_key: str | None,
+    *,
+    dry_run: bool,
+    prefer: str | None,
+) -> JobRead | JSONResponse:
+    """A fit with candidate λs: the private tuning of :mod:`service.domain.tuning`."""
+    if dry_run:
+        quote = await run_in_threadpool(
+            tuning.quote_tuned_fit, uow, dataset_id=dataset_id, request=tuned, actor=principal
+        )
+        return JSONResponse(FitQuoteRead.from_quote(quote).model_dump(mode="json"))
+    runner: JobRunner = request.app.state.job_runner
+    submitted = await run_in_threadpool(
+        tuning.submit_tuned_fit,
+        uow,
+        dataset_id=dataset_id,
+        request=tuned,
         actor=principal,
         runner=runner,
         idempotency_key=idempotency_key,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, status
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from service.api.deps import AuditContextDep, Expensive, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
@@ -125,21 +125,61 @@ def predict(
     return PredictResponse(predictions=[PredictionRead.from_domain(p) for p in predictions])
 
 
+_EXPORT_MEDIA_TYPES = {"skops": "application/octet-stream", "onnx": "application/octet-stream"}
+
+
 @router.get(
     "/{model_id}/export",
     summary="Export a model",
     description=(
-        "A self-contained JSON document: format name and version, weights and feature names, "
-        "the preprocessing (with the projection matrix, if any), the label, the decision rule "
-        "and the privacy record. The README shows how to turn it into a scikit-learn estimator."
+        "`format=json` (default): a self-contained JSON document: format name and version, "
+        "weights and feature names, the preprocessing (with the projection matrix, if any), "
+        "the label, the decision rule and the privacy record. `format=skops`: a scikit-learn "
+        "`Pipeline` (the public preprocessing as a `ColumnTransformer`, the row-norm step, the "
+        "linear model) saved with skops (no pickle; load with `skops.io.load`), predicting "
+        "exactly what PrivFit predicts. `format=onnx`: the same pipeline as ONNX, one input "
+        "per raw column. Both carry the privacy record (the pipeline's `privfit_metadata_`, "
+        "ONNX `metadata_props`). Models standard steps cannot express (stacked models, random "
+        "projections, `clip` without an intercept) are a 422 for skops and ONNX."
     ),
     response_model=ModelExportRead,
-    responses=problem_responses(401, 404, 422),
+    responses={
+        **problem_responses(401, 404, 422),
+        200: {
+            "description": "The export, as an attachment.",
+            "content": {
+                "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+            },
+        },
+    },
     openapi_extra=access("any"),
 )
-def export_model(model_id: str, uow: UowDep, principal: PrincipalDep) -> JSONResponse:
-    document: dict[str, Any] = models.export_model(uow, model_id=model_id, actor=principal)
-    return JSONResponse(
-        document,
-        headers={"Content-Disposition": f'attachment; filename="privfit-model-{model_id}.json"'},
+def export_model(
+    model_id: str,
+    uow: UowDep,
+    principal: PrincipalDep,
+    export_format: Annotated[
+        Literal["json", "skops", "onnx"],
+        Query(alias="format", description="`json` (default), `skops` or `onnx`."),
+    ] = "json",
+) -> Response:
+    if export_format == "json":
+        document: dict[str, Any] = models.export_model(uow, model_id=model_id, actor=principal)
+        return JSONResponse(
+            document,
+            headers={
+                "Content-Disposition": f'attachment; filename="privfit-model-{model_id}.json"'
+            },
+        )
+    content = models.export_model_file(
+        uow, model_id=model_id, actor=principal, export_format=export_format
+    )
+    return Response(
+        content,
+        media_type=_EXPORT_MEDIA_TYPES[export_format],
+        headers={
+            "Content-Disposition": (
+                f'attachment; filename="privfit-model-{model_id}.{export_format}"'
+            )
+        },
     )

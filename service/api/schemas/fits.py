@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field
 
@@ -14,13 +14,27 @@ from service.domain.ranges import (
     MIN_EPSILON,
     MIN_REGULARIZATION,
 )
+from service.domain.tuning import MAX_CANDIDATES, TunedFitRequest
 from service.dp import MECHANISMS
 from service.dp.losses import LOSSES
 
-__all__ = ["BudgetLeft", "FitCost", "FitCreate", "FitQuoteRead"]
+__all__ = ["BudgetLeft", "FitCost", "FitCreate", "FitQuoteRead", "RegularizationCandidates"]
 
 _MECHANISMS = ", ".join(f"`{name}`" for name in sorted(MECHANISMS))
 _LOSSES = ", ".join(f"`{name}`" for name in LOSSES)
+
+
+class RegularizationCandidates(RequestModel):
+    """Candidate λs for private tuning (Chaudhuri, Monteleoni and Sarwate 2011): each is fitted
+    on its own disjoint part of the data at the full (ε, δ) and one is chosen by the
+    exponential mechanism on a held-out part; the total cost stays (ε, δ)."""
+
+    candidates: list[
+        Annotated[
+            float,
+            Field(ge=MIN_REGULARIZATION, le=MAX_REGULARIZATION, allow_inf_nan=False),
+        ]
+    ] = Field(min_length=1, max_length=MAX_CANDIDATES, description="Distinct λ values.")
 
 
 class FitCreate(RequestModel):
@@ -60,12 +74,16 @@ class FitCreate(RequestModel):
         description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
     )
     loss: str = Field(default="logistic", max_length=32, description=f"One of {_LOSSES}.")
-    regularization: float = Field(
-        ge=MIN_REGULARIZATION,
-        le=MAX_REGULARIZATION,
-        allow_inf_nan=False,
+    regularization: (
+        Annotated[
+            float,
+            Field(ge=MIN_REGULARIZATION, le=MAX_REGULARIZATION, allow_inf_nan=False),
+        ]
+        | RegularizationCandidates
+    ) = Field(
         description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from "
-        f"{MIN_REGULARIZATION:g} to {MAX_REGULARIZATION:g}.",
+        f'{MIN_REGULARIZATION:g} to {MAX_REGULARIZATION:g}; or `{{"candidates": [...]}}` '
+        "to let PrivFit choose λ privately within the same (ε, δ).",
     )
     params: dict[str, Any] = Field(
         default_factory=dict,
@@ -74,6 +92,8 @@ class FitCreate(RequestModel):
     )
 
     def to_domain(self) -> FitRequest:
+        if isinstance(self.regularization, RegularizationCandidates):
+            raise TypeError("a fit with candidates is a TunedFitRequest: use to_tuned()")
         return FitRequest(
             mechanism=self.mechanism,
             epsilon=self.epsilon,
@@ -82,6 +102,20 @@ class FitCreate(RequestModel):
             regularization=self.regularization,
             params=self.params,
         )
+
+    def to_tuned(self) -> TunedFitRequest | None:
+        """The privately tuned fit this body asks for, or None for a single λ."""
+        if not isinstance(self.regularization, RegularizationCandidates):
+            return None
+        base = FitRequest(
+            mechanism=self.mechanism,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            loss=self.loss,
+            regularization=self.regularization.candidates[0],
+            params=self.params,
+        )
+        return TunedFitRequest(base=base, candidates=tuple(self.regularization.candidates))
 
 
 class FitCost(ResponseModel):

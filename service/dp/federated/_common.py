@@ -169,8 +169,24 @@ def site_call(index: int, step: Callable[[], T]) -> T:
         raise
 
 
+#: Reported progress of a federated protocol moves in steps of 1/PROGRESS_STEPS only.
+PROGRESS_STEPS = 4
+
+
+def quantised_progress(rounds_done: int, rounds: int) -> float:
+    """⌊S·t/T⌋/S for S = :data:`PROGRESS_STEPS`: the visible progress after t of T rounds.
+
+    T is public (chosen before any data is read), so the reported value is a function of public
+    quantities and the round index only; what it can no longer show is the per-round pace of
+    the sites' non-private local solves, except at S coarse steps (docs/privacy.md).
+    """
+    t = min(max(rounds_done, 0), rounds)
+    return math.floor(PROGRESS_STEPS * t / rounds) / PROGRESS_STEPS
+
+
 class RoundClock:
-    """Times rounds and reports progress once per round with fraction (t + 1)/T."""
+    """Times rounds; after each round calls ``progress`` (which may raise to cancel) with the
+    quantised fraction :func:`quantised_progress` (t + 1, T)."""
 
     def __init__(self, rounds: int, progress: ProgressCallback | None) -> None:
         self.rounds = rounds
@@ -182,7 +198,7 @@ class RoundClock:
         now = time.perf_counter()
         self.seconds.append(now - self._start)
         if self.progress is not None:
-            self.progress(min(1.0, len(self.seconds) / self.rounds))
+            self.progress(quantised_progress(len(self.seconds), self.rounds))
         self._start = time.perf_counter()
 
 

@@ -151,10 +151,10 @@ def test_json_safe_fast_paths_for_float_lists_give_the_same_answer(
 
 def test_randomness_comes_from_a_seed_only_in_test_mode() -> None:
     assert Randomness.from_settings(environment="prod", test_seed=5).seed is None
-    assert Randomness.from_settings(environment="dev", test_seed=5).generator() is None
+    assert Randomness.from_settings(environment="dev", test_seed=5).generator("j1") is None
     seeded = Randomness.from_settings(environment="test", test_seed=5)
     assert seeded.source == "test_seed"
-    gen_a, gen_b = seeded.generator(), seeded.generator()
+    gen_a, gen_b = seeded.generator("j1"), seeded.generator("j1")
     assert gen_a is not None
     assert gen_b is not None
     assert gen_a.random() == gen_b.random()

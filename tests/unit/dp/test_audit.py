@@ -2,8 +2,18 @@
 where one record is replaced by its label-flipped twice (the worst case for the gradient).
 
 Each mechanism test asserts that the 99 % lower confidence bound on ε stays below the
-claimed ε, and a negative control (the same mechanism run with a deliberately weakened
-calibration) shows that the same test would catch a broken mechanism.
+claimed ε. Parametrised negative controls run the same mechanism with half the calibrated
+noise (β × 2 for the norm-exponential mechanisms, σ × 0.5 for the Gaussian ones) and show the
+audit then reports an ε above the claim: the audits can tell too little noise from enough.
+For the pure-ε mechanisms, whose pair attains the bound, the audit must also come within 40 %
+of the claim, which twice the noise cannot (a second negative control shows it).
+
+The pair: λ = 25 keeps every margin, noisy or not, inside Huber's linear piece (|w| ≈ 0.02
+± 0.03), so l″ = 0, the Jacobian factor is exactly 1 and the gradients of the replaced record
+differ by exactly 2: the privacy loss of each mechanism is its noise part at full sensitivity,
+ε − ln(1 + 1/100) for the objective-perturbation family (≈ ε). The Gaussian mechanisms are
+audited δ-aware (p − δ against e^ε q) at δ = 10⁻², where the violation of σ × 0.5 is large
+enough to be measured in tens of thousands of runs.
 """
 
 from __future__ import annotations
@@ -21,6 +31,9 @@ from tests.unit.dp._audit import audit_tests, epsilon_lower_bound
 
 FloatArray = NDArray[np.float64]
 RUNS = 2000
+#: Runs per dataset in the mechanism audits (pure ε / Gaussian).
+RUNS_PURE = 4000
+RUNS_GAUSSIAN = 30000
 CONFIDENCE = 0.99
 
 # ---------------------------------------------------------------- the helper
@@ -106,13 +119,14 @@ def test_helper_rejects_bad_input(
 # ---------------------------------------------------------------- the mechanisms
 
 # Four records with x = 1 (norm 1): D has labels +1, −1, +1, −1; D′ flips the first to −1.
-# With the Huber loss (h = 0.5, c = 1) and λ = 2 every non-private margin stays in the linear
-# piece (l′ = −1), so the gradients differ by exactly 2 and w*_D − w*_D′ = 2/(nλ): the
-# sensitivity bound of output perturbation is attained and its true ε is the claimed one.
+# With the Huber loss (h = 0.5, c = 1) and λ = 25 every margin stays in the linear piece
+# (l′ = −1, l″ = 0) even with the noise, so the gradients differ by exactly 2 and
+# w*_D − w*_D′ = 2/(nλ): the sensitivity bounds are attained and the true ε is the claim's
+# noise part.
 X_PAIR = np.ones((4, 1))
 Y_D = np.array([1.0, -1.0, 1.0, -1.0])
 Y_D_PRIME = np.array([-1.0, -1.0, 1.0, -1.0])
-LAMBDA = 2.0
+LAMBDA = 25.0
 
 
 def _problem(name: str, epsilon: float, delta: float) -> Problem:
@@ -128,61 +142,80 @@ def _problem(name: str, epsilon: float, delta: float) -> Problem:
     )
 
 
-def _outputs(name: str, problem: Problem, cal: Calibration, y: FloatArray, seed: int) -> FloatArray:
+def _outputs(
+    name: str, problem: Problem, cal: Calibration, y: FloatArray, seed: int, runs: int
+) -> FloatArray:
     mech = get_mechanism(name)
     rng = np.random.default_rng(seed)
     return np.array(
         [
             mech.run(X_PAIR, y, problem, cal, rng=rng, progress=None).coef[0]  # type: ignore[attr-defined]
-            for _ in range(RUNS)
+            for _ in range(runs)
         ]
     )
 
 
 def _audit(name: str, cal: Calibration, problem: Problem, seed: int) -> float:
-    out_d = _outputs(name, problem, cal, Y_D, seed)
-    out_dp = _outputs(name, problem, cal, Y_D_PRIME, seed + 1)
+    runs = RUNS_GAUSSIAN if problem.delta > 0.0 else RUNS_PURE
+    out_d = _outputs(name, problem, cal, Y_D, seed, runs)
+    out_dp = _outputs(name, problem, cal, Y_D_PRIME, seed + 1, runs)
     return epsilon_lower_bound(out_d, out_dp, confidence=CONFIDENCE, delta=problem.delta)
 
 
-def _weakened(cal: Calibration, **changes: float) -> Calibration:
+def _scaled_noise(cal: Calibration, scale: float) -> Calibration:
+    """The calibration with the noise scale multiplied by ``scale`` (β divided by it)."""
+    if "sigma" in cal.details:
+        changes = {"sigma": float(cal.details["sigma"]) * scale}
+    else:
+        changes = {"beta": float(cal.details["beta"]) / scale}
     return dataclasses.replace(cal, details={**cal.details, **changes})
 
 
 CASES = [
-    # (mechanism, ε, δ, weakening of the noise for the negative control)
-    ("output_perturbation", 1.0, 0.0, {"beta": 4.0}),
-    ("objective_perturbation", 1.0, 0.0, {"beta": 4.0}),
-    ("generalized_objective_perturbation", 1.0, 0.0, {"beta": 4.0}),
-    ("generalized_objective_perturbation", 1.0, 1e-5, {"sigma": 0.1}),
-    ("gaussian_objective_perturbation", 1.0, 1e-5, {"sigma": 0.1}),
+    # (mechanism, ε, δ)
+    ("output_perturbation", 1.0, 0.0),
+    ("objective_perturbation", 1.0, 0.0),
+    ("generalized_objective_perturbation", 1.0, 0.0),
+    ("generalized_objective_perturbation", 1.0, 1e-2),
+    ("gaussian_objective_perturbation", 1.0, 1e-2),
 ]
+PURE = [case for case in CASES if case[2] == 0.0]
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize(("name", "eps", "delta", "weaken"), CASES)
-def test_empirical_epsilon_stays_below_the_claim(
-    name: str, eps: float, delta: float, weaken: dict[str, float]
-) -> None:
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "eps", "delta"), CASES)
+def test_empirical_epsilon_stays_below_the_claim(name: str, eps: float, delta: float) -> None:
     problem = _problem(name, eps, delta)
     cal = get_mechanism(name).calibrate(problem)
     assert (cal.epsilon, cal.delta) == (eps, delta)
     lower = _audit(name, cal, problem, seed=100)
     assert lower < eps
-    if name == "output_perturbation":
-        # the pair attains the sensitivity bound, so the audit should come close to ε
-        assert lower > 0.5 * eps
+    if delta == 0.0:
+        # the pair attains the bound: the audit comes close to ε (twice the noise cannot)
+        assert lower > 0.6 * eps
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize(("name", "eps", "delta", "weaken"), CASES)
-def test_audit_catches_a_weakened_calibration(
-    name: str, eps: float, delta: float, weaken: dict[str, float]
+@pytest.mark.slow
+@pytest.mark.parametrize("noise_scale", [0.5])
+@pytest.mark.parametrize(("name", "eps", "delta"), CASES)
+def test_audit_catches_too_little_noise(
+    name: str, eps: float, delta: float, noise_scale: float
 ) -> None:
     problem = _problem(name, eps, delta)
     cal = get_mechanism(name).calibrate(problem)
-    key, factor = next(iter(weaken.items()))
-    broken = _weakened(cal, **{key: float(cal.details[key]) * factor})
-    lower = _audit(name, broken, problem, seed=200)
+    lower = _audit(name, _scaled_noise(cal, noise_scale), problem, seed=200)
     assert lower > eps
     assert math.isfinite(lower)
+
+
+@pytest.mark.statistical
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "eps", "delta"), PURE)
+def test_audit_notices_twice_the_noise(name: str, eps: float, delta: float) -> None:
+    # with σ × 2 the true ε is ≈ ε/2, so the tightness check of the main test (> 0.6 ε) fails
+    problem = _problem(name, eps, delta)
+    cal = get_mechanism(name).calibrate(problem)
+    lower = _audit(name, _scaled_noise(cal, 2.0), problem, seed=300)
+    assert lower <= 0.6 * eps

@@ -4,6 +4,7 @@ empirical privacy audit."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from fractions import Fraction
@@ -400,8 +401,18 @@ def _audit_outputs(
     return out
 
 
-@pytest.mark.statistical
-def test_empirical_privacy_of_pst_f() -> None:
+def _halve_the_low_level_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every objective-perturbation sub-calibration with β × 2 (half the noise)."""
+    original = type(PLR).calibrate
+
+    def weakened(self: Any, problem: Problem) -> Any:
+        cal = original(self, problem)
+        return dataclasses.replace(cal, details={**cal.details, "beta": 2 * cal.details["beta"]})
+
+    monkeypatch.setattr(type(PLR), "calibrate", weakened)
+
+
+def _pst_f_bound(seed: int) -> float:
     # x₀ = (1, 1): both single-column groups see it with norm 1 (PST-F clips each group's
     # sub-vector, so the argument is per group); the other 20 rows are zero. q = (½, ½), ε = 2.
     X = np.zeros((21, 2))
@@ -410,26 +421,44 @@ def test_empirical_privacy_of_pst_f() -> None:
     y_prime = y.copy()
     y_prime[0] = -1.0
     params = {"feature_groups": [[0], [1]], "high_level_fraction": 0.05}
-    a = _audit_outputs(STACKING_FEATURES, X, y, 2.0, 2000, 1, **params)
-    b = _audit_outputs(STACKING_FEATURES, X, y_prime, 2.0, 2000, 2, **params)
-    bound = epsilon_lower_bound(a, b)
-    assert bound < 2.0
-    assert bound > 0.5  # the record is visible: the audit is not vacuous
+    a = _audit_outputs(STACKING_FEATURES, X, y, 2.0, 2000, seed, **params)
+    b = _audit_outputs(STACKING_FEATURES, X, y_prime, 2.0, 2000, seed + 1, **params)
+    return epsilon_lower_bound(a, b)
 
 
-@pytest.mark.statistical
-def test_empirical_privacy_of_pst_s() -> None:
+def _pst_s_bound(seed: int) -> float:
     X = np.zeros((21, 1))
     X[0] = 1.0
     y = np.ones(21)
     y_prime = y.copy()
     y_prime[0] = -1.0
     params = {"n_models": 2, "high_level_fraction": 0.05}
-    a = _audit_outputs(STACKING_SAMPLES, X, y, 1.0, 2000, 3, **params)
-    b = _audit_outputs(STACKING_SAMPLES, X, y_prime, 1.0, 2000, 4, **params)
-    bound = epsilon_lower_bound(a, b)
+    a = _audit_outputs(STACKING_SAMPLES, X, y, 1.0, 2000, seed, **params)
+    b = _audit_outputs(STACKING_SAMPLES, X, y_prime, 1.0, 2000, seed + 1, **params)
+    return epsilon_lower_bound(a, b)
+
+
+@pytest.mark.statistical
+def test_empirical_privacy_of_pst_f() -> None:
+    bound = _pst_f_bound(1)
+    assert bound < 2.0
+    assert bound > 0.5  # the record is visible: the audit is not vacuous
+
+
+@pytest.mark.statistical
+def test_empirical_privacy_of_pst_s() -> None:
+    bound = _pst_s_bound(3)
     assert bound < 1.0
     assert bound > 0.3
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize(("audit", "eps"), [(_pst_f_bound, 2.0), (_pst_s_bound, 1.0)])
+def test_stacking_audits_catch_half_the_noise(
+    monkeypatch: pytest.MonkeyPatch, audit: Any, eps: float
+) -> None:
+    _halve_the_low_level_noise(monkeypatch)
+    assert audit(11) > eps
 
 
 # ---- through the public entry point -------------------------------------------------------------

@@ -236,7 +236,7 @@ def _coef(uow: UnitOfWorkFactory, job_id: str) -> tuple[Any, dict[str, Any]]:
         return model.body, model.privacy
 
 
-def test_a_test_seed_makes_fits_repeatable_and_the_record_says_so(
+def test_a_test_seed_gives_each_job_its_own_stream_and_the_record_says_so(
     uow: UnitOfWorkFactory, queue: Callable[..., str]
 ) -> None:
     seeded = [queue(), queue()]
@@ -248,9 +248,11 @@ def test_a_test_seed_makes_fits_repeatable_and_the_record_says_so(
 
     (body_a, record_a), (body_b, _) = (_coef(uow, j) for j in seeded)
     (body_c, record_c), (body_d, _) = (_coef(uow, j) for j in private)
-    assert body_a == body_b
+    # One seed for every job would let anyone cancel the noise between two jobs' models.
+    assert body_a != body_b
     assert record_a["randomness"]["source"] == "test_seed"
     assert record_a["randomness"]["seed"] == 7
+    assert record_a["randomness"]["job_seed"] == str(Randomness(seed=7).job_seed(seeded[0]))
     assert body_c != body_d
     assert record_c["randomness"]["source"] == "csprng"
 
@@ -259,6 +261,24 @@ def test_a_seed_is_honoured_only_in_test_mode() -> None:
     assert Randomness.from_settings(environment="test", test_seed=3).seed == 3
     for environment in ("production", "development"):
         assert Randomness.from_settings(environment=environment, test_seed=3).seed is None
-    assert Randomness().generator() is None
+    assert Randomness().generator("job-1") is None
+    assert Randomness().job_seed("job-1") is None
+
+
+def test_per_job_seeds_are_reproducible_and_distinct() -> None:
+    seeded = Randomness(seed=3)
+    ids = [f"job-{i}" for i in range(200)]
+    seeds = [seeded.job_seed(i) for i in ids]
+    assert len(set(seeds)) == len(ids)
+    assert seeds == [Randomness(seed=3).job_seed(i) for i in ids]
+    assert seeded.job_seed("job-0") != Randomness(seed=4).job_seed("job-0")
+    # Seed/job-id boundaries cannot be shifted to collide ("1"+"23" vs "12"+"3").
+    assert Randomness(seed=1).job_seed("23") != Randomness(seed=12).job_seed("3")
+    draw_a = seeded.generator("job-0").standard_normal(4)  # type: ignore[union-attr]
+    draw_b = seeded.generator("job-0").standard_normal(4)  # type: ignore[union-attr]
+    draw_c = seeded.generator("job-1").standard_normal(4)  # type: ignore[union-attr]
+    assert list(draw_a) == list(draw_b) != list(draw_c)
+    with pytest.raises(ValueError, match="job id"):
+        seeded.generator("")
     with pytest.raises(ValueError, match="non-negative"):
         Randomness(seed=-1)

@@ -105,6 +105,8 @@ def test_released_noise_norm_is_gamma_d_over_beta() -> None:
         norms.append(float(np.linalg.norm(noise)))
         directions.append(noise / np.linalg.norm(noise))
     assert stats.kstest(norms, stats.gamma(a=3, scale=1 / beta).cdf).pvalue > 1e-4
+    for wrong in (0.5, 2.0):  # half and twice the noise are rejected: the test has power
+        assert stats.kstest(norms, stats.gamma(a=3, scale=wrong / beta).cdf).pvalue < 1e-4
     # the direction is uniform on the sphere: its first coordinate is Beta(1, 1) after (u+1)/2
     first = (np.array(directions)[:, 0] + 1.0) / 2.0
     assert stats.kstest(first, stats.uniform().cdf).pvalue > 1e-4

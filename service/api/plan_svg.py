@@ -1,0 +1,93 @@
+"""The planner's curve as a hand-written SVG (no plotting library on the server).
+
+x: ε on a log scale; y: the simulated mean accuracy with its 10–90 % band when the plan has a
+reference dataset, else the expected noise norm (log scale). One line per λ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from html import escape
+from typing import Any
+
+__all__ = ["plan_svg"]
+
+_W, _H, _L, _R, _T, _B = 640, 400, 70, 20, 40, 50
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+
+
+def _scale(lo: float, hi: float, a: float, b: float, log: bool) -> Any:
+    if log:
+        lo, hi = math.log10(lo), math.log10(hi)
+    span = hi - lo or 1.0
+
+    def f(v: float) -> float:
+        v = math.log10(v) if log else v
+        return a + (v - lo) / span * (b - a)
+
+    return f
+
+
+def plan_svg(plan: Mapping[str, Any]) -> str:
+    """An SVG document of ``plan`` (the JSON of :meth:`service.domain.plans.Plan.to_dict`)."""
+    points: Sequence[Mapping[str, Any]] = plan["points"]
+    simulated = bool(points) and "simulated_accuracy" in points[0]
+    eps = [float(p["epsilon"]) for p in points] or [1.0]
+    if simulated:
+        values = [float(p["simulated_accuracy"]["mean"]) for p in points]
+        lows = [float(p["simulated_accuracy"]["p10"]) for p in points]
+        highs = [float(p["simulated_accuracy"]["p90"]) for p in points]
+        y_lo, y_hi, y_log, label = min([*lows, 0.5]), 1.0, False, "test accuracy (mean, 10–90 %)"
+    else:
+        values = [float(p["expected_noise_norm"] or math.nan) for p in points]
+        finite = [v for v in values if math.isfinite(v) and v > 0] or [1.0]
+        lows = highs = values
+        y_lo, y_hi, y_log, label = min(finite), max(finite) * 1.01, True, "expected noise norm"
+    x_lo, x_hi = min(eps), max(eps)
+    if x_hi <= x_lo:
+        x_lo, x_hi = x_lo / 2, x_hi * 2
+    fx = _scale(x_lo, x_hi, _L, _W - _R, log=True)
+    fy = _scale(y_lo, y_hi if y_hi > y_lo else y_lo * 2, _H - _B, _T, log=y_log)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="{_H}" '
+        f'viewBox="0 0 {_W} {_H}" font-family="sans-serif" font-size="12">',
+        f"<title>{escape(str(plan['mechanism']))}: privacy–utility plan</title>",
+        f'<rect width="{_W}" height="{_H}" fill="white"/>',
+        f'<line x1="{_L}" y1="{_H - _B}" x2="{_W - _R}" y2="{_H - _B}" stroke="black"/>',
+        f'<line x1="{_L}" y1="{_T}" x2="{_L}" y2="{_H - _B}" stroke="black"/>',
+        f'<text x="{(_L + _W - _R) / 2}" y="{_H - 12}" text-anchor="middle">ε (log scale)</text>',
+        f'<text x="16" y="{(_T + _H - _B) / 2}" text-anchor="middle" '
+        f'transform="rotate(-90 16 {(_T + _H - _B) / 2})">{escape(label)}</text>',
+        f'<text x="{_L}" y="24">{escape(str(plan["mechanism"]))}, n = {plan["n"]}, '
+        f"d = {plan['d']}</text>",
+    ]
+    parts.extend(
+        f'<text x="{fx(e):.1f}" y="{_H - _B + 16}" text-anchor="middle">{e:g}</text>'
+        for e in sorted(set(eps))
+    )
+    parts.extend(
+        f'<text x="{_L - 6}" y="{fy(v):.1f}" text-anchor="end">{v:.3g}</text>' for v in (y_lo, y_hi)
+    )
+    lambdas = sorted({float(p["regularization"]) for p in points})
+    for i, lam in enumerate(lambdas):
+        colour = _COLOURS[i % len(_COLOURS)]
+        idx = [j for j, p in enumerate(points) if float(p["regularization"]) == lam]
+        idx = [j for j in idx if math.isfinite(values[j]) and (not y_log or values[j] > 0)]
+        if not idx:
+            continue
+        line = " ".join(f"{fx(eps[j]):.1f},{fy(values[j]):.1f}" for j in idx)
+        if simulated:
+            band = [f"{fx(eps[j]):.1f},{fy(highs[j]):.1f}" for j in idx] + [
+                f"{fx(eps[j]):.1f},{fy(lows[j]):.1f}" for j in reversed(idx)
+            ]
+            parts.append(
+                f'<polygon points="{" ".join(band)}" fill="{colour}" fill-opacity="0.15"/>'
+            )
+        parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        parts.append(
+            f'<text x="{_W - _R - 4}" y="{_T + 14 * (i + 1)}" text-anchor="end" '
+            f'fill="{colour}">λ = {lam:g}</text>'
+        )
+    parts.append("</svg>")
+    return "\n".join(parts)

@@ -1,0 +1,140 @@
+"""Private evaluations: ``POST /v1/models/{id}/evaluations`` queues one (or quotes it with
+``dry_run``); ``GET`` reads them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response, status
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from service.api.deps import (
+    AuditContextDep,
+    DryRun,
+    Expensive,
+    IdempotencyKey,
+    PreferWait,
+    PrincipalDep,
+    UowDep,
+    access,
+)
+from service.api.errors import problem_responses
+from service.api.job_waiting import FINISHED_RESPONSE, honour_prefer_wait
+from service.api.routes import API_V1
+from service.api.schemas.evaluations import (
+    EvaluationCreate,
+    EvaluationList,
+    EvaluationQuoteRead,
+    EvaluationRead,
+)
+from service.api.schemas.jobs import JobRead
+from service.domain import evaluations
+from service.jobs.runner import JobRunner
+
+router = APIRouter(prefix=f"{API_V1}", tags=["evaluations"])
+
+Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
+Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]
+
+
+@router.post(
+    "/models/{model_id}/evaluations",
+    dependencies=[Expensive],
+    status_code=status.HTTP_202_ACCEPTED,
+    summary="Evaluate a model privately on a dataset",
+    description=(
+        "Evaluates a model the caller may read on a dataset the caller owns with the same spec "
+        "(422 otherwise, nothing spent), charging ε (δ = 0) to that dataset's budget (409 when "
+        "it cannot cover it) and queueing a job: 202 with the job and its `Location`. The "
+        "succeeded job's result is at `GET /v1/evaluations/{job id}`: the confusion matrix "
+        "with discrete Laplace noise (ε/2, L1 sensitivity 2), accuracy, precision, recall and "
+        "F1 with intervals that include the noise, and a ROC curve/AUC from noisy per-class "
+        "score histograms (ε/2). The record warns when the dataset is the model's training "
+        "set. `Prefer: wait=N`, `Idempotency-Key` and `?dry_run=true` work as for fits."
+    ),
+    response_model=JobRead,
+    responses={
+        200: {"model": EvaluationQuoteRead, "description": "Dry run: the quote; nothing spent."},
+        **FINISHED_RESPONSE,
+        **problem_responses(401, 403, 404, 409, 413, 422),
+    },
+    openapi_extra=access("site"),
+)
+async def create_evaluation(
+    model_id: str,
+    body: EvaluationCreate,
+    request: Request,
+    response: Response,
+    uow: UowDep,
+    principal: PrincipalDep,
+    audit_context: AuditContextDep,
+    idempotency_key: IdempotencyKey = None,
+    dry_run: DryRun = False,
+    prefer: PreferWait = None,
+) -> JobRead | JSONResponse:
+    principal.require_site()
+    if dry_run:
+        quote = await run_in_threadpool(
+            evaluations.quote_evaluation,
+            uow,
+            model_id=model_id,
+            dataset_id=body.dataset_id,
+            epsilon=body.epsilon,
+            actor=principal,
+        )
+        return JSONResponse(EvaluationQuoteRead.from_quote(quote).model_dump(mode="json"))
+    runner: JobRunner = request.app.state.job_runner
+    submitted = await run_in_threadpool(
+        evaluations.submit_evaluation,
+        uow,
+        model_id=model_id,
+        dataset_id=body.dataset_id,
+        epsilon=body.epsilon,
+        actor=principal,
+        runner=runner,
+        idempotency_key=idempotency_key,
+        context=audit_context,
+    )
+    view = submitted.view
+    response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
+    if not submitted.created:
+        response.headers["Idempotent-Replayed"] = "true"
+    view = await honour_prefer_wait(request, response, uow, principal, view, prefer)
+    return JobRead.from_view(view)
+
+
+@router.get(
+    "/models/{model_id}/evaluations",
+    summary="List a model's private evaluations",
+    description="The evaluations of the model that the calling site ran, newest first.",
+    response_model=EvaluationList,
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("any"),
+)
+def list_evaluations(
+    model_id: str, uow: UowDep, principal: PrincipalDep, limit: Limit = 50, offset: Offset = 0
+) -> EvaluationList:
+    page = evaluations.list_evaluations(
+        uow, model_id=model_id, actor=principal, limit=limit, offset=offset
+    )
+    return EvaluationList(
+        items=[EvaluationRead.from_row(r) for r in page.items],
+        total=page.total,
+        limit=limit,
+        offset=offset,
+    )
+
+
+@router.get(
+    "/evaluations/{evaluation_id}",
+    summary="Read a private evaluation",
+    description="A released evaluation (its id is the id of the job that computed it).",
+    response_model=EvaluationRead,
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("any"),
+)
+def get_evaluation(evaluation_id: str, uow: UowDep, principal: PrincipalDep) -> EvaluationRead:
+    return EvaluationRead.from_row(
+        evaluations.get_evaluation(uow, evaluation_id=evaluation_id, actor=principal)
+    )

@@ -1,0 +1,103 @@
+"""Privacy–utility plans (``POST /v1/datasets/{id}/plans``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from service.api.schemas.base import RequestModel, ResponseModel
+from service.domain.errors import InvalidInputError
+from service.domain.plans import MAX_GRID, PlanRequest
+from service.domain.ranges import (
+    MAX_EPSILON,
+    MAX_REGULARIZATION,
+    MIN_EPSILON,
+    MIN_REGULARIZATION,
+)
+from service.dp.planning import MAX_SIMULATED_FITS
+
+__all__ = ["PlanCreate", "PlanRead"]
+
+
+class PlanCreate(RequestModel):
+    """A grid of ε (and λ) for one mechanism; optionally a public reference dataset to
+    simulate on and a target accuracy."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {
+                    "mechanism": "objective_perturbation",
+                    "epsilons": [0.1, 0.5, 1.0, 2.0],
+                    "regularizations": [0.001],
+                    "reference_dataset_id": "0" * 32,
+                    "repeats": 10,
+                    "target_accuracy": 0.8,
+                    "target_probability": 0.9,
+                }
+            ]
+        }
+    )
+
+    mechanism: str = Field(min_length=1, max_length=64)
+    epsilons: list[float] = Field(min_length=1, max_length=MAX_GRID)
+    regularizations: list[float] = Field(default=[1e-3], min_length=1, max_length=MAX_GRID)
+    delta: float = Field(default=0.0, ge=0.0, lt=1.0)
+    loss: str = Field(default="logistic", max_length=16)
+    params: dict[str, Any] = Field(default_factory=dict)
+    reference_dataset_id: str | None = Field(
+        default=None,
+        max_length=64,
+        description="A dataset of yours uploaded with `allow_non_private` (public rows) and "
+        "the same spec, to simulate the mechanism on.",
+    )
+    repeats: int = Field(
+        default=10,
+        ge=2,
+        le=50,
+        description=f"Simulated fits per grid point (grid × repeats ≤ {MAX_SIMULATED_FITS}).",
+    )
+    target_accuracy: float | None = Field(default=None, ge=0.0, le=1.0)
+    target_probability: float = Field(default=0.9, gt=0.0, le=1.0)
+    seed: int | None = Field(default=None, ge=0, le=2**63 - 1)
+
+    def to_domain(self) -> PlanRequest:
+        for name, values, lo, hi in (
+            ("epsilons", self.epsilons, MIN_EPSILON, MAX_EPSILON),
+            ("regularizations", self.regularizations, MIN_REGULARIZATION, MAX_REGULARIZATION),
+        ):
+            for i, v in enumerate(values):
+                if not lo <= v <= hi:
+                    raise InvalidInputError(
+                        f"{name}[{i}] must be between {lo:g} and {hi:g}",
+                        errors=[{"loc": ["body", name, i], "msg": "out of range"}],
+                    )
+        return PlanRequest(
+            mechanism=self.mechanism,
+            epsilons=list(self.epsilons),
+            regularizations=list(self.regularizations),
+            delta=self.delta,
+            loss=self.loss,
+            params=dict(self.params),
+            reference_dataset_id=self.reference_dataset_id,
+            repeats=self.repeats,
+            target_accuracy=self.target_accuracy,
+            target_probability=self.target_probability,
+            seed=self.seed,
+        )
+
+
+class PlanRead(ResponseModel):
+    """Expected noise, excess-risk bound and (with a reference) simulated accuracy per grid
+    point; the smallest ε reaching the target. Nothing was spent."""
+
+    dataset_id: str
+    mechanism: str
+    n: int
+    d: int
+    reference_dataset_id: str | None
+    points: list[dict[str, Any]]
+    target: dict[str, Any] | None
+    notes: list[str]
+    spent: dict[str, float]

@@ -1,0 +1,218 @@
+"""The privacy–utility planner (issue 16 item 3): ``POST /v1/datasets/{id}/plans``.
+
+Spends nothing and reads no private data: the target dataset contributes only its public n,
+d and spec. When the request names a reference dataset, that dataset must be one the caller
+owns, uploaded with ``allow_non_private`` (its rows are not protected, so reading them is not
+a release) and encoded like the target (same features and preprocessing); anything else is a
+422. The numerics are in :mod:`service.dp.planning`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from service.db.uow import UnitOfWork, UnitOfWorkFactory
+from service.domain.datasets import get_owned_dataset, read_design
+from service.domain.errors import InvalidInputError, NotFoundError
+from service.domain.principal import Principal
+from service.dp import MECHANISMS
+from service.dp.planning import (
+    MAX_SIMULATED_FITS,
+    GridPoint,
+    plan_point,
+    simulate_accuracy,
+    smallest_epsilon,
+)
+
+__all__ = ["MAX_GRID", "Plan", "PlanRequest", "make_plan"]
+
+#: At most this many (ε, λ) points per plan.
+MAX_GRID = 40
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    """A plan: the mechanism, the grid, an optional public reference and target."""
+
+    mechanism: str
+    epsilons: Sequence[float]
+    regularizations: Sequence[float]
+    delta: float = 0.0
+    loss: str = "logistic"
+    params: Mapping[str, Any] = field(default_factory=dict)
+    reference_dataset_id: str | None = None
+    repeats: int = 10
+    target_accuracy: float | None = None
+    target_probability: float = 0.9
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The planner's answer."""
+
+    dataset_id: str
+    mechanism: str
+    n: int
+    d: int
+    points: list[GridPoint]
+    reference_dataset_id: str | None
+    target: dict[str, Any] | None
+    notes: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dataset_id": self.dataset_id,
+            "mechanism": self.mechanism,
+            "n": self.n,
+            "d": self.d,
+            "reference_dataset_id": self.reference_dataset_id,
+            "points": [p.to_dict() for p in self.points],
+            "target": self.target,
+            "notes": self.notes,
+            "spent": {"epsilon": 0.0, "delta": 0.0},
+        }
+
+
+def _invalid(msg: str, loc: list[str | int]) -> InvalidInputError:
+    return InvalidInputError(msg, errors=[{"loc": loc, "msg": msg}])
+
+
+def _grid(request: PlanRequest, n: int, d: int) -> list[GridPoint]:
+    if request.mechanism not in MECHANISMS or request.mechanism == "non_private":
+        raise _invalid(
+            f"unknown or non-private mechanism {request.mechanism!r}", ["body", "mechanism"]
+        )
+    if len(request.epsilons) * len(request.regularizations) > MAX_GRID:
+        raise _invalid(f"at most {MAX_GRID} (ε, λ) points per plan", ["body", "epsilons"])
+    points = []
+    for eps in sorted(set(request.epsilons)):
+        for lam in sorted(set(request.regularizations)):
+            try:
+                point = plan_point(
+                    request.mechanism,
+                    n=n,
+                    d=d,
+                    epsilon=eps,
+                    delta=request.delta,
+                    loss=request.loss,
+                    regularization=lam,
+                    params=request.params,
+                )
+            except (ValueError, TypeError, ArithmeticError) as exc:
+                raise _invalid(f"invalid plan parameters: {exc}", ["body"]) from exc
+            points.append(point)
+    return points
+
+
+def make_plan(
+    uow: UnitOfWork,
+    uow_factory: UnitOfWorkFactory,
+    *,
+    dataset_id: str,
+    request: PlanRequest,
+    actor: Principal,
+) -> Plan:
+    """The plan of ``request`` for a dataset of the caller (module docstring)."""
+    actor.require_site()
+    with uow:
+        target = get_owned_dataset(uow, dataset_id=dataset_id, actor=actor)
+        reference = None
+        if request.reference_dataset_id is not None:
+            try:
+                reference = get_owned_dataset(
+                    uow, dataset_id=request.reference_dataset_id, actor=actor
+                )
+            except NotFoundError:
+                reference = None
+            if reference is None or reference.deleted_at is not None:
+                raise _invalid(
+                    "reference_dataset_id names no live dataset of yours",
+                    ["body", "reference_dataset_id"],
+                )
+    n, d = int(target.n_rows), int(target.n_features)
+    points = _grid(request, n, d)
+    notes: list[str] = []
+    if reference is not None:
+        if not reference.allow_non_private:
+            raise _invalid(
+                "the reference dataset is private (uploaded without allow_non_private); the "
+                "planner only simulates on public data",
+                ["body", "reference_dataset_id"],
+            )
+        if dict(reference.preprocessing) != dict(target.preprocessing) or list(
+            reference.feature_names
+        ) != list(target.feature_names):
+            raise _invalid(
+                "the reference dataset's spec differs from the dataset's",
+                ["body", "reference_dataset_id"],
+            )
+        if len(points) * request.repeats > MAX_SIMULATED_FITS:
+            raise _invalid(
+                f"grid points × repeats must be at most {MAX_SIMULATED_FITS}",
+                ["body", "repeats"],
+            )
+        design = read_design(uow_factory, reference)
+        rng = np.random.default_rng(request.seed)
+        if n > 50_000:
+            notes.append("simulated fits use 50,000 rows (the dataset has more)")
+        simulated = []
+        for point in points:
+            try:
+                accuracies = simulate_accuracy(
+                    design.X,
+                    design.y,
+                    n=n,
+                    mechanism=request.mechanism,
+                    epsilon=point.epsilon,
+                    delta=request.delta,
+                    loss=request.loss,
+                    regularization=point.regularization,
+                    params=request.params,
+                    repeats=request.repeats,
+                    rng=rng,
+                )
+            except ValueError as exc:
+                raise _invalid(f"cannot simulate: {exc}", ["body", "reference_dataset_id"]) from exc
+            simulated.append(
+                GridPoint(
+                    epsilon=point.epsilon,
+                    regularization=point.regularization,
+                    spent_epsilon=point.spent_epsilon,
+                    spent_delta=point.spent_delta,
+                    expected_noise_norm=point.expected_noise_norm,
+                    excess_risk_bound=point.excess_risk_bound,
+                    accuracies=accuracies,
+                )
+            )
+        points = simulated
+    target_answer = None
+    if request.target_accuracy is not None:
+        if reference is None:
+            raise _invalid(
+                "a target accuracy needs a public reference_dataset_id to simulate on",
+                ["body", "target_accuracy"],
+            )
+        found = smallest_epsilon(
+            points, accuracy=request.target_accuracy, probability=request.target_probability
+        )
+        target_answer = {
+            "accuracy": request.target_accuracy,
+            "probability": request.target_probability,
+            "smallest_epsilon": None if found is None else found.epsilon,
+            "regularization": None if found is None else found.regularization,
+        }
+    return Plan(
+        dataset_id=dataset_id,
+        mechanism=request.mechanism,
+        n=n,
+        d=d,
+        points=points,
+        reference_dataset_id=request.reference_dataset_id,
+        target=target_answer,
+        notes=notes,
+    )

@@ -1,0 +1,208 @@
+"""The privacy–utility planner's numerics (issue 16 item 3). Pure; spends no budget.
+
+Everything here is a function of public quantities (n, d, the mechanism and its parameters)
+or of a *public* reference dataset, never of the private data.
+
+**Expected noise** comes from the mechanism's own calibration (:func:`service.dp.calibrate`).
+
+**Excess-risk bound** (output and objective perturbation, Chaudhuri, Monteleoni and Sarwate
+2011). Let J(w) = (1/n) Σᵢ ℓ(yᵢ wᵀxᵢ) + (λ/2)‖w‖² with ‖xᵢ‖ ≤ 1 and ℓ'' ≤ c (c = 1/4 for the
+logistic loss, 1/(2h) for the Huber loss). J is (c + λ)-smooth, so for its minimiser w* and
+any shift Δ: J(w* + Δ) − J(w*) ≤ ((c + λ)/2)‖Δ‖².
+
+* Output perturbation releases w* + b with ‖b‖ ~ Gamma(d, 2/(nλε)) (their Thm 6), so
+  E[J(w_priv) − J(w*)] ≤ ((c + λ)/2) E‖b‖² = ((c + λ)/2) d(d + 1) (2/(nλε))².
+* Objective perturbation minimises J(w) + bᵀw/n + (Δ/2)‖w‖²; by (λ + Δ)-strong convexity its
+  minimiser is within ‖b‖/(n(λ + Δ)) of the minimiser of J + (Δ/2)‖w‖², and ‖b‖ ~
+  Gamma(d, 2/ε′) (their Alg. 2), so the same smoothness step bounds the excess of that
+  objective by ((c + λ + Δ)/2) d(d + 1)/d² · E[‖b‖/(n(λ + Δ))]² (the calibration's
+  ``expected_coef_shift_bound`` is E‖b‖/(n(λ + Δ))).
+
+E‖b‖² = (d + 1)/d · (E‖b‖)² for a Gamma(d, ·) norm. These are the expected-excess forms of
+the paper's analysis (its Theorems 18 and 26 turn them into sample-complexity statements that
+need the unknown ‖w₀‖); other mechanisms get no bound.
+
+**Simulation** on public reference data: repeatedly draw a training sample of the private
+dataset's size n from one half of the reference rows (with replacement when that half is
+smaller), fit the mechanism at (ε, λ) and score it on the other half. The mean, spread and
+the fraction of draws reaching a target accuracy answer "the smallest ε that reaches accuracy
+A with probability p".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.dp import calibrate
+from service.dp import fit as dp_fit
+from service.dp.prepared import prepare_design
+
+__all__ = [
+    "BOUND_MECHANISMS",
+    "MAX_SIMULATED_FITS",
+    "GridPoint",
+    "excess_risk_bound",
+    "plan_point",
+    "simulate_accuracy",
+    "smallest_epsilon",
+]
+
+#: Mechanisms for which :func:`excess_risk_bound` gives a bound.
+BOUND_MECHANISMS: Final[frozenset[str]] = frozenset(
+    {"output_perturbation", "objective_perturbation"}
+)
+#: At most this many fits per plan (grid size × repeats), to bound a request's work.
+MAX_SIMULATED_FITS: Final[int] = 200
+#: Rows used per simulated fit at most (a larger n is simulated at this size: noted).
+MAX_SIMULATED_ROWS: Final[int] = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class GridPoint:
+    """The planner's answer at one (ε, λ)."""
+
+    epsilon: float
+    regularization: float
+    spent_epsilon: float
+    spent_delta: float
+    expected_noise_norm: float | None
+    excess_risk_bound: float | None
+    accuracies: tuple[float, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "epsilon": self.epsilon,
+            "regularization": self.regularization,
+            "spent_epsilon": self.spent_epsilon,
+            "spent_delta": self.spent_delta,
+            "expected_noise_norm": self.expected_noise_norm,
+            "excess_risk_bound": self.excess_risk_bound,
+        }
+        if self.accuracies:
+            acc = np.asarray(self.accuracies)
+            out["simulated_accuracy"] = {
+                "draws": len(self.accuracies),
+                "mean": float(acc.mean()),
+                "std": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
+                "p10": float(np.quantile(acc, 0.1)),
+                "p50": float(np.quantile(acc, 0.5)),
+                "p90": float(np.quantile(acc, 0.9)),
+            }
+        return out
+
+
+def excess_risk_bound(
+    mechanism: str, details: Mapping[str, Any], expected_noise_norm: float | None
+) -> float | None:
+    """The bound on E[J(w_priv) − J(w*)] of the module docstring, or None."""
+    if mechanism not in BOUND_MECHANISMS or expected_noise_norm is None:
+        return None
+    d = int(details["d"])
+    c = float(details["c"])
+    lam = float(details["regularization"])
+    if mechanism == "output_perturbation":
+        shift = float(expected_noise_norm)
+        smooth = c + lam
+    else:
+        shift = float(details.get("expected_coef_shift_bound", math.nan))
+        smooth = c + float(details.get("effective_regularization", lam))
+    if not math.isfinite(shift):
+        return None
+    return smooth / 2.0 * (d + 1) / d * shift**2
+
+
+def plan_point(
+    mechanism: str,
+    *,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    regularization: float,
+    params: Mapping[str, Any],
+) -> GridPoint:
+    """Noise and bound at one (ε, λ) from public n, d (raises ``ValueError`` when invalid)."""
+    calibration = calibrate(
+        mechanism,
+        n=n,
+        d=d,
+        epsilon=epsilon,
+        delta=delta,
+        loss=loss,
+        regularization=regularization,
+        **dict(params),
+    )
+    return GridPoint(
+        epsilon=float(epsilon),
+        regularization=float(regularization),
+        spent_epsilon=float(calibration.epsilon),
+        spent_delta=float(calibration.delta),
+        expected_noise_norm=calibration.expected_noise_norm,
+        excess_risk_bound=excess_risk_bound(
+            mechanism, calibration.details, calibration.expected_noise_norm
+        ),
+    )
+
+
+def simulate_accuracy(
+    X: NDArray[np.float64],
+    y: NDArray[np.float64],
+    *,
+    n: int,
+    mechanism: str,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    regularization: float,
+    params: Mapping[str, Any],
+    repeats: int,
+    rng: np.random.Generator,
+) -> tuple[float, ...]:
+    """Test accuracies of ``repeats`` fits of the mechanism on public reference rows (X, y):
+    each trained on n rows drawn from a random half and scored on the other half."""
+    if X.shape[0] < 4:
+        raise ValueError("the reference dataset needs at least 4 rows")
+    n_fit = min(int(n), MAX_SIMULATED_ROWS)
+    out: list[float] = []
+    for _ in range(repeats):
+        order = rng.permutation(X.shape[0])
+        half = X.shape[0] // 2
+        pool, test = order[:half], order[half:]
+        rows = rng.choice(pool, size=n_fit, replace=n_fit > pool.size)
+        design = prepare_design(X[rows], y[rows])
+        result = dp_fit(
+            design,
+            None,
+            mechanism,
+            epsilon=epsilon,
+            delta=delta,
+            loss=loss,
+            regularization=regularization,
+            rng=rng,
+            **dict(params),
+        )
+        scores = result.model.decision_function(X[test])
+        out.append(float(np.mean((scores > 0) == (y[test] > 0))))
+    return tuple(out)
+
+
+def smallest_epsilon(
+    points: Sequence[GridPoint], *, accuracy: float, probability: float
+) -> GridPoint | None:
+    """The point of smallest ε whose simulated draws reach ``accuracy`` with empirical
+    frequency ≥ ``probability`` (ties in ε: the best frequency), or None."""
+    best: tuple[float, float, GridPoint] | None = None
+    for point in points:
+        if not point.accuracies:
+            continue
+        freq = float(np.mean(np.asarray(point.accuracies) >= accuracy))
+        if freq >= probability and (best is None or (point.epsilon, -freq) < (best[0], -best[1])):
+            best = (point.epsilon, freq, point)
+    return None if best is None else best[2]
