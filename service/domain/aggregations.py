@@ -53,7 +53,7 @@ from service.domain.privacy_record import (
     software_version,
 )
 from service.domain.randomness import Randomness
-from service.domain.ranges import check_calibration
+from service.domain.ranges import MIN_EPSILON, check_calibration
 from service.domain.studies import StudyFacts, require_matching, visible_study
 from service.dp import calibrate as dp_calibrate
 from service.dp.aggregation import (
@@ -693,8 +693,29 @@ def _resolve_groups(
             "feature_groups instead (groups " + ", ".join(map(str, zero)) + ")",
             errors=[{"loc": [*loc, k], "msg": "importance 0"} for k in zero],
         )
-    total = math.fsum(q)
-    return resolved, named, unused, [v / total for v in q]
+    # q / max q first: the sum of weights near the largest double would overflow.
+    largest = max(q)
+    scaled = [v / largest for v in q]
+    total = math.fsum(scaled)
+    return resolved, named, unused, [v / total for v in scaled]
+
+
+def _check_group_budgets(importance: Sequence[float] | None, n_groups: int, epsilon: float) -> None:
+    """Refuse (422, before any charge) importance weights so unequal that a group's share
+    q_k·ε falls below the smallest documented ε (MIN_EPSILON): its noise scale ∝ 1/(q_k·ε)
+    would overflow, or the share underflow to zero, while fitting after the charge."""
+    shares = importance if importance is not None else [1.0 / max(n_groups, 1)] * n_groups
+    small = [k for k, q in enumerate(shares) if not q * epsilon >= MIN_EPSILON]
+    if small:
+        raise InvalidInputError(
+            f"each feature group's share q_k·ε of ε must be at least {MIN_EPSILON:g}; groups "
+            + ", ".join(map(str, small))
+            + " get less: use more even importance weights or a larger ε",
+            errors=[
+                {"loc": ["body", "importance", k], "msg": "share of ε below the minimum"}
+                for k in small
+            ],
+        )
 
 
 def _transfer_spec(p: Mapping[str, Any]) -> _ChargedFit:
@@ -1040,6 +1061,7 @@ def transfer(
             importance=importance,
             meta_features=request.meta_features or "sigmoid",
         )
+        _check_group_budgets(importance, len(groups), request.epsilon)
     return _submit_charged_fit(
         uow,
         study_id=study_id,

@@ -62,8 +62,12 @@ FloatArray = NDArray[np.float64]
 def normalised_weights(n_models: int, weights: Sequence[float] | None = None) -> FloatArray:
     """π = w / Σw for public weights ``w`` (one per model); equal weights when ``None``.
 
+    Computed as (w / max w) / Σ(w / max w): the same π, and the sum stays in [1, n] so that
+    weights near the largest double (whose plain sum overflows) or near the smallest (whose
+    sum underflows relative to them) are normalised exactly as moderate ones.
+
     Raises ``ValueError`` for a count mismatch, a negative or non-finite weight, or weights
-    that sum to zero.
+    that are all zero.
     """
     if n_models < 1:
         raise ValueError("averaging needs at least one model")
@@ -74,10 +78,11 @@ def normalised_weights(n_models: int, weights: Sequence[float] | None = None) ->
     w = np.asarray([float(v) for v in weights], dtype=np.float64)
     if not np.all(np.isfinite(w)) or np.any(w < 0):
         raise ValueError("weights must be finite and non-negative")
-    total = float(w.sum())
-    if not total > 0 or not math.isfinite(total):
+    largest = float(w.max())
+    if not largest > 0:
         raise ValueError("weights must not all be zero")
-    normalised: FloatArray = w / total
+    scaled = w / largest
+    normalised: FloatArray = scaled / float(scaled.sum())
     return normalised
 
 

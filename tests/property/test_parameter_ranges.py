@@ -6,14 +6,23 @@ from __future__ import annotations
 import json
 import math
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import SiteHandle
+from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
+from tests.api._studies import (
+    FEATURE_NAMES,
+    contribute,
+    create_study,
+    upload_dataset,
+    upload_model,
+)
+from tests.conftest import MakeSite, SiteHandle
 
 pytestmark = pytest.mark.slow
 
@@ -157,6 +166,8 @@ FUZZ = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     derandomize=True,
     database=None,
+    # No explain phase: it reruns a failing example hundreds of times against a live app.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
 )
 
 
@@ -209,3 +220,271 @@ def test_fits_inside_the_documented_ranges_run_or_are_refused_before_charging(
         status, answer = _check(client, site, body, dry_run=False)
         assert status in (201, 202), (body, answer)
         assert answer["status"] == "succeeded", (body, answer)
+
+
+# --- studies: aggregations and federated fits -------------------------------------------------
+
+
+@dataclass
+class Consortium:
+    """A coordinator with its own dataset (target of ``transfer``, holdout of ``feature``), two
+    members each granting a dataset and contributing an uploaded model."""
+
+    coordinator: SiteHandle
+    members: tuple[SiteHandle, SiteHandle]
+    study_id: str
+    own_dataset: str
+    granted: tuple[str, str]
+    models: tuple[str, str]
+
+    def ledger(self, client: TestClient) -> list[object]:
+        """Every dataset's spend and every grant's, as their owners and the study see them."""
+        owners = [
+            (self.coordinator, self.own_dataset),
+            *zip(self.members, self.granted, strict=True),
+        ]
+        study = client.get(f"/v1/studies/{self.study_id}", headers=self.coordinator.headers)
+        assert study.status_code == 200, study.text
+        return [
+            *(_spent(client, site, dataset) for site, dataset in owners),
+            *(
+                (c["epsilon_spent"], c["delta_spent"])
+                for c in study.json()["contributions"]
+                if c["kind"] == "dataset"
+            ),
+        ]
+
+
+#: The budgets are the server's largest (ε 10, δ 1e-3) so that many accepted requests run.
+EPS_CAP, DELTA_CAP = 10.0, 1e-3
+
+
+@pytest.fixture
+def consortium(client: TestClient, make_site: MakeSite) -> Consortium:
+    coordinator, a, b = (make_site(name=n) for n in ("coordinator", "member-a", "member-b"))
+    study = create_study(client, coordinator, [a, b])
+    own = upload_dataset(client, coordinator, seed=7, epsilon=EPS_CAP, delta=DELTA_CAP)["id"]
+    granted, models = [], []
+    for seed, (site, weights) in enumerate(
+        ((a, [0.5, -1.0, 0.25, 0.0, 2.0]), (b, [1.5, 1.0, -0.25, 1.0, -2.0])), start=8
+    ):
+        dataset = upload_dataset(
+            client, site, seed=seed, allow_non_private=True, epsilon=EPS_CAP, delta=DELTA_CAP
+        )["id"]
+        contribute(
+            client,
+            site,
+            study["id"],
+            {"dataset_id": dataset, "epsilon_cap": EPS_CAP, "delta_cap": DELTA_CAP},
+        )
+        model = upload_model(client, site, weights)["id"]
+        contribute(client, site, study["id"], {"model_id": model})
+        granted.append(dataset)
+        models.append(model)
+    return Consortium(
+        coordinator=coordinator,
+        members=(a, b),
+        study_id=study["id"],
+        own_dataset=own,
+        granted=(granted[0], granted[1]),
+        models=(models[0], models[1]),
+    )
+
+
+def _post_study(
+    client: TestClient, world: Consortium, path: str, body: dict[str, Any], dry_run: bool = False
+) -> tuple[int, dict[str, Any]]:
+    """POST to the study as its coordinator; no 500; a refusal (and a dry run) charges nothing;
+    an accepted request has run to success."""
+    before = world.ledger(client)
+    response = client.post(
+        f"/v1/studies/{world.study_id}/{path}" + ("?dry_run=true" if dry_run else ""),
+        json=body,
+        headers={**world.coordinator.headers, "Prefer": "wait=60"},
+    )
+    assert response.status_code < 500, (body, response.text)
+    answer: dict[str, Any] = response.json()
+    event(f"{body.get('method') or body.get('protocol')}: {response.status_code}")
+    after = world.ledger(client)
+    if response.status_code >= 400 or dry_run:
+        assert after == before, (body, answer)
+    if response.status_code >= 400:
+        assert response.headers["content-type"] == "application/problem+json", answer
+    if response.status_code == 422:
+        assert answer.get("errors"), answer  # names the parameter
+    if response.status_code in (201, 202):
+        assert answer["status"] == "succeeded", (body, answer)
+    return response.status_code, answer
+
+
+small_ints = st.one_of(st.integers(1, 12), ints)
+names = st.sampled_from([*FEATURE_NAMES, "color", "no-such-feature"])
+wild_floats = st.lists(floats, min_size=1, max_size=3)
+
+
+def _aggregations(world: Consortium) -> st.SearchStrategy[dict[str, Any]]:
+    model_ids = st.lists(st.sampled_from([*world.models, "0" * 32]), min_size=1, max_size=3)
+    average = st.fixed_dictionaries(
+        {"method": st.just("average")},
+        optional={"models": model_ids, "weights": wild_floats},
+    )
+    transfer = st.fixed_dictionaries(
+        {
+            "method": st.just("transfer"),
+            "target_dataset_id": st.just(world.own_dataset),
+            "epsilon": floats,
+            "transfer_strength": floats,
+        },
+        optional={
+            "regularization": floats,
+            "loss": st.sampled_from(["logistic", "huber"]),
+            "source_models": model_ids,
+            "feature_groups": st.lists(
+                st.lists(names, min_size=1, max_size=3, unique=True), min_size=1, max_size=3
+            ),
+            "importance": wild_floats,
+            "meta_features": st.sampled_from(["sigmoid", "centered_sigmoid"]),
+        },
+    )
+    feature = st.fixed_dictionaries(
+        {
+            "method": st.just("feature"),
+            "holdout_dataset_id": st.just(world.own_dataset),
+            "epsilon": floats,
+        },
+        optional={
+            "delta": deltas,
+            "mechanism": st.sampled_from(["objective_perturbation", "output_perturbation"]),
+            "regularization": floats,
+            "meta_features": st.sampled_from(["linear", "sigmoid"]),
+            "loss": st.sampled_from(["logistic", "huber"]),
+            "source_models": model_ids,
+        },
+    )
+    return st.one_of(average, transfer, feature)
+
+
+@FUZZ
+@given(data=st.data())
+def test_aggregations_with_any_numbers_never_answer_500_nor_charge_a_refusal(
+    client: TestClient, consortium: Consortium, data: st.DataObject
+) -> None:
+    body = data.draw(_aggregations(consortium), label="body")
+    _post_study(client, consortium, "aggregations", body)
+
+
+#: Each protocol's own options, valid and not; ``h`` goes with the Huber loss.
+_PROTOCOL_PARAMS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
+    "noisy_average": {},
+    "psgd": {
+        "iterations": small_ints,
+        "step_size": st.sampled_from(["nesterov", "constant", "decreasing", "fast"]),
+    },
+    "admm": {
+        "perturbation": st.sampled_from(["none", "dual", "primal"]),
+        "iterations": small_ints,
+        "penalty": floats,
+        "topology": st.sampled_from(["complete", "ring", "star"]),
+        "delta_prime": deltas,
+        "noise": st.sampled_from(["laplace", "gaussian"]),
+        "zcdp_conversion": st.sampled_from(["cks", "bun_steinke"]),
+    },
+    "distributed_lasso": {
+        "noise": st.booleans(),
+        "iterations": small_ints,
+        "step_size": floats,
+        "accelerated": st.booleans(),
+        "clip": floats,
+        "zcdp_conversion": st.sampled_from(["cks", "bun_steinke"]),
+    },
+}
+
+
+def _federated(protocol: str, loss: str | None) -> st.SearchStrategy[dict[str, Any]]:
+    params = dict(_PROTOCOL_PARAMS[protocol])
+    if loss == "huber":
+        params["h"] = floats
+    body = st.fixed_dictionaries(
+        {"protocol": st.just(protocol)},
+        optional={
+            "epsilon": floats,
+            "delta": deltas,
+            "regularization": floats,
+            "params": st.fixed_dictionaries({}, optional=params),
+        },
+    )
+    return body if loss is None else body.map(lambda b: {**b, "loss": loss})
+
+
+federated_requests = st.tuples(
+    st.sampled_from(sorted(_PROTOCOL_PARAMS)),
+    st.sampled_from([None, "logistic", "huber", "squared"]),
+).flatmap(lambda pair: _federated(*pair))
+
+
+@FUZZ
+@given(body=federated_requests, dry_run=st.booleans())
+def test_federated_fits_with_any_numbers_never_answer_500_nor_charge_a_refusal(
+    client: TestClient, consortium: Consortium, body: dict[str, Any], dry_run: bool
+) -> None:
+    _post_study(client, consortium, "federated-fits", body, dry_run=dry_run)
+
+
+#: Any positive finite double: the documented range of PSGD's, ADMM's and the Lasso's own
+#: real-valued options (penalty, step size, clip, Huber h).
+positive = st.one_of(
+    st.sampled_from([x for x in EXTREMES if x > 0]),
+    st.floats(min_value=5e-324, allow_infinity=False, allow_nan=False),
+)
+#: Small enough that many accepted requests fit in the budgets.
+cheap_epsilons = _log_uniform(1e-6, 0.05)
+in_range_lambdas = _log_uniform(MIN_REGULARIZATION, MAX_REGULARIZATION)
+in_range_deltas = st.one_of(st.just(0.0), _log_uniform(1e-12, 1e-6))
+
+
+def _in_range_aggregations(world: Consortium) -> st.SearchStrategy[dict[str, Any]]:
+    # Documented: non-negative and finite, not all zero.
+    weights = st.lists(st.floats(0, allow_infinity=False), min_size=2, max_size=2).filter(any)
+    average = st.fixed_dictionaries(
+        {"method": st.just("average"), "models": st.just(list(world.models)), "weights": weights}
+    )
+    transfer = st.fixed_dictionaries(
+        {
+            "method": st.just("transfer"),
+            "target_dataset_id": st.just(world.own_dataset),
+            "epsilon": cheap_epsilons,
+            "transfer_strength": st.one_of(st.just(0.0), _log_uniform(1e-12, 1e6)),
+            "regularization": in_range_lambdas,
+            "loss": st.sampled_from(["logistic", "huber"]),
+        },
+        optional={
+            "feature_groups": st.just([["age", "intercept"], ["color"]]),
+            "importance": st.lists(positive, min_size=2, max_size=2),
+            "meta_features": st.sampled_from(["sigmoid", "centered_sigmoid"]),
+        },
+    ).filter(lambda b: "feature_groups" in b or not {"importance", "meta_features"} & set(b))
+    feature = st.fixed_dictionaries(
+        {
+            "method": st.just("feature"),
+            "holdout_dataset_id": st.just(world.own_dataset),
+            "epsilon": cheap_epsilons,
+            "delta": in_range_deltas,
+            "mechanism": st.sampled_from(["objective_perturbation", "output_perturbation"]),
+            "regularization": in_range_lambdas,
+            "meta_features": st.sampled_from(["linear", "sigmoid"]),
+            "loss": st.sampled_from(["logistic", "huber"]),
+        }
+    )
+    return st.one_of(average, transfer, feature)
+
+
+@FUZZ
+@given(data=st.data())
+def test_aggregations_inside_the_documented_ranges_run_or_are_refused_before_charging(
+    client: TestClient, consortium: Consortium, data: st.DataObject
+) -> None:
+    body = data.draw(_in_range_aggregations(consortium), label="body")
+    status, answer = _post_study(client, consortium, "aggregations", body)
+    if status == 422 and ("delta" in answer["detail"] or "share q_k·ε" in answer["detail"]):
+        return  # pure ε mechanisms take δ = 0; PST-H: each group's share q_k·ε ≥ 1e-6
+    assert status in (201, 202), (body, answer)  # every other in-range request runs

@@ -34,6 +34,24 @@ def test_weights_are_normalised_to_sum_one() -> None:
     np.testing.assert_allclose(normalised_weights(4), [0.25] * 4)
 
 
+@pytest.mark.parametrize(
+    ("weights", "expected"),
+    [
+        ([1.7976931348623157e308, 1.7976931348623157e308], [0.5, 0.5]),  # Σw overflows
+        ([4e307, 1.2e308], [0.25, 0.75]),
+        ([5e-324, 5e-324, 0.0], [0.5, 0.5, 0.0]),  # the smallest subnormal
+        ([1e-320, 3e-320], [0.25, 0.75]),
+    ],
+)
+def test_weights_at_the_ends_of_the_doubles_are_normalised_like_moderate_ones(
+    weights: list[float], expected: list[float]
+) -> None:
+    got = normalised_weights(len(weights), weights)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, expected, rtol=1e-3)
+    assert got.sum() == pytest.approx(1.0)
+
+
 def test_a_zero_weight_drops_a_model() -> None:
     got = average_coefficients([[1.0, 1.0], [100.0, -100.0]], weights=[2.0, 0.0])
     np.testing.assert_allclose(got, [1.0, 1.0], atol=RELEASE_GRID)
