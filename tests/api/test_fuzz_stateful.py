@@ -31,7 +31,7 @@ from tests.conftest import ADMIN_KEY
 
 pytestmark = pytest.mark.slow
 
-STEPS = int(os.environ.get("PRIVFIT_FUZZ_STATEFUL_EXAMPLES", "25"))
+STEPS = int(os.environ.get("PRIVFIT_FUZZ_STATEFUL_EXAMPLES", "40"))
 
 HEADER = "age,colour,income,outcome"
 ROWS = [

@@ -57,6 +57,9 @@ EXPECTED: dict[str, tuple[int, int, int, int]] = {
     "models.predict": (200, 404, 200, 401),
     "models.export": (200, 404, 200, 401),
     "models.upload": (201, 201, 403, 401),
+    "models.evaluate": (202, 404, 403, 401),
+    "models.evaluations": (200, 404, 200, 401),
+    "datasets.plan": (200, 404, 403, 401),
 }
 
 CSV = "age,color,outcome\n" + "".join(
@@ -203,6 +206,17 @@ REQUESTS: dict[str, Callable[[Holdings], Call]] = {
     ),
     "models.export": lambda h: ("GET", f"/v1/models/{h.model}/export", {}),
     "models.upload": lambda h: ("POST", "/v1/models", {"json": UPLOAD}),
+    "models.evaluate": lambda h: (
+        "POST",
+        f"/v1/models/{h.model}/evaluations",
+        {"json": {"dataset_id": h.dataset, "epsilon": 0.1}},
+    ),
+    "models.evaluations": lambda h: ("GET", f"/v1/models/{h.model}/evaluations", {}),
+    "datasets.plan": lambda h: (
+        "POST",
+        f"/v1/datasets/{h.dataset}/plans",
+        {"json": {"mechanism": "objective_perturbation", "epsilons": [0.5, 1.0]}},
+    ),
 }
 
 
@@ -305,6 +319,13 @@ def test_tenancy_matrix(world: World, verb: str, who: Who, expected: int) -> Non
     elif verb in ("models.get", "models.export"):
         key = "id" if verb == "models.get" else "model_id"
         assert response.json()[key] == h.model
+    elif verb == "models.evaluate":
+        assert response.json()["dataset_id"] == h.dataset
+        assert response.json()["status"] == "queued"
+    elif verb == "models.evaluations":
+        assert response.json()["items"] == []
+    elif verb == "datasets.plan":
+        assert len(response.json()["points"]) == 2
     elif verb == "models.predict":
         (prediction,) = response.json()["predictions"]
         assert isinstance(prediction["score"], float)
