@@ -43,12 +43,19 @@ from service.domain.errors import (
     PermissionDeniedError,
 )
 from service.domain.ids import looks_like_id, refuse_duplicates
-from service.domain.jobs import ClaimedJob, JobContext, JobScheduler
+from service.domain.jobs import (
+    ClaimedJob,
+    JobContext,
+    JobScheduler,
+    Release,
+    charged_amounts,
+)
 from service.domain.principal import Principal
 from service.domain.privacy_record import (
     NEIGHBOURING,
     RECORD_VERSION,
     UNVERIFIED_NOTE,
+    charged_line,
     json_safe,
     software_version,
 )
@@ -455,6 +462,7 @@ def transfer_privacy_record(
     randomness: Randomness,
     job_id: str,
     study_id: str,
+    charged: Mapping[str, tuple[float, float]],
     method: str = "transfer",
     role: str = "target",
     base_mechanism: str = "objective_perturbation",
@@ -464,7 +472,10 @@ def transfer_privacy_record(
     """The record of a transfer (or feature) fit: DP for the target (or holdout) dataset by
     this job, composed
     sequentially with any source model fitted on the same dataset; the sources' own
-    guarantees for their datasets; a plain "no DP" when a source has none."""
+    guarantees for their datasets; a plain "no DP" when a source has none. ``epsilon`` and
+    ``delta`` are what the run spent on the target; ``charged`` is the ledger's charge for the
+    job (its "charged" figures come from there, never from the job's params)."""
+    charged_epsilon, charged_delta = charged.get(target_id, (0.0, 0.0))
     per_dataset = _compose_sources(sources)
     target = per_dataset.pop(target_id, None)
     target_slot: dict[str, Any] = {
@@ -472,7 +483,7 @@ def transfer_privacy_record(
         "site_id": target_site_id,
         "epsilon": epsilon + (target["epsilon"] if target else 0.0),
         "delta": delta + (target["delta"] if target else 0.0),
-        "charged_by_this_job": {"epsilon": epsilon, "delta": delta},
+        "charged_by_this_job": {"epsilon": charged_epsilon, "delta": charged_delta},
         "models": list(target["models"]) if target else [],
         "guarantee": "differential_privacy",
         "verified": True,
@@ -534,7 +545,7 @@ def transfer_privacy_record(
             "note": f"numbers that depend on the {role} dataset's size are not shown to the "
             "study's other members",
         },
-        "charged": f"ε = {epsilon:g}, δ = {delta:g} to the {role} dataset {target_id}",
+        "charged": charged_line(charged, role=role),
         "composition": {
             "within_job": within_job
             or "objective perturbation on the target dataset with the regulariser "
@@ -927,9 +938,11 @@ def _submit_charged_fit(
 
 def run_aggregation_job(
     uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext
-) -> Model:
+) -> Release:
     """The worker's half of ``feature`` and ``transfer``: read the source models and the
-    coordinator's dataset, fit, and return the model with its privacy record."""
+    coordinator's dataset, fit, and return the model with its privacy record. Spent: the
+    (ε, δ) the fit reports on the coordinator's dataset (the sources are post-processed
+    models: reading them spends nothing)."""
     params = job.params
     spec = _CHARGED_METHODS[str(params["method"])](params)
     dataset_id = str(params[spec.field])
@@ -962,6 +975,7 @@ def run_aggregation_job(
         target_site_id=target_site,
         epsilon=result.epsilon,
         delta=result.delta,
+        charged=charged_amounts(job),
         calibration=result.details,
         randomness=context.randomness,
         job_id=job.id,
@@ -971,7 +985,7 @@ def run_aggregation_job(
         base_mechanism=spec.base_mechanism,
         within_job=spec.within_job,
     )
-    return facts.model(
+    model = facts.model(
         owner_site_id=job.owner_site_id,
         job_id=job.id,
         name=params.get("name"),
@@ -982,6 +996,7 @@ def run_aggregation_job(
         privacy=record,
         dataset_id=dataset_id,
     )
+    return Release(model=model, spent={dataset_id: (float(result.epsilon), float(result.delta))})
 
 
 def transfer(

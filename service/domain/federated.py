@@ -36,7 +36,7 @@ from typing import Any, Final
 
 from service.db.base import utcnow
 from service.db.errors import IntegrityConflictError
-from service.db.models import Dataset, Job, Model, Study, StudyContribution, new_id
+from service.db.models import Dataset, Job, Study, StudyContribution, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import audit, budgets
 from service.domain.audit import AuditContext
@@ -49,11 +49,18 @@ from service.domain.errors import (
     PermissionDeniedError,
 )
 from service.domain.ids import check_idempotency_key, looks_like_id, refuse_duplicates
-from service.domain.jobs import ClaimedJob, JobContext, JobScheduler
+from service.domain.jobs import (
+    ClaimedJob,
+    JobContext,
+    JobScheduler,
+    Release,
+    charged_amounts,
+)
 from service.domain.principal import Principal
 from service.domain.privacy_record import (
     NEIGHBOURING,
     RECORD_VERSION,
+    charged_line,
     json_safe,
     software_version,
 )
@@ -648,13 +655,15 @@ def federated_privacy_record(
     randomness: Randomness,
     job_id: str,
     study_id: str,
+    charged: Mapping[str, tuple[float, float]],
     version: str | None = None,
 ) -> dict[str, Any]:
     """The record of a federated model: each dataset's own (ε, δ) (parallel across datasets),
     the protocol's calibration and assumptions, and a plain "no DP" for non-private runs.
 
     ``datasets``: ``{"id", "site_id"}`` per participating dataset, in the protocol's site
-    order (the order of ``calibration.site_costs``).
+    order (the order of ``calibration.site_costs``). ``charged``: the ledger's charge for the
+    job per dataset, stated as ``charged_by_this_job`` and in the "charged" line.
     """
     private = calibration.private
     seeded = "" if randomness.seed is None else " (test seed: not private in practice)"
@@ -670,7 +679,10 @@ def federated_privacy_record(
                 "site_id": d["site_id"],
                 "epsilon": eps,
                 "delta": dlt,
-                "charged_by_this_job": {"epsilon": eps or 0.0, "delta": dlt},
+                "charged_by_this_job": {
+                    "epsilon": charged.get(d["id"], (0.0, 0.0))[0],
+                    "delta": charged.get(d["id"], (0.0, 0.0))[1],
+                },
                 "guarantee": "differential_privacy" if private else "none",
                 "verified": True,
             }
@@ -712,6 +724,7 @@ def federated_privacy_record(
         "calibration": public_calibration(calibration),
         "rounds": int(calibration.rounds),
         "assumptions": list(calibration.notes),
+        "charged": charged_line(charged),
         "released": "only this final model: no site's local model, shared statistic or "
         "intermediate iterate leaves PrivFit",
         "composition": {
@@ -736,8 +749,11 @@ def federated_privacy_record(
 
 def run_federated_job(
     uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext
-) -> Model:
+) -> Release:
     """Run the protocol over the granted datasets and return the final model.
+
+    Spent: the protocol's own per-site costs for the run (``result.calibration.site_costs``,
+    in the datasets' order), or (0, 0) everywhere for a run that claims no privacy.
 
     Each site's design is read from its own stored dataset and handed to the protocol as a
     separate site; the protocol's site steps see only their own rows. Any exception (a site's
@@ -778,8 +794,16 @@ def run_federated_job(
         randomness=context.randomness,
         job_id=job.id,
         study_id=study_id,
+        charged=charged_amounts(job),
     )
-    return facts.model(
+    calibration = result.calibration
+    spent = {
+        dataset_id: (
+            (float(cost.epsilon), float(cost.delta)) if calibration.private else (0.0, 0.0)
+        )
+        for dataset_id, cost in zip(dataset_ids, calibration.site_costs, strict=True)
+    }
+    model = facts.model(
         owner_site_id=job.owner_site_id,
         job_id=job.id,
         name=params.get("name"),
@@ -789,3 +813,4 @@ def run_federated_job(
         body=json_safe(result.model.to_dict()),
         privacy=record,
     )
+    return Release(model=model, spent=spent)

@@ -30,6 +30,7 @@ __all__ = [
     "RECORD_VERSION",
     "DatasetRef",
     "PrivacyClaim",
+    "charged_line",
     "fit_privacy_record",
     "json_safe",
     "software_version",
@@ -98,6 +99,19 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
+def charged_line(charged: Mapping[str, tuple[float, float]], *, role: str = "") -> str:
+    """The record's "charged" line: what the ledger charged this job on each dataset, e.g.
+    ``"ε = 0.5, δ = 0 to dataset <id>"``. ``charged`` must be the ledger's charges (never
+    figures recomputed from the job's params), ``{dataset_id: (ε, δ)}``."""
+    if not charged:
+        return "nothing"
+    target = f"the {role} dataset" if role else "dataset"
+    return "; ".join(
+        f"ε = {epsilon:g}, δ = {delta:g} to {target} {dataset_id}"
+        for dataset_id, (epsilon, delta) in charged.items()
+    )
+
+
 def _unit(dataset: DatasetRef) -> str:
     return f"one row of dataset {dataset.name!r} ({dataset.id}), {NEIGHBOURING}"
 
@@ -108,10 +122,12 @@ def fit_privacy_record(
     datasets: Sequence[DatasetRef],
     randomness: Randomness,
     job_id: str,
+    charged: Mapping[str, tuple[float, float]],
     version: str | None = None,
     created_at: datetime | None = None,
 ) -> dict[str, Any]:
-    """The record of a model PrivFit fitted itself (``result`` from ``service.dp.fit``).
+    """The record of a model PrivFit fitted itself (``result`` from ``service.dp.fit``);
+    ``charged`` is the ledger's charge for the job per dataset (see :func:`charged_line`).
 
     Raises ``ValueError`` when ``result.seeded`` disagrees with ``randomness`` (the record
     must never claim the CSPRNG for seeded noise, or the reverse).
@@ -153,6 +169,7 @@ def fit_privacy_record(
         ],
         "calibration": json_safe(dict(result.details)),
         "expected_noise_norm": json_safe(result.expected_noise_norm),
+        "charged": charged_line(charged),
         "composition": {
             "within_job": result.composition,
             "across_jobs": (

@@ -441,7 +441,7 @@ def test_progress_is_reported_per_round_and_a_cancel_stops_the_protocol(
     # Uninterrupted, the protocol reports once per round (30) after the start (0).
     seen.clear()
     context = JobContext(randomness=Randomness(seed=3), progress=seen.append, fit=dp_fit)
-    model = run_federated_job(app.state.uow_factory, claimed, context)
+    model = run_federated_job(app.state.uow_factory, claimed, context).model
     assert len(seen) >= 30
     assert seen == sorted(seen)
     assert model.source == "federated"
