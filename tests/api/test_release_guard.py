@@ -179,9 +179,7 @@ def test_a_transfer_whose_run_exceeds_its_charge_releases_nothing(
     assert _models_total(client, member) == 1  # only the source model
     spent = budget(client, coordinator.headers, target["id"])
     assert (spent["epsilon_spent"], spent["delta_spent"]) == (0.5, 0.0)
-    assert client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()[
-        "results"
-    ] == []
+    assert client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()["results"] == []
 
 
 # --- federated fits ---------------------------------------------------------------------------

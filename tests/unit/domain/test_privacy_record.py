@@ -38,7 +38,12 @@ def test_fit_record_states_mechanism_budget_unit_calibration_and_source() -> Non
     result = fitted(seed=None)
     when = datetime(2026, 1, 2, tzinfo=UTC)
     record = fit_privacy_record(
-        result, datasets=[DATASET], randomness=Randomness(), job_id="j1", charged=CHARGED, created_at=when
+        result,
+        datasets=[DATASET],
+        randomness=Randomness(),
+        job_id="j1",
+        charged=CHARGED,
+        created_at=when,
     )
     assert record["verified"] is True
     assert record["guarantee"] == "differential_privacy"
@@ -63,7 +68,11 @@ def test_fit_record_states_mechanism_budget_unit_calibration_and_source() -> Non
 
 def test_a_test_seed_is_recorded_as_such() -> None:
     record = fit_privacy_record(
-        fitted(seed=3), datasets=[DATASET], randomness=Randomness(seed=3), job_id="j", charged=CHARGED
+        fitted(seed=3),
+        datasets=[DATASET],
+        randomness=Randomness(seed=3),
+        job_id="j",
+        charged=CHARGED,
     )
     assert record["randomness"]["source"] == "test_seed"
     assert record["randomness"]["seed"] == 3
