@@ -19,7 +19,6 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from service.domain import aggregations as domain_aggregations
-from service.domain import federated as domain_federated
 from service.domain.jobs import (
     Charged,
     ReleaseExceedsChargeError,
@@ -30,6 +29,7 @@ from service.domain.units import DELTA_UNIT, EPSILON_UNIT
 from service.dp import FitResult
 from service.dp import fit as dp_fit
 from service.dp.accounting import PrivacyCost
+from service.dp.federated import federated_fit
 from tests.api._studies import contribute, create_study, fit_model, upload_dataset
 from tests.api.conftest import HeldRunner
 from tests.conftest import MakeSite, SiteHandle
@@ -212,7 +212,7 @@ def test_a_federated_fit_whose_run_exceeds_a_sites_charge_releases_nothing(
     assert response.status_code == 202, response.text
     job_id = response.json()["id"]
 
-    honest = domain_federated.federated_fit
+    honest = federated_fit
 
     def overspending(*args: Any, **kwargs: Any) -> Any:
         result = honest(*args, **kwargs)
@@ -221,7 +221,7 @@ def test_a_federated_fit_whose_run_exceeds_a_sites_charge_releases_nothing(
         calibration = dataclasses.replace(result.calibration, site_costs=tuple(costs))
         return dataclasses.replace(result, calibration=calibration)
 
-    monkeypatch.setattr(domain_federated, "federated_fit", overspending)
+    monkeypatch.setattr("service.domain.federated.federated_fit", overspending)
     assert execute_job(app.state.uow_factory, job_id).status == "failed"
 
     _assert_refused(_job(client, coordinator, job_id))
