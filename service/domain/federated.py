@@ -29,26 +29,28 @@ neighbours), and the calibration is part of the released model's privacy record.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from service.db.base import utcnow
-from service.db.errors import IntegrityConflictError
-from service.db.models import Dataset, Job, Study, StudyContribution, new_id
+from service.db.models import Dataset, Study, StudyContribution
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain import audit, budgets
+from service.domain import budgets
 from service.domain.audit import AuditContext
+from service.domain.charged_jobs import (
+    DatasetCharge,
+    JobDraft,
+    Pricing,
+    SubmittedJob,
+    submit_charged_job,
+)
 from service.domain.datasets import load_design
 from service.domain.errors import (
-    BudgetExhaustedError,
-    ConflictError,
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
 )
-from service.domain.ids import check_idempotency_key, looks_like_id, refuse_duplicates
+from service.domain.ids import looks_like_id, refuse_duplicates
 from service.domain.jobs import (
     ClaimedJob,
     JobContext,
@@ -81,7 +83,6 @@ __all__ = [
     "DatasetCost",
     "FederatedQuote",
     "FederatedRequest",
-    "SubmittedFederatedFit",
     "federated_privacy_record",
     "quote_federated_fit",
     "run_federated_job",
@@ -166,42 +167,6 @@ class FederatedQuote:
     calibration: dict[str, Any]
     notes: tuple[str, ...]
     costs: tuple[DatasetCost, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SubmittedFederatedFit:
-    """The job of a federated-fit request; ``created`` is False for an idempotent retry."""
-
-    job: Job
-    created: bool
-
-
-class ForeignBudgetExhaustedError(BudgetExhaustedError):
-    """Another site's dataset cannot pay its share (409 ``…/budget-exhausted``): names the
-    dataset and the request, not what the other site has left."""
-
-    slug = "budget-exhausted"
-
-    def __init__(
-        self,
-        detail: str,
-        *,
-        dataset_id: str,
-        requested_epsilon: float | None,
-        requested_delta: float | None,
-    ) -> None:
-        super().__init__(
-            detail,
-            remaining_epsilon=math.nan,
-            remaining_delta=math.nan,
-            requested_epsilon=requested_epsilon,
-            requested_delta=requested_delta,
-        )
-        self.dataset_id = dataset_id
-
-    def extensions(self) -> dict[str, Any]:
-        members = {k: v for k, v in super().extensions().items() if not k.startswith("remaining")}
-        return {**members, "dataset_id": self.dataset_id, "limit": "dataset"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,43 +487,6 @@ def _job_params(
     }
 
 
-def _existing(
-    uow: UnitOfWork, *, owner: str, key: str, params: Mapping[str, Any] | None
-) -> Job | None:
-    job = uow.jobs.get_by_idempotency_key(owner_site_id=owner, idempotency_key=key)
-    if job is not None and (
-        job.kind != "federated" or (params is not None and dict(job.params) != dict(params))
-    ):
-        raise InvalidInputError(
-            "this Idempotency-Key was already used for a different request",
-            errors=[{"loc": ["header", "Idempotency-Key"], "msg": "key reused"}],
-        )
-    return job
-
-
-def _charge_all(
-    uow: UnitOfWork,
-    actor: Principal,
-    participants: Sequence[_Participant],
-    requests: Sequence[budgets.ChargeRequest],
-) -> None:
-    """:func:`budgets.charge_many`, with another site's remaining budget left out of the 409."""
-    try:
-        budgets.charge_many(uow, requests)
-    except budgets.DatasetBudgetExhaustedError as exc:
-        owners = {p.dataset.id: p.dataset.owner_site_id for p in participants}
-        if exc.limit != "dataset" or owners.get(exc.dataset_id) == actor.site_id:
-            raise
-        raise ForeignBudgetExhaustedError(
-            f"the privacy budget of dataset {exc.dataset_id} (another site's) cannot cover "
-            f"its cost in this federated fit: requested ε={exc.requested_epsilon!r}, "
-            f"δ={exc.requested_delta!r}. Nothing was charged to any dataset.",
-            dataset_id=exc.dataset_id,
-            requested_epsilon=exc.requested_epsilon,
-            requested_delta=exc.requested_delta,
-        ) from None
-
-
 def submit_federated_fit(
     uow: UnitOfWork,
     *,
@@ -568,81 +496,55 @@ def submit_federated_fit(
     runner: JobScheduler,
     context: AuditContext,
     idempotency_key: str | None = None,
-) -> SubmittedFederatedFit:
-    """Validate, charge every dataset (all or none) and enqueue (see the module docstring)."""
-    owner = actor.require_site()
+) -> SubmittedJob:
+    """Validate, charge every dataset (all or none) and enqueue (:func:`submit_charged_job`,
+    and the module docstring): each granted dataset is charged its own cost within its budget
+    and the study's grant on it; another site's shortfall names the dataset, not its budget."""
     _check_request(request)
-    check_idempotency_key(idempotency_key)
-    job_id = new_id()
-    try:
-        with uow:
-            study = _coordinated_study(uow, study_id, actor)
-            participants = _participants(uow, study, request.datasets)
-            params = _job_params(request, study, participants)
-            if idempotency_key is not None:
-                found = _existing(uow, owner=owner, key=idempotency_key, params=params)
-                if found is not None:
-                    return SubmittedFederatedFit(job=found, created=False)
+
+    def draft(u: UnitOfWork) -> JobDraft:
+        study = _coordinated_study(u, study_id, actor)
+        participants = _participants(u, study, request.datasets)
+
+        def price() -> Pricing:
             calibration = _calibrate(request, participants)
             costs = _costs(calibration, participants)
-            job = uow.jobs.add(
-                Job(
-                    id=job_id,
-                    owner_site_id=owner,
-                    kind="federated",
-                    dataset_id=None,
-                    params=json_safe(params),
-                    status="queued",
-                    idempotency_key=idempotency_key,
-                )
-            )
-            _charge_all(
-                uow,
-                actor,
-                participants,
-                [
-                    budgets.ChargeRequest(
+            return Pricing(
+                mechanism=f"federated_{request.protocol}",
+                charges=[
+                    DatasetCharge(
                         dataset_id=p.dataset.id,
+                        owner_site_id=p.dataset.owner_site_id,
                         epsilon=eps,
                         delta=dlt,
-                        mechanism=f"federated_{request.protocol}",
-                        job_id=job_id,
                         grant_id=p.grant.id,
                     )
                     for p, (eps, dlt) in zip(participants, costs, strict=True)
                 ],
-            )
-            uow.studies.mark_used([p.grant.id for p in participants], at=utcnow())
-            audit.record(
-                uow,
-                action="study.federated_fit_submitted",
-                actor=actor,
-                context=context,
-                subject_type="study",
-                subject_id=study.id,
-                details={
-                    "job_id": job_id,
+                audit_action="study.federated_fit_submitted",
+                audit_subject=("study", study.id),
+                audit_details={
                     "protocol": request.protocol,
                     "datasets": [p.dataset.id for p in participants],
                 },
+                used_contributions=[p.grant.id for p in participants],
             )
-            uow.commit()  # every charge is committed before any noise is drawn
-    except IntegrityConflictError:
-        if idempotency_key is None:
-            raise
-        # A concurrent request with the same key committed first: return its job.
-        with uow:
-            found = _existing(uow, owner=owner, key=idempotency_key, params=None)
-        if found is None:
-            raise ConflictError(
-                "a request with this Idempotency-Key is being processed; retry"
-            ) from None
-        return SubmittedFederatedFit(job=found, created=False)
-    try:
-        runner.submit(job_id)
-    except Exception:
-        logger.exception("job %s stays queued: the runner did not accept it", job_id)
-    return SubmittedFederatedFit(job=job, created=True)
+
+        return JobDraft(
+            kind="federated",
+            dataset_id=None,
+            params=_job_params(request, study, participants),
+            price=price,
+        )
+
+    return submit_charged_job(
+        uow,
+        actor=actor,
+        draft=draft,
+        runner=runner,
+        idempotency_key=idempotency_key,
+        context=context,
+    )
 
 
 # --- the worker ------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ from ``queued`` to ``cancelled``). Every transition is one conditional UPDATE on
 current status, so a worker claiming a job, a user cancelling it and a recovery pass can race
 without a job ending in two states, on SQLite and PostgreSQL alike.
 
-Ledger semantics (DESIGN §2): the fit's charge was committed together with the queued job
-(:mod:`service.domain.fits`) before any noise can be drawn. A job cancelled while still queued
-is refunded in the same transaction that cancels it. Once a worker has claimed a job it is
+Ledger semantics (DESIGN §2): a job's charges were committed together with the queued job
+(:mod:`service.domain.charged_jobs`) before any noise can be drawn, and nothing is released
+that exceeds them (:func:`check_release`). A job cancelled while still queued is refunded in
+the same transaction that cancels it. Once a worker has claimed a job it is
 never refunded, whatever happens next: cancelled while running, failed, interrupted by a
 crash. Its failure could itself reveal something about the data.
 
@@ -34,7 +35,6 @@ from service.domain.errors import ConflictError, NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.principal import Principal
 from service.domain.privacy_record import (
-    NO_DP_MECHANISMS,
     DatasetRef,
     fit_privacy_record,
     json_safe,
@@ -42,7 +42,7 @@ from service.domain.privacy_record import (
 )
 from service.domain.randomness import Randomness
 from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
-from service.dp import ConvergenceError, FitResult
+from service.dp import NON_PRIVATE_MECHANISMS, ConvergenceError, FitResult
 from service.dp import fit as dp_fit
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "ClaimedJob",
     "FitFunction",
     "JobCancelledError",
+    "JobCharge",
     "JobContext",
     "JobHandler",
     "JobOutcome",
@@ -439,13 +440,6 @@ class JobContext:
 JobHandler = Callable[[UnitOfWorkFactory, ClaimedJob, JobContext], Release]
 
 
-def _default_handlers() -> Mapping[str, JobHandler]:
-    # Imported here: the handlers' modules import this one.
-    from service.domain.job_handlers import JOB_HANDLERS
-
-    return JOB_HANDLERS
-
-
 @dataclass(frozen=True, slots=True)
 class JobOutcome:
     """How a worker's run of a job ended: the final status (or the status the job already
@@ -462,13 +456,15 @@ def execute_job(
     uow_factory: UnitOfWorkFactory,
     job_id: str,
     *,
+    handlers: Mapping[str, JobHandler],
     randomness: Randomness | None = None,
     fit: FitFunction = dp_fit,
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-    handlers: Mapping[str, JobHandler] | None = None,
 ) -> JobOutcome:
     """Run one queued job to its end; returns its outcome (with the status it already had
-    when it was not queued: a job is claimed once, by one worker).
+    when it was not queued: a job is claimed once, by one worker). ``handlers`` maps each job
+    kind to its :data:`JobHandler`; the composition root (:mod:`service.jobs.worker`) registers
+    them, so this module knows no use case that enqueues jobs.
 
     Claim (``queued → running``, attempt + 1) → the handler of the job's kind (a fit, an
     aggregation, a federated fit) draws its noise from ``randomness`` (the CSPRNG by default)
@@ -506,8 +502,7 @@ def execute_job(
         fit=fit,
     )
     try:
-        registry = handlers or _default_handlers()
-        handler = run_fit_job if claimed.kind == "fit" else registry.get(claimed.kind)
+        handler = handlers.get(claimed.kind)
         if handler is None:
             raise LookupError(f"no handler for jobs of kind {claimed.kind!r}")
         release = handler(uow_factory, claimed, context)
@@ -578,7 +573,7 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
         charged=charged_amounts(job),
         version=software_version(),
     )
-    private = result.mechanism not in NO_DP_MECHANISMS
+    private = result.mechanism not in NON_PRIVATE_MECHANISMS
     spent = (float(result.epsilon), float(result.delta)) if private else (0.0, 0.0)
     model = Model(
         id=new_id(),

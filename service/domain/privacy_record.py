@@ -23,10 +23,9 @@ from typing import Any
 import numpy as np
 
 from service.domain.randomness import Randomness
-from service.dp import FitResult
+from service.dp import NON_PRIVATE_MECHANISMS, FitResult
 
 __all__ = [
-    "NO_DP_MECHANISMS",
     "RECORD_VERSION",
     "DatasetRef",
     "PrivacyClaim",
@@ -38,8 +37,6 @@ __all__ = [
 ]
 
 RECORD_VERSION = 1
-#: Mechanisms that promise no privacy (their record says "no DP").
-NO_DP_MECHANISMS = frozenset({"non_private"})
 NEIGHBOURING = "replace-one"
 UNVERIFIED_NOTE = "declared by the uploader, not verified by PrivFit"
 
@@ -136,7 +133,7 @@ def fit_privacy_record(
         raise ValueError("a fit protects at least one dataset")
     if result.seeded != (randomness.seed is not None):
         raise ValueError("the fit's randomness does not match the configured source")
-    private = result.mechanism not in NO_DP_MECHANISMS and math.isfinite(result.epsilon)
+    private = result.mechanism not in NON_PRIVATE_MECHANISMS and math.isfinite(result.epsilon)
     epsilon: float | None = float(result.epsilon) if private else None
     delta = float(result.delta)
     units = [_unit(d) for d in datasets]

@@ -16,10 +16,11 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from service.domain.federated import run_federated_job
-from service.domain.jobs import ClaimedJob, JobCancelledError, JobContext, execute_job
+from service.domain.jobs import ClaimedJob, JobCancelledError, JobContext
 from service.domain.randomness import Randomness
 from service.dp import fit as dp_fit
 from service.dp.federated import federated_calibrate
+from service.jobs.worker import run_job
 from tests.api._studies import (
     FEATURE_NAMES,
     FEATURES,
@@ -377,7 +378,7 @@ def test_a_site_whose_data_is_gone_fails_the_job_and_releases_nothing(
     status, job = post(client, coordinator, study["id"], **NOISY_AVERAGE)
     assert status == 202
     assert client.delete(f"/v1/datasets/{datasets[1]}", headers=b.headers).status_code == 204
-    assert execute_job(app.state.uow_factory, job["id"]).status == "failed"
+    assert run_job(app.state.uow_factory, job["id"]).status == "failed"
     failed = client.get(f"/v1/jobs/{job['id']}", headers=coordinator.headers).json()
     assert failed["model_id"] is None
     assert failed["error"]["type"].endswith("dataset-unavailable")

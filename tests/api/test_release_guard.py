@@ -23,13 +23,13 @@ from service.domain.jobs import (
     Charged,
     ReleaseExceedsChargeError,
     check_release,
-    execute_job,
 )
 from service.domain.units import DELTA_UNIT, EPSILON_UNIT
 from service.dp import FitResult
 from service.dp import fit as dp_fit
 from service.dp.accounting import PrivacyCost
 from service.dp.federated import federated_fit
+from service.jobs.worker import run_job
 from tests.api._studies import contribute, create_study, fit_model, upload_dataset
 from tests.api.conftest import HeldRunner
 from tests.conftest import MakeSite, SiteHandle
@@ -110,7 +110,7 @@ def test_a_fit_whose_run_exceeds_its_charge_releases_nothing(
     assert response.status_code == 202, response.text
     job_id = response.json()["id"]
 
-    outcome = execute_job(app.state.uow_factory, job_id, fit=_overspending_fit(1.001))
+    outcome = run_job(app.state.uow_factory, job_id, fit=_overspending_fit(1.001))
 
     assert outcome.status == "failed"
     _assert_refused(_job(client, site, job_id))
@@ -126,7 +126,7 @@ def test_a_fit_that_spends_its_charge_states_the_ledger_charge_in_its_record(
         f"/v1/datasets/{dataset['id']}/fits", json=fit_body(epsilon=0.5), headers=site.headers
     )
     job_id = response.json()["id"]
-    assert execute_job(app.state.uow_factory, job_id).status == "succeeded"
+    assert run_job(app.state.uow_factory, job_id).status == "succeeded"
     model_id = _job(client, site, job_id)["model_id"]
     record = client.get(f"/v1/models/{model_id}", headers=site.headers).json()["privacy"]
     assert record["charged"] == f"ε = 0.5, δ = 0 to dataset {dataset['id']}"
@@ -173,7 +173,7 @@ def test_a_transfer_whose_run_exceeds_its_charge_releases_nothing(
         return dataclasses.replace(spec, compute=compute)
 
     monkeypatch.setitem(domain_aggregations._CHARGED_METHODS, "transfer", overspending)
-    assert execute_job(app.state.uow_factory, job_id).status == "failed"
+    assert run_job(app.state.uow_factory, job_id).status == "failed"
 
     _assert_refused(_job(client, coordinator, job_id))
     assert _models_total(client, member) == 1  # only the source model
@@ -222,7 +222,7 @@ def test_a_federated_fit_whose_run_exceeds_a_sites_charge_releases_nothing(
         return dataclasses.replace(result, calibration=calibration)
 
     monkeypatch.setattr("service.domain.federated.federated_fit", overspending)
-    assert execute_job(app.state.uow_factory, job_id).status == "failed"
+    assert run_job(app.state.uow_factory, job_id).status == "failed"
 
     _assert_refused(_job(client, coordinator, job_id))
     assert _models_total(client, coordinator) == 0

@@ -13,6 +13,7 @@ from service.api.deps import (
     IdempotencyKey,
     PreferWait,
     PrincipalDep,
+    RunnerDep,
     UowDep,
     access,
 )
@@ -22,7 +23,6 @@ from service.api.routes import API_V1
 from service.api.schemas.fits import FitCreate, FitQuoteRead
 from service.api.schemas.jobs import JobRead
 from service.domain import fits
-from service.jobs.runner import JobRunner
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
 
@@ -61,6 +61,7 @@ async def create_fit(
     uow: UowDep,
     principal: PrincipalDep,
     audit_context: AuditContextDep,
+    runner: RunnerDep,
     idempotency_key: IdempotencyKey = None,
     dry_run: DryRun = False,
     prefer: PreferWait = None,
@@ -72,7 +73,6 @@ async def create_fit(
             fits.quote_fit, uow, dataset_id=dataset_id, request=fit_request, actor=principal
         )
         return JSONResponse(FitQuoteRead.from_quote(quote).model_dump(mode="json"))
-    runner: JobRunner = request.app.state.job_runner
     submitted = await run_in_threadpool(
         fits.submit_fit,
         uow,
