@@ -104,6 +104,7 @@ def run(
     repeats: int,
     laplace_repeats: int,
     quick: bool,
+    contenders: Sequence[str] = CONTENDERS,
     seed: int = 19,
 ) -> dict[str, Any]:
     """Accuracies per λ, ε and contender (lists over the repeats)."""
@@ -119,6 +120,7 @@ def run(
         "sites": K,
         "site_rows": [int(s[0].shape[0]) for s in sites],
         "majority_accuracy": float(np.mean(yte == majority)),
+        "contenders": list(contenders),
         "lambdas": {},
     }
     rng = np.random.default_rng(seed)
@@ -128,7 +130,7 @@ def run(
         per_lam: dict[str, Any] = {"non_private": accuracy(Xte @ nonpriv, yte), "epsilons": {}}
         for eps in epsilons:
             cell: dict[str, list[float]] = {}
-            for name in CONTENDERS:
+            for name in contenders:
                 reps = laplace_repeats if name.startswith("ADMM Laplace") else repeats
                 t0 = time.perf_counter()
                 cell[name] = [accuracy(Xte @ runners[name](eps, rng), yte) for _ in range(reps)]
@@ -145,12 +147,13 @@ def run(
 
 def report(raw: dict[str, Any]) -> str:
     lines: list[str] = []
+    contenders = raw.get("contenders", CONTENDERS)
     for lam, per_lam in raw["lambdas"].items():
         rows = []
         for eps, cell in per_lam["epsilons"].items():
             central = np.mean(cell["central OP"])
             row: list[str] = [eps]
-            for name in CONTENDERS:
+            for name in contenders:
                 m, se = mean_se(cell[name])
                 gap = "" if name == "central OP" else f" ({100 * (m - central):+.1f})"
                 row.append(f"{m:.4f} ± {se:.4f}{gap}")
@@ -162,7 +165,7 @@ def report(raw: dict[str, Any]) -> str:
             "in brackets: points against central OP"
         )
         lines.append("")
-        lines.append(markdown_table(["ε", *CONTENDERS], rows))
+        lines.append(markdown_table(["ε", *contenders], rows))
         lines.append("")
     return "\n".join(lines)
 
@@ -174,7 +177,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--laplace-repeats", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write the raw results here")
     parser.add_argument("--threads", type=int, default=1, help="native threads (0: default)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=CONTENDERS,
+        default=None,
+        help="run only these contenders ('central OP' is always included as the reference)",
+    )
     args = parser.parse_args(argv)
+    contenders = tuple(
+        name for name in CONTENDERS if args.only is None or name in {"central OP", *args.only}
+    )
     controller = limit_threads(args.threads or None)
     started, load_before = time.perf_counter(), load_average()
     raw = run(
@@ -183,6 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         repeats=args.repeats or (2 if args.quick else REPEATS),
         laplace_repeats=args.laplace_repeats or (1 if args.quick else LAPLACE_REPEATS),
         quick=args.quick,
+        contenders=contenders,
     )
     raw["environment"] = environment(args.threads or None)
     print()

@@ -5,7 +5,8 @@ Revises: 9b2d4e6f8a13
 Create Date: 2026-11-25 08:10:00.000000
 
 Reviewed by hand. ``site`` gains ``name_key`` (NFKC, case-folded, NFKC again) with a unique
-constraint. Existing rows are backfilled; should two existing names collide under the new rule
+constraint (NFKC_Casefold: invisible, default-ignorable characters are dropped first). Existing
+rows are backfilled; should two existing names collide under the new rule
 (they were accepted before it), the later one's key gets its site id appended so the upgrade
 never fails or renames anyone, and only new names are held to the rule.
 """
@@ -22,8 +23,20 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+# Unicode's Default_Ignorable_Code_Point ranges, dropped from the key (as in NFKC_Casefold).
+_DEFAULT_IGNORABLE = (
+    (0x00AD, 0x00AD), (0x034F, 0x034F), (0x061C, 0x061C), (0x115F, 0x1160), (0x17B4, 0x17B5),
+    (0x180B, 0x180F), (0x200B, 0x200F), (0x202A, 0x202E), (0x2060, 0x206F), (0x3164, 0x3164),
+    (0xFE00, 0xFE0F), (0xFEFF, 0xFEFF), (0xFFA0, 0xFFA0), (0xFFF0, 0xFFF8), (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF),
+)
+
+
 def _key(name: str) -> str:
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+    visible = "".join(
+        ch for ch in name if not any(lo <= ord(ch) <= hi for lo, hi in _DEFAULT_IGNORABLE)
+    )
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", visible).casefold())
 
 
 def upgrade() -> None:

@@ -96,7 +96,7 @@ def get_principal(
     rate_limits: RateLimits = request.app.state.rate_limits
     address = _client_address(request)
     prefix = parse_prefix(credentials.credentials)
-    rate_limits.check_authentication_allowed(address, prefix)
+    rate_limits.check_address_allowed(address)
     admin_key_hash: str | None = request.app.state.admin_key_hash
     try:
         return authenticate(

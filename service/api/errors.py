@@ -218,6 +218,11 @@ _DESCRIPTIONS: dict[int, str] = {
     413: "The request body is larger than the server accepts.",
     415: "The body is not of a media type this operation accepts.",
     422: "The request is malformed or breaks a rule; `errors` lists every invalid part.",
+    429: (
+        "Too many failed authentications from this address or key prefix, or too many "
+        "expensive operations from this key or address (`PRIVFIT_RATE_LIMIT_*`); retry after "
+        "`Retry-After` seconds."
+    ),
     500: "Unexpected failure. The body never contains internals; quote `request_id`.",
     503: "A dependency (the database) is not ready.",
 }
@@ -242,6 +247,11 @@ _EXAMPLE_DETAILS: dict[int, tuple[str, str, str]] = {
         "validation-failed",
         "Request validation failed",
         "the request has 1 invalid part(s); see errors",
+    ),
+    429: (
+        "rate-limited",
+        "Too many requests",
+        "too many failed authentications from this client address; try again later",
     ),
     500: ("internal-error", "Internal server error", "An unexpected error occurred."),
     503: ("service-unavailable", "Service unavailable", "the database is not reachable"),

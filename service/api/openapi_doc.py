@@ -28,6 +28,11 @@ every ε spent is recorded in a ledger.
   and lists sites;
 * a **site key** (returned once by `POST /v1/sites`, rotatable) acts for that site.
 
+**Rate limits.** Repeated failed authentications from one address or with one key prefix, and
+expensive operations (dataset and model uploads, fits, study contributions, aggregations,
+federated fits, predictions) beyond the operator's limits, are answered `429` with a
+`Retry-After` header.
+
 **Errors** are [RFC 9457](https://www.rfc-editor.org/rfc/rfc9457) `application/problem+json`
 documents with a stable `type` URI and a `request_id` (also in the `X-Request-ID` header).
 """
@@ -85,6 +90,8 @@ def _fix_error_responses(spec: dict[str, Any]) -> None:
                     },
                 },
             )
+            if "security" in operation:
+                responses.setdefault("429", _rate_limited_response(path))
             for code, response in responses.items():
                 content = response.get("content", {})
                 if int(code) >= 400 and _uses_problem(content):
@@ -93,6 +100,27 @@ def _fix_error_responses(spec: dict[str, Any]) -> None:
                     example = content[PROBLEM_MEDIA_TYPE].get("example")
                     if isinstance(example, dict):
                         example["instance"] = path
+
+
+def _rate_limited_response(path: str) -> dict[str, Any]:
+    """429 with ``Retry-After``: any operation that checks a key (failed-authentication limit),
+    including the expensive ones (their own limit)."""
+    documented = problem_responses(429)[429]
+    return {
+        "description": documented["description"],
+        "headers": {
+            "Retry-After": {
+                "description": "Seconds until the limit lets this client or key try again.",
+                "schema": {"type": "integer", "minimum": 1},
+            }
+        },
+        "content": {
+            PROBLEM_MEDIA_TYPE: {
+                "schema": {"$ref": "#/components/schemas/Problem"},
+                "example": problem_example(429, path),
+            }
+        },
+    }
 
 
 #: Request models that no route declares as a body but the document references (the
@@ -113,6 +141,100 @@ def _add_extra_schemas(spec: dict[str, Any]) -> None:
         schemas.setdefault(model.__name__, schema)
 
 
+def _link(operation_id: str, description: str, **parameters: str) -> dict[str, Any]:
+    return {"operationId": operation_id, "description": description, "parameters": parameters}
+
+
+_FIRST_ITEM = "$response.body#/items/0/id"
+_JOB_LINKS = {
+    "GetJob": _link("jobs-get_job", "Follow the job.", job_id="$response.body#/id"),
+    "CancelJob": _link("jobs-cancel_job", "Cancel the job.", job_id="$response.body#/id"),
+}
+
+#: OpenAPI links: how the id one operation returns feeds the next, so that clients (and API
+#: fuzzers such as schemathesis' stateful phase) can walk upload → fit → job → model and
+#: study → contribution → aggregation. Keyed by (operationId, status).
+LINKS: dict[tuple[str, str], dict[str, Any]] = {
+    ("datasets-create_dataset", "201"): {
+        "GetDataset": _link("datasets-get_dataset", "Read it.", dataset_id="$response.body#/id"),
+        "GetBudget": _link(
+            "datasets-get_dataset_budget", "Its ledger.", dataset_id="$response.body#/id"
+        ),
+        "CreateFit": _link("fits-create_fit", "Fit on it.", dataset_id="$response.body#/id"),
+    },
+    ("datasets-list_datasets", "200"): {
+        "GetDataset": _link("datasets-get_dataset", "Read the first.", dataset_id=_FIRST_ITEM),
+        "CreateFit": _link("fits-create_fit", "Fit on the first.", dataset_id=_FIRST_ITEM),
+        "GetBudget": _link("datasets-get_dataset_budget", "Its ledger.", dataset_id=_FIRST_ITEM),
+    },
+    ("fits-create_fit", "202"): _JOB_LINKS,
+    ("fits-create_fit", "201"): {
+        **_JOB_LINKS,
+        "GetModel": _link("models-get_model", "The model.", model_id="$response.body#/model_id"),
+    },
+    ("jobs-list_jobs", "200"): {
+        "GetJob": _link("jobs-get_job", "Follow the first.", job_id=_FIRST_ITEM),
+    },
+    ("jobs-get_job", "200"): {
+        "GetModel": _link(
+            "models-get_model",
+            "The job's model, once it succeeded.",
+            model_id="$response.body#/model_id",
+        ),
+    },
+    ("models-list_models", "200"): {
+        "GetModel": _link("models-get_model", "Read the first.", model_id=_FIRST_ITEM),
+        "Predict": _link("models-predict", "Predict with the first.", model_id=_FIRST_ITEM),
+        "Export": _link("models-export_model", "Export the first.", model_id=_FIRST_ITEM),
+    },
+    ("models-upload_model", "201"): {
+        "GetModel": _link("models-get_model", "Read it.", model_id="$response.body#/id"),
+        "Predict": _link("models-predict", "Predict with it.", model_id="$response.body#/id"),
+    },
+    ("models-get_model", "200"): {
+        "Predict": _link("models-predict", "Predict with it.", model_id="$response.body#/id"),
+        "Export": _link("models-export_model", "Export it.", model_id="$response.body#/id"),
+    },
+    ("studies-create_study", "201"): {
+        "GetStudy": _link("studies-get_study", "Read it.", study_id="$response.body#/id"),
+        "Contribute": _link(
+            "studies-add_contribution", "Contribute to it.", study_id="$response.body#/id"
+        ),
+        "Aggregate": _link(
+            "studies-create_aggregation", "Aggregate it.", study_id="$response.body#/id"
+        ),
+        "FederatedFit": _link(
+            "studies-create_federated_fit", "Fit across it.", study_id="$response.body#/id"
+        ),
+    },
+    ("studies-list_studies", "200"): {
+        "GetStudy": _link("studies-get_study", "Read the first.", study_id=_FIRST_ITEM),
+        "Contribute": _link("studies-add_contribution", "Contribute.", study_id=_FIRST_ITEM),
+        "Aggregate": _link("studies-create_aggregation", "Aggregate.", study_id=_FIRST_ITEM),
+        "FederatedFit": _link(
+            "studies-create_federated_fit", "Fit across it.", study_id=_FIRST_ITEM
+        ),
+    },
+    ("studies-create_aggregation", "202"): _JOB_LINKS,
+    ("studies-create_federated_fit", "202"): _JOB_LINKS,
+    ("sites-create_site", "201"): {
+        "GetSite": _link("sites-get_site", "Read it.", site_id="$response.body#/site/id"),
+    },
+}
+
+
+def _add_links(spec: dict[str, Any]) -> None:
+    """Declare :data:`LINKS` on the responses they start from."""
+    for item in spec.get("paths", {}).values():
+        for operation in item.values():
+            if not isinstance(operation, dict) or "responses" not in operation:
+                continue
+            responses: dict[str, Any] = operation["responses"]
+            for (operation_id, status), links in LINKS.items():
+                if operation.get("operationId") == operation_id and status in responses:
+                    responses[status]["links"] = copy.deepcopy(links)
+
+
 def build_openapi(app: FastAPI) -> dict[str, Any]:
     """The app's OpenAPI document (cached on the app)."""
     if app.openapi_schema is None:
@@ -126,5 +248,6 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         spec = copy.deepcopy(spec)
         _fix_error_responses(spec)
         _add_extra_schemas(spec)
+        _add_links(spec)
         app.openapi_schema = spec
     return app.openapi_schema

@@ -3,9 +3,11 @@
 Two rules, each configurable (``PRIVFIT_RATE_LIMIT_*``, in the ``limits`` notation such as
 ``"30/minute"``; empty turns a rule off):
 
-* **failed authentication** — counted per client address and per presented key prefix; while
-  either is over its limit, every request from that address or with that prefix is answered
-  429 before the key is even checked, so guessing keys costs the attacker time, not the server;
+* **failed authentication** — counted per client address and per presented key prefix. An
+  address over its limit is answered 429 before any key is checked (guessing costs the
+  attacker time, not the server or the audit log). A prefix over its limit turns further
+  *failures* with that prefix into 429, but its owner's correct key still works: the prefix is
+  public, so refusing it outright would let anyone lock a site out;
 * **expensive operations** (uploads, fits, aggregations, federated fits, predictions, model
   uploads) — counted per key and per client address.
 
@@ -30,6 +32,7 @@ __all__ = ["RateLimits", "parse_rate"]
 
 _FAILED_AUTH = "failed-auth"
 _EXPENSIVE = "expensive"
+_WHOSE = {"address": "from this client address", "prefix": "with this key prefix"}
 
 
 def parse_rate(text: str | None) -> limits.RateLimitItem | None:
@@ -53,24 +56,27 @@ class RateLimits:
         stats = self._limiter.get_window_stats(item, *identifiers)
         return max(1, math.ceil(stats.reset_time - time.time()))
 
-    def check_authentication_allowed(self, address: str, key_prefix: str | None) -> None:
-        """Raise :class:`RateLimitedError` while this address or prefix has failed too often."""
+    def check_address_allowed(self, address: str) -> None:
+        """Raise :class:`RateLimitedError` while this address is over its failed-auth limit."""
+        self._refuse_if_over(self._failed_auth, ("address", address))
+
+    def record_failed_authentication(self, address: str, key_prefix: str | None) -> None:
+        """Count one failed authentication against the address and the presented prefix, then
+        raise :class:`RateLimitedError` if the prefix is over its limit (429 instead of 401)."""
         item = self._failed_auth
         if item is None:
             return
-        for identity in _identities(address, key_prefix):
-            if not self._limiter.test(item, _FAILED_AUTH, *identity):
-                raise RateLimitedError(
-                    "too many failed authentications from this client; try again later",
-                    retry_after=self._retry_after(item, _FAILED_AUTH, *identity),
-                )
+        self._limiter.hit(item, _FAILED_AUTH, "address", address)
+        if key_prefix:
+            self._refuse_if_over(item, ("prefix", key_prefix))
+            self._limiter.hit(item, _FAILED_AUTH, "prefix", key_prefix)
 
-    def record_failed_authentication(self, address: str, key_prefix: str | None) -> None:
-        """Count one failed authentication against the address and the presented prefix."""
-        if self._failed_auth is None:
-            return
-        for identity in _identities(address, key_prefix):
-            self._limiter.hit(self._failed_auth, _FAILED_AUTH, *identity)
+    def _refuse_if_over(self, item: limits.RateLimitItem | None, identity: tuple[str, str]) -> None:
+        if item is not None and not self._limiter.test(item, _FAILED_AUTH, *identity):
+            raise RateLimitedError(
+                f"too many failed authentications {_WHOSE[identity[0]]}; try again later",
+                retry_after=self._retry_after(item, _FAILED_AUTH, *identity),
+            )
 
     def hit_expensive(self, address: str, key_id: str) -> None:
         """Count one expensive operation per key and per address; raise when either is over."""
@@ -84,10 +90,3 @@ class RateLimits:
                     f"(limit {item}); try again later",
                     retry_after=self._retry_after(item, _EXPENSIVE, *identity),
                 )
-
-
-def _identities(address: str, key_prefix: str | None) -> list[tuple[str, str]]:
-    out = [("address", address)]
-    if key_prefix:
-        out.append(("prefix", key_prefix))
-    return out

@@ -56,10 +56,45 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+#: Room for ``site_name_key``: NFKC expands one character to at most 18 (U+FDFA), so a long
+#: name of such characters can outgrow it; the domain refuses those names (422).
+SITE_NAME_KEY_LENGTH = 1000
+
+
+#: Unicode's Default_Ignorable_Code_Point ranges (DerivedCoreProperties): characters that
+#: render as nothing (zero-width spaces and joiners, soft hyphen, variation selectors, ...).
+_DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x200B, 0x200F),
+    (0x202A, 0x202E),
+    (0x2060, 0x206F),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+
+
+def _is_default_ignorable(ch: str) -> bool:
+    point = ord(ch)
+    return any(low <= point <= high for low, high in _DEFAULT_IGNORABLE)
+
+
 def site_name_key(name: str) -> str:
-    """The form under which site names must be unique: NFKC, case-folded, NFKC again (the
-    Unicode "NFKC_Casefold" recipe), so compatibility and case variants collide."""
-    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+    """The form under which site names must be unique: Unicode's NFKC_Casefold — invisible
+    (default-ignorable) characters dropped, NFKC, case-folded, NFKC again — so names that
+    look alike ("St Mary", "ST MARY", "Ｓｔ Ｍａｒｙ", "St Ma\u200bry") collide."""
+    visible = "".join(ch for ch in name if not _is_default_ignorable(ch))
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", visible).casefold())
 
 
 class Site(Base):
@@ -72,7 +107,7 @@ class Site(Base):
     #: The name after NFKC normalisation and case folding: two sites whose names look the same
     #: ("St Mary", "ST MARY", "Ｓｔ Ｍａｒｙ") cannot both exist.
     name_key: Mapped[str] = mapped_column(
-        String(1000),
+        String(SITE_NAME_KEY_LENGTH),
         unique=True,
         default=lambda context: site_name_key(context.get_current_parameters()["name"]),
     )

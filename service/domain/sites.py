@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from service.db.base import utcnow
 from service.db.errors import IntegrityConflictError
-from service.db.models import ApiKey, Site, site_name_key
+from service.db.models import SITE_NAME_KEY_LENGTH, ApiKey, Site, site_name_key
 from service.db.uow import UnitOfWork
 from service.domain import audit
 from service.domain.audit import AuditContext
@@ -65,7 +65,7 @@ def normalise_name(name: str) -> str:
             errors=[{"loc": ["body", "name"], "msg": "control character in name"}],
         )
     cleaned = name.strip()
-    if not cleaned:
+    if not site_name_key(cleaned).strip():  # empty, or only spaces and invisible characters
         raise InvalidInputError(
             "the site name must contain a visible character",
             errors=[{"loc": ["body", "name"], "msg": "blank name"}],
@@ -74,6 +74,13 @@ def normalise_name(name: str) -> str:
         raise InvalidInputError(
             f"the site name must be at most {MAX_NAME_LENGTH} characters",
             errors=[{"loc": ["body", "name"], "msg": "name too long"}],
+        )
+    if len(site_name_key(cleaned)) > SITE_NAME_KEY_LENGTH:
+        # Only names made mostly of ligature-like characters that NFKC spells out at length.
+        raise InvalidInputError(
+            f"the site name must be at most {SITE_NAME_KEY_LENGTH} characters once "
+            "Unicode compatibility forms are spelled out",
+            errors=[{"loc": ["body", "name"], "msg": "name too long once normalised"}],
         )
     return cleaned
 

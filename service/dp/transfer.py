@@ -6,9 +6,11 @@ target site releases the objective-perturbation minimiser of
 
     J(w) = (1/n) Σ_i l(y_i wᵀx_i) + (λ/2)‖w‖² + (η/2)‖w − w₀‖² + bᵀw/n + (Δ/2)‖w‖²,
 
-with ε′, Δ and β = ε′/2 calibrated exactly as ``objective_perturbation`` calibrates them for
-(n, λ, ε, c), i.e. *without* counting η (:mod:`service.dp.mechanisms.objective_perturbation`).
-η = 0 is plain objective perturbation; a large η pulls the solution towards w₀.
+with ε′, Δ and β = ε′/2 the ``objective_perturbation`` calibration for (n, λ + η, ε, c): the
+transfer term's strong convexity η counts, because it is public
+(:mod:`service.dp.mechanisms.objective_perturbation`). The solve uses ridge λ, the extra Δ and
+the centre term (η/2)‖w − w₀‖². η = 0 is plain objective perturbation; a large η pulls the
+solution towards w₀ and lowers the noise.
 
 Privacy (CMS11 Thm 9 with one extra public term). The objective is (λ + Δ + η)-strongly
 convex, so the minimiser is unique and the first-order condition gives the bijection
@@ -18,16 +20,15 @@ convex, so the minimiser is unique and the first-order condition gives the bijec
 * Noise part: the term nη w₀ − nη w depends on w and on the public w₀ only, so it cancels
   between neighbours D, D′ (one record replaced): ‖b_D(w) − b_D′(w)‖ ≤ 2 as before, and
   ν(b_D)/ν(b_D′) ≤ e^{2β} = e^{ε′}.
-* Jacobian part: ∇b_D = −(A + E) with A = Σ_i l″ x_i x_iᵀ + n(λ + Δ + η)I ⪰ n(λ + Δ + η)I and
-  E of rank ≤ 2 with |eigenvalues| ≤ c, so |det ∇b_D′|/|det ∇b_D| ≤ (1 + c/(n(λ+Δ+η)))²
-  ≤ (1 + c/(n(λ+Δ)))² (CMS11 Lemma 10; η ≥ 0 only helps).
+* Jacobian part: ∇b_D = −(M + uuᵀ) with M = Σ_{j≠i} l″_j x_j x_jᵀ + n(λ + Δ + η)I shared by
+  D and D′ and ‖u‖² ≤ c; by the matrix determinant lemma (as in objective perturbation)
+  |det ∇b_D′|/|det ∇b_D| ≤ 1 + c/(n(λ + η + Δ)).
 
-The privacy loss is therefore at most ε′ + 2 ln(1 + c/(n(λ + Δ))) = ε, exactly the bound the
-calibration solved for: the released w is ε-DP for the target dataset. w₀ must not depend on
-the target data through anything but released (DP) models; what the source models themselves
-cost their own datasets is composed by the caller (sequentially if a source model was fitted
-on the target dataset). Calibrating with λ instead of λ + η is conservative (it may add more
-noise than needed for large η), never less private.
+The privacy loss is therefore at most ε′ + ln(1 + c/(n(λ + η + Δ))) = ε, exactly the bound
+the calibration (run with regularisation λ + η) solved for: the released w is ε-DP for the
+target dataset. w₀ must not depend on the target data through anything but released (DP)
+models; what the source models themselves cost their own datasets is composed by the caller
+(sequentially if a source model was fitted on the target dataset).
 
 PST-H: hypothesis transfer with feature groups (seed 003 Alg. 4, target side)
 ---------------------------------------------------------------------------
@@ -40,7 +41,7 @@ with Σ_k q_k = 1, and a random split, independent of the data, of the n target 
     w_k = argmin_w (1/n_l) Σ_{i∈D^l} l(y_i wᵀx_i,(k)) + (λ/2)‖w‖² + (Δ_k/2)‖w‖²
                    + (η/2)‖w − u_k‖² + b_kᵀw/n_l,
 
-with (ε′_k, Δ_k, β_k = ε′_k/2) the objective-perturbation calibration of (n_l, d_k = |G_k|, λ,
+with (ε′_k, Δ_k, β_k = ε′_k/2) the objective-perturbation calibration of (n_l, d_k = |G_k|, λ + η,
 ε_k = q_k·ε) and b_k ∝ exp(−β_k‖b‖); the high level is PST-F's (objective perturbation with ε
 on the meta-features of D^h), uncentred (seed 003 trains no source high-level model).
 
@@ -70,15 +71,13 @@ and the first-order condition gives the bijection
 * Noise part: n_l η u_k and n_l(λ + Δ_k + η) w do not depend on the rows (u_k is a function of
   released models and public names only), so for neighbours ‖b_D(w) − b_D′(w)‖ ≤ 2‖x_(k)‖ ≤ 2
   and the density ratio of b_k is ≤ e^{2β_k} = e^{ε′_k}.
-* Jacobian part: ∇b_k = −(Σ l″ x_(k)x_(k)ᵀ + n_l(λ + Δ_k + η)I), a rank-≤ 2 change between
-  neighbours with eigenvalues ≤ c, so the ratio is ≤ (1 + c/(n_l(λ + Δ_k + η)))²
-  ≤ (1 + c/(n_l(λ + Δ_k)))².
+* Jacobian part: ∇b_k = −(M + uuᵀ) with M = Σ_{j≠i} l″ x_(k)x_(k)ᵀ + n_l(λ + Δ_k + η)I
+  shared by neighbours and ‖u‖² ≤ c, so by the matrix determinant lemma the ratio is
+  ≤ 1 + c/(n_l(λ + η + Δ_k)).
 
-So w_k is (ε′_k + 2 ln(1 + c/(n_l(λ + Δ_k)))) = ε_k-DP for D^l: the strong-convexity constant
-that enters the calibration is λ (+ Δ_k), the ridge alone. The term η, although it adds
-strong convexity, is deliberately not used (conservative: the same noise as PST-F at the same
-(ε, λ); ``jacobian_epsilon_with_transfer`` in the details shows the smaller Jacobian part it
-would allow). The K low-level models read the same rows D^l: sequential composition gives
+So w_k is (ε′_k + ln(1 + c/(n_l(λ + η + Δ_k)))) = ε_k-DP for D^l: the strong-convexity
+constant that enters the calibration is λ + η (+ Δ_k), since the transfer term is public.
+The K low-level models read the same rows D^l: sequential composition gives
 Σ_k ε_k ≤ ε (ε_k rounded down so the exact sum is ≤ ε). The high level is ε-DP for D^h given
 the released low-level models (a fixed public map x ↦ m(x)); D^l and D^h are disjoint, so the
 whole release is max(Σ_k ε_k, ε) = ε-DP for the target dataset. That ε is the true cost of
@@ -96,6 +95,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -160,8 +160,13 @@ def transfer_fit(
         regularization=regularization,
         params={},
     )
-    calibration = mech.calibrate(problem)
+    # the calibration counts the public transfer term's strong convexity: λ + η (module doc)
+    calibration = mech.calibrate(replace(problem, regularization=problem.regularization + eta))
     details = dict(calibration.details)
+    details.update(
+        regularization=float(problem.regularization),
+        calibration_strong_convexity=float(problem.regularization + eta),
+    )
     beta = float(details["beta"])
     extra = float(details["Delta"])
     report(progress, 0.0)
@@ -187,8 +192,9 @@ def transfer_fit(
         details=details,
         composition=(
             calibration.composition
-            + f"; the regulariser (η/2)‖w − w₀‖² with η = {eta:g} and a public source w₀ "
-            "only adds strong convexity and a data-independent term, so the same bound holds"
+            + f"; calibrated at strong convexity λ + η = {problem.regularization + eta:g}: the "
+            f"regulariser (η/2)‖w − w₀‖² with η = {eta:g} and a public source w₀ adds strong "
+            "convexity ηI and a data-independent term"
         ),
         expected_noise_norm=calibration.expected_noise_norm,
         seeded=rng is not None,
@@ -294,21 +300,15 @@ def stacked_transfer_calibration(
         meta_features=meta_features,
         high_level_regularization=high_level_regularization,
     )
-    base = STACKING_FEATURES.calibrate(problem)
+    base = STACKING_FEATURES.calibrate(problem, transfer_strength=eta)
     details = dict(base.details)
-    n_low = int(details["rows_low_level"])
-    c = float(details["c"])
     used = {int(j) for g in details["feature_groups"] for j in g}
     details.update(
         variant="pst_h",
         transfer_strength=eta,
-        calibration_strong_convexity="λ + Δ_k (η not counted: conservative)",
+        calibration_strong_convexity="λ + η + Δ_k (the transfer term's ηI counted)",
         centre_scales=[1.0] * int(details["n_models"]),
         unused_columns=[j for j in range(d) if j not in used],
-        jacobian_epsilon_with_transfer=[
-            2.0 * math.log1p(c / (n_low * (float(low["effective_regularization"]) + eta)))
-            for low in details["low_level"]
-        ],
     )
     return Calibration(
         epsilon=base.epsilon,
@@ -319,7 +319,7 @@ def stacked_transfer_calibration(
             base.composition
             + f"; every low-level objective also has (η/2)‖w − u_k‖² with η = {eta:g} around a "
             "public centre u_k (the source restricted to group k), which adds strong convexity "
-            "and a data-independent term only, so each low-level bound is unchanged"
+            "ηI and a data-independent term only: each low level is calibrated at λ + η"
         ),
     )
 

@@ -38,7 +38,7 @@ class AuditEventRead(BaseModel):
 
 AverageAggregationInModelsAverageAggregationInModel = TypeAliasType(
     "AverageAggregationInModelsAverageAggregationInModel",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -219,7 +219,9 @@ class DatasetGrantIn(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    dataset_id: Annotated[str, Field(max_length=64, min_length=1, title="Dataset Id")]
+    dataset_id: Annotated[
+        str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$", title="Dataset Id")
+    ]
     delta_cap: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta Cap")] = 0.0
     epsilon_cap: Annotated[float, Field(ge=1e-06, le=1000.0, title="Epsilon Cap")]
 
@@ -231,7 +233,7 @@ FeatureAggregationInName = TypeAliasType(
 
 FeatureAggregationInSourceModelsFeatureAggregationInSourceModel = TypeAliasType(
     "FeatureAggregationInSourceModelsFeatureAggregationInSourceModel",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -273,6 +275,7 @@ class FeatureAggregationIn(BaseModel):
             description="A labelled dataset the coordinator owns.",
             max_length=64,
             min_length=1,
+            pattern="^[0-9a-f]{32}$",
             title="Holdout Dataset Id",
         ),
     ]
@@ -326,7 +329,7 @@ class FederatedCostRead(BaseModel):
 
 FederatedFitCreateDatasetsFederatedFitCreateDataset = TypeAliasType(
     "FederatedFitCreateDatasetsFederatedFitCreateDataset",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -417,7 +420,7 @@ class FederatedFitCreate(BaseModel):
         ),
     ] = None
     protocol: Annotated[
-        str,
+        Literal["noisy_average", "psgd", "admm", "distributed_lasso"],
         Field(
             description="`noisy_average`, `psgd`, `admm` or `distributed_lasso`.",
             max_length=64,
@@ -756,7 +759,9 @@ class ModelContributionIn(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
     )
-    model_id: Annotated[str, Field(max_length=64, min_length=1, title="Model Id")]
+    model_id: Annotated[
+        str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$", title="Model Id")
+    ]
 
 
 class ModelExportRead(BaseModel):
@@ -1009,7 +1014,8 @@ class SiteWithKey(BaseModel):
 
 
 StudyCreateMember = TypeAliasType(
-    "StudyCreateMember", Annotated[str, Field(max_length=64, min_length=1)]
+    "StudyCreateMember",
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -1112,7 +1118,7 @@ TransferAggregationInName = TypeAliasType(
 
 TransferAggregationInSourceModelsTransferAggregationInSourceModel = TypeAliasType(
     "TransferAggregationInSourceModelsTransferAggregationInSourceModel",
-    Annotated[str, Field(max_length=64, min_length=1)],
+    Annotated[str, Field(max_length=64, min_length=1, pattern="^[0-9a-f]{32}$")],
 )
 
 
@@ -1190,6 +1196,7 @@ class TransferAggregationIn(BaseModel):
             description="A dataset the coordinator owns.",
             max_length=64,
             min_length=1,
+            pattern="^[0-9a-f]{32}$",
             title="Target Dataset Id",
         ),
     ]

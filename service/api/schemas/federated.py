@@ -18,10 +18,16 @@ from service.domain.ranges import (
     MIN_EPSILON,
     MIN_REGULARIZATION,
 )
+from service.dp.federated import FEDERATED_PROTOCOLS
 
 __all__ = ["FederatedCostRead", "FederatedFitCreate", "FederatedQuoteRead"]
 
-_ID = Annotated[StrictStr, Field(min_length=1, max_length=64)]
+#: PrivFit's ids are 32 lowercase hex characters; the pattern is documented so that clients
+#: and fuzzers generate well-formed ids (any other string is simply not found).
+_ID = Annotated[
+    StrictStr,
+    Field(min_length=1, max_length=64, json_schema_extra={"pattern": "^[0-9a-f]{32}$"}),
+]
 
 
 class FederatedFitCreate(RequestModel):
@@ -58,6 +64,7 @@ class FederatedFitCreate(RequestModel):
     protocol: str = Field(
         min_length=1,
         max_length=64,
+        json_schema_extra={"enum": list(FEDERATED_PROTOCOLS)},
         description="`noisy_average`, `psgd`, `admm` or `distributed_lasso`.",
     )
     datasets: list[_ID] | None = Field(

@@ -43,7 +43,12 @@ __all__ = [
     "TransferAggregationIn",
 ]
 
-_ID = Annotated[StrictStr, Field(min_length=1, max_length=64)]
+#: PrivFit's ids are 32 lowercase hex characters; the pattern is documented so that clients
+#: and fuzzers generate well-formed ids (any other string is simply not found).
+_ID = Annotated[
+    StrictStr,
+    Field(min_length=1, max_length=64, json_schema_extra={"pattern": "^[0-9a-f]{32}$"}),
+]
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
 
 #: Models one aggregation may combine.

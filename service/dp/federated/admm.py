@@ -109,14 +109,11 @@ from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
-from scipy import optimize
 
 from service.dp import noise
 from service.dp.accounting import (
     CompositionChoice,
     PrivacyCost,
-    advanced_composition,
-    best_composition,
     gaussian_zcdp,
     zcdp_compose,
     zcdp_to_dp,
@@ -135,7 +132,7 @@ from service.dp.federated._common import (
 from service.dp.federated._common import site_call as _site_call
 from service.dp.federated.distributed_lasso import CONVERSIONS, max_rho
 from service.dp.losses import Loss
-from service.dp.mechanisms.dp_sgd import split_epsilon
+from service.dp.mechanisms.dp_sgd import per_step_epsilon
 from service.dp.solvers import DEFAULT_TOLERANCE, ConvergenceError, solve_erm
 from service.dp.validation import PrivacyParameterError, check_known_params
 
@@ -379,27 +376,7 @@ def per_iteration_alpha(
 ) -> tuple[float, CompositionChoice | None]:
     """The largest per-iteration α whose T-fold composition (the tighter of basic and, when
     δ′ is given, advanced) is ≤ ε; with the composition bounds at that α."""
-    basic_alpha = split_epsilon(epsilon, iterations)
-    if delta_prime is None:
-        return basic_alpha, None
-    T = iterations
-    ln2 = math.log(2.0)
-    if basic_alpha >= ln2:
-        # for α′ ≥ ln 2 the advanced bound is ≥ Tα′(e^α′ − 1) ≥ Tα′, so it cannot beat basic
-        try:
-            return basic_alpha, best_composition(PrivacyCost(basic_alpha), T, delta_prime)
-        except (OverflowError, ValueError):  # e^α overflows: advanced is astronomically loose
-            return basic_alpha, None
-
-    def advanced_eps(alpha: float) -> float:
-        return advanced_composition(PrivacyCost(alpha), T, delta_prime).epsilon
-
-    # the root lies below ln 2: there the advanced bound is ≥ T ln 2 > Tα_basic = ε
-    adv_alpha = float(optimize.brentq(lambda a: advanced_eps(a) - epsilon, 0.0, ln2, xtol=1e-15))
-    while adv_alpha > 0.0 and advanced_eps(adv_alpha) > epsilon:
-        adv_alpha = math.nextafter(adv_alpha, 0.0)
-    alpha = max(basic_alpha, adv_alpha)
-    return alpha, best_composition(PrivacyCost(alpha), T, delta_prime)
+    return per_step_epsilon(epsilon, iterations, delta_prime)
 
 
 # ----------------------------------------------------------------------------- calibration

@@ -24,6 +24,7 @@ __all__ = [
     "base_details",
     "check_common",
     "chi_mean",
+    "jacobian_slack",
     "problem_loss",
     "release",
     "report",
@@ -75,6 +76,44 @@ def base_details(problem: Problem, loss: Loss) -> dict[str, Any]:
     if loss.name == "huber":
         details["huber_h"] = float(problem.huber_h)
     return details
+
+
+def jacobian_slack(
+    epsilon: float, regularization: float, n: int, c: float
+) -> tuple[float, float, float]:
+    """Split ε between the noise and the Jacobian of objective perturbation: (Δ, ε_n, ε_J).
+
+    Tight Jacobian bound (replace-one neighbours, linear model). The change of variables
+    b ↦ w has Jacobian ∇b_D(w) = −(M + l″_i x_i x_iᵀ) with M = Σ_{j≠i} l″_j x_j x_jᵀ +
+    n(λ + Δ)I ⪰ n(λ + Δ)I shared by D and D′ (records j ≠ i agree). By the matrix
+    determinant lemma det(M + uuᵀ) = det(M)(1 + uᵀM⁻¹u), so with u = √l″_i x_i and
+    v = √l″′_i x′_i (‖u‖², ‖v‖² ≤ c):
+
+        det(M + uuᵀ)/det(M + vvᵀ) = (1 + uᵀM⁻¹u)/(1 + vᵀM⁻¹v) ≤ 1 + c/(n(λ + Δ)),
+
+    i.e. ε_J = ln(1 + c/(n(λ + Δ))), not CMS11 Lemma 10's 2 ln(·) (which allows a rank-2
+    change of arbitrary sign). The noise gets ε_n = ε − ε_J, so the total loss is ε_n + ε_J = ε.
+
+    Choice of Δ (no cliff). Among the two candidate splits — Δ = 0 (ε_n = ε − ln(1 + c/(nλ)))
+    and the smallest Δ with ε_J = ε/2 (λ + Δ = c/(n(e^{ε/2} − 1)), ε_n = ε/2) — take the one
+    with the larger noise budget ε_n, i.e. the smaller expected noise norm 2d/ε_n:
+    Δ = 0 when ln(1 + c/(nλ)) ≤ ε/2, otherwise Δ = c/(n(e^{ε/2} − 1)) − λ > 0. Both agree at
+    the threshold, so the noise is continuous in ε and never below half the budget (CMS11's
+    rule leaves ε′ → 0 just above its threshold). ε_J is recomputed from the Δ actually used
+    and ε_n = ε − ε_J, so floating-point rounding in Δ can only move budget, never exceed ε.
+    """
+    jacobian0 = math.log1p(c / (n * regularization))
+    extra = 0.0
+    if jacobian0 > epsilon / 2.0:
+        # > 0 in exact arithmetic: ln(1 + c/(nλ)) > ε/2 ⇔ c/(n(e^{ε/2} − 1)) > λ
+        extra = max(0.0, c / (n * math.expm1(epsilon / 2.0)) - regularization)
+    jacobian = math.log1p(c / (n * (regularization + extra)))
+    epsilon_noise = epsilon - jacobian
+    if not epsilon_noise > 0.0:  # pragma: no cover - only reachable through rounding
+        raise PrivacyParameterError(
+            f"ε = {epsilon:g} leaves no budget for the noise after the Jacobian term"
+        )
+    return extra, epsilon_noise, jacobian
 
 
 def chi_mean(d: int) -> float:

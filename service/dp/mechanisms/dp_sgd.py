@@ -39,10 +39,14 @@ factorises into the conditional densities of the updates given the past; under D
 the factor of the update that touches record i differs, so one pass is ε_pass-DP (parallel
 composition over disjoint batches, valid for adaptively chosen updates), and this holds for
 every permutation, hence also for the mixture over permutations. E passes use record i E
-times: basic composition gives E·ε_pass. The caller passes the **total** ε of the fit; it is
-split as ε_pass = ε/E (rounded down so that E·ε_pass ≤ ε exactly), and the calibration reports
-E·ε_pass as the ε spent. No δ is spent. The released last iterate is post-processing of the
-sequence.
+times, adaptively: basic composition gives (E·ε_pass, 0) and, for any δ′ > 0, advanced
+composition (Dwork, Rothblum & Vadhan 2010) gives (ε_pass√(2E ln(1/δ′)) + E·ε_pass(e^{ε_pass}
+− 1), δ′). The caller passes the **total** (ε, δ) of the fit. With δ = 0, ε_pass = ε/E
+(rounded down so that E·ε_pass ≤ ε exactly) and no δ is spent. With δ > 0, δ′ = δ and ε_pass
+is the largest value for which the tighter of the two bounds is ≤ ε (``per_step_epsilon``);
+the calibration reports and charges the bound actually used: (E·ε_pass, 0) when basic is
+tighter (always for E = 1, and whenever ε_pass is large, so an offered δ is then not spent),
+(advanced ε, δ′) otherwise. The released last iterate is post-processing of the sequence.
 
 Random projection (optional ``projection_dim`` k, seed 001 §2.4). Rows are mapped to Px by
 a public Gaussian (or Achlioptas) matrix P ∈ R^{k×d} generated from a seed that is chosen
@@ -61,8 +65,15 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
+from scipy import optimize
 
 from service.dp import noise
+from service.dp.accounting import (
+    CompositionChoice,
+    PrivacyCost,
+    advanced_composition,
+    best_composition,
+)
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.losses import Loss
 from service.dp.mechanisms._common import base_details, check_common, release, report
@@ -76,6 +87,7 @@ __all__ = [
     "MECHANISM",
     "SCHEDULES",
     "batch_sizes",
+    "per_step_epsilon",
     "split_epsilon",
     "update_noise",
 ]
@@ -114,6 +126,35 @@ def split_epsilon(epsilon: float, parts: int) -> float:
     while Fraction(share) * parts > Fraction(epsilon):
         share = math.nextafter(share, 0.0)
     return share
+
+
+def per_step_epsilon(
+    epsilon: float, steps: int, delta_prime: float | None
+) -> tuple[float, CompositionChoice | None]:
+    """The largest per-step ε_s whose k-fold composition (the tighter of basic and, when δ′ is
+    given, advanced: ε_s√(2k ln(1/δ′)) + kε_s(e^{ε_s} − 1), δ′) is ≤ ε; with both bounds at
+    that ε_s. Basic is k·ε_s (``split_epsilon``); the advanced bound is increasing in ε_s, so
+    its largest admissible ε_s is found by root finding, then stepped down to be ≤ ε exactly."""
+    basic_step = split_epsilon(epsilon, steps)
+    if delta_prime is None:
+        return basic_step, None
+    ln2 = math.log(2.0)
+    if basic_step >= ln2:
+        # for ε_s ≥ ln 2 the advanced bound is ≥ kε_s(e^{ε_s} − 1) ≥ kε_s: never tighter
+        try:
+            return basic_step, best_composition(PrivacyCost(basic_step), steps, delta_prime)
+        except (OverflowError, ValueError):  # e^ε overflows: advanced is astronomically loose
+            return basic_step, None
+
+    def advanced_eps(value: float) -> float:
+        return advanced_composition(PrivacyCost(value), steps, delta_prime).epsilon
+
+    # the root lies below ln 2: there the advanced bound is ≥ k ln 2 > k·basic_step = ε
+    adv_step = float(optimize.brentq(lambda a: advanced_eps(a) - epsilon, 0.0, ln2, xtol=1e-15))
+    while adv_step > 0.0 and advanced_eps(adv_step) > epsilon:
+        adv_step = math.nextafter(adv_step, 0.0)
+    step = max(basic_step, adv_step)
+    return step, best_composition(PrivacyCost(step), steps, delta_prime)
 
 
 def batch_sizes(n: int, batch_size: int) -> NDArray[np.int64]:
@@ -218,17 +259,29 @@ class DPSGD:
         sizes = batch_sizes(n, b)
         m = int(sizes.size)
         b_min = int(sizes.min())
-        eps_pass = split_epsilon(problem.epsilon, epochs)
-        spent = float(Fraction(eps_pass) * epochs)
+        delta_prime = float(problem.delta) if problem.delta > 0.0 else None
+        eps_pass, choice = per_step_epsilon(problem.epsilon, epochs, delta_prime)
+        if choice is not None and choice.method == "advanced":
+            spent, spent_delta, method = choice.advanced.epsilon, choice.advanced.delta, "advanced"
+        else:
+            spent, spent_delta, method = float(Fraction(eps_pass) * epochs), 0.0, "basic"
         beta = eps_pass * b_min / 2.0
         k = p["projection_dim"]
         dim = int(k) if k is not None else problem.d
         expected = dim / beta
         details = base_details(problem, loss)
         details.update(
-            delta=0.0,
+            delta=spent_delta,
             epsilon=spent,
             epsilon_requested=float(problem.epsilon),
+            delta_offered=float(problem.delta),
+            composition_method=method,
+            basic_total={"epsilon": float(Fraction(eps_pass) * epochs), "delta": 0.0},
+            advanced_total=(
+                None
+                if choice is None
+                else {"epsilon": choice.advanced.epsilon, "delta": choice.advanced.delta}
+            ),
             epochs=epochs,
             epsilon_per_epoch=eps_pass,
             batch_size=b,
@@ -248,17 +301,29 @@ class DPSGD:
             projection_dim=k,
             projection_kind=p.get("projection_kind"),
         )
+        if method == "advanced":
+            over = (
+                f"{epochs} passes of ε_pass = {eps_pass:.6g} by advanced composition with "
+                f"δ′ = {spent_delta:g} (Dwork, Rothblum & Vadhan 2010) = ({spent:.6g}, "
+                f"{spent_delta:g}); basic composition would give {epochs * eps_pass:.6g}"
+            )
+        else:
+            over = f"{epochs} pass(es) × ε_pass = {eps_pass:.6g} (basic composition) = {spent:.6g}"
+            if delta_prime is not None:
+                over += (
+                    f"; advanced composition with δ′ = {delta_prime:g} would not be tighter, so "
+                    "the δ offered is not spent"
+                )
         return Calibration(
             epsilon=spent,
-            delta=0.0,
+            delta=spent_delta,
             details=details,
             expected_noise_norm=expected,
             composition=(
-                f"{epochs} pass(es) × ε_pass = {eps_pass:.6g} (basic composition) = "
-                f"{spent:.6g}; within a pass the {m} updates use disjoint mini-batches of ≥ "
+                f"{over}; within a pass the {m} updates use disjoint mini-batches of ≥ "
                 f"{b_min} rows (parallel composition), each update ε_pass-DP with noise "
-                f"∝ exp(−β‖z‖), β = ε_pass·b_min/2 = {beta:.6g} (Song, Chaudhuri & Sarwate 2013); "
-                "no δ is spent"
+                f"∝ exp(−β‖z‖), β = ε_pass·b_min/2 = {beta:.6g} (Song, Chaudhuri & Sarwate 2013)"
+                + ("" if spent_delta > 0.0 else "; no δ is spent")
             ),
         )
 

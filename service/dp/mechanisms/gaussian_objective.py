@@ -3,11 +3,12 @@
 Requirements: l convex, twice differentiable (a.e.; see below), |l′| ≤ 1, 0 ≤ l″ ≤ c,
 ‖x_i‖ ≤ 1, y_i ∈ {−1, +1}, λ > 0, 0 < δ < 1.
 
-Calibration (computeSlack with the e^{ε/4} correction of DESIGN §3; seed 002 prints exp(c/4)):
+Calibration (computeSlack with the tight Jacobian bound and no-cliff Δ of
+:func:`service.dp.mechanisms._common.jacobian_slack`; seed 002's Procedure 2 squares the
+Jacobian factor and uses the paper's cliff branch rule):
 
-    ε̃ = ε − 2 ln(1 + c/(nλ))
-    if ε̃ > 0:  Δ = 0
-    else:       Δ = c/(n(e^{ε/4} − 1)) − λ,  ε̃ = ε/2
+    Δ = 0 if ln(1 + c/(nλ)) ≤ ε/2, else Δ = c/(n(e^{ε/2} − 1)) − λ
+    ε̃ = ε − ln(1 + c/(n(λ + Δ)))
     q  = χ²_d quantile at 1 − δ,   σ* = (√q + √(q + 2ε̃))/ε̃
     η ~ N(0, σ*² I_d);  release argmin_w J(w) + ηᵀw/n + (Δ/2)‖w‖²
 
@@ -15,8 +16,9 @@ Derivation of σ* (seed 002 appendix, Thm 4.1; checked here). As for objective p
 η = η_D(w) = −Σ_i l′(y_i wᵀx_i) y_i x_i − n(λ + Δ)w is a bijection and the density of the
 output is φ_σ(η_D(w))·|det ∇η_D(w)|. For neighbours:
 
-* Jacobian part ≤ 2 ln(1 + c/(n(λ + Δ))) = ε − ε̃ (CMS11 Lemma 10; in the second branch
-  1 + c/(n(λ + Δ)) = e^{ε/4}, so the term is ε/2 = ε − ε̃);
+* Jacobian part ≤ ln(1 + c/(n(λ + Δ))) = ε − ε̃ (matrix determinant lemma for a
+  replace-one change of a linear model, derived in ``jacobian_slack``; CMS11 Lemma 10's
+  square is not needed);
 * noise part: with ‖η_D − η_D′‖ ≤ 2,
   ln φ(η_D)/φ(η_D′) = (‖η_D′‖² − ‖η_D‖²)/(2σ²) ≤ (4‖η_D‖ + 4)/(2σ²),
   which is ≤ ε̃ whenever ‖η_D‖ ≤ (σ²ε̃ − 2)/2.
@@ -48,6 +50,7 @@ from service.dp.mechanisms._common import (
     base_details,
     check_common,
     chi_mean,
+    jacobian_slack,
     release,
     report,
     require_smooth_loss,
@@ -59,12 +62,10 @@ __all__ = ["MECHANISM", "GaussianObjectivePerturbation", "compute_slack", "gop_s
 
 
 def compute_slack(epsilon: float, regularization: float, n: int, c: float) -> tuple[float, float]:
-    """computeSlack of seed 002 (Procedure 2) with e^{ε/4}: returns (Δ, ε̃)."""
-    epsilon_tilde = epsilon - 2.0 * math.log1p(c / (n * regularization))
-    if epsilon_tilde > 0.0:
-        return 0.0, epsilon_tilde
-    # Δ > 0 in exact arithmetic here; max() only absorbs rounding (more ridge is still private)
-    return max(0.0, c / (n * math.expm1(epsilon / 4.0)) - regularization), epsilon / 2.0
+    """computeSlack (seed 002 Procedure 2) made tight: returns (Δ, ε̃) with ε̃ + ε_J = ε,
+    ε_J = ln(1 + c/(n(λ + Δ))) (see :func:`~service.dp.mechanisms._common.jacobian_slack`)."""
+    extra, epsilon_tilde, _ = jacobian_slack(epsilon, regularization, n, c)
+    return extra, epsilon_tilde
 
 
 def gop_sigma(d: int, epsilon_tilde: float, delta: float) -> tuple[float, float]:
@@ -108,7 +109,7 @@ class GaussianObjectivePerturbation:
             epsilon_tilde=epsilon_tilde,
             Delta=extra,
             effective_regularization=effective,
-            jacobian_epsilon=2.0 * math.log1p(c / (n * effective)),
+            jacobian_epsilon=math.log1p(c / (n * effective)),
             chi2_quantile=q,
             sigma=sigma,
             noise_norm_threshold=(sigma * sigma * epsilon_tilde - 2.0) / 2.0,
@@ -123,7 +124,8 @@ class GaussianObjectivePerturbation:
             expected_noise_norm=expected,
             composition=(
                 f"single release, (ε = {eps:g}, δ = {delta:g}): Gaussian objective perturbation "
-                f"(Rajkumar & Agarwal 2012, Alg. 4) with σ* = {sigma:.6g}; the privacy loss is "
+                f"(Rajkumar & Agarwal 2012, Alg. 4, tight Jacobian) with σ* = {sigma:.6g}; the "
+                f"privacy loss is "
                 f"≤ ε̃ = {epsilon_tilde:.6g} (noise) + {eps - epsilon_tilde:.6g} (Jacobian) "
                 f"except when ‖η‖ exceeds its χ²_{d} quantile, probability δ"
             ),

@@ -4,39 +4,36 @@ Chaudhuri, Monteleoni & Sarwate 2011 (CMS11) Alg. 2 / Thm 9, via seed 000 Alg. 2
 seed 003 Alg. 1 (PLR). Requirements: l convex, twice differentiable (a.e. with the Huber
 corollary of CMS11), |l′| ≤ 1, 0 ≤ l″ ≤ c; ‖x_i‖ ≤ 1; y_i ∈ {−1, +1}; λ > 0.
 
-Calibration (public n, λ, ε, c; branch rule exactly as CMS11 Alg. 2):
+Calibration (public n, λ, ε, c; the tight Jacobian bound and the no-cliff choice of Δ of
+:func:`service.dp.mechanisms._common.jacobian_slack`):
 
-    ε′ = ε − 2 ln(1 + c/(nλ))
-    if ε′ > 0:  Δ = 0
-    else:       Δ = c/(n(e^{ε/4} − 1)) − λ,  ε′ = ε/2
-    β = ε′/2,   b ~ ν(b) ∝ exp(−β‖b‖)   (‖b‖ ~ Gamma(d, 2/ε′), direction uniform)
+    ε_J(Δ) = ln(1 + c/(n(λ + Δ)))
+    Δ = 0                                   if ln(1 + c/(nλ)) ≤ ε/2
+    Δ = c/(n(e^{ε/2} − 1)) − λ  (> 0)        otherwise
+    ε′ = ε − ε_J(Δ),   β = ε′/2,   b ~ ν(b) ∝ exp(−β‖b‖)   (‖b‖ ~ Gamma(d, 2/ε′))
     release w_priv = argmin_w J(w) + bᵀw/n + (Δ/2)‖w‖²,  J(w) = (1/n)Σ l(y_i wᵀx_i) + (λ/2)‖w‖²
 
-(e^{ε/4}: seed 000 misprints e^{c/(2Λ)} and seed 002 exp(c/4), DESIGN §3.)
-
-Privacy argument (CMS11 Thm 9, restated). The first-order condition gives a bijection
-b = b_D(w) = −n∇[J + (Δ/2)‖·‖²](w) = −Σ_i l′(y_i wᵀx_i) y_i x_i − n(λ + Δ) w, so the density
-of w_priv is p_D(w) = ν(b_D(w)) |det ∇b_D(w)|. For neighbours differing in one record:
+Privacy argument (CMS11 Thm 9 with the determinant lemma). The first-order condition gives a
+bijection b = b_D(w) = −n∇[J + (Δ/2)‖·‖²](w) = −Σ_i l′(y_i wᵀx_i) y_i x_i − n(λ + Δ) w, so
+the density of w_priv is p_D(w) = ν(b_D(w)) |det ∇b_D(w)|. For neighbours differing in
+record i:
 
 * noise part: ‖b_D(w) − b_D′(w)‖ = ‖l′(·)y x − l′(·)y′x′‖ ≤ 2, so
   ν(b_D)/ν(b_D′) ≤ e^{2β} = e^{ε′};
-* Jacobian part: ∇b_D = −(A + E) with A ⪰ n(λ + Δ)I and E of rank ≤ 2 with
-  eigenvalues bounded by c in absolute value, whence
-  |det ∇b_D′|/|det ∇b_D| ≤ (1 + c/(n(λ + Δ)))² (CMS11 Lemma 10).
+* Jacobian part: ∇b_D = −(M + uuᵀ) with M = Σ_{j≠i} l″_j x_j x_jᵀ + n(λ + Δ)I common to
+  D and D′ and u = √l″_i x_i (‖u‖² ≤ c); the matrix determinant lemma gives
+  |det ∇b_D′|/|det ∇b_D| = (1 + vᵀM⁻¹v)/(1 + uᵀM⁻¹u) ≤ 1 + c/(n(λ + Δ)) = e^{ε_J}.
+  (CMS11 Lemma 10 squares this factor: it bounds a general rank-2 perturbation; PrivFit's
+  neighbours replace one record of a linear model, where the rank-1 lemma applies twice.)
 
-The privacy loss is at most ε′ + 2 ln(1 + c/(n(λ + Δ))). In the first branch this equals
-ε′ + (ε − ε′) = ε. In the second, λ + Δ = c/(n(e^{ε/4} − 1)), so the Jacobian term is
-2·ε/4 = ε/2 and the noise term ε′ = ε/2: again ε. Δ ≥ 0 there because ε′ ≤ 0 means
-c/(nλ) ≥ e^{ε/2} − 1 > e^{ε/4} − 1.
-
-Known weakness (seed 000 note §3.3): just above the threshold ε ≈ 2 ln(1 + c/(nλ)) the first
-branch leaves a tiny ε′ and so huge noise; choosing λ ≥ c/(n(e^{ε/2} − 1)) avoids it. The
-calibration reports ``epsilon_prime`` so a dry run shows it.
+The privacy loss is at most ε′ + ε_J = ε. Δ is chosen so that ε′ is the larger of the two
+candidates ε − ln(1 + c/(nλ)) (Δ = 0) and ε/2 (ε_J = ε/2): the noise never falls below half
+the budget, and there is no cliff near the threshold (CMS11's literal rule, with its squared
+Jacobian, left ε′ ≈ 0 just above 2 ln(1 + c/(nλ)) = ε: at n = 789, λ = 0.01, Huber h = 0.5,
+ε = 0.24 it had ε′ = 0.0013 where this rule has 0.1207, 90× less noise).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 from numpy.typing import NDArray
@@ -46,6 +43,7 @@ from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.mechanisms._common import (
     base_details,
     check_common,
+    jacobian_slack,
     release,
     report,
     require_smooth_loss,
@@ -69,19 +67,10 @@ class ObjectivePerturbation:
         loss = check_common(problem, ())
         require_smooth_loss(loss, self.name)
         n, d, lam, eps, c = problem.n, problem.d, problem.regularization, problem.epsilon, loss.c
-        epsilon_prime = eps - 2.0 * math.log1p(c / (n * lam))
-        if epsilon_prime > 0.0:
-            branch = "no_extra_regularization"
-            extra = 0.0
-        else:
-            branch = "extra_regularization"
-            # > 0 in exact arithmetic (see the docstring); max() only absorbs rounding, and a
-            # larger ridge only tightens the Jacobian bound
-            extra = max(0.0, c / (n * math.expm1(eps / 4.0)) - lam)
-            epsilon_prime = eps / 2.0
+        extra, epsilon_prime, jacobian_epsilon = jacobian_slack(eps, lam, n, c)
+        branch = "no_extra_regularization" if extra == 0.0 else "extra_regularization"
         beta = epsilon_prime / 2.0
         effective = lam + extra
-        jacobian_epsilon = 2.0 * math.log1p(c / (n * effective))
         expected = d / beta
         details = base_details(problem, loss)
         details.update(
@@ -106,8 +95,9 @@ class ObjectivePerturbation:
             expected_noise_norm=expected,
             composition=(
                 f"single release, ε = {eps:g} = noise part ε′ = {epsilon_prime:.6g} + Jacobian "
-                f"part 2 ln(1 + c/(n(λ+Δ))) = {jacobian_epsilon:.6g} (Chaudhuri et al. 2011, "
-                f"Alg. 2, {'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}); no δ is spent"
+                f"part ln(1 + c/(n(λ+Δ))) = {jacobian_epsilon:.6g} (Chaudhuri et al. 2011, "
+                f"Alg. 2 with the determinant lemma, "
+                f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}); no δ is spent"
             ),
         )
 

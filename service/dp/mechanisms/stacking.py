@@ -271,7 +271,11 @@ class _Stacking:
     ]:
         raise NotImplementedError
 
-    def _plan(self, problem: Problem) -> _Plan:
+    def _plan(self, problem: Problem, *, transfer_strength: float = 0.0) -> _Plan:
+        """Sizes, budgets and calibrations. ``transfer_strength`` η > 0 (PST-H) calibrates
+        every low level at strong convexity λ + η: its objective carries the public term
+        (η/2)‖w − u_k‖², whose Hessian ηI enters the Jacobian bound (``service.dp.transfer``);
+        the low-level problems keep ridge λ for the solve."""
         p = problem.params
         n_high = round(float(p["high_level_fraction"]) * problem.n)
         n_low = problem.n - n_high
@@ -285,7 +289,14 @@ class _Stacking:
             epsilon=problem.epsilon,
             lam=float(p["high_level_regularization"]),
         )
-        low_cal = tuple(_PLR.calibrate(sp) for sp in low_problems)
+        low_cal = tuple(
+            _PLR.calibrate(
+                replace(sp, regularization=sp.regularization + transfer_strength)
+                if transfer_strength > 0.0
+                else sp
+            )
+            for sp in low_problems
+        )
         high_cal = _PLR.calibrate(high_problem)
         if groups is None:  # PST-S: disjoint blocks → parallel
             low_eps = max(c.epsilon for c in low_cal)
@@ -311,10 +322,10 @@ class _Stacking:
             composition=composition,
         )
 
-    def calibrate(self, problem: Problem) -> Calibration:
+    def calibrate(self, problem: Problem, *, transfer_strength: float = 0.0) -> Calibration:
         problem = self.validate_params(problem)
         loss = check_common(problem, self.allowed)
-        plan = self._plan(problem)
+        plan = self._plan(problem, transfer_strength=transfer_strength)
         p = problem.params
         details = base_details(problem, loss)
         details.update(
@@ -591,9 +602,10 @@ class StackingFeatures(_Stacking):
         minimising its objective plus (η/2)‖w − u_k‖², u_k = ``centres[k]`` (public, one entry
         per column of group k), η = ``transfer_strength``; the high level is unchanged.
 
-        The calibration is PST-F's own (:meth:`calibrate`, ε in total): u_k is public and the
-        Hessian of the extra term is ηI ⪰ 0, so every low-level bound of the module doc holds
-        as it is (the full argument is in :mod:`service.dp.transfer`). η = 0 is :meth:`run`.
+        The calibration is :meth:`calibrate` with the same η (ε in total): u_k is public and
+        the Hessian of the extra term is ηI, so each low level is calibrated at strong
+        convexity λ + η (the full argument is in :mod:`service.dp.transfer`). η = 0 is
+        :meth:`run`.
         """
         problem = self.validate_params(problem)
         check_common(problem, self.allowed)
@@ -601,12 +613,12 @@ class StackingFeatures(_Stacking):
         y = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
         if X.shape != (problem.n, problem.d) or y.shape[0] != problem.n:
             raise ValueError("X and y do not match the problem's n and d")
-        plan = self._plan(problem)
-        if plan.epsilon != calibration.epsilon:
-            raise ValueError("the calibration does not belong to this problem")
         eta = float(transfer_strength)
         if not math.isfinite(eta) or eta < 0.0:
             raise PrivacyParameterError("transfer_strength must be a finite number ≥ 0")
+        plan = self._plan(problem, transfer_strength=eta)
+        if plan.epsilon != calibration.epsilon:
+            raise ValueError("the calibration does not belong to this problem")
         assert plan.groups is not None
         if len(centres) != len(plan.groups):
             raise PrivacyParameterError(

@@ -16,12 +16,13 @@ from service.dp import calibrate
 @pytest.mark.parametrize(
     ("n", "d", "lam", "eps", "sensitivity", "beta"),
     [
-        # 2/(nλ) = 2/(1000·0.01) = 0.2; β = nλε/2 = 1000·0.01·0.5/2 = 2.5
-        (1000, 5, 0.01, 0.5, 0.2, 2.5),
-        # 2/(30000·0.001) = 1/15; β = 30000·0.001·1/2 = 15
-        (30000, 105, 0.001, 1.0, 1 / 15, 15.0),
-        # 2/(50·2) = 0.02; β = 50·2·0.1/2 = 5
-        (50, 1, 2.0, 0.1, 0.02, 5.0),
+        # S = 2/(nλ) + 2τ/λ with the solver tolerance τ = 1e-10:
+        # 2/(1000·0.01) + 2e-10/0.01 = 0.2 + 2e-8 = 0.20000002; β = ε/S = 0.5/0.20000002
+        (1000, 5, 0.01, 0.5, 0.20000002, 2.499999750000025),
+        # 2/(30000·0.001) + 2e-10/0.001 = 1/15 + 2e-7 = 0.0666668666…; β = 1/S
+        (30000, 105, 0.001, 1.0, 0.06666686666666667, 14.999955000134998),
+        # 2/(50·2) + 2e-10/2 = 0.0200000001; β = 0.1/0.0200000001 = 4.999999975
+        (50, 1, 2.0, 0.1, 0.0200000001, 4.999999975),
     ],
 )
 def test_output_perturbation(
@@ -33,13 +34,14 @@ def test_output_perturbation(
     assert cal.expected_noise_norm == pytest.approx(d / beta, rel=1e-12)
     assert cal.details["expected_noise_norm"] == cal.expected_noise_norm
     assert (cal.epsilon, cal.delta) == (eps, 0.0)
-    assert "2/(nλ)" in cal.composition
+    assert "2/(nλ) + 2τ/λ" in cal.composition
+    assert cal.details["sensitivity_exact_minimiser"] == pytest.approx(2 / (n * lam), rel=1e-12)
 
 
 def test_output_perturbation_is_not_seed_001s_2c_over_n() -> None:
     # seed 001's code: sensitivity 2C/N with C = 1/(nλ), i.e. 2/(n²λ): n times too small
     cal = calibrate("output_perturbation", n=200, d=3, epsilon=1.0, regularization=0.05)
-    assert cal.details["sensitivity"] == pytest.approx(2 / (200 * 0.05))
+    assert cal.details["sensitivity"] == pytest.approx(2 / (200 * 0.05) + 2e-10 / 0.05)
     assert cal.details["sensitivity"] != pytest.approx(2 / (200**2 * 0.05))
 
 
@@ -47,50 +49,55 @@ def test_output_perturbation_is_not_seed_001s_2c_over_n() -> None:
 
 
 def test_objective_perturbation_without_slack() -> None:
-    # logistic c = 1/4, n = 1000, λ = 0.01: c/(nλ) = 0.025,
-    # ε′ = 1 − 2 ln 1.025 = 1 − 2·0.0246926125904 = 0.9506147748192
+    # logistic c = 1/4, n = 1000, λ = 0.01: c/(nλ) = 0.025; tight Jacobian (determinant lemma)
+    # ε_J = ln 1.025 = 0.0246926125904 ≤ ε/2, so Δ = 0 and
+    # ε′ = 1 − 0.0246926125904 = 0.9753073874096 (CMS11's 2 ln 1.025 would leave 0.9506147748)
     cal = calibrate("objective_perturbation", n=1000, d=4, epsilon=1.0, regularization=0.01)
     det = cal.details
     assert det["c"] == 0.25
     assert det["branch"] == "no_extra_regularization"
     assert det["Delta"] == 0.0
-    assert det["epsilon_prime"] == pytest.approx(0.9506147748192, rel=1e-12)
-    assert det["beta"] == pytest.approx(0.4753073874096, rel=1e-12)
-    assert cal.expected_noise_norm == pytest.approx(4 / 0.4753073874096, rel=1e-12)
-    assert det["jacobian_epsilon"] + det["noise_epsilon"] == pytest.approx(1.0)
+    assert det["epsilon_prime"] == pytest.approx(0.9753073874096, rel=1e-12)
+    assert det["beta"] == pytest.approx(0.4876536937048, rel=1e-12)
+    assert det["jacobian_epsilon"] == pytest.approx(0.0246926125904, rel=1e-11)
+    assert cal.expected_noise_norm == pytest.approx(4 / 0.4876536937048, rel=1e-12)
+    assert det["jacobian_epsilon"] + det["noise_epsilon"] == pytest.approx(1.0, rel=1e-15)
 
 
-def test_objective_perturbation_slack_branch_uses_e_to_the_eps_over_4() -> None:
-    # n = 100, λ = 0.001, ε = 0.1, c = 1/4: 2 ln(1 + 2.5) = 2.5055 > 0.1, so slack:
-    # Δ = c/(n(e^{ε/4} − 1)) − λ = 0.25/(100·0.0253151205) − 0.001 = 0.0977552
-    # (e^{0.025} − 1 = 0.025315120524), ε′ = ε/2 = 0.05, β = 0.025
+def test_objective_perturbation_slack_branch_uses_e_to_the_eps_over_2() -> None:
+    # n = 100, λ = 0.001, ε = 0.1, c = 1/4: ln(1 + 2.5) = 1.2528 > ε/2 = 0.05, so slack:
+    # Δ = c/(n(e^{ε/2} − 1)) − λ = 0.25/(100·0.0512710963760) − 0.001 = 0.0477604162327
+    # (e^{0.05} − 1 = 0.051271096376024), then ε_J = ln(1 + c/(n(λ + Δ))) = ε/2 and
+    # ε′ = ε/2 = 0.05, β = 0.025
     cal = calibrate("objective_perturbation", n=100, d=2, epsilon=0.1, regularization=0.001)
     det = cal.details
-    expected_delta = 0.25 / (100 * 0.025315120524) - 0.001
     assert det["branch"] == "extra_regularization"
-    assert det["Delta"] == pytest.approx(expected_delta, rel=1e-9)
-    assert det["Delta"] == pytest.approx(0.0977552, abs=1e-7)
-    assert det["epsilon_prime"] == 0.05
-    assert det["beta"] == 0.025
-    assert det["effective_regularization"] == pytest.approx(expected_delta + 0.001, rel=1e-9)
-    # the misprinted e^{c/(2Λ)} of seed 000 would give something else entirely
-    misprint = 0.25 / (100 * (math.exp(0.25 / (2 * 0.001)) - 1)) - 0.001
-    assert det["Delta"] != pytest.approx(misprint)
-    # Jacobian part 2 ln(1 + c/(n(λ+Δ))) = 2·ε/4
-    assert det["jacobian_epsilon"] == pytest.approx(0.05, rel=1e-9)
+    assert det["Delta"] == pytest.approx(0.0477604162327, rel=1e-11)
+    assert det["epsilon_prime"] == pytest.approx(0.05, rel=1e-12)
+    assert det["beta"] == pytest.approx(0.025, rel=1e-12)
+    assert det["effective_regularization"] == pytest.approx(0.0487604162327, rel=1e-11)
+    assert det["jacobian_epsilon"] == pytest.approx(0.05, rel=1e-12)
+    # CMS11's rule (e^{ε/4}, squared Jacobian) would have Δ = 0.25/(100·0.0253151205) − 0.001
+    assert det["Delta"] != pytest.approx(0.0977552, abs=1e-4)
 
 
 @pytest.mark.parametrize(
     ("n", "eps", "beta", "delta"),
     [
-        # seed 000 note §3.3 table, Huber h = 0.5 (c = 1), Λ = 0.01
-        (789, 0.1, 0.025, 0.0401),  # slack branch
-        (789, 0.25, 0.0057, 0.0),  # the "cliff": ε′ = 0.25 − 0.2387 = 0.0113
-        (170, 0.5, 0.125, 0.0342),
-        (8678, 1.0, 0.4885, 0.0),
+        # seed 000 note §3.3's cases, Huber h = 0.5 (c = 1), λ = 0.01, re-derived with the
+        # tight Jacobian ε_J = ln(1 + 1/(100n)·100) and the better branch:
+        # n = 789: ln(1 + 1/7.89) = 0.1193309147
+        (789, 0.1, 0.025, 0.01472010962366),  # > 0.05: Δ = 1/(789·0.0512710964) − 0.01
+        (789, 0.25, 0.0653345427, 0.0),  # ≤ 0.125: β = (0.25 − 0.1193309147)/2 (was 0.0057)
+        (789, 0.24, 0.0603345427, 0.0),  # the issue's cliff: CMS11 gave β = 0.00067, 90× less
+        # n = 170: ln(1 + 1/1.7) = 0.4626235219 > 0.25: Δ = 1/(170·(e^{0.25} − 1)) − 0.01,
+        # e^{0.25} − 1 = 0.2840254167
+        (170, 0.5, 0.125, 0.01071065684816),
+        # n = 8678: ln(1 + 1/86.78) = 0.0114575039: β = (1 − 0.0114575039)/2
+        (8678, 1.0, 0.4942712481, 0.0),
     ],
 )
-def test_objective_perturbation_matches_seed_000_table(
+def test_objective_perturbation_tight_constants(
     n: int, eps: float, beta: float, delta: float
 ) -> None:
     cal = calibrate(
@@ -98,17 +105,33 @@ def test_objective_perturbation_matches_seed_000_table(
     )
     assert cal.details["c"] == 1.0
     assert cal.details["huber_h"] == 0.5
-    assert cal.details["beta"] == pytest.approx(beta, abs=5e-5)
-    assert cal.details["Delta"] == pytest.approx(delta, abs=5e-5)
+    assert cal.details["beta"] == pytest.approx(beta, rel=1e-9)
+    assert cal.details["Delta"] == pytest.approx(delta, rel=1e-9, abs=1e-15)
+
+
+def test_objective_perturbation_noise_is_continuous_at_the_branch_threshold() -> None:
+    # Huber c = 1, λ = 0.01, n = 789: the threshold is ε = 2 ln(1 + 1/7.89) = 0.2386618293;
+    # either side of it β is ≈ ε/4 = 0.0596654573 (no cliff)
+    for eps in (0.2386618293 * (1 - 1e-6), 0.2386618293 * (1 + 1e-6)):
+        cal = calibrate(
+            "objective_perturbation",
+            n=789,
+            d=3,
+            epsilon=eps,
+            regularization=0.01,
+            loss="huber",
+            h=0.5,
+        )
+        assert cal.details["beta"] == pytest.approx(0.0596654573, rel=1e-5)
 
 
 def test_huber_width_sets_c() -> None:
     cal = calibrate(
         "objective_perturbation", n=1000, d=3, epsilon=1.0, regularization=0.01, loss="huber", h=0.1
     )
-    # c = 1/(2h) = 5; ε′ = 1 − 2 ln(1 + 5/10) = 1 − 2·0.405465108 = 0.189069784
+    # c = 1/(2h) = 5; ε_J = ln(1 + 5/10) = 0.4054651081 ≤ 0.5: ε′ = 1 − ε_J = 0.5945348919
     assert cal.details["c"] == pytest.approx(5.0)
-    assert cal.details["epsilon_prime"] == pytest.approx(0.189069784, rel=1e-8)
+    assert cal.details["epsilon_prime"] == pytest.approx(0.5945348919, rel=1e-9)
 
 
 # ------------------------------------------------------ generalized objective perturbation
@@ -207,9 +230,9 @@ def test_gop_sigma_matches_seed_002_examples(d: int, eps: float, sigma_note: flo
 
 
 def test_gop_sigma_solves_the_chi_square_condition() -> None:
-    # n = 1000, λ = 0.01, ε = 1: ε̃ = 1 − 2 ln 1.025 = 0.9506147748; q = χ²_8 quantile at
+    # n = 1000, λ = 0.01, ε = 1: ε̃ = 1 − ln 1.025 = 0.9753073874 (tight Jacobian); q = χ²_8 at
     # 1 − 1e-5; σ* = (√q + √(q + 2ε̃))/ε̃ and P[χ²_8 ≤ (σ*²ε̃ − 2)²/(4σ*²)] = 1 − δ
-    eps_t = 1 - 2 * math.log(1.025)
+    eps_t = 0.9753073874096286
     q = float(stats.chi2.isf(1e-5, 8))
     sigma = (math.sqrt(q) + math.sqrt(q + 2 * eps_t)) / eps_t
     cal = calibrate(
@@ -221,7 +244,7 @@ def test_gop_sigma_solves_the_chi_square_condition() -> None:
         regularization=0.01,
     )
     det = cal.details
-    assert det["epsilon_tilde"] == pytest.approx(0.9506147748, rel=1e-9)
+    assert det["epsilon_tilde"] == pytest.approx(0.9753073874, rel=1e-9)
     assert det["chi2_quantile"] == pytest.approx(q, rel=1e-12)
     assert det["sigma"] == pytest.approx(sigma, rel=1e-12)
     assert det["Delta"] == 0.0
@@ -245,8 +268,9 @@ def test_gop_slack_branch() -> None:
         delta=1e-5,
         regularization=0.001,
     )
-    assert cal.details["Delta"] == pytest.approx(0.25 / (100 * 0.025315120524) - 0.001, rel=1e-9)
-    assert cal.details["epsilon_tilde"] == 0.05
+    # same slack as objective perturbation's test: Δ = 0.25/(100·0.0512710963760) − 0.001
+    assert cal.details["Delta"] == pytest.approx(0.0477604162327, rel=1e-11)
+    assert cal.details["epsilon_tilde"] == pytest.approx(0.05, rel=1e-12)
     assert cal.details["branch"] == "extra_regularization"
 
 

@@ -1,5 +1,8 @@
 """End-to-end noise laws: the noise each mechanism really injected, recovered from its
-released coefficients, follows the calibrated law (KS tests, seeded)."""
+released coefficients, follows the law derived by hand for that setting (KS tests, seeded).
+The reference laws (β, σ, Δ) are worked out in the tests from the papers' formulas, never read
+from ``calibrate()``, so a wrong calibration fails here too; each law is also checked to
+reject the same noise at half and at twice the scale (the tests have power)."""
 
 from __future__ import annotations
 
@@ -58,13 +61,13 @@ def _runs(
 
 
 def _recovered_noise(
-    X: FloatArray, y: FloatArray, problem: Problem, cal: Calibration, coefs: FloatArray
+    X: FloatArray, y: FloatArray, problem: Problem, extra: float, coefs: FloatArray
 ) -> FloatArray:
     """b from the first-order condition of J + bᵀw/n + (Δ/2)‖w‖² at each released w:
-    b = −Σ_i l′(y_i wᵀx_i) y_i x_i − n(λ + Δ) w."""
+    b = −Σ_i l′(y_i wᵀx_i) y_i x_i − n(λ + Δ) w, with the hand-derived Δ = ``extra``."""
     loss = get_loss(problem.loss)
     n = X.shape[0]
-    ridge = problem.regularization + float(cal.details["Delta"])
+    ridge = problem.regularization + extra
     z = y[None, :] * (coefs @ X.T)  # runs × n margins
     b: FloatArray = -(loss.derivative(z) * y[None, :]) @ X - n * ridge * coefs
     return b
@@ -96,25 +99,39 @@ def test_output_perturbation_noise_norm_is_gamma() -> None:
     assert abs(float(norms.mean()) - 1.5) < 0.1
 
 
+def _gamma_law_fits_only_at_the_right_scale(norms: FloatArray, d: int, beta: float) -> None:
+    assert stats.kstest(norms, stats.gamma(d, scale=1 / beta).cdf).pvalue > P_MIN
+    for wrong in (0.5, 2.0):  # half and twice the noise are both rejected
+        assert stats.kstest(norms, stats.gamma(d, scale=wrong / beta).cdf).pvalue < P_MIN
+
+
 @pytest.mark.parametrize(
-    ("lam", "branch"), [(0.05, "no_extra_regularization"), (0.0005, "extra_regularization")]
+    ("lam", "branch", "beta", "extra"),
+    [
+        # n = 60, logistic c = 1/4, ε = 0.5, d = 3.
+        # λ = 0.05: ε_J = ln(1 + 0.25/3) = 0.0800427077 ≤ ε/2, Δ = 0,
+        #   β = (0.5 − 0.0800427077)/2 = 0.2099786462
+        (0.05, "no_extra_regularization", 0.2099786462, 0.0),
+        # λ = 0.0005: ln(1 + 0.25/0.03) = 2.23 > ε/2, so Δ = c/(n(e^{ε/2} − 1)) − λ
+        #   = 0.25/(60·0.2840254167) − 0.0005 = 0.0141700486 and β = (ε/2)/2 = 0.125
+        (0.0005, "extra_regularization", 0.125, 0.0141700486),
+    ],
 )
-def test_objective_perturbation_noise_is_the_calibrated_law(lam: float, branch: str) -> None:
+def test_objective_perturbation_noise_is_the_hand_derived_law(
+    lam: float, branch: str, beta: float, extra: float
+) -> None:
     X, y = _data(60, 3, seed=2)
     coefs, cal, problem = _runs(
         "objective_perturbation", X, y, runs=1000, seed=3, epsilon=0.5, regularization=lam
     )
     assert cal.details["branch"] == branch
-    b = _recovered_noise(X, y, problem, cal, coefs)
-    beta = float(cal.details["beta"])
-    assert (
-        stats.kstest(np.linalg.norm(b, axis=1), stats.gamma(3, scale=1 / beta).cdf).pvalue > P_MIN
-    )
+    b = _recovered_noise(X, y, problem, extra, coefs)
+    _gamma_law_fits_only_at_the_right_scale(np.linalg.norm(b, axis=1), 3, beta)
 
 
-def test_generalized_pure_noise_is_the_calibrated_law() -> None:
+def test_generalized_pure_noise_is_the_hand_derived_law() -> None:
     X, y = _data(60, 3, seed=4)
-    coefs, cal, problem = _runs(
+    coefs, _cal, problem = _runs(
         "generalized_objective_perturbation",
         X,
         y,
@@ -123,22 +140,34 @@ def test_generalized_pure_noise_is_the_calibrated_law() -> None:
         epsilon=0.5,
         regularization=0.01,
     )
-    b = _recovered_noise(X, y, problem, cal, coefs)
-    beta = float(cal.details["beta"])
-    assert (
-        stats.kstest(np.linalg.norm(b, axis=1), stats.gamma(3, scale=1 / beta).cdf).pvalue > P_MIN
-    )
+    # Kifer's Δ_K = 2c/ε = 1 (Δ = 1/60 on PrivFit's scale); ε_J = ln(1 + 0.25/(0.6 + 1))
+    # = ln 1.15625 = 0.1451820098; β = (0.5 − 0.1451820098)/2 = 0.1774089951
+    b = _recovered_noise(X, y, problem, 1.0 / 60.0, coefs)
+    _gamma_law_fits_only_at_the_right_scale(np.linalg.norm(b, axis=1), 3, 0.1774089951)
 
 
-@pytest.mark.parametrize(
-    "name", ["generalized_objective_perturbation", "gaussian_objective_perturbation"]
-)
-def test_gaussian_noise_is_the_calibrated_law(name: str) -> None:
+# n = 60, λ = 0.01, ε = 1, δ = 1e-4, d = 3, logistic c = 1/4:
+# GOP: ε_J = ln(1 + 0.25/0.6) = 0.3483066943 ≤ ε/2, Δ = 0, ε̃ = 0.6516933057;
+#   q = χ²_3 quantile at 1 − 1e-4 = 21.1075134662, σ* = (√q + √(q + 2ε̃))/ε̃ = 14.3139518774.
+# generalized: Δ_K = 2c/ε = 0.5 (Δ = 0.5/60); ε_J = ln(1 + 0.25/1.1) = 0.2047944126,
+#   ε_n = 0.7952055874; u with min(4Φ̄(u), e^{−u²/2}) = 1e-4: 4Φ̄(u) = 1e-4 at u = 4.0556269811
+#   (there e^{−u²/2} = 2.7e-4, so the Gaussian-tail bound is the smaller);
+#   σ = (u + √(u² + 2ε_n))/ε_n = 10.4410798449.
+GAUSSIAN_LAWS = {
+    "gaussian_objective_perturbation": (14.3139518774, 0.0),
+    "generalized_objective_perturbation": (10.4410798449, 0.5 / 60.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GAUSSIAN_LAWS))
+def test_gaussian_noise_is_the_hand_derived_law(name: str) -> None:
     X, y = _data(60, 3, seed=6)
-    coefs, cal, problem = _runs(
+    coefs, _cal, problem = _runs(
         name, X, y, runs=1000, seed=7, epsilon=1.0, delta=1e-4, regularization=0.01
     )
-    b = _recovered_noise(X, y, problem, cal, coefs)
-    sigma = float(cal.details["sigma"])
+    sigma, extra = GAUSSIAN_LAWS[name]
+    b = _recovered_noise(X, y, problem, extra, coefs)
     assert stats.kstest(b.ravel(), stats.norm(scale=sigma).cdf).pvalue > P_MIN
     assert stats.kstest((b**2).sum(axis=1) / sigma**2, stats.chi2(3).cdf).pvalue > P_MIN
+    for wrong in (0.5, 2.0):
+        assert stats.kstest(b.ravel(), stats.norm(scale=wrong * sigma).cdf).pvalue < P_MIN

@@ -385,3 +385,43 @@ def test_fit_reports_the_composed_total_and_calibrate_agrees() -> None:
     assert dry.details == res.details
     with pytest.raises(ValueError, match="batch_size"):
         fit(X, y, "dp_sgd", epsilon=1.0, regularization=0.01, batch_size=401)
+
+
+def _with_delta(n: int, d: int, epsilon: float, delta: float, **params: Any) -> Problem:
+    return MECHANISM.validate_params(
+        Problem("dp_sgd", n, d, epsilon, delta, "logistic", 0.01, params=params)
+    )
+
+
+def test_advanced_composition_over_epochs_when_it_is_tighter() -> None:
+    # E = 100 passes, ε = 1, δ′ = δ = 1e-5. Basic: ε_pass = 0.01. Advanced (DRV10):
+    # ε_s√(2·100·ln 1e5) + 100ε_s(e^{ε_s} − 1) = 1 with √(200·11.5129255) = 47.98526; the
+    # quadratic 100x² + 47.98526x − 1 = 0 (e^x − 1 ≈ x) gives x ≈ 0.02000, the exact equation
+    # 0.0199979275: twice the per-pass budget, half the noise.
+    cal = MECHANISM.calibrate(_with_delta(1000, 3, 1.0, 1e-5, batch_size=10, epochs=100))
+    det = cal.details
+    eps_pass = det["epsilon_per_epoch"]
+    assert eps_pass == pytest.approx(0.0199979275, rel=1e-8)
+
+    def advanced(x: float) -> float:  # the bound, written out independently of the code
+        return x * math.sqrt(200 * math.log(1e5)) + 100 * x * (math.exp(x) - 1)
+
+    assert advanced(eps_pass) <= 1.0
+    assert det["composition_method"] == "advanced"
+    assert cal.epsilon == pytest.approx(1.0, rel=1e-12)
+    assert cal.delta == 1e-5
+    assert cal.epsilon <= 1.0
+    assert det["basic_total"]["epsilon"] == pytest.approx(100 * 0.0199979275, rel=1e-8)
+    assert det["beta"] == pytest.approx(eps_pass * 10 / 2)
+    assert "advanced composition" in cal.composition
+
+
+def test_one_epoch_spends_no_delta_even_when_delta_is_offered() -> None:
+    # E = 1: advanced would be ε√(2 ln 1e7) + ε(e^ε − 1) = 7.40 > 1 at ε = 1, so basic wins
+    # and the job is pure ε-DP: the ledger correctly records δ = 0 for an offered δ = 1e-7.
+    cal = MECHANISM.calibrate(_with_delta(1000, 3, 1.0, 1e-7, batch_size=10))
+    assert (cal.epsilon, cal.delta) == (1.0, 0.0)
+    assert cal.details["composition_method"] == "basic"
+    assert cal.details["delta_offered"] == 1e-7
+    assert cal.details["advanced_total"]["epsilon"] == pytest.approx(7.395974256, rel=1e-9)
+    assert "the δ offered is not spent" in cal.composition

@@ -82,6 +82,28 @@ def test_row_norm_tolerance() -> None:
         _fit("output_perturbation", X, y)
 
 
+def test_rows_within_the_tolerance_are_scaled_into_the_unit_ball_exactly() -> None:
+    from fractions import Fraction
+
+    from service.dp.validation import validate_design
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(400, 37))
+    X /= np.linalg.norm(X, axis=1, keepdims=True)  # norms 1 ± a few ulps
+    X[:50] *= 1.0 + 5e-10  # inside the tolerance, outside the ball
+    before = X.copy()
+    Xf, _ = validate_design(X, np.ones(400))
+    np.testing.assert_array_equal(X, before)  # the caller's array is not modified
+    # exact rational arithmetic: every released row has ‖x‖² ≤ 1, not just up to rounding
+    worst = max(sum((Fraction(float(v)) ** 2 for v in row), Fraction(0)) for row in Xf)
+    assert worst <= 1
+    np.testing.assert_allclose(Xf, X / np.linalg.norm(X, axis=1, keepdims=True), atol=1e-13)
+    # rows well inside the ball are untouched
+    inner = np.full((3, 4), 0.25)
+    out, _ = validate_design(inner, np.ones(3))
+    np.testing.assert_array_equal(out, inner)
+
+
 @pytest.mark.parametrize(
     ("mutate", "match"),
     [

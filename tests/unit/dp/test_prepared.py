@@ -81,7 +81,8 @@ def test_preparing_copies_what_the_caller_could_still_change() -> None:
     original = float(X[0, 0])
     X[0, 0] = original / 2  # the caller's array stays writeable and separate
     assert design.X[0, 0] == original
-    frozen = X.copy()
+    # rows strictly inside the ball (rows at norm 1 ± rounding are rescaled, hence copied)
+    frozen = X * 0.5
     frozen.flags.writeable = False
     assert dp.prepare_design(frozen, y).X is frozen  # read-only and owned: kept as is
     with pytest.raises(ValueError, match="read-only"):

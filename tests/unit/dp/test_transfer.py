@@ -211,24 +211,25 @@ def test_calibration_matches_the_hand_derived_numbers() -> None:
     d = cal.details
     # n_h = round(0.5·200) = 100 rows for the high level, n_l = 100 for the low level.
     assert (d["rows_high_level"], d["rows_low_level"]) == (100, 100)
-    # ε_k = q_k·ε; ε′_k = ε_k − 2 ln(1 + c/(n_l λ)) = ε_k − 2 ln 1.05 (c = 1/4): Δ_k = 0.
-    slack = 2 * math.log(1.05)
+    # ε_k = q_k·ε; the low levels are calibrated at λ + η = 0.5 (the transfer term counts):
+    # ε_J = ln(1 + c/(n_l(λ + η))) = ln(1 + 0.25/50) = ln 1.005 = 0.004987541511 ≤ ε_k/2, so
+    # Δ_k = 0 and ε′_k = ε_k − 0.004987541511.
+    jac = 0.004987541511038968
     assert d["low_level_epsilon"] == [0.3, 0.7]
     for low, e_k, d_k in zip(d["low_level"], (0.3, 0.7), (1, 3), strict=True):
         assert low["branch"] == "no_extra_regularization"
         assert low["Delta"] == 0.0
-        assert low["epsilon_prime"] == pytest.approx(e_k - slack, rel=1e-12)
-        assert low["beta"] == pytest.approx((e_k - slack) / 2, rel=1e-12)
-        assert low["expected_noise_norm"] == pytest.approx(d_k / ((e_k - slack) / 2))
-    # The high level: ε = 1 on 3 meta-features (2 models + intercept), scale 1/√3.
-    assert d["high_level"]["epsilon_prime"] == pytest.approx(1.0 - slack, rel=1e-12)
+        assert low["epsilon_prime"] == pytest.approx(e_k - jac, rel=1e-12)
+        assert low["beta"] == pytest.approx((e_k - jac) / 2, rel=1e-12)
+        assert low["expected_noise_norm"] == pytest.approx(d_k / ((e_k - jac) / 2))
+    # The high level (no transfer term, λ = 0.05): ε = 1 on 3 meta-features (2 models +
+    # intercept), ε′ = 1 − ln(1 + 0.25/5) = 1 − 0.048790164169 = 0.951209835831, scale 1/√3.
+    assert d["high_level"]["epsilon_prime"] == pytest.approx(0.951209835831, rel=1e-11)
     assert d["meta_scale"] == pytest.approx(1 / math.sqrt(3))
-    # η is not counted in the calibration; the bound it would allow is reported:
-    # 2 ln(1 + c/(n_l(λ + η))) = 2 ln(1 + 0.25/50) = 2 ln 1.005.
-    assert d["jacobian_epsilon_with_transfer"] == pytest.approx([2 * math.log(1.005)] * 2)
     assert d["transfer_strength"] == eta
     assert d["variant"] == "pst_h"
-    # Below the threshold a group falls back to Δ_k > 0 and ε′_k = ε_k/2 (CMS11 Alg. 2).
+    # With λ = 0.001 and η = 0.45 the transfer term keeps the low levels off the Δ branch:
+    # ε_J = ln(1 + 0.25/(100·0.451)) = 0.005527930053, ε′_0 = 0.3 − ε_J.
     small = stacked_transfer_calibration(
         200,
         5,
@@ -239,9 +240,23 @@ def test_calibration_matches_the_hand_derived_numbers() -> None:
         regularization=0.001,
     )
     low = small.details["low_level"][0]
+    assert low["branch"] == "no_extra_regularization"
+    assert low["epsilon_prime"] == pytest.approx(0.294472069947, rel=1e-11)
+    # Without transfer (η = 0) ln(1 + 0.25/0.1) = ln 3.5 > ε_0/2 = 0.15: Δ_0 > 0 with
+    # ε_J = ε_0/2, i.e. Δ_0 = c/(n_l(e^{0.15} − 1)) − λ = 0.25/(100·0.161834242728) − 0.001.
+    plain = stacked_transfer_calibration(
+        200,
+        5,
+        feature_groups=GROUPS,
+        importance=Q,
+        epsilon=1.0,
+        transfer_strength=0.0,
+        regularization=0.001,
+    )
+    low = plain.details["low_level"][0]
     assert low["branch"] == "extra_regularization"
-    assert low["epsilon_prime"] == pytest.approx(0.15)
-    assert low["Delta"] == pytest.approx(0.25 / (100 * math.expm1(0.3 / 4)) - 0.001)
+    assert low["epsilon_prime"] == pytest.approx(0.15, rel=1e-12)
+    assert low["Delta"] == pytest.approx(0.0144479049542, rel=1e-10)
 
 
 @pytest.mark.parametrize(
@@ -315,3 +330,23 @@ def test_run_transfer_needs_one_finite_centre_per_group() -> None:
             STACKING_FEATURES.run_transfer(
                 X, y, problem, cal, centres=centres, transfer_strength=1.0, rng=None, progress=None
             )
+
+
+def test_transfer_strength_counts_in_the_calibration() -> None:
+    # n = 400, λ = 0.05, η = 0.45, c = 1/4: calibrated at λ + η = 0.5, so
+    # ε_J = ln(1 + 0.25/200) = 0.001249219400 and ε′ = 1 − ε_J = 0.998750780600, where λ alone
+    # would give ε′ = 1 − ln(1 + 0.25/20) = 0.987577480001 (more noise).
+    X, y = data()
+    got = transfer_fit(
+        X,
+        y,
+        np.zeros(X.shape[1]),
+        epsilon=1.0,
+        transfer_strength=0.45,
+        regularization=0.05,
+        rng=np.random.default_rng(3),
+    )
+    assert got.details["epsilon_prime"] == pytest.approx(0.998750780600, rel=1e-11)
+    assert got.details["regularization"] == 0.05
+    assert got.details["calibration_strong_convexity"] == pytest.approx(0.5)
+    assert got.epsilon == 1.0

@@ -287,10 +287,14 @@ def test_coordinators_see_only_d_vectors() -> None:
     )
     _check_only_vectors_crossed(log, 3)
 
-    # psgd: fixed noise once, then noisy gradients
+    # psgd: fixed noise once, then noisy gradients, then exact gradient shares to certify
     log.clear()
     spies = [
-        MessageSpy(psgd.PSGDSite(k, X, y, loss), ("draw_fixed_noise", "noisy_gradient"), log)
+        MessageSpy(
+            psgd.PSGDSite(k, X, y, loss),
+            ("draw_fixed_noise", "noisy_gradient", "gop_gradient"),
+            log,
+        )
         for k, (X, y) in enumerate(data)
     ]
     psgd.coordinate(

@@ -1,5 +1,6 @@
-"""psgd: computeSlack (both branches, e^{ε/4}), GOP's σ* and its split over sites, β = ε/(2L),
-against hand arithmetic; the protocol converges to the GOP minimiser of its own noise."""
+"""psgd: the tight computeSlack (both branches, e^{ε/2}), GOP's σ* and its split over sites,
+β = ε/(2L), against hand arithmetic; the released model is the GOP minimiser of its own noise
+to the certified tolerance."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from service.dp.federated import federated_calibrate, federated_fit, psgd
 from service.dp.federated._common import RoundClock
 from service.dp.losses import LogisticLoss
-from service.dp.solvers import minimize_erm
+from service.dp.solvers import ConvergenceError, minimize_erm
 from service.dp.validation import PrivacyParameterError
 from tests.unit.dp.federated._data import make_sites, pooled
 
@@ -20,12 +21,13 @@ Q_4_005 = 9.487729036781154  # χ²_4 quantile at 0.95
 
 
 def test_no_slack_branch() -> None:
-    # N = 400 + 600, c/(Nλ) = 0.25/10 = 0.025; ε̃ = 1 − 2 ln 1.025 = 0.9506147748192572
+    # N = 400 + 600, c/(Nλ) = 0.25/10 = 0.025; tight Jacobian ln 1.025 = 0.0246926125903714
+    # ≤ ε/2, so Δ = 0 and ε̃ = 1 − ln 1.025 = 0.9753073874096286
     cal = federated_calibrate(
         "psgd", site_sizes=(400, 600), d=4, epsilon=1.0, delta=0.05, regularization=0.01
     )
     det = cal.details
-    eps_t = 0.9506147748192572
+    eps_t = 0.9753073874096286
     sigma = (math.sqrt(Q_4_005) + math.sqrt(Q_4_005 + 2 * eps_t)) / eps_t
     assert det["branch"] == "no_extra_regularization"
     assert det["Delta"] == 0.0
@@ -38,22 +40,22 @@ def test_no_slack_branch() -> None:
     assert [(c.epsilon, c.delta) for c in cal.site_costs] == [(1.0, 0.05)] * 2
 
 
-def test_slack_branch_uses_e_to_the_eps_over_4() -> None:
-    # N = 100, λ = 0.001: c/(Nλ) = 2.5, ε̃ = 0.5 − 2 ln 3.5 < 0, so
-    # Δ = c/(N(e^{ε/4} − 1)) − λ = 0.25/(100·0.13314845306682632) − 0.001 = 0.0177760348875046
-    # and ε̃ = ε/2 = 0.25 (seed 002's exp(c/4) would give 0.25/(100·0.0645) − 0.001 instead)
+def test_slack_branch_uses_e_to_the_eps_over_2() -> None:
+    # N = 100, λ = 0.001: c/(Nλ) = 2.5, ln 3.5 = 1.2528 > ε/2 = 0.25, so
+    # Δ = c/(N(e^{ε/2} − 1)) − λ = 0.25/(100·0.2840254166877415) − 0.001 = 0.0078020291604695
+    # and ε̃ = ε/2 = 0.25 (seed 002's computeSlack: e^{ε/4}, Δ = 0.0177760348875046)
     cal = federated_calibrate(
         "psgd", site_sizes=(50, 50), d=4, epsilon=0.5, delta=0.05, regularization=0.001
     )
     det = cal.details
     assert det["branch"] == "extra_regularization"
-    assert det["Delta"] == pytest.approx(0.0177760348875046, rel=1e-12)
-    assert det["epsilon_tilde"] == 0.25
-    assert det["effective_regularization"] == pytest.approx(0.0187760348875046, rel=1e-12)
+    assert det["Delta"] == pytest.approx(0.0078020291604695, rel=1e-12)
+    assert det["epsilon_tilde"] == pytest.approx(0.25, rel=1e-12)
+    assert det["effective_regularization"] == pytest.approx(0.0088020291604695, rel=1e-12)
     sigma = (math.sqrt(Q_4_005) + math.sqrt(Q_4_005 + 0.5)) / 0.25
     assert det["sigma_star"] == pytest.approx(sigma, rel=1e-10)
-    # the Jacobian part 2 ln(1 + c/(N(λ + Δ))) is exactly ε/2
-    assert 2 * math.log1p(0.25 / (100 * det["effective_regularization"])) == pytest.approx(0.25)
+    # the Jacobian part ln(1 + c/(N(λ + Δ))) is exactly ε/2
+    assert math.log1p(0.25 / (100 * det["effective_regularization"])) == pytest.approx(0.25)
 
 
 @pytest.mark.parametrize(
@@ -90,7 +92,10 @@ def test_huber_constant_and_schedule_details() -> None:
     assert det["beta"] == 1.0
     assert cal.rounds == 40
     assert any("secure sum" in note for note in cal.notes)
-    assert any("approximate minimiser" in note for note in cal.notes)
+    assert any("certifies the released model" in note for note in cal.notes)
+    assert det["certificate_tolerance"] == 1e-10
+    # ‖w − w_gop‖ ≤ τ/μ with μ = λ + Δ = 0.1 (Δ = 0: ln(1 + 2/(3·10⁶·0.1)) ≤ ε/2)
+    assert det["distance_to_gop_minimiser_bound"] == pytest.approx(1e-9)
 
 
 def test_delta_must_be_positive() -> None:
@@ -159,19 +164,30 @@ def _run_psgd(iterations: int, schedule: str, seed: int) -> tuple[float, float]:
     return float(np.linalg.norm(w - w_gop)), float(np.linalg.norm(w_gop - w_star))
 
 
-@pytest.mark.statistical
-@pytest.mark.parametrize("schedule", ["nesterov", "constant"])
-def test_converges_to_the_gop_minimiser_of_its_own_noise(schedule: str) -> None:
-    gap, gop_shift = _run_psgd(2000, schedule, seed=3)
-    assert gap < 0.1 * gop_shift
-    assert gap < 0.02
+@pytest.mark.parametrize("schedule", ["nesterov", "constant", "decreasing"])
+@pytest.mark.parametrize("iterations", [5, 20, 200])
+def test_released_model_is_the_gop_minimiser_within_the_certified_tolerance(
+    schedule: str, iterations: int
+) -> None:
+    # Few noisy rounds leave the tail average far from w_gop (the issue measured 1.6–4.5 at
+    # T = 5…50); the certification must close the gap to τ/μ whatever T and the schedule.
+    gap, gop_shift = _run_psgd(iterations, schedule, seed=3)
+    lam = 0.05  # Δ = 0 here: ln(1 + 0.25/50) ≤ ε/2, so μ = λ
+    # the released point has ‖∇J̃‖ ≤ 1e-10 and the reference minimiser ‖∇J̃‖ ≤ 1e-10(1 + ‖η‖/N)
+    assert gap <= (1e-10 + 1e-10 * (1 + gop_shift)) / lam + 1e-13
+    assert gop_shift > 1e-3  # the noise moved the minimiser: the comparison is not vacuous
 
 
-@pytest.mark.statistical
-def test_more_rounds_track_gop_more_closely() -> None:
-    short = np.mean([_run_psgd(100, "nesterov", seed=s)[0] for s in range(4)])
-    long = np.mean([_run_psgd(1600, "nesterov", seed=s)[0] for s in range(4)])
-    assert long < short / 2
+def test_certification_fails_the_job_when_the_certificate_is_not_reached() -> None:
+    def gradient(w: np.ndarray) -> np.ndarray:
+        out: np.ndarray = 2.0 * (w - 1.0)
+        return out
+
+    start = np.zeros(3)
+    with pytest.raises(ConvergenceError, match="could not certify"):
+        psgd.certify(gradient, start, strong_convexity=2.0, smoothness=2.0, max_rounds=1)
+    w = psgd.certify(gradient, start, strong_convexity=2.0, smoothness=2.0, max_rounds=5)
+    assert np.linalg.norm(gradient(w)) <= 1e-10
 
 
 def test_fit_releases_a_model_on_the_grid() -> None:

@@ -1,0 +1,152 @@
+"""schemathesis' stateful phase: chains of operations linked by the OpenAPI document's `links`.
+
+A site with a real dataset, a fitted model and a study exists before the run, so the list
+operations hand real ids to the linked ones: fits (with generated, often extreme parameters)
+run on a real dataset, jobs are followed, models predict and export, studies take
+contributions and aggregations. Every response must conform to the document and nothing may
+be a 5xx; a refused request must leave the ledger as it was (checked at the end).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import schemathesis
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck
+from hypothesis import settings as hypothesis_settings
+from schemathesis.core.transport import Response
+
+from service.main import create_app
+from service.settings import Settings
+from tests.api.conftest import FuzzKeys
+from tests.api.test_fuzz import CHECKS, _httpx_kwargs, schema
+from tests.conftest import ADMIN_KEY
+
+pytestmark = pytest.mark.slow
+
+STEPS = int(os.environ.get("PRIVFIT_FUZZ_STATEFUL_EXAMPLES", "25"))
+
+HEADER = "age,colour,income,outcome"
+ROWS = [
+    f"{20 + i % 60},{['red', 'green'][i % 2]},{(i * 37) % 1000},{['yes', 'no'][i % 3 == 0]}"
+    for i in range(80)
+]
+SPEC = {
+    "name": "stateful",
+    "label": {"column": "outcome", "positive": "yes", "negative": "no"},
+    "features": [
+        {"column": "age", "type": "numeric", "lower": 18, "upper": 90},
+        {"column": "colour", "type": "categorical", "categories": ["red", "green"]},
+        {"column": "income", "type": "numeric", "lower": 0, "upper": 1000},
+    ],
+    "budget": {"epsilon": 10.0, "delta": 1e-5},
+}
+
+
+class _Machine(schema.as_state_machine()):  # type: ignore[misc]
+    """Each scenario starts from the same fresh world (so Hypothesis can replay it): a new
+    database copied from the migrated template, a site with a dataset and a fitted model, a
+    study with a second member."""
+
+    template: Path
+    folder: Path
+    settings: Settings
+    calls: list[tuple[str, int]]
+
+    def setup(self) -> None:
+        database = self.folder / f"scenario-{uuid.uuid4().hex}.db"
+        shutil.copyfile(self.template, database)
+        settings = self.settings.model_copy(update={"database_url": f"sqlite:///{database}"})
+        self._client_context = TestClient(create_app(settings))
+        self.client = self._client_context.__enter__()
+        self.keys = _world(self.client)
+
+    def teardown(self) -> None:
+        self._client_context.__exit__(None, None, None)
+
+    def call(self, case: schemathesis.Case[Any], **kwargs: Any) -> Any:
+        headers = self.keys.for_operation(case.operation.definition.raw)
+        transport = case.as_transport_kwargs(base_url="http://testserver", headers=headers)
+        response = self.client.request(
+            transport.pop("method"), transport.pop("url"), **_httpx_kwargs(transport)
+        )
+        response.request.read()
+        self.calls.append((case.operation.definition.raw["operationId"], response.status_code))
+        return Response.from_any(response)
+
+    def validate_response(self, response: Any, case: schemathesis.Case[Any], **kwargs: Any) -> None:
+        case.validate_response(response, checks=CHECKS)
+
+
+def _world(client: TestClient) -> FuzzKeys:
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+    def site(name: str) -> dict[str, Any]:
+        created = client.post("/v1/sites", json={"name": name}, headers=admin)
+        assert created.status_code == 201, created.text
+        body: dict[str, Any] = created.json()
+        return body
+
+    owner, member = site("fuzz site"), site("fuzz member")
+    keys = FuzzKeys(admin, {"Authorization": f"Bearer {owner['key']['api_key']}"})
+    upload = client.post(
+        "/v1/datasets",
+        files={
+            "file": ("s.csv", ("\n".join([HEADER, *ROWS]) + "\n").encode(), "text/csv"),
+            "spec": (None, json.dumps(SPEC)),
+        },
+        headers=keys.site,
+    )
+    assert upload.status_code == 201, upload.text
+    fit = client.post(
+        f"/v1/datasets/{upload.json()['id']}/fits",
+        json={"mechanism": "objective_perturbation", "epsilon": 1.0, "regularization": 0.01},
+        headers={**keys.site, "Prefer": "wait=60"},
+    )
+    assert fit.status_code == 201, fit.text
+    study = client.post(
+        "/v1/studies",
+        json={
+            "name": "stateful study",
+            "members": [member["site"]["id"]],
+            "spec": {"label": SPEC["label"], "features": SPEC["features"]},
+        },
+        headers=keys.site,
+    )
+    assert study.status_code == 201, study.text
+    return keys
+
+
+def test_linked_operations_conform_and_reach_the_core(
+    settings: Settings, sqlite_template: Path, tmp_path: Path
+) -> None:
+    _Machine.template, _Machine.folder, _Machine.settings = sqlite_template, tmp_path, settings
+    _Machine.calls = []
+    _Machine.run(
+        settings=hypothesis_settings(
+            max_examples=STEPS,
+            stateful_step_count=6,
+            deadline=None,
+            derandomize=True,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        )
+    )
+    # An operation "reached" with a real id: answered with anything but 404 (or a 5xx).
+    reached = {operation for operation, status in _Machine.calls if status not in (404, 500)}
+    # The chains got past the first hop into the core of the API.
+    assert "fits-create_fit" in reached, sorted(reached)
+    assert {"models-predict", "models-export_model", "models-get_model"} & reached
+    assert {
+        "studies-get_study",
+        "studies-add_contribution",
+        "studies-create_aggregation",
+        "studies-create_federated_fit",
+    } & reached, sorted(reached)
