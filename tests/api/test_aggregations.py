@@ -42,6 +42,13 @@ from tests.conftest import MakeSite, SiteHandle
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
+
 W1 = [0.5, -1.0, 0.25, 0.0, 2.0]
 W2 = [1.5, 1.0, -0.25, 1.0, -2.0]
 W3 = [-4.0, 0.0, 0.0, 8.0, 1.0]

@@ -46,6 +46,13 @@ from tests.unit.jobs._flow import (
     wait_job,
 )
 
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
+
 PROBLEM_JSON = "application/problem+json"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
 #: Appears in every injected failure's message, next to a real data value: neither may leak.
@@ -427,10 +434,6 @@ def test_an_idempotency_key_that_is_too_long_is_422(client: TestClient, site: Si
 
 class TestConcurrentRetries:
     """Identical requests racing with one key: one job, one charge (on both backends)."""
-
-    @pytest.fixture
-    def db_url(self, any_db_url: str) -> str:
-        return any_db_url
 
     def test_racing_retries_share_one_job_and_one_charge(
         self, app: FastAPI, client: TestClient, site: SiteHandle
