@@ -5,7 +5,8 @@
   imports FastAPI or Starlette;
 * only ``service.db`` imports SQLAlchemy or Alembic (all SQL lives there);
 * ``service.domain`` and ``service.db`` never import ``service.api``; ``service.db`` never imports
-  ``service.domain`` use cases (only the plain ``service.domain.errors``).
+  ``service.domain`` use cases (only the plain ``service.domain.errors``);
+* no import circles among ``service`` modules (lazy imports included).
 """
 
 from __future__ import annotations
@@ -160,3 +161,77 @@ def test_dp_package_is_checked() -> None:
     """Guard against the rules silently checking nothing."""
     dp_files = [p for p in service_files() if in_package(module_name(p), "service.dp")]
     assert len(dp_files) >= 3
+
+
+# --- no import circles ------------------------------------------------------------------------
+
+
+def import_graph(root: Path = ROOT) -> dict[str, set[str]]:
+    """Module → the ``service`` modules it imports anywhere in its source (lazy imports inside
+    functions included: they hide a circle rather than remove it). ``from package import name``
+    counts as importing ``package.name`` when that is a module, else ``package``. A package's
+    modules importing the package's own ``__init__`` (which only hands names on) are not
+    edges: Python runs a package's ``__init__`` before its modules anyway."""
+    modules = {module_name(path, root): path for path in service_files(root)}
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        targets: set[str] = set()
+        for name, _line in imports_of(path, root):
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name and name != module and not in_package(module, name):
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def import_circles(root: Path = ROOT) -> list[list[str]]:
+    """Every import circle among ``service`` modules (strongly connected components of more
+    than one module, or a module importing itself), each sorted; Tarjan's algorithm."""
+    graph = import_graph(root)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(circles)
+
+
+def test_no_import_circles_in_service() -> None:
+    assert import_circles() == []
+
+
+def test_an_import_circle_is_caught_also_through_a_lazy_import(tmp_path: Path) -> None:
+    package = tmp_path / "service" / "domain"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "jobs.py").write_text("def handlers():\n    from service.domain import fits\n")
+    (package / "fits.py").write_text("from service.domain.jobs import handlers\n")
+    (package / "other.py").write_text("from service.domain import fits\n")
+    assert import_circles(tmp_path) == [["service.domain.fits", "service.domain.jobs"]]
+    assert import_graph(tmp_path)["service.domain.other"] == {"service.domain.fits"}

@@ -17,6 +17,7 @@ from service.domain.audit import AuditContext
 from service.domain.auth import authenticate
 from service.domain.errors import AuthenticationError
 from service.domain.ids import MAX_IDEMPOTENCY_KEY_LENGTH
+from service.domain.jobs import JobScheduler
 from service.domain.keys import parse_prefix
 from service.domain.principal import Principal
 from service.settings import Settings
@@ -30,6 +31,7 @@ __all__ = [
     "IdempotencyKey",
     "PreferWait",
     "PrincipalDep",
+    "RunnerDep",
     "SettingsDep",
     "SiteDep",
     "UowDep",
@@ -64,6 +66,12 @@ async def get_uow(request: Request) -> UnitOfWork:
     return factory()
 
 
+async def get_job_runner(request: Request) -> JobScheduler:
+    """The app's job runner (set at start-up; a test may replace it)."""
+    runner: JobScheduler = request.app.state.job_runner
+    return runner
+
+
 async def get_audit_context(request: Request) -> AuditContext:
     """Request id and client address for audit events."""
     request_id = getattr(request.state, "request_id", None)
@@ -75,6 +83,7 @@ async def get_audit_context(request: Request) -> AuditContext:
 SettingsDep = Annotated[Settings, Depends(get_settings_from_app)]
 UowDep = Annotated[UnitOfWork, Depends(get_uow)]
 AuditContextDep = Annotated[AuditContext, Depends(get_audit_context)]
+RunnerDep = Annotated[JobScheduler, Depends(get_job_runner)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 
 

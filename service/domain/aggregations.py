@@ -12,11 +12,12 @@ two inputs were fitted on the same dataset), labels an uploaded classifier's gua
 uploader's declared claim, and, when any input has no DP guarantee, says plainly that the
 average has none. Stacked models are not one weight vector: averaging them is a 422.
 
-``feature`` and ``transfer`` fit a DP model on one of the coordinator's own datasets: the
-request is checked, the dataset charged and the job queued in one transaction, and the job
-runs on the job runner like a single-dataset fit (:func:`run_aggregation_job`, dispatched by
-:func:`service.domain.jobs.execute_job`): progress, cancellation, recovery and the ledger rules
-are the same.
+``feature`` and ``transfer`` fit a DP model on one of the coordinator's own datasets: they are
+charged jobs (:func:`service.domain.charged_jobs.submit_charged_job`: the request is checked,
+the dataset charged and the job queued in one transaction, ``Idempotency-Key`` honoured), and
+the job runs on the job runner like a single-dataset fit (:func:`run_aggregation_job`,
+registered in :mod:`service.jobs.worker`): progress, cancellation, recovery, the release guard
+and the ledger rules are the same. :func:`quote_aggregation` is the dry run of all three.
 """
 
 from __future__ import annotations
@@ -31,10 +32,19 @@ from typing import Any
 import numpy as np
 
 from service.db.base import utcnow
-from service.db.models import Job, Model, Study, new_id
+from service.db.errors import IntegrityConflictError
+from service.db.models import Dataset, Job, Model, Study, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import audit, budgets
 from service.domain.audit import AuditContext
+from service.domain.charged_jobs import (
+    DatasetCharge,
+    JobDraft,
+    Pricing,
+    SubmittedJob,
+    replayed_job,
+    submit_charged_job,
+)
 from service.domain.datasets import load_design
 from service.domain.errors import (
     ConflictError,
@@ -42,13 +52,21 @@ from service.domain.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
-from service.domain.ids import looks_like_id, refuse_duplicates
-from service.domain.jobs import ClaimedJob, JobContext, JobScheduler
+from service.domain.ids import check_idempotency_key, looks_like_id, refuse_duplicates
+from service.domain.jobs import (
+    ClaimedJob,
+    JobContext,
+    JobScheduler,
+    JobView,
+    Release,
+    charged_amounts,
+)
 from service.domain.principal import Principal
 from service.domain.privacy_record import (
     NEIGHBOURING,
     RECORD_VERSION,
     UNVERIFIED_NOTE,
+    charged_line,
     json_safe,
     software_version,
 )
@@ -73,12 +91,14 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "AGGREGATION_METHODS",
     "PST_H_WITHIN_JOB",
+    "AggregationQuote",
     "AggregationRequest",
     "FeatureRequest",
     "TransferRequest",
-    "aggregate",
+    "average",
     "average_privacy_record",
     "feature",
+    "quote_aggregation",
     "run_aggregation_job",
     "transfer",
     "transfer_privacy_record",
@@ -287,83 +307,112 @@ def _average(inputs: Sequence[_Input], weights: Sequence[float] | None) -> tuple
     return pi, coef
 
 
-def aggregate(
+def average(
     uow: UnitOfWork,
     *,
     study_id: str,
     request: AggregationRequest,
     actor: Principal,
     context: AuditContext,
-) -> Job:
-    """Run an aggregation for the study's coordinator; returns its (finished) job.
+    idempotency_key: str | None = None,
+) -> SubmittedJob:
+    """Average the study's contributed models (the one uncharged aggregation method: it reads
+    no data, so it is post-processing of released models) for the study's coordinator;
+    returns its job, finished in the same transaction that created it.
 
     404 for a study the caller is not in, 403 for a member that is not the coordinator, 422
-    for an unknown method, no or foreign models, bad weights or stacked models.
+    for an unknown method, no or foreign models, bad weights or stacked models. A retry with
+    the same ``Idempotency-Key`` gets the first request's job (one result, not two).
     """
     site_id = actor.require_site()
+    check_idempotency_key(idempotency_key)
     if request.method != "average":
         raise InvalidInputError(f"unknown aggregation method {request.method!r}")
-    with uow:
-        study = visible_study(uow, study_id, actor)
-        if study.coordinator_site_id != site_id:
-            raise PermissionDeniedError("only the study's coordinator can run aggregations")
-        inputs = _select_inputs(uow, study, request.models)
-        pi, coef = _average(inputs, request.weights)
-        now = utcnow()
-        job_id, model_id = new_id(), new_id()
-        entries = [_input_entry(item, float(w)) for item, w in zip(inputs, pi, strict=True)]
-        record = average_privacy_record(entries, job_id=job_id, study_id=study.id)
-        losses = {i.model.loss for i in inputs}
-        uow.jobs.add(
-            Job(
-                id=job_id,
-                owner_site_id=site_id,
-                kind="aggregate",
-                dataset_id=None,
-                params=json_safe(
-                    {
-                        "method": request.method,
-                        "study_id": study.id,
-                        "models": [i.model.id for i in inputs],
-                        "weights": [float(w) for w in pi],
-                    }
-                ),
-                status="succeeded",
-                progress=1.0,
-                attempt=1,
-                model_id=model_id,
-                created_at=now,
-                started_at=now,
-                finished_at=now,
+    try:
+        with uow:
+            study = visible_study(uow, study_id, actor)
+            if study.coordinator_site_id != site_id:
+                raise PermissionDeniedError("only the study's coordinator can run aggregations")
+            inputs = _select_inputs(uow, study, request.models)
+            pi, coef = _average(inputs, request.weights)
+            params = json_safe(
+                {
+                    "method": request.method,
+                    "study_id": study.id,
+                    "models": [i.model.id for i in inputs],
+                    "weights": [float(w) for w in pi],
+                }
             )
-        )
-        uow.models.add(
-            StudyFacts.of(study).model(
-                model_id=model_id,
-                owner_site_id=site_id,
-                job_id=job_id,
-                name=request.name,
-                source="aggregate",
-                mechanism=request.method,
-                loss=losses.pop() if len(losses) == 1 else "other",
-                body={"kind": "linear", "coef": [float(v) for v in coef]},
-                privacy=record,
+            if idempotency_key is not None:
+                found = replayed_job(
+                    uow,
+                    owner=site_id,
+                    key=idempotency_key,
+                    kind="aggregate",
+                    dataset_id=None,
+                    params=params,
+                )
+                if found is not None:
+                    return SubmittedJob(view=JobView(found, ()), created=False)
+            now = utcnow()
+            job_id, model_id = new_id(), new_id()
+            entries = [_input_entry(item, float(w)) for item, w in zip(inputs, pi, strict=True)]
+            record = average_privacy_record(entries, job_id=job_id, study_id=study.id)
+            losses = {i.model.loss for i in inputs}
+            job = uow.jobs.add(
+                Job(
+                    id=job_id,
+                    owner_site_id=site_id,
+                    kind="aggregate",
+                    dataset_id=None,
+                    params=params,
+                    status="succeeded",
+                    progress=1.0,
+                    attempt=1,
+                    model_id=model_id,
+                    idempotency_key=idempotency_key,
+                    created_at=now,
+                    started_at=now,
+                    finished_at=now,
+                )
             )
-        )
-        _mark_used(uow, inputs, now)
-        audit.record(
-            uow,
-            action="study.aggregated",
-            actor=actor,
-            context=context,
-            subject_type="study",
-            subject_id=study.id,
-            details={"job_id": job_id, "model_id": model_id, "method": request.method},
-        )
-        uow.commit()
-        job = uow.jobs.get(job_id)
-        assert job is not None
-        return job
+            uow.models.add(
+                StudyFacts.of(study).model(
+                    model_id=model_id,
+                    owner_site_id=site_id,
+                    job_id=job_id,
+                    name=request.name,
+                    source="aggregate",
+                    mechanism=request.method,
+                    loss=losses.pop() if len(losses) == 1 else "other",
+                    body={"kind": "linear", "coef": [float(v) for v in coef]},
+                    privacy=record,
+                )
+            )
+            _mark_used(uow, inputs, now)
+            audit.record(
+                uow,
+                action="study.aggregated",
+                actor=actor,
+                context=context,
+                subject_type="study",
+                subject_id=study.id,
+                details={"job_id": job_id, "model_id": model_id, "method": request.method},
+            )
+            uow.commit()
+            return SubmittedJob(view=JobView(job, ()), created=True)  # nothing charged
+    except IntegrityConflictError:
+        if idempotency_key is None:
+            raise
+        with uow:  # a concurrent request with the same key committed first
+            found = uow.jobs.get_by_idempotency_key(
+                owner_site_id=site_id, idempotency_key=idempotency_key
+            )
+            if found is None:
+                raise ConflictError(
+                    "a request with this Idempotency-Key is being processed; retry"
+                ) from None
+            return SubmittedJob(view=JobView(found, ()), created=False)
 
 
 # --- transfer ------------------------------------------------------------------------------
@@ -455,6 +504,7 @@ def transfer_privacy_record(
     randomness: Randomness,
     job_id: str,
     study_id: str,
+    charged: Mapping[str, tuple[float, float]],
     method: str = "transfer",
     role: str = "target",
     base_mechanism: str = "objective_perturbation",
@@ -464,7 +514,10 @@ def transfer_privacy_record(
     """The record of a transfer (or feature) fit: DP for the target (or holdout) dataset by
     this job, composed
     sequentially with any source model fitted on the same dataset; the sources' own
-    guarantees for their datasets; a plain "no DP" when a source has none."""
+    guarantees for their datasets; a plain "no DP" when a source has none. ``epsilon`` and
+    ``delta`` are what the run spent on the target; ``charged`` is the ledger's charge for the
+    job (its "charged" figures come from there, never from the job's params)."""
+    charged_epsilon, charged_delta = charged.get(target_id, (0.0, 0.0))
     per_dataset = _compose_sources(sources)
     target = per_dataset.pop(target_id, None)
     target_slot: dict[str, Any] = {
@@ -472,7 +525,7 @@ def transfer_privacy_record(
         "site_id": target_site_id,
         "epsilon": epsilon + (target["epsilon"] if target else 0.0),
         "delta": delta + (target["delta"] if target else 0.0),
-        "charged_by_this_job": {"epsilon": epsilon, "delta": delta},
+        "charged_by_this_job": {"epsilon": charged_epsilon, "delta": charged_delta},
         "models": list(target["models"]) if target else [],
         "guarantee": "differential_privacy",
         "verified": True,
@@ -534,7 +587,7 @@ def transfer_privacy_record(
             "note": f"numbers that depend on the {role} dataset's size are not shown to the "
             "study's other members",
         },
-        "charged": f"ε = {epsilon:g}, δ = {delta:g} to the {role} dataset {target_id}",
+        "charged": charged_line(charged, role=role),
         "composition": {
             "within_job": within_job
             or "objective perturbation on the target dataset with the regulariser "
@@ -855,21 +908,20 @@ _CHARGED_METHODS: Mapping[str, Callable[[Mapping[str, Any]], _ChargedFit]] = {
 }
 
 
-def _submit_charged_fit(
-    uow: UnitOfWork,
-    *,
+def _charged_draft(
     study_id: str,
     spec: _ChargedFit,
     dataset_id: str,
     source_models: Sequence[str] | None,
     params: Mapping[str, Any],
     actor: Principal,
-    context: AuditContext,
-    runner: JobScheduler,
-) -> Job:
-    """Check, charge and commit a queued job, then hand it to the runner (see :func:`transfer`)."""
-    site_id = actor.require_site()
-    with uow:
+) -> Callable[[UnitOfWork], JobDraft]:
+    """The job of a charged aggregation (see :func:`transfer`): the coordinator, the source
+    models, its own dataset whose spec matches the study's; priced by ``spec``'s calibration
+    on the dataset's public n and d, charged to that dataset."""
+
+    def draft(uow: UnitOfWork) -> JobDraft:
+        site_id = actor.require_site()
         study = visible_study(uow, study_id, actor)
         if study.coordinator_site_id != site_id:
             raise PermissionDeniedError("only the study's coordinator can run aggregations")
@@ -885,72 +937,67 @@ def _submit_charged_fit(
             f"{spec.role} dataset",
             field=spec.field,
         )
-        try:
-            calibration = spec.calibrate(
-                max(int(dataset.n_rows), 1), int(dataset.n_features), len(inputs)
+
+        def price() -> Pricing:
+            calibration = _calibrate_charged(spec, dataset, len(inputs))
+            return Pricing(
+                mechanism=spec.method,
+                charges=[
+                    DatasetCharge(
+                        dataset_id=dataset.id,
+                        owner_site_id=site_id,
+                        epsilon=calibration.epsilon,
+                        delta=calibration.delta,
+                    )
+                ],
+                audit_action="study.aggregated",
+                audit_subject=("study", study.id),
+                audit_details={"method": spec.method, "dataset_id": dataset.id},
+                used_contributions=[i.contribution_id for i in inputs],
+                calibration=calibration,
             )
-        except (ValueError, ArithmeticError, MemoryError) as exc:
-            raise InvalidInputError(
-                f"invalid {spec.method} parameters: {exc}",
-                errors=[{"loc": ["body"], "msg": str(exc)}],
-            ) from exc
-        check_calibration(
-            epsilon=calibration.epsilon,
-            delta=calibration.delta,
-            details=calibration.details,
-            noise_norm=calibration.expected_noise_norm,
-        )
-        now = utcnow()
-        job = uow.jobs.add(
-            Job(
-                id=new_id(),
-                owner_site_id=site_id,
-                kind="aggregate",
-                dataset_id=dataset.id,
-                params=json_safe(
-                    {
-                        **params,
-                        "method": spec.method,
-                        "study_id": study.id,
-                        "source_models": [i.model.id for i in inputs],
-                        spec.field: dataset.id,
-                    }
-                ),
-                status="queued",
-                created_at=now,
-            )
-        )
-        budgets.charge(
-            uow,
+
+        return JobDraft(
+            kind="aggregate",
             dataset_id=dataset.id,
-            epsilon=calibration.epsilon,
-            delta=calibration.delta,
-            mechanism=spec.method,
-            job_id=job.id,
+            params={
+                **params,
+                "method": spec.method,
+                "study_id": study.id,
+                "source_models": [i.model.id for i in inputs],
+                spec.field: dataset.id,
+            },
+            price=price,
         )
-        _mark_used(uow, inputs, now)
-        audit.record(
-            uow,
-            action="study.aggregated",
-            actor=actor,
-            context=context,
-            subject_type="study",
-            subject_id=study.id,
-            details={"job_id": job.id, "method": spec.method, "dataset_id": dataset.id},
-        )
-        uow.commit()  # the charge is committed before any noise is drawn
+
+    return draft
+
+
+def _calibrate_charged(spec: _ChargedFit, dataset: Dataset, k: int) -> Calibration:
+    """``spec``'s calibration on the dataset's public size; 422 for parameters it refuses."""
     try:
-        runner.submit(job.id)
-    except Exception:
-        logger.exception("job %s stays queued: the runner did not accept it", job.id)
-    return job
+        calibration = spec.calibrate(max(int(dataset.n_rows), 1), int(dataset.n_features), k)
+    except (ValueError, ArithmeticError, MemoryError) as exc:
+        raise InvalidInputError(
+            f"invalid {spec.method} parameters: {exc}",
+            errors=[{"loc": ["body"], "msg": str(exc)}],
+        ) from exc
+    check_calibration(
+        epsilon=calibration.epsilon,
+        delta=calibration.delta,
+        details=calibration.details,
+        noise_norm=calibration.expected_noise_norm,
+    )
+    return calibration
 
 
 def run_aggregation_job(
     uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext
-) -> Model:
+) -> Release:
     """The worker's half of ``feature`` and ``transfer``: read the source models and the
-    coordinator's dataset, fit, and return the model with its privacy record."""
+    coordinator's dataset, fit, and return the model with its privacy record. Spent: the
+    (ε, δ) the fit reports on the coordinator's dataset (the sources are post-processed
+    models: reading them spends nothing)."""
     params = job.params
     spec = _CHARGED_METHODS[str(params["method"])](params)
     dataset_id = str(params[spec.field])
@@ -983,6 +1030,7 @@ def run_aggregation_job(
         target_site_id=target_site,
         epsilon=result.epsilon,
         delta=result.delta,
+        charged=charged_amounts(job),
         calibration=result.details,
         randomness=context.randomness,
         job_id=job.id,
@@ -992,7 +1040,7 @@ def run_aggregation_job(
         base_mechanism=spec.base_mechanism,
         within_job=spec.within_job,
     )
-    return facts.model(
+    model = facts.model(
         owner_site_id=job.owner_site_id,
         job_id=job.id,
         name=params.get("name"),
@@ -1003,6 +1051,7 @@ def run_aggregation_job(
         privacy=record,
         dataset_id=dataset_id,
     )
+    return Release(model=model, spent={dataset_id: (float(result.epsilon), float(result.delta))})
 
 
 def transfer(
@@ -1013,8 +1062,10 @@ def transfer(
     actor: Principal,
     context: AuditContext,
     runner: JobScheduler,
-) -> Job:
-    """Hypothesis transfer for the study's coordinator; returns the queued job.
+    idempotency_key: str | None = None,
+) -> SubmittedJob:
+    """Hypothesis transfer for the study's coordinator; returns the queued job (a charged job:
+    :func:`service.domain.charged_jobs.submit_charged_job`, ``Idempotency-Key`` included).
 
     Everything that needs no data is checked before anything is spent: 404 for a study the
     caller is not in or a target dataset it does not own, 403 for a member that is not the
@@ -1028,6 +1079,21 @@ def transfer(
     groups or importance weights are 422 before anything is charged); ε is still the whole
     cost charged to the target (:data:`PST_H_WITHIN_JOB`).
     """
+    return submit_charged_job(
+        uow,
+        actor=actor,
+        draft=_transfer_draft(uow, study_id, request, actor),
+        runner=runner,
+        idempotency_key=idempotency_key,
+        context=context,
+    )
+
+
+def _transfer_draft(
+    uow: UnitOfWork, study_id: str, request: TransferRequest, actor: Principal
+) -> Callable[[UnitOfWork], JobDraft]:
+    """:func:`transfer`'s job: the parameters (PST-H's groups resolved on the study's public
+    features) and its :func:`_charged_draft`."""
     params: dict[str, Any] = {
         "epsilon": request.epsilon,
         "delta": 0.0,
@@ -1062,16 +1128,13 @@ def transfer(
             meta_features=request.meta_features or "sigmoid",
         )
         _check_group_budgets(importance, len(groups), request.epsilon)
-    return _submit_charged_fit(
-        uow,
-        study_id=study_id,
-        spec=_transfer_spec(params),
-        dataset_id=request.target_dataset_id,
-        source_models=request.source_models,
-        params=params,
-        actor=actor,
-        context=context,
-        runner=runner,
+    return _charged_draft(
+        study_id,
+        _transfer_spec(params),
+        request.target_dataset_id,
+        request.source_models,
+        params,
+        actor,
     )
 
 
@@ -1083,10 +1146,25 @@ def feature(
     actor: Principal,
     context: AuditContext,
     runner: JobScheduler,
-) -> Job:
+    idempotency_key: str | None = None,
+) -> SubmittedJob:
     """The feature method (seed 000 Alg. 5) for the study's coordinator: a DP meta-level fit
     on its own holdout dataset, charged to it; same checks, ledger order and job handling as
     :func:`transfer`. The meta-features' scale comes from the public site models only."""
+    return submit_charged_job(
+        uow,
+        actor=actor,
+        draft=_feature_draft(study_id, request, actor),
+        runner=runner,
+        idempotency_key=idempotency_key,
+        context=context,
+    )
+
+
+def _feature_draft(
+    study_id: str, request: FeatureRequest, actor: Principal
+) -> Callable[[UnitOfWork], JobDraft]:
+    """:func:`feature`'s job: its checked parameters and its :func:`_charged_draft`."""
     if request.meta_features not in META_FEATURE_KINDS:
         raise InvalidInputError(f"meta_features must be one of {', '.join(META_FEATURE_KINDS)}")
     if request.mechanism not in FEATURE_MECHANISMS:
@@ -1102,16 +1180,85 @@ def feature(
         "loss": request.loss,
         "name": request.name,
     }
-    return _submit_charged_fit(
-        uow,
-        study_id=study_id,
-        spec=_feature_spec(params),
-        dataset_id=request.holdout_dataset_id,
-        source_models=request.source_models,
-        params=params,
-        actor=actor,
-        context=context,
-        runner=runner,
+    return _charged_draft(
+        study_id,
+        _feature_spec(params),
+        request.holdout_dataset_id,
+        request.source_models,
+        params,
+        actor,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class AggregationQuote:
+    """What an aggregation would spend (a dry run): the cost charged to the coordinator's
+    dataset (nothing for ``average``), the calibration and that dataset's remaining budget."""
+
+    method: str
+    dataset_id: str | None
+    epsilon: float
+    delta: float
+    expected_noise_norm: float | None
+    composition: str
+    calibration: dict[str, Any]
+    remaining_epsilon: float | None
+    remaining_delta: float | None
+
+
+def quote_aggregation(
+    uow: UnitOfWork,
+    *,
+    study_id: str,
+    request: AggregationRequest | TransferRequest | FeatureRequest,
+    actor: Principal,
+) -> AggregationQuote:
+    """The dry run of an aggregation: every check of the real request (the same 404, 403 and
+    422), the cost and the calibration, from public quantities; spends and writes nothing."""
+    if isinstance(request, AggregationRequest):
+        site_id = actor.require_site()
+        if request.method != "average":
+            raise InvalidInputError(f"unknown aggregation method {request.method!r}")
+        with uow:
+            study = visible_study(uow, study_id, actor)
+            if study.coordinator_site_id != site_id:
+                raise PermissionDeniedError("only the study's coordinator can run aggregations")
+            _average(_select_inputs(uow, study, request.models), request.weights)
+        return AggregationQuote(
+            method="average",
+            dataset_id=None,
+            epsilon=0.0,
+            delta=0.0,
+            expected_noise_norm=None,
+            composition="averaging released models is post-processing and reads no data",
+            calibration={},
+            remaining_epsilon=None,
+            remaining_delta=None,
+        )
+    draft = (
+        _transfer_draft(uow, study_id, request, actor)
+        if isinstance(request, TransferRequest)
+        else _feature_draft(study_id, request, actor)
+    )
+    with uow:
+        drafted = draft(uow)
+        pricing = drafted.price()
+        assert drafted.dataset_id is not None  # a charged aggregation has its dataset
+        dataset = uow.datasets.get(drafted.dataset_id)
+        assert dataset is not None
+        remaining_epsilon, remaining_delta = budgets.remaining(dataset)
+    calibration = pricing.calibration
+    assert calibration is not None
+    return AggregationQuote(
+        method=pricing.mechanism,
+        dataset_id=drafted.dataset_id,
+        epsilon=float(calibration.epsilon),
+        delta=float(calibration.delta),
+        expected_noise_norm=calibration.expected_noise_norm,
+        composition=calibration.composition,
+        calibration=json_safe(dict(calibration.details)),
+        remaining_epsilon=remaining_epsilon,
+        remaining_delta=remaining_delta,
     )
 
 

@@ -41,6 +41,7 @@ from service.db.errors import IntegrityConflictError
 from service.db.models import Dataset, LedgerCharge
 from service.db.uow import UnitOfWork
 from service.domain.errors import BudgetExhaustedError, ConflictError, NotFoundError
+from service.domain.ids import MAX_IDEMPOTENCY_KEY_LENGTH
 from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
 
 __all__ = [
@@ -58,7 +59,6 @@ __all__ = [
 ]
 
 MAX_MECHANISM_LENGTH = 64
-MAX_IDEMPOTENCY_KEY_LENGTH = 255
 
 
 class DatasetDeletedError(ConflictError):

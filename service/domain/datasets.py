@@ -159,8 +159,16 @@ def _visible(uow: UnitOfWork, dataset_id: str, actor: Principal) -> Dataset:
 
 
 def get_owned_dataset(uow: UnitOfWork, *, dataset_id: str, actor: Principal) -> Dataset:
-    """Inside an open ``with uow:``: the dataset if ``actor`` may see it, else NotFound."""
-    return _visible(uow, dataset_id, actor)
+    """Inside an open ``with uow:``: the dataset if ``actor``'s site owns it, else NotFound
+    (the admin, who owns no dataset, is refused with 403: it may read datasets but never
+    charge or fit them)."""
+    owner = actor.require_site()
+    if not looks_like_id(dataset_id):
+        raise NotFoundError("dataset")
+    dataset = uow.datasets.get(dataset_id)
+    if dataset is None or dataset.owner_site_id != owner:
+        raise NotFoundError("dataset")
+    return dataset
 
 
 def get_dataset(uow: UnitOfWork, *, dataset_id: str, actor: Principal) -> Dataset:

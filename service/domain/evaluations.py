@@ -29,11 +29,11 @@ from service.db.models import Evaluation as EvaluationRow
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import budgets
 from service.domain.audit import AuditContext
-from service.domain.charged_jobs import ChargedJob, SubmittedJob, existing_job, submit_charged_job
+from service.domain.charged_single import ChargedJob, SubmittedJob, existing_job, submit_charged_job
 from service.domain.datasets import get_owned_dataset, read_design
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.ids import check_idempotency_key, looks_like_id
-from service.domain.jobs import ClaimedJob, JobContext, JobScheduler, job_view
+from service.domain.jobs import ClaimedJob, JobContext, JobScheduler, Release, job_view
 from service.domain.models import get_model
 from service.domain.principal import Principal
 from service.domain.privacy_record import json_safe, software_version
@@ -200,7 +200,7 @@ def submit_evaluation(
 
 def run_evaluation_job(
     uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext
-) -> EvaluationRow:
+) -> Release:
     """The worker: score the dataset with the model and release the ε-DP evaluation."""
     params = job.params
     row = job.dataset
@@ -247,7 +247,7 @@ def run_evaluation_job(
         "warnings": warnings,
         "software_version": software_version(),
     }
-    return EvaluationRow(
+    evaluation = EvaluationRow(
         id=job.id,
         owner_site_id=job.owner_site_id,
         model_id=str(params["model_id"]),
@@ -256,6 +256,9 @@ def run_evaluation_job(
         result=json_safe(result.to_dict()),
         privacy=json_safe(record),
     )
+    # What the release spent: the two halves of ε (counts and score histograms), δ = 0.
+    spent = float(sum(result.epsilon_split.values()))
+    return Release(model=evaluation, spent={row.id: (spent, 0.0)})
 
 
 def _visible(row: EvaluationRow | None, actor: Principal) -> EvaluationRow:

@@ -29,31 +29,40 @@ neighbours), and the calibration is part of the released model's privacy record.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from service.db.base import utcnow
-from service.db.errors import IntegrityConflictError
-from service.db.models import Dataset, Job, Model, Study, StudyContribution, new_id
+from service.db.models import Dataset, Study, StudyContribution
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain import audit, budgets
+from service.domain import budgets
 from service.domain.audit import AuditContext
+from service.domain.charged_jobs import (
+    DatasetCharge,
+    JobDraft,
+    Pricing,
+    SubmittedJob,
+    submit_charged_job,
+)
 from service.domain.datasets import load_design
 from service.domain.errors import (
-    BudgetExhaustedError,
-    ConflictError,
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
 )
-from service.domain.ids import check_idempotency_key, looks_like_id, refuse_duplicates
-from service.domain.jobs import ClaimedJob, JobContext, JobScheduler
+from service.domain.ids import looks_like_id, refuse_duplicates
+from service.domain.jobs import (
+    ClaimedJob,
+    JobContext,
+    JobScheduler,
+    Release,
+    charged_amounts,
+)
 from service.domain.principal import Principal
 from service.domain.privacy_record import (
     NEIGHBOURING,
     RECORD_VERSION,
+    charged_line,
     json_safe,
     software_version,
 )
@@ -74,7 +83,6 @@ __all__ = [
     "DatasetCost",
     "FederatedQuote",
     "FederatedRequest",
-    "SubmittedFederatedFit",
     "federated_privacy_record",
     "quote_federated_fit",
     "run_federated_job",
@@ -159,42 +167,6 @@ class FederatedQuote:
     calibration: dict[str, Any]
     notes: tuple[str, ...]
     costs: tuple[DatasetCost, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class SubmittedFederatedFit:
-    """The job of a federated-fit request; ``created`` is False for an idempotent retry."""
-
-    job: Job
-    created: bool
-
-
-class ForeignBudgetExhaustedError(BudgetExhaustedError):
-    """Another site's dataset cannot pay its share (409 ``…/budget-exhausted``): names the
-    dataset and the request, not what the other site has left."""
-
-    slug = "budget-exhausted"
-
-    def __init__(
-        self,
-        detail: str,
-        *,
-        dataset_id: str,
-        requested_epsilon: float | None,
-        requested_delta: float | None,
-    ) -> None:
-        super().__init__(
-            detail,
-            remaining_epsilon=math.nan,
-            remaining_delta=math.nan,
-            requested_epsilon=requested_epsilon,
-            requested_delta=requested_delta,
-        )
-        self.dataset_id = dataset_id
-
-    def extensions(self) -> dict[str, Any]:
-        members = {k: v for k, v in super().extensions().items() if not k.startswith("remaining")}
-        return {**members, "dataset_id": self.dataset_id, "limit": "dataset"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -517,43 +489,6 @@ def _job_params(
     }
 
 
-def _existing(
-    uow: UnitOfWork, *, owner: str, key: str, params: Mapping[str, Any] | None
-) -> Job | None:
-    job = uow.jobs.get_by_idempotency_key(owner_site_id=owner, idempotency_key=key)
-    if job is not None and (
-        job.kind != "federated" or (params is not None and dict(job.params) != dict(params))
-    ):
-        raise InvalidInputError(
-            "this Idempotency-Key was already used for a different request",
-            errors=[{"loc": ["header", "Idempotency-Key"], "msg": "key reused"}],
-        )
-    return job
-
-
-def _charge_all(
-    uow: UnitOfWork,
-    actor: Principal,
-    participants: Sequence[_Participant],
-    requests: Sequence[budgets.ChargeRequest],
-) -> None:
-    """:func:`budgets.charge_many`, with another site's remaining budget left out of the 409."""
-    try:
-        budgets.charge_many(uow, requests)
-    except budgets.DatasetBudgetExhaustedError as exc:
-        owners = {p.dataset.id: p.dataset.owner_site_id for p in participants}
-        if exc.limit != "dataset" or owners.get(exc.dataset_id) == actor.site_id:
-            raise
-        raise ForeignBudgetExhaustedError(
-            f"the privacy budget of dataset {exc.dataset_id} (another site's) cannot cover "
-            f"its cost in this federated fit: requested ε={exc.requested_epsilon!r}, "
-            f"δ={exc.requested_delta!r}. Nothing was charged to any dataset.",
-            dataset_id=exc.dataset_id,
-            requested_epsilon=exc.requested_epsilon,
-            requested_delta=exc.requested_delta,
-        ) from None
-
-
 def submit_federated_fit(
     uow: UnitOfWork,
     *,
@@ -563,81 +498,55 @@ def submit_federated_fit(
     runner: JobScheduler,
     context: AuditContext,
     idempotency_key: str | None = None,
-) -> SubmittedFederatedFit:
-    """Validate, charge every dataset (all or none) and enqueue (see the module docstring)."""
-    owner = actor.require_site()
+) -> SubmittedJob:
+    """Validate, charge every dataset (all or none) and enqueue (:func:`submit_charged_job`,
+    and the module docstring): each granted dataset is charged its own cost within its budget
+    and the study's grant on it; another site's shortfall names the dataset, not its budget."""
     _check_request(request)
-    check_idempotency_key(idempotency_key)
-    job_id = new_id()
-    try:
-        with uow:
-            study = _coordinated_study(uow, study_id, actor)
-            participants = _participants(uow, study, request.datasets)
-            params = _job_params(request, study, participants)
-            if idempotency_key is not None:
-                found = _existing(uow, owner=owner, key=idempotency_key, params=params)
-                if found is not None:
-                    return SubmittedFederatedFit(job=found, created=False)
+
+    def draft(u: UnitOfWork) -> JobDraft:
+        study = _coordinated_study(u, study_id, actor)
+        participants = _participants(u, study, request.datasets)
+
+        def price() -> Pricing:
             calibration = _calibrate(request, participants)
             costs = _costs(calibration, participants)
-            job = uow.jobs.add(
-                Job(
-                    id=job_id,
-                    owner_site_id=owner,
-                    kind="federated",
-                    dataset_id=None,
-                    params=json_safe(params),
-                    status="queued",
-                    idempotency_key=idempotency_key,
-                )
-            )
-            _charge_all(
-                uow,
-                actor,
-                participants,
-                [
-                    budgets.ChargeRequest(
+            return Pricing(
+                mechanism=f"federated_{request.protocol}",
+                charges=[
+                    DatasetCharge(
                         dataset_id=p.dataset.id,
+                        owner_site_id=p.dataset.owner_site_id,
                         epsilon=eps,
                         delta=dlt,
-                        mechanism=f"federated_{request.protocol}",
-                        job_id=job_id,
                         grant_id=p.grant.id,
                     )
                     for p, (eps, dlt) in zip(participants, costs, strict=True)
                 ],
-            )
-            uow.studies.mark_used([p.grant.id for p in participants], at=utcnow())
-            audit.record(
-                uow,
-                action="study.federated_fit_submitted",
-                actor=actor,
-                context=context,
-                subject_type="study",
-                subject_id=study.id,
-                details={
-                    "job_id": job_id,
+                audit_action="study.federated_fit_submitted",
+                audit_subject=("study", study.id),
+                audit_details={
                     "protocol": request.protocol,
                     "datasets": [p.dataset.id for p in participants],
                 },
+                used_contributions=[p.grant.id for p in participants],
             )
-            uow.commit()  # every charge is committed before any noise is drawn
-    except IntegrityConflictError:
-        if idempotency_key is None:
-            raise
-        # A concurrent request with the same key committed first: return its job.
-        with uow:
-            found = _existing(uow, owner=owner, key=idempotency_key, params=None)
-        if found is None:
-            raise ConflictError(
-                "a request with this Idempotency-Key is being processed; retry"
-            ) from None
-        return SubmittedFederatedFit(job=found, created=False)
-    try:
-        runner.submit(job_id)
-    except Exception:
-        logger.exception("job %s stays queued: the runner did not accept it", job_id)
-    return SubmittedFederatedFit(job=job, created=True)
+
+        return JobDraft(
+            kind="federated",
+            dataset_id=None,
+            params=_job_params(request, study, participants),
+            price=price,
+        )
+
+    return submit_charged_job(
+        uow,
+        actor=actor,
+        draft=draft,
+        runner=runner,
+        idempotency_key=idempotency_key,
+        context=context,
+    )
 
 
 # --- the worker ------------------------------------------------------------------------------
@@ -650,13 +559,15 @@ def federated_privacy_record(
     randomness: Randomness,
     job_id: str,
     study_id: str,
+    charged: Mapping[str, tuple[float, float]],
     version: str | None = None,
 ) -> dict[str, Any]:
     """The record of a federated model: each dataset's own (ε, δ) (parallel across datasets),
     the protocol's calibration and assumptions, and a plain "no DP" for non-private runs.
 
     ``datasets``: ``{"id", "site_id"}`` per participating dataset, in the protocol's site
-    order (the order of ``calibration.site_costs``).
+    order (the order of ``calibration.site_costs``). ``charged``: the ledger's charge for the
+    job per dataset, stated as ``charged_by_this_job`` and in the "charged" line.
     """
     private = calibration.private
     seeded = "" if randomness.seed is None else " (test seed: not private in practice)"
@@ -672,7 +583,10 @@ def federated_privacy_record(
                 "site_id": d["site_id"],
                 "epsilon": eps,
                 "delta": dlt,
-                "charged_by_this_job": {"epsilon": eps or 0.0, "delta": dlt},
+                "charged_by_this_job": {
+                    "epsilon": charged.get(d["id"], (0.0, 0.0))[0],
+                    "delta": charged.get(d["id"], (0.0, 0.0))[1],
+                },
                 "guarantee": "differential_privacy" if private else "none",
                 "verified": True,
             }
@@ -714,6 +628,7 @@ def federated_privacy_record(
         "calibration": public_calibration(calibration),
         "rounds": int(calibration.rounds),
         "assumptions": list(calibration.notes),
+        "charged": charged_line(charged),
         "released": "only this final model: no site's local model, shared statistic or "
         "intermediate iterate leaves PrivFit",
         "composition": {
@@ -738,8 +653,11 @@ def federated_privacy_record(
 
 def run_federated_job(
     uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext
-) -> Model:
+) -> Release:
     """Run the protocol over the granted datasets and return the final model.
+
+    Spent: the protocol's own per-site costs for the run (``result.calibration.site_costs``,
+    in the datasets' order), or (0, 0) everywhere for a run that claims no privacy.
 
     Each site's design is read from its own stored dataset and handed to the protocol as a
     separate site; the protocol's site steps see only their own rows. Any exception (a site's
@@ -780,8 +698,16 @@ def run_federated_job(
         randomness=context.randomness,
         job_id=job.id,
         study_id=study_id,
+        charged=charged_amounts(job),
     )
-    return facts.model(
+    calibration = result.calibration
+    spent = {
+        dataset_id: (
+            (float(cost.epsilon), float(cost.delta)) if calibration.private else (0.0, 0.0)
+        )
+        for dataset_id, cost in zip(dataset_ids, calibration.site_costs, strict=True)
+    }
+    model = facts.model(
         owner_site_id=job.owner_site_id,
         job_id=job.id,
         name=params.get("name"),
@@ -791,3 +717,4 @@ def run_federated_job(
         body=json_safe(result.model.to_dict()),
         privacy=record,
     )
+    return Release(model=model, spent=spent)

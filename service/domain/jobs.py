@@ -5,9 +5,10 @@ from ``queued`` to ``cancelled``). Every transition is one conditional UPDATE on
 current status, so a worker claiming a job, a user cancelling it and a recovery pass can race
 without a job ending in two states, on SQLite and PostgreSQL alike.
 
-Ledger semantics (DESIGN §2): the fit's charge was committed together with the queued job
-(:mod:`service.domain.fits`) before any noise can be drawn. A job cancelled while still queued
-is refunded in the same transaction that cancels it. Once a worker has claimed a job it is
+Ledger semantics (DESIGN §2): a job's charges were committed together with the queued job
+(:mod:`service.domain.charged_jobs`) before any noise can be drawn, and nothing is released
+that exceeds them (:func:`check_release`). A job cancelled while still queued is refunded in
+the same transaction that cancels it. Once a worker has claimed a job it is
 never refunded, whatever happens next: cancelled while running, failed, interrupted by a
 crash. Its failure could itself reveal something about the data.
 
@@ -22,7 +23,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from service.db.base import utcnow
@@ -40,21 +41,27 @@ from service.domain.privacy_record import (
     software_version,
 )
 from service.domain.randomness import Randomness
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
-from service.dp import ConvergenceError, FitResult
+from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
+from service.dp import NON_PRIVATE_MECHANISMS, ConvergenceError, FitResult
 from service.dp import fit as dp_fit
 
 __all__ = [
+    "Charged",
     "ClaimedJob",
     "FitFunction",
     "JobCancelledError",
+    "JobCharge",
     "JobContext",
     "JobHandler",
     "JobOutcome",
     "JobPage",
     "JobScheduler",
     "JobView",
+    "Release",
+    "ReleaseExceedsChargeError",
     "cancel_job",
+    "charged_amounts",
+    "check_release",
     "execute_job",
     "get_job",
     "job_charge",
@@ -151,6 +158,12 @@ _PROBLEMS: Final[dict[str, tuple[str, str]]] = {
     "dataset-unavailable": (
         "Dataset unavailable",
         "the dataset was deleted before the job could read it; the budget stays spent",
+    ),
+    "release-exceeds-charge": (
+        "Release exceeds the charge",
+        "the run would have released a result whose privacy cost on a dataset exceeds what "
+        "the ledger charged for this job, so nothing was released; the budget stays spent. "
+        "Quote the job id when reporting it",
     ),
     "job-failed": (
         "Job failed",
@@ -331,6 +344,28 @@ def _finish(uow_factory: UnitOfWorkFactory, job_id: str, status: str, slug: str 
 
 
 @dataclass(frozen=True, slots=True)
+class Charged:
+    """What the ledger holds as charged (state ``charged``) to one dataset for one job, in
+    exact ledger units (see :mod:`service.domain.units`)."""
+
+    dataset_id: str
+    epsilon_units: int
+    delta_units: int
+
+    @classmethod
+    def of(cls, row: LedgerCharge) -> Charged:
+        return cls(row.dataset_id, int(row.epsilon_units), int(row.delta_units))
+
+    @property
+    def epsilon(self) -> float:
+        return from_units(self.epsilon_units, EPSILON_UNIT)
+
+    @property
+    def delta(self) -> float:
+        return from_units(self.delta_units, DELTA_UNIT)
+
+
+@dataclass(frozen=True, slots=True)
 class ClaimedJob:
     """A job a worker has just claimed (``queued → running``), as its handler sees it."""
 
@@ -342,6 +377,51 @@ class ClaimedJob:
     #: The job's dataset row, read in the claim's own transaction (None without a dataset
     #: or when it no longer exists), so a fit needs no further read when its design is cached.
     dataset: Dataset | None = None
+    #: The ledger's charges for this job by dataset id, read in the claim's transaction (a
+    #: claimed job is never refunded, so they cannot change afterwards). Privacy records
+    #: state these as what was charged; :func:`check_release` holds the run to them.
+    charges: Mapping[str, Charged] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """What a handler would release: the model (not yet stored) and what the run actually
+    spent on each dataset it read, ``{dataset_id: (ε, δ)}`` ((0, 0) for a run that claims no
+    privacy), taken from the mechanism's own report of the run, not from the job's params."""
+
+    model: Model | Evaluation
+    spent: Mapping[str, tuple[float, float]]
+
+
+class ReleaseExceedsChargeError(Exception):
+    """The run spent more on a dataset than the ledger charged for the job (or read a dataset
+    the job did not charge at all): nothing may be released."""
+
+
+def check_release(charges: Mapping[str, Charged], spent: Mapping[str, tuple[float, float]]) -> None:
+    """Refuse a release whose run exceeds its charge on any dataset.
+
+    For every dataset d the run read, with actual cost (ε_d, δ_d): the ledger must hold a
+    charge for this job on d with ⌈ε_d / u_ε⌉ ≤ charged ε-units and ⌈δ_d / u_δ⌉ ≤ charged
+    δ-units, the same upward rounding the charge itself used, so a run that spends exactly
+    its calibration passes and one that spends a single unit more does not. Basic sequential
+    composition on the ledger is only sound if every release is covered by its charge; a
+    non-finite or negative cost is never covered. Raises :class:`ReleaseExceedsChargeError`.
+    """
+    for dataset_id, (epsilon, delta) in spent.items():
+        charge = charges.get(dataset_id)
+        if charge is None:
+            raise ReleaseExceedsChargeError(f"dataset {dataset_id} was not charged for this job")
+        try:
+            epsilon_units = to_units(float(epsilon), EPSILON_UNIT, "up")
+            delta_units = to_units(float(delta), DELTA_UNIT, "up")
+        except ValueError as exc:
+            raise ReleaseExceedsChargeError(f"dataset {dataset_id}: cost {exc}") from None
+        if epsilon_units > charge.epsilon_units or delta_units > charge.delta_units:
+            raise ReleaseExceedsChargeError(
+                f"dataset {dataset_id}: the run spent ({epsilon!r}, {delta!r}), more than the "
+                f"charged ({charge.epsilon!r}, {charge.delta!r})"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,17 +435,10 @@ class JobContext:
     fit: FitFunction
 
 
-#: Runs one claimed job of a kind and returns what it releases (not yet stored): a model, or
-#: a private evaluation (whose id is the job's). It reads what it needs through the factory;
-#: raising fails the job (see :func:`execute_job`).
-JobHandler = Callable[[UnitOfWorkFactory, ClaimedJob, JobContext], Model | Evaluation]
-
-
-def _default_handlers() -> Mapping[str, JobHandler]:
-    # Imported here: the handlers' modules import this one.
-    from service.domain.job_handlers import JOB_HANDLERS
-
-    return JOB_HANDLERS
+#: Runs one claimed job of a kind and returns what it would release (not yet stored): a
+#: model or a private evaluation (whose id is the job's), with what the run spent. It reads
+#: what it needs through the factory; raising fails the job (see :func:`execute_job`).
+JobHandler = Callable[[UnitOfWorkFactory, ClaimedJob, JobContext], "Release"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,18 +457,22 @@ def execute_job(
     uow_factory: UnitOfWorkFactory,
     job_id: str,
     *,
+    handlers: Mapping[str, JobHandler],
     randomness: Randomness | None = None,
     fit: FitFunction = dp_fit,
     progress_interval: float = DEFAULT_PROGRESS_INTERVAL,
-    handlers: Mapping[str, JobHandler] | None = None,
 ) -> JobOutcome:
     """Run one queued job to its end; returns its outcome (with the status it already had
-    when it was not queued: a job is claimed once, by one worker).
+    when it was not queued: a job is claimed once, by one worker). ``handlers`` maps each job
+    kind to its :data:`JobHandler`; the composition root (:mod:`service.jobs.worker`) registers
+    them, so this module knows no use case that enqueues jobs.
 
     Claim (``queued → running``, attempt + 1) → the handler of the job's kind (a fit, an
     aggregation, a federated fit) draws its noise from ``randomness`` (the CSPRNG by default)
-    and returns the model → store the model with its privacy record and mark the job succeeded,
-    in one transaction. A cancel seen at a progress report, or after the work, ends the job
+    and returns the model with what the run spent → :func:`check_release` holds that spend to the
+    ledger's charge for the job (a run exceeding it fails ``release-exceeds-charge`` with nothing
+    stored) → store the model with its privacy record and mark the job succeeded, in one
+    transaction. A cancel seen at a progress report, or after the work, ends the job
     ``cancelled``; errors end it ``failed`` with a fixed problem. None of these refund the
     budget, and nothing is released unless the whole job succeeded.
     """
@@ -406,6 +483,10 @@ def execute_job(
             current = uow.jobs.get(job_id)
             return JobOutcome("missing" if current is None else current.status)
         dataset = None if job.dataset_id is None else uow.datasets.get(job.dataset_id)
+        charges = {
+            row.dataset_id: Charged.of(row)
+            for row in uow.ledger.charges_for_job(job.id, state="charged")
+        }
         uow.commit()
         claimed = ClaimedJob(
             id=job.id,
@@ -414,6 +495,7 @@ def execute_job(
             dataset_id=job.dataset_id,
             params=dict(job.params),
             dataset=dataset,
+            charges=charges,
         )
     context = JobContext(
         randomness=randomness,
@@ -421,11 +503,12 @@ def execute_job(
         fit=fit,
     )
     try:
-        registry = handlers or _default_handlers()
-        handler = run_fit_job if claimed.kind == "fit" else registry.get(claimed.kind)
+        handler = handlers.get(claimed.kind)
         if handler is None:
             raise LookupError(f"no handler for jobs of kind {claimed.kind!r}")
-        released = handler(uow_factory, claimed, context)
+        release = handler(uow_factory, claimed, context)
+        check_release(claimed.charges, release.spent)
+        released = release.model
         with uow_factory() as uow:
             if isinstance(released, Evaluation):
                 uow.evaluations.add(released)
@@ -442,6 +525,10 @@ def execute_job(
     except JobCancelledError:
         _finish(uow_factory, job_id, "cancelled", None)
         return JobOutcome("cancelled")
+    except ReleaseExceedsChargeError:
+        logger.error("job %s: nothing released, the run exceeds its charge", job_id)
+        _finish(uow_factory, job_id, "failed", "release-exceeds-charge")
+        return JobOutcome("failed")
     except ConvergenceError:
         _finish(uow_factory, job_id, "failed", "did-not-converge")
         return JobOutcome("failed")
@@ -457,8 +544,16 @@ def execute_job(
         return JobOutcome("failed")
 
 
-def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext) -> Model:
-    """A single-dataset fit: read the design, ``service.dp.fit``, the model and its record."""
+def charged_amounts(job: ClaimedJob) -> dict[str, tuple[float, float]]:
+    """The ledger's charges of ``job`` as ``{dataset_id: (ε, δ)}``, for its privacy record."""
+    return {d: (c.epsilon, c.delta) for d, c in job.charges.items()}
+
+
+def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext) -> Release:
+    """A single-dataset fit: read the design, ``service.dp.fit``, the model and its record.
+
+    Spent: the (ε, δ) the mechanism reports for the run (``FitResult``), or (0, 0) for a
+    mechanism that claims no privacy."""
     if job.dataset_id is None:
         raise LookupError("fit job without a dataset")
     params = job.params
@@ -480,9 +575,12 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
         datasets=[dataset.ref],
         randomness=context.randomness,
         job_id=job.id,
+        charged=charged_amounts(job),
         version=software_version(),
     )
-    return Model(
+    private = result.mechanism not in NON_PRIVATE_MECHANISMS
+    spent = (float(result.epsilon), float(result.delta)) if private else (0.0, 0.0)
+    model = Model(
         id=new_id(),
         owner_site_id=job.owner_site_id,
         source="fit",
@@ -496,6 +594,7 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
         dataset_id=job.dataset_id,
         job_id=job.id,
     )
+    return Release(model=model, spent={job.dataset_id: spent})
 
 
 @dataclass(frozen=True, slots=True)

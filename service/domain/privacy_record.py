@@ -23,13 +23,13 @@ from typing import Any
 import numpy as np
 
 from service.domain.randomness import Randomness
-from service.dp import FitResult
+from service.dp import NON_PRIVATE_MECHANISMS, FitResult
 
 __all__ = [
-    "NO_DP_MECHANISMS",
     "RECORD_VERSION",
     "DatasetRef",
     "PrivacyClaim",
+    "charged_line",
     "fit_privacy_record",
     "json_safe",
     "software_version",
@@ -37,8 +37,6 @@ __all__ = [
 ]
 
 RECORD_VERSION = 1
-#: Mechanisms that promise no privacy (their record says "no DP").
-NO_DP_MECHANISMS = frozenset({"non_private"})
 NEIGHBOURING = "replace-one"
 UNVERIFIED_NOTE = "declared by the uploader, not verified by PrivFit"
 
@@ -98,6 +96,19 @@ def json_safe(value: Any) -> Any:
     return str(value)
 
 
+def charged_line(charged: Mapping[str, tuple[float, float]], *, role: str = "") -> str:
+    """The record's "charged" line: what the ledger charged this job on each dataset, e.g.
+    ``"ε = 0.5, δ = 0 to dataset <id>"``. ``charged`` must be the ledger's charges (never
+    figures recomputed from the job's params), ``{dataset_id: (ε, δ)}``."""
+    if not charged:
+        return "nothing"
+    target = f"the {role} dataset" if role else "dataset"
+    return "; ".join(
+        f"ε = {epsilon:g}, δ = {delta:g} to {target} {dataset_id}"
+        for dataset_id, (epsilon, delta) in charged.items()
+    )
+
+
 def _unit(dataset: DatasetRef) -> str:
     return f"one row of dataset {dataset.name!r} ({dataset.id}), {NEIGHBOURING}"
 
@@ -108,10 +119,12 @@ def fit_privacy_record(
     datasets: Sequence[DatasetRef],
     randomness: Randomness,
     job_id: str,
+    charged: Mapping[str, tuple[float, float]],
     version: str | None = None,
     created_at: datetime | None = None,
 ) -> dict[str, Any]:
-    """The record of a model PrivFit fitted itself (``result`` from ``service.dp.fit``).
+    """The record of a model PrivFit fitted itself (``result`` from ``service.dp.fit``);
+    ``charged`` is the ledger's charge for the job per dataset (see :func:`charged_line`).
 
     Raises ``ValueError`` when ``result.seeded`` disagrees with ``randomness`` (the record
     must never claim the CSPRNG for seeded noise, or the reverse).
@@ -120,7 +133,7 @@ def fit_privacy_record(
         raise ValueError("a fit protects at least one dataset")
     if result.seeded != (randomness.seed is not None):
         raise ValueError("the fit's randomness does not match the configured source")
-    private = result.mechanism not in NO_DP_MECHANISMS and math.isfinite(result.epsilon)
+    private = result.mechanism not in NON_PRIVATE_MECHANISMS and math.isfinite(result.epsilon)
     epsilon: float | None = float(result.epsilon) if private else None
     delta = float(result.delta)
     units = [_unit(d) for d in datasets]
@@ -153,6 +166,7 @@ def fit_privacy_record(
         ],
         "calibration": json_safe(dict(result.details)),
         "expected_noise_norm": json_safe(result.expected_noise_norm),
+        "charged": charged_line(charged),
         "composition": {
             "within_job": result.composition,
             "across_jobs": (

@@ -23,23 +23,25 @@ from service.db.models import Dataset, Model, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import budgets
 from service.domain.audit import AuditContext
-from service.domain.charged_jobs import ChargedJob, SubmittedJob, existing_job, submit_charged_job
+from service.domain.charged_single import ChargedJob, SubmittedJob, existing_job, submit_charged_job
 from service.domain.datasets import get_owned_dataset, read_design
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.fits import FitQuote, FitRequest
 from service.domain.fits import _calibrate as calibrate_fit
 from service.domain.ids import check_idempotency_key
-from service.domain.jobs import ClaimedJob, JobContext, JobScheduler, job_view
+from service.domain.jobs import (
+    ClaimedJob,
+    JobContext,
+    JobScheduler,
+    Release,
+    charged_amounts,
+    job_view,
+)
 from service.domain.jobs import _dataset_facts as dataset_facts
 from service.domain.principal import Principal
-from service.domain.privacy_record import (
-    NO_DP_MECHANISMS,
-    fit_privacy_record,
-    json_safe,
-    software_version,
-)
+from service.domain.privacy_record import fit_privacy_record, json_safe, software_version
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
-from service.dp import Calibration, FitResult
+from service.dp import NON_PRIVATE_MECHANISMS, Calibration, FitResult
 from service.dp.prepared import PreparedDesign
 from service.dp.selection import MAX_CANDIDATES, part_size, tune
 
@@ -87,7 +89,7 @@ def _check(dataset: Dataset, request: TunedFitRequest) -> tuple[float, float, Ca
             raise _invalid(
                 f"each candidate must be between {MIN_REGULARIZATION:g} and {MAX_REGULARIZATION:g}"
             )
-    if request.base.mechanism in NO_DP_MECHANISMS or request.base.epsilon is None:
+    if request.base.mechanism in NON_PRIVATE_MECHANISMS or request.base.epsilon is None:
         raise InvalidInputError(
             "private tuning needs a private mechanism and an epsilon",
             errors=[{"loc": ["body", "mechanism"], "msg": "not a private mechanism"}],
@@ -224,7 +226,7 @@ def submit_tuned_fit(
 
 def run_tuned_fit_job(
     uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext
-) -> Model:
+) -> Release:
     """The worker: :func:`service.dp.selection.tune`, then the chosen model and its record."""
     params = job.params
     row = job.dataset
@@ -260,10 +262,11 @@ def run_tuned_fit_job(
         datasets=[facts.ref],
         randomness=context.randomness,
         job_id=job.id,
+        charged=charged_amounts(job),
         version=software_version(),
     )
     record["tuning"] = tuned.record(epsilon, delta)
-    return Model(
+    model = Model(
         id=new_id(),
         owner_site_id=job.owner_site_id,
         source="fit",
@@ -276,4 +279,8 @@ def run_tuned_fit_job(
         privacy=record,
         dataset_id=job.dataset_id,
         job_id=job.id,
+    )
+    # Parallel composition: every candidate and the selection read disjoint parts at (ε, δ).
+    return Release(
+        model=model, spent={str(job.dataset_id): (tuned.result.epsilon, tuned.result.delta)}
     )

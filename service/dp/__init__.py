@@ -51,6 +51,7 @@ from service.dp.validation import (
 
 __all__ = [
     "MECHANISMS",
+    "NON_PRIVATE_MECHANISMS",
     "Calibration",
     "ConvergenceError",
     "FitResult",
@@ -70,8 +71,8 @@ __all__ = [
     "projection",
 ]
 
-#: Mechanisms that promise no privacy, and so take no (ε, δ).
-_NON_PRIVATE = frozenset({"non_private"})
+#: Mechanisms that promise no privacy, and so take no (ε, δ) (their records say "no DP").
+NON_PRIVATE_MECHANISMS: frozenset[str] = frozenset({"non_private"})
 #: Default width of the Huber-smoothed hinge when ``h`` is not given.
 DEFAULT_HUBER_H = 0.5
 
@@ -199,7 +200,7 @@ def make_problem(
     own = dict(params)
     huber_h = positive_float_param(own, "h", DEFAULT_HUBER_H)
     own.pop("h", None)
-    if mech.name in _NON_PRIVATE:
+    if mech.name in NON_PRIVATE_MECHANISMS:
         eps, dlt = math.inf, 0.0
     else:
         check_epsilon_delta(epsilon, delta)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -45,6 +46,8 @@ from service.dp.validation import PrivacyParameterError, validate_design
 __all__ = [
     "FEATURE_MECHANISMS",
     "META_FEATURE_KINDS",
+    "FeatureMechanism",
+    "MetaFeatureKind",
     "average_coefficients",
     "feature_fit",
     "linear_meta_design",
@@ -52,9 +55,13 @@ __all__ = [
     "normalised_weights",
 ]
 
-#: Meta-level mechanisms the feature method offers (single release, linear output).
-FEATURE_MECHANISMS = ("objective_perturbation", "output_perturbation")
-META_FEATURE_KINDS = ("linear", "sigmoid")
+#: Meta-level mechanisms the feature method offers (single release, linear output); the
+#: request schema's type, so the list is written once.
+FeatureMechanism = Literal["objective_perturbation", "output_perturbation"]
+FEATURE_MECHANISMS: tuple[str, ...] = get_args(FeatureMechanism)
+#: The feature method's meta-features (linear: a linear model; sigmoid: a stacked one).
+MetaFeatureKind = Literal["linear", "sigmoid"]
+META_FEATURE_KINDS: tuple[str, ...] = get_args(MetaFeatureKind)
 
 FloatArray = NDArray[np.float64]
 

@@ -1,4 +1,9 @@
-"""Wiring between the runners and the domain's worker entry point.
+"""Wiring between the runners and the domain's worker entry point: the composition root of
+job execution.
+
+:data:`JOB_HANDLERS` registers the handler of each job kind (a fit, a charged aggregation, a
+federated fit) and :func:`run_job` is the domain's ``execute_job`` bound to them; a new kind of
+job is one handler in its use-case module plus one line here.
 
 :func:`build_runner` makes the app's default runner from the settings; :func:`job_function`
 is what a worker process calls once to build its own engine and job function (it must be
@@ -10,16 +15,44 @@ would call :func:`job_function` once per worker process too (e.g. on Celery's
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain.jobs import execute_job, recover_jobs, settle_lost_job
+from service.domain.aggregations import run_aggregation_job
+from service.domain.evaluations import EVALUATION_KIND, run_evaluation_job
+from service.domain.federated import run_federated_job
+from service.domain.jobs import (
+    JobHandler,
+    JobOutcome,
+    execute_job,
+    recover_jobs,
+    run_fit_job,
+    settle_lost_job,
+)
 from service.domain.randomness import Randomness
+from service.domain.tuning import TUNED_FIT_KIND, run_tuned_fit_job
 from service.jobs.runner import JobFunction, JobRunner, PoolJobRunner, RunnerKind
 from service.settings import Settings
 
-__all__ = ["WorkerConfig", "build_runner", "job_function"]
+__all__ = ["JOB_HANDLERS", "WorkerConfig", "build_runner", "job_function", "run_job"]
+
+#: Which use case runs a job of each kind (``Job.kind``).
+JOB_HANDLERS: Mapping[str, JobHandler] = {
+    "fit": run_fit_job,
+    "aggregate": run_aggregation_job,
+    "federated": run_federated_job,
+    EVALUATION_KIND: run_evaluation_job,
+    TUNED_FIT_KIND: run_tuned_fit_job,
+}
+
+
+def run_job(uow_factory: UnitOfWorkFactory, job_id: str, **options: Any) -> JobOutcome:
+    """Run one queued job with the registered handlers (``execute_job``'s ``options``:
+    ``randomness``, ``fit``, ``progress_interval``)."""
+    return execute_job(uow_factory, job_id, handlers=JOB_HANDLERS, **options)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +78,7 @@ class WorkerConfig:
 
 def _bind(config: WorkerConfig, uow_factory: UnitOfWorkFactory) -> JobFunction:
     return functools.partial(
-        execute_job,
+        run_job,
         uow_factory,
         randomness=config.randomness,
         progress_interval=config.progress_interval,

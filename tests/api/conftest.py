@@ -37,7 +37,7 @@ def fuzz_keys(admin_headers: dict[str, str], make_site: MakeSite) -> FuzzKeys:
 
 class HeldRunner:
     """A job runner that only records what it was given: jobs stay queued until the test
-    runs them by hand (``service.domain.jobs.execute_job``) or cancels them."""
+    runs them by hand (``service.jobs.worker.run_job``) or cancels them."""
 
     def __init__(self) -> None:
         self.submitted: list[str] = []

@@ -42,6 +42,13 @@ from tests.conftest import MakeSite, SiteHandle
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
+
 W1 = [0.5, -1.0, 0.25, 0.0, 2.0]
 W2 = [1.5, 1.0, -0.25, 1.0, -2.0]
 W3 = [-4.0, 0.0, 0.0, 8.0, 1.0]
@@ -739,7 +746,7 @@ def test_charged_aggregations_run_on_the_runner_and_a_queued_one_is_refunded(
     trio: tuple[SiteHandle, SiteHandle, SiteHandle],
     held: HeldRunner,
 ) -> None:
-    from service.domain.jobs import execute_job
+    from service.jobs.worker import run_job
 
     coordinator, member, _ = trio
     study = create_study(client, coordinator, [member])
@@ -763,8 +770,8 @@ def test_charged_aggregations_run_on_the_runner_and_a_queued_one_is_refunded(
     assert cancelled.status_code == 200
     assert [c["state"] for c in cancelled.json()["charges"]] == ["refunded"]
     assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(0.5)
-    assert execute_job(app.state.uow_factory, queued[0]).status == "cancelled"
-    assert execute_job(app.state.uow_factory, queued[1]).status == "succeeded"
+    assert run_job(app.state.uow_factory, queued[0]).status == "cancelled"
+    assert run_job(app.state.uow_factory, queued[1]).status == "succeeded"
     done = client.get(f"/v1/jobs/{queued[1]}", headers=coordinator.headers).json()
     model = client.get(f"/v1/models/{done['model_id']}", headers=member.headers)
     assert model.status_code == 200
@@ -995,3 +1002,112 @@ def test_without_prefer_wait_an_average_is_still_202(
     )
     assert (plain.status_code, waited.status_code) == (202, 201), waited.text
     assert plain.json()["status"] == waited.json()["status"] == "succeeded"
+
+
+# --- Idempotency-Key and dry runs ---------------------------------------------------------------
+
+
+def _post_transfer(
+    client: TestClient,
+    site: SiteHandle,
+    study_id: str,
+    body: dict[str, Any],
+    *,
+    key: str | None = None,
+    query: str = "",
+) -> Any:
+    headers = {**site.headers, **({"Idempotency-Key": key} if key else {})}
+    return client.post(
+        f"/v1/studies/{study_id}/aggregations{query}",
+        json={"method": "transfer", **body},
+        headers=headers,
+    )
+
+
+def test_a_retried_transfer_with_an_idempotency_key_is_charged_once(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle], held: HeldRunner
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    contribute(client, member, study["id"], {"model_id": upload_model(client, member, W1)["id"]})
+    target = upload_dataset(client, coordinator, seed=21, epsilon=2.0)
+    body = {"target_dataset_id": target["id"], "epsilon": 0.5, "transfer_strength": 0.1}
+
+    first = _post_transfer(client, coordinator, study["id"], body, key="transfer-1")
+    again = _post_transfer(client, coordinator, study["id"], body, key="transfer-1")
+    assert (first.status_code, again.status_code) == (202, 202), again.text
+    assert again.json()["id"] == first.json()["id"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert "Idempotent-Replayed" not in first.headers
+    assert held.submitted == [first.json()["id"]]
+    assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(0.5)
+
+    other = _post_transfer(
+        client, coordinator, study["id"], {**body, "epsilon": 0.25}, key="transfer-1"
+    )
+    assert other.status_code == 422, other.text
+    assert epsilon_spent(client, coordinator, target["id"]) == pytest.approx(0.5)
+
+
+def test_a_retried_average_with_an_idempotency_key_releases_one_result(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
+) -> None:
+    coordinator, member, _ = trio
+    study = create_study(client, coordinator, [member])
+    contribute(client, member, study["id"], {"model_id": upload_model(client, member, W1)["id"]})
+    headers = {**coordinator.headers, "Idempotency-Key": "average-1"}
+    url = f"/v1/studies/{study['id']}/aggregations"
+    first = client.post(url, json={"method": "average"}, headers=headers)
+    again = client.post(url, json={"method": "average"}, headers=headers)
+    assert (first.status_code, again.status_code) == (202, 202), again.text
+    assert again.json()["id"] == first.json()["id"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    results = client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()["results"]
+    assert len(results) == 1
+
+
+def test_a_dry_run_quotes_a_transfer_and_spends_nothing(
+    client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle], held: HeldRunner
+) -> None:
+    coordinator, member, outsider = trio
+    study = create_study(client, coordinator, [member])
+    contribute(client, member, study["id"], {"model_id": upload_model(client, member, W1)["id"]})
+    target = upload_dataset(client, coordinator, seed=21, epsilon=2.0)
+    body = {"target_dataset_id": target["id"], "epsilon": 0.5, "transfer_strength": 0.1}
+
+    quoted = _post_transfer(client, coordinator, study["id"], body, query="?dry_run=true")
+    assert quoted.status_code == 200, quoted.text
+    quote = quoted.json()
+    assert quote["dry_run"] is True
+    assert (quote["method"], quote["dataset_id"]) == ("transfer", target["id"])
+    assert quote["cost"] == {"epsilon": 0.5, "delta": 0.0}
+    assert quote["budget"] == {
+        "remaining_epsilon": 2.0,
+        "remaining_delta": 1e-5,
+        "sufficient": True,
+    }
+    assert quote["calibration"]
+    assert held.submitted == []
+    assert epsilon_spent(client, coordinator, target["id"]) == 0.0
+    assert client.get("/v1/jobs", headers=coordinator.headers).json()["total"] == 0
+
+    # The same refusals as the real request, before anything is spent.
+    as_member = _post_transfer(client, member, study["id"], body, query="?dry_run=true")
+    assert as_member.status_code == 403
+    as_outsider = _post_transfer(client, outsider, study["id"], body, query="?dry_run=true")
+    assert as_outsider.status_code == 404
+    too_much = _post_transfer(
+        client, coordinator, study["id"], {**body, "epsilon": 5.0}, query="?dry_run=true"
+    )
+    assert too_much.status_code == 200
+    assert too_much.json()["budget"]["sufficient"] is False
+
+    averaged = client.post(
+        f"/v1/studies/{study['id']}/aggregations?dry_run=true",
+        json={"method": "average"},
+        headers=coordinator.headers,
+    )
+    assert averaged.status_code == 200, averaged.text
+    assert averaged.json()["cost"] == {"epsilon": 0.0, "delta": 0.0}
+    assert averaged.json()["budget"] is None
+    assert client.get(f"/v1/studies/{study['id']}", headers=member.headers).json()["results"] == []

@@ -13,6 +13,13 @@ from httpx2 import Response
 from service.api.routes import API_V1
 from service.settings import Settings
 
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
+
 PROBLEM = "application/problem+json"
 PROBLEM_KEYS = {"type", "title", "status", "detail", "instance", "request_id"}
 

@@ -15,11 +15,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from service.db.models import Model
 from service.domain.federated import run_federated_job
-from service.domain.jobs import ClaimedJob, JobCancelledError, JobContext, execute_job
+from service.domain.jobs import ClaimedJob, JobCancelledError, JobContext
 from service.domain.randomness import Randomness
 from service.dp import fit as dp_fit
 from service.dp.federated import federated_calibrate
+from service.jobs.worker import run_job
 from tests.api._studies import (
     FEATURE_NAMES,
     FEATURES,
@@ -377,7 +379,7 @@ def test_a_site_whose_data_is_gone_fails_the_job_and_releases_nothing(
     status, job = post(client, coordinator, study["id"], **NOISY_AVERAGE)
     assert status == 202
     assert client.delete(f"/v1/datasets/{datasets[1]}", headers=b.headers).status_code == 204
-    assert execute_job(app.state.uow_factory, job["id"]).status == "failed"
+    assert run_job(app.state.uow_factory, job["id"]).status == "failed"
     failed = client.get(f"/v1/jobs/{job['id']}", headers=coordinator.headers).json()
     assert failed["model_id"] is None
     assert failed["error"]["type"].endswith("dataset-unavailable")
@@ -441,7 +443,8 @@ def test_progress_is_reported_per_round_and_a_cancel_stops_the_protocol(
     # Uninterrupted, the protocol reports once per round (30) after the start (0).
     seen.clear()
     context = JobContext(randomness=Randomness(seed=3), progress=seen.append, fit=dp_fit)
-    model = run_federated_job(app.state.uow_factory, claimed, context)
+    model = run_federated_job(app.state.uow_factory, claimed, context).model
+    assert isinstance(model, Model)
     assert len(seen) >= 30
     assert seen == sorted(seen)
     assert model.source == "federated"

@@ -25,6 +25,13 @@ from tests.unit.jobs._flow import (
     wait_job,
 )
 
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
+
 PROBLEM_JSON = "application/problem+json"
 
 #: A request for every mechanism of ``service.dp.MECHANISMS`` with its own parameters.

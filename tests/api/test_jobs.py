@@ -24,10 +24,11 @@ from fastapi.testclient import TestClient
 from numpy.typing import NDArray
 
 from service.domain import jobs as domain_jobs
-from service.domain.jobs import execute_job, recover_jobs, settle_lost_job
+from service.domain.jobs import recover_jobs, settle_lost_job
 from service.dp import ConvergenceError, FitResult, PreparedDesign
 from service.dp import fit as dp_fit
 from service.jobs.runner import JobRunner, PoolJobRunner
+from service.jobs.worker import run_job
 from service.main import create_app
 from service.settings import Settings
 from tests.api.conftest import HeldRunner
@@ -44,6 +45,13 @@ from tests.unit.jobs._flow import (
     wait_for,
     wait_job,
 )
+
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
 
 PROBLEM_JSON = "application/problem+json"
 ADMIN_HEADERS = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -86,9 +94,7 @@ def gate(app: FastAPI, client: TestClient) -> Iterator[Gate]:
     uow_factory = app.state.uow_factory
     runner = PoolJobRunner(
         # progress_interval=0: every report is written, so the gate's 0.5 is seen at once
-        worker=lambda: functools.partial(
-            execute_job, uow_factory, fit=gate.fit, progress_interval=0.0
-        ),
+        worker=lambda: functools.partial(run_job, uow_factory, fit=gate.fit, progress_interval=0.0),
         recover_jobs=functools.partial(recover_jobs, uow_factory),
         on_lost=functools.partial(settle_lost_job, uow_factory),
         workers=1,
@@ -274,7 +280,7 @@ def test_a_dataset_deleted_before_its_job_runs_fails_the_job_budget_kept(
         204,
     }
 
-    assert execute_job(app.state.uow_factory, job["id"]).status == "failed"
+    assert run_job(app.state.uow_factory, job["id"]).status == "failed"
 
     failed = get_job(client, site.headers, job["id"])
     assert failed["error"]["type"].endswith("/dataset-unavailable")
@@ -312,7 +318,7 @@ def test_cancelling_a_queued_job_refunds_its_charge(
     def must_not_fit(*_: Any, **__: Any) -> FitResult:
         raise AssertionError("a cancelled job was fitted")
 
-    assert execute_job(app.state.uow_factory, job["id"], fit=must_not_fit).status == "cancelled"
+    assert run_job(app.state.uow_factory, job["id"], fit=must_not_fit).status == "cancelled"
     assert get_job(client, site.headers, job["id"])["attempt"] == 0
     # The whole budget is back: a fit of the full ε is accepted again.
     app.state.job_runner = InlineRunner(app.state.uow_factory)
@@ -428,10 +434,6 @@ def test_an_idempotency_key_that_is_too_long_is_422(client: TestClient, site: Si
 
 class TestConcurrentRetries:
     """Identical requests racing with one key: one job, one charge (on both backends)."""
-
-    @pytest.fixture
-    def db_url(self, any_db_url: str) -> str:
-        return any_db_url
 
     def test_racing_retries_share_one_job_and_one_charge(
         self, app: FastAPI, client: TestClient, site: SiteHandle
@@ -565,7 +567,7 @@ def test_a_long_poll_answers_with_the_job_its_worker_committed_without_reading_i
     gate = Gate()
     uow_factory = app.state.uow_factory
     runner = PoolJobRunner(
-        worker=lambda: functools.partial(execute_job, uow_factory, fit=gate.fit),
+        worker=lambda: functools.partial(run_job, uow_factory, fit=gate.fit),
         recover_jobs=functools.partial(recover_jobs, uow_factory),
         on_lost=functools.partial(settle_lost_job, uow_factory),
         kind="thread",

@@ -44,6 +44,13 @@ from tests.conftest import ADMIN_KEY, SiteHandle
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
+
 README = Path(__file__).resolve().parents[2] / "README.md"
 DATASET_NAME = "clinic-a"
 COLORS = ("red", "green", "blue")

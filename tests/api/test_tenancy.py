@@ -34,6 +34,13 @@ from tests.conftest import MakeSite, SiteHandle
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
+
 Who = Literal["owner", "other", "admin", "anonymous"]
 WHO: tuple[Who, ...] = ("owner", "other", "admin", "anonymous")
 

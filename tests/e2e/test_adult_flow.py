@@ -68,10 +68,11 @@ def complete_test_rows() -> tuple[list[dict[str, Any]], np.ndarray]:
 
 
 @pytest.fixture
-def client(sqlite_url: str) -> Iterator[TestClient]:
-    """The app as deployed (process-pool job runner), with room for Adult's 3.5 MB upload."""
+def client(any_db_url: str) -> Iterator[TestClient]:
+    """The app as deployed (process-pool job runner), with room for Adult's 3.5 MB upload, on
+    SQLite and on PostgreSQL."""
     settings = Settings(
-        database_url=sqlite_url,
+        database_url=any_db_url,
         admin_key=SecretStr(ADMIN_KEY),
         environment="test",
         max_request_bytes=64 * 1024 * 1024,

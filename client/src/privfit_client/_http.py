@@ -42,6 +42,7 @@ KEYED_POSTS: Final[frozenset[str]] = frozenset(
     {
         "/v1/datasets/{dataset_id}/fits",
         "/v1/models/{model_id}/evaluations",
+        "/v1/studies/{study_id}/aggregations",
         "/v1/studies/{study_id}/federated-fits",
     }
 )

@@ -1340,6 +1340,45 @@ class ValidationIssue(BaseModel):
     )
 
 
+class AggregationQuoteRead(BaseModel):
+    """
+    A dry run of an aggregation: what it would charge the coordinator's dataset (nothing
+    for `average`) and how it would randomise. Nothing was spent.
+    """
+
+    budget: Annotated[
+        BudgetLeft | None,
+        Field(description="The charged dataset's remaining budget now; null for `average`."),
+    ]
+    calibration: Annotated[
+        dict[str, Any],
+        Field(
+            description="The calibration: every noise parameter, named as in the papers.",
+            title="Calibration",
+        ),
+    ]
+    composition: Annotated[
+        str, Field(description="How the aggregation's total (ε, δ) arises.", title="Composition")
+    ]
+    cost: FitCost
+    dataset_id: Annotated[
+        str | None,
+        Field(
+            description="The coordinator's dataset the aggregation is charged to; null for `average`.",
+            title="Dataset Id",
+        ),
+    ]
+    dry_run: Annotated[bool | None, Field(title="Dry Run")] = True
+    expected_noise_norm: Annotated[
+        float | None,
+        Field(
+            description="E‖noise‖ of the mechanism's noise vector, where it has a single one.",
+            title="Expected Noise Norm",
+        ),
+    ]
+    method: Annotated[str, Field(title="Method")]
+
+
 class AuditEventList(BaseModel):
     """
     One page of audit events, newest first.

@@ -13,6 +13,7 @@ from service.api.deps import (
     IdempotencyKey,
     PreferWait,
     PrincipalDep,
+    RunnerDep,
     UowDep,
     access,
 )
@@ -62,6 +63,7 @@ async def create_fit(
     uow: UowDep,
     principal: PrincipalDep,
     audit_context: AuditContextDep,
+    runner: RunnerDep,
     idempotency_key: IdempotencyKey = None,
     dry_run: DryRun = False,
     prefer: PreferWait = None,
@@ -87,7 +89,6 @@ async def create_fit(
             fits.quote_fit, uow, dataset_id=dataset_id, request=fit_request, actor=principal
         )
         return JSONResponse(FitQuoteRead.from_quote(quote).model_dump(mode="json"))
-    runner: JobRunner = request.app.state.job_runner
     submitted = await run_in_threadpool(
         fits.submit_fit,
         uow,

@@ -15,6 +15,7 @@ from service.api.deps import (
     IdempotencyKey,
     PreferWait,
     PrincipalDep,
+    RunnerDep,
     UowDep,
     access,
 )
@@ -25,6 +26,7 @@ from service.api.schemas.federated import FederatedFitCreate, FederatedQuoteRead
 from service.api.schemas.jobs import JobRead
 from service.api.schemas.studies import (
     AggregationCreate,
+    AggregationQuoteRead,
     ContributionRead,
     DatasetGrantIn,
     FeatureAggregationIn,
@@ -35,11 +37,11 @@ from service.api.schemas.studies import (
     TransferAggregationIn,
 )
 from service.db.uow import UnitOfWork
-from service.domain import aggregations, federated, jobs, studies
+from service.domain import aggregations, federated, studies
 from service.domain.audit import AuditContext
-from service.domain.jobs import JobView
+from service.domain.charged_jobs import SubmittedJob
+from service.domain.jobs import JobScheduler
 from service.domain.principal import Principal
-from service.jobs.runner import JobRunner
 
 router = APIRouter(prefix=f"{API_V1}/studies", tags=["studies"])
 
@@ -213,10 +215,18 @@ def withdraw_contribution(
         "released as a stacked model; ε in total is charged to the target.\n\n"
         "The privacy record lists each input's guarantee (uploaded classifiers' as declared "
         "claims), composes per dataset, and says plainly when an input has no DP guarantee. "
-        "Models not contributed to this study, and stacked models, are 422."
+        "Models not contributed to this study, and stacked models, are 422.\n\n"
+        "`Idempotency-Key` makes the request safe to retry: the same request with the same key "
+        "returns the first request's job (`Idempotent-Replayed: true`), charged once; the key "
+        "with a different request is 422. `?dry_run=true` answers 200 with the cost, the "
+        "calibration and the charged dataset's remaining budget, spending nothing."
     ),
     response_model=JobRead,
-    responses={**FINISHED_RESPONSE, **problem_responses(401, 403, 404, 409, 413, 422)},
+    responses={
+        200: {"model": AggregationQuoteRead, "description": "Dry run: the quote; nothing spent."},
+        **FINISHED_RESPONSE,
+        **problem_responses(401, 403, 404, 409, 413, 422),
+    },
     openapi_extra=access("site"),
 )
 async def create_aggregation(
@@ -227,15 +237,28 @@ async def create_aggregation(
     uow: UowDep,
     principal: PrincipalDep,
     audit_context: AuditContextDep,
+    runner: RunnerDep,
+    idempotency_key: IdempotencyKey = None,
+    dry_run: DryRun = False,
     prefer: PreferWait = None,
-) -> JobRead:
+) -> JobRead | JSONResponse:
     principal.require_site()
-    runner: JobRunner = request.app.state.job_runner
-    view = await run_in_threadpool(
-        _submit_aggregation, uow, study_id, body, principal, audit_context, runner
+    if dry_run:
+        quote = await run_in_threadpool(
+            aggregations.quote_aggregation,
+            uow,
+            study_id=study_id,
+            request=body.to_domain(),
+            actor=principal,
+        )
+        return JSONResponse(AggregationQuoteRead.from_quote(quote).model_dump(mode="json"))
+    submitted = await run_in_threadpool(
+        _submit_aggregation, uow, study_id, body, principal, audit_context, runner, idempotency_key
     )
-    response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
-    view = await honour_prefer_wait(request, response, uow, principal, view, prefer)
+    response.headers["Location"] = f"{API_V1}/jobs/{submitted.job.id}"
+    if not submitted.created:
+        response.headers["Idempotent-Replayed"] = "true"
+    view = await honour_prefer_wait(request, response, uow, principal, submitted.view, prefer)
     return JobRead.from_view(view)
 
 
@@ -245,58 +268,37 @@ def _submit_aggregation(
     body: AggregationCreate,
     principal: Principal,
     audit_context: AuditContext,
-    runner: JobRunner,
-) -> JobView:
+    runner: JobScheduler,
+    idempotency_key: str | None,
+) -> SubmittedJob:
     if isinstance(body, TransferAggregationIn):
-        job = aggregations.transfer(
+        return aggregations.transfer(
             uow,
             study_id=study_id,
-            request=aggregations.TransferRequest(
-                target_dataset_id=body.target_dataset_id,
-                epsilon=body.epsilon,
-                transfer_strength=body.transfer_strength,
-                source_models=body.source_models,
-                regularization=body.regularization,
-                loss=body.loss,
-                name=body.name,
-                feature_groups=body.feature_groups,
-                importance=body.importance,
-                meta_features=body.meta_features,
-            ),
+            request=body.to_domain(),
             actor=principal,
             context=audit_context,
             runner=runner,
+            idempotency_key=idempotency_key,
         )
-    elif isinstance(body, FeatureAggregationIn):
-        job = aggregations.feature(
+    if isinstance(body, FeatureAggregationIn):
+        return aggregations.feature(
             uow,
             study_id=study_id,
-            request=aggregations.FeatureRequest(
-                holdout_dataset_id=body.holdout_dataset_id,
-                epsilon=body.epsilon,
-                delta=body.delta,
-                mechanism=body.mechanism,
-                regularization=body.regularization,
-                meta_features=body.meta_features,
-                source_models=body.source_models,
-                loss=body.loss,
-                name=body.name,
-            ),
+            request=body.to_domain(),
             actor=principal,
             context=audit_context,
             runner=runner,
+            idempotency_key=idempotency_key,
         )
-    else:
-        job = aggregations.aggregate(
-            uow,
-            study_id=study_id,
-            request=aggregations.AggregationRequest(
-                method=body.method, models=body.models, weights=body.weights, name=body.name
-            ),
-            actor=principal,
-            context=audit_context,
-        )
-    return jobs.get_job(uow, job_id=job.id, actor=principal)
+    return aggregations.average(
+        uow,
+        study_id=study_id,
+        request=body.to_domain(),
+        actor=principal,
+        context=audit_context,
+        idempotency_key=idempotency_key,
+    )
 
 
 @router.post(
@@ -343,6 +345,7 @@ async def create_federated_fit(
     uow: UowDep,
     principal: PrincipalDep,
     audit_context: AuditContextDep,
+    runner: RunnerDep,
     idempotency_key: IdempotencyKey = None,
     dry_run: DryRun = False,
     prefer: PreferWait = None,
@@ -358,23 +361,18 @@ async def create_federated_fit(
             actor=principal,
         )
         return JSONResponse(FederatedQuoteRead.from_quote(quote).model_dump(mode="json"))
-    runner: JobRunner = request.app.state.job_runner
-
-    def submit() -> tuple[JobView, bool]:
-        submitted = federated.submit_federated_fit(
-            uow,
-            study_id=study_id,
-            request=fit_request,
-            actor=principal,
-            runner=runner,
-            context=audit_context,
-            idempotency_key=idempotency_key,
-        )
-        return jobs.get_job(uow, job_id=submitted.job.id, actor=principal), submitted.created
-
-    view, created = await run_in_threadpool(submit)
-    response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
-    if not created:
+    submitted = await run_in_threadpool(
+        federated.submit_federated_fit,
+        uow,
+        study_id=study_id,
+        request=fit_request,
+        actor=principal,
+        runner=runner,
+        context=audit_context,
+        idempotency_key=idempotency_key,
+    )
+    response.headers["Location"] = f"{API_V1}/jobs/{submitted.job.id}"
+    if not submitted.created:
         response.headers["Idempotent-Replayed"] = "true"
-    view = await honour_prefer_wait(request, response, uow, principal, view, prefer)
+    view = await honour_prefer_wait(request, response, uow, principal, submitted.view, prefer)
     return JobRead.from_view(view)

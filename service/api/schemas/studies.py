@@ -9,7 +9,14 @@ from pydantic import ConfigDict, Field, StrictStr
 
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.api.schemas.datasets import FeatureIn, LabelIn, feature_inputs
+from service.api.schemas.fits import BudgetLeft, FitCost
 from service.db.models import Model, StudyContribution
+from service.domain.aggregations import (
+    AggregationQuote,
+    AggregationRequest,
+    FeatureRequest,
+    TransferRequest,
+)
 from service.domain.ranges import (
     MAX_EPSILON,
     MAX_REGULARIZATION,
@@ -18,6 +25,7 @@ from service.domain.ranges import (
 )
 from service.domain.studies import MAX_MEMBERS, StudySpecInput, StudyView
 from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
+from service.dp.aggregation import FeatureMechanism, MetaFeatureKind
 
 __all__ = [
     "AggregationCreate",
@@ -266,6 +274,11 @@ class AverageAggregationIn(RequestModel):
     )
     name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
 
+    def to_domain(self) -> AggregationRequest:
+        return AggregationRequest(
+            method=self.method, models=self.models, weights=self.weights, name=self.name
+        )
+
 
 class TransferAggregationIn(RequestModel):
     """`transfer` (hypothesis transfer, seed 003): an ε-DP objective-perturbation fit on the
@@ -351,6 +364,20 @@ class TransferAggregationIn(RequestModel):
         "the majority class on unbalanced labels). Needs `feature_groups`.",
     )
 
+    def to_domain(self) -> TransferRequest:
+        return TransferRequest(
+            target_dataset_id=self.target_dataset_id,
+            epsilon=self.epsilon,
+            transfer_strength=self.transfer_strength,
+            source_models=self.source_models,
+            regularization=self.regularization,
+            loss=self.loss,
+            name=self.name,
+            feature_groups=self.feature_groups,
+            importance=self.importance,
+            meta_features=self.meta_features,
+        )
+
 
 class FeatureAggregationIn(RequestModel):
     """`feature` (seed 000, Alg. 5): stack the site models and fit the meta-level model with a
@@ -385,19 +412,74 @@ class FeatureAggregationIn(RequestModel):
         ge=MIN_EPSILON, le=MAX_EPSILON, description="ε charged to the holdout dataset."
     )
     delta: FiniteFloat = Field(default=0.0, ge=0, lt=1)
-    mechanism: Literal["objective_perturbation", "output_perturbation"] = "objective_perturbation"
+    mechanism: FeatureMechanism = "objective_perturbation"
     regularization: FiniteFloat = Field(
         default=0.01,
         ge=MIN_REGULARIZATION,
         le=MAX_REGULARIZATION,
         description="λ of the meta level.",
     )
-    meta_features: Literal["linear", "sigmoid"] = "linear"
+    meta_features: MetaFeatureKind = "linear"
     loss: Literal["logistic", "huber"] = "logistic"
     name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
+
+    def to_domain(self) -> FeatureRequest:
+        return FeatureRequest(
+            holdout_dataset_id=self.holdout_dataset_id,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            mechanism=self.mechanism,
+            regularization=self.regularization,
+            meta_features=self.meta_features,
+            source_models=self.source_models,
+            loss=self.loss,
+            name=self.name,
+        )
 
 
 AggregationCreate = Annotated[
     AverageAggregationIn | FeatureAggregationIn | TransferAggregationIn,
     Field(discriminator="method"),
 ]
+
+
+class AggregationQuoteRead(ResponseModel):
+    """A dry run of an aggregation: what it would charge the coordinator's dataset (nothing
+    for `average`) and how it would randomise. Nothing was spent."""
+
+    dry_run: bool = True
+    method: str
+    dataset_id: str | None = Field(
+        description="The coordinator's dataset the aggregation is charged to; null for `average`."
+    )
+    cost: FitCost
+    expected_noise_norm: float | None = Field(
+        description="E‖noise‖ of the mechanism's noise vector, where it has a single one."
+    )
+    composition: str = Field(description="How the aggregation's total (ε, δ) arises.")
+    calibration: dict[str, Any] = Field(
+        description="The calibration: every noise parameter, named as in the papers."
+    )
+    budget: BudgetLeft | None = Field(
+        description="The charged dataset's remaining budget now; null for `average`."
+    )
+
+    @classmethod
+    def from_quote(cls, quote: AggregationQuote) -> AggregationQuoteRead:
+        budget = None
+        if quote.remaining_epsilon is not None and quote.remaining_delta is not None:
+            budget = BudgetLeft(
+                remaining_epsilon=quote.remaining_epsilon,
+                remaining_delta=quote.remaining_delta,
+                sufficient=quote.epsilon <= quote.remaining_epsilon
+                and quote.delta <= quote.remaining_delta,
+            )
+        return cls(
+            method=quote.method,
+            dataset_id=quote.dataset_id,
+            cost=FitCost(epsilon=quote.epsilon, delta=quote.delta),
+            expected_noise_norm=quote.expected_noise_norm,
+            composition=quote.composition,
+            calibration=quote.calibration,
+            budget=budget,
+        )

@@ -33,7 +33,11 @@ def export_of(spec: PreprocessingSpec, mechanism: str = "objective_perturbation"
     X = spec.transform(_data.columns(data))
     result = fit(X, y, mechanism, epsilon=1.0, regularization=0.01, rng=np.random.default_rng(1))
     record = fit_privacy_record(
-        result, datasets=[DatasetRef("d1", "shop")], randomness=Randomness(seed=1), job_id="j1"
+        result,
+        datasets=[DatasetRef("d1", "shop")],
+        randomness=Randomness(seed=1),
+        job_id="j1",
+        charged={"d1": (1.0, 0.0)},
     )
     doc = build_export(
         model_id="m1",

@@ -23,6 +23,8 @@ from service.dp import FitResult, fit
 from tests.unit.domain import _data
 
 DATASET = DatasetRef(id="d" * 32, name="clinic")
+#: The ledger's charge for the job, as the worker passes it.
+CHARGED = {DATASET.id: (0.5, 0.0)}
 
 
 def fitted(mechanism: str = "objective_perturbation", *, seed: int | None = 3) -> FitResult:
@@ -36,7 +38,12 @@ def test_fit_record_states_mechanism_budget_unit_calibration_and_source() -> Non
     result = fitted(seed=None)
     when = datetime(2026, 1, 2, tzinfo=UTC)
     record = fit_privacy_record(
-        result, datasets=[DATASET], randomness=Randomness(), job_id="j1", created_at=when
+        result,
+        datasets=[DATASET],
+        randomness=Randomness(),
+        job_id="j1",
+        charged=CHARGED,
+        created_at=when,
     )
     assert record["verified"] is True
     assert record["guarantee"] == "differential_privacy"
@@ -51,6 +58,7 @@ def test_fit_record_states_mechanism_budget_unit_calibration_and_source() -> Non
     assert record["expected_noise_norm"] == pytest.approx(result.expected_noise_norm)
     assert record["composition"]["within_job"] == result.composition
     assert "charged and committed before any noise" in record["composition"]["across_jobs"]
+    assert record["charged"] == f"ε = 0.5, δ = 0 to dataset {DATASET.id}"
     assert record["randomness"]["source"] == "csprng"
     assert record["software"] == {"name": "privfit", "version": software_version()}
     assert record["job_id"] == "j1"
@@ -60,7 +68,11 @@ def test_fit_record_states_mechanism_budget_unit_calibration_and_source() -> Non
 
 def test_a_test_seed_is_recorded_as_such() -> None:
     record = fit_privacy_record(
-        fitted(seed=3), datasets=[DATASET], randomness=Randomness(seed=3), job_id="j"
+        fitted(seed=3),
+        datasets=[DATASET],
+        randomness=Randomness(seed=3),
+        job_id="j",
+        charged=CHARGED,
     )
     assert record["randomness"]["source"] == "test_seed"
     assert record["randomness"]["seed"] == 3
@@ -77,17 +89,25 @@ def test_a_mismatched_randomness_source_is_refused(
             datasets=[DATASET],
             randomness=Randomness(seed=configured),
             job_id="j",
+            charged=CHARGED,
         )
 
 
 def test_non_private_fits_say_no_dp_and_stay_valid_json() -> None:
     result = fitted("non_private", seed=None)
     assert math.isinf(result.epsilon)
-    record = fit_privacy_record(result, datasets=[DATASET], randomness=Randomness(), job_id="j")
+    record = fit_privacy_record(
+        result,
+        datasets=[DATASET],
+        randomness=Randomness(),
+        job_id="j",
+        charged={DATASET.id: (0.0, 0.0)},
+    )
     assert record["guarantee"] == "none"
     assert record["epsilon"] is None
     assert "no differential privacy" in record["statement"]
     assert record["calibration"]["epsilon"] == "inf"
+    assert record["charged"] == f"ε = 0, δ = 0 to dataset {DATASET.id}"
     json.dumps(record, allow_nan=False)
 
 

@@ -13,9 +13,10 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 from service.db.uow import UnitOfWorkFactory
-from service.domain.jobs import FitFunction, execute_job, recover_jobs
+from service.domain.jobs import FitFunction, recover_jobs
 from service.domain.randomness import Randomness
 from service.dp import fit as dp_fit
+from service.jobs.worker import run_job
 from service.settings import Settings
 
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
@@ -138,8 +139,9 @@ def budget(client: TestClient, headers: dict[str, str], dataset_id: str) -> dict
 
 class InlineRunner:
     """A minimal :class:`~service.jobs.runner.JobRunner`: runs each job synchronously inside
-    ``submit`` with the domain's own ``execute_job``. Stands in for any other engine (a task
-    queue's client would enqueue the id instead); nothing in the domain knows about it."""
+    ``submit`` with the worker's ``run_job`` (the domain's ``execute_job`` with the registered
+    handlers). Stands in for any other engine (a task queue's client would enqueue the id
+    instead); nothing in the domain knows about it."""
 
     def __init__(
         self,
@@ -159,7 +161,7 @@ class InlineRunner:
         self.started = True
 
     def submit(self, job_id: str) -> None:
-        status = execute_job(
+        status = run_job(
             self._uow_factory, job_id, fit=self._fit, randomness=self._randomness
         ).status
         self.ran.append((job_id, status))

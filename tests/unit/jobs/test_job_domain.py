@@ -22,13 +22,13 @@ from service.domain.jobs import (
     JobCancelledError,
     _fit_kwargs,
     _Progress,
-    execute_job,
     recover_jobs,
     settle_lost_job,
 )
 from service.domain.randomness import Randomness
 from service.dp import FitResult
 from service.dp import fit as dp_fit
+from service.jobs.worker import run_job
 from tests.conftest import SiteHandle
 from tests.unit.jobs._flow import HoldingRunner, fit_body, upload
 
@@ -157,15 +157,15 @@ def test_a_job_is_claimed_by_one_worker_only(
     def fit(X: NDArray[np.float64], y: NDArray[np.float64], mechanism: str, **kw: Any) -> Any:
         calls.append(mechanism)
         # a second delivery of the same job while this one runs does nothing
-        assert execute_job(uow, job_id, fit=_never).status == "running"
+        assert run_job(uow, job_id, fit=_never).status == "running"
         return dp_fit(X, y, mechanism, **kw)
 
-    assert execute_job(uow, job_id, fit=fit).status == "succeeded"
+    assert run_job(uow, job_id, fit=fit).status == "succeeded"
     assert calls == ["objective_perturbation"]
-    assert execute_job(uow, job_id, fit=_never).status == "succeeded"
+    assert run_job(uow, job_id, fit=_never).status == "succeeded"
     job = _job(uow, job_id)
     assert (job.status, job.attempt) == ("succeeded", 1)
-    assert execute_job(uow, "0" * 32, fit=_never).status == "missing"
+    assert run_job(uow, "0" * 32, fit=_never).status == "missing"
 
 
 def test_fit_arguments_come_from_the_stored_request() -> None:
@@ -195,7 +195,7 @@ def test_recover_jobs_fails_running_jobs_and_returns_queued_ones(
     uow: UnitOfWorkFactory, queue: Callable[..., str]
 ) -> None:
     running, queued, done = queue(), queue(), queue()
-    assert execute_job(uow, done).status == "succeeded"
+    assert run_job(uow, done).status == "succeeded"
     _claim(uow, running)
 
     assert recover_jobs(uow) == [queued]
@@ -242,9 +242,9 @@ def test_a_test_seed_gives_each_job_its_own_stream_and_the_record_says_so(
     seeded = [queue(), queue()]
     private = [queue(), queue()]
     for job_id in seeded:
-        assert execute_job(uow, job_id, randomness=Randomness(seed=7)).status == "succeeded"
+        assert run_job(uow, job_id, randomness=Randomness(seed=7)).status == "succeeded"
     for job_id in private:
-        assert execute_job(uow, job_id).status == "succeeded"
+        assert run_job(uow, job_id).status == "succeeded"
 
     (body_a, record_a), (body_b, _) = (_coef(uow, j) for j in seeded)
     (body_c, record_c), (body_d, _) = (_coef(uow, j) for j in private)
