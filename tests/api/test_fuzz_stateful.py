@@ -50,10 +50,10 @@ SPEC = {
 }
 
 
-class _Machine(schema.as_state_machine()):  # type: ignore[misc]
-    """Each scenario starts from the same fresh world (so Hypothesis can replay it): a new
-    database copied from the migrated template, a site with a dataset and a fitted model, a
-    study with a second member."""
+class _World:
+    """Mixed into a schemathesis state machine: each scenario starts from the same fresh
+    world (so Hypothesis can replay it): a new database copied from the migrated template, a
+    site with a dataset and a fitted model, a study with a second member."""
 
     template: Path
     folder: Path
@@ -124,12 +124,12 @@ def _world(client: TestClient) -> FuzzKeys:
     return keys
 
 
-def test_linked_operations_conform_and_reach_the_core(
-    settings: Settings, sqlite_template: Path, tmp_path: Path
-) -> None:
-    _Machine.template, _Machine.folder, _Machine.settings = sqlite_template, tmp_path, settings
-    _Machine.calls = []
-    _Machine.run(
+def _run(machine: Any, settings: Settings, template: Path, folder: Path) -> set[str]:
+    """Run a state machine class built like :class:`_Machine`; the operations it reached with
+    a real id (answered with anything but 404, or a 5xx)."""
+    machine.template, machine.folder, machine.settings = template, folder, settings
+    machine.calls = []
+    machine.run(
         settings=hypothesis_settings(
             max_examples=STEPS,
             stateful_step_count=6,
@@ -139,13 +139,35 @@ def test_linked_operations_conform_and_reach_the_core(
             database=None,
         )
     )
-    # An operation "reached" with a real id: answered with anything but 404 (or a 5xx).
-    reached = {operation for operation, status in _Machine.calls if status not in (404, 500)}
+    return {operation for operation, status in machine.calls if status not in (404, 500)}
+
+
+class _Machine(_World, schema.as_state_machine()):  # type: ignore[misc]
+    """Every operation of the document."""
+
+
+_STUDIES = schema.include(path_regex="^/v1/studies")
+
+
+class _StudiesMachine(_World, _STUDIES.as_state_machine()):  # type: ignore[misc]
+    """The study operations alone: their chains are long enough that in the whole API's
+    machine a scenario rarely reaches them."""
+
+
+def test_linked_operations_conform_and_reach_the_core(
+    settings: Settings, sqlite_template: Path, tmp_path: Path
+) -> None:
+    reached = _run(_Machine, settings, sqlite_template, tmp_path)
     # The chains got past the first hop into the core of the API.
     assert "fits-create_fit" in reached, sorted(reached)
     assert {"models-predict", "models-export_model", "models-get_model"} & reached
+
+
+def test_linked_study_operations_conform_and_reach_contributions_and_aggregations(
+    settings: Settings, sqlite_template: Path, tmp_path: Path
+) -> None:
+    reached = _run(_StudiesMachine, settings, sqlite_template, tmp_path)
     assert {
-        "studies-get_study",
         "studies-add_contribution",
         "studies-create_aggregation",
         "studies-create_federated_fit",
