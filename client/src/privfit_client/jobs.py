@@ -9,13 +9,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from privfit_client.errors import JobFailed
 from privfit_client.models import JobProblem, JobRead, ModelRead
 
-if TYPE_CHECKING:
-    from privfit_client.client import Client
+
+class JobsApi(Protocol):
+    """What a :class:`Job` asks of the client that made it (``privfit_client.Client``)."""
+
+    def job(self, job_id: str, *, wait: float = 0.0) -> Job: ...
+
+    def cancel_job(self, job_id: str) -> Job: ...
+
+    def model(self, model_id: str) -> ModelRead: ...
+
 
 __all__ = ["FINISHED", "MAX_WAIT", "Job", "ProgressCallback"]
 
@@ -32,7 +40,7 @@ ProgressCallback = Callable[[JobRead], None]
 class Job:
     """A job of a fit, an aggregation or a federated fit. ``state`` is its last known state."""
 
-    def __init__(self, client: Client, state: JobRead) -> None:
+    def __init__(self, client: JobsApi, state: JobRead) -> None:
         self._client = client
         self.state = state
 
