@@ -30,7 +30,7 @@ def _scale(lo: float, hi: float, a: float, b: float, log: bool) -> Any:
 
 
 def plan_svg(plan: Mapping[str, Any]) -> str:
-    """An SVG document of ``plan`` (the JSON of :meth:`service.domain.plans.Plan.to_dict`)."""
+    """An SVG document of ``plan`` (the JSON of :meth:`service.domain.fits.plans.Plan.to_dict`)."""
     points: Sequence[Mapping[str, Any]] = plan["points"]
     simulated = bool(points) and "simulated_accuracy" in points[0]
     eps = [float(p["epsilon"]) for p in points] or [1.0]

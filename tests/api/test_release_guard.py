@@ -18,13 +18,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from service.domain import aggregations as domain_aggregations
-from service.domain.jobs import (
+from service.domain.jobs.lifecycle import (
     Charged,
     ReleaseExceedsChargeError,
     check_release,
 )
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT
+from service.domain.studies import aggregations as domain_aggregations
 from service.dp import FitResult
 from service.dp import fit as dp_fit
 from service.dp.accounting import PrivacyCost
@@ -221,7 +221,7 @@ def test_a_federated_fit_whose_run_exceeds_a_sites_charge_releases_nothing(
         calibration = dataclasses.replace(result.calibration, site_costs=tuple(costs))
         return dataclasses.replace(result, calibration=calibration)
 
-    monkeypatch.setattr("service.domain.federated.federated_fit", overspending)
+    monkeypatch.setattr("service.domain.studies.federated.federated_fit", overspending)
     assert run_job(app.state.uow_factory, job_id).status == "failed"
 
     _assert_refused(_job(client, coordinator, job_id))

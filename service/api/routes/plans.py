@@ -11,8 +11,8 @@ from service.api.errors import problem_responses
 from service.api.plan_svg import plan_svg
 from service.api.routes import API_V1
 from service.api.schemas.plans import PlanCreate, PlanRead
-from service.domain import plans
 from service.domain.errors import InvalidInputError
+from service.domain.fits import plans
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["plans"])
 

@@ -37,11 +37,12 @@ from service.api.schemas.studies import (
     TransferAggregationIn,
 )
 from service.db.uow import UnitOfWork
-from service.domain import aggregations, federated, studies
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.charged_jobs import SubmittedJob
-from service.domain.jobs import JobScheduler
-from service.domain.principal import Principal
+from service.domain.jobs.charged import SubmittedJob
+from service.domain.jobs.lifecycle import JobScheduler
+from service.domain.studies import aggregations, federated
+from service.domain.studies import membership as studies
 
 router = APIRouter(prefix=f"{API_V1}/studies", tags=["studies"])
 

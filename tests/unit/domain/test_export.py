@@ -10,14 +10,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.domain.export import (
+from service.domain.models.export import (
     EXPORT_FORMAT,
     EXPORT_FORMAT_VERSION,
     build_export,
     preprocess,
     to_sklearn,
 )
-from service.domain.predict import predict_rows
+from service.domain.models.predict import predict_rows
 from service.domain.privacy_record import DatasetRef, fit_privacy_record
 from service.domain.randomness import Randomness
 from service.dp import fit

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from service.api.uploads import UploadAbortedError, UploadRejectedError, _Pipe, process_upload
-from service.domain import ingest as ingest_module
-from service.domain.ingest import (
+from service.domain.datasets import ingest as ingest_module
+from service.domain.datasets.ingest import (
     BudgetLimits,
     DatasetFileError,
     DatasetInputError,
@@ -36,7 +36,7 @@ from service.domain.ingest import (
     encode_chunk,
     ingest,
 )
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, to_units
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
 
 LIMITS = BudgetLimits(max_epsilon=10.0, max_delta=1e-3)
 #: Cell values that must never appear in an error message.

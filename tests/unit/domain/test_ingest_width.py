@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from service.domain import ingest as ingest_module
-from service.domain.ingest import (
+from service.domain.datasets import ingest as ingest_module
+from service.domain.datasets.ingest import (
     MAX_EXTRA_COLUMNS,
     MAX_HEADER_BYTES,
     BudgetLimits,
@@ -141,7 +141,7 @@ def test_a_parquet_footer_over_the_bound_is_refused_before_it_is_parsed(
     def never(*args: object, **kwargs: object) -> None:
         raise AssertionError("the footer was parsed")
 
-    monkeypatch.setattr("service.domain.ingest.pq.ParquetFile", never)
+    monkeypatch.setattr("service.domain.datasets.ingest.pq.ParquetFile", never)
     with pytest.raises(DatasetTooWideError) as info:
         _run(data)
     _assert_too_wide(info.value)

@@ -1,6 +1,6 @@
 """Queue a job together with its ledger charge on one dataset, for private evaluations and
 privately tuned fits (these two still use this path instead of
-:func:`service.domain.charged_jobs.submit_charged_job`; moving them over is the next step of
+:func:`service.domain.jobs.charged.submit_charged_job`; moving them over is the next step of
 the one charged-job contract).
 
 One transaction inserts the queued job, its audit event and the (ε, δ) charge on one dataset;
@@ -18,11 +18,12 @@ from typing import Any
 from service.db.errors import IntegrityConflictError
 from service.db.models import Job, new_id
 from service.db.uow import UnitOfWork
-from service.domain import audit, budgets
+from service.domain import audit
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.errors import ConflictError, InvalidInputError
-from service.domain.jobs import JobScheduler, JobView, job_charge, job_view
-from service.domain.principal import Principal
+from service.domain.jobs.lifecycle import JobScheduler, JobView, job_charge, job_view
+from service.domain.ledger import budgets
 
 __all__ = ["ChargedJob", "SubmittedJob", "existing_job", "submit_charged_job"]
 

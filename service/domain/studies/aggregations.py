@@ -13,7 +13,7 @@ uploader's declared claim, and, when any input has no DP guarantee, says plainly
 average has none. Stacked models are not one weight vector: averaging them is a 422.
 
 ``feature`` and ``transfer`` fit a DP model on one of the coordinator's own datasets: they are
-charged jobs (:func:`service.domain.charged_jobs.submit_charged_job`: the request is checked,
+charged jobs (:func:`service.domain.jobs.charged.submit_charged_job`: the request is checked,
 the dataset charged and the job queued in one transaction, ``Idempotency-Key`` honoured), and
 the job runs on the job runner like a single-dataset fit (:func:`run_aggregation_job`,
 registered in :mod:`service.jobs.worker`): progress, cancellation, recovery, the release guard
@@ -35,17 +35,10 @@ from service.db.base import utcnow
 from service.db.errors import IntegrityConflictError
 from service.db.models import Dataset, Job, Model, Study, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain import audit, budgets
+from service.domain import audit
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.charged_jobs import (
-    DatasetCharge,
-    JobDraft,
-    Pricing,
-    SubmittedJob,
-    replayed_job,
-    submit_charged_job,
-)
-from service.domain.datasets import load_design
+from service.domain.datasets.catalog import load_design
 from service.domain.errors import (
     ConflictError,
     InvalidInputError,
@@ -53,7 +46,15 @@ from service.domain.errors import (
     PermissionDeniedError,
 )
 from service.domain.ids import check_idempotency_key, looks_like_id, refuse_duplicates
-from service.domain.jobs import (
+from service.domain.jobs.charged import (
+    DatasetCharge,
+    JobDraft,
+    Pricing,
+    SubmittedJob,
+    replayed_job,
+    submit_charged_job,
+)
+from service.domain.jobs.lifecycle import (
     ClaimedJob,
     JobContext,
     JobScheduler,
@@ -61,7 +62,7 @@ from service.domain.jobs import (
     Release,
     charged_amounts,
 )
-from service.domain.principal import Principal
+from service.domain.ledger import budgets
 from service.domain.privacy_record import (
     NEIGHBOURING,
     RECORD_VERSION,
@@ -72,7 +73,7 @@ from service.domain.privacy_record import (
 )
 from service.domain.randomness import Randomness
 from service.domain.ranges import MIN_EPSILON, check_calibration
-from service.domain.studies import StudyFacts, require_matching, visible_study
+from service.domain.studies.membership import StudyFacts, require_matching, visible_study
 from service.dp import calibrate as dp_calibrate
 from service.dp.aggregation import (
     FEATURE_MECHANISMS,
@@ -1065,7 +1066,7 @@ def transfer(
     idempotency_key: str | None = None,
 ) -> SubmittedJob:
     """Hypothesis transfer for the study's coordinator; returns the queued job (a charged job:
-    :func:`service.domain.charged_jobs.submit_charged_job`, ``Idempotency-Key`` included).
+    :func:`service.domain.jobs.charged.submit_charged_job`, ``Idempotency-Key`` included).
 
     Everything that needs no data is checked before anything is spent: 404 for a study the
     caller is not in or a target dataset it does not own, 403 for a member that is not the

@@ -2,7 +2,8 @@
 
 The coordinator of a study asks for ``noisy_average``, ``psgd``, ``admm`` or
 ``distributed_lasso`` over some of the datasets its members granted to the study
-(:mod:`service.domain.studies`); the protocol runs inside PrivFit, each site's local steps over
+(:mod:`service.domain.studies.membership`); the protocol runs inside PrivFit, each site's local
+steps over
 that site's own rows only (:mod:`service.dp.federated`), and only the final model is released,
 to every member of the study.
 
@@ -13,8 +14,9 @@ Order of a federated fit (the same ledger rules as a single fit, DESIGN §2):
    granted, a non-private protocol over a dataset that does not allow non-private use — each a
    422 before anything is spent;
 2. one transaction: the queued job, and one charge per dataset of its own cost (parallel
-   composition: the datasets hold different people), each within the dataset's remaining budget
-   *and* the study's grant on it — all or none (:func:`service.domain.budgets.charge_many`); a
+   composition: the datasets hold different people), each within the dataset's remaining
+   budget *and* the study's grant on it — all or none
+   (:func:`service.domain.ledger.budgets.charge_many`); a
    shortfall is a 409 naming the dataset; commit before any noise is drawn;
 3. the runner runs :func:`run_federated_job`. Progress is reported per round and a cancel is
    honoured at the next round; a failure in any site's step fails the whole job and releases
@@ -35,30 +37,31 @@ from typing import Any, Final
 
 from service.db.models import Dataset, Study, StudyContribution
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain import budgets
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.charged_jobs import (
-    DatasetCharge,
-    JobDraft,
-    Pricing,
-    SubmittedJob,
-    submit_charged_job,
-)
-from service.domain.datasets import load_design
+from service.domain.datasets.catalog import load_design
 from service.domain.errors import (
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
 )
 from service.domain.ids import looks_like_id, refuse_duplicates
-from service.domain.jobs import (
+from service.domain.jobs.charged import (
+    DatasetCharge,
+    JobDraft,
+    Pricing,
+    SubmittedJob,
+    submit_charged_job,
+)
+from service.domain.jobs.lifecycle import (
     ClaimedJob,
     JobContext,
     JobScheduler,
     Release,
     charged_amounts,
 )
-from service.domain.principal import Principal
+from service.domain.ledger import budgets
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units
 from service.domain.privacy_record import (
     NEIGHBOURING,
     RECORD_VERSION,
@@ -68,8 +71,7 @@ from service.domain.privacy_record import (
 )
 from service.domain.randomness import Randomness
 from service.domain.ranges import check_calibration
-from service.domain.studies import StudyFacts, visible_study
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
+from service.domain.studies.membership import StudyFacts, visible_study
 from service.dp.federated import (
     FEDERATED_PROTOCOLS,
     FederatedCalibration,

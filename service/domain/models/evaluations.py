@@ -1,6 +1,6 @@
 """Private evaluations (issue 16 item 1): submit, run and read.
 
-``POST /v1/models/{id}/evaluations`` follows a fit's order (:mod:`service.domain.fits`):
+``POST /v1/models/{id}/evaluations`` follows a fit's order (:mod:`service.domain.fits.submit`):
 
 1. validate everything public: the model is one the caller may read, the dataset one it owns,
    live, with the model's spec (same encoded features, same preprocessing, same label) —
@@ -27,15 +27,20 @@ import numpy as np
 from service.db.models import Dataset, Model
 from service.db.models import Evaluation as EvaluationRow
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain import budgets
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.charged_single import ChargedJob, SubmittedJob, existing_job, submit_charged_job
-from service.domain.datasets import get_owned_dataset, read_design
+from service.domain.datasets.catalog import get_owned_dataset, read_design
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.ids import check_idempotency_key, looks_like_id
-from service.domain.jobs import ClaimedJob, JobContext, JobScheduler, Release, job_view
-from service.domain.models import get_model
-from service.domain.principal import Principal
+from service.domain.jobs.charged_single import (
+    ChargedJob,
+    SubmittedJob,
+    existing_job,
+    submit_charged_job,
+)
+from service.domain.jobs.lifecycle import ClaimedJob, JobContext, JobScheduler, Release, job_view
+from service.domain.ledger import budgets
+from service.domain.models.catalog import get_model
 from service.domain.privacy_record import json_safe, software_version
 from service.domain.ranges import MAX_EPSILON, MIN_EPSILON
 from service.dp.evaluation import DEFAULT_BINS, epsilon_split_note, evaluate

@@ -21,15 +21,20 @@ from typing import Any
 
 from service.db.models import Dataset, Model, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain import budgets
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.charged_single import ChargedJob, SubmittedJob, existing_job, submit_charged_job
-from service.domain.datasets import get_owned_dataset, read_design
+from service.domain.datasets.catalog import get_owned_dataset, read_design
 from service.domain.errors import InvalidInputError, NotFoundError
-from service.domain.fits import FitQuote, FitRequest
-from service.domain.fits import _calibrate as calibrate_fit
+from service.domain.fits.submit import FitQuote, FitRequest
+from service.domain.fits.submit import _calibrate as calibrate_fit
 from service.domain.ids import check_idempotency_key
-from service.domain.jobs import (
+from service.domain.jobs.charged_single import (
+    ChargedJob,
+    SubmittedJob,
+    existing_job,
+    submit_charged_job,
+)
+from service.domain.jobs.lifecycle import (
     ClaimedJob,
     JobContext,
     JobScheduler,
@@ -37,8 +42,8 @@ from service.domain.jobs import (
     charged_amounts,
     job_view,
 )
-from service.domain.jobs import _dataset_facts as dataset_facts
-from service.domain.principal import Principal
+from service.domain.jobs.lifecycle import _dataset_facts as dataset_facts
+from service.domain.ledger import budgets
 from service.domain.privacy_record import fit_privacy_record, json_safe, software_version
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.dp import NON_PRIVATE_MECHANISMS, Calibration, FitResult

@@ -67,7 +67,7 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from service.domain.errors import InvalidInputError
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, to_units
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
 from service.dp.preprocessing import (
     CategoricalFeature,
     Feature,

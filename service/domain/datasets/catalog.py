@@ -8,7 +8,7 @@ dataset belongs to a site.
 Deletion removes the content (every ``dataset_chunk`` row) and sets ``deleted_at``, in one
 transaction. The dataset row and its ledger stay, so the owner can still read what was spent.
 A deleted dataset cannot be charged or loaded: fits on it get 409 ``dataset-deleted``
-(:class:`~service.domain.budgets.DatasetDeletedError`) rather than 404, because the resource
+(:class:`~service.domain.ledger.budgets.DatasetDeletedError`) rather than 404, because the resource
 exists and the client should learn why it cannot be used. Listing hides deleted datasets
 unless asked; deleting twice is a no-op.
 """
@@ -29,12 +29,12 @@ from service.db.base import utcnow
 from service.db.models import Dataset
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import audit
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.budgets import BudgetStatus, DatasetDeletedError, budget_status
+from service.domain.datasets.ingest import DatasetSpec, EncodedChunk, design_from_chunks, ingest
 from service.domain.errors import NotFoundError
 from service.domain.ids import looks_like_id
-from service.domain.ingest import DatasetSpec, EncodedChunk, design_from_chunks, ingest
-from service.domain.principal import Principal
+from service.domain.ledger.budgets import BudgetStatus, DatasetDeletedError, budget_status
 from service.dp.prepared import PreparedDesign, prepare_design
 from service.dp.preprocessing import PreprocessingSpec
 
@@ -103,7 +103,7 @@ def create_dataset(
     upload holds neither SQLite's single write lock nor a PostgreSQL connection while it is
     parsed); the encoded chunks are staged aside (:class:`_StagedChunks`). Only then are the
     dataset row and every chunk written, in one short transaction. A rejected upload
-    (:class:`~service.domain.ingest.DatasetInputError`, or any other error) stores nothing.
+    (:class:`~service.domain.datasets.ingest.DatasetInputError`, or any other error) stores nothing.
     Requires a site key (the admin owns no data).
     """
     owner = actor.require_site()
