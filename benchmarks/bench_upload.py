@@ -189,7 +189,8 @@ def bench_ingest(path: Path, repeats: int) -> Runs:
     """The file read, validated and encoded in this process (chunks dropped): no HTTP, no
     database. The CPU seconds are this process's."""
     from service.api.schemas.datasets import DatasetCreate
-    from service.domain.datasets.ingest import BudgetLimits, ingest
+    from service.domain.datasets.ingest import ingest
+    from service.domain.datasets.spec import BudgetLimits
 
     spec = DatasetCreate.model_validate_json(_upload_spec()).to_domain(
         BudgetLimits(max_epsilon=1e6, max_delta=0.5)

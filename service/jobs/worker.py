@@ -32,7 +32,7 @@ from service.domain.jobs.lifecycle import (
 )
 from service.domain.models.evaluations import EVALUATION_KIND, run_evaluation_job
 from service.domain.randomness import Randomness
-from service.domain.studies.aggregations import run_aggregation_job
+from service.domain.studies.charged_aggregations import run_aggregation_job
 from service.domain.studies.federated import run_federated_job
 from service.jobs.runner import JobFunction, JobRunner, PoolJobRunner, RunnerKind
 from service.settings import Settings

@@ -33,7 +33,9 @@ from service.api.schemas.problem import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
 from service.db.session import make_engine
 from service.db.uow import UnitOfWorkFactory
 from service.domain.datasets.catalog import load_design
-from service.domain.datasets.ingest import EncodedChunk, IngestReport, ingest
+from service.domain.datasets.codec import EncodedChunk
+from service.domain.datasets.ingest import ingest
+from service.domain.datasets.readers import IngestReport
 from service.domain.ledger.budgets import DatasetDeletedError
 from tests.conftest import MakeSite, SiteHandle
 

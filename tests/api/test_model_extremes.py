@@ -19,7 +19,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from service.domain.datasets.ingest import FeatureInput
+from service.domain.datasets.spec import FeatureInput
 from service.domain.errors import InvalidInputError
 from service.domain.models.catalog import MAX_ABS_WEIGHT, build_upload
 from service.domain.models.predict import MAX_ABS_SCORE

@@ -30,9 +30,8 @@ from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
 from service.domain.studies.aggregations import (
     AggregationRequest,
     TransferRequest,
-    average,
     quote_aggregation,
-    transfer,
+    submit_aggregation,
 )
 from service.domain.studies.federated import FederatedRequest, submit_federated_fit
 
@@ -331,7 +330,7 @@ def test_a_transfer_is_quoted_charged_once_and_an_average_charges_nothing(
 
     runner = Runner()
     submitted = [
-        transfer(
+        submit_aggregation(
             uow_factory(),
             study_id=study_id,
             request=request,
@@ -346,17 +345,18 @@ def test_a_transfer_is_quoted_charged_once_and_an_average_charges_nothing(
     assert runner.submitted == [submitted[0].job.id]
     assert spent(uow_factory, target) == 0.5
 
-    averaged = average(
+    averaged = submit_aggregation(
         uow_factory(),
         study_id=study_id,
         request=AggregationRequest(method="average"),
         actor=coordinator,
         context=CONTEXT,
+        runner=runner,
     )
     assert (averaged.job.status, averaged.view.charges) == ("succeeded", ())
     assert spent(uow_factory, target) == 0.5
     with pytest.raises(PermissionDeniedError):
-        transfer(
+        submit_aggregation(
             uow_factory(),
             study_id=study_id,
             request=request,

@@ -31,7 +31,9 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import audit
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.datasets.ingest import DatasetSpec, EncodedChunk, design_from_chunks, ingest
+from service.domain.datasets.codec import EncodedChunk, design_from_chunks
+from service.domain.datasets.ingest import ingest
+from service.domain.datasets.spec import DatasetSpec
 from service.domain.errors import NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.ledger.budgets import BudgetStatus, DatasetDeletedError, budget_status
@@ -103,7 +105,7 @@ def create_dataset(
     upload holds neither SQLite's single write lock nor a PostgreSQL connection while it is
     parsed); the encoded chunks are staged aside (:class:`_StagedChunks`). Only then are the
     dataset row and every chunk written, in one short transaction. A rejected upload
-    (:class:`~service.domain.datasets.ingest.DatasetInputError`, or any other error) stores nothing.
+    (:class:`~service.domain.datasets.spec.DatasetInputError`, or any other error) stores nothing.
     Requires a site key (the admin owns no data).
     """
     owner = actor.require_site()

@@ -33,8 +33,8 @@ from service.domain.jobs.charged import (
 )
 from service.domain.jobs.lifecycle import JobScheduler
 from service.domain.ledger import budgets
-from service.domain.privacy_record import json_safe
 from service.domain.ranges import check_calibration
+from service.domain.records.base import json_safe
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, calibrate
 
 __all__ = [

@@ -44,8 +44,8 @@ from service.domain.jobs.lifecycle import (
 )
 from service.domain.jobs.lifecycle import _dataset_facts as dataset_facts
 from service.domain.ledger import budgets
-from service.domain.privacy_record import fit_privacy_record, json_safe, software_version
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
+from service.domain.records.base import fit_privacy_record, json_safe, software_version
 from service.dp import NON_PRIVATE_MECHANISMS, Calibration, FitResult
 from service.dp.prepared import PreparedDesign
 from service.dp.selection import MAX_CANDIDATES, part_size, tune

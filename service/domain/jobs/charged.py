@@ -43,7 +43,7 @@ from service.domain.ids import check_idempotency_key
 from service.domain.jobs.lifecycle import JobCharge, JobScheduler, JobView, job_view
 from service.domain.ledger import budgets
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
-from service.domain.privacy_record import json_safe
+from service.domain.records.base import json_safe
 from service.dp import Calibration
 
 __all__ = [

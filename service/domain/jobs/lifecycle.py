@@ -35,13 +35,13 @@ from service.domain.errors import ConflictError, NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.ledger import budgets
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
-from service.domain.privacy_record import (
+from service.domain.randomness import Randomness
+from service.domain.records.base import (
     DatasetRef,
     fit_privacy_record,
     json_safe,
     software_version,
 )
-from service.domain.randomness import Randomness
 from service.dp import NON_PRIVATE_MECHANISMS, ConvergenceError, FitResult
 from service.dp import fit as dp_fit
 

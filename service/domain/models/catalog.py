@@ -2,7 +2,7 @@
 
 A model row holds the released model as JSON (``service.dp`` ``to_dict()``), its feature names,
 its public preprocessing spec, the label it predicts and its privacy record. Models fitted by
-PrivFit carry a verified record (:func:`~service.domain.privacy_record.fit_privacy_record`);
+PrivFit carry a verified record (:func:`~service.domain.records.base.fit_privacy_record`);
 uploaded ones carry the uploader's declared claim, labelled as not verified. Uploads are JSON
 weights only: nothing is ever unpickled.
 """
@@ -19,18 +19,13 @@ from service.db.uow import UnitOfWork
 from service.domain import audit
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.datasets.ingest import (
-    DatasetSpecError,
-    FeatureInput,
-    RowNorm,
-    build_feature_spec,
-)
+from service.domain.datasets.spec import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.models.export import build_export
 from service.domain.models.predict import InvalidRowsError, Prediction, predict_rows
 from service.domain.models.standard_export import StandardExportError, to_onnx, to_skops
-from service.domain.privacy_record import PrivacyClaim, upload_privacy_record
+from service.domain.records.base import PrivacyClaim, upload_privacy_record
 from service.dp import LinearModel
 from service.dp.models import model_from_dict
 from service.dp.preprocessing import PreprocessingSpec

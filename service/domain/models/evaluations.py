@@ -41,8 +41,8 @@ from service.domain.jobs.charged_single import (
 from service.domain.jobs.lifecycle import ClaimedJob, JobContext, JobScheduler, Release, job_view
 from service.domain.ledger import budgets
 from service.domain.models.catalog import get_model
-from service.domain.privacy_record import json_safe, software_version
 from service.domain.ranges import MAX_EPSILON, MIN_EPSILON
+from service.domain.records.base import json_safe, software_version
 from service.dp.evaluation import DEFAULT_BINS, epsilon_split_note, evaluate
 from service.dp.models import model_from_dict
 

@@ -22,12 +22,7 @@ from service.db.uow import UnitOfWork
 from service.domain import audit
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.datasets.ingest import (
-    DatasetSpecError,
-    FeatureInput,
-    RowNorm,
-    build_feature_spec,
-)
+from service.domain.datasets.spec import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
 from service.domain.errors import (
     ConflictError,
     InvalidInputError,

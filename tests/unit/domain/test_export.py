@@ -18,8 +18,8 @@ from service.domain.models.export import (
     to_sklearn,
 )
 from service.domain.models.predict import predict_rows
-from service.domain.privacy_record import DatasetRef, fit_privacy_record
 from service.domain.randomness import Randomness
+from service.domain.records.base import DatasetRef, fit_privacy_record
 from service.dp import fit
 from service.dp.models import StackedModel, model_from_dict
 from service.dp.preprocessing import PreprocessingSpec
