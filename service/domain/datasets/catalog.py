@@ -173,6 +173,16 @@ def get_owned_dataset(uow: UnitOfWork, *, dataset_id: str, actor: Principal) -> 
     return dataset
 
 
+def require_live(dataset: Dataset, *, use: str = "fitted") -> Dataset:
+    """Refuse (409) a deleted dataset before anything else, so a dry run never quotes a job
+    that could not be charged; ``use`` says what the job would have done with it."""
+    if dataset.deleted_at is not None:
+        raise DatasetDeletedError(
+            f"dataset {dataset.id} was deleted; it can no longer be charged or {use}"
+        )
+    return dataset
+
+
 def get_dataset(uow: UnitOfWork, *, dataset_id: str, actor: Principal) -> Dataset:
     """A dataset's metadata (deleted ones included, with ``deleted_at`` set)."""
     with uow:

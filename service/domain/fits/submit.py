@@ -22,7 +22,7 @@ from service.db.models import Dataset
 from service.db.uow import UnitOfWork
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.datasets.catalog import get_owned_dataset
+from service.domain.datasets.catalog import get_owned_dataset, require_live
 from service.domain.errors import InvalidInputError
 from service.domain.jobs.charged import (
     DatasetCharge,
@@ -134,16 +134,6 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
     return calibration
 
 
-def _require_live(dataset: Dataset) -> Dataset:
-    """Refuse (409) a deleted dataset before anything else, so a dry run never quotes a fit
-    that could not be charged."""
-    if dataset.deleted_at is not None:
-        raise budgets.DatasetDeletedError(
-            f"dataset {dataset.id} was deleted; it can no longer be charged or fitted"
-        )
-    return dataset
-
-
 def _cost(request: FitRequest, calibration: Calibration) -> tuple[float, float]:
     """(ε, δ) to charge: the calibration's totals; nothing for the non-private baseline,
     which claims no privacy at all (its record says so)."""
@@ -157,7 +147,7 @@ def quote_fit(
 ) -> FitQuote:
     """The dry run: cost and calibration from public quantities; spends nothing."""
     with uow:
-        dataset = _require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
+        dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
     calibration = _calibrate(dataset, request)
     epsilon, delta = _cost(request, calibration)
@@ -192,7 +182,7 @@ def submit_fit(
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
 
         def price() -> Pricing:
-            calibration = _calibrate(_require_live(dataset), request)
+            calibration = _calibrate(require_live(dataset), request)
             epsilon, delta = _cost(request, calibration)
             return Pricing(
                 mechanism=request.mechanism,
