@@ -11,7 +11,9 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from service.api.metrics import HttpMetrics
 from service.api.rate_limits import RateLimits
+from service.db.migrate import DatabaseProbe
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.auth import authenticate
 from service.domain.access.keys import parse_prefix
@@ -26,8 +28,10 @@ __all__ = [
     "SECURITY_SCHEME_NAME",
     "AdminDep",
     "AuditContextDep",
+    "DatabaseProbeDep",
     "DryRun",
     "Expensive",
+    "HttpMetricsDep",
     "IdempotencyKey",
     "PreferWait",
     "PrincipalDep",
@@ -35,6 +39,7 @@ __all__ = [
     "SettingsDep",
     "SiteDep",
     "UowDep",
+    "UowFactoryDep",
     "access",
     "bearer_scheme",
 ]
@@ -66,6 +71,24 @@ async def get_uow(request: Request) -> UnitOfWork:
     return factory()
 
 
+async def get_uow_factory(request: Request) -> UnitOfWorkFactory:
+    """The app's unit-of-work factory, for work that opens several transactions of its own."""
+    factory: UnitOfWorkFactory = request.app.state.uow_factory
+    return factory
+
+
+async def get_database_probe(request: Request) -> DatabaseProbe:
+    """The readiness probe of the app's database."""
+    probe: DatabaseProbe = request.app.state.database_probe
+    return probe
+
+
+async def get_http_metrics(request: Request) -> HttpMetrics:
+    """The app's Prometheus registry."""
+    registry: HttpMetrics = request.app.state.metrics
+    return registry
+
+
 async def get_job_runner(request: Request) -> JobScheduler:
     """The app's job runner (set at start-up; a test may replace it)."""
     runner: JobScheduler = request.app.state.job_runner
@@ -84,6 +107,9 @@ SettingsDep = Annotated[Settings, Depends(get_settings_from_app)]
 UowDep = Annotated[UnitOfWork, Depends(get_uow)]
 AuditContextDep = Annotated[AuditContext, Depends(get_audit_context)]
 RunnerDep = Annotated[JobScheduler, Depends(get_job_runner)]
+UowFactoryDep = Annotated[UnitOfWorkFactory, Depends(get_uow_factory)]
+DatabaseProbeDep = Annotated[DatabaseProbe, Depends(get_database_probe)]
+HttpMetricsDep = Annotated[HttpMetrics, Depends(get_http_metrics)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 
 

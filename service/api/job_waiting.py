@@ -16,11 +16,13 @@ from typing import Any, Final
 from fastapi import Request, Response, status
 from starlette.concurrency import run_in_threadpool
 
+from service.api.routes import API_V1
 from service.api.schemas.jobs import JobRead
 from service.db.models import Job
 from service.db.uow import UnitOfWork
 from service.domain.access.principal import Principal
 from service.domain.jobs import lifecycle as jobs
+from service.domain.jobs.charged import SubmittedJob
 from service.domain.jobs.lifecycle import JobOutcome, JobView
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "MAX_WAIT_SECONDS",
     "honour_prefer_wait",
     "preferred_wait",
+    "submitted_job_answer",
     "wait_for_job",
 ]
 
@@ -84,6 +87,24 @@ async def honour_prefer_wait(
     if view.job.status not in _UNFINISHED:
         response.status_code = status.HTTP_201_CREATED
     return view
+
+
+async def submitted_job_answer(
+    request: Request,
+    response: Response,
+    uow: UnitOfWork,
+    actor: Principal,
+    submitted: SubmittedJob,
+    prefer: str | None,
+) -> JobRead:
+    """The answer of every request that queues a charged job: its ``Location``,
+    ``Idempotent-Replayed: true`` for a retry that found the first request's job, and the job
+    as :func:`honour_prefer_wait` leaves it."""
+    response.headers["Location"] = f"{API_V1}/jobs/{submitted.job.id}"
+    if not submitted.created:
+        response.headers["Idempotent-Replayed"] = "true"
+    view = await honour_prefer_wait(request, response, uow, actor, submitted.view, prefer)
+    return JobRead.from_view(view)
 
 
 async def wait_for_job(

@@ -16,11 +16,12 @@ from service.api.deps import (
     IdempotencyKey,
     PreferWait,
     PrincipalDep,
+    RunnerDep,
     UowDep,
     access,
 )
 from service.api.errors import problem_responses
-from service.api.job_waiting import FINISHED_RESPONSE, honour_prefer_wait
+from service.api.job_waiting import FINISHED_RESPONSE, submitted_job_answer
 from service.api.routes import API_V1
 from service.api.schemas.evaluations import (
     EvaluationCreate,
@@ -30,7 +31,6 @@ from service.api.schemas.evaluations import (
 )
 from service.api.schemas.jobs import JobRead
 from service.domain.models import evaluations
-from service.jobs.runner import JobRunner
 
 router = APIRouter(prefix=f"{API_V1}", tags=["evaluations"])
 
@@ -69,6 +69,7 @@ async def create_evaluation(
     uow: UowDep,
     principal: PrincipalDep,
     audit_context: AuditContextDep,
+    runner: RunnerDep,
     idempotency_key: IdempotencyKey = None,
     dry_run: DryRun = False,
     prefer: PreferWait = None,
@@ -84,7 +85,6 @@ async def create_evaluation(
             actor=principal,
         )
         return JSONResponse(EvaluationQuoteRead.from_quote(quote).model_dump(mode="json"))
-    runner: JobRunner = request.app.state.job_runner
     submitted = await run_in_threadpool(
         evaluations.submit_evaluation,
         uow,
@@ -96,12 +96,7 @@ async def create_evaluation(
         idempotency_key=idempotency_key,
         context=audit_context,
     )
-    view = submitted.view
-    response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
-    if not submitted.created:
-        response.headers["Idempotent-Replayed"] = "true"
-    view = await honour_prefer_wait(request, response, uow, principal, view, prefer)
-    return JobRead.from_view(view)
+    return await submitted_job_answer(request, response, uow, principal, submitted, prefer)
 
 
 @router.get(

@@ -18,14 +18,14 @@ from service.api.deps import (
     access,
 )
 from service.api.errors import problem_responses
-from service.api.job_waiting import FINISHED_RESPONSE, honour_prefer_wait
+from service.api.job_waiting import FINISHED_RESPONSE, submitted_job_answer
 from service.api.routes import API_V1
 from service.api.schemas.fits import FitCreate, FitQuoteRead
 from service.api.schemas.jobs import JobRead
 from service.domain.fits import submit as fits
 from service.domain.fits import tuning
 from service.domain.fits.tuning import TunedFitRequest
-from service.jobs.runner import JobRunner
+from service.domain.jobs.lifecycle import JobScheduler
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
 
@@ -80,6 +80,7 @@ async def create_fit(
             uow,
             principal,
             audit_context,
+            runner,
             idempotency_key,
             dry_run=dry_run,
             prefer=prefer,
@@ -100,12 +101,7 @@ async def create_fit(
         idempotency_key=idempotency_key,
         context=audit_context,
     )
-    view = submitted.view
-    response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
-    if not submitted.created:
-        response.headers["Idempotent-Replayed"] = "true"
-    view = await honour_prefer_wait(request, response, uow, principal, view, prefer)
-    return JobRead.from_view(view)
+    return await submitted_job_answer(request, response, uow, principal, submitted, prefer)
 
 
 async def _create_tuned_fit(
@@ -116,6 +112,7 @@ async def _create_tuned_fit(
     uow: UowDep,
     principal: PrincipalDep,
     audit_context: AuditContextDep,
+    runner: JobScheduler,
     idempotency_key: str | None,
     *,
     dry_run: bool,
@@ -127,7 +124,6 @@ async def _create_tuned_fit(
             tuning.quote_tuned_fit, uow, dataset_id=dataset_id, request=tuned, actor=principal
         )
         return JSONResponse(FitQuoteRead.from_quote(quote).model_dump(mode="json"))
-    runner: JobRunner = request.app.state.job_runner
     submitted = await run_in_threadpool(
         tuning.submit_tuned_fit,
         uow,
@@ -138,9 +134,4 @@ async def _create_tuned_fit(
         idempotency_key=idempotency_key,
         context=audit_context,
     )
-    view = submitted.view
-    response.headers["Location"] = f"{API_V1}/jobs/{view.job.id}"
-    if not submitted.created:
-        response.headers["Idempotent-Replayed"] = "true"
-    view = await honour_prefer_wait(request, response, uow, principal, view, prefer)
-    return JobRead.from_view(view)
+    return await submitted_job_answer(request, response, uow, principal, submitted, prefer)

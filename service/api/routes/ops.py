@@ -7,15 +7,19 @@ from fastapi.responses import PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.api.deps import access, get_principal
+from service.api.deps import (
+    DatabaseProbeDep,
+    HttpMetricsDep,
+    SettingsDep,
+    UowFactoryDep,
+    access,
+    get_principal,
+)
 from service.api.errors import ProblemResponse, problem_response, problem_responses
-from service.api.metrics import HttpMetrics
 from service.api.schemas.ops import Health, Readiness
-from service.db.migrate import DatabaseProbe
 from service.db.uow import UnitOfWorkFactory
 from service.domain.audit import AuditContext
 from service.domain.errors import AuthenticationError
-from service.settings import Settings
 
 router = APIRouter(tags=["ops"])
 
@@ -45,8 +49,7 @@ def healthz() -> Health:
     responses=problem_responses(503),
     openapi_extra=access("public"),
 )
-def readyz(request: Request) -> Readiness | ProblemResponse:
-    probe: DatabaseProbe = request.app.state.database_probe
+def readyz(request: Request, probe: DatabaseProbeDep) -> Readiness | ProblemResponse:
     state = probe.check()
     if state.ready:
         return Readiness(revision=",".join(state.current))
@@ -82,20 +85,22 @@ def readyz(request: Request) -> Readiness | ProblemResponse:
     },
     openapi_extra=access("public"),
 )
-def metrics(request: Request) -> Response:
-    settings: Settings = request.app.state.settings
+def metrics(
+    request: Request,
+    settings: SettingsDep,
+    registry: HttpMetricsDep,
+    uow_factory: UowFactoryDep,
+) -> Response:
     if settings.metrics_require_key:
-        _require_admin_key(request)
-    registry: HttpMetrics = request.app.state.metrics
+        _require_admin_key(request, uow_factory)
     return Response(content=registry.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-def _require_admin_key(request: Request) -> None:
+def _require_admin_key(request: Request, uow_factory: UnitOfWorkFactory) -> None:
     """401/403 unless the request carries the admin key (``PRIVFIT_METRICS_REQUIRE_KEY``)."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise AuthenticationError("send the admin key as `Authorization: Bearer <key>`")
-    uow_factory: UnitOfWorkFactory = request.app.state.uow_factory
     principal = get_principal(
         request,
         uow_factory(),

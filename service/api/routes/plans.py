@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import Expensive, PrincipalDep, UowDep, access
+from service.api.deps import Expensive, PrincipalDep, UowDep, UowFactoryDep, access
 from service.api.errors import problem_responses
 from service.api.plan_svg import plan_svg
 from service.api.routes import API_V1
@@ -52,14 +52,19 @@ def _wants_svg(request: Request) -> bool:
     openapi_extra=access("site"),
 )
 async def create_plan(
-    dataset_id: str, body: PlanCreate, request: Request, uow: UowDep, principal: PrincipalDep
+    dataset_id: str,
+    body: PlanCreate,
+    request: Request,
+    uow: UowDep,
+    uow_factory: UowFactoryDep,
+    principal: PrincipalDep,
 ) -> PlanRead | Response:
     principal.require_site()
     svg = _wants_svg(request)
     plan = await run_in_threadpool(
         plans.make_plan,
         uow,
-        request.app.state.uow_factory,
+        uow_factory,
         dataset_id=dataset_id,
         request=body.to_domain(),
         actor=principal,

@@ -21,7 +21,7 @@ from service.api.deps import (
     access,
 )
 from service.api.errors import problem_responses
-from service.api.job_waiting import FINISHED_RESPONSE, honour_prefer_wait
+from service.api.job_waiting import FINISHED_RESPONSE, submitted_job_answer
 from service.api.routes import API_V1
 from service.api.schemas.federated import FederatedFitCreate, FederatedQuoteRead
 from service.api.schemas.jobs import JobRead
@@ -259,11 +259,7 @@ async def create_aggregation(
             idempotency_key=idempotency_key,
         )
     )
-    response.headers["Location"] = f"{API_V1}/jobs/{submitted.job.id}"
-    if not submitted.created:
-        response.headers["Idempotent-Replayed"] = "true"
-    view = await honour_prefer_wait(request, response, uow, principal, submitted.view, prefer)
-    return JobRead.from_view(view)
+    return await submitted_job_answer(request, response, uow, principal, submitted, prefer)
 
 
 @router.post(
@@ -336,8 +332,4 @@ async def create_federated_fit(
         context=audit_context,
         idempotency_key=idempotency_key,
     )
-    response.headers["Location"] = f"{API_V1}/jobs/{submitted.job.id}"
-    if not submitted.created:
-        response.headers["Idempotent-Replayed"] = "true"
-    view = await honour_prefer_wait(request, response, uow, principal, submitted.view, prefer)
-    return JobRead.from_view(view)
+    return await submitted_job_answer(request, response, uow, principal, submitted, prefer)

@@ -19,7 +19,7 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.datasets.catalog import get_owned_dataset, read_design
 from service.domain.errors import InvalidInputError, NotFoundError
-from service.dp import MECHANISMS
+from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS
 from service.dp.planning import (
     MAX_SIMULATED_FITS,
     GridPoint,
@@ -83,7 +83,7 @@ def _invalid(msg: str, loc: list[str | int]) -> InvalidInputError:
 
 
 def _grid(request: PlanRequest, n: int, d: int) -> list[GridPoint]:
-    if request.mechanism not in MECHANISMS or request.mechanism == "non_private":
+    if request.mechanism not in MECHANISMS or request.mechanism in NON_PRIVATE_MECHANISMS:
         raise _invalid(
             f"unknown or non-private mechanism {request.mechanism!r}", ["body", "mechanism"]
         )
