@@ -15,6 +15,12 @@ from tests.unit.jobs._flow import TOY_FEATURES, budget, toy_csv, toy_spec, uploa
 PROBLEM_JSON = "application/problem+json"
 
 
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
+
 def _plan(
     client: TestClient, site: SiteHandle, dataset_id: str, body: dict[str, Any], **h: str
 ) -> Any:

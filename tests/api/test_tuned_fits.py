@@ -14,6 +14,12 @@ PROBLEM_JSON = "application/problem+json"
 WAIT = {"Prefer": "wait=30"}
 
 
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
+
 def _body(candidates: Any, **fields: Any) -> dict[str, Any]:
     return {**fit_body("output_perturbation", epsilon=1.0, **fields), "regularization": candidates}
 
