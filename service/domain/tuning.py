@@ -82,7 +82,10 @@ def step_size_candidates(params: Mapping[str, Any]) -> tuple[float, ...] | None:
         raise _invalid('give the step sizes as {"candidates": [η, ...]}', _ETA_LOC[:-1])
     if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
         raise _invalid("each step-size candidate must be a number", _ETA_LOC)
-    return tuple(float(v) for v in values)
+    try:
+        return tuple(float(v) for v in values)
+    except OverflowError as exc:  # an integer past the largest double
+        raise _invalid("each candidate must be a finite number > 0", _ETA_LOC) from exc
 
 
 @dataclass(frozen=True, slots=True)

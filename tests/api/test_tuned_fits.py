@@ -209,6 +209,7 @@ def test_step_sizes_alone_keep_the_single_lambda(client: TestClient, site: SiteH
         _sgd_body({"candidates": [0.5, 0.5]}),
         _sgd_body({"candidates": ["x"]}),
         _sgd_body({"candidates": [True]}),
+        _sgd_body({"candidates": [10**400]}),
         _sgd_body({"candidates": "x"}),
         _sgd_body({"values": [0.5]}),
         _sgd_body({"candidates": [0.5], "extra": 1}),
