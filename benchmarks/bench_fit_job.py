@@ -7,7 +7,7 @@ this process through ``fastapi.testclient``, lifespan and job runner included). 
 each mechanism, ``--repeats`` times, the four contenders in a rotating order:
 
 * ``library``: ``service.dp.fit(X, y, mechanism, ...)`` on the design matrix the service
-  itself fits on (read back from the database with ``service.domain.datasets.load_design``),
+  itself fits on (read back from the database with ``service.domain.datasets.catalog.load_design``),
   noise from the OS CSPRNG as in the service: the issue's reference;
 * ``prepared``: ``service.dp.fit(design, None, ...)`` on ``service.dp.prepare_design(X, y)``,
   which is how the service's worker fits a stored dataset (checked once, the solver's float32
@@ -105,7 +105,7 @@ def _run(args: argparse.Namespace) -> list[dict[str, Any]]:
     from service.db.migrate import upgrade
     from service.db.session import make_engine, make_sessionmaker
     from service.db.uow import UnitOfWork
-    from service.domain.datasets import load_design
+    from service.domain.datasets.catalog import load_design
     from service.dp import fit, prepare_design
 
     raw = csv_bytes("train")

@@ -15,7 +15,8 @@ bounds and some undeclared categories, plus the label; the columns and categorie
   server for the cores);
 * ``curl``: the same server, the client ``curl -F spec=<… -F file=@…`` (what operators use; it
   streams the file from disk at a fraction of httpx's CPU cost);
-* ``ingest``: no HTTP and no database: ``service.domain.ingest.ingest`` reading the file from
+* ``ingest``: no HTTP and no database: ``service.domain.datasets.ingest.ingest`` reading the file
+from
   disk (parsing, validation, clamping, category codes, compressing the chunks, which are then
   dropped). The service's own work on the data, the floor for any upload through it.
 
@@ -188,7 +189,8 @@ def bench_ingest(path: Path, repeats: int) -> Runs:
     """The file read, validated and encoded in this process (chunks dropped): no HTTP, no
     database. The CPU seconds are this process's."""
     from service.api.schemas.datasets import DatasetCreate
-    from service.domain.ingest import BudgetLimits, ingest
+    from service.domain.datasets.ingest import ingest
+    from service.domain.datasets.spec import BudgetLimits
 
     spec = DatasetCreate.model_validate_json(_upload_spec()).to_domain(
         BudgetLimits(max_epsilon=1e6, max_delta=0.5)

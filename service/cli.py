@@ -14,11 +14,11 @@ from pydantic import ValidationError
 from service.db.migrate import DatabaseProbe, head_revisions, upgrade
 from service.db.session import make_engine, make_sessionmaker, safe_url
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
+from service.domain.access.auth import reset_admin_key
+from service.domain.access.principal import Principal
+from service.domain.access.sites import create_site
 from service.domain.audit import SYSTEM
-from service.domain.auth import reset_admin_key
 from service.domain.errors import DomainError
-from service.domain.principal import Principal
-from service.domain.sites import create_site
 from service.logs import configure_logging, logging_config
 from service.settings import Settings, get_settings
 

@@ -39,7 +39,7 @@ from service.api.routes import (
 from service.db.migrate import DatabaseProbe, head_revisions
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain.auth import configured_key_hash, ensure_admin_key
+from service.domain.access.auth import configured_key_hash, ensure_admin_key
 from service.jobs.runner import JobRunner
 from service.jobs.worker import build_runner
 from service.settings import Settings, get_settings

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Imported lazily by one optional feature and documented as the caller's own installation.
 OPTIONAL_IMPORTS = {
-    "sklearn": "service.domain.export.to_sklearn converts an export for a scikit-learn user",
+    "sklearn": "service.domain.models.export.to_sklearn converts an export for a scikit-learn user",
 }
 
 

@@ -13,13 +13,13 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from service.api.rate_limits import RateLimits
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
+from service.domain.access.auth import authenticate
+from service.domain.access.keys import parse_prefix
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.auth import authenticate
 from service.domain.errors import AuthenticationError
 from service.domain.ids import MAX_IDEMPOTENCY_KEY_LENGTH
-from service.domain.jobs import JobScheduler
-from service.domain.keys import parse_prefix
-from service.domain.principal import Principal
+from service.domain.jobs.lifecycle import JobScheduler
 from service.settings import Settings
 
 __all__ = [

@@ -19,9 +19,9 @@ from starlette.concurrency import run_in_threadpool
 from service.api.schemas.jobs import JobRead
 from service.db.models import Job
 from service.db.uow import UnitOfWork
-from service.domain import jobs
-from service.domain.jobs import JobOutcome, JobView
-from service.domain.principal import Principal
+from service.domain.access.principal import Principal
+from service.domain.jobs import lifecycle as jobs
+from service.domain.jobs.lifecycle import JobOutcome, JobView
 
 __all__ = [
     "FALLBACK_POLL_SECONDS",

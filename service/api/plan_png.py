@@ -22,7 +22,8 @@ DPI = 100
 
 
 def plan_png(plan: Mapping[str, Any]) -> bytes:
-    """A WIDTH × HEIGHT PNG of ``plan`` (the JSON of :meth:`service.domain.plans.Plan.to_dict`)."""
+    """A WIDTH × HEIGHT PNG of ``plan`` (the JSON of
+    :meth:`service.domain.fits.plans.Plan.to_dict`)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FixedLocator, NullLocator

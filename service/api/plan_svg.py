@@ -47,7 +47,7 @@ class PlanCurves:
 
 
 def plan_curves(plan: Mapping[str, Any]) -> PlanCurves:
-    """The curves of ``plan`` (the JSON of :meth:`service.domain.plans.Plan.to_dict`)."""
+    """The curves of ``plan`` (the JSON of :meth:`service.domain.fits.plans.Plan.to_dict`)."""
     points: Sequence[Mapping[str, Any]] = plan["points"]
     simulated = bool(points) and "simulated_accuracy" in points[0]
     eps = [float(p["epsilon"]) for p in points] or [1.0]
@@ -104,7 +104,7 @@ def _scale(lo: float, hi: float, a: float, b: float, log: bool) -> Any:
 
 
 def plan_svg(plan: Mapping[str, Any]) -> str:
-    """An SVG document of ``plan`` (the JSON of :meth:`service.domain.plans.Plan.to_dict`)."""
+    """An SVG document of ``plan`` (the JSON of :meth:`service.domain.fits.plans.Plan.to_dict`)."""
     c = plan_curves(plan)
     fx = _scale(*c.x_range, _L, _W - _R, log=True)
     fy = _scale(*c.y_range, _H - _B, _T, log=c.y_log)

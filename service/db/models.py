@@ -183,7 +183,7 @@ class AuditEvent(Base):
 class Dataset(Base):
     """A site's uploaded dataset: public spec, size, budget caps and amounts spent.
 
-    Budget amounts are integers in ledger units (:mod:`service.domain.units`: 1e-9 ε,
+    Budget amounts are integers in ledger units (:mod:`service.domain.ledger.units`: 1e-9 ε,
     1e-15 δ). The CHECK constraints are the backstop of the ledger's conditional UPDATE:
     ``0 <= spent <= cap`` holds on both databases whatever the application does.
     The content lives in ``dataset_chunk`` rows; deleting a dataset removes them and sets
@@ -381,7 +381,7 @@ class StudyContribution(Base):
     """What a member brings to a study: a model it owns, or a grant on one of its datasets.
 
     A grant lets the study spend up to ``(epsilon_cap_units, delta_cap_units)`` of the dataset's
-    budget (ledger units, :mod:`service.domain.units`); ``epsilon_spent_units`` and
+    budget (ledger units, :mod:`service.domain.ledger.units`); ``epsilon_spent_units`` and
     ``delta_spent_units`` are what the study's federated fits have charged through it so far
     (debited atomically with the dataset's own budget). ``used_at`` is set once an aggregation
     (or federated fit) used the contribution; from then on it cannot be withdrawn.

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from service.db.models import AuditEvent
 from service.db.uow import UnitOfWork
-from service.domain.principal import Principal
+from service.domain.access.principal import Principal
 
 __all__ = ["SYSTEM", "AuditContext", "Outcome", "list_events", "record"]
 

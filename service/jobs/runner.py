@@ -1,7 +1,8 @@
 """Job runners: where queued jobs execute (DESIGN §1 ``jobs/``, §6).
 
 A runner only *schedules*. The work itself is a plain function of the domain,
-``service.domain.jobs.execute_job(uow_factory, job_id, handlers=...)`` (bound to the registered
+``service.domain.jobs.lifecycle.execute_job(uow_factory, job_id, handlers=...)`` (bound to the
+registered
 handlers as :func:`service.jobs.worker.run_job`), which claims the job in the database, runs it,
 checks the release against the job's charge, stores the model and records the outcome.
 Everything a runner knows about a job is its id, so a distributed task engine (Celery with a

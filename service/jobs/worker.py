@@ -21,10 +21,8 @@ from typing import Any
 
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain.aggregations import run_aggregation_job
-from service.domain.evaluations import EVALUATION_KIND, run_evaluation_job
-from service.domain.federated import run_federated_job
-from service.domain.jobs import (
+from service.domain.fits.tuning import TUNED_FIT_KIND, run_tuned_fit_job
+from service.domain.jobs.lifecycle import (
     JobHandler,
     JobOutcome,
     execute_job,
@@ -32,8 +30,10 @@ from service.domain.jobs import (
     run_fit_job,
     settle_lost_job,
 )
+from service.domain.models.evaluations import EVALUATION_KIND, run_evaluation_job
 from service.domain.randomness import Randomness
-from service.domain.tuning import TUNED_FIT_KIND, run_tuned_fit_job
+from service.domain.studies.charged_aggregations import run_aggregation_job
+from service.domain.studies.federated import run_federated_job
 from service.jobs.runner import JobFunction, JobRunner, PoolJobRunner, RunnerKind
 from service.settings import Settings
 

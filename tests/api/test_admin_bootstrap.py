@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
 from service.db.uow import UnitOfWorkFactory
-from service.domain.keys import hash_key
+from service.domain.access.keys import hash_key
 from service.main import create_app
 from service.settings import Settings
 from tests.conftest import ADMIN_KEY

@@ -3,7 +3,7 @@
 Runs on SQLite and PostgreSQL. What is checked:
 
 * a CSV and a Parquet upload give 201 with the public metadata, and the stored content, read
-  back with :func:`service.domain.datasets.load_design`, equals a hand-computed encoding
+  back with :func:`service.domain.datasets.catalog.load_design`, equals a hand-computed encoding
   (clamping to the declared bounds, an all-zero block for an undeclared category, the
   intercept, rows clipped to norm ≤ 1, labels of the two declared classes);
 * every bad upload is a precise 4xx ``application/problem+json`` with a stable ``type``, stores
@@ -32,9 +32,11 @@ from sqlalchemy import Engine, text
 from service.api.schemas.problem import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
 from service.db.session import make_engine
 from service.db.uow import UnitOfWorkFactory
-from service.domain.budgets import DatasetDeletedError
-from service.domain.datasets import load_design
-from service.domain.ingest import EncodedChunk, IngestReport, ingest
+from service.domain.datasets.catalog import load_design
+from service.domain.datasets.codec import EncodedChunk
+from service.domain.datasets.ingest import ingest
+from service.domain.datasets.readers import IngestReport
+from service.domain.ledger.budgets import DatasetDeletedError
 from tests.conftest import MakeSite, SiteHandle
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -349,7 +351,7 @@ def test_reading_the_file_holds_no_database_lock(
 
         return ingest(source, spec, on_chunk=chunk_then_write)
 
-    monkeypatch.setattr("service.domain.datasets.ingest", ingest_and_write_meanwhile)
+    monkeypatch.setattr("service.domain.datasets.catalog.ingest", ingest_and_write_meanwhile)
     try:
         response = upload(client, site, csv_bytes())
     finally:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.domain.privacy_record import json_safe
+from service.domain.records.base import json_safe
 from service.dp import MECHANISMS, calibrate
 from tests.conftest import MakeSite, SiteHandle
 from tests.unit.jobs._flow import (

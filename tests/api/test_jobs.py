@@ -23,8 +23,8 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from numpy.typing import NDArray
 
-from service.domain import jobs as domain_jobs
-from service.domain.jobs import recover_jobs, settle_lost_job
+from service.domain.jobs import lifecycle as domain_jobs
+from service.domain.jobs.lifecycle import recover_jobs, settle_lost_job
 from service.dp import ConvergenceError, FitResult, PreparedDesign
 from service.dp import fit as dp_fit
 from service.jobs.runner import JobRunner, PoolJobRunner

@@ -19,10 +19,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
+from service.domain.datasets.spec import FeatureInput
 from service.domain.errors import InvalidInputError
-from service.domain.ingest import FeatureInput
-from service.domain.models import MAX_ABS_WEIGHT, build_upload
-from service.domain.predict import MAX_ABS_SCORE
+from service.domain.models.catalog import MAX_ABS_WEIGHT, build_upload
+from service.domain.models.predict import MAX_ABS_SCORE
 from tests.api.test_models import UPLOAD_WEIGHTS, _no_models, upload_body
 from tests.conftest import SiteHandle
 

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 from pydantic import SecretStr
 
 from service.api.schemas.problem import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
-from service.domain import export as export_module
+from service.domain.models import export as export_module
 from service.domain.randomness import Randomness
 from service.dp.preprocessing import CategoricalFeature, NumericFeature, PreprocessingSpec
 from service.settings import Settings

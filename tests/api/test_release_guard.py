@@ -18,14 +18,13 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from service.domain import aggregations as domain_aggregations
-from service.domain.jobs import (
+from service.domain.jobs.lifecycle import (
     Charged,
     ReleaseExceedsChargeError,
     check_release,
 )
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT
-from service.dp import FitResult
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT
+from service.dp import FitResult, multisite
 from service.dp import fit as dp_fit
 from service.dp.accounting import PrivacyCost
 from service.dp.federated import federated_fit
@@ -162,7 +161,7 @@ def test_a_transfer_whose_run_exceeds_its_charge_releases_nothing(
     assert response.status_code == 202, response.text
     job_id = response.json()["id"]
 
-    honest = domain_aggregations._CHARGED_METHODS["transfer"]
+    honest = multisite.CHARGED_AGGREGATIONS["transfer"]
 
     def overspending(params: Mapping[str, Any]) -> Any:
         spec = honest(params)
@@ -172,7 +171,7 @@ def test_a_transfer_whose_run_exceeds_its_charge_releases_nothing(
 
         return dataclasses.replace(spec, compute=compute)
 
-    monkeypatch.setitem(domain_aggregations._CHARGED_METHODS, "transfer", overspending)
+    monkeypatch.setitem(multisite.CHARGED_AGGREGATIONS, "transfer", overspending)
     assert run_job(app.state.uow_factory, job_id).status == "failed"
 
     _assert_refused(_job(client, coordinator, job_id))
@@ -221,7 +220,7 @@ def test_a_federated_fit_whose_run_exceeds_a_sites_charge_releases_nothing(
         calibration = dataclasses.replace(result.calibration, site_costs=tuple(costs))
         return dataclasses.replace(result, calibration=calibration)
 
-    monkeypatch.setattr("service.domain.federated.federated_fit", overspending)
+    monkeypatch.setattr("service.domain.studies.federated.federated_fit", overspending)
     assert run_job(app.state.uow_factory, job_id).status == "failed"
 
     _assert_refused(_job(client, coordinator, job_id))

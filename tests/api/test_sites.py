@@ -6,7 +6,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.db.uow import UnitOfWorkFactory
-from service.domain.keys import hash_key, parse_prefix
+from service.domain.access.keys import hash_key, parse_prefix
 from tests.conftest import MakeSite, SiteHandle
 
 PROBLEM = "application/problem+json"

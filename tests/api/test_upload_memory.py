@@ -35,7 +35,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from service.api.uploads import PIPE_BYTES
-from service.domain.ingest import CSV_BLOCK_BYTES, INGEST_THREADS, MAX_EXTRA_COLUMNS
+from service.domain.datasets.ingest import INGEST_THREADS
+from service.domain.datasets.readers import CSV_BLOCK_BYTES, MAX_EXTRA_COLUMNS
 from tests.support.live_server import LiveServer
 
 pytestmark = pytest.mark.slow

@@ -15,26 +15,25 @@ import pytest
 
 from service.db.models import Dataset, Model, Site, Study, StudyContribution, new_id
 from service.db.uow import UnitOfWorkFactory
-from service.domain import budgets
-from service.domain.aggregations import (
-    AggregationRequest,
-    TransferRequest,
-    average,
-    quote_aggregation,
-    transfer,
-)
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.charged_jobs import ForeignBudgetExhaustedError, SubmittedJob
 from service.domain.errors import (
     BudgetExhaustedError,
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
 )
-from service.domain.federated import FederatedRequest, submit_federated_fit
-from service.domain.fits import FitRequest, quote_fit, submit_fit
-from service.domain.principal import Principal
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, to_units
+from service.domain.fits.submit import FitRequest, quote_fit, submit_fit
+from service.domain.jobs.charged import ForeignBudgetExhaustedError, SubmittedJob
+from service.domain.ledger import budgets
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
+from service.domain.studies.aggregations import (
+    AggregationRequest,
+    TransferRequest,
+    quote_aggregation,
+    submit_aggregation,
+)
+from service.domain.studies.federated import FederatedRequest, submit_federated_fit
 
 CONTEXT = AuditContext(request_id="test", client_ip=None)
 FIT = FitRequest(mechanism="objective_perturbation", epsilon=0.5, regularization=0.01)
@@ -331,7 +330,7 @@ def test_a_transfer_is_quoted_charged_once_and_an_average_charges_nothing(
 
     runner = Runner()
     submitted = [
-        transfer(
+        submit_aggregation(
             uow_factory(),
             study_id=study_id,
             request=request,
@@ -346,17 +345,18 @@ def test_a_transfer_is_quoted_charged_once_and_an_average_charges_nothing(
     assert runner.submitted == [submitted[0].job.id]
     assert spent(uow_factory, target) == 0.5
 
-    averaged = average(
+    averaged = submit_aggregation(
         uow_factory(),
         study_id=study_id,
         request=AggregationRequest(method="average"),
         actor=coordinator,
         context=CONTEXT,
+        runner=runner,
     )
     assert (averaged.job.status, averaged.view.charges) == ("succeeded", ())
     assert spent(uow_factory, target) == 0.5
     with pytest.raises(PermissionDeniedError):
-        transfer(
+        submit_aggregation(
             uow_factory(),
             study_id=study_id,
             request=request,

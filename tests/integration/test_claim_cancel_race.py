@@ -18,9 +18,9 @@ from fastapi.testclient import TestClient
 
 from service.db.base import utcnow
 from service.db.uow import UnitOfWorkFactory
+from service.domain.access.principal import Principal
 from service.domain.errors import ConflictError
-from service.domain.jobs import cancel_job
-from service.domain.principal import Principal
+from service.domain.jobs.lifecycle import cancel_job
 from tests.conftest import SiteHandle
 from tests.unit.jobs._flow import HoldingRunner, budget, fit_body, toy_spec, upload
 

@@ -21,10 +21,11 @@ from service.api.schemas.datasets import (
 )
 from service.api.uploads import SPEC_ERROR, UploadRejectedError, process_upload
 from service.db.models import Dataset
-from service.domain import datasets
-from service.domain.budgets import BudgetStatus
+from service.domain.datasets import catalog as datasets
+from service.domain.datasets.readers import MAX_EXTRA_COLUMNS
+from service.domain.datasets.spec import BudgetLimits, DatasetSpec, DatasetSpecError
 from service.domain.errors import InvalidInputError
-from service.domain.ingest import MAX_EXTRA_COLUMNS, BudgetLimits, DatasetSpec, DatasetSpecError
+from service.domain.ledger.budgets import BudgetStatus
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["datasets"])
 

@@ -29,7 +29,7 @@ from service.api.schemas.evaluations import (
     EvaluationRead,
 )
 from service.api.schemas.jobs import JobRead
-from service.domain import evaluations
+from service.domain.models import evaluations
 from service.jobs.runner import JobRunner
 
 router = APIRouter(prefix=f"{API_V1}", tags=["evaluations"])

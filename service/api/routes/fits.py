@@ -22,8 +22,9 @@ from service.api.job_waiting import FINISHED_RESPONSE, honour_prefer_wait
 from service.api.routes import API_V1
 from service.api.schemas.fits import FitCreate, FitQuoteRead
 from service.api.schemas.jobs import JobRead
-from service.domain import fits, tuning
-from service.domain.tuning import TunedFitRequest
+from service.domain.fits import submit as fits
+from service.domain.fits import tuning
+from service.domain.fits.tuning import TunedFitRequest
 from service.jobs.runner import JobRunner
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
@@ -120,7 +121,7 @@ async def _create_tuned_fit(
     dry_run: bool,
     prefer: str | None,
 ) -> JobRead | JSONResponse:
-    """A fit with candidate λs: the private tuning of :mod:`service.domain.tuning`."""
+    """A fit with candidate λs: the private tuning of :mod:`service.domain.fits.tuning`."""
     if dry_run:
         quote = await run_in_threadpool(
             tuning.quote_tuned_fit, uow, dataset_id=dataset_id, request=tuned, actor=principal

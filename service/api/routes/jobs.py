@@ -12,7 +12,7 @@ from service.api.errors import problem_responses
 from service.api.job_waiting import MAX_WAIT_SECONDS, wait_for_job
 from service.api.routes import API_V1
 from service.api.schemas.jobs import JobList, JobRead
-from service.domain import jobs
+from service.domain.jobs import lifecycle as jobs
 
 router = APIRouter(prefix=f"{API_V1}/jobs", tags=["jobs"])
 

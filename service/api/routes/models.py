@@ -21,8 +21,8 @@ from service.api.schemas.models import (
     PredictRequest,
     PredictResponse,
 )
-from service.domain import models
-from service.domain.privacy_record import PrivacyClaim
+from service.domain.models import catalog as models
+from service.domain.records.base import PrivacyClaim
 
 router = APIRouter(prefix=f"{API_V1}/models", tags=["models"])
 

@@ -13,7 +13,7 @@ from service.api.plan_png import plan_png
 from service.api.plan_svg import plan_svg
 from service.api.routes import API_V1
 from service.api.schemas.plans import PlanCreate, PlanRead
-from service.domain import plans
+from service.domain.fits import plans
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["plans"])
 

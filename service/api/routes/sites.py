@@ -10,8 +10,8 @@ from service.api.deps import AdminDep, AuditContextDep, PrincipalDep, SiteDep, U
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
 from service.api.schemas.sites import IssuedKeyRead, SiteCreate, SiteList, SiteRead, SiteWithKey
-from service.domain import sites
-from service.domain.sites import IssuedKey
+from service.domain.access import sites
+from service.domain.access.sites import IssuedKey
 
 router = APIRouter(prefix=f"{API_V1}/sites", tags=["sites"])
 

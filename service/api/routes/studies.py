@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Request, Response, status
@@ -29,19 +30,13 @@ from service.api.schemas.studies import (
     AggregationQuoteRead,
     ContributionRead,
     DatasetGrantIn,
-    FeatureAggregationIn,
     ModelContributionIn,
     StudyCreate,
     StudyList,
     StudyRead,
-    TransferAggregationIn,
 )
-from service.db.uow import UnitOfWork
-from service.domain import aggregations, federated, studies
-from service.domain.audit import AuditContext
-from service.domain.charged_jobs import SubmittedJob
-from service.domain.jobs import JobScheduler
-from service.domain.principal import Principal
+from service.domain.studies import aggregations, federated
+from service.domain.studies import membership as studies
 
 router = APIRouter(prefix=f"{API_V1}/studies", tags=["studies"])
 
@@ -253,52 +248,22 @@ async def create_aggregation(
         )
         return JSONResponse(AggregationQuoteRead.from_quote(quote).model_dump(mode="json"))
     submitted = await run_in_threadpool(
-        _submit_aggregation, uow, study_id, body, principal, audit_context, runner, idempotency_key
+        functools.partial(
+            aggregations.submit_aggregation,
+            uow,
+            study_id=study_id,
+            request=body.to_domain(),
+            actor=principal,
+            context=audit_context,
+            runner=runner,
+            idempotency_key=idempotency_key,
+        )
     )
     response.headers["Location"] = f"{API_V1}/jobs/{submitted.job.id}"
     if not submitted.created:
         response.headers["Idempotent-Replayed"] = "true"
     view = await honour_prefer_wait(request, response, uow, principal, submitted.view, prefer)
     return JobRead.from_view(view)
-
-
-def _submit_aggregation(
-    uow: UnitOfWork,
-    study_id: str,
-    body: AggregationCreate,
-    principal: Principal,
-    audit_context: AuditContext,
-    runner: JobScheduler,
-    idempotency_key: str | None,
-) -> SubmittedJob:
-    if isinstance(body, TransferAggregationIn):
-        return aggregations.transfer(
-            uow,
-            study_id=study_id,
-            request=body.to_domain(),
-            actor=principal,
-            context=audit_context,
-            runner=runner,
-            idempotency_key=idempotency_key,
-        )
-    if isinstance(body, FeatureAggregationIn):
-        return aggregations.feature(
-            uow,
-            study_id=study_id,
-            request=body.to_domain(),
-            actor=principal,
-            context=audit_context,
-            runner=runner,
-            idempotency_key=idempotency_key,
-        )
-    return aggregations.average(
-        uow,
-        study_id=study_id,
-        request=body.to_domain(),
-        actor=principal,
-        context=audit_context,
-        idempotency_key=idempotency_key,
-    )
 
 
 @router.post(

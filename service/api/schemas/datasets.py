@@ -2,7 +2,7 @@
 
 The upload spec arrives as the JSON ``spec`` part of a multipart request. Its shape is checked
 here; the rules that need explanation (bounds must be declared, caps within the server
-maximum, …) are checked in :func:`service.domain.ingest.build_spec` so that every client
+maximum, …) are checked in :func:`service.domain.datasets.spec.build_spec` so that every client
 gets the same precise message.
 """
 
@@ -15,7 +15,7 @@ from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.db.models import Dataset
-from service.domain.ingest import BudgetLimits, DatasetSpec, FeatureInput, build_spec
+from service.domain.datasets.spec import BudgetLimits, DatasetSpec, FeatureInput, build_spec
 from service.domain.ranges import MIN_EPSILON
 
 __all__ = [

@@ -10,7 +10,7 @@ from pydantic import ConfigDict, Field
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.api.schemas.fits import BudgetLeft, FitCost
 from service.db.models import Evaluation
-from service.domain.evaluations import EvaluationQuote
+from service.domain.models.evaluations import EvaluationQuote
 from service.domain.ranges import MAX_EPSILON, MIN_EPSILON
 
 __all__ = [

@@ -7,16 +7,16 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field, StrictStr
 
 from service.api.schemas.base import RequestModel, ResponseModel
-from service.domain.federated import (
-    MAX_FEDERATED_DATASETS,
-    FederatedQuote,
-    FederatedRequest,
-)
 from service.domain.ranges import (
     MAX_EPSILON,
     MAX_REGULARIZATION,
     MIN_EPSILON,
     MIN_REGULARIZATION,
+)
+from service.domain.studies.federated import (
+    MAX_FEDERATED_DATASETS,
+    FederatedQuote,
+    FederatedRequest,
 )
 from service.dp.federated import FEDERATED_PROTOCOLS
 

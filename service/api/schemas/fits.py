@@ -7,14 +7,14 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field
 
 from service.api.schemas.base import RequestModel, ResponseModel
-from service.domain.fits import FitQuote, FitRequest
+from service.domain.fits.submit import FitQuote, FitRequest
+from service.domain.fits.tuning import MAX_CANDIDATES, TunedFitRequest, step_size_candidates
 from service.domain.ranges import (
     MAX_EPSILON,
     MAX_REGULARIZATION,
     MIN_EPSILON,
     MIN_REGULARIZATION,
 )
-from service.domain.tuning import MAX_CANDIDATES, TunedFitRequest, step_size_candidates
 from service.dp import MECHANISMS
 from service.dp.losses import LOSSES
 

@@ -9,7 +9,7 @@ from pydantic import Field
 
 from service.api.schemas.base import ResponseModel
 from service.api.schemas.problem import PROBLEM_TYPE_BASE
-from service.domain.jobs import JobView
+from service.domain.jobs.lifecycle import JobView
 
 __all__ = ["JobCharge", "JobList", "JobProblem", "JobRead"]
 

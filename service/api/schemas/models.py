@@ -10,8 +10,8 @@ from pydantic import ConfigDict, Field, StrictStr
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.api.schemas.datasets import CategoricalFeatureIn, LabelIn, NumericFeatureIn
 from service.db.models import Model
-from service.domain.models import MAX_ABS_WEIGHT
-from service.domain.predict import MAX_ABS_SCORE, Prediction
+from service.domain.models.catalog import MAX_ABS_WEIGHT
+from service.domain.models.predict import MAX_ABS_SCORE, Prediction
 
 __all__ = [
     "Coefficient",

@@ -8,7 +8,7 @@ from pydantic import ConfigDict, Field
 
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.domain.errors import InvalidInputError
-from service.domain.plans import MAX_GRID, PlanRequest
+from service.domain.fits.plans import MAX_GRID, PlanRequest
 from service.domain.ranges import (
     MAX_EPSILON,
     MAX_REGULARIZATION,

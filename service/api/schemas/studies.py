@@ -11,20 +11,20 @@ from service.api.schemas.base import RequestModel, ResponseModel
 from service.api.schemas.datasets import FeatureIn, LabelIn, feature_inputs
 from service.api.schemas.fits import BudgetLeft, FitCost
 from service.db.models import Model, StudyContribution
-from service.domain.aggregations import (
-    AggregationQuote,
-    AggregationRequest,
-    FeatureRequest,
-    TransferRequest,
-)
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units
 from service.domain.ranges import (
     MAX_EPSILON,
     MAX_REGULARIZATION,
     MIN_EPSILON,
     MIN_REGULARIZATION,
 )
-from service.domain.studies import MAX_MEMBERS, StudySpecInput, StudyView
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
+from service.domain.studies.aggregations import (
+    AggregationQuote,
+    AggregationRequest,
+    FeatureRequest,
+    TransferRequest,
+)
+from service.domain.studies.membership import MAX_MEMBERS, StudySpecInput, StudyView
 from service.dp.aggregation import FeatureMechanism, MetaFeatureKind
 
 __all__ = [

@@ -18,9 +18,9 @@ from sqlalchemy.exc import IntegrityError
 from service.db.base import utcnow
 from service.db.models import Job, Site, Study, StudyContribution
 from service.db.uow import UnitOfWorkFactory
-from service.domain import budgets
-from service.domain.budgets import ChargeRequest, DatasetBudgetExhaustedError
-from service.domain.units import EPSILON_UNIT, to_units
+from service.domain.ledger import budgets
+from service.domain.ledger.budgets import ChargeRequest, DatasetBudgetExhaustedError
+from service.domain.ledger.units import EPSILON_UNIT, to_units
 from tests.integration.db.test_ledger import make_dataset, spent
 
 E = 1_000_000_000  # ε-units in 1.0

@@ -1,4 +1,5 @@
-"""The budget ledger (:mod:`service.domain.budgets`) on SQLite and PostgreSQL (DESIGN §2, §4).
+"""The budget ledger (:mod:`service.domain.ledger.budgets`) on SQLite and PostgreSQL (DESIGN §2,
+§4).
 
 Checks, at the domain level on a real database: exact arithmetic in ledger units, charges that
 are all-or-none (also for several datasets at once), idempotency keys charged once, refunds
@@ -20,15 +21,15 @@ from sqlalchemy.exc import IntegrityError
 from service.db.base import utcnow
 from service.db.models import Dataset, Job, Site
 from service.db.uow import UnitOfWorkFactory
-from service.domain import budgets
-from service.domain.budgets import (
+from service.domain.errors import BudgetExhaustedError, ConflictError, NotFoundError
+from service.domain.ledger import budgets
+from service.domain.ledger.budgets import (
     ChargeRequest,
     DatasetBudgetExhaustedError,
     DatasetDeletedError,
     DuplicateChargeError,
 )
-from service.domain.errors import BudgetExhaustedError, ConflictError, NotFoundError
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, to_units
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
 
 E = 1_000_000_000  # ε-units in 1.0
 

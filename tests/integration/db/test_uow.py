@@ -11,12 +11,12 @@ import pytest
 from service.db.errors import IntegrityConflictError
 from service.db.models import ApiKey, AuditEvent, Site
 from service.db.uow import UnitOfWorkFactory
+from service.domain.access.auth import authenticate, ensure_admin_key
+from service.domain.access.keys import generate_key
+from service.domain.access.principal import Principal
+from service.domain.access.sites import create_site, rotate_site_key
 from service.domain.audit import SYSTEM
-from service.domain.auth import authenticate, ensure_admin_key
 from service.domain.errors import AuthenticationError, ConflictError
-from service.domain.keys import generate_key
-from service.domain.principal import Principal
-from service.domain.sites import create_site, rotate_site_key
 
 ADMIN = Principal(role="admin")
 

@@ -10,16 +10,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.domain.export import (
+from service.domain.models.export import (
     EXPORT_FORMAT,
     EXPORT_FORMAT_VERSION,
     build_export,
     preprocess,
     to_sklearn,
 )
-from service.domain.predict import predict_rows
-from service.domain.privacy_record import DatasetRef, fit_privacy_record
+from service.domain.models.predict import predict_rows
 from service.domain.randomness import Randomness
+from service.domain.records.base import DatasetRef, fit_privacy_record
 from service.dp import fit
 from service.dp.models import StackedModel, model_from_dict
 from service.dp.preprocessing import PreprocessingSpec

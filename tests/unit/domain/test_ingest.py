@@ -18,25 +18,28 @@ import pyarrow.parquet as pq
 import pytest
 
 from service.api.uploads import UploadAbortedError, UploadRejectedError, _Pipe, process_upload
-from service.domain import ingest as ingest_module
-from service.domain.ingest import (
+from service.domain.datasets import ingest as ingest_module
+from service.domain.datasets import readers as readers_module
+from service.domain.datasets.codec import (
+    EncodedChunk,
+    decode_chunk,
+    design_from_chunks,
+    encode_chunk,
+)
+from service.domain.datasets.ingest import ingest
+from service.domain.datasets.readers import IngestReport
+from service.domain.datasets.spec import (
     BudgetLimits,
     DatasetFileError,
     DatasetInputError,
     DatasetSpec,
     DatasetSpecError,
-    EncodedChunk,
     FeatureInput,
-    IngestReport,
     LabelValuesError,
     MissingValuesError,
     build_spec,
-    decode_chunk,
-    design_from_chunks,
-    encode_chunk,
-    ingest,
 )
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, to_units
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
 
 LIMITS = BudgetLimits(max_epsilon=10.0, max_delta=1e-3)
 #: Cell values that must never appear in an error message.
@@ -282,7 +285,7 @@ def test_label_values_of_neither_class_are_refused_with_counts() -> None:
 
 
 def test_label_values_are_counted_over_every_block(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 64)
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", 64)
     rows = [f"{i},red,0,{['yes', 'no', 'Yes '][i % 3]}" for i in range(90)]
     exc = _bad(_csv(rows))
     assert isinstance(exc, LabelValuesError)
@@ -317,7 +320,7 @@ def test_a_spec_naming_only_the_positive_class_reads_a_two_valued_label() -> Non
 def test_a_spec_naming_only_the_positive_class_refuses_an_ambiguous_label(
     others: list[str], how: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 32)  # values in different blocks
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", 32)  # values in different blocks
     rows = ["1,red,0,yes", *(f"{i},red,0,{v}" for i, v in enumerate(others, 2))]
     exc = _bad(_csv(rows), _spec(negative=None))
     assert isinstance(exc, LabelValuesError)
@@ -392,7 +395,7 @@ def test_parquet_integer_categories_and_boolean_labels(tmp_path: Path) -> None:
 
 
 def test_large_csv_is_read_in_several_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", 4096)
     rng = np.random.default_rng(7)
     rows = [
         f"{rng.integers(-10, 120)},{rng.choice(['red', 'blue', 'teal'])},"
@@ -411,7 +414,7 @@ def test_large_csv_is_read_in_several_chunks(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_parquet_is_read_in_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest_module, "PARQUET_BATCH_ROWS", 100)
+    monkeypatch.setattr(readers_module, "PARQUET_BATCH_ROWS", 100)
     n = 1050
     path = tmp_path / "big.parquet"
     pq.write_table(
@@ -458,7 +461,7 @@ def test_missing_values_are_an_error_by_default_with_counts() -> None:
 
 
 def test_missing_values_are_counted_over_the_whole_file(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 1024)
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", 1024)
     rows = [f"{i % 90},red,1,yes" if i % 250 else f",red,,{'no'}" for i in range(2000)]
     with pytest.raises(MissingValuesError) as info:
         _run(_csv(rows))
@@ -667,7 +670,7 @@ def _assert_design(data: bytes, rows: Sequence[str]) -> None:
 def test_blocks_and_the_streaming_reader_give_the_same_design(
     block: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", block)
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", block)
     rows = _random_rows(2000 if block > 100 else 400)
     plain = _csv(rows)  # cut into blocks at line breaks
     quoted = _csv(rows, header='"age","colour","score","label"\n')  # streaming reader
@@ -683,7 +686,7 @@ def test_blocks_and_the_streaming_reader_give_the_same_design(
 def test_the_chunks_do_not_depend_on_the_number_of_threads(
     threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 2048)
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", 2048)
     data = _csv(_random_rows(3000))
     reference = _run(data)[1]
     monkeypatch.setattr(ingest_module, "INGEST_THREADS", threads)
@@ -695,7 +698,7 @@ def test_the_chunks_do_not_depend_on_the_number_of_threads(
 def test_quoted_line_breaks_after_the_first_blocks_are_read_whole(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 512)
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", 512)
     plain = [r.split(",") for r in _random_rows(300)]
     # After 300 plain rows, quoted cells: many with a line break (and a comma) inside, which
     # a cut at the block's last line break would split; declared categories in quotes.
@@ -721,7 +724,7 @@ def test_quoted_line_breaks_after_the_first_blocks_are_read_whole(
     ["crlf", "cr-data", "cr-everywhere", "blank-lines", "no-final-break", "bom", "empty-lines-end"],
 )
 def test_line_endings_and_blank_lines(shape: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 256)
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", 256)
     rows = _random_rows(400)
     text = {
         "crlf": HEADER.replace("\n", "\r\n") + "\r\n".join(rows) + "\r\n",
@@ -739,7 +742,7 @@ def test_line_endings_and_blank_lines(shape: str, monkeypatch: pytest.MonkeyPatc
 def test_the_first_bad_row_of_the_file_is_the_one_reported(
     bad_first: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 256)
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", 256)
     rows = _random_rows(3000)
     fields, number = "987654321,SECRET-TEXT-7731,1,yes,4242.5", "SECRET-TEXT-7731,red,1,no"
     rows[100], rows[2500] = (fields, number) if bad_first == "fields" else (number, fields)
@@ -753,7 +756,7 @@ def test_the_first_bad_row_of_the_file_is_the_one_reported(
 
 
 def test_missing_and_non_finite_counts_span_every_block(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 256)
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", 256)
     rows = _random_rows(3000)
     for i in range(0, 3000, 300):
         rows[i] = "nan,red,1,yes"
@@ -785,7 +788,7 @@ class _Trickle(io.RawIOBase):
 def test_a_source_that_cannot_seek_and_reads_short(
     kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 4096)
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", 4096)
     rows = _random_rows(3000)
     if kind == "plain":
         data = _csv(rows)
@@ -841,7 +844,7 @@ def test_blocks_in_flight_are_bounded() -> None:
 
 
 def test_a_failing_consumer_stops_the_reader_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ingest_module, "CSV_BLOCK_BYTES", 1024)
+    monkeypatch.setattr(readers_module, "CSV_BLOCK_BYTES", 1024)
     rows = [f"{i % 90},red,1,{'yes' if i % 2 else 'no'}" for i in range(5000)]
     seen: list[int] = []
 
@@ -1072,7 +1075,7 @@ def test_the_file_is_parsed_while_the_body_arrives() -> None:
         raise AssertionError("nothing was parsed before the body was complete")
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(ingest_module, "CSV_BLOCK_BYTES", 4096)
+        mp.setattr(readers_module, "CSV_BLOCK_BYTES", 4096)
         mp.setattr(ingest_module._Encoder, "run", run_and_signal)
         body = _body(_part("spec", SPEC_JSON), _part("file", _csv(rows), "a.csv"))
         run, report = _upload(body, before_last=wait_for_the_first_block)

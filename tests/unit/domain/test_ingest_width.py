@@ -16,19 +16,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from service.domain import ingest as ingest_module
-from service.domain.ingest import (
-    MAX_EXTRA_COLUMNS,
-    MAX_HEADER_BYTES,
+from service.domain.datasets import readers as readers_module
+from service.domain.datasets.codec import EncodedChunk
+from service.domain.datasets.ingest import ingest
+from service.domain.datasets.readers import MAX_EXTRA_COLUMNS, MAX_HEADER_BYTES, IngestReport
+from service.domain.datasets.spec import (
     BudgetLimits,
     DatasetFileError,
     DatasetSpec,
     DatasetTooWideError,
-    EncodedChunk,
     FeatureInput,
-    IngestReport,
     build_spec,
-    ingest,
 )
 
 SECRET = "SECRET-7731"
@@ -136,12 +134,12 @@ def test_a_parquet_footer_over_the_bound_is_refused_before_it_is_parsed(
 ) -> None:
     data = _wide_parquet(10)
     footer = int.from_bytes(data[-8:-4], "little")
-    monkeypatch.setattr(ingest_module, "MAX_PARQUET_METADATA_BYTES", footer - 1)
+    monkeypatch.setattr(readers_module, "MAX_PARQUET_METADATA_BYTES", footer - 1)
 
     def never(*args: object, **kwargs: object) -> None:
         raise AssertionError("the footer was parsed")
 
-    monkeypatch.setattr("service.domain.ingest.pq.ParquetFile", never)
+    monkeypatch.setattr("service.domain.datasets.readers.pq.ParquetFile", never)
     with pytest.raises(DatasetTooWideError) as info:
         _run(data)
     _assert_too_wide(info.value)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.domain.keys import (
+from service.domain.access.keys import (
     PREFIX_LENGTH,
     generate_key,
     hash_key,

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.domain.predict import (
+from service.domain.models.predict import (
     MAX_ABS_SCORE,
     MAX_REPORTED_ROW_ERRORS,
     InvalidRowsError,

@@ -9,7 +9,8 @@ from datetime import UTC, datetime
 import numpy as np
 import pytest
 
-from service.domain.privacy_record import (
+from service.domain.randomness import Randomness
+from service.domain.records.base import (
     UNVERIFIED_NOTE,
     DatasetRef,
     PrivacyClaim,
@@ -18,7 +19,6 @@ from service.domain.privacy_record import (
     software_version,
     upload_privacy_record,
 )
-from service.domain.randomness import Randomness
 from service.dp import FitResult, fit
 from tests.unit.domain import _data
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from service.domain.units import (
+from service.domain.ledger.units import (
     DELTA_UNIT,
     EPSILON_UNIT,
     MAX_UNITS,

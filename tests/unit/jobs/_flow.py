@@ -13,7 +13,7 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 from service.db.uow import UnitOfWorkFactory
-from service.domain.jobs import FitFunction, recover_jobs
+from service.domain.jobs.lifecycle import FitFunction, recover_jobs
 from service.domain.randomness import Randomness
 from service.dp import fit as dp_fit
 from service.jobs.worker import run_job

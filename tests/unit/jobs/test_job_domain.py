@@ -1,7 +1,7 @@
 """The jobs domain below HTTP: the progress callback, claiming, recovery helpers, randomness.
 
 Jobs are created through the API (with a runner that never runs them) and then driven with
-``service.domain.jobs`` directly on the same database.
+``service.domain.jobs.lifecycle`` directly on the same database.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from service.db.base import utcnow
 from service.db.uow import UnitOfWorkFactory
-from service.domain.jobs import (
+from service.domain.jobs.lifecycle import (
     JobCancelledError,
     _fit_kwargs,
     _Progress,

@@ -24,26 +24,30 @@ from typing import Any
 
 from service.db.models import Dataset, Model, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain import budgets
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.charged_single import ChargedJob, SubmittedJob, existing_job, submit_charged_job
-from service.domain.datasets import get_owned_dataset, read_design
+from service.domain.datasets.catalog import get_owned_dataset, read_design, require_live
 from service.domain.errors import InvalidInputError, NotFoundError
-from service.domain.fits import FitQuote, FitRequest
-from service.domain.fits import _calibrate as calibrate_fit
-from service.domain.ids import check_idempotency_key
-from service.domain.jobs import (
+from service.domain.fits.submit import FitQuote, FitRequest
+from service.domain.fits.submit import _calibrate as calibrate_fit
+from service.domain.jobs.charged import (
+    DatasetCharge,
+    JobDraft,
+    Pricing,
+    SubmittedJob,
+    submit_charged_job,
+)
+from service.domain.jobs.lifecycle import (
     ClaimedJob,
     JobContext,
     JobScheduler,
     Release,
     charged_amounts,
-    job_view,
 )
-from service.domain.jobs import _dataset_facts as dataset_facts
-from service.domain.principal import Principal
-from service.domain.privacy_record import fit_privacy_record, json_safe, software_version
+from service.domain.jobs.lifecycle import _dataset_facts as dataset_facts
+from service.domain.ledger import budgets
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
+from service.domain.records.base import fit_privacy_record, json_safe, software_version
 from service.dp import NON_PRIVATE_MECHANISMS, Calibration, FitResult
 from service.dp.prepared import PreparedDesign
 from service.dp.selection import MAX_CANDIDATES, Setting, grid, part_size, tune
@@ -204,20 +208,12 @@ class _PartFacts:
         )
 
 
-def _live(dataset: Dataset) -> Dataset:
-    if dataset.deleted_at is not None:
-        raise budgets.DatasetDeletedError(
-            f"dataset {dataset.id} was deleted; it can no longer be charged or fitted"
-        )
-    return dataset
-
-
 def quote_tuned_fit(
     uow: UnitOfWork, *, dataset_id: str, request: TunedFitRequest, actor: Principal
 ) -> FitQuote:
     """The dry run of a tuned fit: its total cost; spends nothing."""
     with uow:
-        dataset = _live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
+        dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
     epsilon, delta, calibration = _check(dataset, request)
     details = json_safe(dict(calibration.details))
@@ -255,45 +251,40 @@ def submit_tuned_fit(
     idempotency_key: str | None = None,
     context: AuditContext | None = None,
 ) -> SubmittedJob:
-    """Validate, charge the total (ε, δ) and enqueue a tuned fit."""
-    owner = actor.require_site()
-    check_idempotency_key(idempotency_key)
-    params = request.to_params()
-    with uow:
-        dataset = get_owned_dataset(uow, dataset_id=dataset_id, actor=actor)
-        if idempotency_key is not None:
-            found = existing_job(
-                uow, owner=owner, key=idempotency_key, kind=TUNED_FIT_KIND, params=params
+    """Validate, charge the total (ε, δ) and enqueue a tuned fit, through the one charged-job
+    contract (:func:`service.domain.jobs.charged.submit_charged_job`)."""
+
+    def draft(u: UnitOfWork) -> JobDraft:
+        dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
+
+        def price() -> Pricing:
+            epsilon, delta, _ = _check(require_live(dataset), request)
+            return Pricing(
+                mechanism=request.base.mechanism,
+                charges=[DatasetCharge(dataset.id, dataset.owner_site_id, epsilon, delta)],
+                audit_action="fit.submitted",
+                audit_details={
+                    "dataset_id": dataset_id,
+                    "mechanism": request.base.mechanism,
+                    "epsilon": epsilon,
+                    "delta": delta,
+                    "candidates": list(request.regularizations),
+                    **(
+                        {}
+                        if request.step_sizes is None
+                        else {"step_size_candidates": list(request.step_sizes)}
+                    ),
+                },
             )
-            if found is not None:
-                return SubmittedJob(view=job_view(uow, found), created=False)
-        _live(dataset)
-    epsilon, delta, _ = _check(dataset, request)
+
+        return JobDraft(
+            kind=TUNED_FIT_KIND, dataset_id=dataset.id, params=request.to_params(), price=price
+        )
+
     return submit_charged_job(
         uow,
-        job=ChargedJob(
-            kind=TUNED_FIT_KIND,
-            dataset_id=dataset_id,
-            params=params,
-            epsilon=epsilon,
-            delta=delta,
-            mechanism=request.base.mechanism,
-            audit_action="fit.submitted",
-            audit_details={
-                "dataset_id": dataset_id,
-                "mechanism": request.base.mechanism,
-                "epsilon": epsilon,
-                "delta": delta,
-                "candidates": list(request.regularizations),
-                **(
-                    {}
-                    if request.step_sizes is None
-                    else {"step_size_candidates": list(request.step_sizes)}
-                ),
-            },
-        ),
-        owner=owner,
         actor=actor,
+        draft=draft,
         runner=runner,
         idempotency_key=idempotency_key,
         context=context,

@@ -1,6 +1,6 @@
 """Private evaluations (issue 16 item 1): submit, run and read.
 
-``POST /v1/models/{id}/evaluations`` follows a fit's order (:mod:`service.domain.fits`):
+``POST /v1/models/{id}/evaluations`` follows a fit's order (:mod:`service.domain.fits.submit`):
 
 1. validate everything public: the model is one the caller may read, the dataset one it owns,
    live, with the model's spec (same encoded features, same preprocessing, same label) —
@@ -27,17 +27,23 @@ import numpy as np
 from service.db.models import Dataset, Model
 from service.db.models import Evaluation as EvaluationRow
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain import budgets
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.charged_single import ChargedJob, SubmittedJob, existing_job, submit_charged_job
-from service.domain.datasets import get_owned_dataset, read_design
+from service.domain.datasets.catalog import get_owned_dataset, read_design, require_live
 from service.domain.errors import InvalidInputError, NotFoundError
-from service.domain.ids import check_idempotency_key, looks_like_id
-from service.domain.jobs import ClaimedJob, JobContext, JobScheduler, Release, job_view
-from service.domain.models import get_model
-from service.domain.principal import Principal
-from service.domain.privacy_record import json_safe, software_version
+from service.domain.ids import looks_like_id
+from service.domain.jobs.charged import (
+    DatasetCharge,
+    JobDraft,
+    Pricing,
+    SubmittedJob,
+    submit_charged_job,
+)
+from service.domain.jobs.lifecycle import ClaimedJob, JobContext, JobScheduler, Release
+from service.domain.ledger import budgets
+from service.domain.models.catalog import get_model
 from service.domain.ranges import MAX_EPSILON, MIN_EPSILON
+from service.domain.records.base import json_safe, software_version
 from service.dp.evaluation import DEFAULT_BINS, epsilon_split_note, evaluate
 from service.dp.models import model_from_dict
 
@@ -120,14 +126,6 @@ def _warnings(model: Model, dataset_id: str) -> list[str]:
     return [IN_SAMPLE_WARNING] if model.dataset_id == dataset_id else []
 
 
-def _live(dataset: Dataset) -> Dataset:
-    if dataset.deleted_at is not None:
-        raise budgets.DatasetDeletedError(
-            f"dataset {dataset.id} was deleted; it can no longer be charged or evaluated on"
-        )
-    return dataset
-
-
 def quote_evaluation(
     uow: UnitOfWork, *, model_id: str, dataset_id: str, epsilon: float, actor: Principal
 ) -> EvaluationQuote:
@@ -136,7 +134,9 @@ def quote_evaluation(
     _check_epsilon(epsilon)
     model = get_model(uow, model_id=model_id, actor=actor)
     with uow:
-        dataset = _live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
+        dataset = require_live(
+            get_owned_dataset(uow, dataset_id=dataset_id, actor=actor), use="evaluated on"
+        )
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
     _check_same_spec(model, dataset)
     return EvaluationQuote(
@@ -162,36 +162,35 @@ def submit_evaluation(
     idempotency_key: str | None = None,
     context: AuditContext | None = None,
 ) -> SubmittedJob:
-    """Validate, charge ε to the dataset's ledger and enqueue (module docstring)."""
-    owner = actor.require_site()
-    check_idempotency_key(idempotency_key)
+    """Validate, charge ε to the dataset's ledger and enqueue (module docstring), through the
+    one charged-job contract (:func:`service.domain.jobs.charged.submit_charged_job`)."""
     _check_epsilon(epsilon)
-    params = _params(model_id, dataset_id, epsilon)
     model = get_model(uow, model_id=model_id, actor=actor)
-    with uow:
-        dataset = get_owned_dataset(uow, dataset_id=dataset_id, actor=actor)
-        if idempotency_key is not None:
-            found = existing_job(
-                uow, owner=owner, key=idempotency_key, kind=EVALUATION_KIND, params=params
+
+    def draft(u: UnitOfWork) -> JobDraft:
+        dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
+
+        def price() -> Pricing:
+            require_live(dataset, use="evaluated on")
+            _check_same_spec(model, dataset)
+            return Pricing(
+                mechanism=MECHANISM,
+                charges=[DatasetCharge(dataset.id, dataset.owner_site_id, float(epsilon), 0.0)],
+                audit_action="evaluation.submitted",
+                audit_details={"dataset_id": dataset_id, "model_id": model_id, "epsilon": epsilon},
             )
-            if found is not None:
-                return SubmittedJob(view=job_view(uow, found), created=False)
-        _live(dataset)
-    _check_same_spec(model, dataset)
+
+        return JobDraft(
+            kind=EVALUATION_KIND,
+            dataset_id=dataset.id,
+            params=_params(model_id, dataset_id, epsilon),
+            price=price,
+        )
+
     return submit_charged_job(
         uow,
-        job=ChargedJob(
-            kind=EVALUATION_KIND,
-            dataset_id=dataset_id,
-            params=params,
-            epsilon=float(epsilon),
-            delta=0.0,
-            mechanism=MECHANISM,
-            audit_action="evaluation.submitted",
-            audit_details={"dataset_id": dataset_id, "model_id": model_id, "epsilon": epsilon},
-        ),
-        owner=owner,
         actor=actor,
+        draft=draft,
         runner=runner,
         idempotency_key=idempotency_key,
         context=context,

@@ -2,7 +2,7 @@
 
 A model row holds the released model as JSON (``service.dp`` ``to_dict()``), its feature names,
 its public preprocessing spec, the label it predicts and its privacy record. Models fitted by
-PrivFit carry a verified record (:func:`~service.domain.privacy_record.fit_privacy_record`);
+PrivFit carry a verified record (:func:`~service.domain.records.base.fit_privacy_record`);
 uploaded ones carry the uploader's declared claim, labelled as not verified. Uploads are JSON
 weights only: nothing is ever unpickled.
 """
@@ -17,15 +17,15 @@ from typing import Any
 from service.db.models import Model, new_id
 from service.db.uow import UnitOfWork
 from service.domain import audit
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
+from service.domain.datasets.spec import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
 from service.domain.errors import InvalidInputError, NotFoundError
-from service.domain.export import build_export
 from service.domain.ids import looks_like_id
-from service.domain.ingest import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
-from service.domain.predict import InvalidRowsError, Prediction, predict_rows
-from service.domain.principal import Principal
-from service.domain.privacy_record import PrivacyClaim, upload_privacy_record
-from service.domain.standard_export import StandardExportError, to_onnx, to_skops
+from service.domain.models.export import build_export
+from service.domain.models.predict import InvalidRowsError, Prediction, predict_rows
+from service.domain.models.standard_export import StandardExportError, to_onnx, to_skops
+from service.domain.records.base import PrivacyClaim, upload_privacy_record
 from service.dp import LinearModel
 from service.dp.models import model_from_dict
 from service.dp.preprocessing import PreprocessingSpec
@@ -179,7 +179,7 @@ def predict(
 
 
 def export_model(uow: UnitOfWork, *, model_id: str, actor: Principal) -> dict[str, Any]:
-    """The self-contained export document (:func:`service.domain.export.build_export`)."""
+    """The self-contained export document (:func:`service.domain.models.export.build_export`)."""
     model = get_model(uow, model_id=model_id, actor=actor)
     return build_export(
         model_id=model.id,
@@ -202,7 +202,7 @@ EXPORT_FORMATS = ("json", "skops", "onnx")
 def export_model_file(
     uow: UnitOfWork, *, model_id: str, actor: Principal, export_format: str
 ) -> bytes:
-    """The model as a skops archive or an ONNX file (:mod:`service.domain.standard_export`);
+    """The model as a skops archive or an ONNX file (:mod:`service.domain.models.standard_export`);
     a model standard steps cannot express is a 422 naming the reason."""
     document = export_model(uow, model_id=model_id, actor=actor)
     try:

@@ -6,7 +6,7 @@ current status, so a worker claiming a job, a user cancelling it and a recovery 
 without a job ending in two states, on SQLite and PostgreSQL alike.
 
 Ledger semantics (DESIGN §2): a job's charges were committed together with the queued job
-(:mod:`service.domain.charged_jobs`) before any noise can be drawn, and nothing is released
+(:mod:`service.domain.jobs.charged`) before any noise can be drawn, and nothing is released
 that exceeds them (:func:`check_release`). A job cancelled while still queued is refunded in
 the same transaction that cancels it. Once a worker has claimed a job it is
 never refunded, whatever happens next: cancelled while running, failed, interrupted by a
@@ -29,19 +29,19 @@ from typing import Any, Final, Protocol
 from service.db.base import utcnow
 from service.db.models import Dataset, Evaluation, Job, LedgerCharge, Model, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain import budgets
-from service.domain.datasets import read_design
+from service.domain.access.principal import Principal
+from service.domain.datasets.catalog import read_design
 from service.domain.errors import ConflictError, NotFoundError
 from service.domain.ids import looks_like_id
-from service.domain.principal import Principal
-from service.domain.privacy_record import (
+from service.domain.ledger import budgets
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
+from service.domain.randomness import Randomness
+from service.domain.records.base import (
     DatasetRef,
     fit_privacy_record,
     json_safe,
     software_version,
 )
-from service.domain.randomness import Randomness
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
 from service.dp import NON_PRIVATE_MECHANISMS, ConvergenceError, FitResult
 from service.dp import fit as dp_fit
 
@@ -346,7 +346,7 @@ def _finish(uow_factory: UnitOfWorkFactory, job_id: str, status: str, slug: str 
 @dataclass(frozen=True, slots=True)
 class Charged:
     """What the ledger holds as charged (state ``charged``) to one dataset for one job, in
-    exact ledger units (see :mod:`service.domain.units`)."""
+    exact ledger units (see :mod:`service.domain.ledger.units`)."""
 
     dataset_id: str
     epsilon_units: int

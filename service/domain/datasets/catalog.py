@@ -8,7 +8,7 @@ dataset belongs to a site.
 Deletion removes the content (every ``dataset_chunk`` row) and sets ``deleted_at``, in one
 transaction. The dataset row and its ledger stay, so the owner can still read what was spent.
 A deleted dataset cannot be charged or loaded: fits on it get 409 ``dataset-deleted``
-(:class:`~service.domain.budgets.DatasetDeletedError`) rather than 404, because the resource
+(:class:`~service.domain.ledger.budgets.DatasetDeletedError`) rather than 404, because the resource
 exists and the client should learn why it cannot be used. Listing hides deleted datasets
 unless asked; deleting twice is a no-op.
 """
@@ -29,12 +29,14 @@ from service.db.base import utcnow
 from service.db.models import Dataset
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain import audit
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.budgets import BudgetStatus, DatasetDeletedError, budget_status
+from service.domain.datasets.codec import EncodedChunk, design_from_chunks
+from service.domain.datasets.ingest import ingest
+from service.domain.datasets.spec import DatasetSpec
 from service.domain.errors import NotFoundError
 from service.domain.ids import looks_like_id
-from service.domain.ingest import DatasetSpec, EncodedChunk, design_from_chunks, ingest
-from service.domain.principal import Principal
+from service.domain.ledger.budgets import BudgetStatus, DatasetDeletedError, budget_status
 from service.dp.prepared import PreparedDesign, prepare_design
 from service.dp.preprocessing import PreprocessingSpec
 
@@ -103,7 +105,7 @@ def create_dataset(
     upload holds neither SQLite's single write lock nor a PostgreSQL connection while it is
     parsed); the encoded chunks are staged aside (:class:`_StagedChunks`). Only then are the
     dataset row and every chunk written, in one short transaction. A rejected upload
-    (:class:`~service.domain.ingest.DatasetInputError`, or any other error) stores nothing.
+    (:class:`~service.domain.datasets.spec.DatasetInputError`, or any other error) stores nothing.
     Requires a site key (the admin owns no data).
     """
     owner = actor.require_site()
@@ -168,6 +170,16 @@ def get_owned_dataset(uow: UnitOfWork, *, dataset_id: str, actor: Principal) -> 
     dataset = uow.datasets.get(dataset_id)
     if dataset is None or dataset.owner_site_id != owner:
         raise NotFoundError("dataset")
+    return dataset
+
+
+def require_live(dataset: Dataset, *, use: str = "fitted") -> Dataset:
+    """Refuse (409) a deleted dataset before anything else, so a dry run never quotes a job
+    that could not be charged; ``use`` says what the job would have done with it."""
+    if dataset.deleted_at is not None:
+        raise DatasetDeletedError(
+            f"dataset {dataset.id} was deleted; it can no longer be charged or {use}"
+        )
     return dataset
 
 

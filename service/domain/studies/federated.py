@@ -2,7 +2,8 @@
 
 The coordinator of a study asks for ``noisy_average``, ``psgd``, ``admm`` or
 ``distributed_lasso`` over some of the datasets its members granted to the study
-(:mod:`service.domain.studies`); the protocol runs inside PrivFit, each site's local steps over
+(:mod:`service.domain.studies.membership`); the protocol runs inside PrivFit, each site's local
+steps over
 that site's own rows only (:mod:`service.dp.federated`), and only the final model is released,
 to every member of the study.
 
@@ -13,8 +14,9 @@ Order of a federated fit (the same ledger rules as a single fit, DESIGN §2):
    granted, a non-private protocol over a dataset that does not allow non-private use — each a
    422 before anything is spent;
 2. one transaction: the queued job, and one charge per dataset of its own cost (parallel
-   composition: the datasets hold different people), each within the dataset's remaining budget
-   *and* the study's grant on it — all or none (:func:`service.domain.budgets.charge_many`); a
+   composition: the datasets hold different people), each within the dataset's remaining
+   budget *and* the study's grant on it — all or none
+   (:func:`service.domain.ledger.budgets.charge_many`); a
    shortfall is a 409 naming the dataset; commit before any noise is drawn;
 3. the runner runs :func:`run_federated_job`. Progress is reported per round and a cancel is
    honoured at the next round; a failure in any site's step fails the whole job and releases
@@ -35,41 +37,41 @@ from typing import Any, Final
 
 from service.db.models import Dataset, Study, StudyContribution
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain import budgets
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.charged_jobs import (
-    DatasetCharge,
-    JobDraft,
-    Pricing,
-    SubmittedJob,
-    submit_charged_job,
-)
-from service.domain.datasets import load_design
+from service.domain.datasets.catalog import load_design
 from service.domain.errors import (
     InvalidInputError,
     NotFoundError,
     PermissionDeniedError,
 )
 from service.domain.ids import looks_like_id, refuse_duplicates
-from service.domain.jobs import (
+from service.domain.jobs.charged import (
+    DatasetCharge,
+    JobDraft,
+    Pricing,
+    SubmittedJob,
+    submit_charged_job,
+)
+from service.domain.jobs.lifecycle import (
     ClaimedJob,
     JobContext,
     JobScheduler,
     Release,
     charged_amounts,
 )
-from service.domain.principal import Principal
-from service.domain.privacy_record import (
-    NEIGHBOURING,
-    RECORD_VERSION,
-    charged_line,
-    json_safe,
-    software_version,
-)
-from service.domain.randomness import Randomness
+from service.domain.ledger import budgets
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units
 from service.domain.ranges import check_calibration
-from service.domain.studies import StudyFacts, visible_study
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units
+from service.domain.records.base import (
+    json_safe,
+)
+from service.domain.records.federated import (
+    federated_privacy_record,
+    public_calibration,
+    public_composition,
+)
+from service.domain.studies.membership import StudyFacts, visible_study
 from service.dp.federated import (
     FEDERATED_PROTOCOLS,
     FederatedCalibration,
@@ -308,131 +310,6 @@ def _check_request(request: FederatedRequest) -> None:
             )
 
 
-#: Calibration numbers that depend on no site's size, per protocol: only these are shown to
-#: the coordinator and stored in the record every member reads. β of the noisy average
-#: (∝ min nᵢ), PSGD's ε̃, Δ and σ* (functions of N = Σ nᵢ), ADMM's per-site κ, ᾱ, Φ, ζ (of each
-#: Bₚ) and every per-site entry would reveal row counts of other sites' datasets.
-_PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
-    "noisy_average": frozenset(
-        {"protocol", "K", "d", "epsilon", "delta", "loss", "lipschitz", "regularization", "noise"}
-    ),
-    "psgd": frozenset(
-        {
-            "protocol",
-            "K",
-            "d",
-            "epsilon",
-            "delta",
-            "loss",
-            "c",
-            "lipschitz",
-            "regularization",
-            "chi2_quantile",
-            "beta",
-            "expected_round_noise_norm_per_site",
-            "iterations",
-            "step_size",
-            "averaging_from",
-        }
-    ),
-    "admm": frozenset(
-        {
-            "protocol",
-            "perturbation",
-            "K",
-            "d",
-            "loss",
-            "c",
-            "lipschitz",
-            "regularization",
-            "penalty",
-            "penalty_default",
-            "iterations",
-            "neighbours",
-            "epsilon",
-            "delta",
-            "alpha",
-            "composition_method",
-            "basic_total",
-            "advanced_total",
-            "delta_prime",
-            # Gaussian primal perturbation: functions of ε, δ and T only
-            "noise",
-            "iterations_default",
-            "zcdp_conversion",
-            "rho_total",
-            "rho_per_round",
-            "epsilon_spent",
-            "epsilon_bun_steinke",
-            "solver_slack",
-        }
-    ),
-    "distributed_lasso": frozenset(
-        {
-            "protocol",
-            "K",
-            "d",
-            "loss",
-            "l1",
-            "iterations",
-            "step_size",
-            "accelerated",
-            "noise",
-            "epsilon",
-            "delta",
-            "clip",
-            "sensitivity",
-            "zcdp_conversion",
-            "rho_per_round",
-            "rho_total",
-            "sigma",
-            "epsilon_spent",
-            "epsilon_bun_steinke",
-            "expected_noise_norm_per_site",
-        }
-    ),
-}
-_HIDDEN_NOTE: Final[str] = (
-    "numbers that depend on the sites' row counts are not shown (DESIGN §2: no row counts of "
-    "another site's dataset)"
-)
-
-
-def public_calibration(calibration: FederatedCalibration) -> dict[str, Any]:
-    """The calibration as the coordinator and the members may see it."""
-    allowed = _PUBLIC_CALIBRATION.get(calibration.protocol, frozenset())
-    shown = {k: v for k, v in calibration.details.items() if k in allowed}
-    return json_safe({**shown, "note": _HIDDEN_NOTE})  # type: ignore[no-any-return]
-
-
-def public_composition(calibration: FederatedCalibration) -> str:
-    """How each dataset's cost arises, in words that reveal no site's size."""
-    if not calibration.private:
-        return (
-            f"{calibration.protocol} with these parameters adds no calibrated noise: no "
-            "differential privacy, nothing charged"
-        )
-    if calibration.protocol == "noisy_average":
-        return (
-            "one release: the average of the K exact local minimisers plus noise ∝ exp(−β‖b‖) "
-            "with β = K·min nᵢ·λ·ε/2; the average moves by at most 2/(K nᵢ λ) when one record "
-            "of site i changes, so every dataset is protected at ε or better (the smallest at "
-            "exactly ε), and every dataset is charged ε"
-        )
-    if calibration.protocol == "psgd":
-        return (
-            "(ε, δ) per dataset for the released model (Rajkumar & Agarwal 2012, Thm 4.2): the "
-            "sites' fixed Gaussian shares sum to the noise of Gaussian objective perturbation "
-            "on the union of the datasets (Thm 4.1, σ* from the χ²_d condition with ε̃ and Δ "
-            "from computeSlack with the determinant-lemma Jacobian ln(1 + c/(N(λ+Δ)))); "
-            f"{calibration.rounds} rounds whose sums never leave PrivFit, then exact gradient "
-            "sums until the released model is certified by ‖∇J̃‖ ≤ 1e-10, i.e. within "
-            "1e-10/(λ+Δ) of the perturbed objective's exact minimiser"
-        )
-    # ADMM's and the Lasso's statements name only public numbers (α, T, σ, ρ).
-    return calibration.composition
-
-
 # --- quote and submit ----------------------------------------------------------------------
 
 
@@ -550,105 +427,6 @@ def submit_federated_fit(
 
 
 # --- the worker ------------------------------------------------------------------------------
-
-
-def federated_privacy_record(
-    calibration: FederatedCalibration,
-    *,
-    datasets: Sequence[Mapping[str, Any]],
-    randomness: Randomness,
-    job_id: str,
-    study_id: str,
-    charged: Mapping[str, tuple[float, float]],
-    version: str | None = None,
-) -> dict[str, Any]:
-    """The record of a federated model: each dataset's own (ε, δ) (parallel across datasets),
-    the protocol's calibration and assumptions, and a plain "no DP" for non-private runs.
-
-    ``datasets``: ``{"id", "site_id"}`` per participating dataset, in the protocol's site
-    order (the order of ``calibration.site_costs``). ``charged``: the ledger's charge for the
-    job per dataset, stated as ``charged_by_this_job`` and in the "charged" line.
-    """
-    private = calibration.private
-    seeded = "" if randomness.seed is None else " (test seed: not private in practice)"
-    entries: list[dict[str, Any]] = []
-    charged_epsilon = max(float(c.epsilon) for c in calibration.site_costs)
-    charged_delta = max(float(c.delta) for c in calibration.site_costs)
-    for d in datasets:
-        eps = charged_epsilon if private else None
-        dlt = charged_delta if private else 0.0
-        entries.append(
-            {
-                "id": d["id"],
-                "site_id": d["site_id"],
-                "epsilon": eps,
-                "delta": dlt,
-                "charged_by_this_job": {
-                    "epsilon": charged.get(d["id"], (0.0, 0.0))[0],
-                    "delta": charged.get(d["id"], (0.0, 0.0))[1],
-                },
-                "guarantee": "differential_privacy" if private else "none",
-                "verified": True,
-            }
-        )
-    if private:
-        statement = (
-            "; ".join(
-                f"({e['epsilon']:g}, {e['delta']:g})-differential privacy for one row of "
-                f"dataset {e['id']}"
-                for e in entries
-            )
-            + seeded
-        )
-        epsilon: float | None = max(float(e["epsilon"]) for e in entries)
-        delta = max(float(e["delta"]) for e in entries)
-    else:
-        statement = (
-            f"no differential privacy: {calibration.protocol} with these parameters shares "
-            "exact statistics of the sites' data between its rounds and releases its result "
-            "without calibrated noise"
-        )
-        epsilon, delta = None, 0.0
-    record: dict[str, Any] = {
-        "version": RECORD_VERSION,
-        "kind": "federated",
-        "protocol": calibration.protocol,
-        "verified": True,
-        "guarantee": "differential_privacy" if private else "none",
-        "statement": statement,
-        "mechanism": calibration.protocol,
-        "epsilon": epsilon,
-        "delta": delta,
-        "unit": {
-            "record": "row",
-            "neighbouring": NEIGHBOURING,
-            "description": "one row of each participating dataset",
-        },
-        "datasets": entries,
-        "calibration": public_calibration(calibration),
-        "rounds": int(calibration.rounds),
-        "assumptions": list(calibration.notes),
-        "charged": charged_line(charged),
-        "released": "only this final model: no site's local model, shared statistic or "
-        "intermediate iterate leaves PrivFit",
-        "composition": {
-            "within_job": public_composition(calibration),
-            "across_datasets": "parallel: the datasets hold different people, so each is "
-            "charged its own cost (the figures above), not their sum",
-            "across_jobs": (
-                "basic sequential composition on each dataset's budget ledger and on the "
-                "study's grant: this job's costs were charged and committed before any noise "
-                "was drawn"
-                if private
-                else "not applicable: no privacy was claimed"
-            ),
-        },
-        "randomness": randomness.describe(job_id),
-        "study_id": study_id,
-        "software": {"name": "privfit", "version": version or software_version()},
-        "job_id": job_id,
-    }
-    return json_safe(record)  # type: ignore[no-any-return]
 
 
 def run_federated_job(

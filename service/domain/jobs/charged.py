@@ -35,14 +35,15 @@ from service.db.base import utcnow
 from service.db.errors import IntegrityConflictError
 from service.db.models import Job, new_id
 from service.db.uow import UnitOfWork
-from service.domain import audit, budgets
+from service.domain import audit
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.errors import BudgetExhaustedError, ConflictError, InvalidInputError
 from service.domain.ids import check_idempotency_key
-from service.domain.jobs import JobCharge, JobScheduler, JobView, job_view
-from service.domain.principal import Principal
-from service.domain.privacy_record import json_safe
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
+from service.domain.jobs.lifecycle import JobCharge, JobScheduler, JobView, job_view
+from service.domain.ledger import budgets
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
+from service.domain.records.base import json_safe
 from service.dp import Calibration
 
 __all__ = [

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain.datasets import get_owned_dataset, read_design
+from service.domain.access.principal import Principal
+from service.domain.datasets.catalog import get_owned_dataset, read_design
 from service.domain.errors import InvalidInputError, NotFoundError
-from service.domain.principal import Principal
 from service.dp import MECHANISMS
 from service.dp.planning import (
     MAX_SIMULATED_FITS,

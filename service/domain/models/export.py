@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.domain.privacy_record import json_safe
+from service.domain.records.base import json_safe
 from service.dp.preprocessing import PreprocessingSpec
 
 __all__ = [

@@ -1,7 +1,8 @@
 """The privacy budget ledger (DESIGN §2 "Ledger semantics", STYLE §4.6).
 
 Every dataset has caps (ε_total, δ_total) and running totals spent, all integers in ledger units
-(:mod:`service.domain.units`: 1e-9 ε, 1e-15 δ; charges round up, caps round down), so spending
+(:mod:`service.domain.ledger.units`: 1e-9 ε, 1e-15 δ; charges round up, caps round down), so
+spending
 0.1 ten times from 1.0 succeeds and an eleventh fails.
 
 Guarantees:
@@ -42,7 +43,7 @@ from service.db.models import Dataset, LedgerCharge
 from service.db.uow import UnitOfWork
 from service.domain.errors import BudgetExhaustedError, ConflictError, NotFoundError
 from service.domain.ids import MAX_IDEMPOTENCY_KEY_LENGTH
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
 
 __all__ = [
     "BudgetStatus",

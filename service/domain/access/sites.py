@@ -11,11 +11,11 @@ from service.db.errors import IntegrityConflictError
 from service.db.models import SITE_NAME_KEY_LENGTH, ApiKey, Site, site_name_key
 from service.db.uow import UnitOfWork
 from service.domain import audit
+from service.domain.access.keys import generate_key
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.errors import ConflictError, InvalidInputError, NotFoundError
 from service.domain.ids import looks_like_id
-from service.domain.keys import generate_key
-from service.domain.principal import Principal
 
 __all__ = [
     "IssuedKey",

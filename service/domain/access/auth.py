@@ -14,10 +14,10 @@ from service.db.errors import IntegrityConflictError
 from service.db.models import ApiKey
 from service.db.uow import UnitOfWork
 from service.domain import audit
+from service.domain.access.keys import generate_key, hash_key, key_matches, parse_prefix
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.errors import AuthenticationError
-from service.domain.keys import generate_key, hash_key, key_matches, parse_prefix
-from service.domain.principal import Principal
 
 __all__ = ["authenticate", "configured_key_hash", "ensure_admin_key", "reset_admin_key"]
 

@@ -20,7 +20,9 @@ from service.db.errors import IntegrityConflictError
 from service.db.models import Model, Study, StudyContribution, StudyMember, new_id
 from service.db.uow import UnitOfWork
 from service.domain import audit
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
+from service.domain.datasets.spec import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
 from service.domain.errors import (
     ConflictError,
     InvalidInputError,
@@ -28,9 +30,7 @@ from service.domain.errors import (
     PermissionDeniedError,
 )
 from service.domain.ids import looks_like_id
-from service.domain.ingest import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
-from service.domain.principal import Principal
-from service.domain.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
 
 __all__ = [
     "MAX_MEMBERS",

@@ -1,11 +1,11 @@
 """Fit requests: validate, quote, charge and enqueue (issue 4 item 3, DESIGN §2 and §4).
 
-A fit is a charged job (:mod:`service.domain.charged_jobs`, which writes the ledger order,
+A fit is a charged job (:mod:`service.domain.jobs.charged`, which writes the ledger order,
 ``Idempotency-Key`` and the hand-off to the runner once for every charged job); this module
 holds what is particular to a fit: the caller's own live dataset, validated on its public n and
 d with :func:`service.dp.calibrate` (an unknown mechanism, a bad ε/δ/λ or parameter is a 422
 before anything is spent), charged the calibration's (ε, δ), nothing for the non-private
-baseline. The worker's half is :func:`service.domain.jobs.run_fit_job`.
+baseline. The worker's half is :func:`service.domain.jobs.lifecycle.run_fit_job`.
 
 A dry run (:func:`quote_fit`) stops after the calibration and returns the exact cost.
 """
@@ -20,21 +20,21 @@ from typing import Any
 
 from service.db.models import Dataset
 from service.db.uow import UnitOfWork
-from service.domain import budgets
+from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.charged_jobs import (
+from service.domain.datasets.catalog import get_owned_dataset, require_live
+from service.domain.errors import InvalidInputError
+from service.domain.jobs.charged import (
     DatasetCharge,
     JobDraft,
     Pricing,
     SubmittedJob,
     submit_charged_job,
 )
-from service.domain.datasets import get_owned_dataset
-from service.domain.errors import InvalidInputError
-from service.domain.jobs import JobScheduler
-from service.domain.principal import Principal
-from service.domain.privacy_record import json_safe
+from service.domain.jobs.lifecycle import JobScheduler
+from service.domain.ledger import budgets
 from service.domain.ranges import check_calibration
+from service.domain.records.base import json_safe
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, calibrate
 
 __all__ = [
@@ -134,16 +134,6 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
     return calibration
 
 
-def _require_live(dataset: Dataset) -> Dataset:
-    """Refuse (409) a deleted dataset before anything else, so a dry run never quotes a fit
-    that could not be charged."""
-    if dataset.deleted_at is not None:
-        raise budgets.DatasetDeletedError(
-            f"dataset {dataset.id} was deleted; it can no longer be charged or fitted"
-        )
-    return dataset
-
-
 def _cost(request: FitRequest, calibration: Calibration) -> tuple[float, float]:
     """(ε, δ) to charge: the calibration's totals; nothing for the non-private baseline,
     which claims no privacy at all (its record says so)."""
@@ -157,7 +147,7 @@ def quote_fit(
 ) -> FitQuote:
     """The dry run: cost and calibration from public quantities; spends nothing."""
     with uow:
-        dataset = _require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
+        dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
     calibration = _calibrate(dataset, request)
     epsilon, delta = _cost(request, calibration)
@@ -192,7 +182,7 @@ def submit_fit(
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
 
         def price() -> Pricing:
-            calibration = _calibrate(_require_live(dataset), request)
+            calibration = _calibrate(require_live(dataset), request)
             epsilon, delta = _cost(request, calibration)
             return Pricing(
                 mechanism=request.mechanism,

@@ -1,0 +1,1 @@
+"""Who may do what: sites, their API keys, authentication and the principal of a request."""

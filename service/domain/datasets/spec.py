@@ -1,0 +1,414 @@
+"""The public dataset spec: label classes, features with public bounds or categories, budget
+caps and the missing-value policy → a :class:`~service.dp.preprocessing.PreprocessingSpec`.
+
+* **Data-independent preprocessing.** The spec declares the label column and its two
+  classes (positive and negative; any other label value is refused), every feature column
+  with public bounds (numeric) or a public category list (categorical), the budget caps and
+  the missing-value policy. Nothing is read from the data to build the preprocessing: a
+  numeric feature without bounds is refused with an explanation.
+  The resulting preprocessing (clamp, one-hot, intercept, rows clipped to norm ≤ 1) is what
+  every fit and ``predict`` applies.
+* **No data values in errors.** The errors below name columns and count rows; they never
+  quote a cell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from service.domain.errors import InvalidInputError
+from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
+from service.dp.preprocessing import (
+    CategoricalFeature,
+    Feature,
+    NumericFeature,
+    PreprocessingSpec,
+)
+
+MissingPolicy = Literal["error", "drop"]
+RowNorm = Literal["clip", "scale"]
+#: Cells (CSV text) that count as missing unless the spec overrides the list. "NaN", "inf"
+#: are deliberately not here: in a numeric column they are non-finite values, an error.
+DEFAULT_MISSING_VALUES: Final[tuple[str, ...]] = ("", "?", "NA", "N/A", "NULL", "null")
+MAX_NAME_LENGTH: Final[int] = 200
+
+# ---- errors ---------------------------------------------------------------------------------
+
+
+class DatasetInputError(InvalidInputError):
+    """A rejected upload (422). ``detail`` is safe to show (column names and counts, no
+    values); ``errors`` lists the individual problems as ``{"loc": [...], "msg": ...}``."""
+
+    slug = "invalid-dataset"
+    title = "Invalid dataset upload"
+
+
+class DatasetSpecError(DatasetInputError):
+    """The spec itself is unacceptable (before any data is read)."""
+
+    slug = "invalid-dataset-spec"
+    title = "Invalid dataset spec"
+
+
+class DatasetFileError(DatasetInputError):
+    """The file cannot be read as declared: empty, malformed, unknown columns, wrong types,
+    NaN/inf, no rows left, a label without positive (or negative) rows."""
+
+    slug = "invalid-dataset-file"
+    title = "Invalid dataset file"
+
+
+class DatasetTooWideError(DatasetFileError):
+    """The file has far more columns than its spec reads (or a header or Parquet footer larger
+    than the bounds): refused before its rows are parsed."""
+
+    slug = "dataset-too-wide"
+    title = "Dataset file too wide"
+
+
+class LabelValuesError(DatasetFileError):
+    """Label cells that are neither the positive nor the negative class (or, for a spec that
+    names only the positive class, more than one other value). Counts rows, never shows a
+    value; ``rows`` is how many label cells are not of a declared class."""
+
+    slug = "invalid-label-values"
+    title = "Label values outside the declared classes"
+
+    def __init__(self, detail: str, *, column: str, rows: int) -> None:
+        super().__init__(
+            detail,
+            errors=[
+                {
+                    "loc": ["file", column],
+                    "msg": f"{rows} row(s) hold a label value of neither declared class",
+                }
+            ],
+        )
+        self.column = column
+        self.rows = rows
+
+    def extensions(self) -> dict[str, Any]:
+        return {**super().extensions(), "label_column": self.column, "label_rows": self.rows}
+
+
+class MissingValuesError(DatasetInputError):
+    """Missing values under ``"missing": "error"``; ``columns`` maps column → rows missing."""
+
+    slug = "missing-values"
+    title = "Missing values in the dataset"
+
+    def __init__(self, detail: str, *, columns: Mapping[str, int], rows: int) -> None:
+        super().__init__(
+            detail,
+            errors=[
+                {"loc": ["file", c], "msg": f"{k} row(s) have no value"} for c, k in columns.items()
+            ],
+        )
+        self.columns = dict(columns)
+        self.rows = rows
+
+    def extensions(self) -> dict[str, Any]:
+        return {**super().extensions(), "missing_columns": self.columns, "missing_rows": self.rows}
+
+
+# ---- the spec -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetLimits:
+    """Server-side maxima for a dataset's (ε, δ) caps (settings)."""
+
+    max_epsilon: float
+    max_delta: float
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureInput:
+    """A feature as the uploader wrote it, before validation (bounds may be absent)."""
+
+    column: str
+    type: Literal["numeric", "categorical"]
+    lower: float | None = None
+    upper: float | None = None
+    categories: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DatasetSpec:
+    """A validated upload spec. Build it with :func:`build_spec`.
+
+    ``epsilon_cap_units``/``delta_cap_units`` are the caps in ledger units, rounded down.
+    ``negative`` is the declared negative class; ``None`` only for a spec that names the
+    positive class alone (the earlier form), whose label column must then hold exactly one
+    other value (checked when the file is read).
+    """
+
+    name: str
+    label_column: str
+    positive: str
+    preprocessing: PreprocessingSpec
+    epsilon: float
+    delta: float
+    epsilon_cap_units: int
+    delta_cap_units: int
+    missing: MissingPolicy = "error"
+    missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES
+    allow_non_private: bool = False
+    negative: str | None = None
+
+    @property
+    def features(self) -> tuple[Feature, ...]:
+        return self.preprocessing.features
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """Every column read from the file: the features, then the label."""
+        return (*self.preprocessing.columns, self.label_column)
+
+    @property
+    def label(self) -> dict[str, str]:
+        """The label as normalised JSON: column, positive and (when declared) negative."""
+        out = {"column": self.label_column, "positive": self.positive}
+        if self.negative is not None:
+            out["negative"] = self.negative
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as normalised JSON (what ``GET /v1/datasets/{id}`` shows)."""
+        return {
+            "name": self.name,
+            "label": self.label,
+            "features": [f.to_dict() for f in self.features],
+            "budget": {"epsilon": self.epsilon, "delta": self.delta},
+            "missing": self.missing,
+            "missing_values": list(self.missing_values),
+            "allow_non_private": self.allow_non_private,
+            "row_norm": self.preprocessing.row_norm,
+        }
+
+
+def _label_text(value: str | int | bool) -> str:
+    """The text a label value is compared by (the rule of ``service.dp.preprocessing``)."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    return value
+
+
+def build_spec(
+    *,
+    name: str,
+    label_column: str,
+    positive: str | int | bool,
+    features: Sequence[FeatureInput],
+    epsilon: float,
+    delta: float,
+    limits: BudgetLimits,
+    missing: MissingPolicy = "error",
+    missing_values: Sequence[str] | None = None,
+    allow_non_private: bool = False,
+    row_norm: RowNorm = "clip",
+    negative: str | int | bool | None = None,
+) -> DatasetSpec:
+    """Validate an upload spec; raise :class:`DatasetSpecError` listing every problem.
+
+    Rules: a name of 1-200 characters; at least one feature; no column used twice (the label
+    is not a feature); numeric features declare finite bounds with lower < upper (PrivFit never
+    reads bounds from the data); categorical features declare a non-empty list of distinct
+    categories; 0 < ε ≤ the server's maximum and 0 ≤ δ < 1, δ ≤ the server's maximum; no
+    declared category and neither label class is also a missing-value marker; the negative
+    class (when given) differs from the positive one.
+    """
+    errors: list[dict[str, Any]] = []
+
+    def problem(loc: list[str | int], msg: str) -> None:
+        errors.append({"loc": loc, "msg": msg})
+
+    if not name.strip() or len(name) > MAX_NAME_LENGTH:
+        problem(["name"], f"the name must have 1 to {MAX_NAME_LENGTH} characters")
+    if not label_column:
+        problem(["label", "column"], "the label column must be named")
+    positive_text = _label_text(positive)
+    markers = tuple(DEFAULT_MISSING_VALUES if missing_values is None else missing_values)
+    if positive_text in markers:
+        problem(
+            ["label", "positive"],
+            f"the positive class {positive_text!r} is also a missing-value marker; "
+            "change missing_values",
+        )
+    negative_text = None if negative is None else _label_text(negative)
+    if negative_text is not None:
+        if negative_text == positive_text:
+            problem(["label", "negative"], "the negative class must differ from the positive class")
+        elif negative_text in markers:
+            problem(
+                ["label", "negative"],
+                f"the negative class {negative_text!r} is also a missing-value marker; "
+                "change missing_values",
+            )
+    if missing not in ("error", "drop"):
+        problem(["missing"], "missing must be 'error' or 'drop'")
+    if row_norm not in ("clip", "scale"):
+        problem(["row_norm"], "row_norm must be 'clip' or 'scale'")
+
+    if not features:
+        problem(["features"], "declare at least one feature column")
+    seen: dict[str, int] = {}
+    built: list[Feature] = []
+    unbounded: list[str] = []
+    for i, f in enumerate(features):
+        seen[f.column] = seen.get(f.column, 0) + 1
+        loc: list[str | int] = ["features", i]
+        if not f.column:
+            problem([*loc, "column"], "the column must be named")
+            continue
+        if f.type == "numeric":
+            if f.categories is not None:
+                problem([*loc, "categories"], "a numeric feature takes bounds, not categories")
+            if f.lower is None or f.upper is None:
+                unbounded.append(f.column)
+                problem(
+                    loc,
+                    f"numeric feature {f.column!r} needs public bounds 'lower' and 'upper'. "
+                    "PrivFit will not read bounds from the data: the minimum and maximum of a "
+                    "column are themselves private, and bounds computed from the rows would "
+                    "void the privacy guarantee. Declare bounds known without looking at the "
+                    "data (a valid range, a published top-code, a domain limit).",
+                )
+                continue
+            if not (math.isfinite(f.lower) and math.isfinite(f.upper)):
+                problem(loc, f"numeric feature {f.column!r}: the bounds must be finite")
+                continue
+            if not f.lower < f.upper:
+                problem(loc, f"numeric feature {f.column!r}: lower must be smaller than upper")
+                continue
+            try:
+                built.append(NumericFeature(column=f.column, lower=f.lower, upper=f.upper))
+            except ValueError as exc:
+                problem(loc, str(exc))
+        elif f.type == "categorical":
+            if f.lower is not None or f.upper is not None:
+                problem(loc, f"categorical feature {f.column!r} takes categories, not bounds")
+            cats = f.categories or ()
+            if not cats:
+                problem(
+                    [*loc, "categories"],
+                    f"categorical feature {f.column!r} needs its public list of categories",
+                )
+                continue
+            dupes = sorted({c for c in cats if cats.count(c) > 1})
+            if dupes:
+                problem(
+                    [*loc, "categories"],
+                    f"categorical feature {f.column!r} lists a category more than once: "
+                    + ", ".join(map(repr, dupes)),
+                )
+                continue
+            clash = [c for c in cats if c in markers]
+            if clash:
+                problem(
+                    [*loc, "categories"],
+                    f"categorical feature {f.column!r}: categories "
+                    + ", ".join(map(repr, clash))
+                    + " are also missing-value markers; change missing_values",
+                )
+                continue
+            built.append(CategoricalFeature(column=f.column, categories=tuple(cats)))
+        else:
+            problem([*loc, "type"], "type must be 'numeric' or 'categorical'")
+    for column, count in seen.items():
+        if count > 1:
+            problem(["features"], f"column {column!r} is declared {count} times")
+    if label_column and label_column in seen:
+        problem(["label", "column"], f"the label column {label_column!r} is also a feature")
+
+    eps_units = delta_units = 0
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        problem(["budget", "epsilon"], "epsilon must be a finite number > 0")
+    elif epsilon > limits.max_epsilon:
+        problem(
+            ["budget", "epsilon"],
+            f"epsilon {epsilon!r} exceeds this server's maximum of {limits.max_epsilon!r}",
+        )
+    else:
+        eps_units = to_units(epsilon, EPSILON_UNIT, "down")
+        if eps_units == 0:
+            problem(["budget", "epsilon"], f"epsilon must be at least {EPSILON_UNIT!r}")
+    if not (math.isfinite(delta) and 0 <= delta < 1):
+        problem(["budget", "delta"], "delta must satisfy 0 <= delta < 1")
+    elif delta > limits.max_delta:
+        problem(
+            ["budget", "delta"],
+            f"delta {delta!r} exceeds this server's maximum of {limits.max_delta!r}",
+        )
+    else:
+        delta_units = to_units(delta, DELTA_UNIT, "down")
+
+    prep: PreprocessingSpec | None = None
+    if not errors:
+        try:
+            prep = PreprocessingSpec(features=tuple(built), intercept=True, row_norm=row_norm)
+        except ValueError as exc:
+            problem(["features"], str(exc))
+    if errors or prep is None:
+        if unbounded and len(errors) == len(unbounded):
+            detail = (
+                errors[0]["msg"]
+                if len(unbounded) == 1
+                else (
+                    "numeric features "
+                    + ", ".join(map(repr, unbounded))
+                    + " need public bounds 'lower' and 'upper'. PrivFit will not read bounds from "
+                    "the data: the minimum and maximum of a column are themselves private, and "
+                    "bounds computed from the rows would void the privacy guarantee."
+                )
+            )
+        elif len(errors) == 1:
+            detail = f"invalid dataset spec: {errors[0]['msg']}"
+        else:
+            detail = f"invalid dataset spec: {len(errors)} problems (see errors)"
+        raise DatasetSpecError(detail, errors=errors)
+    return DatasetSpec(
+        name=name,
+        label_column=label_column,
+        positive=positive_text,
+        preprocessing=prep,
+        epsilon=float(epsilon),
+        delta=float(delta),
+        epsilon_cap_units=eps_units,
+        delta_cap_units=delta_units,
+        missing=missing,
+        missing_values=markers,
+        allow_non_private=allow_non_private,
+        negative=negative_text,
+    )
+
+
+def build_feature_spec(
+    *,
+    name: str,
+    label_column: str,
+    positive: str | int | bool,
+    features: Sequence[FeatureInput],
+    row_norm: RowNorm = "clip",
+    negative: str | int | bool | None = None,
+) -> DatasetSpec:
+    """:func:`build_spec` for a label and features that carry no budget (a study's shared
+    spec, an uploaded model's): the same rules, with a placeholder budget that always passes.
+    Only ``label``, ``label_column``, ``positive``, ``negative`` and ``preprocessing`` of the
+    result are meaningful."""
+    return build_spec(
+        name=name,
+        label_column=label_column,
+        positive=positive,
+        negative=negative,
+        features=features,
+        epsilon=1.0,
+        delta=0.0,
+        limits=BudgetLimits(max_epsilon=1.0, max_delta=0.0),
+        row_norm=row_norm,
+    )

@@ -1,0 +1,1 @@
+"""The privacy ledger: exact ε/δ units and the all-or-nothing budget charges of every dataset."""

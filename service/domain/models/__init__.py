@@ -1,0 +1,1 @@
+"""Stored models: reading, exporting, predicting and private evaluation."""

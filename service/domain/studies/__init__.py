@@ -1,0 +1,1 @@
+"""Multi-site studies: membership and grants, charged aggregations and federated fits."""
