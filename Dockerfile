@@ -30,9 +30,11 @@ RUN pip install --no-deps . \
     && chown privfit:privfit /app/data
 
 # Production: PostgreSQL only (PRIVFIT_DATABASE_URL=postgresql+psycopg://...), on all interfaces.
+# matplotlib (the planner's PNG) keeps its font cache in a writable place: /app is not.
 ENV PRIVFIT_ENVIRONMENT=prod \
     PRIVFIT_HOST=0.0.0.0 \
-    PRIVFIT_PORT=8000
+    PRIVFIT_PORT=8000 \
+    MPLCONFIGDIR=/tmp/matplotlib
 
 USER privfit
 EXPOSE 8000

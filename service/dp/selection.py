@@ -1,11 +1,14 @@
-"""Private choice of the regularisation λ (issue 16 item 2): Chaudhuri, Monteleoni and
-Sarwate 2011, §6 ("Private parameter tuning"). Pure numerics.
+"""Private choice of the regularisation λ and, for DP-SGD, the step size η (issue 16 item 2):
+Chaudhuri, Monteleoni and Sarwate 2011, §6 ("Private parameter tuning"). Pure numerics.
 
-Given k candidates λ₁..λ_k and a budget (ε, δ):
+A candidate is any setting chosen independently of the data: a λ, or a point (λ, η) of the grid
+Λ × H of the request's λ and η lists (:func:`grid`, k = |Λ|·|H| ≤ :data:`MAX_CANDIDATES`). The
+argument below never looks inside a candidate, so it holds for the grid as for a list of λs.
+Given k candidates and a budget (ε, δ):
 
 1. split the n rows, in an order drawn independently of the data, into k + 1 disjoint parts
    D₁..D_k, D_{k+1} of sizes ⌊n/(k+1)⌋ or ⌈n/(k+1)⌉;
-2. fit candidate i on Dᵢ with the mechanism at the full (ε, δ): wᵢ;
+2. fit candidate i on Dᵢ with the mechanism at the full (ε, δ) and candidate i's setting: wᵢ;
 3. count eᵢ = #errors of wᵢ on the held-out part D_{k+1};
 4. release w_I with I drawn by the exponential mechanism, P(I = i) ∝ exp(−ε eᵢ / 2).
 
@@ -26,7 +29,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from itertools import product
+from typing import Any, Final, Generic, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -37,37 +41,90 @@ from service.dp.prepared import PreparedDesign, prepare_design
 
 __all__ = [
     "MAX_CANDIDATES",
+    "Setting",
     "TuningResult",
     "exponential_mechanism",
+    "grid",
     "part_size",
     "split_parts",
     "tune",
 ]
 
-#: At most this many candidates (each costs a fit on n/(k+1) rows).
+#: At most this many candidates (each costs a fit on n/(k+1) rows); for a grid Λ × H, at most
+#: this many points.
 MAX_CANDIDATES: Final[int] = 10
 
-FitOne = Callable[[PreparedDesign, float], FitResult]
+C = TypeVar("C")
 
 
 @dataclass(frozen=True, slots=True)
-class TuningResult:
+class Setting:
+    """One candidate of the grid: the regularisation λ and, when tuned, DP-SGD's step size η
+    (``None``: the request's own ``eta``, or the mechanism's default)."""
+
+    regularization: float
+    eta: float | None = None
+
+    def to_dict(self) -> dict[str, float]:
+        out = {"regularization": self.regularization}
+        if self.eta is not None:
+            out["eta"] = self.eta
+        return out
+
+
+def grid(regularizations: Sequence[float], etas: Sequence[float] | None = None) -> list[Setting]:
+    """The candidates Λ × H, λ-major (all η of λ₁ first); just Λ when no η is tuned.
+    ValueError past :data:`MAX_CANDIDATES` points."""
+    if not regularizations or (etas is not None and not etas):
+        raise ValueError("a grid needs at least one value on each axis")
+    points = (
+        [Setting(float(lam)) for lam in regularizations]
+        if etas is None
+        else [Setting(float(lam), float(eta)) for lam, eta in product(regularizations, etas)]
+    )
+    if len(points) > MAX_CANDIDATES:
+        raise ValueError(f"the grid has {len(points)} points; at most {MAX_CANDIDATES}")
+    return points
+
+
+def _distinct(values: Sequence[float]) -> list[float]:
+    return list(dict.fromkeys(values))
+
+
+@dataclass(frozen=True, slots=True)
+class TuningResult(Generic[C]):
     """The chosen fit and what the record shows about the selection."""
 
     chosen: int
     result: FitResult
-    candidates: tuple[float, ...]
+    candidates: tuple[C, ...]
     part_sizes: tuple[int, ...]
 
-    def record(self, epsilon: float, delta: float) -> dict[str, Any]:
-        """The ``tuning`` part of the model's privacy record."""
-        return {
+    def record(self: TuningResult[Setting], epsilon: float, delta: float) -> dict[str, Any]:
+        """The ``tuning`` part of the model's privacy record: the λ candidates, the η
+        candidates when DP-SGD's step size was tuned, the grid in order, the chosen point and
+        the split of ε."""
+        settings = self.candidates
+        chosen = settings[self.chosen]
+        tuned_eta = any(s.eta is not None for s in settings)
+        out: dict[str, Any] = {
             "method": "Chaudhuri, Monteleoni and Sarwate 2011 private tuning: candidate i fitted "
             "on disjoint part i at the full (ε, δ), chosen by the exponential mechanism on "
             "held-out error counts (sensitivity 1) with ε",
-            "candidates": list(self.candidates),
-            "chosen_index": self.chosen,
-            "chosen_regularization": self.candidates[self.chosen],
+            "candidates": _distinct([s.regularization for s in settings]),
+        }
+        if tuned_eta:
+            out["step_size_candidates"] = _distinct([float(s.eta or 0.0) for s in settings])
+        out.update(
+            {
+                "grid": [s.to_dict() for s in settings],
+                "chosen_index": self.chosen,
+                "chosen_regularization": chosen.regularization,
+            }
+        )
+        if tuned_eta:
+            out["chosen_eta"] = chosen.eta
+        return out | {
             "part_sizes": list(self.part_sizes),
             "epsilon_split": {
                 "each_candidate_fit": epsilon,
@@ -107,14 +164,14 @@ def exponential_mechanism(
 
 def tune(
     design: PreparedDesign,
-    candidates: Sequence[float],
+    candidates: Sequence[C],
     *,
     epsilon: float,
-    fit_one: FitOne,
+    fit_one: Callable[[PreparedDesign, C], FitResult],
     rng: np.random.Generator | None,
-) -> TuningResult:
-    """CMS 2011 private tuning (module docstring); ``fit_one(part, λ)`` runs the mechanism at
-    (ε, δ) on a part."""
+) -> TuningResult[C]:
+    """CMS 2011 private tuning (module docstring); ``fit_one(part, candidate)`` runs the
+    mechanism at (ε, δ) with the candidate's setting (a λ, or a :class:`Setting`) on a part."""
     k = len(candidates)
     if not 1 <= k <= MAX_CANDIDATES:
         raise ValueError(f"between 1 and {MAX_CANDIDATES} candidates")
@@ -127,8 +184,8 @@ def tune(
     X_held, y_held = design.X[held], design.y[held]
     results: list[FitResult] = []
     errors: list[int] = []
-    for lam, part in zip(candidates, parts[:-1], strict=True):
-        result = fit_one(prepare_design(design.X[part], design.y[part]), float(lam))
+    for candidate, part in zip(candidates, parts[:-1], strict=True):
+        result = fit_one(prepare_design(design.X[part], design.y[part]), candidate)
         results.append(result)
         scores = result.model.decision_function(X_held)
         errors.append(int(np.sum((scores > 0) != (y_held > 0))))
@@ -137,6 +194,6 @@ def tune(
     return TuningResult(
         chosen=chosen,
         result=results[chosen],
-        candidates=tuple(float(c) for c in candidates),
+        candidates=tuple(candidates),
         part_sizes=tuple(int(p.size) for p in parts),
     )

@@ -21,6 +21,12 @@ PROBLEM_JSON = "application/problem+json"
 WAIT = {"Prefer": "wait=30"}
 
 
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
+
 def _fit(client: TestClient, site: SiteHandle, dataset_id: str) -> dict[str, Any]:
     response = client.post(
         f"/v1/datasets/{dataset_id}/fits",

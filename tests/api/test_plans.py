@@ -3,16 +3,25 @@ refuses a private reference dataset."""
 
 from __future__ import annotations
 
+import io
+import struct
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from PIL import Image
 
 from service.dp import calibrate
 from tests.conftest import MakeSite, SiteHandle
 from tests.unit.jobs._flow import TOY_FEATURES, budget, toy_csv, toy_spec, upload
 
 PROBLEM_JSON = "application/problem+json"
+
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
 
 
 def _plan(
@@ -86,6 +95,16 @@ def test_simulation_on_a_public_reference_answers_the_target(
     assert picture.headers["content-type"].startswith("image/svg+xml")
     assert picture.text.startswith("<svg")
     assert "polyline" in picture.text
+    png = _plan(client, site, dataset["id"], body, Accept="image/png")
+    assert png.status_code == 200, png.text
+    assert png.headers["content-type"] == "image/png"
+    assert png.content.startswith(b"\x89PNG\r\n\x1a\n")
+    # IHDR: width and height, big-endian, right after the signature and the chunk header
+    assert struct.unpack(">II", png.content[16:24]) == (640, 400)
+    assert Image.open(io.BytesIO(png.content)).size == (640, 400)
+    # JSON stays the default, and is chosen when preferred
+    both = _plan(client, site, dataset["id"], body, Accept="image/png;q=0.5, application/json")
+    assert both.headers["content-type"].startswith("application/json")
     for ds in (dataset, reference):
         assert budget(client, site.headers, ds["id"])["charges"] == []
 
@@ -122,11 +141,16 @@ def test_a_private_or_foreign_reference_is_422(
         body = {"mechanism": "output_perturbation", "epsilons": [0.5], "reference_dataset_id": ref}
         response = _plan(client, site, dataset["id"], body)
         assert response.status_code == 422, response.text
-    png = _plan(
-        client,
-        site,
-        dataset["id"],
-        {"mechanism": "output_perturbation", "epsilons": [0.5]},
-        Accept="image/png",
-    )
-    assert png.status_code == 422
+    for ref in (private["id"], theirs["id"]):
+        body = {"mechanism": "output_perturbation", "epsilons": [0.5], "reference_dataset_id": ref}
+        for accept in ("image/png", "image/svg+xml"):
+            picture = _plan(client, site, dataset["id"], body, Accept=accept)
+            assert picture.status_code == 422, picture.text
+            assert picture.headers["content-type"].startswith(PROBLEM_JSON)
+
+
+def test_the_openapi_document_offers_json_svg_and_png(client: TestClient) -> None:
+    operation = client.get("/openapi.json").json()["paths"]["/v1/datasets/{dataset_id}/plans"]
+    content = operation["post"]["responses"]["200"]["content"]
+    assert set(content) == {"application/json", "image/svg+xml", "image/png"}
+    assert content["image/png"]["schema"] == {"type": "string", "format": "binary"}

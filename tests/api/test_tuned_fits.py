@@ -14,6 +14,12 @@ PROBLEM_JSON = "application/problem+json"
 WAIT = {"Prefer": "wait=30"}
 
 
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
+    return any_db_url
+
+
 def _body(candidates: Any, **fields: Any) -> dict[str, Any]:
     return {**fit_body("output_perturbation", epsilon=1.0, **fields), "regularization": candidates}
 
@@ -32,6 +38,7 @@ def test_a_tuned_fit_charges_once_and_records_the_choice(
     assert quote["cost"] == {"epsilon": 1.0, "delta": 0.0}
     assert quote["calibration"]["tuning"] == {
         "candidates": candidates,
+        "grid": [{"regularization": c} for c in candidates],
         "part_size": 150,
         "parts": 4,
     }
@@ -54,6 +61,8 @@ def test_a_tuned_fit_charges_once_and_records_the_choice(
     assert tuning["candidates"] == candidates
     assert tuning["chosen_regularization"] in candidates
     assert tuning["part_sizes"] == [150, 150, 150, 150]
+    assert "step_size_candidates" not in tuning
+    assert "chosen_eta" not in tuning
     assert tuning["epsilon_split"]["total"] == 1.0
     assert model["privacy"]["epsilon"] == 1.0
 
@@ -96,3 +105,131 @@ def test_a_non_private_mechanism_cannot_be_tuned(client: TestClient, site: SiteH
     body = {**fit_body("non_private", epsilon=None), "regularization": {"candidates": [0.01]}}
     response = client.post(f"/v1/datasets/{dataset['id']}/fits", json=body, headers=site.headers)
     assert response.status_code == 422, response.text
+
+
+def _sgd_body(eta: Any, regularization: Any = 0.01, **params: Any) -> dict[str, Any]:
+    return fit_body(
+        "dp_sgd", epsilon=1.0, regularization=regularization, params={"eta": eta, **params}
+    )
+
+
+def test_dp_sgd_step_sizes_and_lambdas_are_tuned_over_their_grid(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
+    etas, lambdas = [0.1, 1.0], [1e-3, 1e-2]
+    body = _sgd_body({"candidates": etas}, {"candidates": lambdas})
+    grid = [{"regularization": lam, "eta": eta} for lam in lambdas for eta in etas]
+    dry = client.post(
+        f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
+    )
+    assert dry.status_code == 200, dry.text
+    quote = dry.json()
+    assert quote["cost"] == {"epsilon": 1.0, "delta": 0.0}
+    assert quote["calibration"]["tuning"] == {
+        "candidates": lambdas,
+        "step_size_candidates": etas,
+        "grid": grid,
+        "part_size": 120,
+        "parts": 5,
+    }
+    # Each grid point is calibrated at the part size m = 120: batch size 50 gives ⌊120/50⌋ = 2
+    # batches of 60 rows, so b_min = 60 and β = ε·b_min/2 = 30 (E‖z‖ = d/β).
+    calibration = quote["calibration"]
+    assert calibration["n"] == 120
+    assert calibration["beta"] == pytest.approx(30.0)
+    assert quote["expected_noise_norm"] == pytest.approx(calibration["d"] / 30.0)
+
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=body, headers={**site.headers, **WAIT}
+    )
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert (job["kind"], job["status"]) == ("tuned_fit", "succeeded"), job
+    assert job["charges"] == [
+        {"dataset_id": dataset["id"], "epsilon": 1.0, "delta": 0.0, "state": "charged"}
+    ]
+    model = client.get(f"/v1/models/{job['model_id']}", headers=site.headers).json()
+    tuning = model["privacy"]["tuning"]
+    assert tuning["candidates"] == lambdas
+    assert tuning["step_size_candidates"] == etas
+    assert tuning["grid"] == grid
+    chosen = grid[tuning["chosen_index"]]
+    assert (tuning["chosen_regularization"], tuning["chosen_eta"]) == (
+        chosen["regularization"],
+        chosen["eta"],
+    )
+    assert tuning["part_sizes"] == [120] * 5
+    assert tuning["epsilon_split"] == {
+        "each_candidate_fit": 1.0,
+        "selection": 1.0,
+        "total": 1.0,
+        "composition": "parallel: every row is in exactly one part",
+    }
+    assert budget(client, site.headers, dataset["id"])["epsilon_spent"] == pytest.approx(1.0)
+
+
+def test_step_sizes_alone_keep_the_single_lambda(client: TestClient, site: SiteHandle) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=300, seed=2))
+    body = _sgd_body({"candidates": [0.05, 0.5, 2.0]}, 0.02, schedule="constant")
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=body, headers={**site.headers, **WAIT}
+    )
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["status"] == "succeeded", job
+    tuning = client.get(f"/v1/models/{job['model_id']}", headers=site.headers).json()["privacy"][
+        "tuning"
+    ]
+    assert tuning["candidates"] == [0.02]
+    assert tuning["step_size_candidates"] == [0.05, 0.5, 2.0]
+    assert tuning["chosen_regularization"] == 0.02
+    assert tuning["chosen_eta"] in (0.05, 0.5, 2.0)
+    assert tuning["part_sizes"] == [75] * 4
+    # a retry with the same key and body is the same job, charged once
+    key = {"Idempotency-Key": "tune-eta-1"}
+    first = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=body, headers={**site.headers, **key}
+    )
+    again = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=body, headers={**site.headers, **key}
+    )
+    assert first.json()["id"] == again.json()["id"]
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert len(budget(client, site.headers, dataset["id"])["charges"]) == 2
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _sgd_body({"candidates": []}),
+        _sgd_body({"candidates": [0.1 * (i + 1) for i in range(11)]}),
+        _sgd_body({"candidates": [0.0]}),
+        _sgd_body({"candidates": [-1.0, 0.5]}),
+        _sgd_body({"candidates": [0.5, 0.5]}),
+        _sgd_body({"candidates": ["x"]}),
+        _sgd_body({"candidates": [True]}),
+        _sgd_body({"candidates": [10**400]}),
+        _sgd_body({"candidates": "x"}),
+        _sgd_body({"values": [0.5]}),
+        _sgd_body({"candidates": [0.5], "extra": 1}),
+        # the grid 2 × 6 = 12 points is over the cap of 10
+        _sgd_body({"candidates": [0.1 * (i + 1) for i in range(6)]}, {"candidates": [1e-3, 1e-2]}),
+        # the 'inverse' schedule has no η to tune
+        _sgd_body({"candidates": [0.5, 1.0]}, schedule="inverse"),
+        # η is DP-SGD's step size: no other mechanism has one
+        {**fit_body("output_perturbation", epsilon=1.0), "params": {"eta": {"candidates": [1.0]}}},
+    ],
+)
+def test_bad_step_size_candidates_are_422_and_charge_nothing(
+    client: TestClient, site: SiteHandle, body: dict[str, Any]
+) -> None:
+    dataset = upload(client, site.headers)
+    for query in ("?dry_run=true", ""):
+        response = client.post(
+            f"/v1/datasets/{dataset['id']}/fits{query}", json=body, headers=site.headers
+        )
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    assert budget(client, site.headers, dataset["id"])["charges"] == []
+    assert client.get("/v1/jobs", headers=site.headers).json()["total"] == 0

@@ -289,7 +289,9 @@ class Client:
         """Charge the dataset's budget and queue a fit; returns the job (``job.wait()``).
 
         A list of ``regularization`` values asks PrivFit to choose one privately within the
-        same (ε, δ) (the model's privacy record names the choice).
+        same (ε, δ) (the model's privacy record names the choice); for ``dp_sgd``,
+        ``params={"eta": {"candidates": [...]}}`` does the same for the step size, alone or
+        over the grid λ × η (at most 10 points).
 
         ``wait`` (seconds, at most 30) asks the server to answer once the job has ended.
         Retries reuse one idempotency key, so the budget is charged once.

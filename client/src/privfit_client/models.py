@@ -1556,7 +1556,7 @@ class FitCreate(BaseModel):
     params: Annotated[
         dict[str, Any] | None,
         Field(
-            description="The mechanism's own options (e.g. `h`, the Huber width; `epochs`, `batch_size` for `dp_sgd`). Unknown options are a 422.",
+            description='The mechanism\'s own options (e.g. `h`, the Huber width; `epochs`, `batch_size`, `eta` for `dp_sgd`). Unknown options are a 422. For `dp_sgd`, `"eta": {"candidates": [...]}` (1 to 10 distinct step sizes > 0) lets PrivFit choose the step size privately within the same (ε, δ), alone or with λ candidates: the grid λ × η, at most 10 points.',
             title="Params",
         ),
     ] = None

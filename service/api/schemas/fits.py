@@ -8,7 +8,7 @@ from pydantic import ConfigDict, Field
 
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.domain.fits.submit import FitQuote, FitRequest
-from service.domain.fits.tuning import MAX_CANDIDATES, TunedFitRequest
+from service.domain.fits.tuning import MAX_CANDIDATES, TunedFitRequest, step_size_candidates
 from service.domain.ranges import (
     MAX_EPSILON,
     MAX_REGULARIZATION,
@@ -88,11 +88,17 @@ class FitCreate(RequestModel):
     params: dict[str, Any] = Field(
         default_factory=dict,
         description="The mechanism's own options (e.g. `h`, the Huber width; `epochs`, "
-        "`batch_size` for `dp_sgd`). Unknown options are a 422.",
+        "`batch_size`, `eta` for `dp_sgd`). Unknown options are a 422. For `dp_sgd`, "
+        '`"eta": {"candidates": [...]}` (1 to '
+        f"{MAX_CANDIDATES} distinct step sizes > 0) lets PrivFit choose the step size "
+        "privately within the same (ε, δ), alone or with λ candidates: the grid λ × η, at most "
+        f"{MAX_CANDIDATES} points.",
     )
 
     def to_domain(self) -> FitRequest:
-        if isinstance(self.regularization, RegularizationCandidates):
+        if isinstance(self.regularization, RegularizationCandidates) or isinstance(
+            self.params.get("eta"), dict
+        ):
             raise TypeError("a fit with candidates is a TunedFitRequest: use to_tuned()")
         return FitRequest(
             mechanism=self.mechanism,
@@ -104,18 +110,34 @@ class FitCreate(RequestModel):
         )
 
     def to_tuned(self) -> TunedFitRequest | None:
-        """The privately tuned fit this body asks for, or None for a single λ."""
-        if not isinstance(self.regularization, RegularizationCandidates):
+        """The privately tuned fit this body asks for (λ candidates, DP-SGD step-size
+        candidates ``params.eta = {"candidates": [...]}``, or both: their grid), or None for a
+        single λ and η. A malformed step-size object is a 422."""
+        step_sizes = step_size_candidates(self.params)
+        lambdas = (
+            tuple(self.regularization.candidates)
+            if isinstance(self.regularization, RegularizationCandidates)
+            else None
+        )
+        if lambdas is None and step_sizes is None:
             return None
+        params = dict(self.params)
+        if step_sizes is not None:
+            del params["eta"]
+        regularization = self.regularization
         base = FitRequest(
             mechanism=self.mechanism,
             epsilon=self.epsilon,
             delta=self.delta,
             loss=self.loss,
-            regularization=self.regularization.candidates[0],
-            params=self.params,
+            regularization=(
+                regularization.candidates[0]
+                if isinstance(regularization, RegularizationCandidates)
+                else regularization
+            ),
+            params=params,
         )
-        return TunedFitRequest(base=base, candidates=tuple(self.regularization.candidates))
+        return TunedFitRequest(base=base, candidates=lambdas, step_sizes=step_sizes)
 
 
 class FitCost(ResponseModel):

@@ -1,21 +1,24 @@
 """Privately tuned fits (issue 16 item 2): a fit whose ``regularization`` is a list of
-candidates, ``{"candidates": [λ₁, …, λ_k]}``.
+candidates, ``{"candidates": [λ₁, …, λ_k]}``, and/or, for ``dp_sgd``, whose step size
+``params.eta`` is one, ``{"candidates": [η₁, …, η_l]}``. The candidates are the grid Λ × H
+(:func:`service.dp.selection.grid`; a single λ or η is an axis of one value).
 
-The job (kind ``tuned_fit``) runs :func:`service.dp.selection.tune`: candidate i is fitted on
+The job (kind ``tuned_fit``) runs :func:`service.dp.selection.tune`: grid point i is fitted on
 the i-th of k + 1 disjoint parts at the request's full (ε, δ), the held-out part's error counts
 choose one with the exponential mechanism at ε, and only the chosen model is released. The
 total cost is the request's (ε, δ) by parallel composition (derivation in
 :mod:`service.dp.selection`); it is charged with the job, like a fit.
 
-Validation before anything is spent: 1 ≤ k ≤ :data:`MAX_CANDIDATES` distinct candidates, each
-a valid λ, and the mechanism calibrated for *every* candidate at the part size ⌊n/(k+1)⌋ (so a
-candidate the mechanism cannot run at that size is a 422, not a failed job).
+Validation before anything is spent: each list has 1 to :data:`MAX_CANDIDATES` distinct valid
+values, the grid has at most :data:`MAX_CANDIDATES` points, η candidates only for ``dp_sgd``,
+and the mechanism calibrated for *every* grid point at the part size ⌊n/(k+1)⌋ (so a candidate
+the mechanism cannot run at that size is a 422, not a failed job).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +50,7 @@ from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.domain.records.base import fit_privacy_record, json_safe, software_version
 from service.dp import NON_PRIVATE_MECHANISMS, Calibration, FitResult
 from service.dp.prepared import PreparedDesign
-from service.dp.selection import MAX_CANDIDATES, part_size, tune
+from service.dp.selection import MAX_CANDIDATES, Setting, grid, part_size, tune
 
 __all__ = [
     "MAX_CANDIDATES",
@@ -55,57 +58,120 @@ __all__ = [
     "TunedFitRequest",
     "quote_tuned_fit",
     "run_tuned_fit_job",
+    "step_size_candidates",
     "submit_tuned_fit",
 ]
 
 TUNED_FIT_KIND = "tuned_fit"
+#: The mechanism whose step size ``params.eta`` may be tuned.
+STEP_SIZE_MECHANISM = "dp_sgd"
+
+_LAMBDA_LOC = ["body", "regularization", "candidates"]
+_ETA_LOC = ["body", "params", "eta", "candidates"]
+
+
+def _invalid(msg: str, loc: Sequence[str] = tuple(_LAMBDA_LOC)) -> InvalidInputError:
+    return InvalidInputError(msg, errors=[{"loc": list(loc), "msg": msg}])
+
+
+def step_size_candidates(params: Mapping[str, Any]) -> tuple[float, ...] | None:
+    """The η candidates of ``params.eta = {"candidates": [...]}``, or None when ``eta`` is a
+    single value or absent. A malformed object is a 422 (the values are checked in
+    :func:`_check`)."""
+    raw = params.get("eta")
+    if not isinstance(raw, dict):
+        return None
+    values = raw.get("candidates")
+    if set(raw) != {"candidates"} or not isinstance(values, list):
+        raise _invalid('give the step sizes as {"candidates": [η, ...]}', _ETA_LOC[:-1])
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        raise _invalid("each step-size candidate must be a number", _ETA_LOC)
+    try:
+        return tuple(float(v) for v in values)
+    except OverflowError as exc:  # an integer past the largest double
+        raise _invalid("each candidate must be a finite number > 0", _ETA_LOC) from exc
 
 
 @dataclass(frozen=True, slots=True)
 class TunedFitRequest:
-    """A fit with candidate regularisations; ``base.regularization`` is ignored."""
+    """A fit with candidate regularisations and/or (DP-SGD) step sizes. ``candidates`` are the
+    λs (None: ``base.regularization`` alone), ``step_sizes`` the ηs (None: ``base.params``'s
+    own ``eta``); at least one of them is given."""
 
     base: FitRequest
-    candidates: tuple[float, ...]
+    candidates: tuple[float, ...] | None
+    step_sizes: tuple[float, ...] | None = None
 
     def to_params(self) -> dict[str, Any]:
         params = self.base.to_params()
-        params["regularization"] = {"candidates": [float(c) for c in self.candidates]}
+        if self.candidates is not None:
+            params["regularization"] = {"candidates": [float(c) for c in self.candidates]}
+        if self.step_sizes is not None:
+            params["params"]["eta"] = {"candidates": [float(e) for e in self.step_sizes]}
+        return params
+
+    @property
+    def regularizations(self) -> tuple[float, ...]:
+        return self.candidates or (float(self.base.regularization),)
+
+    def settings(self) -> list[Setting]:
+        """The grid Λ × H (422 past :data:`MAX_CANDIDATES` points)."""
+        try:
+            return grid(self.regularizations, self.step_sizes)
+        except ValueError as exc:
+            raise _invalid(f"{exc} (λ candidates × step-size candidates)", ["body"]) from exc
+
+    def setting_params(self, setting: Setting) -> dict[str, Any]:
+        """The mechanism's options for one grid point: the request's, with η set."""
+        params = dict(self.base.params)
+        if setting.eta is not None:
+            params["eta"] = setting.eta
         return params
 
 
-def _invalid(msg: str) -> InvalidInputError:
-    return InvalidInputError(
-        msg, errors=[{"loc": ["body", "regularization", "candidates"], "msg": msg}]
-    )
+def _check_values(
+    values: Sequence[float], loc: Sequence[str], valid: Callable[[float], bool], rule: str
+) -> None:
+    if not 1 <= len(values) <= MAX_CANDIDATES:
+        raise _invalid(f"give between 1 and {MAX_CANDIDATES} candidates", loc)
+    if len(set(values)) != len(values):
+        raise _invalid("candidates must be distinct", loc)
+    if not all(math.isfinite(value) and valid(value) for value in values):
+        raise _invalid(f"each candidate must be {rule}", loc)
 
 
 def _check(dataset: Dataset, request: TunedFitRequest) -> tuple[float, float, Calibration]:
-    """422 for a bad candidate list; else the cost (max over candidates, parallel
-    composition) and the first candidate's calibration at the part size."""
-    candidates = request.candidates
-    if not 1 <= len(candidates) <= MAX_CANDIDATES:
-        raise _invalid(f"give between 1 and {MAX_CANDIDATES} candidates")
-    if len(set(candidates)) != len(candidates):
-        raise _invalid("candidates must be distinct")
-    for lam in candidates:
-        if not (math.isfinite(lam) and MIN_REGULARIZATION <= lam <= MAX_REGULARIZATION):
+    """422 for a bad candidate list or grid; else the cost (max over the grid, parallel
+    composition) and the first grid point's calibration at the part size."""
+    if request.candidates is not None:
+        _check_values(
+            request.candidates,
+            _LAMBDA_LOC,
+            lambda lam: MIN_REGULARIZATION <= lam <= MAX_REGULARIZATION,
+            f"between {MIN_REGULARIZATION:g} and {MAX_REGULARIZATION:g}",
+        )
+    if request.step_sizes is not None:
+        if request.base.mechanism != STEP_SIZE_MECHANISM:
             raise _invalid(
-                f"each candidate must be between {MIN_REGULARIZATION:g} and {MAX_REGULARIZATION:g}"
+                f"step-size candidates are for {STEP_SIZE_MECHANISM} only", _ETA_LOC[:-1]
             )
+        _check_values(request.step_sizes, _ETA_LOC, lambda eta: eta > 0, "a finite number > 0")
+    if request.candidates is None and request.step_sizes is None:
+        raise _invalid("give regularization or step-size candidates", ["body"])
     if request.base.mechanism in NON_PRIVATE_MECHANISMS or request.base.epsilon is None:
         raise InvalidInputError(
             "private tuning needs a private mechanism and an epsilon",
             errors=[{"loc": ["body", "mechanism"], "msg": "not a private mechanism"}],
         )
-    m = part_size(int(dataset.n_rows), len(candidates))
+    settings = request.settings()
+    m = part_size(int(dataset.n_rows), len(settings))
     if m < 2:
-        raise _invalid("too few rows for this many candidates (each part needs ≥ 2 rows)")
-    # calibrate every candidate on a stand-in with the part's public size
+        raise _invalid("too few rows for this many candidates (each part needs ≥ 2 rows)", ["body"])
+    # calibrate every grid point on a stand-in with the part's public size
     part = _PartFacts(dataset, m)
     costs = []
     first: Calibration | None = None
-    for lam in candidates:
+    for setting in settings:
         calibration = calibrate_fit(
             part.as_dataset(),
             FitRequest(
@@ -113,8 +179,8 @@ def _check(dataset: Dataset, request: TunedFitRequest) -> tuple[float, float, Ca
                 epsilon=request.base.epsilon,
                 delta=request.base.delta,
                 loss=request.base.loss,
-                regularization=lam,
-                params=request.base.params,
+                regularization=setting.regularization,
+                params=request.setting_params(setting),
             ),
         )
         first = first or calibration
@@ -151,10 +217,15 @@ def quote_tuned_fit(
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
     epsilon, delta, calibration = _check(dataset, request)
     details = json_safe(dict(calibration.details))
+    settings = request.settings()
     details["tuning"] = {
-        "candidates": list(request.candidates),
-        "part_size": part_size(int(dataset.n_rows), len(request.candidates)),
-        "parts": len(request.candidates) + 1,
+        "candidates": list(request.regularizations),
+        **(
+            {} if request.step_sizes is None else {"step_size_candidates": list(request.step_sizes)}
+        ),
+        "grid": [s.to_dict() for s in settings],
+        "part_size": part_size(int(dataset.n_rows), len(settings)),
+        "parts": len(settings) + 1,
     }
     return FitQuote(
         mechanism=request.base.mechanism,
@@ -162,7 +233,7 @@ def quote_tuned_fit(
         delta=delta,
         private=True,
         expected_noise_norm=calibration.expected_noise_norm,
-        composition="parallel over k + 1 disjoint parts: each candidate's fit at (ε, δ) on "
+        composition="parallel over k + 1 disjoint parts: each grid point's fit at (ε, δ) on "
         "its part, the exponential-mechanism choice at ε on the held-out part",
         calibration=details,
         remaining_epsilon=remaining_epsilon,
@@ -197,7 +268,12 @@ def submit_tuned_fit(
                     "mechanism": request.base.mechanism,
                     "epsilon": epsilon,
                     "delta": delta,
-                    "candidates": list(request.candidates),
+                    "candidates": list(request.regularizations),
+                    **(
+                        {}
+                        if request.step_sizes is None
+                        else {"step_size_candidates": list(request.step_sizes)}
+                    ),
                 },
             )
 
@@ -215,6 +291,29 @@ def submit_tuned_fit(
     )
 
 
+def _stored_request(params: Mapping[str, Any]) -> TunedFitRequest:
+    """The request back from a job's stored ``params`` (:meth:`TunedFitRequest.to_params`)."""
+    regularization = params["regularization"]
+    lambdas = (
+        tuple(float(c) for c in regularization["candidates"])
+        if isinstance(regularization, dict)
+        else None
+    )
+    options = dict(params.get("params") or {})
+    step_sizes = step_size_candidates(options)
+    if step_sizes is not None:
+        del options["eta"]
+    base = FitRequest(
+        mechanism=str(params["mechanism"]),
+        epsilon=float(params["epsilon"]),
+        delta=float(params["delta"]),
+        loss=str(params["loss"]),
+        regularization=lambdas[0] if lambdas else float(regularization),
+        params=options,
+    )
+    return TunedFitRequest(base=base, candidates=lambdas, step_sizes=step_sizes)
+
+
 def run_tuned_fit_job(
     uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext
 ) -> Release:
@@ -225,13 +324,14 @@ def run_tuned_fit_job(
         raise NotFoundError("dataset")
     facts = dataset_facts(row)
     design = read_design(uow_factory, row)
-    candidates: Sequence[float] = params["regularization"]["candidates"]
+    request = _stored_request(params)
+    settings = request.settings()
     epsilon = float(params["epsilon"])
     delta = float(params["delta"])
     rng = context.randomness.generator(job.id)
     done = [0]
 
-    def fit_one(part: PreparedDesign, lam: float) -> FitResult:
+    def fit_one(part: PreparedDesign, setting: Setting) -> FitResult:
         result = context.fit(
             part,
             None,
@@ -240,14 +340,14 @@ def run_tuned_fit_job(
             epsilon=epsilon,
             delta=delta,
             loss=str(params["loss"]),
-            regularization=lam,
-            **dict(params.get("params") or {}),
+            regularization=setting.regularization,
+            **request.setting_params(setting),
         )
         done[0] += 1
-        context.progress(done[0] / (len(candidates) + 1))
+        context.progress(done[0] / (len(settings) + 1))
         return result
 
-    tuned = tune(design, candidates, epsilon=epsilon, fit_one=fit_one, rng=rng)
+    tuned = tune(design, settings, epsilon=epsilon, fit_one=fit_one, rng=rng)
     record = fit_privacy_record(
         tuned.result,
         datasets=[facts.ref],
