@@ -5,23 +5,17 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response, status
+from fastapi import APIRouter, Query, status
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
+from service.api.charged_calls import ChargedJobCallDep, charged_job_responses
 from service.api.deps import (
-    AuditContextDep,
-    DryRun,
     Expensive,
-    IdempotencyKey,
-    PreferWait,
     PrincipalDep,
-    RunnerDep,
     UowDep,
     access,
 )
 from service.api.errors import problem_responses
-from service.api.job_waiting import FINISHED_RESPONSE, submitted_job_answer
 from service.api.routes import API_V1
 from service.api.schemas.evaluations import (
     EvaluationCreate,
@@ -54,49 +48,20 @@ Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip
         "set. `Prefer: wait=N`, `Idempotency-Key` and `?dry_run=true` work as for fits."
     ),
     response_model=JobRead,
-    responses={
-        200: {"model": EvaluationQuoteRead, "description": "Dry run: the quote; nothing spent."},
-        **FINISHED_RESPONSE,
-        **problem_responses(401, 403, 404, 409, 413, 422),
-    },
+    responses=charged_job_responses(EvaluationQuoteRead),
     openapi_extra=access("site"),
 )
 async def create_evaluation(
-    model_id: str,
-    body: EvaluationCreate,
-    request: Request,
-    response: Response,
-    uow: UowDep,
-    principal: PrincipalDep,
-    audit_context: AuditContextDep,
-    runner: RunnerDep,
-    idempotency_key: IdempotencyKey = None,
-    dry_run: DryRun = False,
-    prefer: PreferWait = None,
+    model_id: str, body: EvaluationCreate, call: ChargedJobCallDep
 ) -> JobRead | JSONResponse:
-    principal.require_site()
-    if dry_run:
-        quote = await run_in_threadpool(
-            evaluations.quote_evaluation,
-            uow,
-            model_id=model_id,
-            dataset_id=body.dataset_id,
-            epsilon=body.epsilon,
-            actor=principal,
-        )
-        return JSONResponse(EvaluationQuoteRead.from_quote(quote).model_dump(mode="json"))
-    submitted = await run_in_threadpool(
+    return await call.run(
+        evaluations.quote_evaluation,
+        EvaluationQuoteRead.from_quote,
         evaluations.submit_evaluation,
-        uow,
         model_id=model_id,
         dataset_id=body.dataset_id,
         epsilon=body.epsilon,
-        actor=principal,
-        runner=runner,
-        idempotency_key=idempotency_key,
-        context=audit_context,
     )
-    return await submitted_job_answer(request, response, uow, principal, submitted, prefer)
 
 
 @router.get(

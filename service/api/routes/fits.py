@@ -2,30 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response, status
+from fastapi import APIRouter, status
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
+from service.api.charged_calls import ChargedJobCallDep, charged_job_responses
 from service.api.deps import (
-    AuditContextDep,
-    DryRun,
     Expensive,
-    IdempotencyKey,
-    PreferWait,
-    PrincipalDep,
-    RunnerDep,
-    UowDep,
     access,
 )
-from service.api.errors import problem_responses
-from service.api.job_waiting import FINISHED_RESPONSE, submitted_job_answer
 from service.api.routes import API_V1
 from service.api.schemas.fits import FitCreate, FitQuoteRead
 from service.api.schemas.jobs import JobRead
 from service.domain.fits import submit as fits
 from service.domain.fits import tuning
-from service.domain.fits.tuning import TunedFitRequest
-from service.domain.jobs.lifecycle import JobScheduler
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
 
@@ -49,89 +38,25 @@ router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
         "datasets uploaded with `allow_non_private`. Requires the owning site's key."
     ),
     response_model=JobRead,
-    responses={
-        200: {"model": FitQuoteRead, "description": "Dry run: the quote; nothing spent."},
-        **FINISHED_RESPONSE,
-        **problem_responses(401, 403, 404, 409, 413, 422),
-    },
+    responses=charged_job_responses(FitQuoteRead),
     openapi_extra=access("site"),
 )
 async def create_fit(
-    dataset_id: str,
-    body: FitCreate,
-    request: Request,
-    response: Response,
-    uow: UowDep,
-    principal: PrincipalDep,
-    audit_context: AuditContextDep,
-    runner: RunnerDep,
-    idempotency_key: IdempotencyKey = None,
-    dry_run: DryRun = False,
-    prefer: PreferWait = None,
+    dataset_id: str, body: FitCreate, call: ChargedJobCallDep
 ) -> JobRead | JSONResponse:
-    principal.require_site()
     tuned = body.to_tuned()
-    if tuned is not None:
-        return await _create_tuned_fit(
-            dataset_id,
-            tuned,
-            request,
-            response,
-            uow,
-            principal,
-            audit_context,
-            runner,
-            idempotency_key,
-            dry_run=dry_run,
-            prefer=prefer,
+    if tuned is not None:  # candidate λs (or step sizes): the private tuning
+        return await call.run(
+            tuning.quote_tuned_fit,
+            FitQuoteRead.from_quote,
+            tuning.submit_tuned_fit,
+            dataset_id=dataset_id,
+            request=tuned,
         )
-    fit_request = body.to_domain()
-    if dry_run:
-        quote = await run_in_threadpool(
-            fits.quote_fit, uow, dataset_id=dataset_id, request=fit_request, actor=principal
-        )
-        return JSONResponse(FitQuoteRead.from_quote(quote).model_dump(mode="json"))
-    submitted = await run_in_threadpool(
+    return await call.run(
+        fits.quote_fit,
+        FitQuoteRead.from_quote,
         fits.submit_fit,
-        uow,
         dataset_id=dataset_id,
-        request=fit_request,
-        actor=principal,
-        runner=runner,
-        idempotency_key=idempotency_key,
-        context=audit_context,
+        request=body.to_domain(),
     )
-    return await submitted_job_answer(request, response, uow, principal, submitted, prefer)
-
-
-async def _create_tuned_fit(
-    dataset_id: str,
-    tuned: TunedFitRequest,
-    request: Request,
-    response: Response,
-    uow: UowDep,
-    principal: PrincipalDep,
-    audit_context: AuditContextDep,
-    runner: JobScheduler,
-    idempotency_key: str | None,
-    *,
-    dry_run: bool,
-    prefer: str | None,
-) -> JobRead | JSONResponse:
-    """A fit with candidate λs: the private tuning of :mod:`service.domain.fits.tuning`."""
-    if dry_run:
-        quote = await run_in_threadpool(
-            tuning.quote_tuned_fit, uow, dataset_id=dataset_id, request=tuned, actor=principal
-        )
-        return JSONResponse(FitQuoteRead.from_quote(quote).model_dump(mode="json"))
-    submitted = await run_in_threadpool(
-        tuning.submit_tuned_fit,
-        uow,
-        dataset_id=dataset_id,
-        request=tuned,
-        actor=principal,
-        runner=runner,
-        idempotency_key=idempotency_key,
-        context=audit_context,
-    )
-    return await submitted_job_answer(request, response, uow, principal, submitted, prefer)

@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Query, Request, Response, status
+from fastapi import APIRouter, Body, Query, Response, status
 from fastapi.responses import JSONResponse
-from starlette.concurrency import run_in_threadpool
 
+from service.api.charged_calls import ChargedJobCallDep, charged_job_responses
 from service.api.deps import (
     AuditContextDep,
-    DryRun,
     Expensive,
-    IdempotencyKey,
-    PreferWait,
     PrincipalDep,
-    RunnerDep,
     UowDep,
     access,
 )
 from service.api.errors import problem_responses
-from service.api.job_waiting import FINISHED_RESPONSE, submitted_job_answer
 from service.api.routes import API_V1
 from service.api.schemas.federated import FederatedFitCreate, FederatedQuoteRead
 from service.api.schemas.jobs import JobRead
@@ -217,49 +211,19 @@ def withdraw_contribution(
         "calibration and the charged dataset's remaining budget, spending nothing."
     ),
     response_model=JobRead,
-    responses={
-        200: {"model": AggregationQuoteRead, "description": "Dry run: the quote; nothing spent."},
-        **FINISHED_RESPONSE,
-        **problem_responses(401, 403, 404, 409, 413, 422),
-    },
+    responses=charged_job_responses(AggregationQuoteRead),
     openapi_extra=access("site"),
 )
 async def create_aggregation(
-    study_id: str,
-    body: Annotated[AggregationCreate, Body()],
-    request: Request,
-    response: Response,
-    uow: UowDep,
-    principal: PrincipalDep,
-    audit_context: AuditContextDep,
-    runner: RunnerDep,
-    idempotency_key: IdempotencyKey = None,
-    dry_run: DryRun = False,
-    prefer: PreferWait = None,
+    study_id: str, body: Annotated[AggregationCreate, Body()], call: ChargedJobCallDep
 ) -> JobRead | JSONResponse:
-    principal.require_site()
-    if dry_run:
-        quote = await run_in_threadpool(
-            aggregations.quote_aggregation,
-            uow,
-            study_id=study_id,
-            request=body.to_domain(),
-            actor=principal,
-        )
-        return JSONResponse(AggregationQuoteRead.from_quote(quote).model_dump(mode="json"))
-    submitted = await run_in_threadpool(
-        functools.partial(
-            aggregations.submit_aggregation,
-            uow,
-            study_id=study_id,
-            request=body.to_domain(),
-            actor=principal,
-            context=audit_context,
-            runner=runner,
-            idempotency_key=idempotency_key,
-        )
+    return await call.run(
+        aggregations.quote_aggregation,
+        AggregationQuoteRead.from_quote,
+        aggregations.submit_aggregation,
+        study_id=study_id,
+        request=body.to_domain(),
     )
-    return await submitted_job_answer(request, response, uow, principal, submitted, prefer)
 
 
 @router.post(
@@ -291,45 +255,16 @@ async def create_aggregation(
         "answers 200 with the per-dataset costs and the calibration, spending nothing."
     ),
     response_model=JobRead,
-    responses={
-        200: {"model": FederatedQuoteRead, "description": "Dry run: the quote; nothing spent."},
-        **FINISHED_RESPONSE,
-        **problem_responses(401, 403, 404, 409, 413, 422),
-    },
+    responses=charged_job_responses(FederatedQuoteRead),
     openapi_extra=access("site"),
 )
 async def create_federated_fit(
-    study_id: str,
-    body: FederatedFitCreate,
-    request: Request,
-    response: Response,
-    uow: UowDep,
-    principal: PrincipalDep,
-    audit_context: AuditContextDep,
-    runner: RunnerDep,
-    idempotency_key: IdempotencyKey = None,
-    dry_run: DryRun = False,
-    prefer: PreferWait = None,
+    study_id: str, body: FederatedFitCreate, call: ChargedJobCallDep
 ) -> JobRead | JSONResponse:
-    principal.require_site()
-    fit_request = body.to_domain()
-    if dry_run:
-        quote = await run_in_threadpool(
-            federated.quote_federated_fit,
-            uow,
-            study_id=study_id,
-            request=fit_request,
-            actor=principal,
-        )
-        return JSONResponse(FederatedQuoteRead.from_quote(quote).model_dump(mode="json"))
-    submitted = await run_in_threadpool(
+    return await call.run(
+        federated.quote_federated_fit,
+        FederatedQuoteRead.from_quote,
         federated.submit_federated_fit,
-        uow,
         study_id=study_id,
-        request=fit_request,
-        actor=principal,
-        runner=runner,
-        context=audit_context,
-        idempotency_key=idempotency_key,
+        request=body.to_domain(),
     )
-    return await submitted_job_answer(request, response, uow, principal, submitted, prefer)
