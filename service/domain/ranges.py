@@ -13,16 +13,19 @@ weight to zero. δ must stay below 1 (δ = 1 permits anything); the dataset's ca
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from service.domain.errors import InvalidInputError
+
+T = TypeVar("T")
 
 __all__ = [
     "MAX_EPSILON",
     "MAX_REGULARIZATION",
     "MIN_EPSILON",
     "MIN_REGULARIZATION",
+    "calibrated",
     "check_calibration",
 ]
 
@@ -30,6 +33,17 @@ MIN_EPSILON = 1e-6
 MAX_EPSILON = 1000.0
 MIN_REGULARIZATION = 1e-10
 MAX_REGULARIZATION = 1e6
+
+
+def calibrated(what: str, calibrate: Callable[[], T]) -> T:
+    """``calibrate()``, with a parameter the calibration refuses (``ValueError``,
+    ``TypeError``, an overflow or a huge allocation) turned into a 422 naming ``what``."""
+    try:
+        return calibrate()
+    except (ValueError, TypeError, ArithmeticError, MemoryError) as exc:
+        raise InvalidInputError(
+            f"invalid {what} parameters: {exc}", errors=[{"loc": ["body"], "msg": str(exc)}]
+        ) from exc
 
 
 def check_calibration(

@@ -21,13 +21,13 @@ from typing import Any
 
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
+from service.domain.fits.run import run_fit_job
 from service.domain.fits.tuning import TUNED_FIT_KIND, run_tuned_fit_job
 from service.domain.jobs.lifecycle import (
     JobHandler,
     JobOutcome,
     execute_job,
     recover_jobs,
-    run_fit_job,
     settle_lost_job,
 )
 from service.domain.models.evaluations import EVALUATION_KIND, run_evaluation_job

@@ -5,7 +5,7 @@ A fit is a charged job (:mod:`service.domain.jobs.charged`, which writes the led
 holds what is particular to a fit: the caller's own live dataset, validated on its public n and
 d with :func:`service.dp.calibrate` (an unknown mechanism, a bad ε/δ/λ or parameter is a 422
 before anything is spent), charged the calibration's (ε, δ), nothing for the non-private
-baseline. The worker's half is :func:`service.domain.jobs.lifecycle.run_fit_job`.
+baseline. The worker's half is :func:`service.domain.fits.run.run_fit_job`.
 
 A dry run (:func:`quote_fit`) stops after the calibration and returns the exact cost.
 """
@@ -33,7 +33,7 @@ from service.domain.jobs.charged import (
 )
 from service.domain.jobs.lifecycle import JobScheduler
 from service.domain.ledger import budgets
-from service.domain.ranges import check_calibration
+from service.domain.ranges import calibrated, check_calibration
 from service.domain.records.base import json_safe
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, calibrate
 
@@ -108,8 +108,9 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
             f"epsilon is required for {request.mechanism}",
             errors=[{"loc": ["body", "epsilon"], "msg": "required for a private mechanism"}],
         )
-    try:
-        calibration = calibrate(
+    calibration = calibrated(
+        "fit",
+        lambda: calibrate(
             request.mechanism,
             n=dataset.n_rows,
             d=dataset.n_features,
@@ -118,12 +119,8 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
             loss=request.loss,
             regularization=request.regularization,
             **dict(request.params),
-        )
-    except (ValueError, TypeError, ArithmeticError, MemoryError) as exc:
-        raise InvalidInputError(
-            f"invalid fit parameters: {exc}",
-            errors=[{"loc": ["body"], "msg": str(exc)}],
-        ) from exc
+        ),
+    )
     if request.mechanism not in NON_PRIVATE_MECHANISMS:
         check_calibration(
             epsilon=calibration.epsilon,

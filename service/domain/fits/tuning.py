@@ -27,7 +27,8 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import get_owned_dataset, read_design, require_live
-from service.domain.errors import InvalidInputError, NotFoundError
+from service.domain.errors import InvalidInputError
+from service.domain.fits.run import dataset_facts
 from service.domain.fits.submit import FitQuote, FitRequest
 from service.domain.fits.submit import _calibrate as calibrate_fit
 from service.domain.jobs.charged import (
@@ -44,7 +45,6 @@ from service.domain.jobs.lifecycle import (
     Release,
     charged_amounts,
 )
-from service.domain.jobs.lifecycle import _dataset_facts as dataset_facts
 from service.domain.ledger import budgets
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.domain.records.base import fit_privacy_record, json_safe, software_version
@@ -319,9 +319,7 @@ def run_tuned_fit_job(
 ) -> Release:
     """The worker: :func:`service.dp.selection.tune`, then the chosen model and its record."""
     params = job.params
-    row = job.dataset
-    if row is None or row.deleted_at is not None:
-        raise NotFoundError("dataset")
+    row = job.live_dataset()
     facts = dataset_facts(row)
     design = read_design(uow_factory, row)
     request = _stored_request(params)

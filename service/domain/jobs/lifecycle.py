@@ -20,29 +20,21 @@ It never raises for a job's own failure: the outcome is recorded on the job.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from service.db.base import utcnow
-from service.db.models import Dataset, Evaluation, Job, LedgerCharge, Model, new_id
+from service.db.models import Dataset, Evaluation, Job, LedgerCharge, Model
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
-from service.domain.datasets.catalog import read_design
 from service.domain.errors import ConflictError, NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.ledger import budgets
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
 from service.domain.randomness import Randomness
-from service.domain.records.base import (
-    DatasetRef,
-    fit_privacy_record,
-    json_safe,
-    software_version,
-)
-from service.dp import NON_PRIVATE_MECHANISMS, ConvergenceError, FitResult
+from service.dp import ConvergenceError, FitResult
 from service.dp import fit as dp_fit
 
 __all__ = [
@@ -69,7 +61,6 @@ __all__ = [
     "job_view",
     "list_jobs",
     "recover_jobs",
-    "run_fit_job",
     "settle_lost_job",
 ]
 
@@ -320,17 +311,6 @@ class _Progress:
             raise JobCancelledError(self._job_id)
 
 
-def _fit_kwargs(params: Mapping[str, Any]) -> dict[str, Any]:
-    epsilon = params.get("epsilon")
-    return {
-        "epsilon": math.inf if epsilon is None else float(epsilon),
-        "delta": float(params["delta"]),
-        "loss": str(params["loss"]),
-        "regularization": float(params["regularization"]),
-        **dict(params.get("params") or {}),
-    }
-
-
 def _finish(uow_factory: UnitOfWorkFactory, job_id: str, status: str, slug: str | None) -> None:
     with uow_factory() as uow:
         uow.jobs.transition(
@@ -381,6 +361,12 @@ class ClaimedJob:
     #: claimed job is never refunded, so they cannot change afterwards). Privacy records
     #: state these as what was charged; :func:`check_release` holds the run to them.
     charges: Mapping[str, Charged] = field(default_factory=dict)
+
+    def live_dataset(self) -> Dataset:
+        """The job's dataset as the claim read it; NotFound when it is gone or deleted."""
+        if self.dataset is None or self.dataset.deleted_at is not None:
+            raise NotFoundError("dataset")
+        return self.dataset
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,71 +533,3 @@ def execute_job(
 def charged_amounts(job: ClaimedJob) -> dict[str, tuple[float, float]]:
     """The ledger's charges of ``job`` as ``{dataset_id: (ε, δ)}``, for its privacy record."""
     return {d: (c.epsilon, c.delta) for d, c in job.charges.items()}
-
-
-def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext) -> Release:
-    """A single-dataset fit: read the design, ``service.dp.fit``, the model and its record.
-
-    Spent: the (ε, δ) the mechanism reports for the run (``FitResult``), or (0, 0) for a
-    mechanism that claims no privacy."""
-    if job.dataset_id is None:
-        raise LookupError("fit job without a dataset")
-    params = job.params
-    row = job.dataset  # read with the claim
-    if row is None or row.deleted_at is not None:
-        raise NotFoundError("dataset")
-    dataset = _dataset_facts(row)
-    design = read_design(uow_factory, row)
-    result = context.fit(
-        design,
-        None,
-        str(params["mechanism"]),
-        rng=context.randomness.generator(job.id),
-        progress=context.progress,
-        **_fit_kwargs(params),
-    )
-    record = fit_privacy_record(
-        result,
-        datasets=[dataset.ref],
-        randomness=context.randomness,
-        job_id=job.id,
-        charged=charged_amounts(job),
-        version=software_version(),
-    )
-    private = result.mechanism not in NON_PRIVATE_MECHANISMS
-    spent = (float(result.epsilon), float(result.delta)) if private else (0.0, 0.0)
-    model = Model(
-        id=new_id(),
-        owner_site_id=job.owner_site_id,
-        source="fit",
-        mechanism=result.mechanism,
-        loss=str(params["loss"]),
-        feature_names=dataset.feature_names,
-        preprocessing=dataset.preprocessing,
-        body=json_safe(result.model.to_dict()),
-        label=dataset.label,
-        privacy=record,
-        dataset_id=job.dataset_id,
-        job_id=job.id,
-    )
-    return Release(model=model, spent={job.dataset_id: spent})
-
-
-@dataclass(frozen=True, slots=True)
-class _DatasetFacts:
-    """The public facts of a dataset a fitted model carries."""
-
-    ref: DatasetRef
-    feature_names: list[str]
-    preprocessing: dict[str, Any]
-    label: dict[str, Any]
-
-
-def _dataset_facts(dataset: Dataset) -> _DatasetFacts:
-    """Name, encoded features, preprocessing and label of a (live) dataset row."""
-    return _DatasetFacts(
-        ref=DatasetRef(id=dataset.id, name=dataset.name),
-        feature_names=list(dataset.feature_names),
-        preprocessing=dict(dataset.preprocessing),
-        label=dict(dataset.spec.get("label", {})),
-    )

@@ -202,9 +202,7 @@ def run_evaluation_job(
 ) -> Release:
     """The worker: score the dataset with the model and release the ε-DP evaluation."""
     params = job.params
-    row = job.dataset
-    if row is None or row.deleted_at is not None:
-        raise NotFoundError("dataset")
+    row = job.live_dataset()
     with uow_factory() as uow:
         model = uow.models.get(str(params["model_id"]))
         if model is None:

@@ -35,7 +35,7 @@ from service.domain.jobs.lifecycle import (
     Release,
     charged_amounts,
 )
-from service.domain.ranges import check_calibration
+from service.domain.ranges import calibrated, check_calibration
 from service.domain.records.aggregations import input_entry, transfer_privacy_record
 from service.domain.records.base import (
     json_safe,
@@ -158,13 +158,10 @@ def _method_draft(
 
 def _calibrate_charged(spec: ChargedAggregation, dataset: Dataset, k: int) -> Calibration:
     """``spec``'s calibration on the dataset's public size; 422 for parameters it refuses."""
-    try:
-        calibration = spec.calibrate(max(int(dataset.n_rows), 1), int(dataset.n_features), k)
-    except (ValueError, ArithmeticError, MemoryError) as exc:
-        raise InvalidInputError(
-            f"invalid {spec.method} parameters: {exc}",
-            errors=[{"loc": ["body"], "msg": str(exc)}],
-        ) from exc
+    calibration = calibrated(
+        spec.method,
+        lambda: spec.calibrate(max(int(dataset.n_rows), 1), int(dataset.n_features), k),
+    )
     check_calibration(
         epsilon=calibration.epsilon,
         delta=calibration.delta,

@@ -62,7 +62,7 @@ from service.domain.jobs.lifecycle import (
 )
 from service.domain.ledger import budgets
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units
-from service.domain.ranges import check_calibration
+from service.domain.ranges import calibrated, check_calibration
 from service.domain.records.base import (
     json_safe,
 )
@@ -244,8 +244,9 @@ def _calibrate(
     d = {int(p.dataset.n_features) for p in participants}
     if len(d) != 1:  # pragma: no cover - grants match the study's spec, hence its width
         raise InvalidInputError("the granted datasets encode different numbers of features")
-    try:
-        calibration = federated_calibrate(
+    calibration = calibrated(
+        "federated-fit",
+        lambda: federated_calibrate(
             request.protocol,
             site_sizes=[int(p.dataset.n_rows) for p in participants],
             d=d.pop(),
@@ -254,12 +255,8 @@ def _calibrate(
             loss=request.resolved_loss,
             regularization=request.regularization,
             **dict(request.params),
-        )
-    except (ValueError, TypeError, ArithmeticError, MemoryError) as exc:
-        raise InvalidInputError(
-            f"invalid federated-fit parameters: {exc}",
-            errors=[{"loc": ["body"], "msg": str(exc)}],
-        ) from exc
+        ),
+    )
     for cost in calibration.site_costs if calibration.private else ():
         check_calibration(
             epsilon=cost.epsilon, delta=cost.delta, details=calibration.details, noise_norm=None

@@ -18,15 +18,21 @@ def file_worker(directory: str) -> JobFunction:
     """
     root = Path(directory)
 
+    def mark(name: str) -> None:
+        # Written aside and renamed, so a reader never sees the file before its content.
+        part = root / f"{name}.part"
+        part.write_text(str(os.getpid()))
+        part.replace(root / name)
+
     def run(job_id: str) -> str:
-        (root / f"{job_id}.started").write_text(str(os.getpid()))
+        mark(f"{job_id}.started")
         if job_id.startswith("sleep"):
             deadline = time.monotonic() + 30.0
             while not (root / "release").exists() and time.monotonic() < deadline:
                 time.sleep(0.01)
         if job_id.startswith("fail"):
             raise RuntimeError("job failed on purpose")
-        (root / f"{job_id}.done").write_text(str(os.getpid()))
+        mark(f"{job_id}.done")
         return f"{job_id} done"
 
     return run

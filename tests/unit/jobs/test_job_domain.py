@@ -18,9 +18,9 @@ from numpy.typing import NDArray
 
 from service.db.base import utcnow
 from service.db.uow import UnitOfWorkFactory
+from service.domain.fits.run import fit_kwargs
 from service.domain.jobs.lifecycle import (
     JobCancelledError,
-    _fit_kwargs,
     _Progress,
     recover_jobs,
     settle_lost_job,
@@ -177,7 +177,7 @@ def test_fit_arguments_come_from_the_stored_request() -> None:
         "regularization": 0.01,
         "params": {"epochs": 2, "h": 0.25},
     }
-    assert _fit_kwargs(params) == {
+    assert fit_kwargs(params) == {
         "epsilon": 0.5,
         "delta": 0.0,
         "loss": "huber",
@@ -185,7 +185,7 @@ def test_fit_arguments_come_from_the_stored_request() -> None:
         "epochs": 2,
         "h": 0.25,
     }
-    assert _fit_kwargs({**params, "epsilon": None})["epsilon"] == math.inf
+    assert fit_kwargs({**params, "epsilon": None})["epsilon"] == math.inf
 
 
 # --- recovery helpers ----------------------------------------------------------------------
