@@ -187,7 +187,8 @@ Interval = tuple[Decimal, Decimal]
 class _Sampler:
     """Lazily refined uniforms and the exact cell of centre + noise."""
 
-    def __init__(self, rng: np.random.Generator | None) -> None:
+    def __init__(self, rng: np.random.Generator | None, magnitude_digits: int = 0) -> None:
+        self._digits = magnitude_digits
         self._bits = _Bits(rng)
         self._uniforms: list[_Uniform] = []
         self._max_bits = _WORD * _FIRST_WORDS
@@ -217,8 +218,9 @@ class _Sampler:
         bits = self._max_bits
         if self._arith is None or self._arith_bits != bits:
             # the arithmetic's rounding (relative 10^-digits) stays far below the uniforms'
-            # own resolution 2^-bits; only the width of the final intervals matters
-            self._arith, self._arith_bits = _Arith(digits=bits * 3 // 10 + 8), bits
+            # own resolution 2^-bits, beyond the integer digits of the largest centre
+            digits = bits * 3 // 10 + 8 + self._digits
+            self._arith, self._arith_bits = _Arith(digits=digits), bits
         return self._arith
         # the arithmetic's rounding (relative 10^-digits) stays far below the uniforms' own
         # resolution 2^-bits; only the width of the final intervals matters, not their digits
@@ -302,7 +304,8 @@ def _release(
     d = int(w.size)
     # w/γ exactly: a double times a power of two is a double, which Decimal holds exactly
     grid_centre = [Decimal(float(v) * 2.0**GRID_EXPONENT) for v in w]
-    sampler = _Sampler(rng)
+    largest = max(abs(int(c)) for c in grid_centre)
+    sampler = _Sampler(rng, magnitude_digits=len(str(largest)))
     evaluate = setup(sampler, d)
     while True:
         ar = sampler.arith()
