@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from typing import Literal
 
 import pytest
 from hypothesis import given
@@ -198,7 +199,7 @@ def test_the_calibrated_amount_never_exceeds_the_charge(value: float, unit: str)
 
     if unit == "delta" and value >= 1.0:
         value = value / 1e5
-    kind = "epsilon" if unit == "epsilon" else "delta"
+    kind: Literal["epsilon", "delta"] = "epsilon" if unit == "epsilon" else "delta"
     per_one = acc.EPSILON_UNITS_PER_ONE if kind == "epsilon" else acc.DELTA_UNITS_PER_ONE
     charged_units = ledger_units(value, EPSILON_UNIT if kind == "epsilon" else DELTA_UNIT, "up")
     assert charged_units == acc.to_units(value, unit=kind)  # the dp and ledger views agree
