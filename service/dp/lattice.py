@@ -51,7 +51,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
-from fractions import Fraction
 from typing import Final
 
 import numpy as np
@@ -235,11 +234,11 @@ class _Sampler:
                 pending = self.new_uniforms(2 * ((count - len(pairs)) * 4 // 3 + 2))
             a, b = pending.pop(), pending.pop()
             while True:
-                s = _disc_bounds(a, b)
-                if s[0] > 0 and s[1] < 1:
+                lo, hi, one = _disc_bounds(a, b)
+                if lo > 0 and hi < one:
                     pairs.append((a, b))
                     break
-                if s[0] >= 1:  # outside the disc: rejected, a fresh pair is drawn
+                if lo >= one:  # outside the disc: rejected, a fresh pair is drawn
                     self._uniforms.remove(a)
                     self._uniforms.remove(b)
                     break
@@ -249,17 +248,20 @@ class _Sampler:
         return pairs
 
 
-def _disc_bounds(a: _Uniform, b: _Uniform) -> tuple[Fraction, Fraction]:
-    """Exact bounds of s = u² + v² for u = 2U_a − 1, v = 2U_b − 1 on their bit intervals."""
-    lo, hi = Fraction(0), Fraction(0)
+def _disc_bounds(a: _Uniform, b: _Uniform) -> tuple[int, int, int]:
+    """Exact bounds of s = u² + v² (u = 2U_a − 1, v = 2U_b − 1 on their bit intervals) as
+    integers over the common scale 4^m: (lo, hi, 4^m) with lo/4^m ≤ s ≤ hi/4^m."""
+    m = max(a.bits, b.bits)
+    lo = hi = 0
     for u in (a, b):
         scale = 1 << u.bits
         ends = (2 * u.k - scale, 2 * u.k + 2 - scale)  # 2^bits·u ∈ [ends]
         small = 0 if ends[0] <= 0 <= ends[1] else min(abs(ends[0]), abs(ends[1]))
         big = max(abs(ends[0]), abs(ends[1]))
-        lo += Fraction(small * small, scale * scale)
-        hi += Fraction(big * big, scale * scale)
-    return lo, hi
+        shift = 2 * (m - u.bits)
+        lo += (small * small) << shift
+        hi += (big * big) << shift
+    return lo, hi, 1 << (2 * m)
 
 
 def _gaussians(ar: _Arith, pairs: list[tuple[_Uniform, _Uniform]], d: int) -> list[Interval]:
