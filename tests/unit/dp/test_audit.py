@@ -10,8 +10,9 @@ by 1 between the neighbours: D has mean 1, D′ mean 0, and z − mean is Laplac
 norm-exponential mechanisms (d = 1) or N(0, (σ/2)²) for the Gaussian ones, with ε_n, σ and Δ
 derived here by hand (the tests also pin the calibration to them).
 
-Thresholds. The events are {z > t} for t ∈ {1, 1 + s/2, 1 + s} (s the hand-derived noise
-scale of z), fixed before sampling, so every run counts for the bound (no selection half).
+Thresholds. The events are {z > t} for t ∈ {1, 1 + s/2, 1 + s} (Laplace) or
+{1 + s/4, 1 + s/2, 1 + 3s/4, 1 + s} (Gaussian), s the hand-derived noise scale of z, fixed
+before sampling, so every run counts for the bound (no selection half).
 For a shift family with monotone likelihood ratio these are the most powerful events; their
 choice affects only the power, never the validity of the bound.
 
@@ -26,9 +27,11 @@ less rare) and asserts, at 99 % confidence:
   μ = 2/(2σ) = 0.42 standard deviations, 0.377 (δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)),
   below the tightness threshold, so no valid audit can reach it.
 
-The Gaussian mechanisms are audited δ-aware (p − δ against e^ε q) at δ = 0.05: with 5000 runs
-a dataset the correct σ gives 0.7–0.9, half of it 2.3–2.6 and twice 0.1–0.3 (simulated over
-seeds), where δ = 10⁻² would need about three times the runs for the same margins.
+The Gaussian mechanisms are audited δ-aware (p − δ against e^ε q) at δ = 0.05. On this pair
+their true ε at that δ is 1.19 with the calibrated σ (the χ²-tail argument of GOP and Kifer
+et al. is not tight in d = 1), 3.47 with half of it and 0.377 with twice. Simulated over 120
+seeds, 5000 runs a dataset give lower bounds of 0.73–1.01 (correct), 2.32–2.97 (half) and
+0.12–0.29 (twice); at δ = 10⁻² the same margins would take about twice the runs.
 """
 
 from __future__ import annotations
@@ -162,7 +165,10 @@ class Case:
 
     @property
     def thresholds(self) -> list[float]:
-        return [1.0, 1.0 + self.scale / 2.0, 1.0 + self.scale]
+        """Laplace: from D's mean up (the likelihood ratio is e^ε everywhere above it);
+        Gaussian: above D's mean, where p − δ against q is largest for these shifts."""
+        steps = (0.25, 0.5, 0.75, 1.0) if self.delta > 0.0 else (0.0, 0.5, 1.0)
+        return [1.0 + k * self.scale for k in steps]
 
 
 # ε_J = ln(1 + c/(n(λ + Δ))): ln(1 + 1/100) = 0.00995033 with Δ = 0 (ε_J ≤ ε/2 keeps Δ = 0),
