@@ -43,7 +43,17 @@ ROUND_CEILING for upper ends) for +, −, ×, ÷; ``ln`` and ``sqrt`` are correc
 decimal module (≤ ½ ulp), and each result is widened by one ulp on each side
 (``next_minus``/``next_plus``), so every interval provably contains the real value.
 
+(``ln``'s lower end uses ln(lo) ≥ ln(hi) − (hi − lo)/lo, one logarithm per interval.)
+
 Randomness: 32-bit words from ``os.urandom`` (``rng=None``) or ``rng.integers`` (test mode).
+
+Design note. Drawing Z ∈ ℤ^d with p(z) ∝ exp(−β′‖z‖) by rejection from a product discrete
+Gaussian proposal does not work: a Gaussian's tail is lighter than exp(−β′r), so no constant
+M gives exp(−β′r) ≤ M·exp(−r²/2σ²) for all r (AM–GM gives the reverse inequality; the
+acceptance probability exp(−(r − β′σ²)²/2σ²) is the one for a Gaussian *target* from an
+exponential proposal, CKS's discrete Gaussian). Sampling the rounding cell of the continuous
+mechanism exactly, as here, needs no discrete law of its own, no rounding of the centre and
+no inflated sensitivity (Δ + γ√d)/γ.
 """
 
 from __future__ import annotations
