@@ -63,6 +63,7 @@ __all__ = [
     "PrivacyCost",
     "PrivacyParameterError",
     "Problem",
+    "as_charged",
     "calibrate",
     "fit",
     "get_mechanism",
@@ -144,7 +145,7 @@ def _fit(
     )
     calibration = mech.calibrate(problem)
     model = mech.run(Xf, yf, problem, calibration, rng=rng, progress=progress)
-    calibration = _as_charged(calibration, problem, epsilon, delta)
+    calibration = as_charged(calibration, problem, epsilon, delta)
     return FitResult(
         mechanism=mech.name,
         model=model,
@@ -179,16 +180,17 @@ def calibrate(
         regularization=regularization,
         params=params,
     )
-    return _as_charged(mech.calibrate(problem), problem, epsilon, delta)
+    return as_charged(mech.calibrate(problem), problem, epsilon, delta)
 
 
-def _as_charged(
+def as_charged(
     calibration: Calibration, problem: Problem, epsilon: float, delta: float
 ) -> Calibration:
     """The calibration as quoted and charged: a mechanism that spends exactly the (ε, δ) it was
     calibrated with (the ledger amounts of :func:`make_problem`) reports the requested values,
-    which the ledger charges as the same whole units (issue 19 §4); ``epsilon_calibrated``
-    and ``delta_calibrated`` record the doubles the noise was calibrated with."""
+    which the ledger charges as the same whole units (issue 19 §4), and so do the details'
+    top-level ε (δ) figures equal to them — conservative, the request is ≥ what was used;
+    ``epsilon_calibrated`` and ``delta_calibrated`` record the doubles the noise used."""
     if problem.mechanism in NON_PRIVATE_MECHANISMS:
         return calibration
     eps, dlt = calibration.epsilon, calibration.delta
@@ -197,10 +199,14 @@ def _as_charged(
     if dlt == problem.delta:
         dlt = float(delta)
     details = dict(calibration.details)
-    if details.get("epsilon") == problem.epsilon:
-        details["epsilon"] = eps if eps == float(epsilon) else details["epsilon"]
-    if details.get("delta") == problem.delta:
-        details["delta"] = dlt if dlt == float(delta) else details["delta"]
+    if problem.epsilon != float(epsilon):  # top-level ε figures shown as charged
+        for key, value in details.items():
+            if "epsilon" in key and value == problem.epsilon:
+                details[key] = float(epsilon)
+    if problem.delta != float(delta):
+        for key, value in details.items():
+            if "delta" in key and value == problem.delta:
+                details[key] = float(delta)
     details.update(epsilon_calibrated=problem.epsilon, delta_calibrated=problem.delta)
     return replace(calibration, epsilon=eps, delta=dlt, details=details)
 

@@ -101,7 +101,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from service.dp import make_problem, noise
+from service.dp import as_charged, make_problem, noise
 from service.dp.base import Calibration, FitResult, Problem, ProgressCallback
 from service.dp.mechanisms._common import problem_loss, release, report
 from service.dp.mechanisms.stacking import STACKING_FEATURES
@@ -161,7 +161,12 @@ def transfer_fit(
         params={},
     )
     # the calibration counts the public transfer term's strong convexity: λ + η (module doc)
-    calibration = mech.calibrate(replace(problem, regularization=problem.regularization + eta))
+    calibration = as_charged(
+        mech.calibrate(replace(problem, regularization=problem.regularization + eta)),
+        problem,
+        epsilon,
+        0.0,
+    )
     details = dict(calibration.details)
     details.update(
         regularization=float(problem.regularization),
@@ -300,7 +305,9 @@ def stacked_transfer_calibration(
         meta_features=meta_features,
         high_level_regularization=high_level_regularization,
     )
-    base = STACKING_FEATURES.calibrate(problem, transfer_strength=eta)
+    base = as_charged(
+        STACKING_FEATURES.calibrate(problem, transfer_strength=eta), problem, epsilon, 0.0
+    )
     details = dict(base.details)
     used = {int(j) for g in details["feature_groups"] for j in g}
     details.update(

@@ -374,7 +374,9 @@ class _Stacking:
         if X.shape != (problem.n, problem.d) or y.shape[0] != problem.n:
             raise ValueError("X and y do not match the problem's n and d")
         plan = self._plan(problem)
-        if plan.epsilon != calibration.epsilon:
+        # a charged calibration (service.dp.as_charged) shows the request; the plan's ε is the
+        # double it was calibrated with
+        if plan.epsilon != calibration.details.get("epsilon_calibrated", calibration.epsilon):
             raise ValueError("the calibration does not belong to this problem")
         return self._run_levels(X, y, problem, plan, rng=rng, progress=progress)
 
@@ -617,7 +619,9 @@ class StackingFeatures(_Stacking):
         if not math.isfinite(eta) or eta < 0.0:
             raise PrivacyParameterError("transfer_strength must be a finite number ≥ 0")
         plan = self._plan(problem, transfer_strength=eta)
-        if plan.epsilon != calibration.epsilon:
+        # a charged calibration (service.dp.as_charged) shows the request; the plan's ε is the
+        # double it was calibrated with
+        if plan.epsilon != calibration.details.get("epsilon_calibrated", calibration.epsilon):
             raise ValueError("the calibration does not belong to this problem")
         assert plan.groups is not None
         if len(centres) != len(plan.groups):
