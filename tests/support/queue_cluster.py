@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 import httpx2
@@ -26,9 +27,11 @@ from sqlalchemy import create_engine, make_url, text
 
 from tests.support.live_server import ROOT, free_port
 
-#: Seconds between heartbeats and after which a silent worker counts as dead, in these tests.
-HEARTBEAT_SECONDS = 0.5
-STALLED_SECONDS = 3.0
+#: Seconds between heartbeats and after which a silent worker counts as dead, in these tests:
+#: short, but with room for a worker starved of CPU on a loaded machine (a live worker taken
+#: for dead would have its job failed, safely but wrongly).
+HEARTBEAT_SECONDS = 1.0
+STALLED_SECONDS = 8.0
 #: Seconds a process may take to start (imports dominate; generous for a loaded machine).
 START_TIMEOUT = 240.0
 
@@ -159,9 +162,13 @@ class Cluster:
         """``privfit worker --concurrency N``; returns at once (it registers on its own)."""
         return self._spawn(name, ["worker", "--concurrency", str(concurrency)], self.env)
 
-    def close(self) -> None:
+    def close(self, log_dir: Path | None = None) -> None:
+        """Stop every process; with ``log_dir``, write what each printed there."""
         for process in self.processes:
             process.stop()
+        if log_dir is not None:
+            for index, process in enumerate(self.processes):
+                (log_dir / f"{index:02d}-{process.name}.log").write_text("".join(process.output))
 
 
 def _answers(process: Process) -> bool:
