@@ -135,11 +135,16 @@ class QueueStore:
             },
         )
 
-    def fail(self, task_id: int) -> bool:
-        """Mark a stalled task ``failed`` (never retried); False when it is no longer ``doing``."""
+    def finish(self, task_id: int, *, succeeded: bool) -> bool:
+        """Close a stalled task as ``succeeded`` or ``failed`` (never retried); False when it
+        is no longer ``doing``."""
         return self._settle(
             procrastinate_sql.queries["finish_job"],
-            {"job_id": task_id, "status": "failed", "delete_job": False},
+            {
+                "job_id": task_id,
+                "status": "succeeded" if succeeded else "failed",
+                "delete_job": False,
+            },
         )
 
     def _settle(self, query: str, arguments: Mapping[str, Any]) -> bool:

@@ -49,7 +49,7 @@ from service.db.queue import (
 )
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain.jobs.lifecycle import settle_lost_job
+from service.domain.jobs.lifecycle import settle_stalled_job
 from service.jobs.runner import JobListener
 from service.settings import Settings, get_settings
 
@@ -80,23 +80,26 @@ def settle_stalled_jobs(
 
     A task whose job had started (``running``): the job fails ``job-interrupted``, its budget
     kept spent (it may have drawn noise), and the task is marked failed, never retried. A task
-    whose job is still ``queued`` (the worker died before claiming it): back to the queue.
+    whose job is still ``queued`` (the worker died before claiming it): back to the queue. A
+    task whose job had already ended: the task is closed with the job's outcome.
     Safe to run in many processes at once: each step is a conditional update.
     """
     settled = 0
     for task in store.stalled_tasks(seconds_since_heartbeat=stalled_seconds):
-        if task.job_id is not None and settle_lost_job(uow_factory, task.job_id):
+        outcome = "missing" if task.job_id is None else settle_stalled_job(uow_factory, task.job_id)
+        if outcome == "queued":
+            # Fetched but never claimed: no noise was drawn; another worker may run it.
             done = store.retry(task.task_id)
             if done:
-                logger.warning(
-                    "job %s: its worker died before starting it; queued again", task.job_id
-                )
+                logger.warning("job %s: its worker went silent before starting it", task.job_id)
+        elif outcome == "succeeded":
+            done = store.finish(task.task_id, succeeded=True)
         else:
-            done = store.fail(task.task_id)
-            if done:
+            done = store.finish(task.task_id, succeeded=False)
+            if outcome == "interrupted":
                 logger.error(
-                    "job %s: its worker died while running it; failed (job-interrupted), "
-                    "budget kept spent",
+                    "job %s: its worker went silent while running it; failed "
+                    "(job-interrupted), budget kept spent",
                     task.job_id,
                 )
         settled += done

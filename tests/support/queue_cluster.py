@@ -31,7 +31,7 @@ from tests.support.live_server import ROOT, free_port
 #: short, but with room for a worker starved of CPU on a loaded machine (a live worker taken
 #: for dead would have its job failed, safely but wrongly).
 HEARTBEAT_SECONDS = 1.0
-STALLED_SECONDS = 8.0
+STALLED_SECONDS = 12.0
 #: Seconds a process may take to start (imports dominate; generous for a loaded machine).
 START_TIMEOUT = 240.0
 

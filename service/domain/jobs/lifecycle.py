@@ -65,6 +65,7 @@ __all__ = [
     "read_job_statistics",
     "recover_jobs",
     "settle_lost_job",
+    "settle_stalled_job",
 ]
 
 logger = logging.getLogger(__name__)
@@ -287,6 +288,25 @@ def settle_lost_job(uow_factory: UnitOfWorkFactory, job_id: str) -> bool:
             return False
         job = uow.jobs.get(job_id)
         return job is not None and job.status == "queued"
+
+
+def settle_stalled_job(uow_factory: UnitOfWorkFactory, job_id: str) -> str:
+    """The worker running ``job_id`` went silent: fail the job if it had started (budget kept
+    spent, ``job-interrupted``) and say what became of it: ``"interrupted"`` (failed now),
+    ``"queued"`` (it never started: may run elsewhere), ``"missing"``, or the final status it
+    already had. One conditional UPDATE: safe when several processes notice at once."""
+    with uow_factory() as uow:
+        if uow.jobs.transition(
+            job_id,
+            expected="running",
+            status="failed",
+            finished_at=utcnow(),
+            error=job_problem("job-interrupted"),
+        ):
+            uow.commit()
+            return "interrupted"
+        job = uow.jobs.get(job_id)
+        return "missing" if job is None else job.status
 
 
 # --- the worker ----------------------------------------------------------------------------
