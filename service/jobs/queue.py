@@ -50,7 +50,6 @@ from service.db.queue import (
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.jobs.lifecycle import settle_stalled_job
-from service.jobs.runner import JobListener
 from service.settings import Settings, get_settings
 
 __all__ = [
@@ -139,9 +138,6 @@ class QueueJobRunner:
     """The API side of the queue: enqueue in the charge's transaction, wake long polls on any
     replica, settle stalled jobs. Executes nothing itself."""
 
-    #: Long polls re-read the job after subscribing (it may have ended in between).
-    wakes_across_processes: Final = True
-
     def __init__(self, settings: Settings, uow_factory: UnitOfWorkFactory) -> None:
         if settings.is_sqlite:
             raise ValueError("PRIVFIT_JOB_RUNNER=queue needs PostgreSQL")
@@ -190,19 +186,12 @@ class QueueJobRunner:
         self._listener.stop()
         self._engine.dispose()
 
-    def notify_when_done(self, job_id: str, callback: JobListener) -> bool:
-        """Call ``callback(None)`` once the job's final state is committed anywhere (or the
-        notification connection was lost); False while not listening."""
-        if not self._listener.listening:
-            return False
-        self._listener.subscribe(job_id, lambda _job: callback(None))
-        return True
-
     def subscribe_finished(
         self, job_id: str, callback: Callable[[], None]
     ) -> Callable[[], None] | None:
-        """Like :meth:`notify_when_done`, returning the function that unsubscribes (None while
-        not listening)."""
+        """Call ``callback`` once the job's final state is committed by any process (or when
+        the notification connection was lost: the waiter re-reads); returns the function that
+        unsubscribes, or None while not listening (the waiter falls back to reading)."""
         if not self._listener.listening:
             return None
         return self._listener.subscribe(job_id, lambda _job: callback())
