@@ -32,6 +32,7 @@ from service.domain.errors import (
     NotFoundError,
     PermissionDeniedError,
     RateLimitedError,
+    UpstreamError,
 )
 
 __all__ = [
@@ -55,6 +56,7 @@ DOMAIN_ERROR_STATUS: dict[type[DomainError], int] = {
     BudgetExhaustedError: 409,
     InvalidInputError: 422,
     RateLimitedError: 429,
+    UpstreamError: 502,
 }
 
 #: Problem types of errors raised outside the domain: (slug, title) by status.
