@@ -84,10 +84,18 @@ class Node:
             text=True,
         )
         assert self.agent.stdout is not None
-        threading.Thread(
-            target=lambda s=self.agent.stdout: self.agent_log.extend(iter(s.readline, "")),
-            daemon=True,
-        ).start()
+        ready = threading.Event()
+
+        def pump(stream: Any) -> None:
+            for line in iter(stream.readline, ""):
+                self.agent_log.append(line)
+                if "agent polling" in line:
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=pump, args=(self.agent.stdout,), daemon=True).start()
+        assert ready.wait(timeout=120), "the agent did not start"
+        assert self.agent.poll() is None, "".join(self.agent_log)
 
     def stop_agent(self, sig: int = signal.SIGTERM) -> None:
         if self.agent is not None and self.agent.poll() is None:
@@ -190,7 +198,7 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
             "PRIVFIT_NODE_TASK_DEADLINE": "8",
         },
     ) as coordinator:
-        coord_id, coord_key = _site(coordinator.base_url, "coordinator")
+        _coord_id, coord_key = _site(coordinator.base_url, "coordinator")
         members = [_site(coordinator.base_url, f"hospital-{k}") for k in range(3)]
         r = httpx2.post(
             f"{coordinator.base_url}/v1/studies",
@@ -219,9 +227,7 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
                 server = ctx.__enter__()
                 stack.append(ctx)
                 env = {
-                    **server_environment(
-                        f"sqlite:///{db}", admin_key=ADMIN, port=1, extra=extra
-                    ),
+                    **server_environment(f"sqlite:///{db}", admin_key=ADMIN, port=1, extra=extra),
                     "PYTHONPATH": str(ROOT),
                 }
                 _, key = _site(server.base_url, f"hospital-{k}")
@@ -243,7 +249,7 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
                 )
                 assert r.status_code == 201, r.text
                 node.dataset_id = r.json()["id"]
-                cap = 1.5 if k == 0 else 8.0
+                cap = 6.0 if k == 0 else 9.0
                 r = httpx2.post(
                     f"{server.base_url}/v1/datasets/{node.dataset_id}/offers",
                     json={"study_id": study_id, "epsilon_cap": cap, "delta_cap": 1e-4},
@@ -278,7 +284,7 @@ def _coefficients(network: Network, job: dict[str, Any]) -> np.ndarray:
     return np.array([c["weight"] for c in model["coefficients"]])
 
 
-CASES = {
+CASES: dict[str, dict[str, Any]] = {
     "psgd": {"protocol": "psgd", "epsilon": 1.0, "delta": 1e-5, "params": {"iterations": 20}},
     "admm_dual": {
         "protocol": "admm",
@@ -302,19 +308,13 @@ CASES = {
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_remote_fit_equals_the_in_process_fit(network: Network, case: str) -> None:
-    body = {
+    body: dict[str, Any] = {
         "regularization": 0.01,
         **CASES[case],
         "datasets": [n.contribution_id for n in network.nodes],
     }
     before = [n.budget() for n in network.nodes]
-    status, job = network.fit(body)
-    if job["status"] != "succeeded":
-        Path("/tmp/nodes_debug.txt").write_text(
-            json.dumps(job.get("error"))
-            + "\n".join("".join(n.agent_log) for n in network.nodes)
-            + "".join(network.coordinator.stderr)
-        )
+    _status, job = network.fit(body)
     assert job["status"] == "succeeded", (
         job.get("error"),
         [n.agent_log[-5:] for n in network.nodes],
@@ -337,9 +337,7 @@ def test_remote_fit_equals_the_in_process_fit(network: Network, case: str) -> No
     model = network.get(f"/v1/models/{job['model_id']}")
     record = model["privacy"]
     nodes_in_record = [d for d in record["datasets"] if d.get("kind") == "node"]
-    assert [d["node_dataset_id"] for d in nodes_in_record] == [
-        n.dataset_id for n in network.nodes
-    ]
+    assert [d["node_dataset_id"] for d in nodes_in_record] == [n.dataset_id for n in network.nodes]
     for node, old, entry in zip(network.nodes, before, nodes_in_record, strict=True):
         new = node.budget()
         charged = new["epsilon_spent"] - old["epsilon_spent"]
@@ -366,11 +364,11 @@ def test_noisy_average_over_nodes_is_refused_with_a_reason(network: Network) -> 
 
 def test_a_task_outside_the_offer_is_refused(network: Network) -> None:
     before = [n.budget()["epsilon_spent"] for n in network.nodes]
-    # node 0 offered ε ≤ 1.5 per job
+    # node 0 offered at most ε = 6 to the study in all
     _, job = network.fit(
         {
             "protocol": "admm",
-            "epsilon": 2.0,
+            "epsilon": 7.0,
             "regularization": 0.01,
             "params": {"perturbation": "dual", "iterations": 3},
             "datasets": [n.contribution_id for n in network.nodes],
@@ -380,3 +378,186 @@ def test_a_task_outside_the_offer_is_refused(network: Network) -> None:
     assert job["error"]["type"] == "node-refused"
     assert "offer's caps" in job["error"]["detail"]
     assert [n.budget()["epsilon_spent"] for n in network.nodes] == before
+
+
+# --- a compromised coordinator --------------------------------------------------------------
+
+
+class RogueCoordinator:
+    """A coordinator that sends scripted tasks, one at a time, and records the answers."""
+
+    def __init__(self, tasks: list[dict[str, Any]]) -> None:
+        self.tasks = list(tasks)
+        self.answers: list[dict[str, Any]] = []
+        self.cond = threading.Condition()
+        self.outstanding = False
+        rogue = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes = b"") -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                with rogue.cond:
+                    rogue.cond.wait_for(
+                        lambda: not rogue.outstanding and bool(rogue.tasks), timeout=1.0
+                    )
+                    if rogue.outstanding or not rogue.tasks:
+                        self._send(204)
+                        return
+                    task = rogue.tasks.pop(0)
+                    rogue.outstanding = True
+                self._send(200, json.dumps(task).encode())
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with rogue.cond:
+                    rogue.answers.append(body)
+                    rogue.outstanding = False
+                    rogue.cond.notify_all()
+                self._send(204)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait_for_answers(self, count: int, timeout: float = 120.0) -> list[dict[str, Any]]:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.answers) >= count, timeout=timeout), (
+                self.answers
+            )
+            return list(self.answers)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _task(node: Node, job_id: str, seq: int, step: str, **terms: Any) -> dict[str, Any]:
+    base = {
+        "job_id": job_id,
+        "protocol": "psgd",
+        "epsilon": 0.1,
+        "delta": 1e-5,
+        "loss": "logistic",
+        "regularization": 0.01,
+        "params": {"iterations": 3},
+        "rounds": 3,
+        "sites": 3,
+        "index": 1,
+        "seed": None,
+    }
+    base.update(terms)
+    return {
+        "task_id": f"{job_id}-{seq}-{step}",
+        "contribution_id": node.contribution_id,
+        "job_id": job_id,
+        "seq": seq,
+        "step": step,
+        "terms": base,
+        "vectors": [],
+    }
+
+
+def test_forged_and_replayed_tasks_are_refused(network: Network) -> None:
+    node = network.nodes[1]
+    before = node.budget()["epsilon_spent"]
+    tasks = [
+        _task(node, "rogue-a", 1, "join"),
+        _task(node, "rogue-a", 2, "prepare", epsilon=5.0),  # a different ε than accepted
+        _task(node, "rogue-b", 1, "join"),
+        _task(node, "rogue-z", 2, "prepare"),  # a job id the node never accepted
+        _task(node, "rogue-b", 1, "prepare"),  # a replayed sequence number
+        {**_task(node, "rogue-c", 1, "join"), "job_id": "rogue-d"},  # job ids that disagree
+        _task(node, "rogue-e", 1, "join", protocol="admm", params={"perturbation": "none"}),
+        _task(node, "rogue-f", 1, "join", epsilon=50.0),  # beyond the offer
+    ]
+    rogue = RogueCoordinator(tasks)
+    env = {**node.env, "PRIVFIT_COORDINATOR_URL": rogue.url, "PRIVFIT_AGENT_POLL_SECONDS": "1"}
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "agent"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        answers = rogue.wait_for_answers(len(tasks))
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=60)
+        rogue.close()
+    assert "n" in answers[0]
+    assert answers[0]["charged"]["epsilon"] == pytest.approx(0.1)
+    assert "epsilon" in answers[1]["refused"]
+    assert "n" in answers[2]
+    assert "never accepted" in answers[3]["refused"]
+    assert "replayed" in answers[4]["refused"]
+    assert "job id" in answers[5]["refused"]
+    assert "refused" in answers[6]
+    assert "offer" in answers[7]["refused"]
+    # the node charged the two jobs it accepted, and nothing for the refused tasks
+    assert node.budget()["epsilon_spent"] == pytest.approx(before + 0.2, abs=1e-9)
+
+
+# --- privacy of what the coordinator holds, and failure ----------------------------------
+
+
+def _scan(text: str) -> list[str]:
+    found = [m for m in MARKERS if m in text]
+    found += [str(n) for n in ROWS if re.search(rf"(?<![0-9A-Za-z.]){n}(?![0-9A-Za-z.])", text)]
+    return found
+
+
+def test_the_coordinator_holds_no_rows_and_no_row_counts(network: Network) -> None:
+    for node in network.nodes:
+        network.get(f"/v1/studies/{network.study_id}/remote-contributions")
+        network.get(f"/v1/studies/{network.study_id}")
+        del node
+    stored = b"".join(
+        p.read_bytes()
+        for p in network.coordinator_db.parent.glob(network.coordinator_db.name + "*")
+    ).decode("latin-1")
+    assert _scan(stored) == []
+    assert _scan("".join(network.coordinator.stdout + network.coordinator.stderr)) == []
+    assert _scan("\n".join(network.responses)) == []
+
+
+def test_a_node_killed_mid_protocol_fails_the_job_and_charges_stay(network: Network) -> None:
+    before = [n.budget()["epsilon_spent"] for n in network.nodes]
+    victim = network.nodes[2]
+    outcome: dict[str, Any] = {}
+    body = {
+        "protocol": "psgd",
+        "epsilon": 0.5,
+        "delta": 1e-5,
+        "regularization": 0.01,
+        "params": {"iterations": 100000},
+        "datasets": [n.contribution_id for n in network.nodes],
+    }
+    runner = threading.Thread(target=lambda: outcome.update(job=network.fit(body)[1]))
+    runner.start()
+    # the victim has joined (and charged) once its spent budget moved
+    deadline = 120
+    for _ in range(deadline * 10):
+        if victim.budget()["epsilon_spent"] > before[2]:
+            break
+        threading.Event().wait(0.1)
+    victim.stop_agent(signal.SIGKILL)
+    runner.join(timeout=180)
+    victim.start_agent()
+    job = outcome["job"]
+    assert job["status"] == "failed"
+    assert job["error"]["type"].endswith("node-silent")
+    after = [n.budget()["epsilon_spent"] for n in network.nodes]
+    assert after == pytest.approx([b + 0.5 for b in before], abs=1e-9)

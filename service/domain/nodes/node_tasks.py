@@ -180,6 +180,8 @@ def _join(
         if existing is not None:
             if existing.terms != terms:
                 raise Refusal("this job was accepted with different terms")
+            if (offer.id, str(terms["job_id"])) in state.jobs:
+                raise Refusal("a replayed join: this job was already accepted and charged")
             raise Refusal(
                 "this job was already accepted and charged; this node no longer holds its "
                 "local state (an agent restart), so the job cannot continue"
