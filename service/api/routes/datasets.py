@@ -12,12 +12,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from service.api.deps import AuditContextDep, Expensive, PrincipalDep, SettingsDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
+from service.api.schemas.base import page_read
 from service.api.schemas.datasets import (
     BudgetRead,
     DatasetCreate,
     DatasetList,
     DatasetRead,
-    LedgerChargeRead,
 )
 from service.api.uploads import SPEC_ERROR, UploadRejectedError, process_upload
 from service.db.models import Dataset
@@ -25,7 +25,6 @@ from service.domain.datasets import catalog as datasets
 from service.domain.datasets.readers import MAX_EXTRA_COLUMNS
 from service.domain.datasets.spec import BudgetLimits, DatasetSpec, DatasetSpecError
 from service.domain.errors import InvalidInputError
-from service.domain.ledger.budgets import BudgetStatus
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["datasets"])
 
@@ -62,35 +61,6 @@ _UPLOAD_BODY: dict[str, Any] = {
         },
     }
 }
-
-
-def _read(dataset: Any) -> DatasetRead:
-    return DatasetRead.from_row(dataset)
-
-
-def _budget(state: BudgetStatus) -> BudgetRead:
-    return BudgetRead(
-        dataset_id=state.dataset_id,
-        epsilon_total=state.epsilon_total,
-        epsilon_spent=state.epsilon_spent,
-        epsilon_remaining=state.epsilon_remaining,
-        delta_total=state.delta_total,
-        delta_spent=state.delta_spent,
-        delta_remaining=state.delta_remaining,
-        charges=[
-            LedgerChargeRead(
-                id=c.id,
-                job_id=c.job_id,
-                epsilon=c.epsilon,
-                delta=c.delta,
-                mechanism=c.mechanism,
-                state=c.state,  # type: ignore[arg-type]
-                created_at=c.created_at,
-                refunded_at=c.refunded_at,
-            )
-            for c in state.charges
-        ],
-    )
 
 
 def _parse_spec(text: str) -> DatasetCreate:
@@ -188,7 +158,7 @@ async def create_dataset(
         if exc.status == 422:
             raise InvalidUploadError(exc.detail) from None
         raise StarletteHTTPException(exc.status, detail=exc.detail) from None
-    return _read(dataset)
+    return DatasetRead.from_row(dataset)
 
 
 @router.get(
@@ -214,9 +184,7 @@ def list_datasets(
     page = datasets.list_datasets(
         uow, actor=principal, limit=limit, offset=offset, include_deleted=include_deleted
     )
-    return DatasetList(
-        items=[_read(d) for d in page.items], total=page.total, limit=limit, offset=offset
-    )
+    return page_read(DatasetList, page, DatasetRead.from_row, limit=limit, offset=offset)
 
 
 @router.get(
@@ -231,7 +199,7 @@ def list_datasets(
     openapi_extra=access("any"),
 )
 def get_dataset(dataset_id: str, uow: UowDep, principal: PrincipalDep) -> DatasetRead:
-    return _read(datasets.get_dataset(uow, dataset_id=dataset_id, actor=principal))
+    return DatasetRead.from_row(datasets.get_dataset(uow, dataset_id=dataset_id, actor=principal))
 
 
 @router.delete(
@@ -267,4 +235,4 @@ def delete_dataset(
     openapi_extra=access("any"),
 )
 def get_dataset_budget(dataset_id: str, uow: UowDep, principal: PrincipalDep) -> BudgetRead:
-    return _budget(datasets.get_budget(uow, dataset_id=dataset_id, actor=principal))
+    return BudgetRead.from_status(datasets.get_budget(uow, dataset_id=dataset_id, actor=principal))

@@ -17,6 +17,7 @@ from service.api.deps import (
 )
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
+from service.api.schemas.base import page_read
 from service.api.schemas.evaluations import (
     EvaluationCreate,
     EvaluationList,
@@ -78,12 +79,7 @@ def list_evaluations(
     page = evaluations.list_evaluations(
         uow, model_id=model_id, actor=principal, limit=limit, offset=offset
     )
-    return EvaluationList(
-        items=[EvaluationRead.from_row(r) for r in page.items],
-        total=page.total,
-        limit=limit,
-        offset=offset,
-    )
+    return page_read(EvaluationList, page, EvaluationRead.from_row, limit=limit, offset=offset)
 
 
 @router.get(

@@ -11,6 +11,7 @@ from service.api.deps import PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.job_waiting import MAX_WAIT_SECONDS, wait_for_job
 from service.api.routes import API_V1
+from service.api.schemas.base import page_read
 from service.api.schemas.jobs import JobList, JobRead
 from service.domain.jobs import lifecycle as jobs
 
@@ -42,12 +43,7 @@ def list_jobs(
     uow: UowDep, principal: PrincipalDep, limit: Limit = 50, offset: Offset = 0
 ) -> JobList:
     page = jobs.list_jobs(uow, actor=principal, limit=limit, offset=offset)
-    return JobList(
-        items=[JobRead.from_view(v) for v in page.items],
-        total=page.total,
-        limit=limit,
-        offset=offset,
-    )
+    return page_read(JobList, page, JobRead.from_view, limit=limit, offset=offset)
 
 
 @router.get(

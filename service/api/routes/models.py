@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, Response
 from service.api.deps import AuditContextDep, Expensive, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
+from service.api.schemas.base import page_read
 from service.api.schemas.datasets import feature_inputs
 from service.api.schemas.models import (
     ModelExportRead,
@@ -42,12 +43,7 @@ def list_models(
     uow: UowDep, principal: PrincipalDep, limit: Limit = 50, offset: Offset = 0
 ) -> ModelList:
     page = models.list_models(uow, actor=principal, limit=limit, offset=offset)
-    return ModelList(
-        items=[ModelSummary.from_row(m) for m in page.items],
-        total=page.total,
-        limit=limit,
-        offset=offset,
-    )
+    return page_read(ModelList, page, ModelSummary.from_row, limit=limit, offset=offset)
 
 
 @router.post(

@@ -9,25 +9,14 @@ from fastapi import APIRouter, Query, status
 from service.api.deps import AdminDep, AuditContextDep, PrincipalDep, SiteDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
+from service.api.schemas.base import page_read
 from service.api.schemas.sites import IssuedKeyRead, SiteCreate, SiteList, SiteRead, SiteWithKey
 from service.domain.access import sites
-from service.domain.access.sites import IssuedKey
 
 router = APIRouter(prefix=f"{API_V1}/sites", tags=["sites"])
 
 Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]
-
-
-def _with_key(issued: IssuedKey) -> SiteWithKey:
-    return SiteWithKey(
-        site=SiteRead.model_validate(issued.site),
-        key=IssuedKeyRead(
-            api_key=issued.token,
-            key_prefix=issued.key.prefix,
-            created_at=issued.key.created_at,
-        ),
-    )
 
 
 @router.post(
@@ -47,7 +36,7 @@ def create_site(
     body: SiteCreate, uow: UowDep, admin: AdminDep, audit_context: AuditContextDep
 ) -> SiteWithKey:
     issued = sites.create_site(uow, name=body.name, actor=admin, context=audit_context)
-    return _with_key(issued)
+    return SiteWithKey.from_issued(issued)
 
 
 @router.get(
@@ -61,12 +50,7 @@ def create_site(
 )
 def list_sites(uow: UowDep, admin: AdminDep, limit: Limit = 50, offset: Offset = 0) -> SiteList:
     page = sites.list_sites(uow, actor=admin, limit=limit, offset=offset)
-    return SiteList(
-        items=[SiteRead.model_validate(site) for site in page.items],
-        total=page.total,
-        limit=limit,
-        offset=offset,
-    )
+    return page_read(SiteList, page, SiteRead.from_row, limit=limit, offset=offset)
 
 
 @router.get(
@@ -80,7 +64,7 @@ def list_sites(uow: UowDep, admin: AdminDep, limit: Limit = 50, offset: Offset =
 )
 def get_my_site(uow: UowDep, site: SiteDep) -> SiteRead:
     assert site.site_id is not None
-    return SiteRead.model_validate(sites.get_site(uow, site_id=site.site_id, actor=site))
+    return SiteRead.from_row(sites.get_site(uow, site_id=site.site_id, actor=site))
 
 
 @router.post(
@@ -99,7 +83,7 @@ def get_my_site(uow: UowDep, site: SiteDep) -> SiteRead:
 def rotate_my_key(uow: UowDep, site: SiteDep, audit_context: AuditContextDep) -> IssuedKeyRead:
     assert site.site_id is not None
     issued = sites.rotate_site_key(uow, site_id=site.site_id, actor=site, context=audit_context)
-    return _with_key(issued).key
+    return SiteWithKey.from_issued(issued).key
 
 
 @router.get(
@@ -112,7 +96,7 @@ def rotate_my_key(uow: UowDep, site: SiteDep, audit_context: AuditContextDep) ->
     openapi_extra=access("any"),
 )
 def get_site(site_id: str, uow: UowDep, principal: PrincipalDep) -> SiteRead:
-    return SiteRead.model_validate(sites.get_site(uow, site_id=site_id, actor=principal))
+    return SiteRead.from_row(sites.get_site(uow, site_id=site_id, actor=principal))
 
 
 @router.post(
@@ -131,4 +115,4 @@ def rotate_site_key(
     site_id: str, uow: UowDep, admin: AdminDep, audit_context: AuditContextDep
 ) -> IssuedKeyRead:
     issued = sites.rotate_site_key(uow, site_id=site_id, actor=admin, context=audit_context)
-    return _with_key(issued).key
+    return SiteWithKey.from_issued(issued).key

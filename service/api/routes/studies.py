@@ -17,6 +17,7 @@ from service.api.deps import (
 )
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
+from service.api.schemas.base import page_read
 from service.api.schemas.federated import FederatedFitCreate, FederatedQuoteRead
 from service.api.schemas.jobs import JobRead
 from service.api.schemas.studies import (
@@ -80,12 +81,7 @@ def list_studies(
     uow: UowDep, principal: PrincipalDep, limit: Limit = 50, offset: Offset = 0
 ) -> StudyList:
     page = studies.list_studies(uow, actor=principal, limit=limit, offset=offset)
-    return StudyList(
-        items=[StudyRead.from_view(v) for v in page.items],
-        total=page.total,
-        limit=limit,
-        offset=offset,
-    )
+    return page_read(StudyList, page, StudyRead.from_view, limit=limit, offset=offset)
 
 
 @router.get(

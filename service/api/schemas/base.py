@@ -8,11 +8,12 @@ must be a 422 at the edge, never a 500 in the database.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-__all__ = ["RequestModel", "ResponseModel", "check_storable_text"]
+__all__ = ["RequestModel", "ResponseModel", "check_storable_text", "page_read"]
 
 
 def _bad_text(value: str) -> bool:
@@ -56,3 +57,30 @@ class ResponseModel(BaseModel):
     """Base of every response body; reads ORM objects' attributes."""
 
     model_config = ConfigDict(from_attributes=True)
+
+
+Item = TypeVar("Item")
+ItemOut = TypeVar("ItemOut", covariant=True)
+PageModel = TypeVar("PageModel", bound=BaseModel)
+
+
+class Page(Protocol[ItemOut]):
+    """A domain page: some items and how many there are in all."""
+
+    @property
+    def items(self) -> Sequence[ItemOut]: ...
+
+    @property
+    def total(self) -> int: ...
+
+
+def page_read(
+    model: type[PageModel],
+    page: Page[Item],
+    read: Callable[[Item], Any],
+    *,
+    limit: int,
+    offset: int,
+) -> PageModel:
+    """The response model of one page: each item mapped by ``read``, the total, the window."""
+    return model(items=[read(i) for i in page.items], total=page.total, limit=limit, offset=offset)

@@ -16,6 +16,7 @@ from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.db.models import Dataset
 from service.domain.datasets.spec import BudgetLimits, DatasetSpec, FeatureInput, build_spec
+from service.domain.ledger.budgets import BudgetStatus
 from service.domain.ranges import MIN_EPSILON
 
 __all__ = [
@@ -273,3 +274,28 @@ class BudgetRead(ResponseModel):
     delta_spent: float
     delta_remaining: float
     charges: list[LedgerChargeRead]
+
+    @classmethod
+    def from_status(cls, state: BudgetStatus) -> BudgetRead:
+        return cls(
+            dataset_id=state.dataset_id,
+            epsilon_total=state.epsilon_total,
+            epsilon_spent=state.epsilon_spent,
+            epsilon_remaining=state.epsilon_remaining,
+            delta_total=state.delta_total,
+            delta_spent=state.delta_spent,
+            delta_remaining=state.delta_remaining,
+            charges=[
+                LedgerChargeRead(
+                    id=c.id,
+                    job_id=c.job_id,
+                    epsilon=c.epsilon,
+                    delta=c.delta,
+                    mechanism=c.mechanism,
+                    state=c.state,  # type: ignore[arg-type]
+                    created_at=c.created_at,
+                    refunded_at=c.refunded_at,
+                )
+                for c in state.charges
+            ],
+        )

@@ -9,6 +9,8 @@ from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
 
 from service.api.schemas.base import RequestModel, ResponseModel
+from service.db.models import Site
+from service.domain.access.sites import IssuedKey
 
 __all__ = ["IssuedKeyRead", "SiteCreate", "SiteList", "SiteRead", "SiteWithKey"]
 
@@ -52,6 +54,10 @@ class SiteRead(ResponseModel):
     name: str
     created_at: datetime
 
+    @classmethod
+    def from_row(cls, row: Site) -> SiteRead:
+        return cls.model_validate(row)
+
 
 class IssuedKeyRead(ResponseModel):
     """A freshly issued API key. `api_key` is shown only in this response: store it now."""
@@ -72,6 +78,17 @@ class SiteWithKey(ResponseModel):
 
     site: SiteRead
     key: IssuedKeyRead
+
+    @classmethod
+    def from_issued(cls, issued: IssuedKey) -> SiteWithKey:
+        return cls(
+            site=SiteRead.from_row(issued.site),
+            key=IssuedKeyRead(
+                api_key=issued.token,
+                key_prefix=issued.key.prefix,
+                created_at=issued.key.created_at,
+            ),
+        )
 
 
 class SiteList(ResponseModel):
