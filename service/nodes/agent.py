@@ -12,10 +12,12 @@ makes the node refuse the rest of a running job; nothing is charged twice).
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from service.db.uow import UnitOfWorkFactory
 from service.domain.errors import UpstreamError
@@ -51,6 +53,7 @@ def run_agent(
             environment=settings.environment, test_seed=settings.test_seed
         )
     )
+    traffic: dict[str, list[int]] = {}
     logger.info("agent polling %s for tasks", settings.coordinator_url)
     if on_ready is not None:
         on_ready()
@@ -73,9 +76,31 @@ def run_agent(
                 link.post_result(str(task.get("task_id")), answer)
             except UpstreamError as exc:
                 logger.warning("could not post an answer: %s", exc.detail)
+            _account(traffic, task, answer)
     finally:
         link.close()
     return 0
+
+
+def _account(
+    traffic: dict[str, list[int]], task: Mapping[str, Any], answer: Mapping[str, Any]
+) -> None:
+    """Count a job's tasks and JSON body bytes; log them when the job ends here."""
+    job_id = str(task.get("job_id"))
+    counts = traffic.setdefault(job_id, [0, 0, 0])
+    counts[0] += 1
+    counts[1] += len(json.dumps(task, separators=(",", ":")))
+    counts[2] += len(json.dumps(answer, separators=(",", ":")))
+    if task.get("step") == "finish" or "refused" in answer:
+        tasks, received, sent = traffic.pop(job_id)
+        logger.info(
+            "job %s ended on this node: %d tasks, %d bytes of tasks received, %d bytes of "
+            "answers sent",
+            job_id,
+            tasks,
+            received,
+            sent,
+        )
 
 
 def install_signal_handlers(stop: threading.Event) -> None:

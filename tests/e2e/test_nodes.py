@@ -54,6 +54,8 @@ FEATURES = [
     {"column": "dose", "type": "numeric", "lower": 0, "upper": 100},
     {"column": "arm", "type": "categorical", "categories": ["a", "b"]},
 ]
+#: Seconds a server may take to answer /readyz (the test machine may be shared and busy).
+READY_TIMEOUT = 300.0
 #: Each node's row count: distinctive numbers searched for in what the coordinator holds.
 ROWS = (1187, 1319, 1429)
 #: A value only node k's rows contain (as written in its CSV).
@@ -197,8 +199,9 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
         extra_env={
             **test_env,
             "PRIVFIT_JOB_RUNNER": "thread",
-            "PRIVFIT_NODE_TASK_DEADLINE": "8",
+            "PRIVFIT_NODE_TASK_DEADLINE": "20",
         },
+        ready_timeout=READY_TIMEOUT,
     ) as coordinator:
         _coord_id, coord_key = _site(coordinator.base_url, "coordinator")
         members = [_site(coordinator.base_url, f"hospital-{k}") for k in range(3)]
@@ -228,7 +231,13 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
                 "PRIVFIT_AGENT_POLL_SECONDS": "5",
             }
             server = stack.enter_context(
-                start_server(f"sqlite:///{db}", admin_key=ADMIN, workdir=tmp, extra_env=extra)
+                start_server(
+                    f"sqlite:///{db}",
+                    admin_key=ADMIN,
+                    workdir=tmp,
+                    extra_env=extra,
+                    ready_timeout=READY_TIMEOUT,
+                )
             )
             env = {
                 **server_environment(f"sqlite:///{db}", admin_key=ADMIN, port=1, extra=extra),

@@ -387,8 +387,14 @@ def handle_task(
         if step == "prepare":
             _prepare(uow_factory, state, live, task.get("sizes"))
             return {}
-        if step == "finish":
-            _finish(uow_factory, live, status="finished", error=None)
+        if step in ("finish", "abort"):
+            finished = step == "finish"
+            _finish(
+                uow_factory,
+                live,
+                status="finished" if finished else "failed",
+                error=None if finished else "the coordinator ended the job without a model",
+            )
             state.jobs.pop((live.offer_id, str(live.terms["job_id"])), None)
             return {}
         return _step(live, str(step), task.get("vectors"))

@@ -47,7 +47,12 @@ from service.domain.records.federated import federated_privacy_record
 from service.domain.studies.membership import StudyFacts
 from service.dp.federated import calibrate_problem, make_federated_problem
 from service.dp.federated import psgd as _psgd
-from service.dp.federated._common import FloatArray, RoundClock
+from service.dp.federated._common import (
+    FederatedCalibration,
+    FederatedProblem,
+    FloatArray,
+    RoundClock,
+)
 from service.dp.federated.parties import local_party, run_parties
 from service.dp.mechanisms._common import release
 
@@ -79,6 +84,7 @@ def task_deadline(seconds: float | None = None) -> float:
 
 class NodeRefusedError(PublicJobError):
     def __init__(self, index: int, reason: str) -> None:
+        self.index = index
         super().__init__(
             "node-refused",
             "A node refused a task",
@@ -89,6 +95,7 @@ class NodeRefusedError(PublicJobError):
 
 class NodeTimeoutError(PublicJobError):
     def __init__(self, index: int, seconds: float) -> None:
+        self.index = index
         super().__init__(
             "node-silent",
             "A node stopped answering",
@@ -107,7 +114,12 @@ class _Link:
     seq: int = 0
 
     def ask(
-        self, step: str, vectors: Sequence[FloatArray] = (), sizes: list[int] | None = None
+        self,
+        step: str,
+        vectors: Sequence[FloatArray] = (),
+        sizes: list[int] | None = None,
+        *,
+        deadline: float | None = None,
     ) -> dict[str, Any]:
         self.seq += 1
         task = NodeTask(
@@ -120,7 +132,7 @@ class _Link:
             vectors=[[float(x) for x in np.asarray(v, dtype=np.float64)] for v in vectors],
             sizes=sizes,
         )
-        deadline = task_deadline()
+        deadline = task_deadline() if deadline is None else deadline
         try:
             answer = self.exchange.ask(task, deadline=deadline)
         except NodeSilentError:
@@ -256,6 +268,57 @@ def run_remote_federated_job(
     for k, entry in enumerate(order):
         if entry["kind"] == "remote":
             links[k] = _Link(EXCHANGE, entry["id"], job.id, k, _terms(job, k, K, seed))
+    try:
+        reported, _sizes, problem, calibration, coef = _run_protocol(
+            uow_factory, job, context, order, links, hosted_n, d
+        )
+    except BaseException as exc:
+        _abort(links, skip=getattr(exc, "index", None))
+        raise
+    model_body = release(coef)
+    charged = {**charged_amounts(job), **reported}
+    record = federated_privacy_record(
+        calibration,
+        datasets=owners,
+        randomness=context.randomness,
+        job_id=job.id,
+        study_id=study_id,
+        charged=charged,
+    )
+    record = _with_nodes(record, owners, problem.protocol)
+    spent = {
+        entry["id"]: (
+            (float(cost.epsilon), float(cost.delta)) if calibration.private else (0.0, 0.0)
+        )
+        for entry, cost in zip(order, calibration.site_costs, strict=True)
+        if entry["kind"] == "dataset"
+    }
+    model = facts.model(
+        owner_site_id=job.owner_site_id,
+        job_id=job.id,
+        name=params.get("name"),
+        source="federated",
+        mechanism=problem.protocol,
+        loss=str(params["loss"]),
+        body=json_safe(model_body.to_dict()),
+        privacy=record,
+    )
+    return Release(model=model, spent=spent)
+
+
+def _run_protocol(
+    uow_factory: UnitOfWorkFactory,
+    job: ClaimedJob,
+    context: JobContext,
+    order: Sequence[Mapping[str, str]],
+    links: Mapping[int, _Link],
+    hosted_n: Mapping[str, int],
+    d: int,
+) -> tuple[
+    dict[str, tuple[float, float]], list[int], FederatedProblem, FederatedCalibration, FloatArray
+]:
+    """join → prepare → the rounds → finish (module docstring)."""
+    params = job.params
     reported: dict[str, tuple[float, float]] = {}
     sizes: list[int] = []
     for k, entry in enumerate(order):
@@ -305,35 +368,20 @@ def run_remote_federated_job(
     )
     for link in links.values():
         link.ask("finish")
-    model_body = release(coef)
-    charged = {**charged_amounts(job), **reported}
-    record = federated_privacy_record(
-        calibration,
-        datasets=owners,
-        randomness=context.randomness,
-        job_id=job.id,
-        study_id=study_id,
-        charged=charged,
-    )
-    record = _with_nodes(record, owners, problem.protocol)
-    spent = {
-        entry["id"]: (
-            (float(cost.epsilon), float(cost.delta)) if calibration.private else (0.0, 0.0)
-        )
-        for entry, cost in zip(order, calibration.site_costs, strict=True)
-        if entry["kind"] == "dataset"
-    }
-    model = facts.model(
-        owner_site_id=job.owner_site_id,
-        job_id=job.id,
-        name=params.get("name"),
-        source="federated",
-        mechanism=problem.protocol,
-        loss=str(params["loss"]),
-        body=json_safe(model_body.to_dict()),
-        privacy=record,
-    )
-    return Release(model=model, spent=spent)
+    return reported, sizes, problem, calibration, coef
+
+
+def _abort(links: Mapping[int, _Link], *, skip: int | None) -> None:
+    """Tell every node the job ended without a model (best effort, short deadline): each
+    records it as failed in its ledger's job; its charge stays. ``skip``: the node that
+    refused or fell silent (it already knows, or cannot be told)."""
+    for index, link in links.items():
+        if index == skip:
+            continue
+        try:
+            link.ask("abort", deadline=min(5.0, task_deadline()))
+        except PublicJobError:
+            continue
 
 
 def _with_nodes(
