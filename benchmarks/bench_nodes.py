@@ -101,6 +101,7 @@ def main() -> None:
         admin_key=ADMIN,
         workdir=tmp,
         extra_env={"PRIVFIT_JOB_RUNNER": "thread", "PRIVFIT_NODE_TASK_DEADLINE": "120"},
+        ready_timeout=300,
     ) as coordinator:
         _, coord_key = _site(client, coordinator.base_url, "coordinator")
         members = [_site(client, coordinator.base_url, f"node-{k}") for k in range(3)]
@@ -123,7 +124,13 @@ def main() -> None:
                     "PRIVFIT_COORDINATOR_URL": coordinator.base_url,
                     "PRIVFIT_COORDINATOR_KEY": member_key,
                 }
-                ctx = start_server(f"sqlite:///{db}", admin_key=ADMIN, workdir=tmp, extra_env=extra)
+                ctx = start_server(
+                    f"sqlite:///{db}",
+                    admin_key=ADMIN,
+                    workdir=tmp,
+                    extra_env=extra,
+                    ready_timeout=300,
+                )
                 server = ctx.__enter__()
                 servers.append(ctx)
                 env = {
