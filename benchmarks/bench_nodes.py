@@ -143,7 +143,16 @@ def main() -> None:
                     f"{server.base_url}/v1/datasets",
                     files={
                         "file": ("adult.csv", thirds[k], "text/csv"),
-                        "spec": (None, json.dumps({**spec, "name": f"adult-{k}"})),
+                        "spec": (
+                            None,
+                            json.dumps(
+                                {
+                                    **spec,
+                                    "name": f"adult-{k}",
+                                    "budget": {"epsilon": 10.0, "delta": 1e-5},
+                                }
+                            ),
+                        ),
                     },
                     headers=node.headers,
                 )

@@ -137,6 +137,24 @@ class HttpCoordinatorLink:
             f"{quote(contribution_id, safe='')}",
         )
 
+    # --- model offers (ModelLink) ------------------------------------------------------
+
+    def upload_model(self, body: Mapping[str, Any]) -> str:
+        decoded = self._checked("POST", "/v1/models", body)
+        if not isinstance(decoded, dict) or not isinstance(decoded.get("id"), str):
+            raise UpstreamError("the coordinator's answer named no model")
+        return str(decoded["id"])
+
+    def contribute_model(self, *, study_id: str, model_id: str) -> str:
+        decoded = self._checked(
+            "POST",
+            f"/v1/studies/{quote(study_id, safe='')}/contributions",
+            {"model_id": model_id},
+        )
+        if not isinstance(decoded, dict) or not isinstance(decoded.get("id"), str):
+            raise UpstreamError("the coordinator's answer named no contribution")
+        return str(decoded["id"])
+
     # --- the agent's calls -------------------------------------------------------------
 
     def next_task(self, *, wait: float) -> dict[str, Any] | None:

@@ -398,6 +398,52 @@ def test_a_task_outside_the_offer_is_refused(network: Network) -> None:
     assert [n.budget()["epsilon_spent"] for n in network.nodes] == before
 
 
+def test_nodes_contribute_local_models_that_the_coordinator_averages(network: Network) -> None:
+    contributions = []
+    for node in network.nodes[:2]:
+        r = httpx2.post(
+            f"{node.server.base_url}/v1/datasets/{node.dataset_id}/fits",
+            json={
+                "mechanism": "objective_perturbation",
+                "epsilon": 0.5,
+                "delta": 0.0,
+                "loss": "logistic",
+                "regularization": 0.05,
+            },
+            headers={**node.headers, "Prefer": "wait=30"},
+            timeout=90,
+        )
+        assert r.status_code == 201, r.text
+        assert r.json()["status"] == "succeeded", r.text
+        model_id = r.json()["model_id"]
+        r = httpx2.post(
+            f"{node.server.base_url}/v1/models/{model_id}/offers",
+            json={"study_id": network.study_id},
+            headers=node.headers,
+            timeout=60,
+        )
+        assert r.status_code == 201, r.text
+        offer = r.json()
+        contributions.append(offer["contribution_id"])
+        uploaded = network.get(f"/v1/models/{offer['coordinator_model_id']}")
+        local = httpx2.get(
+            f"{node.server.base_url}/v1/models/{model_id}", headers=node.headers, timeout=30
+        ).json()
+        assert [c["weight"] for c in uploaded["coefficients"]] == [
+            c["weight"] for c in local["coefficients"]
+        ]
+        assert model_id in json.dumps(uploaded["privacy"])
+    r = httpx2.post(
+        f"{network.coordinator.base_url}/v1/studies/{network.study_id}/aggregations",
+        json={"method": "average", "name": "ward average"},
+        headers={**network.headers, "Prefer": "wait=30"},
+        timeout=90,
+    )
+    network.responses.append(r.text)
+    assert r.status_code in (201, 202), r.text
+    assert r.json()["status"] == "succeeded", r.text
+
+
 # --- a compromised coordinator --------------------------------------------------------------
 
 

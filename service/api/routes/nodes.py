@@ -11,6 +11,8 @@ from service.api.deps import AuditContextDep, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
 from service.api.schemas.nodes import (
+    ModelOfferCreate,
+    ModelOfferRead,
     NodeTaskRead,
     OfferCreate,
     OfferList,
@@ -21,15 +23,15 @@ from service.api.schemas.nodes import (
     TaskResultIn,
 )
 from service.domain.errors import NotFoundError
-from service.domain.nodes import offers, remote
+from service.domain.nodes import model_offers, offers, remote
 from service.domain.nodes.exchange import EXCHANGE
-from service.domain.nodes.offers import CoordinatorLink
+from service.nodes.link import HttpCoordinatorLink
 
 router = APIRouter(tags=["nodes"])
 
 
-def _link(request: Request) -> CoordinatorLink | None:
-    link: CoordinatorLink | None = getattr(request.app.state, "coordinator_link", None)
+def _link(request: Request) -> HttpCoordinatorLink | None:
+    link: HttpCoordinatorLink | None = getattr(request.app.state, "coordinator_link", None)
     return link
 
 
@@ -243,3 +245,37 @@ def withdraw_offer(
         context=audit_context,
     )
     return OfferRead.from_view(view)
+
+
+@router.post(
+    f"{API_V1}/models/{{model_id}}/offers",
+    status_code=status.HTTP_201_CREATED,
+    summary="Contribute a model to a coordinator's study",
+    description=(
+        "On a node: uploads a model this site fitted here (weights, public feature spec, label "
+        "and its privacy record as a claim) to the coordinator and contributes it to the "
+        "study for `average`, `feature` or `transfer` aggregation, in one call. Nothing is "
+        "charged (the model is already a DP release). 502 with the coordinator's reason when "
+        "it refuses."
+    ),
+    response_model=ModelOfferRead,
+    responses=problem_responses(401, 403, 404, 413, 422, 502),
+    openapi_extra=access("site"),
+)
+def offer_model(
+    model_id: str,
+    body: ModelOfferCreate,
+    request: Request,
+    uow: UowDep,
+    principal: PrincipalDep,
+    audit_context: AuditContextDep,
+) -> ModelOfferRead:
+    view = model_offers.offer_model(
+        uow,
+        link=_link(request),
+        model_id=model_id,
+        study_id=body.study_id,
+        actor=principal,
+        context=audit_context,
+    )
+    return ModelOfferRead.model_validate(view)

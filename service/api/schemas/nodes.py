@@ -12,6 +12,8 @@ from service.domain.nodes.offers import OfferView
 from service.domain.nodes.remote import RemoteOffer, RemoteView
 
 __all__ = [
+    "ModelOfferCreate",
+    "ModelOfferRead",
     "NodeTaskRead",
     "OfferCreate",
     "OfferList",
@@ -115,6 +117,17 @@ class OfferRead(ResponseModel):
     @classmethod
     def from_view(cls, view: OfferView) -> OfferRead:
         return cls.model_validate(view)
+
+
+class ModelOfferCreate(RequestModel):
+    study_id: Id = Field(description="The study's id on the coordinator.")
+
+
+class ModelOfferRead(ResponseModel):
+    model_id: str = Field(description="The model on this node.")
+    study_id: str
+    coordinator_model_id: str = Field(description="The copy uploaded to the coordinator.")
+    contribution_id: str = Field(description="The contribution in the coordinator's study.")
 
 
 class OfferList(ResponseModel):
