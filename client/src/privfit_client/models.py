@@ -807,6 +807,34 @@ class ModelExportRead(BaseModel):
     ]
 
 
+class ModelOfferCreate(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    study_id: Annotated[
+        str,
+        Field(
+            description="The study's id on the coordinator.",
+            max_length=64,
+            min_length=1,
+            title="Study Id",
+        ),
+    ]
+
+
+class ModelOfferRead(BaseModel):
+    contribution_id: Annotated[
+        str,
+        Field(description="The contribution in the coordinator's study.", title="Contribution Id"),
+    ]
+    coordinator_model_id: Annotated[
+        str,
+        Field(description="The copy uploaded to the coordinator.", title="Coordinator Model Id"),
+    ]
+    model_id: Annotated[str, Field(description="The model on this node.", title="Model Id")]
+    study_id: Annotated[str, Field(title="Study Id")]
+
+
 class ModelSummary(BaseModel):
     """
     A model in a list.
