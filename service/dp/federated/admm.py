@@ -110,7 +110,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.dp import noise
+from service.dp import lattice, noise
 from service.dp.accounting import (
     CompositionChoice,
     PrivacyCost,
@@ -258,10 +258,12 @@ class ADMMSite(Site):
             )
         solved = result.coef
         self._warm = solved
+        # the primal broadcast leaves the site: an exact grid release (service.dp.lattice),
+        # post-processing of solved + noise, so its guarantee holds for the doubles sent
         if perturbation == "primal" and sigma is not None:
-            out = solved + noise.gaussian_vector(self.d, sigma=sigma, rng=rng)
+            out = lattice.gaussian_release(solved, sigma=sigma, rng=rng)
         elif perturbation == "primal":
-            out = solved + noise.norm_exponential_vector(self.d, beta=zeta, rng=rng)
+            out = lattice.norm_exponential_release(solved, beta=zeta, rng=rng)
         else:
             out = solved
         self._broadcast = self._send(out)
