@@ -42,9 +42,9 @@ from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.auth import configured_key_hash, ensure_admin_key
 from service.domain.jobs.lifecycle import read_job_statistics
-from service.jobs.queue import QueueJobRunner
 from service.domain.nodes.exchange import EXCHANGE
 from service.domain.nodes.remote_fit import task_deadline
+from service.jobs.queue import QueueJobRunner
 from service.jobs.runner import JobRunner
 from service.jobs.worker import build_runner
 from service.nodes.link import HttpCoordinatorLink
