@@ -1,4 +1,4 @@
-"""The ``privfit`` command: serve, migrate, create-site, reset-admin-key, openapi."""
+"""The ``privfit`` command: serve, worker, migrate, create-site, reset-admin-key, openapi, agent."""
 
 from __future__ import annotations
 
@@ -65,6 +65,23 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _worker(args: argparse.Namespace) -> int:
+    from service.jobs.queue import run_workers
+
+    settings = _settings()
+    configure_logging(settings.log_level)
+    if settings.job_runner != "queue":
+        raise SystemExit(
+            "privfit: `privfit worker` runs the jobs of the distributed queue; set "
+            "PRIVFIT_JOB_RUNNER=queue (and a PostgreSQL PRIVFIT_DATABASE_URL) for it and the API"
+        )
+    if args.concurrency is not None and args.concurrency < 1:
+        raise SystemExit("privfit: --concurrency must be at least 1")
+    with _unit_of_work_factory(settings):
+        pass  # refuses an unreachable or unmigrated database with a clear message
+    return run_workers(settings, concurrency=args.concurrency)
+
+
 def _migrate(args: argparse.Namespace) -> int:
     settings = _settings()
     configure_logging(settings.log_level)
@@ -111,6 +128,19 @@ def _openapi(args: argparse.Namespace) -> int:
     return openapi.main(argv)
 
 
+def _agent(_args: argparse.Namespace) -> int:
+    import threading
+
+    from service.nodes.agent import install_signal_handlers, run_agent
+
+    settings = _settings()
+    configure_logging(settings.log_level)
+    stop = threading.Event()
+    install_signal_handlers(stop)
+    with _unit_of_work_factory(settings) as factory:
+        return run_agent(settings, factory, stop=stop)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="privfit",
@@ -124,6 +154,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default: PRIVFIT_PORT or 8000)")
     serve.add_argument("--workers", type=int, help="processes (default: PRIVFIT_WORKERS or 1)")
     serve.set_defaults(handler=_serve)
+
+    worker = commands.add_parser(
+        "worker",
+        help="run jobs of the distributed queue (PRIVFIT_JOB_RUNNER=queue)",
+        description="Run queued jobs: one process per job at a time, each with one BLAS "
+        "thread. Start as many as you like, on any machine that reaches the database. "
+        "SIGTERM or Ctrl-C lets running jobs finish.",
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        help="worker processes, i.e. jobs at the same time (default: one per CPU core)",
+    )
+    worker.set_defaults(handler=_worker)
 
     migrate = commands.add_parser("migrate", help="apply database migrations")
     migrate.add_argument("--revision", default="head", help="target revision (default: head)")
@@ -142,6 +186,12 @@ def _parser() -> argparse.ArgumentParser:
     spec.add_argument("path", nargs="?", help="output file (default: openapi/openapi.json)")
     spec.add_argument("--check", action="store_true", help="fail if the file is out of date")
     spec.set_defaults(handler=_openapi)
+    agent = commands.add_parser(
+        "agent",
+        help="run this node's task loop: take federated-fit tasks from the coordinator "
+        "(PRIVFIT_COORDINATOR_URL, outbound only) and run them on local datasets",
+    )
+    agent.set_defaults(handler=_agent)
     return parser
 
 

@@ -20,7 +20,7 @@ commit, then compute).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Self
@@ -28,6 +28,7 @@ from typing import Self
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db.errors import translate_integrity_errors
+from service.db.job_stats import JobStatistics, job_statistics
 from service.db.repositories import (
     ApiKeyRepository,
     AuditRepository,
@@ -36,6 +37,8 @@ from service.db.repositories import (
     JobRepository,
     LedgerRepository,
     ModelRepository,
+    OfferRepository,
+    RemoteContributionRepository,
     SiteRepository,
     StudyRepository,
 )
@@ -55,6 +58,8 @@ class UnitOfWork:
     models: ModelRepository
     studies: StudyRepository
     evaluations: EvaluationRepository
+    remote_contributions: RemoteContributionRepository
+    offers: OfferRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -80,6 +85,8 @@ class UnitOfWork:
         self.models = ModelRepository(self._session)
         self.studies = StudyRepository(self._session)
         self.evaluations = EvaluationRepository(self._session)
+        self.remote_contributions = RemoteContributionRepository(self._session)
+        self.offers = OfferRepository(self._session)
         return self
 
     def __exit__(
@@ -110,6 +117,10 @@ class UnitOfWork:
         """A block in which queries do not flush staged rows first (they are flushed together
         later); for statements that do not read those rows."""
         return self.session.no_autoflush
+
+    def job_statistics(self, bounds: Sequence[float]) -> JobStatistics:
+        """Aggregate job and ledger figures (:mod:`service.db.job_stats`)."""
+        return job_statistics(self.session, bounds)
 
     def flush(self) -> None:
         """Send pending changes to the database without committing (fills in ids)."""

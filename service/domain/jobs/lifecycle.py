@@ -23,9 +23,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 from service.db.base import utcnow
+from service.db.job_stats import JobStatistics
 from service.db.models import Dataset, Evaluation, Job, LedgerCharge, Model
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
@@ -49,8 +50,10 @@ __all__ = [
     "JobPage",
     "JobScheduler",
     "JobView",
+    "PublicJobError",
     "Release",
     "ReleaseExceedsChargeError",
+    "TransactionalScheduler",
     "cancel_job",
     "charged_amounts",
     "check_release",
@@ -60,8 +63,10 @@ __all__ = [
     "job_problem",
     "job_view",
     "list_jobs",
+    "read_job_statistics",
     "recover_jobs",
     "settle_lost_job",
+    "settle_stalled_job",
 ]
 
 logger = logging.getLogger(__name__)
@@ -77,6 +82,14 @@ class JobScheduler(Protocol):
     """What the domain needs from a job runner: schedule a committed, queued job."""
 
     def submit(self, job_id: str) -> None: ...
+
+
+@runtime_checkable
+class TransactionalScheduler(JobScheduler, Protocol):
+    """A runner whose queue lives in the database: the job is enqueued inside the transaction
+    that stages it and commits its charge, so both commit or neither does."""
+
+    def enqueue_in_transaction(self, uow: UnitOfWork, job_id: str) -> None: ...
 
 
 class JobCancelledError(Exception):
@@ -164,6 +177,20 @@ _PROBLEMS: Final[dict[str, tuple[str, str]]] = {
 }
 
 
+class PublicJobError(Exception):
+    """A job failure whose reason is public and data-free (issue 15: a node refused a task, or
+    a node stayed silent past its deadline): stored on the job as ``{type, title, detail}``."""
+
+    def __init__(self, slug: str, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.slug = slug
+        self.title = title
+        self.detail = detail
+
+    def problem(self) -> dict[str, Any]:
+        return {"type": self.slug, "title": self.title, "detail": self.detail}
+
+
 def job_problem(slug: str) -> dict[str, Any]:
     """The problem object stored on a failed job: fixed texts, never data or internals."""
     title, detail = _PROBLEMS[slug]
@@ -225,6 +252,12 @@ def cancel_job(uow: UnitOfWork, *, job_id: str, actor: Principal) -> JobView:
         return job_view(uow, _visible(uow.jobs.get(job_id, fresh=True), actor))
 
 
+def read_job_statistics(uow_factory: UnitOfWorkFactory, bounds: Sequence[float]) -> JobStatistics:
+    """Deployment-wide job figures for operations (no dataset or site is named in them)."""
+    with uow_factory() as uow:
+        return uow.job_statistics(bounds)
+
+
 # --- crash recovery ------------------------------------------------------------------------
 
 
@@ -272,6 +305,25 @@ def settle_lost_job(uow_factory: UnitOfWorkFactory, job_id: str) -> bool:
         return job is not None and job.status == "queued"
 
 
+def settle_stalled_job(uow_factory: UnitOfWorkFactory, job_id: str) -> str:
+    """The worker running ``job_id`` went silent: fail the job if it had started (budget kept
+    spent, ``job-interrupted``) and say what became of it: ``"interrupted"`` (failed now),
+    ``"queued"`` (it never started: may run elsewhere), ``"missing"``, or the final status it
+    already had. One conditional UPDATE: safe when several processes notice at once."""
+    with uow_factory() as uow:
+        if uow.jobs.transition(
+            job_id,
+            expected="running",
+            status="failed",
+            finished_at=utcnow(),
+            error=job_problem("job-interrupted"),
+        ):
+            uow.commit()
+            return "interrupted"
+        job = uow.jobs.get(job_id)
+        return "missing" if job is None else job.status
+
+
 # --- the worker ----------------------------------------------------------------------------
 
 
@@ -311,14 +363,20 @@ class _Progress:
             raise JobCancelledError(self._job_id)
 
 
-def _finish(uow_factory: UnitOfWorkFactory, job_id: str, status: str, slug: str | None) -> None:
+def _finish(
+    uow_factory: UnitOfWorkFactory,
+    job_id: str,
+    status: str,
+    slug: str | None,
+    problem: dict[str, Any] | None = None,
+) -> None:
     with uow_factory() as uow:
         uow.jobs.transition(
             job_id,
             expected="running",
             status=status,
             finished_at=utcnow(),
-            error=None if slug is None else job_problem(slug),
+            error=problem if problem is not None else None if slug is None else job_problem(slug),
         )
         uow.commit()
 
@@ -514,6 +572,10 @@ def execute_job(
     except ReleaseExceedsChargeError:
         logger.error("job %s: nothing released, the run exceeds its charge", job_id)
         _finish(uow_factory, job_id, "failed", "release-exceeds-charge")
+        return JobOutcome("failed")
+    except PublicJobError as exc:
+        logger.warning("job %s failed: %s", job_id, exc.detail)
+        _finish(uow_factory, job_id, "failed", exc.slug, exc.problem())
         return JobOutcome("failed")
     except ConvergenceError:
         _finish(uow_factory, job_id, "failed", "did-not-converge")
