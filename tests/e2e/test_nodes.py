@@ -425,7 +425,12 @@ def test_nodes_contribute_local_models_that_the_coordinator_averages(network: Ne
         assert r.status_code == 201, r.text
         offer = r.json()
         contributions.append(offer["contribution_id"])
-        uploaded = network.get(f"/v1/models/{offer['coordinator_model_id']}")
+        # the copy on the coordinator belongs to the node's site there
+        uploaded = httpx2.get(
+            f"{network.coordinator.base_url}/v1/models/{offer['coordinator_model_id']}",
+            headers={"Authorization": f"Bearer {node.coordinator_key}"},
+            timeout=30,
+        ).json()
         local = httpx2.get(
             f"{node.server.base_url}/v1/models/{model_id}", headers=node.headers, timeout=30
         ).json()
