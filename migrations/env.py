@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 
 from service.db import models  # noqa: F401  (registers every table on Base.metadata)
 from service.db.base import Base, UTCDateTime
+from service.db.migrate import include_name
 from service.db.session import make_engine
 from service.settings import get_settings
 
@@ -48,6 +49,7 @@ def _configure(connection: Connection) -> None:
         compare_server_default=True,
         render_as_batch=connection.dialect.name == "sqlite",
         render_item=_render_item,
+        include_name=include_name,
         process_revision_directives=_skip_empty,
     )
 

@@ -1,4 +1,4 @@
-"""The ``privfit`` command: serve, migrate, create-site, reset-admin-key, openapi, agent."""
+"""The ``privfit`` command: serve, worker, migrate, create-site, reset-admin-key, openapi, agent."""
 
 from __future__ import annotations
 
@@ -63,6 +63,23 @@ def _serve(args: argparse.Namespace) -> int:
         workers=args.workers or settings.workers,
     )
     return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from service.jobs.queue import run_workers
+
+    settings = _settings()
+    configure_logging(settings.log_level)
+    if settings.job_runner != "queue":
+        raise SystemExit(
+            "privfit: `privfit worker` runs the jobs of the distributed queue; set "
+            "PRIVFIT_JOB_RUNNER=queue (and a PostgreSQL PRIVFIT_DATABASE_URL) for it and the API"
+        )
+    if args.concurrency is not None and args.concurrency < 1:
+        raise SystemExit("privfit: --concurrency must be at least 1")
+    with _unit_of_work_factory(settings):
+        pass  # refuses an unreachable or unmigrated database with a clear message
+    return run_workers(settings, concurrency=args.concurrency)
 
 
 def _migrate(args: argparse.Namespace) -> int:
@@ -137,6 +154,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, help="port (default: PRIVFIT_PORT or 8000)")
     serve.add_argument("--workers", type=int, help="processes (default: PRIVFIT_WORKERS or 1)")
     serve.set_defaults(handler=_serve)
+
+    worker = commands.add_parser(
+        "worker",
+        help="run jobs of the distributed queue (PRIVFIT_JOB_RUNNER=queue)",
+        description="Run queued jobs: one process per job at a time, each with one BLAS "
+        "thread. Start as many as you like, on any machine that reaches the database. "
+        "SIGTERM or Ctrl-C lets running jobs finish.",
+    )
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        help="worker processes, i.e. jobs at the same time (default: one per CPU core)",
+    )
+    worker.set_defaults(handler=_worker)
 
     migrate = commands.add_parser("migrate", help="apply database migrations")
     migrate.add_argument("--revision", default="head", help="target revision (default: head)")

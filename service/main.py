@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from service.api.console import install_console
 from service.api.docs import install_docs
 from service.api.errors import install_error_handlers
-from service.api.metrics import HttpMetrics
+from service.api.metrics import JOB_DURATION_BUCKETS, HttpMetrics, JobMetrics
 from service.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
 from service.api.openapi_doc import DESCRIPTION, TAGS, build_openapi, operation_id
 from service.api.rate_limits import RateLimits
@@ -41,8 +41,10 @@ from service.db.migrate import DatabaseProbe, head_revisions
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.auth import configured_key_hash, ensure_admin_key
+from service.domain.jobs.lifecycle import read_job_statistics
 from service.domain.nodes.exchange import EXCHANGE
 from service.domain.nodes.remote_fit import task_deadline
+from service.jobs.queue import QueueJobRunner
 from service.jobs.runner import JobRunner
 from service.jobs.worker import build_runner
 from service.nodes.link import HttpCoordinatorLink
@@ -107,10 +109,15 @@ RunnerFactory = Callable[[Settings, UnitOfWorkFactory], JobRunner]
 
 
 def _runner_factory(app: FastAPI) -> RunnerFactory:
-    """``app.state.job_runner_factory`` when set (another :class:`JobRunner`, e.g. a task
-    queue's client or a test's inline runner), else the default pool of :func:`build_runner`."""
+    """``app.state.job_runner_factory`` when set (e.g. a test's inline runner), else the
+    distributed queue's client with ``PRIVFIT_JOB_RUNNER=queue``, else the in-process pool of
+    :func:`build_runner`."""
     factory: RunnerFactory | None = getattr(app.state, "job_runner_factory", None)
-    return factory if factory is not None else build_runner
+    if factory is not None:
+        return factory
+    if app.state.settings.job_runner == "queue":
+        return QueueJobRunner
+    return build_runner
 
 
 @asynccontextmanager
@@ -130,6 +137,9 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # (a distributed task engine later) without touching the domain; see _runner_factory.
     runner = _runner_factory(app)(settings, app.state.uow_factory)
     app.state.job_runner = runner
+    unwatch = app.state.metrics.watch_jobs(
+        JobMetrics(partial(read_job_statistics, app.state.uow_factory, JOB_DURATION_BUCKETS))
+    )
     # Site nodes: this process serves the node task endpoints, so jobs run in its threads
     # can reach the nodes (service.domain.nodes.exchange).
     EXCHANGE.attached = True
@@ -142,6 +152,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         # Running jobs finish; jobs not started stay queued and are recovered next start.
         await anyio.to_thread.run_sync(partial(runner.shutdown, wait=True))
+        unwatch()
         engine.dispose()
 
 

@@ -121,11 +121,13 @@ class Settings(BaseSettings):
         lt=1,
         description="Largest δ cap a dataset may be uploaded with.",
     )
-    job_runner: Literal["process", "thread"] = Field(
+    job_runner: Literal["process", "thread", "queue"] = Field(
         default="process",
         description=(
             "Where fit jobs run: a pool of worker processes of the API process (default; keeps "
-            "the API responsive) or threads (debugging; always used for in-memory SQLite)."
+            "the API responsive), threads (debugging; always used for in-memory SQLite), or "
+            "`queue`: a PostgreSQL-backed distributed task queue (procrastinate) whose jobs "
+            "`privfit worker` processes run, on any number of machines (PostgreSQL only)."
         ),
     )
     job_workers: int = Field(default=1, ge=1, le=64, description="Jobs run at the same time.")
@@ -135,6 +137,20 @@ class Settings(BaseSettings):
         le=60,
         description="Seconds between two progress writes of a running job (each also "
         "notices a cancel request).",
+    )
+    queue_heartbeat_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        description="With the queue runner: seconds between two heartbeats of a worker (and "
+        "between two searches for the jobs of dead workers).",
+    )
+    queue_stalled_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=3600,
+        description="With the queue runner: a worker silent for this long is dead; its running "
+        "job fails `job-interrupted` (budget kept spent) and /readyz no longer counts it.",
     )
     job_recovery: bool = Field(
         default=True,
@@ -272,6 +288,22 @@ class Settings(BaseSettings):
         if self.environment == "prod" and self.is_sqlite:
             raise ValueError(
                 "PRIVFIT_DATABASE_URL must point at PostgreSQL when PRIVFIT_ENVIRONMENT=prod"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _queue_needs_postgres(self) -> Settings:
+        if self.job_runner == "queue" and self.is_sqlite:
+            raise ValueError(
+                "PRIVFIT_JOB_RUNNER=queue needs PRIVFIT_DATABASE_URL to point at PostgreSQL "
+                "(the queue lives in the database); SQLite runs jobs in the API process "
+                "(PRIVFIT_JOB_RUNNER=process)"
+            )
+        if self.job_runner == "queue" and self.queue_stalled_seconds <= (
+            2 * self.queue_heartbeat_seconds
+        ):
+            raise ValueError(
+                "PRIVFIT_QUEUE_STALLED_SECONDS must exceed twice PRIVFIT_QUEUE_HEARTBEAT_SECONDS"
             )
         return self
 

@@ -78,6 +78,25 @@ def test_invalid_configuration_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
         get_settings.cache_clear()
 
 
+def test_worker_needs_the_queue_runner(cli_db: str) -> None:
+    with pytest.raises(SystemExit, match="PRIVFIT_JOB_RUNNER=queue"):
+        cli.main(["worker"])
+
+
+def test_queue_runner_with_sqlite_is_a_clear_start_up_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PRIVFIT_DATABASE_URL", "sqlite:///nowhere.db")
+    monkeypatch.setenv("PRIVFIT_JOB_RUNNER", "queue")
+    get_settings.cache_clear()
+    try:
+        for command in (["worker"], ["serve"]):
+            with pytest.raises(SystemExit, match=r"PRIVFIT_JOB_RUNNER=queue needs .*PostgreSQL"):
+                cli.main(command)
+    finally:
+        get_settings.cache_clear()
+
+
 def test_openapi_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     target = tmp_path / "openapi.json"
     assert cli.main(["openapi", str(target)]) == 0
@@ -91,5 +110,5 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     out = capsys.readouterr().out
-    for command in ("serve", "migrate", "create-site", "reset-admin-key", "openapi"):
+    for command in ("serve", "worker", "migrate", "create-site", "reset-admin-key", "openapi"):
         assert command in out

@@ -75,6 +75,24 @@ def test_production_refuses_sqlite() -> None:
         Settings(environment="prod", database_url="sqlite:///x.db")
 
 
+def test_the_queue_runner_refuses_sqlite() -> None:
+    with pytest.raises(ValidationError, match="PRIVFIT_JOB_RUNNER=queue needs"):
+        Settings(job_runner="queue", database_url="sqlite:///x.db")
+    queue = Settings(job_runner="queue", database_url="postgresql://u@h/db")
+    assert queue.job_runner == "queue"
+    assert Settings(database_url="sqlite:///x.db").job_runner == "process"  # the default
+
+
+def test_a_dead_worker_is_noticed_only_after_missed_heartbeats() -> None:
+    with pytest.raises(ValidationError, match="twice"):
+        Settings(
+            job_runner="queue",
+            database_url="postgresql://u@h/db",
+            queue_heartbeat_seconds=10,
+            queue_stalled_seconds=15,
+        )
+
+
 def test_short_admin_keys_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PRIVFIT_ADMIN_KEY", "short")
     with pytest.raises(ValidationError, match="at least"):

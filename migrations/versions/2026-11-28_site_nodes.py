@@ -1,7 +1,7 @@
 """Site nodes (issue 15): remote contributions, dataset offers and the jobs a node accepted.
 
 Revision ID: 2a588fb5a329
-Revises: 8e41c2a7d9b3
+Revises: b7c3e1f29a64
 Create Date: 2026-11-28 04:50:07.968460
 
 Reviewed by hand: three new tables and their indexes, no change to existing tables (no data
@@ -16,7 +16,7 @@ from alembic import op
 import service.db.base
 
 revision: str = "2a588fb5a329"
-down_revision: str | Sequence[str] | None = "8e41c2a7d9b3"
+down_revision: str | Sequence[str] | None = "b7c3e1f29a64"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

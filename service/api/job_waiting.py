@@ -3,14 +3,19 @@ and ``Prefer: wait=s`` on the requests that queue a job (RFC 7240).
 
 The wait costs no database reads while the job runs here: the runner tells the waiting request
 when its execution ended (``notify_when_done``) and hands over the job as the worker committed
-it. A job this process does not run (another process, a restart) is re-read every
+it. With the distributed queue (``subscribe_finished``) the job runs in another process: the
+request subscribes to the job's final-state notification (PostgreSQL LISTEN/NOTIFY, from any
+process), reads the job once more (it may have ended just before), then sleeps until notified.
+Otherwise a job this process does not run (a restart) is re-read every
 :data:`FALLBACK_POLL_SECONDS`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+from functools import partial
 from typing import Any, Final
 
 from fastapi import Request, Response, status
@@ -115,6 +120,8 @@ async def wait_for_job(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(seconds, MAX_WAIT_SECONDS)
     job_id = view.job.id
+    if getattr(request.app.state.job_runner, "subscribe_finished", None) is not None:
+        return await _wait_for_notification(request, uow, actor, view, deadline)
     while view.job.status in _UNFINISHED and (remaining := deadline - loop.time()) > 0:
         finished = await _until_done(request, job_id, remaining)
         if finished is not None:
@@ -123,6 +130,35 @@ async def wait_for_job(
             view = JobView(finished, view.charges)
         else:
             view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=actor)
+    return view
+
+
+async def _wait_for_notification(
+    request: Request, uow: UnitOfWork, actor: Principal, view: JobView, deadline: float
+) -> JobView:
+    """The wait of :func:`wait_for_job` on a runner that notifies a job's end from any process:
+    subscribe, re-read (the job may have ended before the subscription), sleep until the
+    notification or the deadline, read the final state."""
+    loop = asyncio.get_running_loop()
+    job_id = view.job.id
+    while view.job.status in _UNFINISHED and (remaining := deadline - loop.time()) > 0:
+        ended = asyncio.Event()
+        unsubscribe = request.app.state.job_runner.subscribe_finished(
+            job_id, partial(loop.call_soon_threadsafe, ended.set)
+        )
+        if unsubscribe is None:  # not listening (reconnecting): fall back to a short sleep
+            await asyncio.sleep(min(remaining, FALLBACK_POLL_SECONDS))
+            view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=actor)
+            continue
+        try:
+            view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=actor)
+            if view.job.status not in _UNFINISHED:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ended.wait(), remaining)
+            view = await run_in_threadpool(jobs.get_job, uow, job_id=job_id, actor=actor)
+        finally:
+            unsubscribe()
     return view
 
 

@@ -28,8 +28,19 @@ __all__ = [
     "current_revisions",
     "downgrade",
     "head_revisions",
+    "include_name",
     "upgrade",
 ]
+
+#: Tables of the job queue's engine (procrastinate), installed by a migration from the
+#: engine's own SQL script; they are not PrivFit models.
+QUEUE_TABLE_PREFIX = "procrastinate_"
+
+
+def include_name(name: str | None, type_: str, _parent_names: object) -> bool:
+    """Alembic's ``include_name`` hook: leave the job queue's tables out of autogenerate and
+    ``alembic check``."""
+    return not (type_ == "table" and name is not None and name.startswith(QUEUE_TABLE_PREFIX))
 
 
 def alembic_config(url: str | None = None, *, connection: Connection | None = None) -> Config:

@@ -20,7 +20,7 @@ commit, then compute).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Self
@@ -28,6 +28,7 @@ from typing import Self
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.db.errors import translate_integrity_errors
+from service.db.job_stats import JobStatistics, job_statistics
 from service.db.repositories import (
     ApiKeyRepository,
     AuditRepository,
@@ -116,6 +117,10 @@ class UnitOfWork:
         """A block in which queries do not flush staged rows first (they are flushed together
         later); for statements that do not read those rows."""
         return self.session.no_autoflush
+
+    def job_statistics(self, bounds: Sequence[float]) -> JobStatistics:
+        """Aggregate job and ledger figures (:mod:`service.db.job_stats`)."""
+        return job_statistics(self.session, bounds)
 
     def flush(self) -> None:
         """Send pending changes to the database without committing (fills in ids)."""

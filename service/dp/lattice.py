@@ -43,7 +43,17 @@ ROUND_CEILING for upper ends) for +, −, ×, ÷; ``ln`` and ``sqrt`` are correc
 decimal module (≤ ½ ulp), and each result is widened by one ulp on each side
 (``next_minus``/``next_plus``), so every interval provably contains the real value.
 
+(``ln``'s lower end uses ln(lo) ≥ ln(hi) − (hi − lo)/lo, one logarithm per interval.)
+
 Randomness: 32-bit words from ``os.urandom`` (``rng=None``) or ``rng.integers`` (test mode).
+
+Design note. Drawing Z ∈ ℤ^d with p(z) ∝ exp(−β′‖z‖) by rejection from a product discrete
+Gaussian proposal does not work: a Gaussian's tail is lighter than exp(−β′r), so no constant
+M gives exp(−β′r) ≤ M·exp(−r²/2σ²) for all r (AM–GM gives the reverse inequality; the
+acceptance probability exp(−(r − β′σ²)²/2σ²) is the one for a Gaussian *target* from an
+exponential proposal, CKS's discrete Gaussian). Sampling the rounding cell of the continuous
+mechanism exactly, as here, needs no discrete law of its own, no rounding of the centre and
+no inflated sensitivity (Δ + γ√d)/γ.
 """
 
 from __future__ import annotations
@@ -192,6 +202,7 @@ class _Sampler:
         self._uniforms: list[_Uniform] = []
         self._max_bits = _WORD * _FIRST_WORDS
         self._arith: _Arith | None = None
+        self.wide = _Arith(digits=_WORD * _FIRST_WORDS * 3 // 10 + 8 + magnitude_digits)
         self._arith_bits = 0
 
     def new_uniforms(self, count: int) -> list[_Uniform]:
@@ -217,13 +228,12 @@ class _Sampler:
         bits = self._max_bits
         if self._arith is None or self._arith_bits != bits:
             # the arithmetic's rounding (relative 10^-digits) stays far below the uniforms'
-            # own resolution 2^-bits, beyond the integer digits of the largest centre
-            digits = bits * 3 // 10 + 8 + self._digits
-            self._arith, self._arith_bits = _Arith(digits=digits), bits
+            # own resolution 2^-bits; too few digits would only widen the intervals (more
+            # refinement, which raises the precision), never make them wrong
+            self._arith, self._arith_bits = _Arith(digits=bits * 3 // 10 + 8), bits
+            # adding the centre needs its integer digits on top
+            self.wide = _Arith(digits=bits * 3 // 10 + 8 + self._digits)
         return self._arith
-        # the arithmetic's rounding (relative 10^-digits) stays far below the uniforms' own
-        # resolution 2^-bits; only the width of the final intervals matters, not their digits
-        return _Arith(digits=bits * 3 // 10 + 8)
 
     def gaussian_pairs(self, count: int) -> list[tuple[_Uniform, _Uniform]]:
         """``count`` accepted polar-method pairs (u, v), 0 < u² + v² < 1 decided exactly."""
@@ -279,14 +289,17 @@ def _gaussians(ar: _Arith, pairs: list[tuple[_Uniform, _Uniform]], d: int) -> li
     return out[:d]
 
 
-def _cells(ar: _Arith, centre: list[Decimal], noise: list[Interval], scale: Interval) -> list[int]:
+def _cells(
+    ar: _Arith, wide: _Arith, centre: list[Decimal], noise: list[Interval], scale: Interval
+) -> list[int]:
     """round(centre/γ + scale·noise) per coordinate, or _Undecided if an interval spans a
-    cell boundary. ``centre`` is already in grid units (exact)."""
+    cell boundary. ``centre`` is already in grid units (exact); ``wide`` has the digits to
+    add it."""
     cells = []
     for c, x in zip(centre, noise, strict=True):
         y = ar.mul_pos(x, scale)
-        lo = ar.lo.add(ar.lo.add(c, y[0]), _HALF)
-        hi = ar.hi.add(ar.hi.add(c, y[1]), _HALF)
+        lo = wide.lo.add(wide.lo.add(c, y[0]), _HALF)
+        hi = wide.hi.add(wide.hi.add(c, y[1]), _HALF)
         k_lo = int(lo.to_integral_value(rounding=ROUND_FLOOR))
         k_hi = int(hi.to_integral_value(rounding=ROUND_FLOOR))
         if k_lo != k_hi or hi == k_hi:  # spans (or touches) a boundary k − ½
@@ -313,7 +326,7 @@ def _release(
         ar = sampler.arith()
         try:
             noise, scale = evaluate(ar)
-            cells = _cells(ar, grid_centre, noise, scale)
+            cells = _cells(ar, sampler.wide, grid_centre, noise, scale)
             break
         except _Undecided:
             sampler.refine_all()

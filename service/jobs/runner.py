@@ -5,12 +5,12 @@ A runner only *schedules*. The work itself is a plain function of the domain,
 registered
 handlers as :func:`service.jobs.worker.run_job`), which claims the job in the database, runs it,
 checks the release against the job's charge, stores the model and records the outcome.
-Everything a runner knows about a job is its id, so a distributed task engine (Celery with a
-Redis broker is planned) plugs in by
-implementing :class:`JobRunner` with a task that calls the same function in its worker, and is
-installed by setting ``app.state.job_runner_factory`` (``(settings, uow_factory) -> JobRunner``)
-before the app starts; the lifespan then starts, recovers with and shuts down that runner
-instead of the default (``tests/api/test_jobs.py`` plugs in a synchronous inline runner).
+Everything a runner knows about a job is its id, so a distributed task engine plugs in by
+implementing :class:`JobRunner` with a task that calls the same function in its worker:
+:mod:`service.jobs.queue` does so on procrastinate (``PRIVFIT_JOB_RUNNER=queue``). Another
+runner is installed by setting ``app.state.job_runner_factory`` (``(settings, uow_factory) ->
+JobRunner``) before the app starts; the lifespan then starts, recovers with and shuts down that
+runner instead of the default (``tests/api/test_jobs.py`` plugs in a synchronous inline runner).
 
 The default, :class:`PoolJobRunner`, executes jobs inside the API process's own pool:
 

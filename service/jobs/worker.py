@@ -97,11 +97,13 @@ def _is_memory_sqlite(url: str) -> bool:
 
 
 def build_runner(settings: Settings, uow_factory: UnitOfWorkFactory) -> JobRunner:
-    """The default runner: a pool of ``settings.job_workers`` worker processes (or threads
-    with ``job_runner = "thread"``, and always for an in-memory SQLite database, which other
-    processes cannot open). ``uow_factory`` is the API process's own, used for recovery and
-    by thread workers."""
+    """The in-process runner: a pool of ``settings.job_workers`` worker
+    processes (or threads with ``job_runner = "thread"``, and always for an in-memory SQLite
+    database, which other processes cannot open). ``uow_factory`` is the API process's own,
+    used for recovery and by thread workers."""
     config = WorkerConfig.from_settings(settings)
+    if settings.job_runner == "queue":
+        raise ValueError("the queue runner is service.jobs.queue.QueueJobRunner")
     kind: RunnerKind = settings.job_runner
     if _is_memory_sqlite(settings.database_url):
         kind = "thread"

@@ -147,3 +147,51 @@ def test_json_formatter_uses_the_context_request_id_and_formats_exceptions() -> 
     assert line["request_id"] == "ctx-1"
     assert "ValueError: boom" in line["exc_info"]
     assert "request_id" not in json.loads(JsonFormatter().format(record))
+
+
+def test_metrics_report_jobs_by_kind_status_and_mechanism(
+    client: TestClient, site: SiteHandle
+) -> None:
+    from tests.unit.jobs._flow import fit_body, upload
+
+    dataset = upload(client, site.headers)
+    prefer = {**site.headers, "Prefer": "wait=30"}
+    for epsilon in (0.25, 0.5):
+        response = client.post(
+            f"/v1/datasets/{dataset['id']}/fits", json=fit_body(epsilon=epsilon), headers=prefer
+        )
+        assert response.status_code == 201, response.text
+    third = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=fit_body(epsilon=0.125), headers=site.headers
+    ).json()
+    client.post(f"/v1/jobs/{third['id']}/cancel", headers=site.headers)
+    third = client.get(f"/v1/jobs/{third['id']}?wait=30", headers=site.headers).json()
+    # Refunded when the cancel came while it was queued; else it ran (or stopped) charged.
+    refunded_epsilon = 0.125 if third["charges"][0]["state"] == "refunded" else 0.0
+
+    families = {
+        family.name: family
+        for family in text_string_to_metric_families(client.get("/metrics").text)
+    }
+    finished = {
+        (s.labels["kind"], s.labels["status"]): s.value
+        for s in families["privfit_jobs_finished"].samples
+    }
+    assert finished[("fit", "succeeded")] == 2 + (third["status"] == "succeeded")
+    assert sum(finished.values()) == 3
+    durations = {
+        (s.labels["kind"], s.labels["mechanism"]): s.value
+        for s in families["privfit_job_duration_seconds"].samples
+        if s.name.endswith("_count")
+    }
+    # Durations are of jobs that ran: a job cancelled while queued never started.
+    assert durations == {("fit", "objective_perturbation"): 3 - (refunded_epsilon > 0)}
+    (charged,) = families["privfit_epsilon_charged"].samples
+    assert charged.value == pytest.approx(0.875)
+    (refunded,) = families["privfit_epsilon_refunded"].samples
+    assert refunded.value == pytest.approx(refunded_epsilon)
+    assert "privfit_jobs_queued" in families
+    # Nothing per dataset or per site.
+    text = client.get("/metrics").text
+    assert dataset["id"] not in text
+    assert site.id not in text

@@ -1153,6 +1153,13 @@ class Readiness(BaseModel):
         str, Field(description="The database's migration revision (the head).", title="Revision")
     ]
     status: Annotated[Literal["ready"], Field(title="Status")] = "ready"
+    workers: Annotated[
+        int | None,
+        Field(
+            description="With the distributed job queue: job workers seen alive recently (null when jobs run inside the API process).",
+            title="Workers",
+        ),
+    ] = None
 
 
 RegularizationCandidatesCandidate = TypeAliasType(

@@ -42,7 +42,9 @@ def healthz() -> Health:
     summary="Readiness",
     description=(
         "200 when the database is reachable and migrated to the latest revision; otherwise 503 "
-        "(for example before `privfit migrate` has run)."
+        "(for example before `privfit migrate` has run). With the distributed job queue "
+        "(`PRIVFIT_JOB_RUNNER=queue`) also 503 while no `privfit worker` has sent a heartbeat "
+        "recently: jobs would be accepted but none would run."
     ),
     response_model=Readiness,
     response_description="Ready to serve requests.",
@@ -52,8 +54,18 @@ def healthz() -> Health:
 def readyz(request: Request, probe: DatabaseProbeDep) -> Readiness | ProblemResponse:
     state = probe.check()
     if state.ready:
-        return Readiness(revision=",".join(state.current))
-    if not state.reachable:
+        workers_seen = getattr(request.app.state.job_runner, "workers_seen", None)
+        if workers_seen is None:
+            return Readiness(revision=",".join(state.current))
+        workers = workers_seen()
+        if workers > 0:
+            return Readiness(revision=",".join(state.current), workers=workers)
+        settings = request.app.state.settings
+        detail = (
+            f"no job worker has been seen in the last {settings.queue_stalled_seconds:g} s: "
+            "queued jobs will not run; start `privfit worker`"
+        )
+    elif not state.reachable:
         detail = "the database is not reachable"
     else:
         detail = "the database is not migrated to the latest revision; run `privfit migrate`"

@@ -31,3 +31,8 @@ class Readiness(ResponseModel):
     status: Literal["ready"] = "ready"
     database: Literal["ok"] = "ok"
     revision: str = Field(description="The database's migration revision (the head).")
+    workers: int | None = Field(
+        default=None,
+        description="With the distributed job queue: job workers seen alive recently (null "
+        "when jobs run inside the API process).",
+    )

@@ -17,7 +17,9 @@ once, here, in :func:`submit_charged_job`:
 5. two requests with the same key racing each other insert the same (site, key) pair: the
    database's unique constraint lets exactly one commit and the other returns the winner's job;
 6. the job id goes to the runner. If that fails the job stays queued and the next start's
-   recovery submits it again.
+   recovery submits it again. A runner whose queue lives in the same database (the
+   distributed queue, :class:`~service.domain.jobs.lifecycle.TransactionalScheduler`) enqueues
+   inside the transaction of step 4 instead: charged and queued commit together.
 
 Every caller gets the same answer, :class:`SubmittedJob`: the job with its charges as
 committed (no second read) and whether this request created it.
@@ -40,7 +42,13 @@ from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.errors import BudgetExhaustedError, ConflictError, InvalidInputError
 from service.domain.ids import check_idempotency_key
-from service.domain.jobs.lifecycle import JobCharge, JobScheduler, JobView, job_view
+from service.domain.jobs.lifecycle import (
+    JobCharge,
+    JobScheduler,
+    JobView,
+    TransactionalScheduler,
+    job_view,
+)
 from service.domain.ledger import budgets
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
 from service.domain.records.base import json_safe
@@ -283,6 +291,9 @@ def submit_charged_job(
             if used and uow.studies.mark_used(used, at=utcnow()) != len(used):
                 raise ConflictError("a contribution was withdrawn while the job was prepared")
             view = JobView(job, _as_charged(pricing))  # the answer: no query
+            if isinstance(runner, TransactionalScheduler):
+                # A queue in this database: the queue row commits with the charge.
+                runner.enqueue_in_transaction(uow, job_id)
             uow.commit()
     except (IntegrityConflictError, budgets.DuplicateChargeError):
         if idempotency_key is None:

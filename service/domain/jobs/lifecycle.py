@@ -23,9 +23,10 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 from service.db.base import utcnow
+from service.db.job_stats import JobStatistics
 from service.db.models import Dataset, Evaluation, Job, LedgerCharge, Model
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
@@ -52,6 +53,7 @@ __all__ = [
     "PublicJobError",
     "Release",
     "ReleaseExceedsChargeError",
+    "TransactionalScheduler",
     "cancel_job",
     "charged_amounts",
     "check_release",
@@ -61,8 +63,10 @@ __all__ = [
     "job_problem",
     "job_view",
     "list_jobs",
+    "read_job_statistics",
     "recover_jobs",
     "settle_lost_job",
+    "settle_stalled_job",
 ]
 
 logger = logging.getLogger(__name__)
@@ -78,6 +82,14 @@ class JobScheduler(Protocol):
     """What the domain needs from a job runner: schedule a committed, queued job."""
 
     def submit(self, job_id: str) -> None: ...
+
+
+@runtime_checkable
+class TransactionalScheduler(JobScheduler, Protocol):
+    """A runner whose queue lives in the database: the job is enqueued inside the transaction
+    that stages it and commits its charge, so both commit or neither does."""
+
+    def enqueue_in_transaction(self, uow: UnitOfWork, job_id: str) -> None: ...
 
 
 class JobCancelledError(Exception):
@@ -240,6 +252,12 @@ def cancel_job(uow: UnitOfWork, *, job_id: str, actor: Principal) -> JobView:
         return job_view(uow, _visible(uow.jobs.get(job_id, fresh=True), actor))
 
 
+def read_job_statistics(uow_factory: UnitOfWorkFactory, bounds: Sequence[float]) -> JobStatistics:
+    """Deployment-wide job figures for operations (no dataset or site is named in them)."""
+    with uow_factory() as uow:
+        return uow.job_statistics(bounds)
+
+
 # --- crash recovery ------------------------------------------------------------------------
 
 
@@ -285,6 +303,25 @@ def settle_lost_job(uow_factory: UnitOfWorkFactory, job_id: str) -> bool:
             return False
         job = uow.jobs.get(job_id)
         return job is not None and job.status == "queued"
+
+
+def settle_stalled_job(uow_factory: UnitOfWorkFactory, job_id: str) -> str:
+    """The worker running ``job_id`` went silent: fail the job if it had started (budget kept
+    spent, ``job-interrupted``) and say what became of it: ``"interrupted"`` (failed now),
+    ``"queued"`` (it never started: may run elsewhere), ``"missing"``, or the final status it
+    already had. One conditional UPDATE: safe when several processes notice at once."""
+    with uow_factory() as uow:
+        if uow.jobs.transition(
+            job_id,
+            expected="running",
+            status="failed",
+            finished_at=utcnow(),
+            error=job_problem("job-interrupted"),
+        ):
+            uow.commit()
+            return "interrupted"
+        job = uow.jobs.get(job_id)
+        return "missing" if job is None else job.status
 
 
 # --- the worker ----------------------------------------------------------------------------

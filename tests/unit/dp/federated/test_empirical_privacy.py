@@ -73,15 +73,15 @@ def _cks_epsilon(rho: float, delta: float) -> float:
         )
         return out
 
-    coarse = np.linspace(-10.0, 10.0, 2001)
+    coarse = np.linspace(-10.0, 10.0, 401)
     best = coarse[int(np.argmin(eps_at(coarse)))]
-    return float(np.min(eps_at(np.linspace(best - 0.01, best + 0.01, 2001))))
+    return float(np.min(eps_at(np.linspace(best - 0.05, best + 0.05, 401))))
 
 
 def _cks_rho(epsilon: float, delta: float) -> float:
     """The largest ρ whose CKS conversion at δ is ε (bisection on the grid conversion)."""
     lo, hi = 0.0, epsilon
-    for _ in range(60):
+    for _ in range(40):
         mid = (lo + hi) / 2.0
         lo, hi = (mid, hi) if _cks_epsilon(mid, delta) <= epsilon else (lo, mid)
     return lo

@@ -1,0 +1,291 @@
+"""The distributed job queue in real processes (issue 14): two ``privfit serve`` replicas and
+three ``privfit worker`` processes (``PRIVFIT_JOB_RUNNER=queue``) on a fresh PostgreSQL
+database for this module. Nothing is mocked: jobs go through HTTP, procrastinate and the
+ledger; processes are started, restarted, stopped and SIGKILLed.
+
+The tests share the deployment (starting five Python processes is most of their cost) and run
+in file order; the last one takes the workers down.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+import pytest
+from sqlalchemy import Engine, create_engine, text
+
+from tests.conftest import ADMIN_KEY, postgres_base_url
+from tests.support.queue_cluster import (
+    STALLED_SECONDS,
+    START_TIMEOUT,
+    Cluster,
+    Process,
+    fresh_database,
+    wait_until,
+)
+from tests.unit.jobs._flow import fit_body, toy_csv, toy_spec
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+#: An objective-perturbation fit of the toy dataset: a few milliseconds of numerics.
+QUICK_FIT = fit_body("objective_perturbation", epsilon=0.01)
+#: A DP-SGD fit that runs for seconds (one update per row, many passes) and reports progress.
+SLOW_FIT = fit_body("dp_sgd", epsilon=0.05, params={"epochs": 250, "batch_size": 1})
+EPSILON_UNIT = 1e-9
+
+
+@dataclass
+class Deployment:
+    cluster: Cluster
+    apis: list[Process]
+    workers: list[Process]
+    engine: Engine
+
+
+@dataclass
+class Site:
+    headers: dict[str, str]
+    dataset_id: str
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    postgres_admin_engine: Engine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """The deployment; every process's output is kept in a ``queue-logs`` temporary folder."""
+    with fresh_database(postgres_base_url()) as url:
+        cluster = Cluster(url, ADMIN_KEY)
+        engine = create_engine(url)
+        try:
+            workers = [cluster.start_worker(f"worker-{i}") for i in range(3)]
+            with ThreadPoolExecutor(2) as pool:
+                apis = list(pool.map(lambda i: cluster.start_api(f"api-{i}"), range(2)))
+            deployment = Deployment(cluster, apis, workers, engine)
+            wait_until(
+                lambda: scalar(deployment, "SELECT count(*) FROM procrastinate_workers") == 3,
+                timeout=START_TIMEOUT,
+                what="three workers to register",
+            )
+            yield deployment
+        finally:
+            cluster.close(tmp_path_factory.mktemp("queue-logs"))
+            engine.dispose()
+
+
+def scalar(deployment: Deployment, sql: str, **params: Any) -> Any:
+    with deployment.engine.connect() as connection:
+        return connection.execute(text(sql), params).scalar_one()
+
+
+def client(api: Process) -> httpx2.Client:
+    assert api.base_url is not None
+    return httpx2.Client(base_url=api.base_url, timeout=60)
+
+
+def new_site(api: Process, name: str, *, epsilon: float = 10.0) -> Site:
+    with client(api) as http:
+        response = http.post("/v1/sites", json={"name": name}, headers=ADMIN)
+        assert response.status_code == 201, response.text
+        headers = {"Authorization": f"Bearer {response.json()['key']['api_key']}"}
+        response = http.post(
+            "/v1/datasets",
+            files={
+                "file": ("toy.csv", toy_csv(), "text/csv"),
+                "spec": (None, json.dumps(toy_spec(epsilon=epsilon))),
+            },
+            headers=headers,
+        )
+        assert response.status_code == 201, response.text
+        return Site(headers, response.json()["id"])
+
+
+def submit(api: Process, site: Site, body: dict[str, Any]) -> dict[str, Any]:
+    with client(api) as http:
+        response = http.post(
+            f"/v1/datasets/{site.dataset_id}/fits", json=body, headers=site.headers
+        )
+    assert response.status_code == 202, response.text
+    job: dict[str, Any] = response.json()
+    return job
+
+
+def get_job(api: Process, site: Site, job_id: str, *, wait: float | None = None) -> dict[str, Any]:
+    """The job as ``api`` sees it; with ``wait``, a long poll until it ends (at most 30 s)."""
+    query = "" if wait is None else f"?wait={wait:g}"
+    with client(api) as http:
+        response = http.get(f"/v1/jobs/{job_id}{query}", headers=site.headers)
+    assert response.status_code == 200, response.text
+    job: dict[str, Any] = response.json()
+    return job
+
+
+def finished(api: Process, site: Site, job_id: str, *, attempts: int = 4) -> dict[str, Any]:
+    """Long-poll until the job ends (a few polls: a slow job may outlast one)."""
+    job = get_job(api, site, job_id)
+    for _ in range(attempts):
+        if job["status"] not in {"queued", "running"}:
+            return job
+        job = get_job(api, site, job_id, wait=30)
+    raise AssertionError(f"job {job_id} still {job['status']}")
+
+
+def running(api: Process, site: Site, job_id: str) -> dict[str, Any]:
+    """The job once a worker has claimed it (another process: polled)."""
+    found: dict[str, Any] = wait_until(
+        lambda: (job := get_job(api, site, job_id))["status"] != "queued" and job,
+        timeout=60,
+        what=f"job {job_id} to start",
+    )
+    assert found["status"] == "running", found
+    return found
+
+
+def test_two_hundred_fits_through_two_replicas_and_three_workers(deployment: Deployment) -> None:
+    site = new_site(deployment.apis[0], "Many fits")
+    with ThreadPoolExecutor(8) as pool:
+        jobs = list(
+            pool.map(lambda i: submit(deployment.apis[i % 2], site, QUICK_FIT)["id"], range(200))
+        )
+        # Each job is awaited on the replica that did NOT queue it: the long poll is woken by
+        # the worker's commit through PostgreSQL, not by the process that took the request.
+        ends = list(
+            pool.map(lambda i: finished(deployment.apis[(i + 1) % 2], site, jobs[i]), range(200))
+        )
+
+    outcomes = Counter((end["status"], (end["error"] or {}).get("type")) for end in ends)
+    assert outcomes == {("succeeded", None): 200}
+    assert len({end["model_id"] for end in ends}) == 200
+    params = {"dataset": site.dataset_id}
+    # Every job was claimed once (attempt 1) and released exactly one model.
+    assert (
+        scalar(
+            deployment,
+            "SELECT count(*) FROM job WHERE dataset_id = :dataset AND attempt = 1 "
+            "AND status = 'succeeded'",
+            **params,
+        )
+        == 200
+    )
+    assert (
+        scalar(deployment, "SELECT count(*) FROM model WHERE dataset_id = :dataset", **params)
+        == 200
+    )
+    assert (
+        scalar(
+            deployment,
+            "SELECT count(DISTINCT job_id) FROM model WHERE dataset_id = :dataset",
+            **params,
+        )
+        == 200
+    )
+    # The ledger: 200 charges of 0.01, and the dataset's spent ε is exactly their sum.
+    charged = scalar(
+        deployment,
+        "SELECT sum(epsilon_units) FROM ledger_charge WHERE dataset_id = :dataset "
+        "AND state = 'charged'",
+        **params,
+    )
+    assert charged == round(200 * 0.01 / EPSILON_UNIT)
+    assert (
+        scalar(deployment, "SELECT epsilon_spent_units FROM dataset WHERE id = :dataset", **params)
+        == charged
+    )
+    # No task was retried or failed by the queue.
+    assert scalar(deployment, "SELECT count(*) FROM procrastinate_jobs WHERE attempts > 0") == 0
+    assert (
+        scalar(deployment, "SELECT count(*) FROM procrastinate_jobs WHERE status <> 'succeeded'")
+        == 0
+    )
+
+
+def test_cancel_queued_and_running_jobs_from_another_replica(deployment: Deployment) -> None:
+    api_a, api_b = deployment.apis
+    site = new_site(api_a, "Cancels")
+    # Three slow fits occupy the three workers; a fourth waits in the queue.
+    slow = [submit(api_a, site, SLOW_FIT)["id"] for _ in range(3)]
+    for job_id in slow:
+        running(api_a, site, job_id)
+    queued = submit(api_a, site, SLOW_FIT)["id"]
+    assert get_job(api_b, site, queued)["status"] == "queued"
+
+    with client(api_b) as http:
+        response = http.post(f"/v1/jobs/{queued}/cancel", headers=site.headers)
+        assert response.status_code == 200, response.text
+        cancelled = response.json()
+        assert cancelled["status"] == "cancelled"
+        assert [c["state"] for c in cancelled["charges"]] == ["refunded"]
+        response = http.post(f"/v1/jobs/{slow[0]}/cancel", headers=site.headers)
+        assert response.status_code == 200, response.text
+
+    # The worker stops at its next progress report: cancelled, no model, budget kept spent.
+    stopped = finished(api_a, site, slow[0])
+    assert stopped["status"] == "cancelled"
+    assert stopped["model_id"] is None
+    assert [c["state"] for c in stopped["charges"]] == ["charged"]
+    assert stopped["progress"] < 1
+    # The queued one never ran anywhere: still cancelled, never claimed.
+    assert scalar(deployment, "SELECT attempt FROM job WHERE id = :id", id=queued) == 0
+    for job_id in slow[1:]:
+        assert finished(api_b, site, job_id)["status"] == "succeeded"
+    assert get_job(api_a, site, queued)["status"] == "cancelled"
+
+
+def test_restarting_an_api_replica_fails_nothing_that_still_runs(deployment: Deployment) -> None:
+    api_a, api_b = deployment.apis
+    site = new_site(api_a, "Restarts")
+    jobs = [submit(api_a, site, SLOW_FIT)["id"] for _ in range(4)]
+    running(api_b, site, jobs[0])
+
+    port = api_a.base_url.rsplit(":", 1)[1] if api_a.base_url else None
+    api_a.stop()
+    restarted = deployment.cluster.start_api("api-0-restarted", port=int(port or 0))
+    deployment.apis[0] = restarted
+    # The restarted replica's start-up recovery left the running jobs alone.
+    for job_id in jobs:
+        assert get_job(restarted, site, job_id)["status"] in {"queued", "running", "succeeded"}
+    ends = [finished(restarted, site, job_id) for job_id in jobs]
+    assert [end["status"] for end in ends] == ["succeeded"] * 4
+
+
+def test_sigkill_of_a_worker_mid_fit(deployment: Deployment) -> None:
+    api_a, api_b = deployment.apis
+    site = new_site(api_a, "Crashes")
+    # One worker left, so the slow fit and the quick ones after it run where we expect.
+    survivor = deployment.workers[0]
+    for worker in deployment.workers[1:]:
+        worker.stop()
+    victim = submit(api_a, site, SLOW_FIT)
+    running(api_a, site, victim["id"])
+    after = [submit(api_b, site, QUICK_FIT)["id"] for _ in range(5)]
+
+    survivor.kill()
+    # Whichever process notices the silent worker first fails the job it was running.
+    interrupted = finished(api_b, site, victim["id"])
+    assert interrupted["status"] == "failed"
+    assert interrupted["error"]["type"].endswith("/job-interrupted")
+    assert interrupted["model_id"] is None
+    assert [c["state"] for c in interrupted["charges"]] == ["charged"]
+    assert scalar(deployment, "SELECT count(*) FROM model WHERE job_id = :id", id=victim["id"]) == 0
+    # The jobs queued behind it are untouched: nobody is left to run them.
+    assert {get_job(api_a, site, job_id)["status"] for job_id in after} == {"queued"}
+    with client(api_a) as http:
+        wait_until(
+            lambda: http.get("/readyz").status_code == 503,
+            timeout=STALLED_SECONDS * 10,
+            what="/readyz to notice that no worker is left",
+        )
+        assert "no job worker" in http.get("/readyz").json()["detail"]
+
+    replacement = deployment.cluster.start_worker("worker-replacement")
+    deployment.workers = [replacement]
+    ends = [finished(api_a, site, job_id) for job_id in after]
+    assert [end["status"] for end in ends] == ["succeeded"] * 5
+    with client(api_a) as http:
+        assert http.get("/readyz").status_code == 200
