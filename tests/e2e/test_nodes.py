@@ -143,14 +143,11 @@ class Network:
         )
         self.responses.append(r.text)
         out: dict[str, Any] = r.json()
-        while r.status_code in (201, 202) and out["status"] not in (
-            "succeeded",
-            "failed",
-            "cancelled",
-        ):
+        while r.status_code < 400 and out["status"] not in ("succeeded", "failed", "cancelled"):
+            # a long poll: answered when the job ends or after `wait` seconds
             r = httpx2.get(
-                f"{self.coordinator.base_url}/v1/jobs/{out['id']}",
-                headers={**self.headers, "Prefer": f"wait={wait}"},
+                f"{self.coordinator.base_url}/v1/jobs/{out['id']}?wait={wait}",
+                headers=self.headers,
                 timeout=wait + 30,
             )
             self.responses.append(r.text)
