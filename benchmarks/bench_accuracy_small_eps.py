@@ -19,6 +19,8 @@ Run from the repository root::
     .venv/bin/python -m benchmarks.bench_accuracy_small_eps                  # ~5 min, 2 cores
     .venv/bin/python -m benchmarks.bench_accuracy_small_eps --quick          # smoke run
     .venv/bin/python -m benchmarks.bench_accuracy_small_eps --json out.json  # raw figures too
+    .venv/bin/python -m benchmarks.bench_accuracy_small_eps --repeats 150 --epsilons 0.05 0.1 \
+        --lambdas 0.001                                                      # one region, closer
 """
 
 from __future__ import annotations
@@ -126,14 +128,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="two ε, one λ, 2 repetitions")
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--epsilons", type=float, nargs="+", default=None, help="ε values")
+    parser.add_argument("--lambdas", type=float, nargs="+", default=None, help="λ values")
     parser.add_argument("--json", type=Path, default=None, help="write the raw results here")
     parser.add_argument("--threads", type=int, default=1, help="native threads (0: default)")
     args = parser.parse_args(argv)
     controller = limit_threads(args.threads or None)
     started, load_before = time.perf_counter(), load_average()
     raw = run(
-        epsilons=(0.05, 0.5) if args.quick else EPSILONS,
-        lambdas=(1e-3,) if args.quick else LAMBDAS,
+        epsilons=args.epsilons or ((0.05, 0.5) if args.quick else EPSILONS),
+        lambdas=args.lambdas or ((1e-3,) if args.quick else LAMBDAS),
         repeats=args.repeats or (2 if args.quick else REPEATS),
     )
     raw["environment"] = environment(args.threads or None)

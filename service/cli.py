@@ -1,4 +1,4 @@
-"""The ``privfit`` command: serve, worker, migrate, create-site, reset-admin-key, openapi."""
+"""The ``privfit`` command: serve, worker, migrate, create-site, reset-admin-key, openapi, agent."""
 
 from __future__ import annotations
 
@@ -128,6 +128,19 @@ def _openapi(args: argparse.Namespace) -> int:
     return openapi.main(argv)
 
 
+def _agent(_args: argparse.Namespace) -> int:
+    import threading
+
+    from service.nodes.agent import install_signal_handlers, run_agent
+
+    settings = _settings()
+    configure_logging(settings.log_level)
+    stop = threading.Event()
+    install_signal_handlers(stop)
+    with _unit_of_work_factory(settings) as factory:
+        return run_agent(settings, factory, stop=stop)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="privfit",
@@ -173,6 +186,12 @@ def _parser() -> argparse.ArgumentParser:
     spec.add_argument("path", nargs="?", help="output file (default: openapi/openapi.json)")
     spec.add_argument("--check", action="store_true", help="fail if the file is out of date")
     spec.set_defaults(handler=_openapi)
+    agent = commands.add_parser(
+        "agent",
+        help="run this node's task loop: take federated-fit tasks from the coordinator "
+        "(PRIVFIT_COORDINATOR_URL, outbound only) and run them on local datasets",
+    )
+    agent.set_defaults(handler=_agent)
     return parser
 
 

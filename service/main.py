@@ -31,6 +31,7 @@ from service.api.routes import (
     fits,
     jobs,
     models,
+    nodes,
     ops,
     plans,
     sites,
@@ -41,9 +42,12 @@ from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.auth import configured_key_hash, ensure_admin_key
 from service.domain.jobs.lifecycle import read_job_statistics
+from service.domain.nodes.exchange import EXCHANGE
+from service.domain.nodes.remote_fit import task_deadline
 from service.jobs.queue import QueueJobRunner
 from service.jobs.runner import JobRunner
 from service.jobs.worker import build_runner
+from service.nodes.link import HttpCoordinatorLink
 from service.settings import Settings, get_settings
 
 __all__ = ["announce_admin_key", "app", "create_app"]
@@ -136,6 +140,10 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     unwatch = app.state.metrics.watch_jobs(
         JobMetrics(partial(read_job_statistics, app.state.uow_factory, JOB_DURATION_BUCKETS))
     )
+    # Site nodes: this process serves the node task endpoints, so jobs run in its threads
+    # can reach the nodes (service.domain.nodes.exchange).
+    EXCHANGE.attached = True
+    task_deadline(settings.node_task_deadline)
     try:
         await anyio.to_thread.run_sync(_bootstrap_admin_key, app)
         runner.start()
@@ -166,6 +174,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
     app.state.admin_key_hash = configured_key_hash(admin_key)
+    app.state.coordinator_link = (
+        HttpCoordinatorLink(settings.coordinator_url, settings.coordinator_key.get_secret_value())
+        if settings.coordinator_url and settings.coordinator_key
+        else None
+    )
     app.state.rate_limits = RateLimits(
         failed_auth=settings.rate_limit_failed_auth,
         expensive=settings.rate_limit_expensive,
@@ -186,6 +199,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         evaluations.router,
         plans.router,
         studies.router,
+        nodes.router,
         audit.router,
     ):
         app.include_router(router)

@@ -202,6 +202,32 @@ class Settings(BaseSettings):
             "Never set it in production: anyone who knows it can remove the noise."
         ),
     )
+    coordinator_url: str | None = Field(
+        default=None,
+        description=(
+            "Site nodes (issue 15): the URL of the coordinator PrivFit this node offers datasets "
+            "to and takes protocol tasks from (outbound connections only)."
+        ),
+    )
+    coordinator_key: SecretStr | None = Field(
+        default=None,
+        description="This site's API key on the coordinator (with PRIVFIT_COORDINATOR_URL).",
+    )
+    node_task_deadline: float = Field(
+        default=60.0,
+        gt=0,
+        le=3600,
+        description=(
+            "Coordinator: seconds a node may take to answer one task of a federated fit before "
+            "the job fails (no model; every node keeps its charge)."
+        ),
+    )
+    agent_poll_seconds: float = Field(
+        default=20.0,
+        gt=0,
+        le=300,
+        description="Node agent: how long one long poll for the next task waits.",
+    )
 
     @field_validator("rate_limit_failed_auth", "rate_limit_expensive")
     @classmethod

@@ -33,7 +33,7 @@ def test_migrate_then_create_site(cli_db: str, capsys: pytest.CaptureFixture[str
     created = json.loads(capsys.readouterr().out)
     assert created["site"]["name"] == "Research Site"
 
-    with TestClient(create_app(Settings(database_url=cli_db))) as client:
+    with TestClient(create_app(Settings(database_url=cli_db, job_runner="thread"))) as client:
         capsys.readouterr()
         headers = {"Authorization": f"Bearer {created['api_key']}"}
         response = client.get("/v1/sites/me", headers=headers)
@@ -60,7 +60,7 @@ def test_reset_admin_key(cli_db: str, capsys: pytest.CaptureFixture[str]) -> Non
     (first,) = re.findall(r"pf_\S+", capsys.readouterr().out)
     cli.main(["reset-admin-key"])
     (second,) = re.findall(r"pf_\S+", capsys.readouterr().out)
-    with TestClient(create_app(Settings(database_url=cli_db))) as client:
+    with TestClient(create_app(Settings(database_url=cli_db, job_runner="thread"))) as client:
         assert capsys.readouterr().out == ""  # a key exists: nothing generated at start
         old = client.get("/v1/sites", headers={"Authorization": f"Bearer {first}"})
         new = client.get("/v1/sites", headers={"Authorization": f"Bearer {second}"})

@@ -32,6 +32,7 @@ from service.domain.errors import (
     NotFoundError,
     PermissionDeniedError,
     RateLimitedError,
+    UpstreamError,
 )
 
 __all__ = [
@@ -55,6 +56,7 @@ DOMAIN_ERROR_STATUS: dict[type[DomainError], int] = {
     BudgetExhaustedError: 409,
     InvalidInputError: 422,
     RateLimitedError: 429,
+    UpstreamError: 502,
 }
 
 #: Problem types of errors raised outside the domain: (slug, title) by status.
@@ -224,6 +226,7 @@ _DESCRIPTIONS: dict[int, str] = {
         "`Retry-After` seconds."
     ),
     500: "Unexpected failure. The body never contains internals; quote `request_id`.",
+    502: "The coordinator (another PrivFit) could not be reached or refused; `detail` says why.",
     503: "A dependency (the database) is not ready.",
 }
 
@@ -254,6 +257,11 @@ _EXAMPLE_DETAILS: dict[int, tuple[str, str, str]] = {
         "too many failed authentications from this client address; try again later",
     ),
     500: ("internal-error", "Internal server error", "An unexpected error occurred."),
+    502: (
+        "upstream",
+        "Upstream service failed",
+        "the coordinator answered 404: study not found",
+    ),
     503: ("service-unavailable", "Service unavailable", "the database is not reachable"),
 }
 

@@ -65,6 +65,11 @@ TAGS: list[dict[str, str]] = [
         "description": "Studies: sites contribute models or dataset grants; the coordinator "
         "aggregates them into a model every member reads.",
     },
+    {
+        "name": "nodes",
+        "description": "Site nodes: datasets kept on a member's own PrivFit, offered to a "
+        "coordinator's study, and the tasks of federated fits run there (issue 15).",
+    },
     {"name": "audit", "description": "The audit log of security-relevant events (admin)."},
     {"name": "ops", "description": "Liveness, readiness and Prometheus metrics (no key)."},
 ]

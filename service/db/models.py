@@ -450,3 +450,88 @@ class Evaluation(Base):
     result: Mapped[dict[str, Any]] = mapped_column(JSON)
     privacy: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class RemoteContribution(Base):
+    """Coordinator side of issue 15: a dataset a member site keeps on its own node and offers
+    to a study. Only the public spec travels (``spec``: bounds, categories, label; ``n_features``
+    the encoded width) with the caps the node accepts per job; never a row, never a row count.
+    ``withdrawn_at`` is set when either side withdraws; a withdrawn contribution takes part in
+    no new fit."""
+
+    __tablename__ = "remote_contribution"
+    __table_args__ = (
+        CheckConstraint("epsilon_cap_units > 0", name="epsilon_cap_positive"),
+        CheckConstraint("delta_cap_units >= 0", name="delta_cap_non_negative"),
+        CheckConstraint("n_features > 0", name="n_features_positive"),
+        Index("ix_remote_contribution_study_created", "study_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    study_id: Mapped[str] = mapped_column(ForeignKey("study.id", ondelete="CASCADE"))
+    site_id: Mapped[str] = mapped_column(ForeignKey("site.id", ondelete="RESTRICT"), index=True)
+    node_dataset_id: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    n_features: Mapped[int] = mapped_column(Integer)
+    epsilon_cap_units: Mapped[int] = mapped_column(BigInteger)
+    delta_cap_units: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    withdrawn_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class DatasetOffer(Base):
+    """Node side of issue 15: one of this node's datasets offered to a study on a coordinator.
+
+    ``contribution_id`` is the coordinator's id of the remote contribution. The caps bound what
+    the coordinator's jobs may charge through this offer, in ledger units; ``*_spent_units`` is
+    what they have charged (debited in the same transaction as the dataset's own budget, one
+    conditional UPDATE each, so the caps hold under concurrency)."""
+
+    __tablename__ = "dataset_offer"
+    __table_args__ = (
+        CheckConstraint("epsilon_cap_units > 0", name="epsilon_cap_positive"),
+        CheckConstraint("delta_cap_units >= 0", name="delta_cap_non_negative"),
+        CheckConstraint(
+            "epsilon_spent_units >= 0 AND delta_spent_units >= 0"
+            " AND epsilon_spent_units <= epsilon_cap_units"
+            " AND delta_spent_units <= delta_cap_units",
+            name="offer_spent_within_cap",
+        ),
+        UniqueConstraint("contribution_id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    dataset_id: Mapped[str] = mapped_column(
+        ForeignKey("dataset.id", ondelete="RESTRICT"), index=True
+    )
+    study_id: Mapped[str] = mapped_column(String(64))
+    contribution_id: Mapped[str] = mapped_column(String(64))
+    epsilon_cap_units: Mapped[int] = mapped_column(BigInteger)
+    delta_cap_units: Mapped[int] = mapped_column(BigInteger)
+    epsilon_spent_units: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    delta_spent_units: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    withdrawn_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+
+class NodeJob(Base):
+    """Node side: a coordinator's job this node accepted for one offer, with the terms it
+    accepted (protocol, parameters, rounds, ε, δ) and its charge. Unique per (offer, the
+    coordinator's job id): accepting is idempotent, so a restarted agent never charges twice.
+    ``status``: ``accepted`` (charged, running), ``finished`` or ``failed``."""
+
+    __tablename__ = "node_job"
+    __table_args__ = (
+        CheckConstraint("status IN ('accepted', 'finished', 'failed')", name="status_known"),
+        UniqueConstraint("offer_id", "coordinator_job_id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True, default=new_id)
+    offer_id: Mapped[str] = mapped_column(ForeignKey("dataset_offer.id", ondelete="RESTRICT"))
+    coordinator_job_id: Mapped[str] = mapped_column(String(64))
+    terms: Mapped[dict[str, Any]] = mapped_column(JSON)
+    charge_id: Mapped[str] = mapped_column(ForeignKey("ledger_charge.id", ondelete="RESTRICT"))
+    status: Mapped[str] = mapped_column(String(16), default="accepted")
+    error: Mapped[str | None] = mapped_column(String(500))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime())

@@ -37,6 +37,8 @@ from service.db.repositories import (
     JobRepository,
     LedgerRepository,
     ModelRepository,
+    OfferRepository,
+    RemoteContributionRepository,
     SiteRepository,
     StudyRepository,
 )
@@ -56,6 +58,8 @@ class UnitOfWork:
     models: ModelRepository
     studies: StudyRepository
     evaluations: EvaluationRepository
+    remote_contributions: RemoteContributionRepository
+    offers: OfferRepository
 
     def __init__(self, session_factory: sessionmaker[Session]) -> None:
         self._session_factory = session_factory
@@ -81,6 +85,8 @@ class UnitOfWork:
         self.models = ModelRepository(self._session)
         self.studies = StudyRepository(self._session)
         self.evaluations = EvaluationRepository(self._session)
+        self.remote_contributions = RemoteContributionRepository(self._session)
+        self.offers = OfferRepository(self._session)
         return self
 
     def __exit__(

@@ -139,3 +139,10 @@ class RateLimitedError(DomainError):
 
     def extensions(self) -> dict[str, Any]:
         return {"retry_after": self.retry_after}
+
+
+class UpstreamError(DomainError):
+    """Another PrivFit this one depends on (a node's coordinator, issue 15) could not be
+    reached or refused the request; ``detail`` says which and why, never data."""
+
+    title = "Upstream service failed"

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from service.dp import preprocessing, projection
-from service.dp.accounting import PrivacyCost, check_epsilon_delta
+from service.dp.accounting import PrivacyCost, check_epsilon_delta, ledger_amount
 from service.dp.base import (
     Calibration,
     FitResult,
@@ -143,6 +144,7 @@ def _fit(
     )
     calibration = mech.calibrate(problem)
     model = mech.run(Xf, yf, problem, calibration, rng=rng, progress=progress)
+    calibration = _as_charged(calibration, problem, epsilon, delta)
     return FitResult(
         mechanism=mech.name,
         model=model,
@@ -177,7 +179,30 @@ def calibrate(
         regularization=regularization,
         params=params,
     )
-    return mech.calibrate(problem)
+    return _as_charged(mech.calibrate(problem), problem, epsilon, delta)
+
+
+def _as_charged(
+    calibration: Calibration, problem: Problem, epsilon: float, delta: float
+) -> Calibration:
+    """The calibration as quoted and charged: a mechanism that spends exactly the (ε, δ) it was
+    calibrated with (the ledger amounts of :func:`make_problem`) reports the requested values,
+    which the ledger charges as the same whole units (issue 19 §4); ``epsilon_calibrated``
+    and ``delta_calibrated`` record the doubles the noise was calibrated with."""
+    if problem.mechanism in NON_PRIVATE_MECHANISMS:
+        return calibration
+    eps, dlt = calibration.epsilon, calibration.delta
+    if eps == problem.epsilon:
+        eps = float(epsilon)
+    if dlt == problem.delta:
+        dlt = float(delta)
+    details = dict(calibration.details)
+    if details.get("epsilon") == problem.epsilon:
+        details["epsilon"] = eps if eps == float(epsilon) else details["epsilon"]
+    if details.get("delta") == problem.delta:
+        details["delta"] = dlt if dlt == float(delta) else details["delta"]
+    details.update(epsilon_calibrated=problem.epsilon, delta_calibrated=problem.delta)
+    return replace(calibration, epsilon=eps, delta=dlt, details=details)
 
 
 def make_problem(
@@ -204,7 +229,11 @@ def make_problem(
         eps, dlt = math.inf, 0.0
     else:
         check_epsilon_delta(epsilon, delta)
-        eps, dlt = float(epsilon), float(delta)
+        # calibrate with the largest doubles ≤ both the request and what the ledger charges
+        # (issue 19 §4): the charge ⌈repr(ε)/1e-9⌉·1e-9 is never less than the ε the
+        # mechanism's proof uses, and the requested ε it reports is never less either
+        eps = min(float(epsilon), ledger_amount(float(epsilon), unit="epsilon"))
+        dlt = min(float(delta), ledger_amount(float(delta), unit="delta"))
     problem = Problem(
         mechanism=mech.name,
         n=n,

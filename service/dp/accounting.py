@@ -33,6 +33,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from fractions import Fraction
 from typing import Literal
 
 from scipy import optimize
@@ -50,6 +51,7 @@ __all__ = [
     "check_epsilon_delta",
     "from_units",
     "gaussian_zcdp",
+    "ledger_amount",
     "parallel_composition",
     "to_units",
     "zcdp_compose",
@@ -226,6 +228,27 @@ def to_units(value: float, *, unit: Literal["epsilon", "delta"], rounding: str =
         raise ValueError(f"rounding must be 'up' or 'down', got {rounding!r}")
     mode = ROUND_CEILING if rounding == "up" else ROUND_FLOOR
     return int((Decimal(repr(float(value))) * scale).to_integral_value(rounding=mode))
+
+
+def ledger_amount(value: float, *, unit: Literal["epsilon", "delta"]) -> float:
+    """The largest double ≤ the amount the ledger charges for ``value`` (issue 19 §4).
+
+    The ledger charges c = ⌈repr(value)/u⌉·u (:func:`to_units`, u = 1e-9 ε or 1e-15 δ): the
+    decimal the caller wrote, rounded up to whole units, so ten charges of 0.1 make exactly
+    1.0. The double 0.1 itself is 0.1000000000000000055…, *more* than it is charged for; a
+    mechanism calibrated with it would spend 5.5e-18 more than the ledger records.
+    Mechanisms are therefore calibrated with this value f = max{double x : x ≤ c} instead:
+    f ≤ c exactly (compared in exact decimal arithmetic), so the charge is never less than
+    what the mechanism uses, and f differs from ``value`` by at most one ulp (f = value
+    whenever value ≤ c; otherwise value's predecessor, as c lies between repr and value).
+    """
+    units = to_units(value, unit=unit, rounding="up")
+    scale = EPSILON_UNITS_PER_ONE if unit == "epsilon" else DELTA_UNITS_PER_ONE
+    charged = Fraction(units, scale)
+    out = float(charged)  # nearest double, possibly just above c
+    if Fraction(out) > charged:
+        out = math.nextafter(out, -math.inf)
+    return out
 
 
 def from_units(units: int, *, unit: Literal["epsilon", "delta"]) -> float:

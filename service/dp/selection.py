@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from itertools import product
 from typing import Any, Final, Generic, TypeVar
 
@@ -36,6 +37,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.base import FitResult
+from service.dp.discrete_noise import bernoulli_exp, randbelow
 from service.dp.noise import uniforms
 from service.dp.prepared import PreparedDesign, prepare_design
 
@@ -151,15 +153,28 @@ def split_parts(n: int, k: int, rng: np.random.Generator | None) -> list[NDArray
 def exponential_mechanism(
     errors: Sequence[int], epsilon: float, rng: np.random.Generator | None
 ) -> tuple[int, tuple[float, ...]]:
-    """Index i with probability ∝ exp(−ε eᵢ / 2) (ε-DP for counts of sensitivity 1), and the
-    probabilities (computed stably from the minimum error)."""
+    """Index i with probability exactly ∝ exp(−ε eᵢ / 2) (ε-DP for counts of sensitivity 1),
+    and the probabilities (floats, computed stably from the minimum error; never released).
+
+    Exact sampling (issue 19 §1): propose i uniformly, accept with probability
+    exp(−ε(eᵢ − e_min)/2), decided exactly by CKS's Bernoulli(e^{−γ}) on the rational γ (ε is a
+    double, hence rational; the eᵢ are integers). An accepted i has probability
+    ∝ (1/k)·exp(−ε eᵢ/2)·exp(ε e_min/2) ∝ exp(−ε eᵢ/2), so the ratio of the law's
+    probabilities between neighbours is bounded by e^ε exactly, with every candidate possible;
+    a float CDF searched with a 52-bit uniform would round small probabilities to zero.
+    The candidate with the smallest error is accepted surely, so ≤ k proposals on average.
+    """
     e = np.asarray(errors, dtype=np.float64)
     logits = -epsilon * (e - e.min()) / 2.0
     weights = np.exp(logits)
     probs = weights / weights.sum()
-    u = float(uniforms(1, rng)[0])
-    index = int(np.searchsorted(np.cumsum(probs), u, side="right"))
-    return min(index, len(probs) - 1), tuple(float(p) for p in probs)
+    counts = [int(v) for v in errors]
+    best = min(counts)
+    half_epsilon = Fraction(epsilon) / 2
+    while True:
+        index = randbelow(len(counts), rng)
+        if bernoulli_exp(half_epsilon * (counts[index] - best), rng):
+            return index, tuple(float(p) for p in probs)
 
 
 def tune(

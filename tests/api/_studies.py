@@ -6,7 +6,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -131,14 +130,15 @@ def upload_dataset(
 def finished(
     client: TestClient, site: SiteHandle, job: dict[str, Any], timeout: float = 30.0
 ) -> dict[str, Any]:
-    """Poll a job returned by a 202 until it has finished (or fail after ``timeout`` s)."""
-    deadline = time.monotonic() + timeout
-    while job["status"] not in TERMINAL:
-        assert time.monotonic() < deadline, f"job still {job['status']} after {timeout} s"
-        time.sleep(0.02)
-        response = client.get(f"/v1/jobs/{job['id']}", headers=site.headers)
+    """A job returned by a 202, once it has finished: one long poll (``?wait=``, at most
+    ``timeout`` s)."""
+    if job["status"] not in TERMINAL:
+        response = client.get(
+            f"/v1/jobs/{job['id']}", params={"wait": timeout}, headers=site.headers
+        )
         assert response.status_code == 200, response.text
         job = response.json()
+    assert job["status"] in TERMINAL, f"job still {job['status']} after {timeout} s"
     return job
 
 
@@ -150,7 +150,7 @@ def fit_model(
     mechanism: str = "objective_perturbation",
     epsilon: float | None = 1.0,
 ) -> dict[str, Any]:
-    """POST a fit, poll its job (30 s deadline) and return the model."""
+    """POST a fit, wait for its job (one long poll, 30 s) and return the model."""
     body: dict[str, Any] = {
         "mechanism": mechanism,
         "delta": 0.0,
@@ -162,13 +162,7 @@ def fit_model(
     response = client.post(f"/v1/datasets/{dataset_id}/fits", json=body, headers=site.headers)
     assert response.status_code == 202, response.text
     job_id = response.json()["id"]
-    deadline = time.monotonic() + 30.0
-    while True:
-        job = client.get(f"/v1/jobs/{job_id}", headers=site.headers).json()
-        if job["status"] in TERMINAL:
-            break
-        assert time.monotonic() < deadline, f"job still {job['status']} after 30 s"
-        time.sleep(0.02)
+    job = client.get(f"/v1/jobs/{job_id}", params={"wait": 30}, headers=site.headers).json()
     assert job["status"] == "succeeded", job
     model = client.get(f"/v1/models/{job['model_id']}", headers=site.headers)
     assert model.status_code == 200, model.text

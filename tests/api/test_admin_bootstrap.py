@@ -29,6 +29,7 @@ def start(db_url: str, admin_key: str | None = None) -> TestClient:
         database_url=db_url,
         admin_key=SecretStr(admin_key) if admin_key else None,
         environment="test",
+        job_runner="thread",  # no job runs here: no process pool to start and stop
     )
     return TestClient(create_app(settings))
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import time
 from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
@@ -153,19 +152,16 @@ def fit_body(**overrides: Any) -> dict[str, Any]:
 def run_fit(
     client: TestClient, site: SiteHandle, dataset_id: str, **overrides: Any
 ) -> dict[str, Any]:
-    """POST a fit and poll its job until it ends (30 s deadline); returns the final job."""
+    """POST a fit and wait for its job with one long poll (30 s); returns the final job."""
     response = client.post(
         f"/v1/datasets/{dataset_id}/fits", json=fit_body(**overrides), headers=site.headers
     )
     assert response.status_code == 202, response.text
     job_id = response.json()["id"]
-    deadline = time.monotonic() + 30.0
-    while True:
-        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}", headers=site.headers).json()
-        if job["status"] in TERMINAL:
-            return job
-        assert time.monotonic() < deadline, f"job still {job['status']} after 30 s"
-        time.sleep(0.02)
+    waited = client.get(f"/v1/jobs/{job_id}", params={"wait": 30}, headers=site.headers)
+    job: dict[str, Any] = waited.json()
+    assert job["status"] in TERMINAL, f"job still {job['status']} after 30 s"
+    return job
 
 
 def fitted_model(

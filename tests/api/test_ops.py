@@ -48,7 +48,10 @@ def test_readyz_is_503_when_not_migrated(client: TestClient, db_url: str) -> Non
 def test_readyz_is_503_when_unreachable(tmp_path: Path) -> None:
     # A directory cannot be opened as a SQLite database: "unreachable".
     settings = Settings(
-        database_url=f"sqlite:///{tmp_path}", admin_key=SecretStr(ADMIN_KEY), environment="test"
+        database_url=f"sqlite:///{tmp_path}",
+        admin_key=SecretStr(ADMIN_KEY),
+        environment="test",
+        job_runner="thread",
     )
     with TestClient(create_app(settings)) as client:
         response = client.get("/readyz")

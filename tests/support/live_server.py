@@ -103,8 +103,10 @@ def start_server(
     admin_key: str,
     workdir: Path,
     extra_env: Mapping[str, str] | None = None,
+    ready_timeout: float = 60.0,
 ) -> Iterator[LiveServer]:
-    """Migrate ``database_url`` and serve it on a free port until the block ends."""
+    """Migrate ``database_url`` and serve it on a free port until the block ends (failing if
+    ``/readyz`` does not answer within ``ready_timeout`` seconds)."""
     port = free_port()
     env = server_environment(database_url, admin_key=admin_key, port=port, extra=extra_env)
     subprocess.run(
@@ -129,7 +131,7 @@ def start_server(
         reader.start()
         server.readers.append(reader)
     try:
-        server.wait_until_ready()
+        server.wait_until_ready(ready_timeout)
         yield server
     finally:
         server.stop()

@@ -807,6 +807,34 @@ class ModelExportRead(BaseModel):
     ]
 
 
+class ModelOfferCreate(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    study_id: Annotated[
+        str,
+        Field(
+            description="The study's id on the coordinator.",
+            max_length=64,
+            min_length=1,
+            title="Study Id",
+        ),
+    ]
+
+
+class ModelOfferRead(BaseModel):
+    contribution_id: Annotated[
+        str,
+        Field(description="The contribution in the coordinator's study.", title="Contribution Id"),
+    ]
+    coordinator_model_id: Annotated[
+        str,
+        Field(description="The copy uploaded to the coordinator.", title="Coordinator Model Id"),
+    ]
+    model_id: Annotated[str, Field(description="The model on this node.", title="Model Id")]
+    study_id: Annotated[str, Field(title="Study Id")]
+
+
 class ModelSummary(BaseModel):
     """
     A model in a list.
@@ -829,6 +857,21 @@ class ModelSummary(BaseModel):
 ModelUploadWeight = TypeAliasType(
     "ModelUploadWeight", Annotated[float, Field(ge=-1000000.0, le=1000000.0)]
 )
+
+
+class NodeTaskRead(BaseModel):
+    """
+    One step of a federated fit asked of a node: only public state.
+    """
+
+    contribution_id: Annotated[str, Field(title="Contribution Id")]
+    job_id: Annotated[str, Field(title="Job Id")]
+    seq: Annotated[int, Field(title="Seq")]
+    sizes: Annotated[list[int] | None, Field(title="Sizes")] = None
+    step: Annotated[str, Field(title="Step")]
+    task_id: Annotated[str, Field(title="Task Id")]
+    terms: Annotated[dict[str, Any], Field(title="Terms")]
+    vectors: Annotated[list[list[float]], Field(title="Vectors")]
 
 
 class NumericFeatureIn(BaseModel):
@@ -855,6 +898,52 @@ class NumericFeatureIn(BaseModel):
             title="Upper",
         ),
     ] = None
+
+
+class OfferCreate(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta_cap: Annotated[
+        float,
+        Field(
+            description="The largest δ one job of the study may charge.",
+            ge=0.0,
+            lt=1.0,
+            title="Delta Cap",
+        ),
+    ]
+    epsilon_cap: Annotated[
+        float,
+        Field(
+            description="The largest ε one job of the study may charge.",
+            gt=0.0,
+            le=1000000.0,
+            title="Epsilon Cap",
+        ),
+    ]
+    study_id: Annotated[
+        str,
+        Field(
+            description="The study's id on the coordinator.",
+            max_length=64,
+            min_length=1,
+            title="Study Id",
+        ),
+    ]
+
+
+class OfferRead(BaseModel):
+    contribution_id: Annotated[str, Field(title="Contribution Id")]
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    dataset_id: Annotated[str, Field(title="Dataset Id")]
+    delta_cap: Annotated[float, Field(title="Delta Cap")]
+    delta_spent: Annotated[float, Field(title="Delta Spent")]
+    epsilon_cap: Annotated[float, Field(title="Epsilon Cap")]
+    epsilon_spent: Annotated[float, Field(title="Epsilon Spent")]
+    id: Annotated[str, Field(title="Id")]
+    study_id: Annotated[str, Field(title="Study Id")]
+    withdrawn_at: Annotated[AwareDatetime | None, Field(title="Withdrawn At")]
 
 
 PlanCreateReferenceDatasetId = TypeAliasType(
@@ -1094,6 +1183,66 @@ class RegularizationCandidates(BaseModel):
     ]
 
 
+class RemoteContributionCreate(BaseModel):
+    """
+    What a node sends to register one of its datasets in a study: public spec and caps.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta_cap: Annotated[
+        float,
+        Field(
+            description="The largest δ the node accepts per job.", ge=0.0, lt=1.0, title="Delta Cap"
+        ),
+    ]
+    epsilon_cap: Annotated[
+        float,
+        Field(
+            description="The largest ε the node accepts per job.",
+            gt=0.0,
+            le=1000000.0,
+            title="Epsilon Cap",
+        ),
+    ]
+    label: Annotated[
+        dict[str, Any],
+        Field(description="The dataset's label column and positive class.", title="Label"),
+    ]
+    n_features: Annotated[
+        int, Field(description="Width of the encoded design.", ge=1, le=100000, title="N Features")
+    ]
+    node_dataset_id: Annotated[
+        str,
+        Field(
+            description="The dataset's id on the node (for the records).",
+            max_length=64,
+            min_length=1,
+            title="Node Dataset Id",
+        ),
+    ]
+    preprocessing: Annotated[
+        dict[str, Any],
+        Field(
+            description="The dataset's public preprocessing spec (features, bounds, categories).",
+            title="Preprocessing",
+        ),
+    ]
+
+
+class RemoteContributionRead(BaseModel):
+    created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    delta_cap: Annotated[float, Field(title="Delta Cap")]
+    epsilon_cap: Annotated[float, Field(title="Epsilon Cap")]
+    id: Annotated[str, Field(title="Id")]
+    n_features: Annotated[int, Field(title="N Features")]
+    node_dataset_id: Annotated[str, Field(title="Node Dataset Id")]
+    site_id: Annotated[str, Field(title="Site Id")]
+    study_id: Annotated[str, Field(title="Study Id")]
+    withdrawn_at: Annotated[AwareDatetime | None, Field(title="Withdrawn At")]
+
+
 class SiteCreate(BaseModel):
     """
     A new site.
@@ -1179,6 +1328,45 @@ class StudySpecIn(BaseModel):
     ]
     label: LabelIn
     row_norm: Annotated[Literal["clip", "scale"] | None, Field(title="Row Norm")] = "clip"
+
+
+TaskResultInDatasetId = TypeAliasType(
+    "TaskResultInDatasetId", Annotated[str, Field(max_length=64, title="Dataset Id")]
+)
+
+
+TaskResultInN = TypeAliasType("TaskResultInN", Annotated[int, Field(ge=1, title="N")])
+
+
+TaskResultInNFeatures = TypeAliasType(
+    "TaskResultInNFeatures", Annotated[int, Field(ge=1, title="N Features")]
+)
+
+
+TaskResultInRefused = TypeAliasType(
+    "TaskResultInRefused", Annotated[str, Field(max_length=1000, title="Refused")]
+)
+
+
+TaskResultInVector = TypeAliasType(
+    "TaskResultInVector", Annotated[list[float], Field(max_length=100000, title="Vector")]
+)
+
+
+class TaskResultIn(BaseModel):
+    """
+    A node's answer: the step's vector, the join's facts, or a refusal with its reason.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    charged: Annotated[dict[str, float] | None, Field(title="Charged")] = None
+    dataset_id: Annotated[TaskResultInDatasetId | None, Field(title="Dataset Id")] = None
+    n: Annotated[TaskResultInN | None, Field(title="N")] = None
+    n_features: Annotated[TaskResultInNFeatures | None, Field(title="N Features")] = None
+    refused: Annotated[TaskResultInRefused | None, Field(title="Refused")] = None
+    vector: Annotated[TaskResultInVector | None, Field(title="Vector")] = None
 
 
 TransferAggregationInFeatureGroupsTransferAggregationInFeatureGroupTransferAggregationInFeatureGroupsTransferAggregationInFeatureGroupItem = TypeAliasType(
@@ -1675,6 +1863,10 @@ class ModelUpload(BaseModel):
     ]
 
 
+class OfferList(BaseModel):
+    items: Annotated[list[OfferRead], Field(title="Items")]
+
+
 class PredictResponse(BaseModel):
     """
     One prediction per row, in request order.
@@ -1728,6 +1920,10 @@ class Problem(BaseModel):
             title="Type",
         ),
     ]
+
+
+class RemoteContributionList(BaseModel):
+    items: Annotated[list[RemoteContributionRead], Field(title="Items")]
 
 
 class SiteList(BaseModel):

@@ -50,6 +50,7 @@ __all__ = [
     "JobPage",
     "JobScheduler",
     "JobView",
+    "PublicJobError",
     "Release",
     "ReleaseExceedsChargeError",
     "TransactionalScheduler",
@@ -174,6 +175,20 @@ _PROBLEMS: Final[dict[str, tuple[str, str]]] = {
         "the job id when reporting it",
     ),
 }
+
+
+class PublicJobError(Exception):
+    """A job failure whose reason is public and data-free (issue 15: a node refused a task, or
+    a node stayed silent past its deadline): stored on the job as ``{type, title, detail}``."""
+
+    def __init__(self, slug: str, title: str, detail: str) -> None:
+        super().__init__(detail)
+        self.slug = slug
+        self.title = title
+        self.detail = detail
+
+    def problem(self) -> dict[str, Any]:
+        return {"type": self.slug, "title": self.title, "detail": self.detail}
 
 
 def job_problem(slug: str) -> dict[str, Any]:
@@ -348,14 +363,20 @@ class _Progress:
             raise JobCancelledError(self._job_id)
 
 
-def _finish(uow_factory: UnitOfWorkFactory, job_id: str, status: str, slug: str | None) -> None:
+def _finish(
+    uow_factory: UnitOfWorkFactory,
+    job_id: str,
+    status: str,
+    slug: str | None,
+    problem: dict[str, Any] | None = None,
+) -> None:
     with uow_factory() as uow:
         uow.jobs.transition(
             job_id,
             expected="running",
             status=status,
             finished_at=utcnow(),
-            error=None if slug is None else job_problem(slug),
+            error=problem if problem is not None else None if slug is None else job_problem(slug),
         )
         uow.commit()
 
@@ -551,6 +572,10 @@ def execute_job(
     except ReleaseExceedsChargeError:
         logger.error("job %s: nothing released, the run exceeds its charge", job_id)
         _finish(uow_factory, job_id, "failed", "release-exceeds-charge")
+        return JobOutcome("failed")
+    except PublicJobError as exc:
+        logger.warning("job %s failed: %s", job_id, exc.detail)
+        _finish(uow_factory, job_id, "failed", exc.slug, exc.problem())
         return JobOutcome("failed")
     except ConvergenceError:
         _finish(uow_factory, job_id, "failed", "did-not-converge")

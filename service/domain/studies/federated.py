@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from service.db.models import Dataset, Study, StudyContribution
+from service.db.models import Dataset, RemoteContribution, Study, StudyContribution
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
@@ -62,6 +62,7 @@ from service.domain.jobs.lifecycle import (
 )
 from service.domain.ledger import budgets
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units
+from service.domain.nodes.remote_fit import run_remote_federated_job
 from service.domain.ranges import calibrated, check_calibration
 from service.domain.records.base import (
     json_safe,
@@ -78,6 +79,7 @@ from service.dp.federated import (
     federated_calibrate,
     federated_fit,
 )
+from service.dp.federated.parties import REMOTE_PROTOCOLS
 
 __all__ = [
     "MAX_FEDERATED_DATASETS",
@@ -177,6 +179,26 @@ class _Participant:
     dataset: Dataset
 
 
+@dataclass(frozen=True, slots=True)
+class _RemoteParticipant:
+    """A dataset kept on a member's node (issue 15): charged by the node, not here."""
+
+    contribution: RemoteContribution
+
+
+#: Placeholder size of a node's dataset in the submit-time calibration: it only validates the
+#: parameters and prices the hosted datasets (whose costs do not depend on any size for the
+#: protocols nodes run); the job calibrates with the real sizes the nodes report.
+_REMOTE_SIZE_PLACEHOLDER: Final[int] = 1000
+
+_NOISY_AVERAGE_REMOTE: Final[str] = (
+    "noisy_average cannot run over remote contributions: its guarantee needs a trusted "
+    "curator (each site's exact, non-private local model is averaged first and the noise is "
+    "added to the average), and a node sends only values that are already differentially "
+    "private; use psgd, admm (dual or primal perturbation) or distributed_lasso with noise"
+)
+
+
 # --- checks that need no data ------------------------------------------------------------
 
 
@@ -190,19 +212,21 @@ def _coordinated_study(uow: UnitOfWork, study_id: str, actor: Principal) -> Stud
 
 def _participants(
     uow: UnitOfWork, study: Study, requested: Sequence[str] | None
-) -> list[_Participant]:
-    """The granted datasets taking part, in request order (default: grant order)."""
+) -> list[_Participant | _RemoteParticipant]:
+    """The granted datasets and remote contributions taking part, in request order (default:
+    grant order, then the remote contributions in the order they were offered)."""
     grants = {
         c.dataset_id: c
         for c in uow.studies.contributions(study.id)
         if c.kind == "dataset" and c.dataset_id is not None
     }
+    remote = {r.id: r for r in uow.remote_contributions.of_study(study.id)}
     if requested is None:
-        ids = list(grants)
+        ids = [*grants, *remote]
     else:
         ids = list(requested)
         refuse_duplicates(ids, field="datasets", what="dataset")
-        missing = [i for i, d in enumerate(ids) if d not in grants]
+        missing = [i for i, d in enumerate(ids) if d not in grants and d not in remote]
         if missing:
             raise InvalidInputError(
                 "only datasets granted to this study can take part; not granted: "
@@ -219,8 +243,11 @@ def _participants(
             "POST /v1/studies/{id}/contributions)",
             errors=[{"loc": ["body", "datasets"], "msg": "too few granted datasets"}],
         )
-    out: list[_Participant] = []
+    out: list[_Participant | _RemoteParticipant] = []
     for dataset_id in ids:
+        if dataset_id in remote:
+            out.append(_RemoteParticipant(contribution=remote[dataset_id]))
+            continue
         dataset = uow.datasets.get(dataset_id)
         if dataset is None:  # pragma: no cover - the foreign key keeps granted datasets
             raise NotFoundError("dataset")
@@ -232,8 +259,24 @@ def _participants(
     return out
 
 
+def _width(p: _Participant | _RemoteParticipant) -> int:
+    if isinstance(p, _RemoteParticipant):
+        return int(p.contribution.n_features)
+    return int(p.dataset.n_features)
+
+
+def _size(p: _Participant | _RemoteParticipant) -> int:
+    if isinstance(p, _RemoteParticipant):
+        return _REMOTE_SIZE_PLACEHOLDER
+    return int(p.dataset.n_rows)
+
+
+def _hosted(participants: Sequence[_Participant | _RemoteParticipant]) -> list[_Participant]:
+    return [p for p in participants if isinstance(p, _Participant)]
+
+
 def _calibrate(
-    request: FederatedRequest, participants: Sequence[_Participant]
+    request: FederatedRequest, participants: Sequence[_Participant | _RemoteParticipant]
 ) -> FederatedCalibration:
     if request.protocol not in FEDERATED_PROTOCOLS:
         raise InvalidInputError(
@@ -241,14 +284,20 @@ def _calibrate(
             + ", ".join(FEDERATED_PROTOCOLS),
             errors=[{"loc": ["body", "protocol"], "msg": "unknown protocol"}],
         )
-    d = {int(p.dataset.n_features) for p in participants}
+    has_remote = any(isinstance(p, _RemoteParticipant) for p in participants)
+    if has_remote and request.protocol not in REMOTE_PROTOCOLS:
+        raise InvalidInputError(
+            _NOISY_AVERAGE_REMOTE,
+            errors=[{"loc": ["body", "protocol"], "msg": "needs a trusted curator"}],
+        )
+    d = {_width(p) for p in participants}
     if len(d) != 1:  # pragma: no cover - grants match the study's spec, hence its width
         raise InvalidInputError("the granted datasets encode different numbers of features")
     calibration = calibrated(
         "federated-fit",
         lambda: federated_calibrate(
             request.protocol,
-            site_sizes=[int(p.dataset.n_rows) for p in participants],
+            site_sizes=[_size(p) for p in participants],
             d=d.pop(),
             epsilon=_PROBE_EPSILON if request.epsilon is None else request.epsilon,
             delta=request.delta,
@@ -266,8 +315,15 @@ def _calibrate(
             f"epsilon is required: {request.protocol} with these parameters is private",
             errors=[{"loc": ["body", "epsilon"], "msg": "required for a private protocol"}],
         )
+    if not calibration.private and has_remote:
+        raise InvalidInputError(
+            f"{request.protocol} with these parameters is not differentially private, and a "
+            "node runs only steps whose messages are already private: remote contributions "
+            "cannot take part",
+            errors=[{"loc": ["body", "params"], "msg": "not private"}],
+        )
     if not calibration.private:
-        refusing = [p.dataset.id for p in participants if not p.dataset.allow_non_private]
+        refusing = [p.dataset.id for p in _hosted(participants) if not p.dataset.allow_non_private]
         if refusing:
             raise InvalidInputError(
                 f"{request.protocol} with these parameters is not differentially private; it "
@@ -279,7 +335,7 @@ def _calibrate(
 
 
 def _costs(
-    calibration: FederatedCalibration, participants: Sequence[_Participant]
+    calibration: FederatedCalibration, participants: Sequence[_Participant | _RemoteParticipant]
 ) -> list[tuple[float, float]]:
     """(ε, δ) to charge each dataset: nothing when the protocol claims no privacy, else the
     largest per-dataset cost, charged to every dataset.
@@ -321,6 +377,25 @@ def quote_federated_fit(
         calibration = _calibrate(request, participants)
         costs: list[DatasetCost] = []
         for p, (eps, dlt) in zip(participants, _costs(calibration, participants), strict=True):
+            if isinstance(p, _RemoteParticipant):
+                # charged by the node, within its offer's caps; its budget is the node's
+                r = p.contribution
+                cap_e = from_units(r.epsilon_cap_units, EPSILON_UNIT)
+                cap_d = from_units(r.delta_cap_units, DELTA_UNIT)
+                costs.append(
+                    DatasetCost(
+                        dataset_id=r.id,
+                        site_id=r.site_id,
+                        epsilon=eps,
+                        delta=dlt,
+                        dataset_sufficient=True,
+                        remaining_epsilon=None,
+                        remaining_delta=None,
+                        grant_left_epsilon=cap_e,
+                        grant_left_delta=cap_d,
+                    )
+                )
+                continue
             remaining_e, remaining_d = budgets.remaining(p.dataset)
             own = p.dataset.owner_site_id == actor.site_id
             costs.append(
@@ -354,13 +429,25 @@ def quote_federated_fit(
 
 
 def _job_params(
-    request: FederatedRequest, study: Study, participants: Sequence[_Participant]
+    request: FederatedRequest,
+    study: Study,
+    participants: Sequence[_Participant | _RemoteParticipant],
+    rounds: int,
 ) -> dict[str, Any]:
-    return {
+    params = {
         **request.to_params(),
         "study_id": study.id,
-        "datasets": [p.dataset.id for p in participants],
+        "datasets": [p.dataset.id for p in _hosted(participants)],
     }
+    if any(isinstance(p, _RemoteParticipant) for p in participants):
+        params["participants"] = [
+            {"kind": "remote", "id": p.contribution.id}
+            if isinstance(p, _RemoteParticipant)
+            else {"kind": "dataset", "id": p.dataset.id}
+            for p in participants
+        ]
+        params["rounds"] = rounds
+    return params
 
 
 def submit_federated_fit(
@@ -381,9 +468,10 @@ def submit_federated_fit(
     def draft(u: UnitOfWork) -> JobDraft:
         study = _coordinated_study(u, study_id, actor)
         participants = _participants(u, study, request.datasets)
+        hosted = _hosted(participants)
+        calibration = _calibrate(request, participants)
 
         def price() -> Pricing:
-            calibration = _calibrate(request, participants)
             costs = _costs(calibration, participants)
             return Pricing(
                 mechanism=f"federated_{request.protocol}",
@@ -396,20 +484,24 @@ def submit_federated_fit(
                         grant_id=p.grant.id,
                     )
                     for p, (eps, dlt) in zip(participants, costs, strict=True)
+                    if isinstance(p, _Participant)
                 ],
                 audit_action="study.federated_fit_submitted",
                 audit_subject=("study", study.id),
                 audit_details={
                     "protocol": request.protocol,
-                    "datasets": [p.dataset.id for p in participants],
+                    "datasets": [p.dataset.id for p in hosted],
+                    "remote_contributions": [
+                        p.contribution.id for p in participants if isinstance(p, _RemoteParticipant)
+                    ],
                 },
-                used_contributions=[p.grant.id for p in participants],
+                used_contributions=[p.grant.id for p in hosted],
             )
 
         return JobDraft(
             kind="federated",
             dataset_id=None,
-            params=_job_params(request, study, participants),
+            params=_job_params(request, study, participants, int(calibration.rounds)),
             price=price,
         )
 
@@ -440,6 +532,8 @@ def run_federated_job(
     job fails or is cancelled with nothing released.
     """
     params = job.params
+    if params.get("participants"):
+        return run_remote_federated_job(uow_factory, job, context)
     study_id = str(params["study_id"])
     dataset_ids = [str(d) for d in params["datasets"]]
     with uow_factory() as uow:

@@ -55,6 +55,7 @@ __all__ = [
     "FEDERATED_PROTOCOLS",
     "FederatedCalibration",
     "FederatedResult",
+    "calibrate_problem",
     "federated_calibrate",
     "federated_fit",
     "make_federated_problem",
@@ -110,6 +111,12 @@ def federated_calibrate(
         regularization=regularization,
         params=params,
     )
+    return _PROTOCOLS[problem.protocol][0](problem)
+
+
+def calibrate_problem(problem: FederatedProblem) -> FederatedCalibration:
+    """The protocol's calibration of an already validated :class:`FederatedProblem` (the one
+    :func:`federated_fit` uses; a node and the coordinator both compute it)."""
     return _PROTOCOLS[problem.protocol][0](problem)
 
 

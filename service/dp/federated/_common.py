@@ -43,6 +43,7 @@ __all__ = [
     "finite",
     "int_param",
     "site_call",
+    "site_generators",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -167,6 +168,22 @@ def site_call(index: int, step: Callable[[], T]) -> T:
     except Exception as exc:
         exc.add_note(f"raised in the local step of site {index}")
         raise
+
+
+def site_generators(
+    rng: np.random.Generator | None, sites: int
+) -> list[np.random.Generator | None]:
+    """One noise stream per site: ``rng.spawn(K)`` (numpy's independent child streams of the
+    job's generator), or the CSPRNG (None) for every site when ``rng`` is None.
+
+    Each site draws its noise from its own stream, so a site that runs on its own node (issue
+    15) and is handed the job's seed in test mode draws exactly what the same site draws in
+    the in-process fit: ``np.random.default_rng(seed).spawn(K)[k]``. The streams are
+    independent, so the noise of different sites is independent as the analyses require.
+    """
+    if rng is None:
+        return [None] * sites
+    return list(rng.spawn(sites))
 
 
 #: Reported progress of a federated protocol moves in steps of 1/PROGRESS_STEPS only.

@@ -110,7 +110,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.dp import noise
+from service.dp import lattice, noise
 from service.dp.accounting import (
     CompositionChoice,
     PrivacyCost,
@@ -128,6 +128,7 @@ from service.dp.federated._common import (
     choice_param,
     finite,
     int_param,
+    site_generators,
 )
 from service.dp.federated._common import site_call as _site_call
 from service.dp.federated.distributed_lasso import CONVERSIONS, max_rho
@@ -147,8 +148,10 @@ __all__ = [
     "default_penalty",
     "gaussian_default_penalty",
     "neighbours_from_params",
+    "party",
     "per_iteration_alpha",
     "run",
+    "run_parties",
 ]
 
 NAME = "admm"
@@ -255,10 +258,12 @@ class ADMMSite(Site):
             )
         solved = result.coef
         self._warm = solved
+        # the primal broadcast leaves the site: an exact grid release (service.dp.lattice),
+        # post-processing of solved + noise, so its guarantee holds for the doubles sent
         if perturbation == "primal" and sigma is not None:
-            out = solved + noise.gaussian_vector(self.d, sigma=sigma, rng=rng)
+            out = lattice.gaussian_release(solved, sigma=sigma, rng=rng)
         elif perturbation == "primal":
-            out = solved + noise.norm_exponential_vector(self.d, beta=zeta, rng=rng)
+            out = lattice.norm_exponential_release(solved, beta=zeta, rng=rng)
         else:
             out = solved
         self._broadcast = self._send(out)
@@ -702,6 +707,7 @@ def coordinate(
     """The network: delivers each site's broadcasts to its neighbours for T iterations and
     returns the average of the final broadcasts. It sees only broadcasts."""
     broadcasts = [np.zeros(d) for _ in sites]
+    rngs = site_generators(rng, len(sites))
     for _ in range(iterations):
         new = [
             _site_call(
@@ -712,7 +718,7 @@ def coordinate(
                     perturbation=perturbation,
                     extra=phis[p],
                     zeta=zetas[p],
-                    rng=rng,
+                    rng=rngs[p],
                     sigma=None if sigmas is None else sigmas[p],
                     gradient_bound=None if gradient_bounds is None else gradient_bounds[p],
                 ),
@@ -727,31 +733,39 @@ def coordinate(
     return averaged
 
 
-def run(
-    data: Sequence[tuple[FloatArray, FloatArray]],
+def party(
+    problem: FederatedProblem,
+    calibration: FederatedCalibration,
+    index: int,
+    X: FloatArray,
+    y: FloatArray,
+) -> ADMMSite:
+    """Site ``index`` of this fit, holding (X, y): the in-process fit and a node build it alike."""
+    return ADMMSite(
+        index,
+        X,
+        y,
+        loss=problem.loss_object(),
+        regularization=problem.regularization,
+        total=problem.total,
+        penalty=float(calibration.details["penalty"]),
+    )
+
+
+def run_parties(
+    parties: Sequence[ADMMParty],
     problem: FederatedProblem,
     calibration: FederatedCalibration,
     *,
     rng: np.random.Generator | None,
     clock: RoundClock,
 ) -> FloatArray:
+    """The network over ``parties`` (local :class:`ADMMSite` objects or proxies of sites that
+    run elsewhere), with the calibration's numbers."""
     det = calibration.details
-    loss = problem.loss_object()
-    sites = [
-        ADMMSite(
-            k,
-            X,
-            y,
-            loss=loss,
-            regularization=problem.regularization,
-            total=problem.total,
-            penalty=float(det["penalty"]),
-        )
-        for k, (X, y) in enumerate(data)
-    ]
     per_site = det["sites"]
     return coordinate(
-        sites,
+        parties,
         det["neighbours"],
         d=problem.d,
         iterations=int(det["iterations"]),
@@ -765,3 +779,15 @@ def run(
             float(s["gradient_bound"]) if "gradient_bound" in s else None for s in per_site
         ],
     )
+
+
+def run(
+    data: Sequence[tuple[FloatArray, FloatArray]],
+    problem: FederatedProblem,
+    calibration: FederatedCalibration,
+    *,
+    rng: np.random.Generator | None,
+    clock: RoundClock,
+) -> FloatArray:
+    sites = [party(problem, calibration, k, X, y) for k, (X, y) in enumerate(data)]
+    return run_parties(sites, problem, calibration, rng=rng, clock=clock)

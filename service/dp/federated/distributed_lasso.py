@@ -72,6 +72,7 @@ from service.dp.federated._common import (
     finite,
     int_param,
     site_call,
+    site_generators,
 )
 from service.dp.validation import (
     PrivacyParameterError,
@@ -87,7 +88,9 @@ __all__ = [
     "calibrate",
     "coordinate",
     "max_rho",
+    "party",
     "run",
+    "run_parties",
     "soft_threshold",
 ]
 
@@ -290,11 +293,12 @@ def coordinate(
     w = np.zeros(d)
     query = w.copy()
     s = 1.0
+    rngs = site_generators(rng, len(sites))
     for _ in range(iterations):
         answers = np.zeros(d)
-        for site in sites:
+        for k, site in enumerate(sites):
             answers += site_call(
-                site.index, partial(site.gradient_sum, query, clip=clip, sigma=sigma, rng=rng)
+                site.index, partial(site.gradient_sum, query, clip=clip, sigma=sigma, rng=rngs[k])
             )
         w_next = soft_threshold(query - step * answers / total, step * l1)
         if accelerated:
@@ -308,19 +312,33 @@ def coordinate(
     return w
 
 
-def run(
-    data: Sequence[tuple[FloatArray, FloatArray]],
+def party(
+    problem: FederatedProblem,
+    calibration: FederatedCalibration,
+    index: int,
+    X: FloatArray,
+    y: FloatArray,
+) -> LassoSite:
+    """Site ``index`` of this fit, holding (X, y): the in-process fit and a node build it alike
+    (the Lasso site needs nothing of the problem or calibration beyond its rows)."""
+    del problem, calibration
+    return LassoSite(index, X, y)
+
+
+def run_parties(
+    parties: Sequence[GradientSharer],
     problem: FederatedProblem,
     calibration: FederatedCalibration,
     *,
     rng: np.random.Generator | None,
     clock: RoundClock,
 ) -> FloatArray:
+    """ISTA/FISTA over ``parties`` (local :class:`LassoSite` objects or proxies of sites that
+    run elsewhere), with the calibration's numbers."""
     det = calibration.details
-    sites = [LassoSite(k, X, y) for k, (X, y) in enumerate(data)]
     noisy = bool(det["noise"])
     return coordinate(
-        sites,
+        parties,
         total=problem.total,
         d=problem.d,
         l1=float(det["l1"]),
@@ -332,3 +350,15 @@ def run(
         rng=rng,
         clock=clock,
     )
+
+
+def run(
+    data: Sequence[tuple[FloatArray, FloatArray]],
+    problem: FederatedProblem,
+    calibration: FederatedCalibration,
+    *,
+    rng: np.random.Generator | None,
+    clock: RoundClock,
+) -> FloatArray:
+    sites = [party(problem, calibration, k, X, y) for k, (X, y) in enumerate(data)]
+    return run_parties(sites, problem, calibration, rng=rng, clock=clock)

@@ -25,8 +25,11 @@ Privacy, per dataset. p_D(v)/p_D′(v) = exp(−β‖v − w̄_D‖)/exp(−β�
 
 exactly ε for the smallest site and less for larger ones; ε_i is what is charged to site i.
 No δ is spent. The other sites' data are fixed under a change to D_i (parallel composition
-over disjoint datasets). The trust assumption — the aggregator sees the raw local minimisers
-— is met because the aggregator is the service, and nothing but w_priv leaves it.
+over disjoint datasets). The released vector is the exact grid point γ·round((w̄ + b)/γ),
+γ = 2⁻³², with b's law sampled exactly (:mod:`service.dp.lattice`): post-processing of
+w̄ + b, so the bound holds for the doubles released (issue 19 §1). The trust assumption
+— the aggregator sees the raw local minimisers — is met because the aggregator is the
+service, and nothing but w_priv leaves it.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Protocol
 
 import numpy as np
 
-from service.dp import noise
+from service.dp import lattice
 from service.dp.accounting import PrivacyCost
 from service.dp.federated._common import (
     FederatedCalibration,
@@ -100,6 +103,7 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         "noise": "norm_exponential",
         "noise_norm_distribution": f"Gamma(shape={d}, scale={1.0 / beta!r})",
         "expected_noise_norm": finite(d / beta),
+        "release": lattice.RELEASE_NOTE,
         "sites": [
             {
                 "n": n,
@@ -147,8 +151,7 @@ def aggregate(
     ]
     mean = np.mean(np.stack(local), axis=0)
     clock.tick()
-    d = int(mean.shape[0])
-    released: FloatArray = mean + noise.norm_exponential_vector(d, beta=beta, rng=rng)
+    released: FloatArray = lattice.norm_exponential_release(mean, beta=beta, rng=rng)
     return released
 
 

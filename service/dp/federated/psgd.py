@@ -89,6 +89,7 @@ from service.dp.federated._common import (
     finite,
     int_param,
     site_call,
+    site_generators,
 )
 from service.dp.losses import Loss
 from service.dp.mechanisms._common import chi_mean
@@ -105,7 +106,9 @@ __all__ = [
     "PSGDSite",
     "calibrate",
     "coordinate",
+    "party",
     "run",
+    "run_parties",
 ]
 
 NAME = "psgd"
@@ -271,8 +274,9 @@ def coordinate(
     """The coordinator of Alg. 1: sees only the sums of the sites' answers (module docstring);
     runs the T noisy rounds, then certifies ‖∇J̃(w)‖ ≤ ``CERTIFICATE_TOLERANCE`` at the model
     it returns (:func:`certify`)."""
-    for site in sites:
-        site_call(site.index, partial(site.draw_fixed_noise, sigma_share, rng))
+    rngs = site_generators(rng, len(sites))
+    for k, site in enumerate(sites):
+        site_call(site.index, partial(site.draw_fixed_noise, sigma_share, rngs[k]))
     mu = effective_regularization
     z0 = 1.0 / smoothness
     kappa = smoothness / mu
@@ -286,8 +290,8 @@ def coordinate(
     start_average = iterations // 2
     for t in range(iterations):
         answers = np.zeros(d)
-        for site in sites:
-            answers += site_call(site.index, partial(site.noisy_gradient, query, beta, rng))
+        for k, site in enumerate(sites):
+            answers += site_call(site.index, partial(site.noisy_gradient, query, beta, rngs[k]))
         grad = answers / total + mu * query
         step = z0 if schedule != "decreasing" else 1.0 / (smoothness + mu * t)
         w_next = query - step * grad
@@ -346,19 +350,31 @@ def certify(
     )
 
 
-def run(
-    data: Sequence[tuple[FloatArray, FloatArray]],
+def party(
+    problem: FederatedProblem,
+    calibration: FederatedCalibration,
+    index: int,
+    X: FloatArray,
+    y: FloatArray,
+) -> PSGDSite:
+    """Site ``index`` of this fit, holding (X, y): the in-process fit and a node build it alike."""
+    del calibration
+    return PSGDSite(index, X, y, problem.loss_object())
+
+
+def run_parties(
+    parties: Sequence[GradientParty],
     problem: FederatedProblem,
     calibration: FederatedCalibration,
     *,
     rng: np.random.Generator | None,
     clock: RoundClock,
 ) -> FloatArray:
-    loss = problem.loss_object()
-    sites = [PSGDSite(k, X, y, loss) for k, (X, y) in enumerate(data)]
+    """The coordinator over ``parties`` (local :class:`PSGDSite` objects or proxies of sites
+    that run elsewhere), with the calibration's numbers."""
     det = calibration.details
     return coordinate(
-        sites,
+        parties,
         total=problem.total,
         d=problem.d,
         effective_regularization=float(det["effective_regularization"]),
@@ -370,3 +386,15 @@ def run(
         rng=rng,
         clock=clock,
     )
+
+
+def run(
+    data: Sequence[tuple[FloatArray, FloatArray]],
+    problem: FederatedProblem,
+    calibration: FederatedCalibration,
+    *,
+    rng: np.random.Generator | None,
+    clock: RoundClock,
+) -> FloatArray:
+    sites = [party(problem, calibration, k, X, y) for k, (X, y) in enumerate(data)]
+    return run_parties(sites, problem, calibration, rng=rng, clock=clock)

@@ -171,12 +171,17 @@ def update_noise(
     count: int, dim: int, *, beta: float, rng: np.random.Generator | None
 ) -> FloatArray:
     """``count`` independent draws of ν(z) ∝ exp(−β‖z‖) in R^dim, as rows (vectorised):
-    norms ~ Gamma(shape dim, scale 1/β) by inverse CDF, directions normalised Gaussians."""
+    norms ~ Gamma(shape dim, scale 1/β) as sums of dim exponentials −ln U of full-resolution
+    uniforms (:func:`service.dp.noise.full_precision_uniforms`: dense norms in the tail, issue
+    19 §1), directions normalised Gaussians."""
     if count < 0 or dim < 1:
         raise ValueError("count must be ≥ 0 and dim ≥ 1")
     if count == 0:
         return np.zeros((0, dim))
-    radii = noise.gamma(count, shape=float(dim), scale=1.0 / beta, rng=rng)
+    if not np.isfinite(beta) or beta <= 0.0:
+        raise ValueError(f"beta must be a finite positive number, got {beta!r}")
+    exponentials = -np.log(noise.full_precision_uniforms(count * dim, rng)).reshape(count, dim)
+    radii = exponentials.sum(axis=1) / beta
     g = noise.gaussian((count, dim), rng=rng)
     norms = np.sqrt(np.einsum("ij,ij->i", g, g))
     zero = np.flatnonzero(norms == 0.0)

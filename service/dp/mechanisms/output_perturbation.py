@@ -28,6 +28,12 @@ otherwise, :mod:`service.dp.solvers`). For λ-strongly convex J_D,
 
 between neighbours. β = ε/S (= nλε/2 up to the factor 1/(1 + nτ)), so the guarantee holds for
 the model actually computed, not only for the exact minimiser.
+
+Release in floating point (issue 19 §1). What leaves the service is the grid point
+γ·round((ŵ + b)/γ), γ = 2⁻³², clamped to ±2²⁰, with b's law sampled *exactly* (uniform bits
+drawn lazily, rigorous interval arithmetic: :mod:`service.dp.lattice`). It is post-processing
+of the continuous ŵ + b, so the bound above holds for the released doubles with no δ and no
+ε adjustment; every grid point is reachable from every dataset.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp import noise
+from service.dp import lattice
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.mechanisms._common import base_details, check_common, release, report
 from service.dp.solvers import DEFAULT_TOLERANCE, minimize_erm
@@ -70,6 +76,7 @@ class OutputPerturbation:
             beta=beta,
             noise_norm_distribution=f"Gamma(shape={d}, scale={1.0 / beta!r})",
             expected_noise_norm=expected,
+            release=lattice.RELEASE_NOTE,
         )
         return Calibration(
             epsilon=float(eps),
@@ -101,8 +108,7 @@ class OutputPerturbation:
             X, y, loss, regularization=problem.regularization, tol=DEFAULT_TOLERANCE
         )
         report(progress, 0.9)
-        b = noise.norm_exponential_vector(problem.d, beta=beta, rng=rng)
-        model = release(coef + b)
+        model = release(lattice.norm_exponential_release(coef, beta=beta, rng=rng))
         report(progress, 1.0)
         return model
 

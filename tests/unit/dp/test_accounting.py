@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
+from typing import Literal
 
 import pytest
 from hypothesis import given
@@ -182,3 +183,45 @@ def test_to_units_is_conservative(value: float) -> None:
     assert up - down <= 1
     assert acc.from_units(up, unit="epsilon") >= value
     assert acc.from_units(down, unit="epsilon") <= value
+
+
+# --- issue 19 §4: the ledger never charges less than a mechanism uses ------------------------
+
+_amounts = st.floats(min_value=0.0, max_value=1e5, allow_nan=False, allow_infinity=False)
+
+
+@given(_amounts, st.sampled_from(["epsilon", "delta"]))
+def test_the_calibrated_amount_never_exceeds_the_charge(value: float, unit: str) -> None:
+    from fractions import Fraction
+
+    from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT
+    from service.domain.ledger.units import to_units as ledger_units
+
+    if unit == "delta" and value >= 1.0:
+        value = value / 1e5
+    kind: Literal["epsilon", "delta"] = "epsilon" if unit == "epsilon" else "delta"
+    per_one = acc.EPSILON_UNITS_PER_ONE if kind == "epsilon" else acc.DELTA_UNITS_PER_ONE
+    charged_units = ledger_units(value, EPSILON_UNIT if kind == "epsilon" else DELTA_UNIT, "up")
+    assert charged_units == acc.to_units(value, unit=kind)  # the dp and ledger views agree
+    used = min(value, acc.ledger_amount(value, unit=kind))  # what make_problem calibrates with
+    # exact comparison of the binary value used against the decimal charged
+    assert Fraction(used) <= Fraction(charged_units, per_one)
+    assert Fraction(used) <= Fraction(value)
+    # one ulp at most below the request, and charged the very same units
+    assert used in (value, math.nextafter(value, -math.inf))
+    assert acc.to_units(used, unit=kind) == charged_units
+
+
+def test_a_tenth_is_calibrated_just_below_the_charged_tenth() -> None:
+    from fractions import Fraction
+
+    from service.dp import calibrate
+
+    cal = calibrate("output_perturbation", n=100, d=3, epsilon=0.1, regularization=0.1)
+    used = cal.details["epsilon_calibrated"]
+    assert Fraction(0.1) > Fraction(1, 10)  # the double 0.1 exceeds the decimal 0.1 ...
+    assert used == math.nextafter(0.1, 0.0)  # ... so the noise is calibrated one ulp below
+    assert Fraction(used) <= Fraction(1, 10)
+    assert cal.epsilon == 0.1  # the quote shows the charged amount
+    assert cal.details["beta"] == used / cal.details["sensitivity"]
+    assert acc.to_units(cal.epsilon, unit="epsilon") * 10 == acc.to_units(1.0, unit="epsilon")

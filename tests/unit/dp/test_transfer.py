@@ -16,6 +16,7 @@ import pytest
 from numpy.typing import NDArray
 
 from service.dp import FitResult, fit, make_problem
+from service.dp.accounting import ledger_amount, to_units
 from service.dp.mechanisms.stacking import STACKING_FEATURES
 from service.dp.models import StackedModel
 from service.dp.noise import RELEASE_GRID
@@ -277,10 +278,15 @@ def test_the_cost_is_the_composed_cost_of_both_levels(
     # Low level: K fits on the same rows, sequential: Σ_k ε_k ≤ ε exactly, and ≈ ε.
     assert sum(low, Fraction(0)) <= Fraction(epsilon)
     assert float(sum(low, Fraction(0))) == pytest.approx(epsilon)
-    # High level: ε on the disjoint rows D^h; parallel with the low level: max(·,·) = ε.
-    assert d["high_level_epsilon"] == epsilon
+    # High level: ε on the disjoint rows D^h, calibrated with the largest double ≤ what the
+    # ledger charges for ε (0.1 → its predecessor, issue 19 §4); parallel with the low level:
+    # max(·,·), at most ε and charged exactly the units of ε.
+    calibrated = min(epsilon, ledger_amount(epsilon, unit="epsilon"))
+    assert d["high_level_epsilon"] == calibrated
     assert result.epsilon == max(float(sum(low, Fraction(0))), d["high_level_epsilon"])
-    assert result.epsilon == epsilon
+    assert result.epsilon <= epsilon
+    charged = to_units(epsilon, unit="epsilon")
+    assert to_units(result.epsilon, unit="epsilon") == charged
     assert result.delta == 0.0
     assert d["rows_high_level"] + d["rows_low_level"] == 200
 

@@ -220,16 +220,30 @@ def test_private_admm_with_a_huge_budget_approaches_the_minimiser(perturbation: 
     assert np.linalg.norm(result.coef - w_star) < 1e-3
 
 
+# One site of 400 rows (degree 0), T = 1, ε = 1 so α = 1; logistic c = 1/4. By hand:
+# * DVP, λ = 0.2: s = λB = 80, ᾱ = 2 ln(1 + 0.25/80) = 0.0062403 ≤ α/2, so Φ = 0 and
+#   ζ = (α − ᾱ)/2 = 0.4968799;
+# * DVP, λ = 0.001: s = 0.4, ᾱ = 2 ln(1 + 0.25/0.4) = 0.971 > α/2, so
+#   Φ = c/(N(e^{α/4} − 1)) − λB/N = 0.25/(400·0.2840254) − 0.001 = 0.0012005 and ζ = α/4 = 0.25;
+# * PVP, λ = 0.2: Δ = 2/(λB) = 0.025 with the solver slack 1 + 10⁻⁴, ζ = α/(Δ(1 + S))
+#   = 39.9960004.
+ONE_STEP_LAWS = {
+    ("dual", 0.2): ("no_Phi", 0.0, 0.4968798727),
+    ("dual", 0.001): ("Phi", 0.0012005073, 0.25),
+    ("primal", 0.2): (None, 0.0, 39.99600040),
+}
+
+
 @pytest.mark.statistical
-@pytest.mark.parametrize(
-    ("perturbation", "regularization"), [("dual", 0.2), ("dual", 0.001), ("primal", 0.2)]
-)
-def test_one_step_noise_follows_the_calibrated_law(
+@pytest.mark.parametrize(("perturbation", "regularization"), sorted(ONE_STEP_LAWS))
+def test_one_step_noise_follows_the_hand_derived_law(
     perturbation: str, regularization: float
 ) -> None:
     """One iteration on one site: DVP is objective perturbation, so the noise is recovered from
     the release as ε = −n∇[(1/n)Σl + ((λ + Φ)/2)‖·‖²](f); PVP's is V − f*. Either way
-    ‖noise‖ ~ Gamma(d, 1/ζ) with the calibrated ζ (ζ = α̂/2 for DVP)."""
+    ‖noise‖ ~ Gamma(d, 1/ζ) with ζ (and Φ) derived by hand above, not read from the
+    calibration; half and twice the noise are rejected by the same test."""
+    branch, phi, zeta = ONE_STEP_LAWS[(perturbation, regularization)]
     sites = make_sites((400,), 3, seed=9)
     X, y = sites[0]
     loss = LogisticLoss()
@@ -246,7 +260,6 @@ def test_one_step_noise_follows_the_calibrated_law(
             perturbation=perturbation,
             rng=rng,
         )
-        (site,) = result.calibration.details["sites"]
         if perturbation == "dual":
             grad = erm_gradient(
                 X,
@@ -254,16 +267,20 @@ def test_one_step_noise_follows_the_calibrated_law(
                 loss,
                 result.coef,
                 regularization=regularization,
-                extra_regularization=site["Phi"],
+                extra_regularization=phi,
             )
             noise = -400 * grad
         else:
             noise = result.coef - w_star
         norms.append(float(np.linalg.norm(noise)))
-    zeta = site["zeta"]
-    if perturbation == "dual":
-        assert site["branch"] == ("Phi" if regularization == 0.001 else "no_Phi")
+    (site,) = result.calibration.details["sites"]
+    assert site["zeta"] == pytest.approx(zeta, rel=1e-8)
+    assert site["Phi"] == pytest.approx(phi, rel=1e-7, abs=1e-15)
+    if branch is not None:
+        assert site["branch"] == branch
     assert stats.kstest(norms, stats.gamma(a=3, scale=1 / zeta).cdf).pvalue > 1e-4
+    for wrong in (0.5, 2.0):  # the test has the power to notice half and twice the noise
+        assert stats.kstest(norms, stats.gamma(a=3, scale=wrong / zeta).cdf).pvalue < 1e-4
 
 
 @pytest.mark.parametrize(("eps", "advanced"), [(10.0, True), (1e4, False)])

@@ -1,0 +1,130 @@
+"""The coordinator's task exchange: tasks waiting for nodes and the nodes' answers.
+
+A federated fit over remote contributions runs in the coordinator's API process (the job
+runner must run jobs in threads of that process, ``PRIVFIT_JOB_RUNNER=thread``): its protocol
+asks a node for one step with :meth:`NodeExchange.ask`, which queues the task and waits; the
+node's agent long-polls ``GET /v1/node/tasks/next`` (:meth:`NodeExchange.next_for`) and posts
+the answer (:meth:`NodeExchange.answer`). Tasks and answers live only in this process's
+memory: they are public state (iterates, broadcasts) and the values the nodes send (already
+noised on the node), plus each node's row count, which the protocol's calibration needs and
+which therefore never reaches the coordinator's database, logs or responses.
+
+Nothing here is durable: a coordinator that restarts loses the running job (recovery marks it
+failed, every node keeps its charge) and the nodes refuse its later tasks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = ["EXCHANGE", "NodeExchange", "NodeSilentError", "NodeTask"]
+
+#: How long a node may take to answer one task before the job fails (seconds).
+DEFAULT_TASK_DEADLINE: Final[float] = 60.0
+
+
+class NodeSilentError(Exception):
+    """A node did not answer a task within the deadline."""
+
+
+@dataclass(slots=True)
+class NodeTask:
+    """One step asked of one node: only public state."""
+
+    id: str
+    contribution_id: str
+    job_id: str
+    seq: int
+    step: str
+    terms: Mapping[str, Any]
+    vectors: list[list[float]] = field(default_factory=list)
+    sizes: list[int] | None = None
+
+    def to_message(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "task_id": self.id,
+            "contribution_id": self.contribution_id,
+            "job_id": self.job_id,
+            "seq": self.seq,
+            "step": self.step,
+            "terms": dict(self.terms),
+            "vectors": self.vectors,
+        }
+        if self.sizes is not None:
+            out["sizes"] = self.sizes
+        return out
+
+
+class NodeExchange:
+    """Per-contribution queues of tasks, and the answers they wait for (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._queues: dict[str, deque[NodeTask]] = {}
+        self._open: dict[str, NodeTask] = {}
+        self._answers: dict[str, dict[str, Any]] = {}
+        self._ids = itertools.count(1)
+        self._prefix = f"{time.time_ns():x}"
+        #: True once an API process serves the node task endpoints from this exchange.
+        self.attached = False
+
+    def new_task_id(self) -> str:
+        return f"t{self._prefix}-{next(self._ids)}"
+
+    def ask(self, task: NodeTask, *, deadline: float) -> dict[str, Any]:
+        """Queue ``task`` and wait up to ``deadline`` seconds for the node's answer.
+
+        Raises :class:`NodeSilentError` when none comes (the task is withdrawn from the queue)."""
+        with self._cond:
+            self._open[task.id] = task
+            self._queues.setdefault(task.contribution_id, deque()).append(task)
+            self._cond.notify_all()
+            end = time.monotonic() + deadline
+            while task.id not in self._answers:
+                left = end - time.monotonic()
+                if left <= 0:
+                    self._open.pop(task.id, None)
+                    queue = self._queues.get(task.contribution_id)
+                    if queue is not None and task in queue:
+                        queue.remove(task)
+                    raise NodeSilentError(task.contribution_id)
+                self._cond.wait(left)
+            self._open.pop(task.id, None)
+            return self._answers.pop(task.id)
+
+    def next_for(self, contribution_ids: Iterable[str], *, wait: float) -> NodeTask | None:
+        """The oldest queued task for one of ``contribution_ids``, waiting up to ``wait``
+        seconds for one; None when none came."""
+        ids = list(contribution_ids)
+        end = time.monotonic() + wait
+        with self._cond:
+            while True:
+                for cid in ids:
+                    queue = self._queues.get(cid)
+                    if queue:
+                        return queue.popleft()
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+
+    def answer(self, task_id: str, contribution_ids: Iterable[str], body: dict[str, Any]) -> bool:
+        """Deliver a node's answer to an open task of one of its contributions; False when the
+        task is unknown, no longer awaited or not addressed to this node."""
+        with self._cond:
+            task = self._open.get(task_id)
+            if task is None or task.contribution_id not in set(contribution_ids):
+                return False
+            self._answers[task_id] = body
+            self._cond.notify_all()
+            return True
+
+
+#: The exchange of this process.
+EXCHANGE = NodeExchange()

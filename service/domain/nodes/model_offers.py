@@ -1,0 +1,125 @@
+"""Node side: contribute a model fitted here to a coordinator's study, in one call.
+
+``POST /v1/models/{id}/offers`` uploads the model's weights, public feature spec and label to
+the coordinator (``POST /v1/models`` there, stored as the site's model with its privacy claim)
+and contributes it to the study (``POST /v1/studies/{id}/contributions``) for ``average``,
+``feature`` or ``transfer`` aggregation. The privacy claim carries this node's record: ε, δ
+and the mechanism of the fit, and the record's statement; the coordinator labels it a claim
+(it cannot check it). Only the released model leaves the node, which is post-processing of a
+DP release: nothing new is charged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from service.db.uow import UnitOfWork
+from service.domain import audit
+from service.domain.access.principal import Principal
+from service.domain.audit import AuditContext
+from service.domain.errors import InvalidInputError, NotFoundError
+from service.domain.ids import looks_like_id
+
+__all__ = ["ModelLink", "ModelOffer", "offer_model"]
+
+
+class ModelLink(Protocol):
+    """The coordinator calls a model offer makes (``service.nodes.link``)."""
+
+    def upload_model(self, body: Mapping[str, Any]) -> str: ...
+
+    def contribute_model(self, *, study_id: str, model_id: str) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ModelOffer:
+    model_id: str
+    study_id: str
+    coordinator_model_id: str
+    contribution_id: str
+
+
+def _claim(privacy: Mapping[str, Any], mechanism: str | None, model_id: str) -> dict[str, Any]:
+    statement = str(privacy.get("statement") or privacy.get("guarantee") or "")
+    epsilon = privacy.get("epsilon")
+    delta = privacy.get("delta")
+    return {
+        "epsilon": float(epsilon) if isinstance(epsilon, int | float) else None,
+        "delta": float(delta) if isinstance(delta, int | float) else None,
+        "mechanism": (mechanism or "unknown")[:64],
+        "description": (
+            f"fitted on a PrivFit node (its model {model_id}); the node's privacy record: "
+            f"{statement}"
+        )[:2000],
+    }
+
+
+def offer_model(
+    uow: UnitOfWork,
+    *,
+    link: ModelLink | None,
+    model_id: str,
+    study_id: str,
+    actor: Principal,
+    context: AuditContext,
+) -> ModelOffer:
+    """Upload a model the caller owns to the coordinator and contribute it to a study. 404 for
+    a model it does not own; 422 for a study result or a model that is not one linear map over
+    a public spec; 502 with the coordinator's reason when it refuses."""
+    site_id = actor.require_site()
+    if link is None:
+        raise InvalidInputError(
+            "this PrivFit has no coordinator: set PRIVFIT_COORDINATOR_URL and "
+            "PRIVFIT_COORDINATOR_KEY to contribute models to a coordinator's studies"
+        )
+    with uow:
+        model = uow.models.get(model_id) if looks_like_id(model_id) else None
+        if model is None or model.owner_site_id != site_id:
+            raise NotFoundError("model")
+        if model.study_id is not None:
+            raise InvalidInputError("a study's aggregated result cannot be contributed to a study")
+        coef = model.body.get("coef") if model.body.get("kind") == "linear" else None
+        prep = model.preprocessing
+        if not isinstance(coef, list) or prep.get("projection") or not prep.get("features"):
+            raise InvalidInputError(
+                "only a linear model over a public feature spec (no random projection) can be "
+                "contributed to a coordinator's study"
+            )
+        label = {
+            k: v
+            for k, v in dict(model.label or {}).items()
+            if k in ("column", "positive", "negative")
+        }
+        body = {
+            "label": label,
+            "features": list(prep["features"]),
+            "row_norm": prep.get("row_norm", "clip"),
+            "weights": [float(w) for w in coef],
+            "loss": model.loss if model.loss in ("logistic", "huber") else "other",
+            "privacy_claim": _claim(dict(model.privacy or {}), model.mechanism, model.id),
+        }
+    coordinator_model_id = link.upload_model(body)
+    contribution_id = link.contribute_model(study_id=study_id, model_id=coordinator_model_id)
+    with uow:
+        audit.record(
+            uow,
+            action="model.offered",
+            actor=actor,
+            context=context,
+            subject_type="model",
+            subject_id=model_id,
+            details={
+                "study_id": study_id,
+                "coordinator_model_id": coordinator_model_id,
+                "contribution_id": contribution_id,
+            },
+        )
+        uow.commit()
+    return ModelOffer(
+        model_id=model_id,
+        study_id=study_id,
+        coordinator_model_id=coordinator_model_id,
+        contribution_id=contribution_id,
+    )

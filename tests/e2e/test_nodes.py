@@ -1,0 +1,627 @@
+"""Site nodes (issue 15) with real processes on loopback, nothing mocked.
+
+A coordinator (``privfit serve``, SQLite, thread job runner) and three nodes, each its own
+``privfit serve`` with its own SQLite database and its own ``privfit agent``. Every node
+uploads a dataset and offers it to the coordinator's study; the coordinator runs federated
+fits over the three remote contributions. Checked:
+
+* psgd, admm (dual and primal) and the DP distributed Lasso release exactly (1e-9) the model
+  of the in-process federated fit over the same rows with the same job seed (test mode);
+* the coordinator's database file, its logs and every response it gave contain none of the
+  nodes' distinctive values and none of their row counts;
+* each node charged its own ledger once per job and recorded it in its audit log;
+* a task outside the offer's caps is refused and the job fails with the node's reason;
+* a forged or replayed task from a compromised coordinator (wrong job id, different ε, a
+  replayed sequence number, an unknown job) is refused by a real agent;
+* a node whose agent is killed mid-protocol fails the job, every node keeping its charge;
+* the noisy average over remote contributions is refused with a 422 that says why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import numpy as np
+import pytest
+
+from service.db.session import make_engine, make_sessionmaker
+from service.db.uow import UnitOfWork
+from service.domain.datasets.catalog import load_design
+from service.domain.randomness import Randomness
+from service.dp.federated import federated_fit
+from tests.support.live_server import ROOT, LiveServer, server_environment, start_server
+
+pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+
+ADMIN = "pf_admin_" + "n" * 40
+SEED = 20261128
+LABEL = {"column": "outcome", "positive": "yes"}
+FEATURES = [
+    {"column": "dose", "type": "numeric", "lower": 0, "upper": 100},
+    {"column": "arm", "type": "categorical", "categories": ["a", "b"]},
+]
+#: Seconds a server may take to answer /readyz (the test machine may be shared and busy).
+READY_TIMEOUT = 300.0
+#: Each node's row count: distinctive numbers searched for in what the coordinator holds.
+ROWS = (1187, 1319, 1429)
+#: A value only node k's rows contain (as written in its CSV).
+MARKERS = ("41.2837", "57.6519", "63.9142")
+
+
+@dataclass
+class Node:
+    server: LiveServer
+    env: dict[str, str]
+    database_url: str
+    key: str  # the site's key on the node
+    coordinator_key: str  # the site's key on the coordinator
+    dataset_id: str = ""
+    contribution_id: str = ""
+    agent: subprocess.Popen[str] | None = None
+    agent_log: list[str] = field(default_factory=list)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.key}"}
+
+    def start_agent(self) -> None:
+        self.agent = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "agent"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        assert self.agent.stdout is not None
+        ready = threading.Event()
+
+        def pump(stream: Any) -> None:
+            for line in iter(stream.readline, ""):
+                self.agent_log.append(line)
+                if "agent polling" in line:
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=pump, args=(self.agent.stdout,), daemon=True).start()
+        assert ready.wait(timeout=120), "the agent did not start"
+        assert self.agent.poll() is None, "".join(self.agent_log)
+
+    def stop_agent(self, sig: int = signal.SIGTERM) -> None:
+        if self.agent is not None and self.agent.poll() is None:
+            self.agent.send_signal(sig)
+            self.agent.wait(timeout=60)
+        self.agent = None
+
+    def budget(self) -> dict[str, Any]:
+        r = httpx2.get(
+            f"{self.server.base_url}/v1/datasets/{self.dataset_id}/budget",
+            headers=self.headers,
+            timeout=30,
+        )
+        assert r.status_code == 200, r.text
+        out: dict[str, Any] = r.json()
+        return out
+
+
+@dataclass
+class Network:
+    coordinator: LiveServer
+    coordinator_db: Path
+    coord_key: str
+    study_id: str
+    nodes: list[Node]
+    responses: list[str] = field(default_factory=list)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.coord_key}"}
+
+    def fit(self, body: dict[str, Any], *, wait: int = 30) -> tuple[int, dict[str, Any]]:
+        """POST a federated fit and, with Prefer: wait, follow it until it ends."""
+        r = httpx2.post(
+            f"{self.coordinator.base_url}/v1/studies/{self.study_id}/federated-fits",
+            json=body,
+            headers={**self.headers, "Prefer": f"wait={wait}"},
+            timeout=wait + 30,
+        )
+        self.responses.append(r.text)
+        out: dict[str, Any] = r.json()
+        while r.status_code in (201, 202) and out["status"] not in (
+            "succeeded",
+            "failed",
+            "cancelled",
+        ):
+            r = httpx2.get(
+                f"{self.coordinator.base_url}/v1/jobs/{out['id']}",
+                headers={**self.headers, "Prefer": f"wait={wait}"},
+                timeout=wait + 30,
+            )
+            self.responses.append(r.text)
+            out = r.json()
+        return r.status_code, out
+
+    def get(self, path: str) -> dict[str, Any]:
+        r = httpx2.get(f"{self.coordinator.base_url}{path}", headers=self.headers, timeout=30)
+        self.responses.append(r.text)
+        assert r.status_code == 200, r.text
+        out: dict[str, Any] = r.json()
+        return out
+
+
+def _rows(k: int) -> bytes:
+    rng = np.random.default_rng(100 + k)
+    lines = ["dose,arm,outcome"]
+    for i in range(ROWS[k]):
+        dose = MARKERS[k] if i == 7 else f"{rng.uniform(0, 100):.2f}"
+        arm = "a" if rng.random() < 0.5 else "b"
+        logit = (float(dose) - 50) / 15 + (0.8 if arm == "a" else -0.4)
+        outcome = "yes" if rng.random() < 1 / (1 + np.exp(-logit)) else "no"
+        lines.append(f"{dose},{arm},{outcome}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _site(base_url: str, name: str) -> tuple[str, str]:
+    r = httpx2.post(
+        f"{base_url}/v1/sites",
+        json={"name": name},
+        headers={"Authorization": f"Bearer {ADMIN}"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    body = r.json()
+    return body["site"]["id"], body["key"]["api_key"]
+
+
+@pytest.fixture(scope="module")
+def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
+    tmp = tmp_path_factory.mktemp("nodes")
+    coordinator_db = tmp / "coordinator.db"
+    test_env = {"PRIVFIT_ENVIRONMENT": "test", "PRIVFIT_TEST_SEED": str(SEED)}
+    with start_server(
+        f"sqlite:///{coordinator_db}",
+        admin_key=ADMIN,
+        workdir=tmp,
+        extra_env={
+            **test_env,
+            "PRIVFIT_JOB_RUNNER": "thread",
+            "PRIVFIT_NODE_TASK_DEADLINE": "20",
+        },
+        ready_timeout=READY_TIMEOUT,
+    ) as coordinator:
+        _coord_id, coord_key = _site(coordinator.base_url, "coordinator")
+        members = [_site(coordinator.base_url, f"hospital-{k}") for k in range(3)]
+        r = httpx2.post(
+            f"{coordinator.base_url}/v1/studies",
+            json={
+                "name": "dose study",
+                "members": [m[0] for m in members],
+                "spec": {"label": LABEL, "features": FEATURES},
+            },
+            headers={"Authorization": f"Bearer {coord_key}"},
+            timeout=30,
+        )
+        assert r.status_code == 201, r.text
+        study_id = r.json()["id"]
+        stack = ExitStack()
+        started: list[Node] = []
+
+        def bring_up(k: int) -> Node:
+            """Node k: its own server and database, a dataset, the offer and the agent."""
+            member_key = members[k][1]
+            db = tmp / f"node{k}.db"
+            extra = {
+                **test_env,
+                "PRIVFIT_COORDINATOR_URL": coordinator.base_url,
+                "PRIVFIT_COORDINATOR_KEY": member_key,
+                "PRIVFIT_AGENT_POLL_SECONDS": "5",
+            }
+            server = stack.enter_context(
+                start_server(
+                    f"sqlite:///{db}",
+                    admin_key=ADMIN,
+                    workdir=tmp,
+                    extra_env=extra,
+                    ready_timeout=READY_TIMEOUT,
+                )
+            )
+            env = {
+                **server_environment(f"sqlite:///{db}", admin_key=ADMIN, port=1, extra=extra),
+                "PYTHONPATH": str(ROOT),
+            }
+            _, key = _site(server.base_url, f"hospital-{k}")
+            node = Node(server, env, f"sqlite:///{db}", key, member_key)
+            spec = {
+                "name": f"ward-{k}",
+                "label": LABEL,
+                "features": FEATURES,
+                "budget": {"epsilon": 10.0, "delta": 1e-4},
+            }
+            r = httpx2.post(
+                f"{server.base_url}/v1/datasets",
+                files={
+                    "file": ("rows.csv", _rows(k), "text/csv"),
+                    "spec": (None, json.dumps(spec)),
+                },
+                headers=node.headers,
+                timeout=60,
+            )
+            assert r.status_code == 201, r.text
+            node.dataset_id = r.json()["id"]
+            cap = 6.0 if k == 0 else 9.0
+            r = httpx2.post(
+                f"{server.base_url}/v1/datasets/{node.dataset_id}/offers",
+                json={"study_id": study_id, "epsilon_cap": cap, "delta_cap": 1e-4},
+                headers=node.headers,
+                timeout=30,
+            )
+            assert r.status_code == 201, r.text
+            node.contribution_id = r.json()["contribution_id"]
+            started.append(node)
+            node.start_agent()
+            return node
+
+        with stack:
+            try:
+                # the three nodes come up side by side (each is its own set of processes)
+                with ThreadPoolExecutor(max_workers=3) as pool:
+                    nodes = list(pool.map(bring_up, range(3)))
+                yield Network(coordinator, coordinator_db, coord_key, study_id, nodes)
+            finally:
+                for node in started:
+                    node.stop_agent()
+
+
+def _designs(network: Network) -> list[tuple[Any, Any]]:
+    out = []
+    for node in network.nodes:
+        engine = make_engine(node.database_url)
+        try:
+            out.append(load_design(partial(UnitOfWork, make_sessionmaker(engine)), node.dataset_id))
+        finally:
+            engine.dispose()
+    return out
+
+
+def _coefficients(network: Network, job: dict[str, Any]) -> np.ndarray:
+    model = network.get(f"/v1/models/{job['model_id']}")
+    return np.array([c["weight"] for c in model["coefficients"]])
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "psgd": {"protocol": "psgd", "epsilon": 1.0, "delta": 1e-5, "params": {"iterations": 20}},
+    "admm_dual": {
+        "protocol": "admm",
+        "epsilon": 1.0,
+        "params": {"perturbation": "dual", "iterations": 6},
+    },
+    "admm_primal": {
+        "protocol": "admm",
+        "epsilon": 1.0,
+        "params": {"perturbation": "primal", "iterations": 6},
+    },
+    "distributed_lasso": {
+        "protocol": "distributed_lasso",
+        "epsilon": 1.0,
+        "delta": 1e-5,
+        "regularization": 0.001,
+        "params": {"iterations": 20},
+    },
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_remote_fit_equals_the_in_process_fit(network: Network, case: str) -> None:
+    body: dict[str, Any] = {
+        "regularization": 0.01,
+        **CASES[case],
+        "datasets": [n.contribution_id for n in network.nodes],
+    }
+    before = [n.budget() for n in network.nodes]
+    _status, job = network.fit(body)
+    assert job["status"] == "succeeded", (
+        job.get("error"),
+        [n.agent_log[-5:] for n in network.nodes],
+        "".join(network.coordinator.stderr)[-3000:],
+    )
+    released = _coefficients(network, job)
+    params = dict(body.get("params") or {})
+    expected = federated_fit(
+        _designs(network),
+        body["protocol"],
+        epsilon=body["epsilon"],
+        delta=body.get("delta", 0.0),
+        loss="squared" if body["protocol"] == "distributed_lasso" else "logistic",
+        regularization=body["regularization"],
+        rng=np.random.default_rng(Randomness(seed=SEED).job_seed(job["id"])),
+        **params,
+    )
+    np.testing.assert_allclose(released, expected.coef, rtol=0, atol=1e-9)
+    # every node charged its own ledger once, for the whole job
+    model = network.get(f"/v1/models/{job['model_id']}")
+    record = model["privacy"]
+    nodes_in_record = [d for d in record["datasets"] if d.get("kind") == "node"]
+    assert [d["node_dataset_id"] for d in nodes_in_record] == [n.dataset_id for n in network.nodes]
+    for node, old, entry in zip(network.nodes, before, nodes_in_record, strict=True):
+        new = node.budget()
+        charged = new["epsilon_spent"] - old["epsilon_spent"]
+        assert charged == pytest.approx(entry["charged_by_this_job"]["epsilon"], abs=1e-9)
+        assert 0 < charged <= body["epsilon"] + 1e-9
+
+
+def test_noisy_average_over_nodes_is_refused_with_a_reason(network: Network) -> None:
+    r = httpx2.post(
+        f"{network.coordinator.base_url}/v1/studies/{network.study_id}/federated-fits",
+        json={
+            "protocol": "noisy_average",
+            "epsilon": 1.0,
+            "regularization": 0.01,
+            "datasets": [n.contribution_id for n in network.nodes],
+        },
+        headers=network.headers,
+        timeout=30,
+    )
+    network.responses.append(r.text)
+    assert r.status_code == 422, r.text
+    assert "trusted curator" in r.json()["detail"]
+
+
+def test_a_task_outside_the_offer_is_refused(network: Network) -> None:
+    before = [n.budget()["epsilon_spent"] for n in network.nodes]
+    # node 0 offered at most ε = 6 to the study in all
+    _, job = network.fit(
+        {
+            "protocol": "admm",
+            "epsilon": 7.0,
+            "regularization": 0.01,
+            "params": {"perturbation": "dual", "iterations": 3},
+            "datasets": [n.contribution_id for n in network.nodes],
+        }
+    )
+    assert job["status"] == "failed"
+    assert job["error"]["type"].endswith("/node-refused")
+    assert "offer's caps" in job["error"]["detail"]
+    assert [n.budget()["epsilon_spent"] for n in network.nodes] == before
+
+
+def test_nodes_contribute_local_models_that_the_coordinator_averages(network: Network) -> None:
+    contributions = []
+    for node in network.nodes[:2]:
+        r = httpx2.post(
+            f"{node.server.base_url}/v1/datasets/{node.dataset_id}/fits",
+            json={
+                "mechanism": "objective_perturbation",
+                "epsilon": 0.5,
+                "delta": 0.0,
+                "loss": "logistic",
+                "regularization": 0.05,
+            },
+            headers={**node.headers, "Prefer": "wait=30"},
+            timeout=90,
+        )
+        assert r.status_code == 201, r.text
+        assert r.json()["status"] == "succeeded", r.text
+        model_id = r.json()["model_id"]
+        r = httpx2.post(
+            f"{node.server.base_url}/v1/models/{model_id}/offers",
+            json={"study_id": network.study_id},
+            headers=node.headers,
+            timeout=60,
+        )
+        assert r.status_code == 201, r.text
+        offer = r.json()
+        contributions.append(offer["contribution_id"])
+        uploaded = network.get(f"/v1/models/{offer['coordinator_model_id']}")
+        local = httpx2.get(
+            f"{node.server.base_url}/v1/models/{model_id}", headers=node.headers, timeout=30
+        ).json()
+        assert [c["weight"] for c in uploaded["coefficients"]] == [
+            c["weight"] for c in local["coefficients"]
+        ]
+        assert model_id in json.dumps(uploaded["privacy"])
+    r = httpx2.post(
+        f"{network.coordinator.base_url}/v1/studies/{network.study_id}/aggregations",
+        json={"method": "average", "name": "ward average"},
+        headers={**network.headers, "Prefer": "wait=30"},
+        timeout=90,
+    )
+    network.responses.append(r.text)
+    assert r.status_code in (201, 202), r.text
+    assert r.json()["status"] == "succeeded", r.text
+
+
+# --- a compromised coordinator --------------------------------------------------------------
+
+
+class RogueCoordinator:
+    """A coordinator that sends scripted tasks, one at a time, and records the answers."""
+
+    def __init__(self, tasks: list[dict[str, Any]]) -> None:
+        self.tasks = list(tasks)
+        self.answers: list[dict[str, Any]] = []
+        self.cond = threading.Condition()
+        self.outstanding = False
+        rogue = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes = b"") -> None:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self) -> None:
+                with rogue.cond:
+                    rogue.cond.wait_for(
+                        lambda: not rogue.outstanding and bool(rogue.tasks), timeout=1.0
+                    )
+                    if rogue.outstanding or not rogue.tasks:
+                        self._send(204)
+                        return
+                    task = rogue.tasks.pop(0)
+                    rogue.outstanding = True
+                self._send(200, json.dumps(task).encode())
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with rogue.cond:
+                    rogue.answers.append(body)
+                    rogue.outstanding = False
+                    rogue.cond.notify_all()
+                self._send(204)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def wait_for_answers(self, count: int, timeout: float = 120.0) -> list[dict[str, Any]]:
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.answers) >= count, timeout=timeout), (
+                self.answers
+            )
+            return list(self.answers)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _task(node: Node, job_id: str, seq: int, step: str, **terms: Any) -> dict[str, Any]:
+    base = {
+        "job_id": job_id,
+        "protocol": "psgd",
+        "epsilon": 0.1,
+        "delta": 1e-5,
+        "loss": "logistic",
+        "regularization": 0.01,
+        "params": {"iterations": 3},
+        "rounds": 3,
+        "sites": 3,
+        "index": 1,
+        "seed": None,
+    }
+    base.update(terms)
+    return {
+        "task_id": f"{job_id}-{seq}-{step}",
+        "contribution_id": node.contribution_id,
+        "job_id": job_id,
+        "seq": seq,
+        "step": step,
+        "terms": base,
+        "vectors": [],
+    }
+
+
+def test_forged_and_replayed_tasks_are_refused(network: Network) -> None:
+    node = network.nodes[1]
+    before = node.budget()["epsilon_spent"]
+    tasks = [
+        _task(node, "rogue-a", 1, "join"),
+        _task(node, "rogue-a", 2, "prepare", epsilon=5.0),  # a different ε than accepted
+        _task(node, "rogue-b", 1, "join"),
+        _task(node, "rogue-z", 2, "prepare"),  # a job id the node never accepted
+        _task(node, "rogue-b", 1, "prepare"),  # a replayed sequence number
+        {**_task(node, "rogue-c", 1, "join"), "job_id": "rogue-d"},  # job ids that disagree
+        _task(node, "rogue-e", 1, "join", protocol="admm", params={"perturbation": "none"}),
+        _task(node, "rogue-f", 1, "join", epsilon=50.0),  # beyond the offer
+    ]
+    rogue = RogueCoordinator(tasks)
+    env = {**node.env, "PRIVFIT_COORDINATOR_URL": rogue.url, "PRIVFIT_AGENT_POLL_SECONDS": "1"}
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "agent"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        answers = rogue.wait_for_answers(len(tasks))
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=60)
+        rogue.close()
+    assert "n" in answers[0]
+    assert answers[0]["charged"]["epsilon"] == pytest.approx(0.1)
+    assert "epsilon" in answers[1]["refused"]
+    assert "n" in answers[2]
+    assert "never accepted" in answers[3]["refused"]
+    assert "replayed" in answers[4]["refused"]
+    assert "job id" in answers[5]["refused"]
+    assert "refused" in answers[6]
+    assert "offer" in answers[7]["refused"]
+    # the node charged the two jobs it accepted, and nothing for the refused tasks
+    assert node.budget()["epsilon_spent"] == pytest.approx(before + 0.2, abs=1e-9)
+
+
+# --- privacy of what the coordinator holds, and failure ----------------------------------
+
+
+def _scan(text: str) -> list[str]:
+    found = [m for m in MARKERS if m in text]
+    found += [str(n) for n in ROWS if re.search(rf"(?<![0-9A-Za-z.]){n}(?![0-9A-Za-z.])", text)]
+    return found
+
+
+def test_the_coordinator_holds_no_rows_and_no_row_counts(network: Network) -> None:
+    for node in network.nodes:
+        network.get(f"/v1/studies/{network.study_id}/remote-contributions")
+        network.get(f"/v1/studies/{network.study_id}")
+        del node
+    stored = b"".join(
+        p.read_bytes()
+        for p in network.coordinator_db.parent.glob(network.coordinator_db.name + "*")
+    ).decode("latin-1")
+    assert _scan(stored) == []
+    assert _scan("".join(network.coordinator.stdout + network.coordinator.stderr)) == []
+    assert _scan("\n".join(network.responses)) == []
+
+
+def test_a_node_killed_mid_protocol_fails_the_job_and_charges_stay(network: Network) -> None:
+    before = [n.budget()["epsilon_spent"] for n in network.nodes]
+    victim = network.nodes[2]
+    outcome: dict[str, Any] = {}
+    body = {
+        "protocol": "psgd",
+        "epsilon": 0.5,
+        "delta": 1e-5,
+        "regularization": 0.01,
+        "params": {"iterations": 100000},
+        "datasets": [n.contribution_id for n in network.nodes],
+    }
+    runner = threading.Thread(target=lambda: outcome.update(job=network.fit(body)[1]))
+    runner.start()
+    # the victim has joined (and charged) once its spent budget moved
+    deadline = 120
+    for _ in range(deadline * 10):
+        if victim.budget()["epsilon_spent"] > before[2]:
+            break
+        threading.Event().wait(0.1)
+    victim.stop_agent(signal.SIGKILL)
+    runner.join(timeout=180)
+    victim.start_agent()
+    job = outcome["job"]
+    assert job["status"] == "failed"
+    assert job["error"]["type"].endswith("node-silent")
+    after = [n.budget()["epsilon_spent"] for n in network.nodes]
+    assert after == pytest.approx([b + 0.5 for b in before], abs=1e-9)
