@@ -186,8 +186,8 @@ def main() -> None:
                     job = r.json()
                     while job["status"] not in ("succeeded", "failed", "cancelled"):
                         job = client.get(
-                            f"{coordinator.base_url}/v1/jobs/{job['id']}",
-                            headers={"Authorization": f"Bearer {coord_key}", "Prefer": "wait=30"},
+                            f"{coordinator.base_url}/v1/jobs/{job['id']}?wait=30",
+                            headers={"Authorization": f"Bearer {coord_key}"},
                         ).json()
                     elapsed = time.perf_counter() - t0
                     if job["status"] != "succeeded":

@@ -156,8 +156,9 @@ class Settings(BaseSettings):
         default=True,
         description=(
             "On start, mark jobs left running by a crash failed (budget kept spent) and run the "
-            "queued ones again. Turn off when several API processes share one database and "
-            "another may still be running those jobs."
+            "queued ones again. Turn off when several API processes with in-process runners "
+            "share one database and another may still be running those jobs. The queue runner "
+            "never does this: it only settles the jobs of workers whose heartbeats stopped."
         ),
     )
     rate_limit_failed_auth: str | None = Field(

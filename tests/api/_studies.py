@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -132,13 +133,13 @@ def finished(
 ) -> dict[str, Any]:
     """A job returned by a 202, once it has finished: one long poll (``?wait=``, at most
     ``timeout`` s)."""
-    if job["status"] not in TERMINAL:
-        response = client.get(
-            f"/v1/jobs/{job['id']}", params={"wait": timeout}, headers=site.headers
-        )
+    deadline = time.monotonic() + timeout
+    while job["status"] not in TERMINAL:
+        assert time.monotonic() < deadline, f"job still {job['status']} after {timeout} s"
+        wait = min(30.0, max(deadline - time.monotonic(), 0.0))
+        response = client.get(f"/v1/jobs/{job['id']}", params={"wait": wait}, headers=site.headers)
         assert response.status_code == 200, response.text
         job = response.json()
-    assert job["status"] in TERMINAL, f"job still {job['status']} after {timeout} s"
     return job
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import time
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
@@ -165,12 +166,17 @@ def expected_design() -> tuple[NDArray[np.float64], NDArray[np.float64]]:
 def wait_for_job(
     client: TestClient, site: SiteHandle, job_id: str, timeout: float = 30.0
 ) -> dict[str, Any]:
-    """The job once it has finished: one long poll (``?wait=``), failing after ``timeout`` s."""
-    response = client.get(f"/v1/jobs/{job_id}", params={"wait": timeout}, headers=site.headers)
-    assert response.status_code == 200, response.text
-    job: dict[str, Any] = response.json()
-    assert job["status"] in ("succeeded", "failed", "cancelled"), f"job {job_id} still {job}"
-    return job
+    """The job once it has finished: long polls (``?wait=``, at most 30 s each), failing
+    after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        wait = min(30.0, max(deadline - time.monotonic(), 0.0))
+        response = client.get(f"/v1/jobs/{job_id}", params={"wait": wait}, headers=site.headers)
+        assert response.status_code == 200, response.text
+        job: dict[str, Any] = response.json()
+        if job["status"] in ("succeeded", "failed", "cancelled"):
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} still {job['status']}"
 
 
 @pytest.fixture

@@ -66,6 +66,12 @@ EXPECTED: dict[str, tuple[int, int, int, int]] = {
     "models.evaluate": (202, 404, 403, 401),
     "models.evaluations": (200, 404, 200, 401),
     "datasets.plan": (200, 404, 403, 401),
+    # Offers to a coordinator's study (site nodes): this PrivFit has no coordinator, so the
+    # owner's offer is a 422 that says so; everyone else is refused as for any other verb.
+    "datasets.offer": (422, 404, 403, 401),
+    "datasets.offers": (200, 404, 403, 401),
+    "datasets.withdraw_offer": (404, 404, 403, 401),
+    "models.offer": (422, 404, 403, 401),
 }
 
 CSV = "age,color,outcome\n" + "".join(
@@ -82,6 +88,7 @@ SPEC = json.dumps(
     {"name": "clinic", "label": LABEL, "features": FEATURES, "budget": {"epsilon": 5.0}}
 )
 ROW = {"age": 40, "color": "red"}
+NO_STUDY = "0" * 32  # a coordinator's study id (there is no coordinator here)
 UPLOAD = {"label": LABEL, "features": FEATURES, "weights": [0.5, 1.0, -1.0, 0.0, -0.25]}
 
 
@@ -217,6 +224,22 @@ REQUESTS: dict[str, Callable[[Holdings], Call]] = {
         f"/v1/datasets/{h.dataset}/plans",
         {"json": {"mechanism": "objective_perturbation", "epsilons": [0.5, 1.0]}},
     ),
+    "datasets.offer": lambda h: (
+        "POST",
+        f"/v1/datasets/{h.dataset}/offers",
+        {"json": {"study_id": NO_STUDY, "epsilon_cap": 1.0, "delta_cap": 0.0}},
+    ),
+    "datasets.offers": lambda h: ("GET", f"/v1/datasets/{h.dataset}/offers", {}),
+    "datasets.withdraw_offer": lambda h: (
+        "DELETE",
+        f"/v1/datasets/{h.dataset}/offers/{h.job}",
+        {},
+    ),
+    "models.offer": lambda h: (
+        "POST",
+        f"/v1/models/{h.model}/offers",
+        {"json": {"study_id": NO_STUDY}},
+    ),
 }
 
 
@@ -284,7 +307,10 @@ def test_tenancy_matrix(world: World, verb: str, who: Who, expected: int) -> Non
         assert response.headers["content-type"].startswith("application/problem+json")
     if expected == 401:
         assert response.headers["www-authenticate"] == "Bearer"
-    if expected == 404:
+    if expected == 404 and who == "owner":
+        # the owner's own dataset, an offer id that names nothing
+        assert response.json()["detail"] == "offer not found"
+    elif expected == 404:
         # exactly what an id that names nothing gets: existence is not revealed
         ghost = _call(world, verb, who, _ghost())
         assert _problem_core(response) == _problem_core(ghost)
@@ -326,6 +352,8 @@ def test_tenancy_matrix(world: World, verb: str, who: Who, expected: int) -> Non
         assert response.json()["items"] == []
     elif verb == "datasets.plan":
         assert len(response.json()["points"]) == 2
+    elif verb == "datasets.offers":
+        assert response.json()["items"] == []
     elif verb == "models.predict":
         (prediction,) = response.json()["predictions"]
         assert isinstance(prediction["score"], float)
@@ -361,5 +389,6 @@ def test_the_matrix_covers_every_route_of_the_three_resources(world: World) -> N
         method, path, _ = REQUESTS[verb](
             Holdings("{dataset_id}", "{job_id}", "{model_id}", "{job_id}")
         )
-        covered.add((method, path))
+        # the withdrawal names an offer; the matrix sends a job id, which names no offer
+        covered.add((method, path.replace("/offers/{job_id}", "/offers/{offer_id}")))
     assert operations == covered

@@ -12,7 +12,9 @@ fits over the three remote contributions. Checked:
 * each node charged its own ledger once per job and recorded it in its audit log;
 * a task outside the offer's caps is refused and the job fails with the node's reason;
 * a forged or replayed task from a compromised coordinator (wrong job id, different ε, a
-  replayed sequence number, an unknown job) is refused by a real agent;
+  replayed sequence number, an unknown job, a second join of a job whose state is gone, as
+  after an agent restart) is refused by a real agent, and nothing is charged twice;
+* two nodes contribute a locally fitted model each in one call; the coordinator averages them;
 * a node whose agent is killed mid-protocol fails the job, every node keeping its charge;
 * the noisy average over remote contributions is refused with a 422 that says why.
 """
@@ -141,14 +143,11 @@ class Network:
         )
         self.responses.append(r.text)
         out: dict[str, Any] = r.json()
-        while r.status_code in (201, 202) and out["status"] not in (
-            "succeeded",
-            "failed",
-            "cancelled",
-        ):
+        while r.status_code < 400 and out["status"] not in ("succeeded", "failed", "cancelled"):
+            # a long poll: answered when the job ends or after `wait` seconds
             r = httpx2.get(
-                f"{self.coordinator.base_url}/v1/jobs/{out['id']}",
-                headers={**self.headers, "Prefer": f"wait={wait}"},
+                f"{self.coordinator.base_url}/v1/jobs/{out['id']}?wait={wait}",
+                headers=self.headers,
                 timeout=wait + 30,
             )
             self.responses.append(r.text)
@@ -425,7 +424,12 @@ def test_nodes_contribute_local_models_that_the_coordinator_averages(network: Ne
         assert r.status_code == 201, r.text
         offer = r.json()
         contributions.append(offer["contribution_id"])
-        uploaded = network.get(f"/v1/models/{offer['coordinator_model_id']}")
+        # the copy on the coordinator belongs to the node's site there
+        uploaded = httpx2.get(
+            f"{network.coordinator.base_url}/v1/models/{offer['coordinator_model_id']}",
+            headers={"Authorization": f"Bearer {node.coordinator_key}"},
+            timeout=30,
+        ).json()
         local = httpx2.get(
             f"{node.server.base_url}/v1/models/{model_id}", headers=node.headers, timeout=30
         ).json()
@@ -539,6 +543,7 @@ def test_forged_and_replayed_tasks_are_refused(network: Network) -> None:
     tasks = [
         _task(node, "rogue-a", 1, "join"),
         _task(node, "rogue-a", 2, "prepare", epsilon=5.0),  # a different ε than accepted
+        _task(node, "rogue-a", 1, "join"),  # joined again (as after an agent restart)
         _task(node, "rogue-b", 1, "join"),
         _task(node, "rogue-z", 2, "prepare"),  # a job id the node never accepted
         _task(node, "rogue-b", 1, "prepare"),  # a replayed sequence number
@@ -564,12 +569,13 @@ def test_forged_and_replayed_tasks_are_refused(network: Network) -> None:
     assert "n" in answers[0]
     assert answers[0]["charged"]["epsilon"] == pytest.approx(0.1)
     assert "epsilon" in answers[1]["refused"]
-    assert "n" in answers[2]
-    assert "never accepted" in answers[3]["refused"]
-    assert "replayed" in answers[4]["refused"]
-    assert "job id" in answers[5]["refused"]
-    assert "refused" in answers[6]
-    assert "offer" in answers[7]["refused"]
+    assert "already accepted" in answers[2]["refused"]  # and not charged again
+    assert "n" in answers[3]
+    assert "never accepted" in answers[4]["refused"]
+    assert "replayed" in answers[5]["refused"]
+    assert "job id" in answers[6]["refused"]
+    assert "refused" in answers[7]
+    assert "offer" in answers[8]["refused"]
     # the node charged the two jobs it accepted, and nothing for the refused tasks
     assert node.budget()["epsilon_spent"] == pytest.approx(before + 0.2, abs=1e-9)
 

@@ -69,15 +69,16 @@ def offer_model(
     a model it does not own; 422 for a study result or a model that is not one linear map over
     a public spec; 502 with the coordinator's reason when it refuses."""
     site_id = actor.require_site()
-    if link is None:
-        raise InvalidInputError(
-            "this PrivFit has no coordinator: set PRIVFIT_COORDINATOR_URL and "
-            "PRIVFIT_COORDINATOR_KEY to contribute models to a coordinator's studies"
-        )
     with uow:
         model = uow.models.get(model_id) if looks_like_id(model_id) else None
         if model is None or model.owner_site_id != site_id:
             raise NotFoundError("model")
+        # After the ownership check: another site's model is a 404 whatever the setup.
+        if link is None:
+            raise InvalidInputError(
+                "this PrivFit has no coordinator: set PRIVFIT_COORDINATOR_URL and "
+                "PRIVFIT_COORDINATOR_KEY to contribute models to a coordinator's studies"
+            )
         if model.study_id is not None:
             raise InvalidInputError("a study's aggregated result cannot be contributed to a study")
         coef = model.body.get("coef") if model.body.get("kind") == "linear" else None

@@ -112,10 +112,11 @@ def create_offer(
     """Offer a dataset the caller owns to a coordinator study. 404 for a dataset it does not
     own; 422 for caps beyond the dataset's own caps or no coordinator; 502 with the
     coordinator's reason when it refuses (a study the site is not in, a spec that differs)."""
-    coordinator = _require_link(link)
     errors: list[dict[str, Any]] = []
     with uow:
         dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
+        # After the ownership check: another site's dataset is a 404 whatever the setup.
+        coordinator = _require_link(link)
         if not (math.isfinite(epsilon_cap) and epsilon_cap > 0):
             errors.append({"loc": ["body", "epsilon_cap"], "msg": "must be a finite number > 0"})
         elif to_units(epsilon_cap, EPSILON_UNIT, "up") > dataset.epsilon_cap_units:
