@@ -631,3 +631,56 @@ def test_a_node_killed_mid_protocol_fails_the_job_and_charges_stay(network: Netw
     assert job["error"]["type"].endswith("node-silent")
     after = [n.budget()["epsilon_spent"] for n in network.nodes]
     assert after == pytest.approx([b + 0.5 for b in before], abs=1e-9)
+
+
+def test_an_offer_is_withdrawn_from_either_side(network: Network) -> None:
+    """A node withdraws its own offer; the study's coordinator withdraws a node's contribution.
+    Each uses a second offer of its own, so the network's other tests keep theirs."""
+    withdrawn = {}
+    for node in network.nodes[:2]:
+        r = httpx2.post(
+            f"{node.server.base_url}/v1/datasets/{node.dataset_id}/offers",
+            json={"study_id": network.study_id, "epsilon_cap": 0.5, "delta_cap": 0.0},
+            headers=node.headers,
+            timeout=30,
+        )
+        assert r.status_code == 201, r.text
+        withdrawn[node.dataset_id] = r.json()
+    # the node's side: recorded here, then told to the coordinator
+    first, second = network.nodes[0], network.nodes[1]
+    offer = withdrawn[first.dataset_id]
+    r = httpx2.delete(
+        f"{first.server.base_url}/v1/datasets/{first.dataset_id}/offers/{offer['id']}",
+        headers=first.headers,
+        timeout=30,
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["withdrawn_at"] is not None
+    # the coordinator's side
+    contribution = withdrawn[second.dataset_id]["contribution_id"]
+    r = httpx2.delete(
+        f"{network.coordinator.base_url}/v1/studies/{network.study_id}"
+        f"/remote-contributions/{contribution}",
+        headers=network.headers,
+        timeout=30,
+    )
+    assert r.status_code < 300, r.text
+    listed = {
+        c["id"]: c
+        for c in network.get(f"/v1/studies/{network.study_id}/remote-contributions")["items"]
+    }
+    assert listed[offer["contribution_id"]]["withdrawn_at"] is not None
+    assert listed[contribution]["withdrawn_at"] is not None
+    # the network's own offers are untouched
+    assert all(listed[n.contribution_id]["withdrawn_at"] is None for n in network.nodes)
+    # a withdrawn contribution takes part in no fit
+    status, problem = network.fit(
+        {
+            "protocol": "admm",
+            "epsilon": 0.5,
+            "regularization": 0.01,
+            "params": {"perturbation": "dual", "iterations": 3},
+            "datasets": [offer["contribution_id"], *(n.contribution_id for n in network.nodes[1:])],
+        }
+    )
+    assert status == 422, problem

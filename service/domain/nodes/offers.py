@@ -198,6 +198,9 @@ def withdraw_offer(
         row = uow.offers.get(offer_id) if looks_like_id(offer_id) else None
         if row is None or row.dataset_id != dataset.id:
             raise NotFoundError("offer")
+        # Without a coordinator the withdrawal could not be told: refuse before changing
+        # anything rather than answer 422 for a withdrawal already stored.
+        coordinator = _require_link(link)
         if uow.offers.withdraw(row.id, at=utcnow()):
             audit.record(
                 uow,
@@ -212,5 +215,5 @@ def withdraw_offer(
         study_id, contribution_id = row.study_id, row.contribution_id
         row = uow.offers.get_fresh(row.id) or row
         view = _view(row)
-    _require_link(link).withdraw(study_id=study_id, contribution_id=contribution_id)
+    coordinator.withdraw(study_id=study_id, contribution_id=contribution_id)
     return view
