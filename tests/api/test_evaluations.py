@@ -77,15 +77,15 @@ def test_an_evaluation_is_charged_and_released(
     client: TestClient, site: SiteHandle, trained: tuple[str, str, str]
 ) -> None:
     model_id, _, held_out = trained
-    response = _evaluate(client, site, model_id, {"dataset_id": held_out, "epsilon": 0.5}, **WAIT)
+    response = _evaluate(client, site, model_id, {"dataset_id": held_out, "epsilon": 2.0}, **WAIT)
     assert response.status_code == 201, response.text
     job = response.json()
     assert job["kind"] == "evaluate"
     assert job["status"] == "succeeded"
     assert job["charges"] == [
-        {"dataset_id": held_out, "epsilon": 0.5, "delta": 0.0, "state": "charged"}
+        {"dataset_id": held_out, "epsilon": 2.0, "delta": 0.0, "state": "charged"}
     ]
-    assert budget(client, site.headers, held_out)["epsilon_spent"] == pytest.approx(0.5)
+    assert budget(client, site.headers, held_out)["epsilon_spent"] == pytest.approx(2.0)
 
     evaluation = client.get(f"/v1/evaluations/{job['id']}", headers=site.headers)
     assert evaluation.status_code == 200, evaluation.text
@@ -96,29 +96,31 @@ def test_an_evaluation_is_charged_and_released(
     counts = result["confusion_matrix"]
     assert set(counts) == {"tp", "fp", "fn", "tn"}
     assert all(isinstance(v, int) for v in counts.values())
-    # 400 rows, noise of scale 4 per cell: the noisy total is close to n
+    # ε = 2 gives each half ε = 1 and each cell discrete Laplace noise of scale b = Δ₁/ε = 2
+    # (standard deviation ≈ 2.8): the noisy total is close to n
     assert abs(sum(counts.values()) - 400) < 100
     for name in ("accuracy", "precision", "recall", "f1"):
         metric = result["metrics"][name]
         low, high = metric["interval"]
         assert 0.0 <= low <= high <= 1.0
-    # the noisy estimate is near the model's true accuracy on those rows (noise scale 4 per
-    # cell on 400 rows: |error| < 0.1 except with negligible probability)
+    # the noisy estimate is near the model's true accuracy on those rows: its error is about
+    # (Z_tp + Z_tn)(1 − acc) − (Z_fp + Z_fn) acc over 400, of standard deviation ≤ 4/400 =
+    # 0.01, so |error| < 0.1 is ten deviations of a Laplace-tailed sum (probability < 1e-8)
     true_accuracy = _true_accuracy(client, site, model_id, toy_csv(n=400, seed=7))
     assert abs(result["metrics"]["accuracy"]["estimate"] - true_accuracy) < 0.1
     roc = result["roc"]
     assert len(roc["histogram_positive"]) == roc["bins"]
     # the curve and its AUC are post-processing of the released noisy histograms (a noisy
-    # histogram of 400 rows at ε = 0.25 may put the AUC of this toy model near 0.5)
+    # histogram of 400 rows at ε = 1 may put the AUC of this toy model near 0.5)
     fpr, tpr, auc = roc_from_histograms(
         np.array([roc["histogram_positive"], roc["histogram_negative"]])
     )
     assert (roc["fpr"], roc["tpr"]) == (pytest.approx(fpr), pytest.approx(tpr))
     assert roc["auc"] == pytest.approx(auc)
     assert 0.0 <= roc["auc"] <= 1.0
-    assert result["epsilon_split"] == {"confusion_matrix": 0.25, "roc_histogram": 0.25}
+    assert result["epsilon_split"] == {"confusion_matrix": 1.0, "roc_histogram": 1.0}
     assert body["privacy"]["warnings"] == []
-    assert body["privacy"]["epsilon"] == 0.5
+    assert body["privacy"]["epsilon"] == 2.0
 
     listed = client.get(f"/v1/models/{model_id}/evaluations", headers=site.headers)
     assert listed.status_code == 200
