@@ -28,7 +28,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from service.dp import preprocessing, projection
-from service.dp.accounting import PrivacyCost, check_epsilon_delta, ledger_amount
+from service.dp.accounting import PrivacyCost, check_epsilon_delta, ledger_floor
 from service.dp.base import (
     Calibration,
     FitResult,
@@ -238,8 +238,8 @@ def make_problem(
         # calibrate with the largest doubles ≤ both the request and what the ledger charges
         # (issue 19 §4): the charge ⌈repr(ε)/1e-9⌉·1e-9 is never less than the ε the
         # mechanism's proof uses, and the requested ε it reports is never less either
-        eps = min(float(epsilon), ledger_amount(float(epsilon), unit="epsilon"))
-        dlt = min(float(delta), ledger_amount(float(delta), unit="delta"))
+        eps = ledger_floor(float(epsilon), unit="epsilon")
+        dlt = ledger_floor(float(delta), unit="delta")
     problem = Problem(
         mechanism=mech.name,
         n=n,

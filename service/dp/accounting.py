@@ -52,6 +52,7 @@ __all__ = [
     "from_units",
     "gaussian_zcdp",
     "ledger_amount",
+    "ledger_floor",
     "parallel_composition",
     "to_units",
     "zcdp_compose",
@@ -249,6 +250,21 @@ def ledger_amount(value: float, *, unit: Literal["epsilon", "delta"]) -> float:
     if Fraction(out) > charged:
         out = math.nextafter(out, -math.inf)
     return out
+
+
+def ledger_floor(value: float, *, unit: Literal["epsilon", "delta"] = "epsilon") -> float:
+    """The amount a mechanism is calibrated with for a requested ``value``: the largest double
+    ≤ both the request and what the ledger charges for it, min(value, :func:`ledger_amount`).
+
+    Every path that draws noise for a charged request goes through this (single fits, charged
+    aggregations through :func:`service.dp.make_problem`, federated protocols, private
+    evaluation, the exponential mechanism of private tuning), so no mechanism ever uses more
+    than the ledger records. Non-finite values pass through unchanged for the callers'
+    validation to refuse.
+    """
+    if not math.isfinite(value) or value < 0:
+        return value
+    return min(float(value), ledger_amount(float(value), unit=unit))
 
 
 def from_units(units: int, *, unit: Literal["epsilon", "delta"]) -> float:

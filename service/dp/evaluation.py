@@ -37,6 +37,8 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.accounting import ledger_floor
+
 __all__ = [
     "CELLS",
     "DEFAULT_BINS",
@@ -315,7 +317,8 @@ def evaluate(
         raise ValueError("epsilon must be a positive finite number")
     if bins < 2 or bins % 2:
         raise ValueError("bins must be an even number ≥ 2")
-    half = epsilon / 2.0
+    # calibrated with no more than the ledger charged (issue 19 §4); the request is reported
+    half = ledger_floor(float(epsilon)) / 2.0
     noisy = _noisy(confusion_counts(scores, y), half, randbelow)
     hist = _noisy(score_histograms(scores, y, bins), half, randbelow)
     n = int(np.asarray(y).size)

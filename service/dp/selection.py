@@ -36,6 +36,7 @@ from typing import Any, Final, Generic, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.accounting import ledger_floor
 from service.dp.base import FitResult
 from service.dp.discrete_noise import bernoulli_exp, randbelow
 from service.dp.noise import uniforms
@@ -205,7 +206,8 @@ def tune(
         scores = result.model.decision_function(X_held)
         errors.append(int(np.sum((scores > 0) != (y_held > 0))))
     # the errors and the probabilities are functions of private data: never released
-    chosen, _ = exponential_mechanism(errors, epsilon, rng)
+    # calibrated with what the ledger charges, never more (issue 19 §4)
+    chosen, _ = exponential_mechanism(errors, ledger_floor(epsilon), rng)
     return TuningResult(
         chosen=chosen,
         result=results[chosen],

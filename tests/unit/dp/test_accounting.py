@@ -203,7 +203,7 @@ def test_the_calibrated_amount_never_exceeds_the_charge(value: float, unit: str)
     per_one = acc.EPSILON_UNITS_PER_ONE if kind == "epsilon" else acc.DELTA_UNITS_PER_ONE
     charged_units = ledger_units(value, EPSILON_UNIT if kind == "epsilon" else DELTA_UNIT, "up")
     assert charged_units == acc.to_units(value, unit=kind)  # the dp and ledger views agree
-    used = min(value, acc.ledger_amount(value, unit=kind))  # what make_problem calibrates with
+    used = acc.ledger_floor(value, unit=kind)  # what every mechanism calibrates with
     # exact comparison of the binary value used against the decimal charged
     assert Fraction(used) <= Fraction(charged_units, per_one)
     assert Fraction(used) <= Fraction(value)
@@ -225,3 +225,63 @@ def test_a_tenth_is_calibrated_just_below_the_charged_tenth() -> None:
     assert cal.epsilon == 0.1  # the quote shows the charged amount
     assert cal.details["beta"] == used / cal.details["sensitivity"]
     assert acc.to_units(cal.epsilon, unit="epsilon") * 10 == acc.to_units(1.0, unit="epsilon")
+
+
+def test_federated_protocols_calibrate_with_the_ledger_floor() -> None:
+    from service.dp.federated import make_federated_problem
+
+    problem = make_federated_problem(
+        "admm",
+        site_sizes=[100, 100],
+        d=3,
+        epsilon=0.1,
+        delta=0.0,
+        loss="logistic",
+        regularization=0.1,
+        params={"perturbation": "dual"},
+    )
+    assert problem.epsilon == math.nextafter(0.1, 0.0) == acc.ledger_floor(0.1)
+
+
+def test_evaluation_and_tuning_noise_use_the_ledger_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from service.dp import evaluation, selection
+
+    scales: list[object] = []
+    real = evaluation.noise_scale
+
+    def record(epsilon: float) -> object:
+        scales.append(epsilon)
+        return real(epsilon)
+
+    monkeypatch.setattr(evaluation, "noise_scale", record)
+    result = evaluation.evaluate(np.array([1.0, -1.0]), np.array([1.0, -1.0]), epsilon=0.2)
+    assert result.epsilon == 0.2  # the request is what is reported (and charged)
+    assert scales[:2] == [acc.ledger_floor(0.2) / 2] * 2
+    assert acc.ledger_floor(0.2) < 0.2
+
+    seen: list[float] = []
+    real_em = selection.exponential_mechanism
+
+    def spy(errors: object, epsilon: float, rng: object) -> object:
+        seen.append(epsilon)
+        return real_em(errors, epsilon, rng)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(selection, "exponential_mechanism", spy)
+    from service.dp import fit
+    from service.dp.prepared import prepare_design
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-0.5, 0.5, (60, 2))
+    y = np.where(X[:, 0] > 0, 1.0, -1.0)
+    selection.tune(
+        prepare_design(X, y),
+        [0.1, 1.0],
+        epsilon=0.1,
+        fit_one=lambda part, lam: fit(
+            part, None, "objective_perturbation", epsilon=0.1, regularization=lam, rng=rng
+        ),
+        rng=rng,
+    )
+    assert seen == [acc.ledger_floor(0.1)]
