@@ -127,7 +127,9 @@ class Settings(BaseSettings):
             "Where fit jobs run: a pool of worker processes of the API process (default; keeps "
             "the API responsive), threads (debugging; always used for in-memory SQLite), or "
             "`queue`: a PostgreSQL-backed distributed task queue (procrastinate) whose jobs "
-            "`privfit worker` processes run, on any number of machines (PostgreSQL only)."
+            "`privfit worker` processes run, on any number of machines (PostgreSQL only). "
+            "With `process` or `thread`, a federated fit over site nodes runs on a thread of "
+            "the API process the nodes poll; `queue` refuses such a fit (422)."
         ),
     )
     job_workers: int = Field(default=1, ge=1, le=64, description="Jobs run at the same time.")

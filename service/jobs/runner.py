@@ -22,6 +22,14 @@ The default, :class:`PoolJobRunner`, executes jobs inside the API process's own 
 * ``kind="thread"``: a :class:`~concurrent.futures.ThreadPoolExecutor` sharing the API's engine;
   for in-memory SQLite, debugging and tests.
 
+Whatever the kind, a job the domain says needs the API process (a federated fit over site
+nodes, whose task exchange lives in this process's memory) is handed over with
+:meth:`PoolJobRunner.submit_to_api_process` and runs on a thread of this process: the thread
+pool itself with ``kind="thread"``, a second, small thread pool beside the process pool with
+``kind="process"``. Those jobs are tracked, awaited, cancelled (through the database, as every
+job), recovered (``needs_api_process`` tells the runner where a job it knows only by id goes)
+and dropped at shutdown exactly like the pool's own.
+
 A worker process that dies (killed, out of memory) breaks a process pool: every job it held is
 handed to ``on_lost`` in the API process (the domain marks a started job failed, budget kept
 spent, and says whether a still-queued job should be resubmitted), and a fresh pool replaces
@@ -43,6 +51,7 @@ __all__ = [
     "JobListener",
     "JobRunner",
     "LostJobHandler",
+    "PlacementFunction",
     "PoolJobRunner",
     "RecoverFunction",
     "RunnerKind",
@@ -65,6 +74,8 @@ WorkerFactory = Callable[[], JobFunction]
 LostJobHandler = Callable[[str], bool]
 #: Settles jobs a crash left behind and returns the ids of those to submit again.
 RecoverFunction = Callable[[], Sequence[str]]
+#: Says whether the job with this id must run in the API process (read from the job).
+PlacementFunction = Callable[[str], bool]
 
 RunnerKind = Literal["process", "thread"]
 
@@ -125,6 +136,11 @@ class PoolJobRunner:
     ``recover_jobs`` and ``on_lost`` are the domain's crash-recovery steps, run in the API
     process. ``warm`` starts every worker in :meth:`start` so the first job does not pay for
     interpreter start-up and imports.
+
+    Jobs that need the API process (:meth:`submit_to_api_process`) run on threads of this
+    process with the job function ``api_worker`` builds (default: ``worker``), at most
+    ``api_workers`` at a time (default: ``workers``); with ``kind="thread"`` they share the
+    one thread pool. ``needs_api_process`` says, at recovery, which queued jobs those are.
     """
 
     def __init__(
@@ -137,9 +153,14 @@ class PoolJobRunner:
         kind: RunnerKind = "process",
         start_method: Literal["spawn", "forkserver"] = "spawn",
         warm: bool = True,
+        api_worker: WorkerFactory | None = None,
+        api_workers: int | None = None,
+        needs_api_process: PlacementFunction | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
+        if api_workers is not None and api_workers < 1:
+            raise ValueError(f"api_workers must be >= 1, got {api_workers}")
         if kind not in ("process", "thread"):
             raise ValueError(f"kind must be 'process' or 'thread', got {kind!r}")
         self._worker = worker
@@ -149,8 +170,13 @@ class PoolJobRunner:
         self.kind: RunnerKind = kind
         self._start_method = start_method
         self._warm = warm
+        self._api_worker = api_worker if api_worker is not None else worker
+        self._api_workers = api_workers if api_workers is not None else workers
+        self._needs_api_process = needs_api_process
         self._lock = threading.Lock()
         self._executor: Executor | None = None
+        #: With ``kind="process"``: the threads of this process for jobs that need it.
+        self._api_executor: ThreadPoolExecutor | None = None
         self._thread_job: JobFunction | None = None
         self._pending: dict[Future[object], tuple[str, Executor]] = {}
         self._closed = False
@@ -170,13 +196,23 @@ class PoolJobRunner:
         with self._lock:
             self._closed = True
             executor, self._executor = self._executor, None
+            api_executor, self._api_executor = self._api_executor, None
+        # The API-process threads drop their jobs not yet started before the pool is waited
+        # for (a thread pool may be shut down again, to wait, once it has been told to stop).
+        if api_executor is not None:
+            api_executor.shutdown(wait=False, cancel_futures=True)
         if executor is not None:
             executor.shutdown(wait=wait, cancel_futures=True)
+        if api_executor is not None and wait:
+            api_executor.shutdown(wait=True)
 
     def recover(self) -> list[str]:
         resubmitted: list[str] = []
         for job_id in self._recover_jobs():
-            self.submit(job_id)
+            if self._needs_api_process is not None and self._needs_api_process(job_id):
+                self.submit_to_api_process(job_id)
+            else:
+                self.submit(job_id)
             resubmitted.append(job_id)
         if resubmitted:
             logger.info("resubmitted %d queued job(s) after restart", len(resubmitted))
@@ -197,6 +233,25 @@ class PoolJobRunner:
             else:
                 future = self._executor.submit(_run_in_worker, job_id)
             self._pending[future] = (job_id, self._executor)
+        future.add_done_callback(self._done)
+
+    def submit_to_api_process(self, job_id: str) -> None:
+        """Schedule the job on a thread of this (the API) process, whatever ``kind``: for a
+        job that needs this process's memory (the site nodes' task exchange)."""
+        if self.kind == "thread":
+            self.submit(job_id)
+            return
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("the job runner was shut down")
+            if self._api_executor is None:
+                self._api_executor = ThreadPoolExecutor(
+                    max_workers=self._api_workers, thread_name_prefix="privfit-api-job"
+                )
+            if self._thread_job is None:
+                self._thread_job = self._api_worker()
+            future = self._api_executor.submit(self._thread_job, job_id)
+            self._pending[future] = (job_id, self._api_executor)
         future.add_done_callback(self._done)
 
     def notify_when_done(self, job_id: str, callback: JobListener) -> bool:

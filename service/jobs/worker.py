@@ -3,7 +3,9 @@ job execution.
 
 :data:`JOB_HANDLERS` registers the handler of each job kind (a fit, a charged aggregation, a
 federated fit) and :func:`run_job` is the domain's ``execute_job`` bound to them; a new kind of
-job is one handler in its use-case module plus one line here.
+job is one handler in its use-case module plus one line here. :data:`API_PROCESS_RULES` names
+the kinds some of whose jobs must run in the API process (a federated fit over site nodes), with
+the use case's rule saying which: the in-process runner resubmits those there after a restart.
 
 :func:`build_runner` makes the app's default runner from the settings; :func:`job_function`
 is what a worker process calls once to build its own engine and job function (it must be
@@ -24,20 +26,30 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.fits.run import run_fit_job
 from service.domain.fits.tuning import TUNED_FIT_KIND, run_tuned_fit_job
 from service.domain.jobs.lifecycle import (
+    ApiProcessRule,
     JobHandler,
     JobOutcome,
     execute_job,
+    needs_api_process,
     recover_jobs,
     settle_lost_job,
 )
 from service.domain.models.evaluations import EVALUATION_KIND, run_evaluation_job
+from service.domain.nodes.remote_fit import reaches_nodes
 from service.domain.randomness import Randomness
 from service.domain.studies.charged_aggregations import run_aggregation_job
 from service.domain.studies.federated import run_federated_job
 from service.jobs.runner import JobFunction, JobRunner, PoolJobRunner, RunnerKind
 from service.settings import Settings
 
-__all__ = ["JOB_HANDLERS", "WorkerConfig", "build_runner", "job_function", "run_job"]
+__all__ = [
+    "API_PROCESS_RULES",
+    "JOB_HANDLERS",
+    "WorkerConfig",
+    "build_runner",
+    "job_function",
+    "run_job",
+]
 
 #: Which use case runs a job of each kind (``Job.kind``).
 JOB_HANDLERS: Mapping[str, JobHandler] = {
@@ -46,6 +58,12 @@ JOB_HANDLERS: Mapping[str, JobHandler] = {
     "federated": run_federated_job,
     EVALUATION_KIND: run_evaluation_job,
     TUNED_FIT_KIND: run_tuned_fit_job,
+}
+
+#: Which jobs of a kind must run in the API process, from their stored params (a new job's
+#: draft says it itself: :class:`service.domain.jobs.charged.JobDraft`).
+API_PROCESS_RULES: Mapping[str, ApiProcessRule] = {
+    "federated": reaches_nodes,
 }
 
 
@@ -99,23 +117,25 @@ def _is_memory_sqlite(url: str) -> bool:
 def build_runner(settings: Settings, uow_factory: UnitOfWorkFactory) -> JobRunner:
     """The in-process runner: a pool of ``settings.job_workers`` worker
     processes (or threads with ``job_runner = "thread"``, and always for an in-memory SQLite
-    database, which other processes cannot open). ``uow_factory`` is the API process's own,
-    used for recovery and by thread workers."""
+    database, which other processes cannot open). Jobs that need the API process (a federated
+    fit over site nodes) run on threads of it either way. ``uow_factory`` is the API process's
+    own, used for recovery and by the threads."""
     config = WorkerConfig.from_settings(settings)
     if settings.job_runner == "queue":
         raise ValueError("the queue runner is service.jobs.queue.QueueJobRunner")
     kind: RunnerKind = settings.job_runner
     if _is_memory_sqlite(settings.database_url):
         kind = "thread"
-    worker = (
-        functools.partial(_bind, config, uow_factory)
-        if kind == "thread"
-        else functools.partial(job_function, config)
-    )
+    in_api_process = functools.partial(_bind, config, uow_factory)
+    worker = in_api_process if kind == "thread" else functools.partial(job_function, config)
     return PoolJobRunner(
         worker=worker,
         recover_jobs=functools.partial(recover_jobs, uow_factory),
         on_lost=functools.partial(settle_lost_job, uow_factory),
         workers=settings.job_workers,
         kind=kind,
+        api_worker=in_api_process,
+        needs_api_process=functools.partial(
+            needs_api_process, uow_factory, rules=API_PROCESS_RULES
+        ),
     )

@@ -1,9 +1,12 @@
 """Site nodes (issue 15) with real processes on loopback, nothing mocked.
 
-A coordinator (``privfit serve``, SQLite, thread job runner) and three nodes, each its own
-``privfit serve`` with its own SQLite database and its own ``privfit agent``. Every node
-uploads a dataset and offers it to the coordinator's study; the coordinator runs federated
-fits over the three remote contributions. Checked:
+A coordinator (``privfit serve``, SQLite, the default ``process`` job runner, as ``make run``
+starts it) and three nodes, each its own ``privfit serve`` with its own SQLite database and its
+own ``privfit agent``. Every node uploads a dataset and offers it to the coordinator's study;
+the coordinator runs federated fits over the three remote contributions. Checked:
+
+* the coordinator's job runner is a pool of worker processes, yet its fits over nodes run (on a
+  thread of its API process, where the nodes' task exchange lives);
 
 * psgd, admm (dual and primal) and the DP distributed Lasso release exactly (1e-9) the model
   of the in-process federated fit over the same rows with the same job seed (test mode);
@@ -195,11 +198,8 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
         f"sqlite:///{coordinator_db}",
         admin_key=ADMIN,
         workdir=tmp,
-        extra_env={
-            **test_env,
-            "PRIVFIT_JOB_RUNNER": "thread",
-            "PRIVFIT_NODE_TASK_DEADLINE": "20",
-        },
+        # no PRIVFIT_JOB_RUNNER: the default process pool, as a coordinator starts by default
+        extra_env={**test_env, "PRIVFIT_NODE_TASK_DEADLINE": "20"},
         ready_timeout=READY_TIMEOUT,
     ) as coordinator:
         _coord_id, coord_key = _site(coordinator.base_url, "coordinator")
@@ -321,6 +321,26 @@ CASES: dict[str, dict[str, Any]] = {
         "params": {"iterations": 20},
     },
 }
+
+
+def _children_command_lines(pid: int) -> list[str]:
+    """The command lines of a process's children (Linux ``/proc``)."""
+    children: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children.update(int(c) for c in (task / "children").read_text().split())
+    lines = []
+    for child in children:
+        try:
+            lines.append(Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # it just exited
+            continue
+    return lines
+
+
+def test_the_coordinator_runs_jobs_in_a_pool_of_worker_processes(network: Network) -> None:
+    """The default runner: the pool's warmed worker is a spawned child of the server."""
+    lines = _children_command_lines(network.coordinator.process.pid)
+    assert any("spawn_main" in line for line in lines), lines
 
 
 @pytest.mark.parametrize("case", list(CASES))

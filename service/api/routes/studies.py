@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Response, status
@@ -248,7 +249,11 @@ async def create_aggregation(
         "shortfall is a 409 naming the dataset. 202 with the job (kind `federated`); it reports "
         "progress per round and honours `POST /v1/jobs/{id}/cancel`; with `Prefer: wait=N` "
         "the answer comes when it has ended (201) or after N seconds (202). `?dry_run=true` "
-        "answers 200 with the per-dataset costs and the calibration, spending nothing."
+        "answers 200 with the per-dataset costs and the calibration, spending nothing.\n\n"
+        "Remote contributions (datasets kept on site nodes) are reached through the API "
+        "process their agents poll, so such a fit runs on a thread of that process whatever "
+        "the job runner (`process`, the default, or `thread`); with `PRIVFIT_JOB_RUNNER=queue` "
+        "it is a 422, dry run included, that charges nothing."
     ),
     response_model=JobRead,
     responses=charged_job_responses(FederatedQuoteRead),
@@ -258,7 +263,8 @@ async def create_federated_fit(
     study_id: str, body: FederatedFitCreate, call: ChargedJobCallDep
 ) -> JobRead | JSONResponse:
     return await call.run(
-        federated.quote_federated_fit,
+        # the quote is refused as the submission would be, by where the runner runs the job
+        partial(federated.quote_federated_fit, runner=call.runner),
         FederatedQuoteRead.from_quote,
         federated.submit_federated_fit,
         study_id=study_id,

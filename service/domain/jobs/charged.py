@@ -16,10 +16,13 @@ once, here, in :func:`submit_charged_job`:
    before any noise can be drawn;
 5. two requests with the same key racing each other insert the same (site, key) pair: the
    database's unique constraint lets exactly one commit and the other returns the winner's job;
-6. the job id goes to the runner. If that fails the job stays queued and the next start's
-   recovery submits it again. A runner whose queue lives in the same database (the
-   distributed queue, :class:`~service.domain.jobs.lifecycle.TransactionalScheduler`) enqueues
-   inside the transaction of step 4 instead: charged and queued commit together.
+6. the job id goes to the runner (to a thread of the API process for a job whose draft says
+   it needs one, :class:`~service.domain.jobs.lifecycle.ApiProcessScheduler`; a runner that
+   cannot run it there is refused at step 3, a 422 that spends nothing). If that fails the
+   job stays queued and the next start's recovery submits it again. A runner whose queue
+   lives in the same database (the distributed queue,
+   :class:`~service.domain.jobs.lifecycle.TransactionalScheduler`) enqueues inside the
+   transaction of step 4 instead: charged and queued commit together.
 
 Every caller gets the same answer, :class:`SubmittedJob`: the job with its charges as
 committed (no second read) and whether this request created it.
@@ -43,6 +46,7 @@ from service.domain.audit import AuditContext
 from service.domain.errors import BudgetExhaustedError, ConflictError, InvalidInputError
 from service.domain.ids import check_idempotency_key
 from service.domain.jobs.lifecycle import (
+    ApiProcessScheduler,
     JobCharge,
     JobScheduler,
     JobView,
@@ -135,6 +139,9 @@ class JobDraft:
     dataset_id: str | None
     params: Mapping[str, Any]
     price: Callable[[], Pricing]
+    #: The job must run on a thread of the API process (it uses that process's memory, e.g.
+    #: the site nodes' task exchange), not wherever the runner runs its other jobs.
+    needs_api_process: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +261,12 @@ def submit_charged_job(
             found = _existing(uow, owner, idempotency_key, drafted)
             if found is not None:
                 return SubmittedJob(view=job_view(uow, found), created=False)
+        if drafted.needs_api_process and not isinstance(runner, ApiProcessScheduler):
+            # The use case says why in its own draft; this is the contract's last word.
+            raise InvalidInputError(
+                "this job must run in the API process, and this service's job runner runs "
+                "jobs elsewhere; nothing was charged"
+            )
         pricing = drafted.price()
     job_id = new_id()
     try:
@@ -307,7 +320,10 @@ def submit_charged_job(
                 ) from None
             return SubmittedJob(view=job_view(uow, found), created=False)
     try:
-        runner.submit(job_id)
+        if drafted.needs_api_process and isinstance(runner, ApiProcessScheduler):
+            runner.submit_to_api_process(job_id)
+        else:
+            runner.submit(job_id)
     except Exception:
         logger.exception("job %s stays queued: the runner did not accept it", job_id)
     return SubmittedJob(view=view, created=True)

@@ -39,6 +39,8 @@ from service.dp import ConvergenceError, FitResult
 from service.dp import fit as dp_fit
 
 __all__ = [
+    "ApiProcessRule",
+    "ApiProcessScheduler",
     "Charged",
     "ClaimedJob",
     "FitFunction",
@@ -63,6 +65,7 @@ __all__ = [
     "job_problem",
     "job_view",
     "list_jobs",
+    "needs_api_process",
     "read_job_statistics",
     "recover_jobs",
     "settle_lost_job",
@@ -90,6 +93,42 @@ class TransactionalScheduler(JobScheduler, Protocol):
     that stages it and commits its charge, so both commit or neither does."""
 
     def enqueue_in_transaction(self, uow: UnitOfWork, job_id: str) -> None: ...
+
+
+@runtime_checkable
+class ApiProcessScheduler(JobScheduler, Protocol):
+    """A runner that can run a chosen job on a thread of this API process, the one serving
+    the HTTP endpoints, instead of wherever its other jobs run.
+
+    Some jobs need the memory of the API process: a federated fit over remote contributions
+    talks to the site nodes through the in-process task exchange that the node endpoints
+    serve (:mod:`service.domain.nodes.exchange`). The in-process pool
+    (:class:`service.jobs.runner.PoolJobRunner`) is one, with threads or processes. A runner
+    that is not (the distributed queue, whose jobs run in other processes) is refused such a
+    job at submission, before anything is charged."""
+
+    def submit_to_api_process(self, job_id: str) -> None:
+        """Schedule the committed, queued job on a thread of this API process."""
+        ...
+
+
+#: Decides from a job's stored ``params`` whether a job of one kind needs the API process.
+ApiProcessRule = Callable[[Mapping[str, Any]], bool]
+
+
+def needs_api_process(
+    uow_factory: UnitOfWorkFactory, job_id: str, *, rules: Mapping[str, ApiProcessRule]
+) -> bool:
+    """Whether the stored job ``job_id`` must run in the API process: the rule registered
+    for its kind (``rules``, by ``Job.kind``; none: it may run anywhere) applied to its
+    params. For a runner resubmitting a job it knows only by id (recovery after a restart);
+    a new job's draft says it directly (:class:`service.domain.jobs.charged.JobDraft`)."""
+    with uow_factory() as uow:
+        job = uow.jobs.get(job_id)
+        if job is None:
+            return False
+        rule = rules.get(job.kind)
+        return rule is not None and rule(dict(job.params))
 
 
 class JobCancelledError(Exception):

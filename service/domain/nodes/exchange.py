@@ -1,13 +1,14 @@
 """The coordinator's task exchange: tasks waiting for nodes and the nodes' answers.
 
-A federated fit over remote contributions runs in the coordinator's API process (the job
-runner must run jobs in threads of that process, ``PRIVFIT_JOB_RUNNER=thread``): its protocol
-asks a node for one step with :meth:`NodeExchange.ask`, which queues the task and waits; the
-node's agent long-polls ``GET /v1/node/tasks/next`` (:meth:`NodeExchange.next_for`) and posts
-the answer (:meth:`NodeExchange.answer`). Tasks and answers live only in this process's
-memory: they are public state (iterates, broadcasts) and the values the nodes send (already
-noised on the node), plus each node's row count, which the protocol's calibration needs and
-which therefore never reaches the coordinator's database, logs or responses.
+A federated fit over remote contributions runs on a thread of the coordinator's API process
+(the ``process`` and ``thread`` job runners run it there, whatever they do with other jobs; the
+``queue`` runner is refused such a fit at submission): its protocol asks a node for one step
+with :meth:`NodeExchange.ask`, which queues the task and waits; the node's agent long-polls
+``GET /v1/node/tasks/next`` (:meth:`NodeExchange.next_for`) and posts the answer
+(:meth:`NodeExchange.answer`). Tasks and answers live only in this process's memory: they are
+public state (iterates, broadcasts) and the values the nodes send (already noised on the
+node), plus each node's row count, which the protocol's calibration needs and which therefore
+never reaches the coordinator's database, logs or responses.
 
 Nothing here is durable: a coordinator that restarts loses the running job (recovery marks it
 failed, every node keeps its charge) and the nodes refuse its later tasks.

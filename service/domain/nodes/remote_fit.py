@@ -1,7 +1,10 @@
 """Coordinator side: a federated fit whose parties include datasets kept on nodes.
 
-The job (kind ``federated``, with ``remote`` participants in its params) runs in the
-coordinator's API process (:mod:`.exchange`). Order:
+The job (kind ``federated``, with ``remote`` participants in its params: :func:`reaches_nodes`)
+runs on a thread of the coordinator's API process, the one whose memory holds the task
+exchange the nodes poll (:mod:`.exchange`): its draft says so and the in-process runner, with
+threads or with processes, runs it there while other jobs go to its pool; a runner that cannot
+(the distributed queue) is refused the fit at submission. Order:
 
 1. ``join``: every node is sent the job's terms (the coordinator's job id, protocol,
    parameters, rounds, ε, δ, loss, λ, K, its party index, and the job seed in test mode). The
@@ -56,7 +59,7 @@ from service.dp.federated._common import (
 from service.dp.federated.parties import local_party, run_parties
 from service.dp.mechanisms._common import release
 
-__all__ = ["RemoteParty", "run_remote_federated_job", "task_deadline"]
+__all__ = ["RemoteParty", "reaches_nodes", "run_remote_federated_job", "task_deadline"]
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +76,15 @@ PSGD_REMOTE_NOTE: Final[str] = (
     "as long as the coordinator keeps the per-node answers to itself (they are held in memory "
     "for one step and never stored)"
 )
+
+
+def reaches_nodes(params: Mapping[str, Any]) -> bool:
+    """Whether a federated job, by its stored ``params``, has parties on site nodes: it must
+    then run in the API process that serves the node task endpoints."""
+    participants = params.get("participants")
+    if not isinstance(participants, list):
+        return False
+    return any(isinstance(p, Mapping) and p.get("kind") == "remote" for p in participants)
 
 
 def task_deadline(seconds: float | None = None) -> float:
@@ -251,8 +263,9 @@ def run_remote_federated_job(
             "nodes-unreachable",
             "Nodes cannot reach this job",
             "this job ran outside the API process that serves the node task endpoints; a "
-            "coordinator of remote contributions must run jobs in threads "
-            "(PRIVFIT_JOB_RUNNER=thread). No node was asked anything.",
+            "coordinator of remote contributions must run its jobs with the process (the "
+            "default) or thread job runner (PRIVFIT_JOB_RUNNER=process or thread), not the "
+            "queue. No node was asked anything.",
         )
     if len(widths) != 1:
         raise PublicJobError(

@@ -54,6 +54,7 @@ from service.domain.jobs.charged import (
     submit_charged_job,
 )
 from service.domain.jobs.lifecycle import (
+    ApiProcessScheduler,
     ClaimedJob,
     JobContext,
     JobScheduler,
@@ -62,7 +63,7 @@ from service.domain.jobs.lifecycle import (
 )
 from service.domain.ledger import budgets
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units
-from service.domain.nodes.remote_fit import run_remote_federated_job
+from service.domain.nodes.remote_fit import reaches_nodes, run_remote_federated_job
 from service.domain.ranges import calibrated, check_calibration
 from service.domain.records.base import (
     json_safe,
@@ -196,6 +197,17 @@ _NOISY_AVERAGE_REMOTE: Final[str] = (
     "curator (each site's exact, non-private local model is averaged first and the noise is "
     "added to the average), and a node sends only values that are already differentially "
     "private; use psgd, admm (dual or primal perturbation) or distributed_lasso with noise"
+)
+
+
+_NODES_NEED_API_PROCESS: Final[str] = (
+    "a federated fit over remote contributions cannot run on this coordinator: its job runner "
+    "(PRIVFIT_JOB_RUNNER=queue) runs jobs in separate worker processes, and the nodes may poll "
+    "another API replica, while the nodes' tasks and answers are exchanged only in the memory "
+    "of the API process the nodes poll (so that no node's row count reaches the database). Nothing "
+    "was charged and no job was queued. Run the coordinator of a study with site nodes as one "
+    "API process with PRIVFIT_JOB_RUNNER=process (the default) or thread and point the nodes' "
+    "agents at it; fits over granted (hosted) datasets alone are not affected"
 )
 
 
@@ -352,6 +364,27 @@ def _costs(
     return [(epsilon, delta)] * len(participants)
 
 
+def _has_remote(participants: Sequence[_Participant | _RemoteParticipant]) -> bool:
+    return any(isinstance(p, _RemoteParticipant) for p in participants)
+
+
+def _require_node_exchange(
+    participants: Sequence[_Participant | _RemoteParticipant], runner: JobScheduler
+) -> None:
+    """A fit with parties on nodes runs on a thread of the API process that serves the node
+    task endpoints: a runner that cannot run a job there is a 422 (nothing charged)."""
+    if _has_remote(participants) and not isinstance(runner, ApiProcessScheduler):
+        raise InvalidInputError(
+            _NODES_NEED_API_PROCESS,
+            errors=[
+                {
+                    "loc": ["body", "datasets"],
+                    "msg": "remote contributions need the process or thread job runner",
+                }
+            ],
+        )
+
+
 def _check_request(request: FederatedRequest) -> None:
     if request.datasets is not None and len(request.datasets) > MAX_FEDERATED_DATASETS:
         raise InvalidInputError(f"at most {MAX_FEDERATED_DATASETS} datasets may take part")
@@ -367,14 +400,21 @@ def _check_request(request: FederatedRequest) -> None:
 
 
 def quote_federated_fit(
-    uow: UnitOfWork, *, study_id: str, request: FederatedRequest, actor: Principal
+    uow: UnitOfWork,
+    *,
+    study_id: str,
+    request: FederatedRequest,
+    actor: Principal,
+    runner: JobScheduler,
 ) -> FederatedQuote:
-    """The dry run: per-dataset costs, calibration and what each dataset has left."""
+    """The dry run: per-dataset costs, calibration and what each dataset has left; refused
+    as the submission would be (``runner``: where the job would go)."""
     _check_request(request)
     with uow:
         study = _coordinated_study(uow, study_id, actor)
         participants = _participants(uow, study, request.datasets)
         calibration = _calibrate(request, participants)
+        _require_node_exchange(participants, runner)
         costs: list[DatasetCost] = []
         for p, (eps, dlt) in zip(participants, _costs(calibration, participants), strict=True):
             if isinstance(p, _RemoteParticipant):
@@ -439,7 +479,7 @@ def _job_params(
         "study_id": study.id,
         "datasets": [p.dataset.id for p in _hosted(participants)],
     }
-    if any(isinstance(p, _RemoteParticipant) for p in participants):
+    if _has_remote(participants):
         params["participants"] = [
             {"kind": "remote", "id": p.contribution.id}
             if isinstance(p, _RemoteParticipant)
@@ -462,7 +502,10 @@ def submit_federated_fit(
 ) -> SubmittedJob:
     """Validate, charge every dataset (all or none) and enqueue (:func:`submit_charged_job`,
     and the module docstring): each granted dataset is charged its own cost within its budget
-    and the study's grant on it; another site's shortfall names the dataset, not its budget."""
+    and the study's grant on it; another site's shortfall names the dataset, not its budget.
+
+    A fit over remote contributions goes to a thread of this API process (the one serving the
+    node task endpoints); a runner that cannot run it there is a 422, nothing charged."""
     _check_request(request)
 
     def draft(u: UnitOfWork) -> JobDraft:
@@ -470,6 +513,8 @@ def submit_federated_fit(
         participants = _participants(u, study, request.datasets)
         hosted = _hosted(participants)
         calibration = _calibrate(request, participants)
+        _require_node_exchange(participants, runner)
+        params = _job_params(request, study, participants, int(calibration.rounds))
 
         def price() -> Pricing:
             costs = _costs(calibration, participants)
@@ -501,8 +546,9 @@ def submit_federated_fit(
         return JobDraft(
             kind="federated",
             dataset_id=None,
-            params=_job_params(request, study, participants, int(calibration.rounds)),
+            params=params,
             price=price,
+            needs_api_process=reaches_nodes(params),
         )
 
     return submit_charged_job(
@@ -532,7 +578,7 @@ def run_federated_job(
     job fails or is cancelled with nothing released.
     """
     params = job.params
-    if params.get("participants"):
+    if reaches_nodes(params):
         return run_remote_federated_job(uow_factory, job, context)
     study_id = str(params["study_id"])
     dataset_ids = [str(d) for d in params["datasets"]]

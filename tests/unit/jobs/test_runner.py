@@ -1,4 +1,6 @@
-"""PoolJobRunner: jobs run off the API thread, lost jobs are reported, shutdown is clean."""
+"""PoolJobRunner: jobs run off the API thread, lost jobs are reported, shutdown is clean; a job
+that needs the API process (a federated fit over site nodes) runs on one of its threads whatever
+the pool, and is tracked, recovered and shut down like the others."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from service.jobs.runner import JobRunner, PoolJobRunner, RunnerKind
+from service.domain.jobs.lifecycle import ApiProcessScheduler
+from service.jobs.runner import JobRunner, PlacementFunction, PoolJobRunner, RunnerKind
 from tests.unit.jobs._workers import file_worker
 
 TIMEOUT = 30.0
@@ -48,13 +51,20 @@ class Recorder:
 def make_runner(tmp_path: Path) -> Iterator[Callable[..., PoolJobRunner]]:
     runners: list[PoolJobRunner] = []
 
-    def make(kind: RunnerKind, recorder: Recorder, workers: int = 1) -> PoolJobRunner:
+    def make(
+        kind: RunnerKind,
+        recorder: Recorder,
+        workers: int = 1,
+        *,
+        needs_api_process: PlacementFunction | None = None,
+    ) -> PoolJobRunner:
         runner = PoolJobRunner(
             worker=functools.partial(file_worker, str(tmp_path)),
             recover_jobs=recorder.recover,
             on_lost=recorder.on_lost,
             workers=workers,
             kind=kind,
+            needs_api_process=needs_api_process,
         )
         runners.append(runner)
         return runner
@@ -185,3 +195,89 @@ def test_a_listener_hears_when_the_runner_is_done_with_a_job(
     # for a job that raised
     assert returned == {"sleep-1": "sleep-1 done", "fail-2": None}
     assert not runner.notify_when_done("sleep-1", listener("late"))
+
+
+# --- jobs that need the API process --------------------------------------------------------
+
+
+def _pid(tmp_path: Path, job_id: str) -> int:
+    return int((tmp_path / f"{job_id}.done").read_text())
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_a_job_that_needs_the_api_process_runs_on_one_of_its_threads(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path, kind: RunnerKind
+) -> None:
+    runner = make_runner(kind, Recorder())
+    assert isinstance(runner, ApiProcessScheduler)
+    runner.start()
+    runner.submit_to_api_process("api-1")
+    runner.submit("pool-1")
+    wait_for(lambda: (tmp_path / "api-1.done").exists() and (tmp_path / "pool-1.done").exists())
+    assert _pid(tmp_path, "api-1") == os.getpid()
+    if kind == "process":
+        assert _pid(tmp_path, "pool-1") != os.getpid()
+        assert _pid(tmp_path, "pool-1") in runner.worker_pids()
+    else:
+        assert _pid(tmp_path, "pool-1") == os.getpid()
+    wait_for(lambda: runner.active == 0)
+
+
+def test_recovery_sends_each_job_where_the_domain_says_it_runs(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path
+) -> None:
+    runner = make_runner(
+        "process",
+        Recorder(recover=["api-r1", "pool-r2"]),
+        needs_api_process=lambda job_id: job_id.startswith("api"),
+    )
+    runner.start()
+    assert runner.recover() == ["api-r1", "pool-r2"]
+    wait_for(lambda: (tmp_path / "api-r1.done").exists() and (tmp_path / "pool-r2.done").exists())
+    assert _pid(tmp_path, "api-r1") == os.getpid()
+    assert _pid(tmp_path, "pool-r2") != os.getpid()
+
+
+def test_an_api_process_job_is_heard_and_reported_lost_like_a_pool_job(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path
+) -> None:
+    recorder = Recorder(resubmit={"fail-api"})
+    runner = make_runner("process", recorder)
+    runner.start()
+    heard: dict[str, object] = {}
+    runner.submit_to_api_process("sleep-api")
+    runner.submit_to_api_process("fail-api")
+    assert runner.notify_when_done("sleep-api", lambda value: heard.update({"sleep-api": value}))
+    wait_for(lambda: (tmp_path / "sleep-api.started").exists())
+    assert runner.active == 2
+    assert heard == {}
+    (tmp_path / "release").touch()
+    wait_for(lambda: recorder.lost == ["fail-api"])
+    wait_for(lambda: heard == {"sleep-api": "sleep-api done"})
+    time.sleep(0.1)
+    assert recorder.lost == ["fail-api"]  # a raising job is settled, never resubmitted
+    assert _pid(tmp_path, "sleep-api") == os.getpid()
+
+
+def test_shutdown_drops_unstarted_api_process_jobs_and_waits_for_running_ones(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path
+) -> None:
+    recorder = Recorder()
+    runner = make_runner("process", recorder)
+    runner.start()
+    runner.submit_to_api_process("sleep-api")
+    runner.submit_to_api_process("never-started")  # one API thread: waits behind it
+    wait_for(lambda: (tmp_path / "sleep-api.started").exists())
+    release = threading.Timer(0.5, (tmp_path / "release").touch)
+    release.start()
+    try:
+        runner.shutdown(wait=True)
+    finally:
+        release.cancel()
+    # the running job finished before shutdown returned; the queued one never started (it
+    # stays queued in the database for the next start's recovery) and is not reported lost
+    assert (tmp_path / "sleep-api.done").exists()
+    assert not (tmp_path / "never-started.started").exists()
+    assert recorder.lost == []
+    with pytest.raises(RuntimeError, match="shut down"):
+        runner.submit_to_api_process("late")
