@@ -156,6 +156,7 @@ class PoolJobRunner:
         api_worker: WorkerFactory | None = None,
         api_workers: int | None = None,
         needs_api_process: PlacementFunction | None = None,
+        sole_api_process: bool = True,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -168,6 +169,8 @@ class PoolJobRunner:
         self._on_lost = on_lost
         self._workers = workers
         self.kind: RunnerKind = kind
+        #: False when several API processes serve the database (the nodes may poll another).
+        self.sole_api_process = sole_api_process
         self._start_method = start_method
         self._warm = warm
         self._api_worker = api_worker if api_worker is not None else worker

@@ -138,4 +138,5 @@ def build_runner(settings: Settings, uow_factory: UnitOfWorkFactory) -> JobRunne
         needs_api_process=functools.partial(
             needs_api_process, uow_factory, rules=API_PROCESS_RULES
         ),
+        sole_api_process=settings.workers == 1,
     )

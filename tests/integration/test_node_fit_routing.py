@@ -71,9 +71,10 @@ ADMM: dict[str, Any] = {
 class PoolRunner:
     """Records where each job was handed: the pool (``submit``) or the API process."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, sole_api_process: bool = True) -> None:
         self.pool: list[str] = []
         self.api_process: list[str] = []
+        self.sole_api_process = sole_api_process
 
     def submit(self, job_id: str) -> None:
         self.pool.append(job_id)
@@ -280,6 +281,51 @@ def test_a_runner_outside_the_api_process_is_refused_a_fit_over_nodes_before_any
         context=CONTEXT,
     )
     assert runner.enqueued == runner.submitted == [hosted_only.job.id]
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_one_of_several_api_processes_is_refused_a_fit_over_nodes_before_any_charge(
+    network: Network, dry_run: bool
+) -> None:
+    """PRIVFIT_WORKERS > 1: the nodes may poll another API process than the one that would
+    run the job, so the fit is refused as with the queue (and a hosted-only fit is not)."""
+    runner = PoolRunner(sole_api_process=False)
+    request = network.request(network.hosted, *network.remote)
+    arguments: dict[str, Any] = {
+        "study_id": network.study_id,
+        "request": request,
+        "actor": network.coordinator,
+        "runner": runner,
+    }
+
+    def attempt() -> object:
+        if dry_run:
+            return quote_federated_fit(network.uow_factory(), **arguments)
+        return submit_federated_fit(network.uow_factory(), context=CONTEXT, **arguments)
+
+    with pytest.raises(InvalidInputError) as refused:
+        attempt()
+    assert "PRIVFIT_WORKERS > 1" in refused.value.detail
+    assert "Nothing was charged" in refused.value.detail
+    assert network.spent(network.hosted) == 0.0
+    assert network.jobs() == 0
+    assert runner.api_process == runner.pool == []
+    hosted_only = submit_federated_fit(
+        network.uow_factory(),
+        context=CONTEXT,
+        **{**arguments, "request": network.request(network.hosted, network.second_hosted)},
+    )
+    assert runner.pool == [hosted_only.job.id]
+
+
+def test_the_runner_of_several_api_processes_says_so(
+    sqlite_url: str, uow_factory: UnitOfWorkFactory
+) -> None:
+    for workers, sole in ((1, True), (2, False)):
+        settings = Settings(database_url=sqlite_url, workers=workers, job_runner="thread")
+        runner = build_runner(settings, uow_factory)
+        assert isinstance(runner, PoolJobRunner)
+        assert runner.sole_api_process is sole
 
 
 def test_a_node_fit_left_queued_is_recovered_onto_a_thread_of_the_api_process(

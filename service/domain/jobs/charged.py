@@ -52,6 +52,7 @@ from service.domain.jobs.lifecycle import (
     JobView,
     TransactionalScheduler,
     job_view,
+    runs_jobs_in_the_api_process,
 )
 from service.domain.ledger import budgets
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
@@ -261,7 +262,7 @@ def submit_charged_job(
             found = _existing(uow, owner, idempotency_key, drafted)
             if found is not None:
                 return SubmittedJob(view=job_view(uow, found), created=False)
-        if drafted.needs_api_process and not isinstance(runner, ApiProcessScheduler):
+        if drafted.needs_api_process and not runs_jobs_in_the_api_process(runner):
             # The use case says why in its own draft; this is the contract's last word.
             raise InvalidInputError(
                 "this job must run in the API process, and this service's job runner runs "

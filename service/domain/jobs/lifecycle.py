@@ -105,11 +105,21 @@ class ApiProcessScheduler(JobScheduler, Protocol):
     serve (:mod:`service.domain.nodes.exchange`). The in-process pool
     (:class:`service.jobs.runner.PoolJobRunner`) is one, with threads or processes. A runner
     that is not (the distributed queue, whose jobs run in other processes) is refused such a
-    job at submission, before anything is charged."""
+    job at submission, before anything is charged, and so is this one when it runs in one of
+    several API processes serving the same database (``PRIVFIT_WORKERS`` > 1:
+    ``sole_api_process`` is False), since the nodes may poll another of them."""
+
+    #: True when this is the only API process serving the database (the one nodes poll).
+    sole_api_process: bool
 
     def submit_to_api_process(self, job_id: str) -> None:
         """Schedule the committed, queued job on a thread of this API process."""
         ...
+
+
+def runs_jobs_in_the_api_process(runner: JobScheduler) -> bool:
+    """Whether ``runner`` can run a job on a thread of the one API process nodes poll."""
+    return isinstance(runner, ApiProcessScheduler) and bool(runner.sole_api_process)
 
 
 #: Decides from a job's stored ``params`` whether a job of one kind needs the API process.

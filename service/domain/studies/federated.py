@@ -54,12 +54,12 @@ from service.domain.jobs.charged import (
     submit_charged_job,
 )
 from service.domain.jobs.lifecycle import (
-    ApiProcessScheduler,
     ClaimedJob,
     JobContext,
     JobScheduler,
     Release,
     charged_amounts,
+    runs_jobs_in_the_api_process,
 )
 from service.domain.ledger import budgets
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units
@@ -202,12 +202,13 @@ _NOISY_AVERAGE_REMOTE: Final[str] = (
 
 _NODES_NEED_API_PROCESS: Final[str] = (
     "a federated fit over remote contributions cannot run on this coordinator: its job runner "
-    "(PRIVFIT_JOB_RUNNER=queue) runs jobs in separate worker processes, and the nodes may poll "
-    "another API replica, while the nodes' tasks and answers are exchanged only in the memory "
-    "of the API process the nodes poll (so that no node's row count reaches the database). Nothing "
-    "was charged and no job was queued. Run the coordinator of a study with site nodes as one "
-    "API process with PRIVFIT_JOB_RUNNER=process (the default) or thread and point the nodes' "
-    "agents at it; fits over granted (hosted) datasets alone are not affected"
+    "(PRIVFIT_JOB_RUNNER=queue) runs jobs in separate worker processes, or it serves the API "
+    "from several processes (PRIVFIT_WORKERS > 1), and the nodes may poll another one, while "
+    "the nodes' tasks and answers are exchanged only in the memory of the API process the "
+    "nodes poll (so that no node's row count reaches the database). Nothing was charged and "
+    "no job was queued. Run the coordinator of a study with site nodes as one API process "
+    "(PRIVFIT_WORKERS=1) with PRIVFIT_JOB_RUNNER=process (the default) or thread and point "
+    "the nodes' agents at it; fits over granted (hosted) datasets alone are not affected"
 )
 
 
@@ -373,7 +374,7 @@ def _require_node_exchange(
 ) -> None:
     """A fit with parties on nodes runs on a thread of the API process that serves the node
     task endpoints: a runner that cannot run a job there is a 422 (nothing charged)."""
-    if _has_remote(participants) and not isinstance(runner, ApiProcessScheduler):
+    if _has_remote(participants) and not runs_jobs_in_the_api_process(runner):
         raise InvalidInputError(
             _NODES_NEED_API_PROCESS,
             errors=[
