@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.main import create_app
 from service.settings import Settings
 from tests.support.live_server import LiveServer, start_server
+from tests.support.snapshots import dump_postgres_schema, postgres_schema
 
 ADMIN_KEY = "test-admin-key-0123456789abcdef"
 DEFAULT_TEST_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -113,22 +113,11 @@ def postgres_admin_engine() -> Iterator[Engine]:
     engine.dispose()
 
 
-def _schema_url(base: str, schema: str) -> str:
-    url = make_url(base).update_query_dict({"options": f"-csearch_path={schema}"})
-    return url.render_as_string(hide_password=False)
-
-
 @pytest.fixture
 def empty_postgres_url(postgres_admin_engine: Engine) -> Iterator[str]:
     """A URL whose connections live in a fresh, empty schema (dropped after the test)."""
-    schema = f"test_{uuid.uuid4().hex[:16]}"
-    with postgres_admin_engine.begin() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-    try:
-        yield _schema_url(postgres_base_url(), schema)
-    finally:
-        with postgres_admin_engine.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+    with postgres_schema(postgres_admin_engine, postgres_base_url()) as (_, url):
+        yield url
 
 
 @pytest.fixture(scope="session")
@@ -140,41 +129,10 @@ def postgres_migrated_dump(postgres_admin_engine: Engine) -> str | None:
     into its own schema, which costs a fraction of running every migration again. ``None``
     when ``pg_dump`` is not installed: each test then migrates its schema itself.
     """
-    pg_dump = shutil.which("pg_dump")
-    if pg_dump is None:
-        return None
-    template = f"tmpl_{uuid.uuid4().hex}"
-    with postgres_admin_engine.begin() as connection:
-        connection.execute(text(f'CREATE SCHEMA "{template}"'))
-    try:
-        upgrade(_schema_url(postgres_base_url(), template))
-        url = make_url(postgres_base_url())
-        command = [pg_dump, "--no-owner", "--no-privileges", "--inserts", f"--schema={template}"]
-        command += ["--host", url.host or "127.0.0.1", "--port", str(url.port or 5432)]
-        command += ["--username", url.username or "postgres", url.database or "postgres"]
-        environment = {**os.environ, "PGPASSWORD": url.password or ""}
-        dump = subprocess.run(command, capture_output=True, text=True, env=environment, check=False)
-    finally:
-        with postgres_admin_engine.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{template}" CASCADE'))
-    if dump.returncode != 0:
-        return None
-    # psql meta-commands (recent pg_dump releases wrap the script in backslash restrict lines)
-    # mean nothing to the server.
-    lines = [line for line in dump.stdout.splitlines() if not line.startswith("\\")]
-    return "\n".join(lines).replace(template, "{schema}")
-
-
-def _replay(engine: Engine, script: str) -> None:
-    """Run a ``pg_dump`` script on its own connection (psycopg, no parameters, so ``%`` in a
-    function body stays as it is), then undo the session settings the script changes."""
-    with engine.connect() as connection:
-        driver = connection.connection.driver_connection
-        assert driver is not None
-        with driver.cursor() as cursor:
-            cursor.execute(script)
-            cursor.execute("RESET ALL")
-        driver.commit()
+    base = postgres_base_url()
+    with postgres_schema(postgres_admin_engine, base, prefix="tmpl") as (schema, url):
+        upgrade(url)
+        return dump_postgres_schema(base, schema)
 
 
 @pytest.fixture
@@ -182,19 +140,11 @@ def postgres_url(
     postgres_admin_engine: Engine, postgres_migrated_dump: str | None
 ) -> Iterator[str]:
     """A fresh schema migrated to head (replayed from the session's dump when there is one)."""
-    schema = f"test_{uuid.uuid4().hex[:16]}"
-    url = _schema_url(postgres_base_url(), schema)
-    if postgres_migrated_dump is None:
-        with postgres_admin_engine.begin() as connection:
-            connection.execute(text(f'CREATE SCHEMA "{schema}"'))
-        upgrade(url)
-    else:
-        _replay(postgres_admin_engine, postgres_migrated_dump.replace("{schema}", schema))
-    try:
+    base = postgres_base_url()
+    with postgres_schema(postgres_admin_engine, base, script=postgres_migrated_dump) as (_, url):
+        if postgres_migrated_dump is None:
+            upgrade(url)
         yield url
-    finally:
-        with postgres_admin_engine.begin() as connection:
-            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -231,21 +181,28 @@ def uow_factory(engine: Engine) -> UnitOfWorkFactory:
 # --- The app ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def settings(db_url: str) -> Settings:
-    """Test settings: ``db_url``, a fixed admin key, a 1 MiB body limit, jobs on threads
-    (tests of the process pool build their own settings)."""
-    return Settings(
-        database_url=db_url,
-        admin_key=SecretStr(ADMIN_KEY),
-        environment="test",
-        max_request_bytes=1024 * 1024,
-        job_runner="thread",
+def make_test_settings(db_url: str, **overrides: object) -> Settings:
+    """Test settings on ``db_url``: a fixed admin key, a 1 MiB body limit, jobs on threads,
+    no rate limits; ``overrides`` replace any of them."""
+    values: dict[str, object] = {
+        "database_url": db_url,
+        "admin_key": SecretStr(ADMIN_KEY),
+        "environment": "test",
+        "max_request_bytes": 1024 * 1024,
+        "job_runner": "thread",
         # Rate limits are off here (tests fire hundreds of requests a second); their own
         # tests turn them on (tests/api/test_hardening.py).
-        rate_limit_failed_auth=None,
-        rate_limit_expensive=None,
-    )
+        "rate_limit_failed_auth": None,
+        "rate_limit_expensive": None,
+    }
+    values.update(overrides)
+    return Settings.model_validate(values)
+
+
+@pytest.fixture
+def settings(db_url: str) -> Settings:
+    """:func:`make_test_settings` on ``db_url`` (tests of the process pool build their own)."""
+    return make_test_settings(db_url)
 
 
 @pytest.fixture

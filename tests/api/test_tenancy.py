@@ -13,6 +13,10 @@ Another site's resource is a 404 for every verb, never a 403, and the 404 is the
 id that does not exist (so it does not even reveal that the resource exists); the attempt changes
 nothing (no deletion, no charge, no cancel). Lists show the caller's own items only (the admin
 sees every site's).
+
+The world (two sites, each with a dataset, a fitted model and a queued job) is built through the
+API once per backend and copied for each cell (``tests.support.snapshots``): every cell starts
+from its own untouched database, without uploading and fitting again.
 """
 
 from __future__ import annotations
@@ -22,22 +26,22 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import pytest
 from fastapi.testclient import TestClient
 from httpx2 import Response
 
+from service.db.migrate import upgrade
+from service.db.session import make_engine
 from service.jobs.runner import JobRunner
-from tests.conftest import MakeSite, SiteHandle
+from service.main import create_app
+from service.settings import Settings
+from tests.conftest import ADMIN_KEY, SiteHandle, make_test_settings, postgres_base_url
+from tests.support.snapshots import copy_sqlite, dump_postgres_schema, postgres_schema
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
-
-
-@pytest.fixture
-def db_url(any_db_url: str) -> str:
-    """Every test here runs on SQLite and on PostgreSQL (marked ``postgres``)."""
-    return any_db_url
 
 
 Who = Literal["owner", "other", "admin", "anonymous"]
@@ -169,16 +173,89 @@ def _holdings(client: TestClient, site: SiteHandle) -> Holdings:
     )
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The two sites' world, built through the API once per module and backend: its
+    database (a SQLite file, or a ``pg_dump`` script) and the ids and keys that name it."""
+
+    database: Path | str
+    owner: SiteHandle
+    other: SiteHandle
+    mine: Holdings
+    theirs: Holdings
+
+
+def _build(url: str) -> tuple[SiteHandle, SiteHandle, Holdings, Holdings]:
+    with TestClient(create_app(make_test_settings(url))) as client:
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+        def site(name: str) -> SiteHandle:
+            response = client.post("/v1/sites", json={"name": name}, headers=admin)
+            assert response.status_code == 201, response.text
+            body = response.json()
+            return SiteHandle(id=body["site"]["id"], name=name, key=body["key"]["api_key"])
+
+        owner, other = site("owner site"), site("other site")
+        return owner, other, _holdings(client, owner), _holdings(client, other)
+
+
+@pytest.fixture(
+    scope="module", params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def snapshot(
+    request: pytest.FixtureRequest,
+    sqlite_template: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Snapshot:
+    """Every cell runs on SQLite and on PostgreSQL, each on its own copy of this world."""
+    if request.param == "sqlite":
+        path = tmp_path_factory.mktemp("tenancy") / "world.db"
+        copy_sqlite(sqlite_template, path)
+        return Snapshot(path, *_build(f"sqlite:///{path}"))
+    engine = request.getfixturevalue("postgres_admin_engine")
+    migrated = request.getfixturevalue("postgres_migrated_dump")
+    base = postgres_base_url()
+    with postgres_schema(engine, base, script=migrated) as (schema, url):
+        if migrated is None:
+            upgrade(url)
+        built = _build(url)
+        script = dump_postgres_schema(base, schema)
+    if script is None:
+        pytest.skip("pg_dump is needed to copy the tenancy world")
+    return Snapshot(script, *built)
+
+
 @pytest.fixture
-def world(client: TestClient, make_site: MakeSite, admin_headers: dict[str, str]) -> World:
-    owner, other = make_site(name="owner site"), make_site(name="other site")
+def db_url(snapshot: Snapshot, tmp_path: Path) -> Iterator[str]:
+    """A fresh copy of the world's database for this cell."""
+    if isinstance(snapshot.database, Path):
+        path = tmp_path / "privfit.db"
+        copy_sqlite(snapshot.database, path)
+        yield f"sqlite:///{path}"
+        return
+    engine = make_engine(postgres_base_url())
+    try:
+        with postgres_schema(engine, postgres_base_url(), script=snapshot.database) as (_, url):
+            yield url
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def settings(db_url: str) -> Settings:
+    """The world's queued job must stay queued: no recovery runs it when the app starts."""
+    return make_test_settings(db_url, job_recovery=False)
+
+
+@pytest.fixture
+def world(client: TestClient, snapshot: Snapshot, admin_headers: dict[str, str]) -> World:
     return World(
         client=client,
-        owner=owner,
-        other=other,
+        owner=snapshot.owner,
+        other=snapshot.other,
         admin_headers=admin_headers,
-        mine=_holdings(client, owner),
-        theirs=_holdings(client, other),
+        mine=snapshot.mine,
+        theirs=snapshot.theirs,
     )
 
 
