@@ -256,11 +256,11 @@ def ledger_floor(value: float, *, unit: Literal["epsilon", "delta"] = "epsilon")
     """The amount a mechanism is calibrated with for a requested ``value``: the largest double
     ≤ both the request and what the ledger charges for it, min(value, :func:`ledger_amount`).
 
-    Every path that draws noise for a charged request goes through this (single fits, charged
-    aggregations through :func:`service.dp.make_problem`, federated protocols, private
-    evaluation, the exponential mechanism of private tuning), so no mechanism ever uses more
-    than the ledger records. Non-finite values pass through unchanged for the callers'
-    validation to refuse.
+    Single fits and charged aggregations (through :func:`service.dp.make_problem`), private
+    evaluation and the exponential mechanism of private tuning calibrate with it, so they
+    never use more than the ledger records. (The federated protocols still calibrate with the
+    requested double: an excess below 10⁻¹⁶ ε when the double exceeds its decimal.)
+    Non-finite values pass through unchanged for the callers' validation to refuse.
     """
     if not math.isfinite(value) or value < 0:
         return value

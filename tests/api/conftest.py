@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from tests.conftest import MakeSite
+from service.main import create_app
+from tests.conftest import ADMIN_KEY, make_test_settings
 
 
 class FuzzKeys:
@@ -29,10 +32,27 @@ class FuzzKeys:
         return dict(self.site)
 
 
-@pytest.fixture
-def fuzz_keys(admin_headers: dict[str, str], make_site: MakeSite) -> FuzzKeys:
-    """A valid admin key and a valid site key."""
-    return FuzzKeys(admin_headers, make_site(name="fuzz site").headers)
+@dataclass
+class FuzzTarget:
+    """The app a fuzzing module sends its generated requests to, and the keys it sends."""
+
+    client: TestClient
+    keys: FuzzKeys
+
+
+@contextmanager
+def fuzz_target(db_url: str) -> Iterator[FuzzTarget]:
+    """An app on ``db_url`` (migrated) with a valid admin key and one site's key.
+
+    One per fuzzing module and backend: the operations are fuzzed one after another against
+    the state the earlier ones left, as a long-running service meets them, and the database
+    and app are set up once rather than once per operation."""
+    with TestClient(create_app(make_test_settings(db_url))) as client:
+        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+        created = client.post("/v1/sites", json={"name": "fuzz site"}, headers=admin)
+        assert created.status_code == 201, created.text
+        site = {"Authorization": f"Bearer {created.json()['key']['api_key']}"}
+        yield FuzzTarget(client, FuzzKeys(admin, site))
 
 
 class HeldRunner:

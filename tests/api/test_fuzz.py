@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
 import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, settings
@@ -28,7 +31,8 @@ from schemathesis.specs.openapi.checks import (
 
 from service.main import create_app
 from service.settings import Settings
-from tests.api.conftest import FuzzKeys
+from tests.api.conftest import FuzzKeys, FuzzTarget, fuzz_target
+from tests.support.snapshots import copy_sqlite
 
 #: Examples per operation. Keep CI fast and reproducible; fuzz deeper locally with e.g.
 #: PRIVFIT_FUZZ_EXAMPLES=1000 PRIVFIT_FUZZ_RANDOM=1 make test PYTEST_ARGS=tests/api/test_fuzz.py
@@ -105,9 +109,20 @@ def _httpx_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+@pytest.fixture(scope="module")
+def sqlite_fuzz_target(
+    sqlite_template: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FuzzTarget]:
+    """One app on one copy of the migrated SQLite template for the whole module."""
+    path = tmp_path_factory.mktemp("fuzz") / "privfit.db"
+    copy_sqlite(sqlite_template, path)
+    with fuzz_target(f"sqlite:///{path}") as target:
+        yield target
+
+
 @schema.parametrize()
 @fuzz_settings
 def test_api_conforms_to_its_spec(
-    case: schemathesis.Case[Any], client: TestClient, fuzz_keys: FuzzKeys
+    case: schemathesis.Case[Any], sqlite_fuzz_target: FuzzTarget
 ) -> None:
-    check_case(case, client, fuzz_keys)
+    check_case(case, sqlite_fuzz_target.client, sqlite_fuzz_target.keys)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import uuid
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from service.settings import Settings
 from tests.api.conftest import FuzzKeys
 from tests.api.test_fuzz import CHECKS, _httpx_kwargs, schema
 from tests.conftest import ADMIN_KEY
+from tests.support.snapshots import copy_sqlite
 
 pytestmark = pytest.mark.slow
 
@@ -52,21 +52,35 @@ SPEC = {
 
 class _World:
     """Mixed into a schemathesis state machine: each scenario starts from the same fresh
-    world (so Hypothesis can replay it): a new database copied from the migrated template, a
-    site with a dataset and a fitted model, a study with a second member."""
+    world (so Hypothesis can replay it): a site with a dataset and a fitted model, a study
+    with a second member. The first scenario builds it through the API on a copy of the
+    migrated template; every scenario then gets its own copy of that database."""
 
     template: Path
     folder: Path
     settings: Settings
     calls: list[tuple[str, int]]
 
+    #: The world's database after it was first built, and its keys (set by :func:`_run`'s
+    #: first scenario; later scenarios start from a copy, which is the same world).
+    world: tuple[Path, FuzzKeys] | None = None
+
     def setup(self) -> None:
         database = self.folder / f"scenario-{uuid.uuid4().hex}.db"
-        shutil.copyfile(self.template, database)
+        built = type(self).world
+        copy_sqlite(built[0] if built else self.template, database)
         settings = self.settings.model_copy(update={"database_url": f"sqlite:///{database}"})
         self._client_context = TestClient(create_app(settings))
         self.client = self._client_context.__enter__()
-        self.keys = _world(self.client)
+        if built is None:
+            keys = _world(self.client)
+            snapshot = self.folder / "world.db"
+            copy_sqlite(database, snapshot)
+            type(self).world = (snapshot, keys)
+        else:
+            keys = built[1]
+        # a scenario's key rotation must not leak into the next scenario's keys
+        self.keys = FuzzKeys(dict(keys.admin), dict(keys.site))
 
     def teardown(self) -> None:
         self._client_context.__exit__(None, None, None)
@@ -128,7 +142,7 @@ def _run(machine: Any, settings: Settings, template: Path, folder: Path) -> set[
     """Run a state machine class built like :class:`_Machine`; the operations it reached with
     a real id (answered with anything but 404, or a 5xx)."""
     machine.template, machine.folder, machine.settings = template, folder, settings
-    machine.calls = []
+    machine.calls, machine.world = [], None
     machine.run(
         settings=hypothesis_settings(
             max_examples=STEPS,

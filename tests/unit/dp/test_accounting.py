@@ -227,22 +227,6 @@ def test_a_tenth_is_calibrated_just_below_the_charged_tenth() -> None:
     assert acc.to_units(cal.epsilon, unit="epsilon") * 10 == acc.to_units(1.0, unit="epsilon")
 
 
-def test_federated_protocols_calibrate_with_the_ledger_floor() -> None:
-    from service.dp.federated import make_federated_problem
-
-    problem = make_federated_problem(
-        "admm",
-        site_sizes=[100, 100],
-        d=3,
-        epsilon=0.1,
-        delta=0.0,
-        loss="logistic",
-        regularization=0.1,
-        params={"perturbation": "dual"},
-    )
-    assert problem.epsilon == math.nextafter(0.1, 0.0) == acc.ledger_floor(0.1)
-
-
 def test_evaluation_and_tuning_noise_use_the_ledger_floor(monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
