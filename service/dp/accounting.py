@@ -256,11 +256,10 @@ def ledger_floor(value: float, *, unit: Literal["epsilon", "delta"] = "epsilon")
     """The amount a mechanism is calibrated with for a requested ``value``: the largest double
     ≤ both the request and what the ledger charges for it, min(value, :func:`ledger_amount`).
 
-    Single fits and charged aggregations (through :func:`service.dp.make_problem`), private
-    evaluation and the exponential mechanism of private tuning calibrate with it, so they
-    never use more than the ledger records. (The federated protocols still calibrate with the
-    requested double: an excess below 10⁻¹⁶ ε when the double exceeds its decimal.)
-    Non-finite values pass through unchanged for the callers' validation to refuse.
+    Every path that draws noise for a charge calibrates with it: single fits and charged
+    aggregations (:func:`service.dp.make_problem`), the federated protocols
+    (:func:`service.dp.federated.calibrate_problem`), private evaluation and the exponential
+    mechanism of private tuning, so none uses more than the ledger records. Non-finite values pass through unchanged for the callers' validation to refuse.
     """
     if not math.isfinite(value) or value < 0:
         return value

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-from service.dp.accounting import check_epsilon_delta
+from service.dp.accounting import PrivacyCost, check_epsilon_delta, ledger_floor
 from service.dp.base import ProgressCallback
 from service.dp.federated import admm, distributed_lasso, noisy_average, psgd
 from service.dp.federated._common import (
@@ -111,13 +112,56 @@ def federated_calibrate(
         regularization=regularization,
         params=params,
     )
-    return _PROTOCOLS[problem.protocol][0](problem)
+    return calibrate_problem(problem)
 
 
 def calibrate_problem(problem: FederatedProblem) -> FederatedCalibration:
     """The protocol's calibration of an already validated :class:`FederatedProblem` (the one
-    :func:`federated_fit` uses; a node and the coordinator both compute it)."""
-    return _PROTOCOLS[problem.protocol][0](problem)
+    :func:`federated_fit` uses; a node and the coordinator both compute it).
+
+    The noise is calibrated with the ledger floor of the offered (ε, δ) (issue 19 §4,
+    :func:`service.dp.accounting.ledger_floor`: the largest doubles ≤ both the request and
+    the decimal the ledger charges), and the costs are reported as requested, which is what
+    every dataset is charged: a per-site cost equal to the floor is shown as the request
+    (conservative), and ``epsilon_calibrated`` / ``delta_calibrated`` record the doubles the
+    noise used."""
+    calibrate = _PROTOCOLS[problem.protocol][0]
+    if not math.isfinite(problem.epsilon):  # a non-private variant: nothing is calibrated
+        return calibrate(problem)
+    params = dict(problem.params)
+    if isinstance(params.get("delta_prime"), float):  # a share of δ: floored alike (monotone)
+        params["delta_prime"] = ledger_floor(params["delta_prime"], unit="delta")
+    used = replace(
+        problem,
+        epsilon=ledger_floor(problem.epsilon, unit="epsilon"),
+        delta=ledger_floor(problem.delta, unit="delta"),
+        params=params,
+    )
+    calibration = calibrate(used)
+    costs = tuple(
+        PrivacyCost(
+            epsilon=problem.epsilon if cost.epsilon == used.epsilon else cost.epsilon,
+            delta=problem.delta if cost.delta == used.delta else cost.delta,
+        )
+        for cost in calibration.site_costs
+    )
+    shown = {used.epsilon: problem.epsilon} if used.epsilon != problem.epsilon else {}
+    shown_delta = {used.delta: problem.delta} if used.delta != problem.delta else {}
+
+    def as_charged(value: Any, key: str = "") -> Any:
+        if isinstance(value, Mapping):
+            return {k: as_charged(v, str(k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [as_charged(v, key) for v in value]
+        if isinstance(value, float) and "epsilon" in key:
+            return shown.get(value, value)
+        if isinstance(value, float) and "delta" in key:
+            return shown_delta.get(value, value)
+        return value
+
+    details = as_charged(calibration.details)
+    details.update(epsilon_calibrated=used.epsilon, delta_calibrated=used.delta)
+    return replace(calibration, site_costs=costs, details=details)
 
 
 def federated_fit(
@@ -155,8 +199,8 @@ def federated_fit(
         regularization=regularization,
         params=params,
     )
-    calibrate, run = _PROTOCOLS[problem.protocol]
-    calibration = calibrate(problem)
+    run = _PROTOCOLS[problem.protocol][1]
+    calibration = calibrate_problem(problem)
     clock = RoundClock(calibration.rounds, progress)
     coef = run(data, problem, calibration, rng=rng, clock=clock)
     return FederatedResult(

@@ -227,6 +227,22 @@ def test_a_tenth_is_calibrated_just_below_the_charged_tenth() -> None:
     assert acc.to_units(cal.epsilon, unit="epsilon") * 10 == acc.to_units(1.0, unit="epsilon")
 
 
+@pytest.mark.parametrize("protocol", ["noisy_average", "admm", "psgd"])
+def test_federated_protocols_calibrate_with_the_ledger_floor(protocol: str) -> None:
+    from service.dp.federated import federated_calibrate
+
+    delta = 0.0 if protocol != "psgd" else 0.3e-5  # 3e-6 as a double exceeds its decimal
+    cal = federated_calibrate(
+        protocol, site_sizes=[100, 120], d=3, epsilon=0.1, delta=delta, regularization=0.1
+    )
+    # the noise is calibrated with the floor, one ulp below the double 0.1 ...
+    assert cal.details["epsilon_calibrated"] == acc.ledger_floor(0.1) < 0.1
+    assert cal.details["delta_calibrated"] == acc.ledger_floor(delta, unit="delta") <= delta
+    # ... and every dataset's cost is at most the request, which is what the ledger charges
+    assert all(cost.epsilon <= 0.1 and cost.delta <= delta for cost in cal.site_costs)
+    assert max(cost.epsilon for cost in cal.site_costs) == pytest.approx(0.1, rel=1e-12)
+
+
 def test_evaluation_and_tuning_noise_use_the_ledger_floor(monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
