@@ -259,7 +259,8 @@ def ledger_floor(value: float, *, unit: Literal["epsilon", "delta"] = "epsilon")
     Every path that draws noise for a charge calibrates with it: single fits and charged
     aggregations (:func:`service.dp.make_problem`), the federated protocols
     (:func:`service.dp.federated.calibrate_problem`), private evaluation and the exponential
-    mechanism of private tuning, so none uses more than the ledger records. Non-finite values pass through unchanged for the callers' validation to refuse.
+    mechanism of private tuning, so none uses more than the ledger records. Non-finite values
+    pass through unchanged for the callers' validation to refuse.
     """
     if not math.isfinite(value) or value < 0:
         return value
