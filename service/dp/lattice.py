@@ -47,6 +47,70 @@ decimal module (≤ ½ ulp), and each result is widened by one ulp on each side
 
 Randomness: 32-bit words from ``os.urandom`` (``rng=None``) or ``rng.integers`` (test mode).
 
+Fast path (issue 19 §1: DP-SGD releases one vector per update). The decimal evaluation costs
+≈ 8 ms per 100-dimensional vector. The same function of the same uniforms is first evaluated in
+numpy doubles with a *rigorous* error bound E per coordinate; a coordinate whose enclosure
+[v − E, v + E] lies inside one rounding cell is decided there, and only the others (a
+coordinate within E of a cell boundary, probability ≈ 2E) go to the decimal path, which
+continues from the very same uniforms (refining them if needed). The returned cells are
+therefore the cells of the real-valued function of the uniforms — exactly as without the fast
+path; only the time changes. The bound uses only IEEE-754 double operations that are
+correctly rounded (+, −, ×, ÷, √, round-to-nearest-even; no fused multiply–add across numpy
+calls, no extended precision), unit roundoff u = 2⁻⁵³, relative error |δ| ≤ u per operation
+(no underflow or overflow arises: the fast path is used only for noise scales in
+[2⁻⁵⁰⁰, 2⁵⁰⁰] grid units, and every other quantity is at least 2⁻¹²⁰ in magnitude — |û| ≥ 2⁻⁶⁴,
+s and |ln s| ≥ 2⁻⁴⁸, t² ≥ 2⁻¹⁰⁸ — or exactly zero). numpy's
+``log`` is *not* used (it is not guaranteed correctly rounded); :func:`_ln` evaluates
+
+    ln x = e·ln 2 + 2·atanh(t),   x = m·2^e (frexp, exact), m ∈ [0.7071…, 1.4142…),
+    t = (m − 1)/(m + 1),  2·atanh(t) = 2t·Σ_{k=0}^{10} t^{2k}/(2k + 1) + remainder,
+
+with m − 1 exact (Sterbenz), |t| ≤ 0.17158, w = t² ≤ 0.0295: t̂ carries relative error
+≤ 2.0001u, ŵ ≤ 5.03u (which moves the sum by ≤ 0.052u), Horner's rule on the positive,
+rapidly decreasing series (coefficients rounded, rel. ≤ u) ≤ 2.07u (each step's carried error
+is damped by w/(1 − w) ≤ 0.0304), the omitted tail w¹¹/(23(1 − w)) ≤ 0.006u, the product
+2t̂·P̂ one more u: |l̂_m − ln m| ≤ 5.4u·|ln m| ≤ 6u·|l̂_m|. With ln 2 rounded to the nearest
+double (|LN2 − ln 2| ≤ 2⁻⁵⁴; e·LN2 adds ≤ u·|e|·LN2) and the final addition (≤ u·|l̂|):
+
+    |l̂ − ln x| ≤ 6u·|l̂_m| + 2⁻⁵²·|e| + u·|l̂|                                 (L)
+
+(``tests/unit/dp/test_lattice_fast.py`` checks (L) against 60-digit decimal logarithms).
+
+The uniforms: a uniform known to its first 64 bits k (two 32-bit words a, b) lies in
+[k, k + 1]·2⁻⁶⁴. For the polar method û = fl(a·2⁻³¹ − 1 + (b + ½)·2⁻⁶³) (both terms exact, one
+rounding) gives |u − û| ≤ h + u·|û|, h = 2⁻⁶⁴; for the radial uniforms x̂ = fl(k)·2⁻⁶⁴ gives
+|ln U − ln x̂| ≤ 1/k + 1.01u. (With 32-bit first draws, h = 2⁻³² and x̂ is exact.) Then, with
+every relative bound ρ below required to be ≤ 2⁻²⁰ (otherwise the coordinate or vector goes to
+the decimal path) and every first-order bound multiplied by κ = 1 + 2⁻¹⁶ when evaluated —
+which covers both the neglected second-order terms (≤ 3ρ ≤ 2⁻¹⁸ relative) and the ≤ 10
+roundings of evaluating the bound itself:
+
+* polar pair: ŝ = fl(û² + v̂²), |s − ŝ| ≤ e_s = 5u·ŝ + 4h + 2⁻⁶², ρ_s = e_s/(ŝ − e_s);
+  L = ln s: e_L = (L)(ŝ) + ρ_s, ρ_L = e_L/(|l̂| − e_L); q = −2L/s: ρ_q = ρ_L + ρ_s + u;
+  f = √q: ρ_f = ρ_q/2 + u; g = u·f: |ĝ − g| ≤ e_g = f̂·(|û|(ρ_f + 2u) + h)/(1 − ρ_f).
+  (The acceptance s < 1 is decided exactly: by |ŝ − s| ≤ e_s when ŝ is 2⁻⁴⁸ + 4h away from 0
+  and 1, otherwise on the integer bit intervals as in the decimal path.)
+* Gaussian release, S = σ/γ (exact): |ŷ − gS| ≤ S·e_g + u·|ŷ|.
+* norm-exponential release: Ĝ = √(Σĝ²) and R̂ = Σ(−l̂_i) are summed with a correctly rounded
+  (``math.fsum``, error ≤ 2u·|result| even if only faithful) or compensated (Ogita–Rump–Oishi
+  Sum2, error ≤ u·|result| + γ²_{d−1}Σ|terms|) summation; ρ_G = 2u + ‖e_g‖/Ĝ,
+  ρ_R = (Σe_i + sum error)/(R̂ − ·) with e_i = (L)(x̂_i) + 1/k_i + 1.01u; the scale
+  A = R/(βγ·G) has ρ_A = ρ_R + ρ_G + 2u, and y_i = g_i·A:
+  |ŷ_i − y_i| ≤ Â·(|ĝ_i|(ρ_A + u) + e_{g,i})/(1 − ρ_A).
+* the cell of c/γ + y (c/γ exact; |c| ≤ 2²⁰ else decimal path): with c/γ = c_i + c_f
+  (c_i = rint, c_f exact, |c_f| ≤ ½), z = fl(c_f + ŷ) (error ≤ u|z|), k₀ = rint(z) and
+  r = z − k₀ (exact, |r| ≤ ½, Sterbenz), the coordinate is decided as c_i + k₀ when
+  fl(½ − |r|) > E_y + u(½ + |ŷ|)(1 + 2u) + 2⁻⁵² (the 2⁻⁵² covers the ≤ 2⁻⁵⁵ rounding of
+  ½ − |r|), i.e. when the whole enclosure lies strictly inside one cell.
+
+Blocks. The noise does not depend on the centre, so :class:`NormExponentialBlock` and
+:class:`GaussianBlock` draw and evaluate (vectorised) the noise of many releases at once;
+``release(j, centre)`` then costs a dozen numpy operations on d numbers. Each noise vector is
+used once (a second ``release(j, ·)`` raises). A block consumes the random words in a fixed
+order (the polar pairs of all its vectors, then the radial uniforms), so seeded runs are
+reproducible; the words a fallback refines with are drawn when it happens — the uniforms stay
+i.i.d. and independent of everything else, so the law is unchanged.
+
 Design note. Drawing Z ∈ ℤ^d with p(z) ∝ exp(−β′‖z‖) by rejection from a product discrete
 Gaussian proposal does not work: a Gaussian's tail is lighter than exp(−β′r), so no constant
 M gives exp(−β′r) ≤ M·exp(−r²/2σ²) for all r (AM–GM gives the reverse inequality; the
@@ -58,6 +122,7 @@ no inflated sensitivity (Δ + γ√d)/γ.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
@@ -71,10 +136,14 @@ __all__ = [
     "GRID",
     "GRID_EXPONENT",
     "RELEASE_NOTE",
+    "GaussianBlock",
+    "NormExponentialBlock",
     "gaussian_release",
     "laplace_release",
     "norm_exponential_release",
 ]
+
+FloatArray = NDArray[np.float64]
 
 #: The release grid is γ = 2^-GRID_EXPONENT (DESIGN §2: released weights on multiples of 2⁻³²).
 GRID_EXPONENT: Final[int] = 32
@@ -104,14 +173,17 @@ class _Bits:
     def __init__(self, rng: np.random.Generator | None) -> None:
         self._rng = rng
 
+    def array(self, count: int) -> NDArray[np.uint64]:
+        """``count`` words as an array (each < 2³²)."""
+        if self._rng is None:
+            raw = np.frombuffer(os.urandom(4 * count), dtype=np.uint32)
+            return raw.astype(np.uint64)
+        return self._rng.integers(0, 2**_WORD, size=count, dtype=np.uint64)
+
     def words(self, count: int) -> list[int]:
         if count == 0:
             return []
-        if self._rng is None:
-            raw = np.frombuffer(os.urandom(4 * count), dtype=np.uint32)
-        else:
-            raw = self._rng.integers(0, 2**_WORD, size=count, dtype=np.uint64)
-        return [int(v) for v in raw]
+        return [int(v) for v in self.array(count)]
 
 
 class _Uniform:
@@ -122,6 +194,13 @@ class _Uniform:
     def __init__(self, k: int, bits: int) -> None:
         self.k = k
         self.bits = bits
+
+    @classmethod
+    def from_words(cls, words: NDArray[np.uint64]) -> _Uniform:
+        k = 0
+        for w in words:
+            k = (k << _WORD) | int(w)
+        return cls(k, _WORD * len(words))
 
     def refine(self, word: int) -> None:
         self.k = (self.k << _WORD) | word
@@ -191,18 +270,24 @@ class _Undecided(Exception):
 
 
 Interval = tuple[Decimal, Decimal]
+Evaluator = Callable[[_Arith], tuple[list[Interval], Interval]]
 
 
 class _Sampler:
     """Lazily refined uniforms and the exact cell of centre + noise."""
 
-    def __init__(self, rng: np.random.Generator | None, magnitude_digits: int = 0) -> None:
+    def __init__(
+        self,
+        bits: _Bits,
+        magnitude_digits: int = 0,
+        uniforms: list[_Uniform] | None = None,
+    ) -> None:
         self._digits = magnitude_digits
-        self._bits = _Bits(rng)
-        self._uniforms: list[_Uniform] = []
-        self._max_bits = _WORD * _FIRST_WORDS
+        self._bits = bits
+        self._uniforms: list[_Uniform] = list(uniforms or [])
+        self._max_bits = max([_WORD * _FIRST_WORDS] + [u.bits for u in self._uniforms])
         self._arith: _Arith | None = None
-        self.wide = _Arith(digits=_WORD * _FIRST_WORDS * 3 // 10 + 8 + magnitude_digits)
+        self.wide = _Arith(digits=self._max_bits * 3 // 10 + 8 + magnitude_digits)
         self._arith_bits = 0
 
     def new_uniforms(self, count: int) -> list[_Uniform]:
@@ -235,27 +320,26 @@ class _Sampler:
             self.wide = _Arith(digits=bits * 3 // 10 + 8 + self._digits)
         return self._arith
 
-    def gaussian_pairs(self, count: int) -> list[tuple[_Uniform, _Uniform]]:
-        """``count`` accepted polar-method pairs (u, v), 0 < u² + v² < 1 decided exactly."""
-        pairs: list[tuple[_Uniform, _Uniform]] = []
-        pending: list[_Uniform] = []
-        while len(pairs) < count:
-            if not pending:  # a batch: the disc keeps π/4 of the square
-                pending = self.new_uniforms(2 * ((count - len(pairs)) * 4 // 3 + 2))
-            a, b = pending.pop(), pending.pop()
-            while True:
-                lo, hi, one = _disc_bounds(a, b)
-                if lo > 0 and hi < one:
-                    pairs.append((a, b))
-                    break
-                if lo >= one:  # outside the disc: rejected, a fresh pair is drawn
-                    self._uniforms.remove(a)
-                    self._uniforms.remove(b)
-                    break
-                self.refine([a, b])
-        for u in pending:  # unused draws are discarded, not refined later
-            self._uniforms.remove(u)
-        return pairs
+    def cells(self, evaluate: Evaluator, grid_centre: list[Decimal]) -> list[int]:
+        """The exact cells of grid_centre + noise, refining every uniform until decided."""
+        while True:
+            ar = self.arith()
+            try:
+                noise, scale = evaluate(ar)
+                return _cells(ar, self.wide, grid_centre, noise, scale)
+            except _Undecided:
+                self.refine_all()
+
+
+def _disc_decision(a: _Uniform, b: _Uniform) -> bool | None:
+    """The polar method's test on the current bits: True (0 < s < 1), False (s ≥ 1, rejected)
+    or None (undecided: refine)."""
+    lo, hi, one = _disc_bounds(a, b)
+    if lo > 0 and hi < one:
+        return True
+    if lo >= one:
+        return False
+    return None
 
 
 def _disc_bounds(a: _Uniform, b: _Uniform) -> tuple[int, int, int]:
@@ -308,31 +392,82 @@ def _cells(
     return cells
 
 
-def _release(
-    centre: NDArray[np.float64],
-    rng: np.random.Generator | None,
-    setup: Callable[[_Sampler, int], Callable[[_Arith], tuple[list[Interval], Interval]]],
-) -> NDArray[np.float64]:
+def _check_centre(centre: NDArray[np.float64]) -> FloatArray:
     w = np.asarray(centre, dtype=np.float64)
     if w.ndim != 1 or w.size == 0 or not np.all(np.isfinite(w)):
         raise ValueError("the centre must be a non-empty vector of finite numbers")
-    d = int(w.size)
-    # w/γ exactly: a double times a power of two is a double, which Decimal holds exactly
+    return w
+
+
+def _grid_centre(w: FloatArray) -> tuple[list[Decimal], int]:
+    """w/γ exactly (a double times a power of two is a double, which Decimal holds exactly),
+    and the number of integer digits the addition of the centre needs."""
     grid_centre = [Decimal(float(v) * 2.0**GRID_EXPONENT) for v in w]
     largest = max(abs(int(c)) for c in grid_centre)
-    sampler = _Sampler(rng, magnitude_digits=len(str(largest)))
-    evaluate = setup(sampler, d)
-    while True:
-        ar = sampler.arith()
-        try:
-            noise, scale = evaluate(ar)
-            cells = _cells(ar, sampler.wide, grid_centre, noise, scale)
-            break
-        except _Undecided:
-            sampler.refine_all()
-    k = np.array([min(max(c, -CLAMP), CLAMP) for c in cells], dtype=np.int64)
-    out: NDArray[np.float64] = k.astype(np.float64) * GRID  # exact: |k| ≤ 2⁵², γ = 2^-32
+    return grid_centre, len(str(largest))
+
+
+def _exact_cells(
+    bits: _Bits, uniforms: list[_Uniform], evaluate: Evaluator, centre: FloatArray
+) -> NDArray[np.int64]:
+    """The decimal path on given uniforms (refined from ``bits`` while undecided), clamped."""
+    grid_centre, digits = _grid_centre(centre)
+    sampler = _Sampler(bits, magnitude_digits=digits, uniforms=uniforms)
+    cells = sampler.cells(evaluate, grid_centre)
+    return np.array([min(max(c, -CLAMP), CLAMP) for c in cells], dtype=np.int64)
+
+
+def _on_grid(k: NDArray[np.int64]) -> FloatArray:
+    out: FloatArray = k.astype(np.float64) * GRID  # exact: |k| ≤ 2⁵², γ = 2^-32
     return out
+
+
+def _release(
+    centre: NDArray[np.float64],
+    rng: np.random.Generator | None,
+    setup: Callable[[_Sampler, int], Evaluator],
+) -> NDArray[np.float64]:
+    """The decimal path from scratch (used by the Laplace release)."""
+    w = _check_centre(centre)
+    grid_centre, digits = _grid_centre(w)
+    sampler = _Sampler(_Bits(rng), magnitude_digits=digits)
+    evaluate = setup(sampler, int(w.size))
+    cells = sampler.cells(evaluate, grid_centre)
+    return _on_grid(np.array([min(max(c, -CLAMP), CLAMP) for c in cells], dtype=np.int64))
+
+
+def _gaussian_evaluator(pairs: list[tuple[_Uniform, _Uniform]], d: int, sigma: float) -> Evaluator:
+    return lambda ar: (_gaussians(ar, pairs, d), _grid_scale(sigma))
+
+
+def _norm_exponential_evaluator(
+    pairs: list[tuple[_Uniform, _Uniform]], radial: list[_Uniform], d: int, beta: float
+) -> Evaluator:
+    def evaluate(ar: _Arith) -> tuple[list[Interval], Interval]:
+        g = _gaussians(ar, pairs, d)
+        sq: Interval = (Decimal(0), Decimal(0))
+        for x in g:
+            sq = ar.add(sq, ar.square(x))
+        if not sq[0] > 0:
+            raise _Undecided
+        norm = ar.sqrt(sq)
+        # −ln(U₁⋯U_d): the product's bounds are exact integers over 2^(Σ bits)
+        lo_num, hi_num, bits = 1, 1, 0
+        for u in radial:
+            lo_num *= u.k
+            hi_num *= u.k + 1
+            bits += u.bits
+        if lo_num == 0:
+            raise _Undecided
+        denom = Decimal(2**bits)
+        prod = (ar.lo.divide(Decimal(lo_num), denom), ar.hi.divide(Decimal(hi_num), denom))
+        log_p = ar.ln(prod)
+        radius = (log_p[1].copy_negate(), log_p[0].copy_negate())  # Σ −ln U_i ~ Gamma(d, 1)
+        beta_grid = Decimal(float(beta) * 2.0**-GRID_EXPONENT)  # βγ, exact
+        scaled = ar.div_pos(radius, (beta_grid, beta_grid))  # R/(βγ): the norm in grid units
+        return [ar.div_pos(x, norm) for x in g], scaled
+
+    return evaluate
 
 
 def _grid_scale(value: float) -> Interval:
@@ -346,65 +481,387 @@ def _check_positive(name: str, value: float) -> None:
         raise ValueError(f"{name} must be a finite positive number, got {value!r}")
 
 
+# ---- the fast path: the same function in doubles, with a rigorous error bound ---------------
+
+_U: Final[float] = 2.0**-53  # unit roundoff of double precision
+#: κ: multiplies every first-order bound (second-order terms and the bound's own roundings)
+_KAPPA: Final[float] = 1.0 + 2.0**-16
+#: every relative error bound of the fast path must be at most this, else the decimal path
+_SMALL: Final[float] = 2.0**-20
+#: ln 2 rounded to the nearest double: |_LN2 − ln 2| ≤ 2⁻⁵⁴ (checked in the tests)
+_LN2: Final[float] = 0.6931471805599453
+#: the double nearest 1/√2 (slightly above it): mantissas are brought into [this, 2·this)
+_SQRT_HALF: Final[float] = 0.7071067811865476
+#: 1/(2k + 1), k = 0..10, each rounded to nearest (relative error ≤ u; 1 exactly)
+_ATANH: Final[tuple[float, ...]] = tuple(1.0 / (2 * k + 1) for k in range(11))
+#: the fast path is used only for noise scales (grid units) in [2^-500, 2^500]
+_SCALE_RANGE: Final[tuple[float, float]] = (2.0**-500, 2.0**500)
+#: noise values (grid units) beyond this go to the decimal path (keeps |z| < 2⁵¹)
+_Y_LIMIT: Final[float] = 2.0**50
+#: centres beyond this (|c| > 2²⁰, i.e. |c/γ| > 2⁵²) go to the decimal path
+_CENTRE_LIMIT: Final[float] = 2.0**20
+
+
+def _ln(x: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """ln x and a bound on |result − ln x| for positive finite doubles, from IEEE +, −, ×, ÷
+    only: bound (L) of the module docstring, times κ."""
+    m, e_int = np.frexp(x)
+    low = m < _SQRT_HALF
+    m = np.where(low, 2.0 * m, m)  # exact
+    e = (e_int - low).astype(np.float64)  # exact small integers
+    t = (m - 1.0) / (m + 1.0)  # m − 1 exact (Sterbenz)
+    w = t * t
+    p = np.full_like(w, _ATANH[-1])
+    for c in reversed(_ATANH[:-1]):
+        p = p * w + c
+    lm = (2.0 * t) * p
+    out = e * _LN2 + lm
+    err = ((6.0 * _U) * np.abs(lm) + 2.0**-52 * np.abs(e) + _U * np.abs(out)) * _KAPPA
+    return out, err
+
+
+def _signed_mids(words: NDArray[np.uint64]) -> tuple[FloatArray, float]:
+    """û, the double nearest the centre of the bit interval of u = 2U − 1, and h, the half
+    width of that interval: |u − û| ≤ h + u·|û| (words: (..., first words), top word first)."""
+    a = words[..., 0].astype(np.float64)  # < 2³²: exact
+    if words.shape[-1] == 1:
+        return (2.0 * a + 1.0) * 2.0**-32 - 1.0, 2.0**-32  # exact
+    b = words[..., 1].astype(np.float64)
+    # a·2⁻³¹ − 1 and (b + ½)·2⁻⁶³ are exact; their sum is rounded once
+    return (a * 2.0**-31 - 1.0) + (b + 0.5) * 2.0**-63, 2.0**-64
+
+
+def _unsigned_lows(words: NDArray[np.uint64]) -> tuple[FloatArray, FloatArray]:
+    """x̂ ≈ k·2⁻ᵇ, the lower end of the bit interval of U (k its top 64 or 32 bits), and a
+    bound on |ln U − ln x̂| for every U in the interval: 1/k (+ 1.01u for the rounding of k)."""
+    a = words[..., 0].astype(np.float64)
+    if words.shape[-1] == 1:
+        with np.errstate(divide="ignore"):
+            return a * 2.0**-32, (1.0 / a) * (1.0 + 4.0 * _U)
+    k = a * 2.0**32 + words[..., 1].astype(np.float64)  # fl(k): one rounding
+    with np.errstate(divide="ignore"):
+        inverse = (1.0 / k) * (1.0 + 4.0 * _U)  # ≥ 1/k exactly
+    return k * 2.0**-64, inverse + 1.01 * _U
+
+
+def _polar_status(words: NDArray[np.uint64]) -> NDArray[np.int8]:
+    """1 accepted, 0 rejected, −1 not decided in doubles, for pairs words[i, 0], words[i, 1]."""
+    ua, h = _signed_mids(words[:, 0])
+    ub, _ = _signed_mids(words[:, 1])
+    s = ua * ua + ub * ub  # |s_true − s| ≤ 5u·s + 4h + 2⁻⁶² ≤ 2⁻⁴⁸ + 4h (s ≤ 2)
+    margin = 2.0**-48 + 4.0 * h
+    accept = (s > margin) & (s < 1.0 - margin)
+    reject = s > 1.0 + margin
+    status: NDArray[np.int8] = np.where(accept, 1, np.where(reject, 0, -1)).astype(np.int8)
+    return status
+
+
+class _Pairs:
+    """Accepted polar pairs: their first words, and the rare pairs refined while deciding."""
+
+    def __init__(self, words: NDArray[np.uint64], refined: dict[int, tuple[_Uniform, _Uniform]]):
+        self.words = words  # (pairs, 2, first words)
+        self.refined = refined
+
+    def uniforms(self, index: int) -> tuple[_Uniform, _Uniform]:
+        got = self.refined.get(index)
+        if got is not None:
+            return got
+        return _Uniform.from_words(self.words[index, 0]), _Uniform.from_words(self.words[index, 1])
+
+
+def _polar_pairs(bits: _Bits, count: int) -> _Pairs:
+    """``count`` accepted pairs of the polar method, 0 < s < 1 decided exactly (in doubles
+    when the bound decides, else on the integer bit intervals, refining while undecided)."""
+    fw = _FIRST_WORDS
+    chunks: list[NDArray[np.uint64]] = []
+    refined: dict[int, tuple[_Uniform, _Uniform]] = {}
+    got = 0
+    while got < count:
+        need = count - got
+        pairs = need * 4 // 3 + 2  # the disc keeps π/4 of the square
+        words = bits.array(2 * fw * pairs).reshape(pairs, 2, fw)
+        status = _polar_status(words)
+        late: dict[int, tuple[_Uniform, _Uniform]] = {}
+        for i in np.flatnonzero(status < 0):
+            a, b = _Uniform.from_words(words[i, 0]), _Uniform.from_words(words[i, 1])
+            sampler = _Sampler(bits, uniforms=[a, b])
+            decision = _disc_decision(a, b)
+            while decision is None:
+                sampler.refine_all()
+                decision = _disc_decision(a, b)
+            status[i] = 1 if decision else 0
+            if decision and a.bits > _WORD * fw:
+                late[int(i)] = (a, b)
+        accepted = np.flatnonzero(status == 1)[:need]
+        for i, pair in late.items():
+            rank = int(np.searchsorted(accepted, i))
+            if rank < accepted.size and int(accepted[rank]) == i:
+                refined[got + rank] = pair
+        chunks.append(words[accepted])
+        got += int(accepted.size)
+    return _Pairs(np.concatenate(chunks), refined)
+
+
+def _polar_gaussians(pairs: _Pairs) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
+    """Per pair i: (ĝ_u, ĝ_v), bounds on their errors, and whether the bounds are valid
+    (every relative bound ≤ 2⁻²⁰, no refined pair); shapes (P, 2), (P, 2), (P,)."""
+    ua, h = _signed_mids(pairs.words[:, 0])
+    ub, _ = _signed_mids(pairs.words[:, 1])
+    s = ua * ua + ub * ub
+    e_s = (5.0 * _U) * s + 4.0 * h + 2.0**-62
+    ok = s - e_s > 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        safe_s = np.where(ok, s, 0.5)
+        rho_s = e_s / (safe_s - e_s) * _KAPPA
+        log_s, err_log = _ln(safe_s)
+        e_log = (err_log + rho_s) * _KAPPA
+        rho_log = e_log / (np.abs(log_s) - e_log) * _KAPPA
+        q = (-2.0 * log_s) / safe_s
+        rho_q = (rho_log + rho_s + _U) * _KAPPA
+        f = np.sqrt(q)
+        rho_f = (0.5 * rho_q + _U) * _KAPPA
+        ok &= (rho_s <= _SMALL) & (rho_log > 0.0) & (rho_log <= _SMALL) & (rho_f <= _SMALL)
+        g = np.stack([ua * f, ub * f], axis=1)
+        u_abs = np.abs(np.stack([ua, ub], axis=1))
+        err = (f[:, None] * (u_abs * (rho_f[:, None] + 2.0 * _U) + h)) / (1.0 - rho_f[:, None])
+        err *= _KAPPA
+    for i in pairs.refined:
+        ok[i] = False
+    g = np.where(ok[:, None], g, 0.0)
+    err = np.where(ok[:, None], err, np.inf)
+    return g, err, ok
+
+
+def _row_sums(terms: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Row sums of a (count, d) array with a bound on each sum's error: ``math.fsum`` per row
+    for few rows (correctly rounded; 2u·|sum| allows even a faithful rounding), else the
+    compensated Sum2 of Ogita, Rump & Oishi (2005, Prop. 4.5; error-free TwoSum, exact in IEEE
+    arithmetic), error ≤ u·|sum| + γ²_{d−1}·Σ|terms|, vectorised over the rows."""
+    count, d = terms.shape
+    absolute = np.abs(terms).sum(axis=1) * (1.0 + 2.0**-16)  # ≥ Σ|terms| for d < 2³⁶
+    if count <= 32:
+        sums = np.array([math.fsum(row) for row in terms.tolist()], dtype=np.float64)
+        return sums, (2.0 * _U) * np.abs(sums) * _KAPPA
+    acc = terms[:, 0].copy()
+    carry = np.zeros(count)
+    for j in range(1, d):
+        b = terms[:, j]
+        x = acc + b
+        z = x - acc
+        carry += (acc - (x - z)) + (b - z)  # TwoSum's exact error term
+        acc = x
+    sums = acc + carry
+    gamma = (d - 1) * _U / (1.0 - (d - 1) * _U)
+    return sums, (_U * np.abs(sums) + gamma * gamma * absolute) * _KAPPA
+
+
+def _fast_cells(
+    centre: FloatArray, y: FloatArray, bound: FloatArray
+) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """Cells of centre/γ + y for the coordinates the enclosure decides (|centre| ≤ 2²⁰).
+    ``bound`` is the precomputed E_y + u(½ + |ŷ|)(1 + 2u) + 2⁻⁵² (module docstring)."""
+    grid = centre * 2.0**GRID_EXPONENT  # exact
+    whole = np.rint(grid)
+    z = (grid - whole) + y  # grid − whole exact, |·| ≤ ½
+    k0 = np.rint(z)
+    decided = (0.5 - np.abs(z - k0)) > bound  # z − k0 exact
+    cells = np.clip(np.where(decided, whole + k0, 0.0), -float(CLAMP), float(CLAMP))
+    return cells.astype(np.int64), decided
+
+
+def _decision_bound(y: FloatArray, err: FloatArray) -> FloatArray:
+    out: FloatArray = (err + _U * (0.5 + np.abs(y)) * (1.0 + 2.0 * _U)) * _KAPPA + 2.0**-52
+    return out
+
+
+class _Block:
+    """Noise of ``count`` releases of dimension ``dim``, drawn up front; see subclasses."""
+
+    def __init__(self, count: int, dim: int, rng: np.random.Generator | None) -> None:
+        if count < 1 or dim < 1:
+            raise ValueError("a block needs count ≥ 1 and dim ≥ 1")
+        self.count = count
+        self.dim = dim
+        self._bits = _Bits(rng)
+        self._pairs_per = (dim + 1) // 2
+        self._used = np.zeros(count, dtype=bool)
+        self._y = np.zeros((count, dim))
+        self._bound = np.full((count, dim), np.inf)
+
+    def release(self, j: int, centre: NDArray[np.float64]) -> FloatArray:
+        """γ·round((centre + X_j)/γ) clamped, X_j the block's j-th noise vector (used once)."""
+        w = _check_centre(centre)
+        if w.size != self.dim:
+            raise ValueError(f"the centre must have {self.dim} coordinates")
+        if self._used[j]:
+            raise RuntimeError("each noise vector of a block is released once")
+        self._used[j] = True
+        if float(np.max(np.abs(w))) <= _CENTRE_LIMIT:
+            cells, decided = _fast_cells(w, self._y[j], self._bound[j])
+            if bool(decided.all()):
+                return _on_grid(cells)
+        else:
+            cells, decided = np.zeros(self.dim, dtype=np.int64), np.zeros(self.dim, dtype=bool)
+        return _on_grid(self._fallback(j, w, cells, decided))
+
+    def _exact(self, j: int, centre: NDArray[np.float64]) -> FloatArray:
+        """The decimal path alone on the j-th noise vector (for tests; does not mark it used)."""
+        w = _check_centre(centre)
+        return _on_grid(
+            self._fallback(j, w, np.zeros(self.dim, np.int64), np.zeros(self.dim, bool))
+        )
+
+    def _pair_uniforms(self, j: int) -> list[tuple[_Uniform, _Uniform]]:
+        first = j * self._pairs_per
+        return [self._pairs.uniforms(first + i) for i in range(self._pairs_per)]
+
+    def _fallback(
+        self, j: int, w: FloatArray, cells: NDArray[np.int64], decided: NDArray[np.bool_]
+    ) -> NDArray[np.int64]:
+        raise NotImplementedError
+
+    _pairs: _Pairs
+
+
+class GaussianBlock(_Block):
+    """``count`` exact releases γ·round((c_j + X_j)/γ), X_j ~ N(0, σ²I) in R^dim (module
+    docstring: fast path with a rigorous bound, decimal path per undecided coordinate)."""
+
+    def __init__(
+        self, count: int, dim: int, *, sigma: float, rng: np.random.Generator | None = None
+    ) -> None:
+        _check_positive("sigma", sigma)
+        super().__init__(count, dim, rng)
+        self.sigma = float(sigma)
+        self._pairs = _polar_pairs(self._bits, count * self._pairs_per)
+        scale = self.sigma * 2.0**GRID_EXPONENT  # σ/γ, exact
+        if not _SCALE_RANGE[0] <= scale <= _SCALE_RANGE[1]:
+            return  # every coordinate takes the decimal path
+        g, err, _ = _polar_gaussians(self._pairs)
+        g = g.reshape(count, -1)[:, :dim]
+        err = err.reshape(count, -1)[:, :dim]
+        y = g * scale
+        e_y = (scale * err + _U * np.abs(y)) * _KAPPA
+        valid = np.isfinite(e_y) & (np.abs(y) <= _Y_LIMIT)
+        self._y = np.where(valid, y, 0.0)
+        self._bound = np.where(valid, _decision_bound(y, e_y), np.inf)
+
+    def _fallback(
+        self, j: int, w: FloatArray, cells: NDArray[np.int64], decided: NDArray[np.bool_]
+    ) -> NDArray[np.int64]:
+        """The undecided coordinates on the decimal path, with only their pairs' uniforms."""
+        todo = np.flatnonzero(~decided)
+        first = j * self._pairs_per
+        pair_index = sorted({int(i) // 2 for i in todo})
+        pairs = [self._pairs.uniforms(first + p) for p in pair_index]
+        position = {p: r for r, p in enumerate(pair_index)}
+        picks = [2 * position[int(i) // 2] + int(i) % 2 for i in todo]
+
+        def evaluate(ar: _Arith) -> tuple[list[Interval], Interval]:
+            g = _gaussians(ar, pairs, 2 * len(pairs))
+            return [g[p] for p in picks], _grid_scale(self.sigma)
+
+        uniforms = [u for pair in pairs for u in pair]
+        exact = _exact_cells(self._bits, uniforms, evaluate, w[todo])
+        out = cells.copy()
+        out[todo] = exact
+        return out
+
+
+class NormExponentialBlock(_Block):
+    """``count`` exact releases γ·round((c_j + X_j)/γ), X_j ∝ exp(−β‖x‖) in R^dim (module
+    docstring: fast path with a rigorous bound, decimal path for a vector it leaves open)."""
+
+    def __init__(
+        self, count: int, dim: int, *, beta: float, rng: np.random.Generator | None = None
+    ) -> None:
+        _check_positive("beta", beta)
+        super().__init__(count, dim, rng)
+        self.beta = float(beta)
+        fw = _FIRST_WORDS
+        self._pairs = _polar_pairs(self._bits, count * self._pairs_per)
+        self._radial = self._bits.array(fw * count * dim).reshape(count, dim, fw)
+        beta_grid = self.beta * 2.0**-GRID_EXPONENT  # βγ, exact (1/βγ: the scale in cells)
+        if not _SCALE_RANGE[0] <= beta_grid <= _SCALE_RANGE[1]:
+            return  # every vector takes the decimal path
+        g, err_g, _ = _polar_gaussians(self._pairs)
+        g = g.reshape(count, -1)[:, :dim]
+        err_g = err_g.reshape(count, -1)[:, :dim]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # ‖g‖: |Ĝ − ‖ĝ‖| ≤ 2u·Ĝ + (sum error)/(2Ĝ) (squares, sum, √), ‖ĝ − g‖ ≤ ‖e_g‖
+            sq, sq_err = _row_sums(g * g)
+            norm = np.sqrt(sq)
+            e_norm = np.sqrt(np.sum(err_g * err_g, axis=1) * (1.0 + 2.0**-16)) * _KAPPA
+            abs_norm = (2.0 * _U * norm + 0.5 * sq_err / norm + e_norm) * _KAPPA
+            rho_norm = abs_norm / (norm - abs_norm) * _KAPPA
+            # R = Σ −ln U_i: |R̂ − R| ≤ Σe_i + summation error
+            x, e_low = _unsigned_lows(self._radial)
+            log_x, err_log = _ln(np.where(x > 0.0, x, 0.5))
+            radius, radius_err = _row_sums(-log_x)
+            e_terms = np.sum(err_log + e_low, axis=1) * (1.0 + 2.0**-16)
+            e_radius = (e_terms + radius_err) * _KAPPA
+            rho_radius = e_radius / (radius - e_radius) * _KAPPA
+            # A = R/(βγ‖g‖), y_i = g_i·A
+            scale = radius / (beta_grid * norm)
+            rho_scale = (rho_radius + rho_norm + 2.0 * _U) * _KAPPA
+            y = g * scale[:, None]
+            e_y = (
+                scale[:, None]
+                * (np.abs(g) * (rho_scale[:, None] + _U) + err_g)
+                / (1.0 - rho_scale[:, None])
+                * _KAPPA
+            )
+        ok = (
+            np.all(x > 0.0, axis=1)
+            & (norm > abs_norm)
+            & (rho_norm > 0.0)
+            & (rho_norm <= _SMALL)
+            & (radius > e_radius)
+            & (rho_radius > 0.0)
+            & (rho_radius <= _SMALL)
+            & (rho_scale <= _SMALL)
+        )
+        valid = ok[:, None] & np.isfinite(e_y) & (np.abs(y) <= _Y_LIMIT)
+        self._y = np.where(valid, y, 0.0)
+        self._bound = np.where(valid, _decision_bound(y, e_y), np.inf)
+
+    def _fallback(
+        self, j: int, w: FloatArray, cells: NDArray[np.int64], decided: NDArray[np.bool_]
+    ) -> NDArray[np.int64]:
+        """The whole vector on the decimal path (the norm and radius are shared)."""
+        del cells, decided
+        pairs = self._pair_uniforms(j)
+        radial = [_Uniform.from_words(words) for words in self._radial[j]]
+        evaluate = _norm_exponential_evaluator(pairs, radial, self.dim, self.beta)
+        uniforms = [u for pair in pairs for u in pair] + radial
+        return _exact_cells(self._bits, uniforms, evaluate, w)
+
+
 def norm_exponential_release(
     centre: NDArray[np.float64], *, beta: float, rng: np.random.Generator | None = None
 ) -> NDArray[np.float64]:
     """The exact grid point γ·round((w + X)/γ), X ~ ν(x) ∝ exp(−β‖x‖) (module docstring)."""
-    _check_positive("beta", beta)
-
-    def setup(sampler: _Sampler, d: int) -> Callable[[_Arith], tuple[list[Interval], Interval]]:
-        pairs = sampler.gaussian_pairs((d + 1) // 2)
-        radial = sampler.new_uniforms(d)
-
-        def evaluate(ar: _Arith) -> tuple[list[Interval], Interval]:
-            g = _gaussians(ar, pairs, d)
-            sq: Interval = (Decimal(0), Decimal(0))
-            for x in g:
-                sq = ar.add(sq, ar.square(x))
-            if not sq[0] > 0:
-                raise _Undecided
-            norm = ar.sqrt(sq)
-            # −ln(U₁⋯U_d): the product's bounds are exact integers over 2^(Σ bits)
-            lo_num, hi_num, bits = 1, 1, 0
-            for u in radial:
-                lo_num *= u.k
-                hi_num *= u.k + 1
-                bits += u.bits
-            if lo_num == 0:
-                raise _Undecided
-            denom = Decimal(2**bits)
-            prod = (ar.lo.divide(Decimal(lo_num), denom), ar.hi.divide(Decimal(hi_num), denom))
-            log_p = ar.ln(prod)
-            radius = (log_p[1].copy_negate(), log_p[0].copy_negate())  # Σ −ln U_i ~ Gamma(d, 1)
-            beta_grid = Decimal(float(beta) * 2.0**-GRID_EXPONENT)  # βγ, exact
-            scaled = ar.div_pos(radius, (beta_grid, beta_grid))  # R/(βγ): the norm in grid units
-            return [ar.div_pos(x, norm) for x in g], scaled
-
-        return evaluate
-
-    return _release(centre, rng, setup)
+    w = _check_centre(centre)
+    return NormExponentialBlock(1, int(w.size), beta=beta, rng=rng).release(0, w)
 
 
 def gaussian_release(
     centre: NDArray[np.float64], *, sigma: float, rng: np.random.Generator | None = None
 ) -> NDArray[np.float64]:
     """The exact grid point γ·round((w + X)/γ), X ~ N(0, σ²I)."""
-    _check_positive("sigma", sigma)
-
-    def setup(sampler: _Sampler, d: int) -> Callable[[_Arith], tuple[list[Interval], Interval]]:
-        pairs = sampler.gaussian_pairs((d + 1) // 2)
-        return lambda ar: (_gaussians(ar, pairs, d), _grid_scale(sigma))
-
-    return _release(centre, rng, setup)
+    w = _check_centre(centre)
+    return GaussianBlock(1, int(w.size), sigma=sigma, rng=rng).release(0, w)
 
 
 def laplace_release(
     centre: NDArray[np.float64], *, scale: float, rng: np.random.Generator | None = None
 ) -> NDArray[np.float64]:
-    """The exact grid point γ·round((w + X)/γ), X with i.i.d. Laplace(0, b) coordinates."""
+    """The exact grid point γ·round((w + X)/γ), X with i.i.d. Laplace(0, b) coordinates
+    (decimal path only)."""
     _check_positive("scale", scale)
 
-    def setup(sampler: _Sampler, d: int) -> Callable[[_Arith], tuple[list[Interval], Interval]]:
+    def setup(sampler: _Sampler, d: int) -> Evaluator:
         magnitudes = sampler.new_uniforms(d)
         signs = [w & 1 for w in sampler._bits.words(d)]
 
