@@ -594,9 +594,9 @@ def _polar_pairs(bits: _Bits, count: int) -> _Pairs:
             if decision and a.bits > _WORD * fw:
                 late[int(i)] = (a, b)
         accepted = np.flatnonzero(status == 1)[:need]
-        for i, pair in late.items():
-            rank = int(np.searchsorted(accepted, i))
-            if rank < accepted.size and int(accepted[rank]) == i:
+        for index, pair in late.items():
+            rank = int(np.searchsorted(accepted, index))
+            if rank < accepted.size and int(accepted[rank]) == index:
                 refined[got + rank] = pair
         chunks.append(words[accepted])
         got += int(accepted.size)
