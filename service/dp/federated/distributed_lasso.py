@@ -29,31 +29,52 @@ non-private use, charges nothing and labels the model so.
 
 DP variant (``noise=True``, the default; seed 001 §5.1.1's suggested fix). Each per-example
 gradient is clipped to norm C (``clip``): ĝ_j = (vᵀx_j − y_j)x_j · min(1, C/‖(vᵀx_j − y_j)x_j‖),
-and site k returns Σ_j ĝ_j + N(0, σ² I_d). Replacing one record changes the clipped sum by at
-most 2C (L2 sensitivity), so one round is ρ₁ = (2C)²/(2σ²)-zCDP for that site's dataset
-(Gaussian mechanism, Bun & Steinke Prop. 1.6). The T rounds are adaptively composed:
-ρ = T·ρ₁ (the query point v_t is post-processing of earlier noisy answers and of the other,
-disjoint datasets). ρ-zCDP ⇒ (ε(ρ, δ), δ)-DP with the conversion ``zcdp_conversion``:
+and site k returns the exact grid point γ·round((Σ_j ĝ_j + Z)/γ), Z ~ N(0, σ² I_d), γ = 2⁻³²
+(:func:`service.dp.lattice.gaussian_release`: the cell of the real-valued sum is sampled
+exactly). Replacing one record changes the clipped sum by at most 2C (L2 sensitivity) in exact
+arithmetic, and by at most Δ = 2C + 2E(n_max) as computed in doubles (below), so one round is
+ρ₁ = Δ²/(2σ²)-zCDP for that site's dataset (Gaussian mechanism, Bun & Steinke Prop. 1.6):
+for every set O of grid points P_D[O] = P[S(D) + Z ∈ C(O)] with C(O) a data-independent union
+of cells, so the Rényi divergences of the release are at most those of S(D) + Z against
+S(D′) + Z (data processing).
+
+Floating point (issue 19 §1). The sum S = fl(Σ_j â_j x_j) is what the site computes
+(:mod:`service.dp.clipping`): each multiplier is clipped against a rigorous upper bound of
+‖x_j‖ to slightly less than C, so every exact term has norm < C; the matrix–vector product
+(any order, FMA or not) is within E(n) = γ_n·n·C + √d·n·2⁻¹⁰⁷⁴ of the exact sum (γ_n =
+nu/(1 − nu), u = 2⁻⁵³); the two neighbouring datasets' computed sums are therefore at most
+2C + 2E(n) apart. n is the site's row count, bounded by the largest site size n_max, which
+the calibration already lists, so one σ serves every site. The query point v_t is the same
+in both worlds (post-processing of released answers), and the coordinator's ISTA/FISTA
+steps in doubles are post-processing. The margin Δ/(2C) − 1 ≈ n_max²u is reported as
+``float_margin`` (≈ 10⁻⁷ for 30 000 rows); the charged (ε, δ) is unchanged — it only raises
+σ.
+
+The T rounds are adaptively composed: ρ = T·ρ₁ (the query point v_t is post-processing of
+earlier noisy answers and of the other, disjoint datasets). ρ-zCDP ⇒ (ε(ρ, δ), δ)-DP with
+the conversion ``zcdp_conversion``:
 
 * ``"cks"`` (default): Canonne, Kamath & Steinke 2020, the tighter one
   (``accounting.zcdp_to_dp_cks``); the largest ρ with ε(ρ, δ) ≤ ε is found by root finding.
 * ``"bun_steinke"``: ε = ρ + 2√(ρ ln(1/δ)), inverted in closed form
   ρ = (√(ln(1/δ) + ε) − √(ln(1/δ)))².
 
-Then σ = 2C/√(2ρ₁) = √2·C/√(ρ/T). Each site is charged (ε(Tρ₁, δ), δ) ≤ (ε, δ).
+Then σ = Δ/√(2ρ/T) (= √2·C/√(ρ/T) in exact arithmetic). Each site is charged
+(ε(Tρ₁, δ), δ) ≤ (ε, δ).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
 from scipy import optimize
 
-from service.dp import noise
+from service.dp import clipping, lattice
 from service.dp.accounting import (
     PrivacyCost,
     gaussian_zcdp,
@@ -110,8 +131,19 @@ DEFAULT_ITERATIONS = 200
 MAX_ITERATIONS = 100_000
 
 
+#: What a calibration records about the sites' answers (the ``release`` detail).
+GRADIENT_RELEASE = (
+    "each site's noisy gradient sum is an exact grid release γ·round((S + Z)/γ), γ = 2^-32, "
+    "Z ~ N(0, σ²I) (service.dp.lattice), with σ calibrated to the sensitivity of the sum as "
+    "computed in floating point (service.dp.clipping); the coordinator's steps are "
+    "post-processing, so the guarantee holds for the released doubles"
+)
+
+
 class LassoSite(Site):
     """Site k: returns the (optionally clipped and noised) gradient sum of its squared loss."""
+
+    _row_bounds: FloatArray | None = None
 
     def gradient_sum(
         self,
@@ -121,16 +153,19 @@ class LassoSite(Site):
         sigma: float | None,
         rng: np.random.Generator | None,
     ) -> FloatArray:
-        """Σ_j (wᵀx_j − y_j) x_j, each term clipped to norm ``clip`` and N(0, σ²I) added
-        when ``sigma`` is given."""
+        """Σ_j (wᵀx_j − y_j) x_j, each term clipped to norm below ``clip`` (module docstring),
+        released exactly on the 2⁻³² grid with N(0, σ²I) noise when ``sigma`` is given."""
         residual = self._X @ w - self._y
-        if clip is not None:
-            norms = np.abs(residual) * np.linalg.norm(self._X, axis=1)
-            scale = np.minimum(1.0, clip / np.maximum(norms, np.finfo(np.float64).tiny))
-            residual = residual * scale
-        grad: FloatArray = self._X.T @ residual
+        if clip is None:
+            if sigma is not None:
+                raise ValueError("noisy gradient sums need a clip bound")
+            exact: FloatArray = self._X.T @ residual
+            return self._send(exact)
+        if self._row_bounds is None:
+            self._row_bounds = clipping.row_norm_bounds(self._X)
+        grad = clipping.clipped_sum(residual, self._X, self._row_bounds, clip)
         if sigma is not None:
-            grad += noise.gaussian_vector(self.d, sigma=sigma, rng=rng)
+            grad = lattice.gaussian_release(grad, sigma=sigma, rng=rng)
         return self._send(grad)
 
 
@@ -232,7 +267,9 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
     clip = positive_float_param(params, "clip", 1.0)
     conversion = choice_param(params, "zcdp_conversion", "cks", CONVERSIONS)
     eps, delta = problem.epsilon, problem.delta
-    sensitivity = 2.0 * clip
+    n_max = max(problem.site_sizes)
+    exact_sensitivity = clipping.sum_sensitivity(n_max, d, clip)
+    sensitivity = clipping.round_up(exact_sensitivity)
     rho_budget = max_rho(eps, delta, conversion)
     sigma = sensitivity / math.sqrt(2.0 * rho_budget / T)
     convert = zcdp_to_dp_cks if conversion == "cks" else zcdp_to_dp
@@ -247,7 +284,17 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         epsilon=finite(eps),
         delta=finite(delta),
         clip=finite(clip),
+        clip_applied=math.nextafter(clip, 0.0),
         sensitivity=finite(sensitivity),
+        sensitivity_exact_arithmetic=finite(2.0 * clip),
+        float_margin=finite(float(exact_sensitivity / (2 * Fraction(clip)) - 1)),
+        float_margin_note=(
+            f"the clipped gradient sums are computed in doubles: the sensitivity of a "
+            f"computed sum of at most n_max = {n_max} rows is 2C + 2E(n_max), E the worst-case "
+            "rounding of the sum (clip to slightly less than C against rigorous row-norm "
+            "bounds; service.dp.clipping), and σ is calibrated with it"
+        ),
+        release=GRADIENT_RELEASE,
         zcdp_conversion=conversion,
         rho_per_round=finite(rho_round),
         rho_total=finite(rho_total),
@@ -263,7 +310,9 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         details=details,
         composition=(
             f"{T} rounds, each a Gaussian mechanism on the site's clipped gradient sum "
-            f"(sensitivity 2C = {sensitivity:g}, σ = {sigma:.6g}): ρ = {rho_round:.6g} per round, "
+            f"(sensitivity 2C = {2.0 * clip:g} in exact arithmetic, {sensitivity!r} as computed "
+            f"in floating point; σ = {sigma:.6g}), released exactly on the 2^-32 grid: "
+            f"ρ = {rho_round:.6g} per round, "
             f"{rho_total:.6g} in total by zCDP composition, converted to {achieved} "
             f"({'Canonne–Kamath–Steinke' if conversion == 'cks' else 'Bun–Steinke'}) per dataset"
         ),

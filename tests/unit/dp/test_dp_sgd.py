@@ -284,6 +284,47 @@ def test_released_noise_has_the_calibrated_scale_end_to_end() -> None:
     assert var == pytest.approx(T * (d + 1) / beta**2, rel=0.2)
 
 
+@pytest.mark.statistical
+def test_released_gradient_follows_the_exact_cell_probabilities() -> None:
+    """One update, d = 1, batch 1: the model is −o₁, o₁ the released noisy gradient, whose law
+    is that of the cell of ḡ + z, z Laplace(1/β) (the 1-d norm-exponential law), ḡ = −0.3 the
+    clipped gradient l′(0)·y·x of the Huber loss (l′(0) = −1) on x = 0.3, y = 1. β is set to
+    0.35 cells so every cell's probability is resolved; chi-square against
+    P(k) = ∫_{cell k} (β/2)e^{−β|x − ḡ|} dx (by hand)."""
+    X, y = np.array([[0.3]]), np.array([1.0])
+    problem = _problem(1, 1, 1.0, loss="huber", lam=1e-300, batch_size=1, schedule="constant")
+    cal = MECHANISM.calibrate(problem)
+    beta_cells = 0.35
+    cal = replace(cal, details={**cal.details, "beta": beta_cells * 2.0**32})
+    rng = np.random.default_rng(17)
+    draws = 5000
+    released = np.array(
+        [-_coef(MECHANISM.run(X, y, problem, cal, rng=rng, progress=None))[0] for _ in range(draws)]
+    )
+    cells = released * 2.0**32
+    np.testing.assert_array_equal(cells, np.round(cells))
+    mu = -0.3 * 2.0**32  # the centre in cells (exact), off the grid
+    base = math.floor(mu)
+    frac = mu - base
+    support = np.arange(-10, 12)
+
+    def cdf(x: np.ndarray) -> np.ndarray:  # Laplace(frac, 1/β) in cells
+        out: np.ndarray = np.where(
+            x < frac,
+            0.5 * np.exp(beta_cells * (x - frac)),
+            1.0 - 0.5 * np.exp(-beta_cells * (x - frac)),
+        )
+        return out
+
+    probs = cdf(support + 0.5) - cdf(support - 0.5)
+    offsets = cells - base
+    observed = np.array([(offsets == k).sum() for k in support])
+    observed = np.append(observed, draws - observed.sum())
+    expected = draws * np.append(probs, 1.0 - probs.sum())
+    assert expected.min() > 5
+    assert stats.chisquare(observed, expected).pvalue > 1e-4
+
+
 # ---- optimisation ----------------------------------------------------------------------------
 
 

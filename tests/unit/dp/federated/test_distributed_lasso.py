@@ -5,15 +5,18 @@ variant, and convergence to the centralised Lasso solution."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pytest
+from scipy import stats
 from sklearn.linear_model import Lasso
 
+from service.dp import clipping
 from service.dp.accounting import gaussian_zcdp, zcdp_to_dp, zcdp_to_dp_cks
 from service.dp.federated import federated_calibrate, federated_fit
-from service.dp.federated.distributed_lasso import soft_threshold
+from service.dp.federated.distributed_lasso import LassoSite, soft_threshold
 from tests.unit.dp.federated._data import make_sites, pooled
 
 
@@ -30,15 +33,37 @@ def _cal(eps: float, delta: float, **params: Any) -> Any:
     )
 
 
+def _hand_sensitivity(n: int, d: int, clip: float) -> Fraction:
+    """Δ = 2C + 2E(n), E(n) = γ_n·n·C + ⌈√d⌉·n·2⁻¹⁰⁷⁴, γ_n = nu/(1 − nu), u = 2⁻⁵³: the
+    sensitivity of a clipped gradient sum of n rows as computed in doubles
+    (service.dp.clipping, written out independently)."""
+    u, eta = Fraction(1, 2**53), Fraction(1, 2**1074)
+    root = math.isqrt(d) + (0 if math.isqrt(d) ** 2 == d else 1)
+    gamma = n * u / (1 - n * u)
+    return 2 * Fraction(clip) + 2 * (gamma * n * Fraction(clip) + root * n * eta)
+
+
 def test_bun_steinke_sigma_by_hand() -> None:
     # ε = 1, δ = 1e-5, L = ln 1e5: ρ = (√(L + 1) − √L)² = 0.0208199383395355 in total,
-    # ρ₁ = ρ/100 per round, σ = 2C/√(2ρ₁) = √2/√(ρ/100) = 98.01110337256824 for C = 1
+    # ρ₁ = ρ/100 per round, σ = Δ/√(2ρ₁) = √2/√(ρ/100)·(1 + margin) = 98.01110337256824·
+    # (1 + 2.8e-11) for C = 1, Δ = 2C·(1 + margin) with the largest site's 500 rows
     cal = _cal(1.0, 1e-5, iterations=100, zcdp_conversion="bun_steinke")
     det = cal.details
+    delta = _hand_sensitivity(500, 6, 1.0)
+    margin = float(delta / 2 - 1)
+    assert margin == pytest.approx(500 * 500 * 2.0**-53, rel=1e-2)  # ≈ n²u
+    assert det["float_margin"] == pytest.approx(margin, rel=1e-9)
+    assert Fraction(det["sensitivity"]) >= delta
+    assert det["sensitivity"] == pytest.approx(2.0 * (1 + margin), rel=1e-15)
+    assert det["sensitivity_exact_arithmetic"] == 2.0
     assert det["rho_total"] == pytest.approx(0.0208199383395355, rel=1e-9)
     assert det["rho_per_round"] == pytest.approx(0.0208199383395355 / 100, rel=1e-9)
     assert det["sigma"] == pytest.approx(98.01110337256824, rel=1e-9)
-    assert det["sensitivity"] == 2.0
+    # the round's ρ₁ is that of the margin-inclusive Δ, not of 2C: ρ₁ = Δ²/(2σ²)
+    sigma = Fraction(det["sigma"])
+    assert det["rho_per_round"] == pytest.approx(float(delta**2 / (2 * sigma**2)), rel=1e-14)
+    assert det["rho_per_round"] > float(Fraction(4) / (2 * sigma**2)) * (1 + margin)
+    assert "exact grid release" in det["release"]
     for cost in cal.site_costs:
         assert cost.epsilon <= 1.0
         assert cost.epsilon == pytest.approx(1.0, rel=1e-9)
@@ -51,7 +76,8 @@ def test_bun_steinke_sigma_by_hand() -> None:
 def test_cks_round_trip_through_accounting(eps: float, delta: float, T: int, clip: float) -> None:
     cal = _cal(eps, delta, iterations=T, clip=clip)
     det = cal.details
-    rho_round = gaussian_zcdp(2 * clip, det["sigma"])
+    assert Fraction(det["sensitivity"]) >= _hand_sensitivity(500, 6, clip)
+    rho_round = gaussian_zcdp(det["sensitivity"], det["sigma"])
     assert rho_round == pytest.approx(det["rho_per_round"], rel=1e-12)
     spent = zcdp_to_dp_cks(T * rho_round, delta)
     assert spent.epsilon <= eps
@@ -143,3 +169,88 @@ def test_with_noise_and_a_huge_budget_stays_close_to_the_clipped_solution() -> N
     )
     assert np.linalg.norm(result.coef - reference.coef_) < 1e-3
     assert math.isfinite(result.calibration.details["sigma"])
+
+
+GAMMA = 2.0**-32
+
+
+def test_every_site_answer_lies_on_the_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[np.ndarray] = []
+    original = LassoSite.gradient_sum
+
+    def spy(self: LassoSite, w: np.ndarray, **kw: Any) -> np.ndarray:
+        out = original(self, w, **kw)
+        answers.append(out)
+        return out
+
+    monkeypatch.setattr(LassoSite, "gradient_sum", spy)
+    sites = make_sites((200, 300), 4, seed=6)
+    federated_fit(
+        sites,
+        "distributed_lasso",
+        epsilon=1.0,
+        delta=1e-5,
+        loss="squared",
+        regularization=0.02,
+        iterations=20,
+        rng=np.random.default_rng(1),
+    )
+    assert len(answers) == 2 * 20
+    grid = np.array(answers) / GAMMA
+    np.testing.assert_array_equal(grid, np.round(grid))
+
+
+def test_seeded_noisy_fits_are_reproducible() -> None:
+    sites = make_sites((150, 250), 5, seed=2)
+
+    def run(seed: int) -> np.ndarray:
+        result = federated_fit(
+            sites,
+            "distributed_lasso",
+            epsilon=2.0,
+            delta=1e-5,
+            loss="squared",
+            regularization=0.02,
+            iterations=30,
+            rng=np.random.default_rng(seed),
+        )
+        assert result.coef is not None
+        return np.asarray(result.coef)
+
+    np.testing.assert_array_equal(run(7), run(7))
+    assert not np.array_equal(run(7), run(8))
+
+
+@pytest.mark.statistical
+def test_released_noisy_sums_follow_the_exact_cell_probabilities() -> None:
+    """Chi-square of one site's released answers, coordinate by coordinate, against the cell
+    probabilities of N(S, σ²) on the grid: P(k) = Φ((k + ½ − S/γ)/(σ/γ)) − Φ((k − ½ − S/γ)/(σ/γ)),
+    with S the clipped sum as computed (off the grid) and σ = 1.3 cells, so every cell's
+    probability is resolved."""
+    (X, y), *_ = make_sites((40,), 2, seed=3)
+    site = LassoSite(0, X, y)
+    w = np.array([0.4, -0.2])
+    residual = X @ w - y
+    centre = clipping.clipped_sum(residual, X, clipping.row_norm_bounds(X), 1.0)
+    sigma = 1.3 * GAMMA
+    rng = np.random.default_rng(11)
+    draws = 4000
+    cells = np.array(
+        [site.gradient_sum(w, clip=1.0, sigma=sigma, rng=rng) / GAMMA for _ in range(draws)]
+    )
+    for j in range(2):
+        mu = centre[j] / GAMMA  # exact
+        base = math.floor(mu)
+        frac = mu - base  # exact
+        support = np.arange(-6, 8)
+        upper = stats.norm.cdf((support + 0.5 - frac) / 1.3)
+        lower = stats.norm.cdf((support - 0.5 - frac) / 1.3)
+        probs = upper - lower
+        offsets = cells[:, j] - base
+        observed = np.array([(offsets == k).sum() for k in support])
+        observed = np.append(observed, draws - observed.sum())
+        expected = draws * np.append(probs, 1.0 - probs.sum())
+        keep = expected > 5
+        observed = np.append(observed[keep], observed[~keep].sum())
+        expected = np.append(expected[keep], expected[~keep].sum())
+        assert stats.chisquare(observed, expected).pvalue > 1e-4
