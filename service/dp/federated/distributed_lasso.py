@@ -29,26 +29,27 @@ non-private use, charges nothing and labels the model so.
 
 DP variant (``noise=True``, the default; seed 001 §5.1.1's suggested fix). Each per-example
 gradient is clipped to norm C (``clip``): ĝ_j = (vᵀx_j − y_j)x_j · min(1, C/‖(vᵀx_j − y_j)x_j‖),
-and site k returns the exact grid point γ·round((Σ_j ĝ_j + Z)/γ), Z ~ N(0, σ² I_d), γ = 2⁻³²
-(:func:`service.dp.lattice.gaussian_release`: the cell of the real-valued sum is sampled
-exactly). Replacing one record changes the clipped sum by at most 2C (L2 sensitivity) in exact
-arithmetic, and by at most Δ = 2C + 2E(n_max) as computed in doubles (below), so one round is
-ρ₁ = Δ²/(2σ²)-zCDP for that site's dataset (Gaussian mechanism, Bun & Steinke Prop. 1.6):
-for every set O of grid points P_D[O] = P[S(D) + Z ∈ C(O)] with C(O) a data-independent union
-of cells, so the Rényi divergences of the release are at most those of S(D) + Z against
-S(D′) + Z (data processing).
+and site k returns the exact grid point γ·round((Σ_j ĝ_j + Z)/γ), Z ~ N(0, σ_k² I_d),
+γ = 2⁻³² (:func:`service.dp.lattice.gaussian_release`: the cell of the real-valued sum is
+sampled exactly). Replacing one record changes the clipped sum by at most 2C (L2 sensitivity)
+in exact arithmetic, and by at most Δ_k = 2C + 2E(n_k) as computed in doubles (below); with
+σ_k ≥ σ·Δ_k/(2C) one round is ρ₁ = Δ_k²/(2σ_k²) ≤ (2C)²/(2σ²)-zCDP for site k's dataset
+(Gaussian mechanism, Bun & Steinke Prop. 1.6): for every set O of grid points
+P_D[O] = P[S(D) + Z ∈ C(O)] with C(O) a data-independent union of cells, so the Rényi
+divergences of the release are at most those of S(D) + Z against S(D′) + Z (data processing).
 
 Floating point (issue 19 §1). The sum S = fl(Σ_j â_j x_j) is what the site computes
 (:mod:`service.dp.clipping`): each multiplier is clipped against a rigorous upper bound of
 ‖x_j‖ to slightly less than C, so every exact term has norm < C; the matrix–vector product
 (any order, FMA or not) is within E(n) = γ_n·n·C + √d·n·2⁻¹⁰⁷⁴ of the exact sum (γ_n =
 nu/(1 − nu), u = 2⁻⁵³); the two neighbouring datasets' computed sums are therefore at most
-2C + 2E(n) apart. n is the site's row count, bounded by the largest site size n_max, which
-the calibration already lists, so one σ serves every site. The query point v_t is the same
-in both worlds (post-processing of released answers), and the coordinator's ISTA/FISTA
-steps in doubles are post-processing. The margin Δ/(2C) − 1 ≈ n_max²u is reported as
-``float_margin`` (≈ 10⁻⁷ for 30 000 rows); the charged (ε, δ) is unchanged — it only raises
-σ.
+Δ_k = 2C + 2E(n_k) apart. The query point v_t is the same in both worlds (post-processing of
+released answers), and the coordinator's ISTA/FISTA steps in doubles are post-processing.
+The margin Δ_k/(2C) − 1 ≈ n_k²u (≈ 10⁻⁷ for 30 000 rows) depends on the site's row count,
+which no other party may learn (DESIGN §2), so it does not enter the public σ: the
+calibration shows σ and ρ for the exact-arithmetic sensitivity 2C, and each site k scales its
+own noise to σ_k = σ·Δ_k/(2C) (``details["sites"][k]``, hidden with the sizes), which keeps
+every site's per-round cost at exactly the ρ₁ shown. The charged (ε, δ) is unchanged.
 
 The T rounds are adaptively composed: ρ = T·ρ₁ (the query point v_t is post-processing of
 earlier noisy answers and of the other, disjoint datasets). ρ-zCDP ⇒ (ε(ρ, δ), δ)-DP with
@@ -59,7 +60,7 @@ the conversion ``zcdp_conversion``:
 * ``"bun_steinke"``: ε = ρ + 2√(ρ ln(1/δ)), inverted in closed form
   ρ = (√(ln(1/δ) + ε) − √(ln(1/δ)))².
 
-Then σ = Δ/√(2ρ/T) (= √2·C/√(ρ/T) in exact arithmetic). Each site is charged
+Then σ = 2C/√(2ρ₁) = √2·C/√(ρ/T), and site k uses σ_k = σ·Δ_k/(2C). Each site is charged
 (ε(Tρ₁, δ), δ) ≤ (ε, δ).
 """
 
@@ -130,6 +131,14 @@ CONVERSIONS = ("cks", "bun_steinke")
 DEFAULT_ITERATIONS = 200
 MAX_ITERATIONS = 100_000
 
+
+#: How the floating-point margin enters (the ``float_margin_note`` detail; no site's size).
+FLOAT_MARGIN_NOTE = (
+    "each site's clipped gradient sum is computed in doubles: its sensitivity as computed is "
+    "2C + 2E(n_k) ≤ 2C(1 + n_k²·2^-53·(1 + …)), E the worst-case rounding of a sum of n_k rows "
+    "(service.dp.clipping); site k adds N(0, σ_k²I) with σ_k = σ·(1 + that margin), so each "
+    "round costs every site exactly the ρ shown. σ_k is not shown: it depends on n_k"
+)
 
 #: What a calibration records about the sites' answers (the ``release`` detail).
 GRADIENT_RELEASE = (
@@ -267,9 +276,7 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
     clip = positive_float_param(params, "clip", 1.0)
     conversion = choice_param(params, "zcdp_conversion", "cks", CONVERSIONS)
     eps, delta = problem.epsilon, problem.delta
-    n_max = max(problem.site_sizes)
-    exact_sensitivity = clipping.sum_sensitivity(n_max, d, clip)
-    sensitivity = clipping.round_up(exact_sensitivity)
+    sensitivity = 2.0 * clip
     rho_budget = max_rho(eps, delta, conversion)
     sigma = sensitivity / math.sqrt(2.0 * rho_budget / T)
     convert = zcdp_to_dp_cks if conversion == "cks" else zcdp_to_dp
@@ -280,21 +287,15 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         if achieved.epsilon <= eps:
             break
         sigma *= 1.0 + 1e-12
+    # each site's own σ_k for the sensitivity of its sum as computed in doubles (hidden with
+    # the site sizes: the margin is a function of n_k)
+    details["sites"] = [site_noise(n, d, clip, sigma) for n in problem.site_sizes]
     details.update(
         epsilon=finite(eps),
         delta=finite(delta),
         clip=finite(clip),
         clip_applied=math.nextafter(clip, 0.0),
         sensitivity=finite(sensitivity),
-        sensitivity_exact_arithmetic=finite(2.0 * clip),
-        float_margin=finite(float(exact_sensitivity / (2 * Fraction(clip)) - 1)),
-        float_margin_note=(
-            f"the clipped gradient sums are computed in doubles: the sensitivity of a "
-            f"computed sum of at most n_max = {n_max} rows is 2C + 2E(n_max), E the worst-case "
-            "rounding of the sum (clip to slightly less than C against rigorous row-norm "
-            "bounds; service.dp.clipping), and σ is calibrated with it"
-        ),
-        release=GRADIENT_RELEASE,
         zcdp_conversion=conversion,
         rho_per_round=finite(rho_round),
         rho_total=finite(rho_total),
@@ -302,6 +303,8 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         epsilon_spent=finite(achieved.epsilon),
         epsilon_bun_steinke=finite(zcdp_to_dp(rho_total, delta).epsilon),
         expected_noise_norm_per_site=finite(sigma * math.sqrt(d)),
+        float_margin_note=FLOAT_MARGIN_NOTE,
+        release=GRADIENT_RELEASE,
     )
     return FederatedCalibration(
         protocol=NAME,
@@ -310,8 +313,8 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         details=details,
         composition=(
             f"{T} rounds, each a Gaussian mechanism on the site's clipped gradient sum "
-            f"(sensitivity 2C = {2.0 * clip:g} in exact arithmetic, {sensitivity!r} as computed "
-            f"in floating point; σ = {sigma:.6g}), released exactly on the 2^-32 grid: "
+            f"(sensitivity 2C = {sensitivity:g}, σ = {sigma:.6g}; each site scales its σ by its "
+            f"sum's floating-point margin, keeping ρ), released exactly on the 2^-32 grid: "
             f"ρ = {rho_round:.6g} per round, "
             f"{rho_total:.6g} in total by zCDP composition, converted to {achieved} "
             f"({'Canonne–Kamath–Steinke' if conversion == 'cks' else 'Bun–Steinke'}) per dataset"
@@ -324,6 +327,20 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
     )
 
 
+def site_noise(n: int, d: int, clip: float, sigma: float) -> dict[str, Any]:
+    """Site of n rows: Δ_k = 2C + 2E(n) (the sensitivity of its sum as computed, rounded up)
+    and σ_k, the smallest double ≥ σ·Δ_k/(2C) (so Δ_k/σ_k ≤ 2C/σ exactly): its rounds are
+    ρ₁-zCDP with ρ₁ = (2C)²/(2σ²), the calibrated per-round cost."""
+    exact = clipping.sum_sensitivity(n, d, clip)
+    own = clipping.round_up(Fraction(sigma) * exact / (2 * Fraction(clip)))
+    return {
+        "n": n,
+        "sensitivity": clipping.round_up(exact),
+        "float_margin": float(exact / (2 * Fraction(clip)) - 1),
+        "sigma": own,
+    }
+
+
 def coordinate(
     sites: Sequence[GradientSharer],
     *,
@@ -334,11 +351,12 @@ def coordinate(
     iterations: int,
     accelerated: bool,
     clip: float | None,
-    sigma: float | None,
+    sigmas: Sequence[float] | None,
     rng: np.random.Generator | None,
     clock: RoundClock,
 ) -> FloatArray:
-    """ISTA/FISTA on the sum of the sites' answers; sees only those answers."""
+    """ISTA/FISTA on the sum of the sites' answers; sees only those answers. ``sigmas[k]``
+    is site k's noise scale (None: no noise)."""
     w = np.zeros(d)
     query = w.copy()
     s = 1.0
@@ -347,7 +365,14 @@ def coordinate(
         answers = np.zeros(d)
         for k, site in enumerate(sites):
             answers += site_call(
-                site.index, partial(site.gradient_sum, query, clip=clip, sigma=sigma, rng=rngs[k])
+                site.index,
+                partial(
+                    site.gradient_sum,
+                    query,
+                    clip=clip,
+                    sigma=None if sigmas is None else sigmas[k],
+                    rng=rngs[k],
+                ),
             )
         w_next = soft_threshold(query - step * answers / total, step * l1)
         if accelerated:
@@ -395,7 +420,7 @@ def run_parties(
         iterations=int(det["iterations"]),
         accelerated=bool(det["accelerated"]),
         clip=float(det["clip"]) if noisy else None,
-        sigma=float(det["sigma"]) if noisy else None,
+        sigmas=[float(site["sigma"]) for site in det["sites"]] if noisy else None,
         rng=rng,
         clock=clock,
     )

@@ -45,29 +45,42 @@ def _hand_sensitivity(n: int, d: int, clip: float) -> Fraction:
 
 def test_bun_steinke_sigma_by_hand() -> None:
     # ε = 1, δ = 1e-5, L = ln 1e5: ρ = (√(L + 1) − √L)² = 0.0208199383395355 in total,
-    # ρ₁ = ρ/100 per round, σ = Δ/√(2ρ₁) = √2/√(ρ/100)·(1 + margin) = 98.01110337256824·
-    # (1 + 2.8e-11) for C = 1, Δ = 2C·(1 + margin) with the largest site's 500 rows
+    # ρ₁ = ρ/100 per round, σ = 2C/√(2ρ₁) = √2/√(ρ/100) = 98.01110337256824 for C = 1
     cal = _cal(1.0, 1e-5, iterations=100, zcdp_conversion="bun_steinke")
     det = cal.details
-    delta = _hand_sensitivity(500, 6, 1.0)
-    margin = float(delta / 2 - 1)
-    assert margin == pytest.approx(500 * 500 * 2.0**-53, rel=1e-2)  # ≈ n²u
-    assert det["float_margin"] == pytest.approx(margin, rel=1e-9)
-    assert Fraction(det["sensitivity"]) >= delta
-    assert det["sensitivity"] == pytest.approx(2.0 * (1 + margin), rel=1e-15)
-    assert det["sensitivity_exact_arithmetic"] == 2.0
     assert det["rho_total"] == pytest.approx(0.0208199383395355, rel=1e-9)
     assert det["rho_per_round"] == pytest.approx(0.0208199383395355 / 100, rel=1e-9)
     assert det["sigma"] == pytest.approx(98.01110337256824, rel=1e-9)
-    # the round's ρ₁ is that of the margin-inclusive Δ, not of 2C: ρ₁ = Δ²/(2σ²)
-    sigma = Fraction(det["sigma"])
-    assert det["rho_per_round"] == pytest.approx(float(delta**2 / (2 * sigma**2)), rel=1e-14)
-    assert det["rho_per_round"] > float(Fraction(4) / (2 * sigma**2)) * (1 + margin)
+    assert det["sensitivity"] == 2.0
     assert "exact grid release" in det["release"]
     for cost in cal.site_costs:
         assert cost.epsilon <= 1.0
         assert cost.epsilon == pytest.approx(1.0, rel=1e-9)
         assert cost.delta == 1e-5
+
+
+@pytest.mark.parametrize("clip", [1.0, 0.5])
+def test_each_site_scales_sigma_by_its_floating_point_margin(clip: float) -> None:
+    # site k (n_k rows) adds N(0, σ_k²) with σ_k = σ·Δ_k/(2C), Δ_k = 2C + 2E(n_k) by hand:
+    # the computed sum's sensitivity, so its rounds cost exactly the ρ₁ = (2C)²/(2σ²) shown
+    cal = _cal(1.0, 1e-5, iterations=100, clip=clip)
+    det = cal.details
+    sigma = Fraction(det["sigma"])
+    for site, n in zip(det["sites"], (300, 500), strict=True):
+        delta = _hand_sensitivity(n, 6, clip)
+        margin = float(delta / (2 * Fraction(clip)) - 1)
+        assert margin == pytest.approx(n * n * 2.0**-53, rel=1e-2)  # ≈ n²u
+        assert site["n"] == n
+        assert site["float_margin"] == pytest.approx(margin, rel=1e-9)
+        assert Fraction(site["sensitivity"]) >= delta
+        own = Fraction(site["sigma"])
+        assert own >= sigma * delta / (2 * Fraction(clip))  # ρ_k ≤ ρ₁ exactly
+        assert Fraction(math.nextafter(site["sigma"], 0.0)) < sigma * delta / (2 * Fraction(clip))
+        assert site["sigma"] > det["sigma"]
+        assert float(delta**2 / (2 * own**2)) <= det["rho_per_round"] * (1 + 1e-15)
+    # the larger site has the larger margin; nothing public depends on it
+    assert det["sites"][1]["sigma"] > det["sites"][0]["sigma"]
+    assert str(det["sites"][1]["sigma"]) not in cal.composition
 
 
 @pytest.mark.parametrize(
@@ -76,8 +89,7 @@ def test_bun_steinke_sigma_by_hand() -> None:
 def test_cks_round_trip_through_accounting(eps: float, delta: float, T: int, clip: float) -> None:
     cal = _cal(eps, delta, iterations=T, clip=clip)
     det = cal.details
-    assert Fraction(det["sensitivity"]) >= _hand_sensitivity(500, 6, clip)
-    rho_round = gaussian_zcdp(det["sensitivity"], det["sigma"])
+    rho_round = gaussian_zcdp(2 * clip, det["sigma"])
     assert rho_round == pytest.approx(det["rho_per_round"], rel=1e-12)
     spent = zcdp_to_dp_cks(T * rho_round, delta)
     assert spent.epsilon <= eps
