@@ -14,16 +14,18 @@ Model: IEEE-754 binary64, round to nearest, u = 2⁻⁵³, η = 2⁻¹⁰⁷⁴ 
 Every operation returns op(a, b)(1 + δ) + ε with |δ| ≤ u, |ε| ≤ η/2, and ε = 0 for + and −
 (a sum that underflows is exact); a fused multiply–add is one such operation.
 
-1. Row norms (:func:`row_norm_bounds`). q̂_i = fl(Σ_j x_ij²) summed column by column in a fixed
-   order (so q̂_i depends on row i alone), then r_i = fl(fl(√fl(q̂_i + dη))·(1 + (d + 8)2⁻⁵²)).
-   Each square is ≥ x²(1 − u) − η/2 and the d − 1 additions of non-negative terms lose at most
-   a factor (1 − u)^{d−1}, so q̂ ≥ (1 − u)^d‖x‖² − dη/2, i.e. ‖x‖² ≤ (q̂ + dη/2)/(1 − u)^d.
+1. Row norms (:func:`row_norm_bounds`). q̂_i = fl(Σ_j x_ij²) (numpy's ``einsum``, in whatever
+   order it sums), then r_i = fl(fl(√fl(q̂_i + dη))·(1 + (d + 8)2⁻⁵²)). Each square is
+   ≥ x²(1 − u) − η/2 and, in any order, each term passes through at most d − 1 additions of
+   non-negative numbers, losing at most a factor (1 − u)^{d−1}, so
+   q̂ ≥ (1 − u)^d‖x‖² − dη/2, i.e. ‖x‖² ≤ (q̂ + dη/2)/(1 − u)^d.
    The three roundings after q̂ cost at most (1 − u)^{5/2}, and
    (1 − u)^{5/2 + d/2}·(1 + (2d + 16)u) ≥ 1 + (1.5d + 13.5)u − O(d²u²) > 1 for d < 2⁵⁰, so
    r_i ≥ ‖x_i‖ (exactly, in real arithmetic). An infinite or zero row gives r_i = ∞ or r_i > 0.
 
-2. The clip (:func:`clip_coefficients`). â_i = sign(a_i)·min(|a_i|, fl(C⁻/r_i)) with
-   C⁻ = the double below C (NaN → 0, ±∞ → the cap). fl(C⁻/r) ≤ (C⁻/r)(1 + u) and
+2. The clip (:func:`clip_caps`, :func:`clip_coefficients`). cap_i = fl(C⁻/r_i) with C⁻ the
+   double below C (0 if r_i = ∞), and â_i = copysign(fmin(|a_i|, cap_i), a_i) (±∞ gives
+   ±cap_i, NaN gives ±cap_i too: fmin ignores a NaN). fl(C⁻/r) ≤ (C⁻/r)(1 + u) and
    C⁻(1 + u) < C (C⁻ ≤ C(1 − 2⁻⁵³)), so |â_i|·‖x_i‖ < C: each exact clipped term has norm
    < C whatever a_i is (clipped "to slightly less than C"), and â_i is a function of
    (a_i, x_i) alone.
@@ -50,12 +52,14 @@ Every operation returns op(a, b)(1 + δ) + ε with |δ| ≤ u, |ε| ≤ η/2, an
 Sizes: for n = 50, d = 106, C = 1 the relative margin Δ_mean/(2C/n) − 1 is ≈ 2.8·10⁻¹³; for a
 Lasso site of n = 30 000 rows ≈ 1.0·10⁻⁷ (it grows like n²u).
 
-Assumption (stated, not proved): the computation of an unchanged record's multiplier a_i and
-bound r_i is a deterministic function of that record and of public values (the iterate): the
-same operations on the same operands give the same doubles in both neighbouring runs. numpy's
-elementwise operations and the fixed column order of step 1 satisfy this by construction; the
-margin a_i = l′(y_i·wᵀx_i) uses a BLAS matrix–vector product, whose per-row result depends on
-the shapes and the row's position, which replace-one leaves unchanged.
+Assumption (stated, not proved): an unchanged record's multiplier a_i and bound r_i are
+deterministic functions of that record and of public values (the iterate): the same
+operations on the same operands give the same doubles in both neighbouring runs. numpy's
+elementwise operations satisfy this by construction; ``einsum`` (step 1) and the BLAS
+matrix–vector product behind the margin a_i = l′(y_i·wᵀx_i) compute each row's result with an
+operation sequence fixed by the shapes and the row's position, which replace-one leaves
+unchanged. (The *bounds* above hold for every order; only the equality of an unchanged
+record's clipped term in the two worlds rests on this.)
 """
 
 from __future__ import annotations
@@ -69,6 +73,7 @@ from numpy.typing import NDArray
 
 __all__ = [
     "UNIT_ROUNDOFF",
+    "clip_caps",
     "clip_coefficients",
     "clipped_mean",
     "clipped_sum",
@@ -93,37 +98,39 @@ def row_norm_bounds(X: FloatArray) -> FloatArray:
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
         raise ValueError("X must be a matrix")
-    n, d = X.shape
-    columns = np.ascontiguousarray(X.T)
-    q = np.zeros(n)
-    for j in range(d):  # a fixed order: q_i = (((x_i1² + x_i2²) + x_i3²) + …)
-        q += columns[j] * columns[j]
+    d = X.shape[1]
     with np.errstate(over="ignore", invalid="ignore"):
+        q = np.einsum("ij,ij->i", X, X)  # any order of the d − 1 additions: step 1 holds
         bounds: FloatArray = np.sqrt(q + d * 2.0**-1074) * (1.0 + (d + 8) * 2.0**-52)
     return bounds
 
 
-def clip_coefficients(a: FloatArray, bounds: FloatArray, clip: float) -> FloatArray:
-    """â_i with |â_i|·‖x_i‖ < ``clip`` for every row (step 2); NaN multipliers become 0."""
+def clip_caps(bounds: FloatArray, clip: float) -> FloatArray:
+    """cap_i = fl(C⁻/r_i), 0 where r_i = ∞ (step 2): |â|·‖x_i‖ < C for every |â| ≤ cap_i."""
     _check_clip(clip)
     below = math.nextafter(clip, 0.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         cap = below / bounds
-        cap = np.where(np.isfinite(cap), cap, 0.0)  # r = ∞ (an overflowing row): no gradient
-        out: FloatArray = np.sign(a) * np.minimum(np.abs(a), cap)
-    return np.where(np.isnan(out), 0.0, out)
-
-
-def clipped_sum(a: FloatArray, X: FloatArray, bounds: FloatArray, clip: float) -> FloatArray:
-    """Ŝ = fl(Σ_i â_i x_i): within :func:`sum_error_bound` of the exact clipped sum."""
-    coefficients = clip_coefficients(a, bounds, clip)
-    out: FloatArray = coefficients @ X
+    out: FloatArray = np.where(np.isfinite(cap), cap, 0.0)
     return out
 
 
-def clipped_mean(a: FloatArray, X: FloatArray, bounds: FloatArray, clip: float) -> FloatArray:
+def clip_coefficients(a: FloatArray, caps: FloatArray) -> FloatArray:
+    """â_i = copysign(fmin(|a_i|, cap_i), a_i): a multiplier of magnitude at most cap_i,
+    whatever a_i is (±∞ and NaN included), equal to a_i when |a_i| ≤ cap_i (step 2)."""
+    out: FloatArray = np.copysign(np.fmin(np.abs(a), caps), a)
+    return out
+
+
+def clipped_sum(a: FloatArray, X: FloatArray, caps: FloatArray) -> FloatArray:
+    """Ŝ = fl(Σ_i â_i x_i): within :func:`sum_error_bound` of the exact clipped sum."""
+    out: FloatArray = clip_coefficients(a, caps) @ X
+    return out
+
+
+def clipped_mean(a: FloatArray, X: FloatArray, caps: FloatArray) -> FloatArray:
     """ĉ = fl(Ŝ/n): within the per-dataset term of :func:`mean_sensitivity` of S/n."""
-    out: FloatArray = clipped_sum(a, X, bounds, clip) / X.shape[0]
+    out: FloatArray = clipped_sum(a, X, caps) / X.shape[0]
     return out
 
 

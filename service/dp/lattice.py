@@ -47,11 +47,11 @@ decimal module (≤ ½ ulp), and each result is widened by one ulp on each side
 
 Randomness: 32-bit words from ``os.urandom`` (``rng=None``) or ``rng.integers`` (test mode).
 
-Fast path (issue 19 §1: DP-SGD releases one vector per update). The decimal evaluation costs
-≈ 8 ms per 100-dimensional vector. The same function of the same uniforms is first evaluated in
-numpy doubles with a *rigorous* error bound E per coordinate; a coordinate whose enclosure
-[v − E, v + E] lies inside one rounding cell is decided there, and only the others (a
-coordinate within E of a cell boundary, probability ≈ 2E) go to the decimal path, which
+Fast path (issue 19 §1: DP-SGD releases one vector per update). The decimal evaluation of a
+whole 100-dimensional vector costs ≈ 7 ms. The same function of the same uniforms is first
+evaluated in numpy doubles with a *rigorous* error bound E per coordinate; a coordinate whose
+enclosure [v − E, v + E] lies inside one rounding cell is decided there, and only the others
+(a coordinate within E of a cell boundary, probability ≈ 2E) go to the decimal path, which
 continues from the very same uniforms (refining them if needed). The returned cells are
 therefore the cells of the real-valued function of the uniforms — exactly as without the fast
 path; only the time changes. The bound uses only IEEE-754 double operations that are
@@ -69,27 +69,36 @@ with m − 1 exact (Sterbenz), |t| ≤ 0.17158, w = t² ≤ 0.0295: t̂ carries 
 ≤ 2.0001u, ŵ ≤ 5.03u (which moves the sum by ≤ 0.052u), Horner's rule on the positive,
 rapidly decreasing series (coefficients rounded, rel. ≤ u) ≤ 2.07u (each step's carried error
 is damped by w/(1 − w) ≤ 0.0304), the omitted tail w¹¹/(23(1 − w)) ≤ 0.006u, the product
-2t̂·P̂ one more u: |l̂_m − ln m| ≤ 5.4u·|ln m| ≤ 6u·|l̂_m|. With ln 2 rounded to the nearest
-double (|LN2 − ln 2| ≤ 2⁻⁵⁴; e·LN2 adds ≤ u·|e|·LN2) and the final addition (≤ u·|l̂|):
+2t̂·P̂ one more u: |l̂_m − ln m| ≤ 5.4u·|ln m| ≤ 6u·|l̂_m|. With ln 2 split as
+LN2_HI + LN2_LO (|LN2_HI + LN2_LO − ln 2| ≤ 2⁻⁸⁶, LN2_HI of 32 bits so e·LN2_HI is exact),
+l̂ = e·LN2_HI + τ̂, τ̂ = fl(e·LN2_LO + l̂_m) (two roundings: ≤ u|e|LN2_LO + u|τ̂|) and the final
+addition (≤ u·|l̂|):
 
-    |l̂ − ln x| ≤ 6u·|l̂_m| + 2⁻⁵²·|e| + u·|l̂|                                 (L)
+    |l̂ − ln x| ≤ 6u·|l̂_m| + u·|τ̂| + u·|l̂| + 2⁻⁸⁰·|e|                       (L)
 
 (``tests/unit/dp/test_lattice_fast.py`` checks (L) against 60-digit decimal logarithms).
 
 The uniforms: a uniform known to its first 64 bits k (two 32-bit words a, b) lies in
-[k, k + 1]·2⁻⁶⁴. For the polar method û = fl(a·2⁻³¹ − 1 + (b + ½)·2⁻⁶³) (both terms exact, one
-rounding) gives |u − û| ≤ h + u·|û|, h = 2⁻⁶⁴; for the radial uniforms x̂ = fl(k)·2⁻⁶⁴ gives
-|ln U − ln x̂| ≤ 1/k + 1.01u. (With 32-bit first draws, h = 2⁻³² and x̂ is exact.) Then, with
+[k, k + 1]·2⁻⁶⁴. For the polar method the centre of u's interval is a·2⁻³¹ − 1 + (b + ½)·2⁻⁶³
+(both terms exact) = û + û_lo exactly (TwoSum), so |u − û| ≤ h + |û_lo| ≤ h + u·|û|,
+h = 2⁻⁶⁴; for the radial uniforms x̂ = fl(k)·2⁻⁶⁴ gives |ln U − ln x̂| ≤ 1/k + 1.01u. (With
+32-bit first draws, h = 2⁻³², û_lo = 0 and x̂ is exact.) Then, with
 every relative bound ρ below required to be ≤ 2⁻²⁰ (otherwise the coordinate or vector goes to
 the decimal path) and every first-order bound multiplied by κ = 1 + 2⁻¹⁶ when evaluated —
 which covers both the neglected second-order terms (≤ 3ρ ≤ 2⁻¹⁸ relative) and the ≤ 10
 roundings of evaluating the bound itself:
 
-* polar pair: ŝ = fl(û² + v̂²), |s − ŝ| ≤ e_s = 5u·ŝ + 4h + 2⁻⁶², ρ_s = e_s/(ŝ − e_s);
-  L = ln s: e_L = (L)(ŝ) + ρ_s, ρ_L = e_L/(|l̂| − e_L); q = −2L/s: ρ_q = ρ_L + ρ_s + u;
-  f = √q: ρ_f = ρ_q/2 + u; g = u·f: |ĝ − g| ≤ e_g = f̂·(|û|(ρ_f + 2u) + h)/(1 − ρ_f).
-  (The acceptance s < 1 is decided exactly: by |ŝ − s| ≤ e_s when ŝ is 2⁻⁴⁸ + 4h away from 0
-  and 1, otherwise on the integer bit intervals as in the decimal path.)
+* polar pair: s at the centres, (û + û_lo)² + (v̂ + v̂_lo)², is computed as ŝ + ŝ_lo with
+  Dekker's exact squares and TwoSum, the small cross terms rounded: error ≤ 13u²·ŝ ≤ 2⁻¹⁰⁰ŝ;
+  the real s is within 2h(|u| + |v|) + 2h² of the centre value, so
+  |s − (ŝ + ŝ_lo)| ≤ e_s = 4h + 2h² + 2⁻¹⁰⁰ŝ and |s − ŝ| ≤ |ŝ_lo| + e_s, ρ_s = that/(ŝ − that);
+  L = ln s = ln ŝ + δ − O(δ²), δ = ŝ_lo/ŝ (|δ| ≤ 4.2u): l̂ = fl((L)-evaluated ln ŝ + fl(δ)),
+  e_L = (L)(ŝ) + u|l̂| + 22u² + e_s/(ŝ − |ŝ_lo| − e_s), ρ_L = e_L/(|l̂| − e_L) (≈ 7u even for s
+  near 1, where ln s is small); q = −2L/s: ρ_q = ρ_L + ρ_s + u; f = √q: ρ_f = ρ_q/2 + u;
+  g = u·f: |ĝ − g| ≤ e_g = f̂·(|û|(ρ_f + 2u) + h)/(1 − ρ_f).
+  (The acceptance s < 1 is decided exactly: by |fl(û² + v̂²) − s| ≤ 5u + 4h + 2⁻⁶² when that
+  is 2⁻⁴⁸ + 4h away from 0 and 1, otherwise on the integer bit intervals as in the decimal
+  path.)
 * Gaussian release, S = σ/γ (exact): |ŷ − gS| ≤ S·e_g + u·|ŷ|.
 * norm-exponential release: Ĝ = √(Σĝ²) and R̂ = Σ(−l̂_i) are summed with a correctly rounded
   (``math.fsum``, error ≤ 2u·|result| even if only faithful) or compensated (Ogita–Rump–Oishi
@@ -97,11 +106,18 @@ roundings of evaluating the bound itself:
   ρ_R = (Σe_i + sum error)/(R̂ − ·) with e_i = (L)(x̂_i) + 1/k_i + 1.01u; the scale
   A = R/(βγ·G) has ρ_A = ρ_R + ρ_G + 2u, and y_i = g_i·A:
   |ŷ_i − y_i| ≤ Â·(|ĝ_i|(ρ_A + u) + e_{g,i})/(1 − ρ_A).
-* the cell of c/γ + y (c/γ exact; |c| ≤ 2²⁰ else decimal path): with c/γ = c_i + c_f
+* the cell of c/γ + y (c/γ exact; |c| ≤ 2¹⁹ else decimal path): with c/γ = c_i + c_f
   (c_i = rint, c_f exact, |c_f| ≤ ½), z = fl(c_f + ŷ) (error ≤ u|z|), k₀ = rint(z) and
   r = z − k₀ (exact, |r| ≤ ½, Sterbenz), the coordinate is decided as c_i + k₀ when
   fl(½ − |r|) > E_y + u(½ + |ŷ|)(1 + 2u) + 2⁻⁵² (the 2⁻⁵² covers the ≤ 2⁻⁵⁵ rounding of
   ½ − |r|), i.e. when the whole enclosure lies strictly inside one cell.
+
+Decimal path for the undecided coordinates. A Gaussian coordinate needs only its pair. A
+norm-exponential coordinate shares ‖g‖ and R with the whole vector, but both cost one
+logarithm each: R = −ln(U₁⋯U_d) and, since a polar pair has g_u² + g_v² = −2 ln s,
+‖g‖² = −2 ln(∏_p s_p) (+ g_last² for odd d), the products bounded by exact integers cut to
+≈ 4× the working digits (floor below, ceiling above); so an undecided coordinate costs two
+logarithms plus one per undecided pair (≈ 0.3 ms at d = 106), not a whole decimal vector.
 
 Blocks. The noise does not depend on the centre, so :class:`NormExponentialBlock` and
 :class:`GaussianBlock` draw and evaluate (vectorised) the noise of many releases at once;
@@ -202,9 +218,23 @@ class _Uniform:
             k = (k << _WORD) | int(w)
         return cls(k, _WORD * len(words))
 
+    @classmethod
+    def many(cls, words: NDArray[np.uint64]) -> list[_Uniform]:
+        """One uniform per row of ``words`` (first word on top), built without a Python loop
+        over the words when they fit 64 bits."""
+        fw = words.shape[1]
+        if fw > 2:
+            return [cls.from_words(row) for row in words]
+        top = words[:, 0] if fw == 1 else (words[:, 0] << np.uint64(_WORD)) | words[:, 1]
+        return [cls(k, _WORD * fw) for k in top.tolist()]
+
     def refine(self, word: int) -> None:
         self.k = (self.k << _WORD) | word
         self.bits += _WORD
+
+
+#: 2^bits as exact Decimals, by bits
+_POWERS: dict[int, Decimal] = {}
 
 
 class _Arith:
@@ -217,9 +247,12 @@ class _Arith:
 
     def uniform(self, u: _Uniform, *, signed: bool = False) -> tuple[Decimal, Decimal]:
         """[k, k + 1]/2^bits, or 2·that − 1 for a uniform on (−1, 1)."""
-        scale = Decimal(2**u.bits)  # int → Decimal is exact at any size
+        power = 1 << u.bits
+        scale = _POWERS.get(u.bits)
+        if scale is None:
+            scale = _POWERS.setdefault(u.bits, Decimal(power))  # int → Decimal: exact
         if signed:
-            a, b = Decimal(2 * u.k - 2**u.bits), Decimal(2 * u.k + 2 - 2**u.bits)
+            a, b = Decimal(2 * u.k - power), Decimal(2 * u.k + 2 - power)
         else:
             a, b = Decimal(u.k), Decimal(u.k + 1)
         return self.lo.divide(a, scale), self.hi.divide(b, scale)
@@ -440,14 +473,49 @@ def _gaussian_evaluator(pairs: list[tuple[_Uniform, _Uniform]], d: int, sigma: f
     return lambda ar: (_gaussians(ar, pairs, d), _grid_scale(sigma))
 
 
+def _ratio_interval(ar: _Arith, lo_num: int, hi_num: int, bits: int) -> Interval:
+    """An interval containing [lo_num, hi_num]/2^bits: both integers are first cut to a few
+    bits more than the arithmetic's precision (floor for the lower, ceiling for the upper
+    end), so huge products convert to Decimal cheaply and the interval only widens."""
+    keep = ar.lo.prec * 4 + 64  # > log₂(10) bits per digit, with room
+    shift = max(0, min(hi_num.bit_length() - keep, bits))
+    lo = lo_num >> shift
+    hi = -((-hi_num) >> shift)
+    denom = Decimal(1 << (bits - shift))
+    return ar.lo.divide(Decimal(lo), denom), ar.hi.divide(Decimal(hi), denom)
+
+
 def _norm_exponential_evaluator(
-    pairs: list[tuple[_Uniform, _Uniform]], radial: list[_Uniform], d: int, beta: float
+    pairs: list[tuple[_Uniform, _Uniform]],
+    radial: list[_Uniform],
+    d: int,
+    beta: float,
+    coords: list[int] | None = None,
 ) -> Evaluator:
+    """Intervals of the coordinates ``coords`` (default all) of X = (g/‖g‖)·R with O(1)
+    logarithms besides one per pair asked for: R = −ln(U₁⋯U_d) and, since a polar pair has
+    g_u² + g_v² = (u² + v²)(−2 ln s/s) = −2 ln s, ‖g‖² = −2 ln(∏ s_p) over the full pairs
+    (+ g_last² for odd d). The same real numbers as Σ g_i², so the same function."""
+    wanted = list(range(d)) if coords is None else coords
+
     def evaluate(ar: _Arith) -> tuple[list[Interval], Interval]:
-        g = _gaussians(ar, pairs, d)
+        full = pairs if d % 2 == 0 else pairs[:-1]
         sq: Interval = (Decimal(0), Decimal(0))
-        for x in g:
-            sq = ar.add(sq, ar.square(x))
+        if full:
+            # ∏ s_p between exact integer bounds over 2^(Σ 2m_p) (_disc_bounds)
+            lo_num, hi_num, bits = 1, 1, 0
+            for a, b in full:
+                lo, hi, one = _disc_bounds(a, b)
+                lo_num *= lo
+                hi_num *= hi
+                bits += one.bit_length() - 1
+            prod = _ratio_interval(ar, lo_num, hi_num, bits)
+            if not prod[0] > 0 or not prod[1] < 1:
+                raise _Undecided
+            log_prod = ar.ln(prod)  # < 0
+            sq = (ar.lo.multiply(_MINUS_TWO, log_prod[1]), ar.hi.multiply(_MINUS_TWO, log_prod[0]))
+        if d % 2 == 1:
+            sq = ar.add(sq, ar.square(_gaussians(ar, pairs[-1:], 1)[0]))
         if not sq[0] > 0:
             raise _Undecided
         norm = ar.sqrt(sq)
@@ -459,13 +527,17 @@ def _norm_exponential_evaluator(
             bits += u.bits
         if lo_num == 0:
             raise _Undecided
-        denom = Decimal(2**bits)
-        prod = (ar.lo.divide(Decimal(lo_num), denom), ar.hi.divide(Decimal(hi_num), denom))
-        log_p = ar.ln(prod)
+        log_p = ar.ln(_ratio_interval(ar, lo_num, hi_num, bits))
         radius = (log_p[1].copy_negate(), log_p[0].copy_negate())  # Σ −ln U_i ~ Gamma(d, 1)
         beta_grid = Decimal(float(beta) * 2.0**-GRID_EXPONENT)  # βγ, exact
         scaled = ar.div_pos(radius, (beta_grid, beta_grid))  # R/(βγ): the norm in grid units
-        return [ar.div_pos(x, norm) for x in g], scaled
+        by_pair: dict[int, list[Interval]] = {}
+        out = []
+        for i in wanted:
+            if i // 2 not in by_pair:
+                by_pair[i // 2] = _gaussians(ar, [pairs[i // 2]], 2)
+            out.append(ar.div_pos(by_pair[i // 2][i % 2], norm))
+        return out, scaled
 
     return evaluate
 
@@ -488,8 +560,10 @@ _U: Final[float] = 2.0**-53  # unit roundoff of double precision
 _KAPPA: Final[float] = 1.0 + 2.0**-16
 #: every relative error bound of the fast path must be at most this, else the decimal path
 _SMALL: Final[float] = 2.0**-20
-#: ln 2 rounded to the nearest double: |_LN2 − ln 2| ≤ 2⁻⁵⁴ (checked in the tests)
-_LN2: Final[float] = 0.6931471805599453
+#: ln 2 = _LN2_HI + _LN2_LO + O(2⁻⁸⁶) (fdlibm's split, checked in the tests): _LN2_HI has 32
+#: significant bits, so e·_LN2_HI is exact for every exponent e of a double
+_LN2_HI: Final[float] = float.fromhex("0x1.62e42fee00000p-1")
+_LN2_LO: Final[float] = float.fromhex("0x1.a39ef35793c76p-33")
 #: the double nearest 1/√2 (slightly above it): mantissas are brought into [this, 2·this)
 _SQRT_HALF: Final[float] = 0.7071067811865476
 #: 1/(2k + 1), k = 0..10, each rounded to nearest (relative error ≤ u; 1 exactly)
@@ -498,8 +572,8 @@ _ATANH: Final[tuple[float, ...]] = tuple(1.0 / (2 * k + 1) for k in range(11))
 _SCALE_RANGE: Final[tuple[float, float]] = (2.0**-500, 2.0**500)
 #: noise values (grid units) beyond this go to the decimal path (keeps |z| < 2⁵¹)
 _Y_LIMIT: Final[float] = 2.0**50
-#: centres beyond this (|c| > 2²⁰, i.e. |c/γ| > 2⁵²) go to the decimal path
-_CENTRE_LIMIT: Final[float] = 2.0**20
+#: centres beyond this (|c| > 2¹⁹, i.e. |c/γ| > 2⁵¹) go to the decimal path
+_CENTRE_LIMIT: Final[float] = 2.0**19
 
 
 def _ln(x: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -515,9 +589,10 @@ def _ln(x: FloatArray) -> tuple[FloatArray, FloatArray]:
     for c in reversed(_ATANH[:-1]):
         p = p * w + c
     lm = (2.0 * t) * p
-    out = e * _LN2 + lm
-    err = ((6.0 * _U) * np.abs(lm) + 2.0**-52 * np.abs(e) + _U * np.abs(out)) * _KAPPA
-    return out, err
+    tail = e * _LN2_LO + lm
+    out = e * _LN2_HI + tail  # e·LN2_HI exact
+    err = (6.0 * _U) * np.abs(lm) + _U * np.abs(tail) + _U * np.abs(out) + 2.0**-80 * np.abs(e)
+    return out, err * _KAPPA
 
 
 def _signed_mids(words: NDArray[np.uint64]) -> tuple[FloatArray, float]:
@@ -569,6 +644,17 @@ class _Pairs:
             return got
         return _Uniform.from_words(self.words[index, 0]), _Uniform.from_words(self.words[index, 1])
 
+    def run(self, first: int, count: int) -> list[tuple[_Uniform, _Uniform]]:
+        """Pairs first … first + count − 1 as uniforms (the refined ones as refined)."""
+        block = self.words[first : first + count]
+        a = _Uniform.many(block[:, 0])
+        b = _Uniform.many(block[:, 1])
+        out = list(zip(a, b, strict=True))
+        for index, pair in self.refined.items():
+            if first <= index < first + count:
+                out[index - first] = pair
+        return out
+
 
 def _polar_pairs(bits: _Bits, count: int) -> _Pairs:
     """``count`` accepted pairs of the polar method, 0 < s < 1 decided exactly (in doubles
@@ -603,19 +689,55 @@ def _polar_pairs(bits: _Bits, count: int) -> _Pairs:
     return _Pairs(np.concatenate(chunks), refined)
 
 
+def _signed_mids_exact(words: NDArray[np.uint64]) -> tuple[FloatArray, FloatArray, float]:
+    """(û, û_lo, h): the centre of u's bit interval exactly as û + û_lo (TwoSum of the two
+    exact parts), û the double nearest it, and the half width h."""
+    a = words[..., 0].astype(np.float64)
+    if words.shape[-1] == 1:
+        return (2.0 * a + 1.0) * 2.0**-32 - 1.0, np.zeros_like(a), 2.0**-32
+    t1 = a * 2.0**-31 - 1.0
+    t2 = (words[..., 1].astype(np.float64) + 0.5) * 2.0**-63
+    hi = t1 + t2
+    back = hi - t1
+    lo = (t1 - (hi - back)) + (t2 - back)  # Knuth's TwoSum: t1 + t2 = hi + lo exactly
+    return hi, lo, 2.0**-64
+
+
+def _square_exact(x: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """(p, q) with p + q = x² exactly (Dekker's product with Veltkamp's split; no overflow or
+    underflow for 2⁻⁶⁴ ≤ |x| ≤ 1)."""
+    c = 134217729.0 * x  # 2²⁷ + 1
+    x_hi = c - (c - x)
+    x_lo = x - x_hi
+    p = x * x
+    q = ((x_hi * x_hi - p) + 2.0 * x_hi * x_lo) + x_lo * x_lo
+    return p, q
+
+
 def _polar_gaussians(pairs: _Pairs) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
     """Per pair i: (ĝ_u, ĝ_v), bounds on their errors, and whether the bounds are valid
     (every relative bound ≤ 2⁻²⁰, no refined pair); shapes (P, 2), (P, 2), (P,)."""
-    ua, h = _signed_mids(pairs.words[:, 0])
-    ub, _ = _signed_mids(pairs.words[:, 1])
-    s = ua * ua + ub * ub
-    e_s = (5.0 * _U) * s + 4.0 * h + 2.0**-62
-    ok = s - e_s > 0.0
+    ua, ua_lo, h = _signed_mids_exact(pairs.words[:, 0])
+    ub, ub_lo, _ = _signed_mids_exact(pairs.words[:, 1])
+    # s at the centres, (û + û_lo)² + (v̂ + v̂_lo)², as s_hi + s_lo within 28u²·s_hi
+    pa, qa = _square_exact(ua)
+    pb, qb = _square_exact(ub)
+    s = pa + pb
+    back = s - pa
+    s_lo = ((pa - (s - back)) + (pb - back)) + (qa + qb) + (2.0 * ua * ua_lo + 2.0 * ub * ub_lo)
+    # the real s (u within h of its centre): |s − (s_hi + s_lo)| ≤ 4h + 2h² + 2⁻¹⁰⁰·s_hi
+    e_s = (4.0 * h + 2.0 * h * h + 2.0**-100 * s) * _KAPPA
+    gap = np.abs(s_lo) + e_s  # |s − s_hi| ≤ gap
+    ok = s - gap > 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
         safe_s = np.where(ok, s, 0.5)
-        rho_s = e_s / (safe_s - e_s) * _KAPPA
-        log_s, err_log = _ln(safe_s)
-        e_log = (err_log + rho_s) * _KAPPA
+        rho_s = gap / (safe_s - gap) * _KAPPA
+        log_hi, err_log = _ln(safe_s)
+        delta = s_lo / safe_s  # ln(s_hi + s_lo) = ln s_hi + δ − O(δ²), |δ| ≤ 4.2u
+        log_s = log_hi + delta
+        e_log = (
+            err_log + _U * np.abs(log_s) + 22.0 * _U * _U + e_s / (safe_s - np.abs(s_lo) - e_s)
+        ) * _KAPPA
         rho_log = e_log / (np.abs(log_s) - e_log) * _KAPPA
         q = (-2.0 * log_s) / safe_s
         rho_q = (rho_log + rho_s + _U) * _KAPPA
@@ -658,16 +780,17 @@ def _row_sums(terms: FloatArray) -> tuple[FloatArray, FloatArray]:
 
 def _fast_cells(
     centre: FloatArray, y: FloatArray, bound: FloatArray
-) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
-    """Cells of centre/γ + y for the coordinates the enclosure decides (|centre| ≤ 2²⁰).
-    ``bound`` is the precomputed E_y + u(½ + |ŷ|)(1 + 2u) + 2⁻⁵² (module docstring)."""
+) -> tuple[FloatArray, NDArray[np.bool_]]:
+    """Cells of centre/γ + y (as exact integer-valued doubles) and which of them the enclosure
+    decides; |centre| ≤ 2¹⁹ and |y| ≤ 2⁵⁰, so |cell| < 2⁵² needs no clamp. ``bound`` is the
+    precomputed E_y + u(½ + |ŷ|)(1 + 2u) + 2⁻⁵² (module docstring)."""
     grid = centre * 2.0**GRID_EXPONENT  # exact
     whole = np.rint(grid)
     z = (grid - whole) + y  # grid − whole exact, |·| ≤ ½
     k0 = np.rint(z)
     decided = (0.5 - np.abs(z - k0)) > bound  # z − k0 exact
-    cells = np.clip(np.where(decided, whole + k0, 0.0), -float(CLAMP), float(CLAMP))
-    return cells.astype(np.int64), decided
+    cells: FloatArray = whole + k0  # exact: both integers, |sum| < 2⁵²
+    return cells, decided
 
 
 def _decision_bound(y: FloatArray, err: FloatArray) -> FloatArray:
@@ -698,9 +821,11 @@ class _Block:
             raise RuntimeError("each noise vector of a block is released once")
         self._used[j] = True
         if float(np.max(np.abs(w))) <= _CENTRE_LIMIT:
-            cells, decided = _fast_cells(w, self._y[j], self._bound[j])
+            grid, decided = _fast_cells(w, self._y[j], self._bound[j])
             if bool(decided.all()):
-                return _on_grid(cells)
+                out: FloatArray = grid * GRID  # exact: |grid| < 2⁵², γ a power of two
+                return out
+            cells = np.where(decided, grid, 0.0).astype(np.int64)
         else:
             cells, decided = np.zeros(self.dim, dtype=np.int64), np.zeros(self.dim, dtype=bool)
         return _on_grid(self._fallback(j, w, cells, decided))
@@ -713,8 +838,7 @@ class _Block:
         )
 
     def _pair_uniforms(self, j: int) -> list[tuple[_Uniform, _Uniform]]:
-        first = j * self._pairs_per
-        return [self._pairs.uniforms(first + i) for i in range(self._pairs_per)]
+        return self._pairs.run(j * self._pairs_per, self._pairs_per)
 
     def _fallback(
         self, j: int, w: FloatArray, cells: NDArray[np.int64], decided: NDArray[np.bool_]
@@ -771,7 +895,8 @@ class GaussianBlock(_Block):
 
 class NormExponentialBlock(_Block):
     """``count`` exact releases γ·round((c_j + X_j)/γ), X_j ∝ exp(−β‖x‖) in R^dim (module
-    docstring: fast path with a rigorous bound, decimal path for a vector it leaves open)."""
+    docstring: fast path with a rigorous bound, decimal path for the coordinates it leaves
+    open)."""
 
     def __init__(
         self, count: int, dim: int, *, beta: float, rng: np.random.Generator | None = None
@@ -829,13 +954,18 @@ class NormExponentialBlock(_Block):
     def _fallback(
         self, j: int, w: FloatArray, cells: NDArray[np.int64], decided: NDArray[np.bool_]
     ) -> NDArray[np.int64]:
-        """The whole vector on the decimal path (the norm and radius are shared)."""
-        del cells, decided
+        """The undecided coordinates on the decimal path. They share the norm and the radius
+        with the others, so every uniform of the vector takes part (and is refined if
+        needed), but only two logarithms plus one per undecided pair are evaluated."""
+        todo = np.flatnonzero(~decided)
         pairs = self._pair_uniforms(j)
-        radial = [_Uniform.from_words(words) for words in self._radial[j]]
-        evaluate = _norm_exponential_evaluator(pairs, radial, self.dim, self.beta)
+        radial = _Uniform.many(self._radial[j])
+        coords = [int(i) for i in todo]
+        evaluate = _norm_exponential_evaluator(pairs, radial, self.dim, self.beta, coords)
         uniforms = [u for pair in pairs for u in pair] + radial
-        return _exact_cells(self._bits, uniforms, evaluate, w)
+        out = cells.copy()
+        out[todo] = _exact_cells(self._bits, uniforms, evaluate, w[todo])
+        return out
 
 
 def norm_exponential_release(

@@ -152,7 +152,7 @@ GRADIENT_RELEASE = (
 class LassoSite(Site):
     """Site k: returns the (optionally clipped and noised) gradient sum of its squared loss."""
 
-    _row_bounds: FloatArray | None = None
+    _caps: dict[float, FloatArray] | None = None
 
     def gradient_sum(
         self,
@@ -170,9 +170,11 @@ class LassoSite(Site):
                 raise ValueError("noisy gradient sums need a clip bound")
             exact: FloatArray = self._X.T @ residual
             return self._send(exact)
-        if self._row_bounds is None:
-            self._row_bounds = clipping.row_norm_bounds(self._X)
-        grad = clipping.clipped_sum(residual, self._X, self._row_bounds, clip)
+        if self._caps is None:
+            self._caps = {}
+        if clip not in self._caps:  # once per site and clip bound: the rows do not change
+            self._caps[clip] = clipping.clip_caps(clipping.row_norm_bounds(self._X), clip)
+        grad = clipping.clipped_sum(residual, self._X, self._caps[clip])
         if sigma is not None:
             grad = lattice.gaussian_release(grad, sigma=sigma, rng=rng)
         return self._send(grad)

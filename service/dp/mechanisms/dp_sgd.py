@@ -445,7 +445,7 @@ def _sgd(
     n, dim = Z.shape
     m = int(sizes.size)
     bounds = np.concatenate([[0], np.cumsum(sizes)])
-    row_bounds = clipping.row_norm_bounds(Z)
+    caps = clipping.clip_caps(clipping.row_norm_bounds(Z), CLIP)
     total = epochs * m
     every = max(1, total // 100)
     chunk = max(1, min(m, _NOISE_CHUNK_FLOATS // dim))
@@ -465,7 +465,7 @@ def _sgd(
                 yb = y[idx]
                 lp = loss.derivative(yb * (Xb @ w))
                 # the per-example gradient l′·y·x clipped to norm < 1 (service.dp.clipping)
-                grad = clipping.clipped_mean(lp * yb, Xb, row_bounds[idx], CLIP)
+                grad = clipping.clipped_mean(lp * yb, Xb, caps[idx])
                 released = block.release(j - start, grad)  # exact grid point of grad + z
                 if schedule == "constant":
                     step = eta

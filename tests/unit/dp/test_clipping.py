@@ -47,14 +47,19 @@ def test_every_exact_clipped_term_is_below_the_clip(clip: float) -> None:
     rng = np.random.default_rng(1)
     a = rng.standard_normal(X.shape[0]) * np.exp(rng.standard_normal(X.shape[0]) * 30)
     a[:5] = [np.inf, -np.inf, np.nan, 0.0, 1e308]
-    coefficients = clipping.clip_coefficients(a, bounds, clip)
-    assert coefficients[2] == 0.0  # NaN multiplier: no gradient
+    caps = clipping.clip_caps(bounds, clip)
+    coefficients = clipping.clip_coefficients(a, caps)
+    assert abs(coefficients[2]) == caps[2]  # a NaN multiplier is bounded like any other
+    assert coefficients[0] == caps[0]
+    assert coefficients[1] == -caps[1]
     assert np.all(np.isfinite(coefficients))
     for c, row in zip(coefficients, X, strict=True):
         assert Fraction(float(c)) ** 2 * _exact_sq_norm(row) < Fraction(clip) ** 2
     # a multiplier already small enough is left alone
     small = np.full(X.shape[0], 1e-300)
-    np.testing.assert_array_equal(clipping.clip_coefficients(small, bounds, clip), small)
+    np.testing.assert_array_equal(clipping.clip_coefficients(small, caps), small)
+    # an overflowing row (bound ∞) contributes nothing
+    assert clipping.clip_caps(np.array([np.inf]), clip)[0] == 0.0
 
 
 def test_the_computed_sum_is_within_the_error_bound_of_the_exact_sum() -> None:
@@ -64,8 +69,9 @@ def test_the_computed_sum_is_within_the_error_bound_of_the_exact_sum() -> None:
         X /= np.linalg.norm(X, axis=1)[:, None]
         a = rng.standard_normal(n) * 10
         bounds = clipping.row_norm_bounds(X)
-        coefficients = clipping.clip_coefficients(a, bounds, 1.0)
-        computed = clipping.clipped_sum(a, X, bounds, 1.0)
+        caps = clipping.clip_caps(bounds, 1.0)
+        coefficients = clipping.clip_coefficients(a, caps)
+        computed = clipping.clipped_sum(a, X, caps)
         exact = [
             sum(
                 (
@@ -91,8 +97,8 @@ def test_neighbouring_computed_means_differ_by_at_most_the_sensitivity() -> None
     a = np.sign(rng.standard_normal(n))
     X2, a2 = X.copy(), a.copy()
     a2[17] = -a[17]  # the replaced record's gradient points the opposite way: the worst case 2C
-    m1 = clipping.clipped_mean(a, X, clipping.row_norm_bounds(X), 1.0)
-    m2 = clipping.clipped_mean(a2, X2, clipping.row_norm_bounds(X2), 1.0)
+    m1 = clipping.clipped_mean(a, X, clipping.clip_caps(clipping.row_norm_bounds(X), 1.0))
+    m2 = clipping.clipped_mean(a2, X2, clipping.clip_caps(clipping.row_norm_bounds(X2), 1.0))
     diff_sq = sum(
         ((Fraction(float(p)) - Fraction(float(q))) ** 2 for p, q in zip(m1, m2, strict=True)),
         Fraction(0),

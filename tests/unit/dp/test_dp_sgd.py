@@ -183,7 +183,7 @@ def test_clipping_holds_in_floating_point_for_rows_at_the_bound() -> None:
     X /= np.linalg.norm(X, axis=1)[:, None]
     bounds = clipping.row_norm_bounds(X)
     a = np.ones(50)
-    coefficients = clipping.clip_coefficients(a, bounds, dp_sgd.CLIP)
+    coefficients = clipping.clip_coefficients(a, clipping.clip_caps(bounds, dp_sgd.CLIP))
     for c, x in zip(coefficients, X, strict=True):
         exact_sq = sum(Fraction(float(c)) ** 2 * Fraction(float(v)) ** 2 for v in x)
         assert exact_sq < 1

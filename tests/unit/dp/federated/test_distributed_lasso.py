@@ -243,7 +243,8 @@ def test_released_noisy_sums_follow_the_exact_cell_probabilities() -> None:
     site = LassoSite(0, X, y)
     w = np.array([0.4, -0.2])
     residual = X @ w - y
-    centre = clipping.clipped_sum(residual, X, clipping.row_norm_bounds(X), 1.0)
+    caps = clipping.clip_caps(clipping.row_norm_bounds(X), 1.0)
+    centre = clipping.clipped_sum(residual, X, caps)
     sigma = 1.3 * GAMMA
     rng = np.random.default_rng(11)
     draws = 4000
