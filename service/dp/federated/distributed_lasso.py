@@ -30,7 +30,7 @@ non-private use, charges nothing and labels the model so.
 DP variant (``noise=True``, the default; seed 001 §5.1.1's suggested fix). Each per-example
 gradient is clipped to norm C (``clip``): ĝ_j = (vᵀx_j − y_j)x_j · min(1, C/‖(vᵀx_j − y_j)x_j‖),
 and site k returns the exact grid point γ·round((Σ_j ĝ_j + Z)/γ), Z ~ N(0, σ_k² I_d),
-γ = 2⁻³² (:func:`service.dp.lattice.gaussian_release`: the cell of the real-valued sum is
+γ = 2⁻³² (:class:`service.dp.lattice.GaussianBlock`: the cell of the real-valued sum is
 sampled exactly). Replacing one record changes the clipped sum by at most 2C (L2 sensitivity)
 in exact arithmetic, and by at most Δ_k = 2C + 2E(n_k) as computed in doubles (below); with
 σ_k ≥ σ·Δ_k/(2C) one round is ρ₁ = Δ_k²/(2σ_k²) ≤ (2C)²/(2σ²)-zCDP for site k's dataset
@@ -149,10 +149,16 @@ GRADIENT_RELEASE = (
 )
 
 
+#: A site draws the noise of this many rounds at once (:class:`lattice.GaussianBlock`).
+NOISE_BLOCK = 32
+
+
 class LassoSite(Site):
     """Site k: returns the (optionally clipped and noised) gradient sum of its squared loss."""
 
     _caps: dict[float, FloatArray] | None = None
+    _noise: lattice.GaussianBlock | None = None
+    _noise_used = 0
 
     def gradient_sum(
         self,
@@ -176,8 +182,19 @@ class LassoSite(Site):
             self._caps[clip] = clipping.clip_caps(clipping.row_norm_bounds(self._X), clip)
         grad = clipping.clipped_sum(residual, self._X, self._caps[clip])
         if sigma is not None:
-            grad = lattice.gaussian_release(grad, sigma=sigma, rng=rng)
+            grad = self._noisy(grad, sigma, rng)
         return self._send(grad)
+
+    def _noisy(self, grad: FloatArray, sigma: float, rng: np.random.Generator | None) -> FloatArray:
+        """The exact grid release of grad + N(0, σ²I). The noise of the next
+        :data:`NOISE_BLOCK` rounds is drawn (from this call's ``rng``) and evaluated at once;
+        each noise vector is used for one round only."""
+        block = self._noise
+        if block is None or block.sigma != sigma or self._noise_used == block.count:
+            block = lattice.GaussianBlock(NOISE_BLOCK, self.d, sigma=sigma, rng=rng)
+            self._noise, self._noise_used = block, 0
+        self._noise_used += 1
+        return block.release(self._noise_used - 1, grad)
 
 
 class GradientSharer(Protocol):
