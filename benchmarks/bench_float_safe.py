@@ -22,7 +22,8 @@ Gradient releases (issue 19 §1, second part), same data:
   switched off (what the exact sampler alone would cost).
 * ``distributed_lasso`` (Adult train split into K = 3 sites, T = 200 rounds, ε = 1,
   δ = 10⁻⁵): old = the clipped sum + a numpy N(0, σ²) draw; new = the exact Gaussian grid
-  release per site and round.
+  release per site and round (:class:`service.dp.lattice.GaussianBlock`, 32 rounds drawn at
+  once).
 
 Run from the repository root::
 
@@ -109,24 +110,32 @@ class OldNormExponentialBlock:
         return out
 
 
-def old_gaussian_release(
-    centre: FloatArray, *, sigma: float, rng: np.random.Generator | None = None
-) -> FloatArray:
-    """The Lasso sites' noise before the grid release: centre + N(0, σ²I) from numpy."""
-    out: FloatArray = centre + noise.gaussian_vector(int(centre.size), sigma=sigma, rng=rng)
-    return out
+class OldGaussianBlock:
+    """Stands in for :class:`lattice.GaussianBlock` at the Lasso sites: each round's answer is
+    the clipped sum + N(0, σ²I) drawn by numpy at that round, as before the grid release."""
+
+    def __init__(
+        self, count: int, dim: int, *, sigma: float, rng: np.random.Generator | None = None
+    ) -> None:
+        self.count, self.dim, self.sigma, self._rng = count, dim, sigma, rng
+
+    def release(self, j: int, centre: FloatArray) -> FloatArray:
+        del j
+        draw = noise.gaussian_vector(self.dim, sigma=self.sigma, rng=self._rng)
+        out: FloatArray = centre + draw
+        return out
 
 
 @contextmanager
 def old_gradient_samplers() -> Iterator[None]:
-    saved = (lattice.NormExponentialBlock, lattice.gaussian_release)
+    saved = (lattice.NormExponentialBlock, lattice.GaussianBlock)
     setattr(lattice, "NormExponentialBlock", OldNormExponentialBlock)  # noqa: B010
-    setattr(lattice, "gaussian_release", old_gaussian_release)  # noqa: B010
+    setattr(lattice, "GaussianBlock", OldGaussianBlock)  # noqa: B010
     try:
         yield
     finally:
         setattr(lattice, "NormExponentialBlock", saved[0])  # noqa: B010
-        setattr(lattice, "gaussian_release", saved[1])  # noqa: B010
+        setattr(lattice, "GaussianBlock", saved[1])  # noqa: B010
 
 
 @contextmanager

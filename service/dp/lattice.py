@@ -586,8 +586,9 @@ def _ln(x: FloatArray) -> tuple[FloatArray, FloatArray]:
     t = (m - 1.0) / (m + 1.0)  # m − 1 exact (Sterbenz)
     w = t * t
     p = np.full_like(w, _ATANH[-1])
-    for c in reversed(_ATANH[:-1]):
-        p = p * w + c
+    for c in reversed(_ATANH[:-1]):  # Horner: p ← fl(fl(p·w) + c), in place
+        p *= w
+        p += c
     lm = (2.0 * t) * p
     tail = e * _LN2_LO + lm
     out = e * _LN2_HI + tail  # e·LN2_HI exact
