@@ -92,6 +92,7 @@ _PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
             "epsilon",
             "delta",
             "clip",
+            "clip_applied",
             "sensitivity",
             "zcdp_conversion",
             "rho_per_round",
@@ -100,6 +101,9 @@ _PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
             "epsilon_spent",
             "epsilon_bun_steinke",
             "expected_noise_norm_per_site",
+            # fixed texts: how the floating-point margin and the exact release work
+            "float_margin_note",
+            "release",
         }
     ),
 }

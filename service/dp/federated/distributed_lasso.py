@@ -29,31 +29,53 @@ non-private use, charges nothing and labels the model so.
 
 DP variant (``noise=True``, the default; seed 001 §5.1.1's suggested fix). Each per-example
 gradient is clipped to norm C (``clip``): ĝ_j = (vᵀx_j − y_j)x_j · min(1, C/‖(vᵀx_j − y_j)x_j‖),
-and site k returns Σ_j ĝ_j + N(0, σ² I_d). Replacing one record changes the clipped sum by at
-most 2C (L2 sensitivity), so one round is ρ₁ = (2C)²/(2σ²)-zCDP for that site's dataset
-(Gaussian mechanism, Bun & Steinke Prop. 1.6). The T rounds are adaptively composed:
-ρ = T·ρ₁ (the query point v_t is post-processing of earlier noisy answers and of the other,
-disjoint datasets). ρ-zCDP ⇒ (ε(ρ, δ), δ)-DP with the conversion ``zcdp_conversion``:
+and site k returns the exact grid point γ·round((Σ_j ĝ_j + Z)/γ), Z ~ N(0, σ_k² I_d),
+γ = 2⁻³² (:class:`service.dp.lattice.GaussianBlock`: the cell of the real-valued sum is
+sampled exactly). Replacing one record changes the clipped sum by at most 2C (L2 sensitivity)
+in exact arithmetic, and by at most Δ_k = 2C + 2E(n_k) as computed in doubles (below); with
+σ_k ≥ σ·Δ_k/(2C) one round is ρ₁ = Δ_k²/(2σ_k²) ≤ (2C)²/(2σ²)-zCDP for site k's dataset
+(Gaussian mechanism, Bun & Steinke Prop. 1.6): for every set O of grid points
+P_D[O] = P[S(D) + Z ∈ C(O)] with C(O) a data-independent union of cells, so the Rényi
+divergences of the release are at most those of S(D) + Z against S(D′) + Z (data processing).
+
+Floating point (issue 19 §1). The sum S = fl(Σ_j â_j x_j) is what the site computes
+(:mod:`service.dp.clipping`): each multiplier is clipped against a rigorous upper bound of
+‖x_j‖ to slightly less than C, so every exact term has norm < C; the matrix–vector product
+(any order, FMA or not) is within E(n) = γ_n·n·C + √d·n·2⁻¹⁰⁷⁴ of the exact sum (γ_n =
+nu/(1 − nu), u = 2⁻⁵³); the two neighbouring datasets' computed sums are therefore at most
+Δ_k = 2C + 2E(n_k) apart. The query point v_t is the same in both worlds (post-processing of
+released answers), and the coordinator's ISTA/FISTA steps in doubles are post-processing.
+The margin Δ_k/(2C) − 1 ≈ n_k²u (≈ 10⁻⁷ for 30 000 rows) depends on the site's row count,
+which no other party may learn (DESIGN §2), so it does not enter the public σ: the
+calibration shows σ and ρ for the exact-arithmetic sensitivity 2C, and each site k scales its
+own noise to σ_k = σ·Δ_k/(2C) (``details["sites"][k]``, hidden with the sizes), which keeps
+every site's per-round cost at exactly the ρ₁ shown. The charged (ε, δ) is unchanged.
+
+The T rounds are adaptively composed: ρ = T·ρ₁ (the query point v_t is post-processing of
+earlier noisy answers and of the other, disjoint datasets). ρ-zCDP ⇒ (ε(ρ, δ), δ)-DP with
+the conversion ``zcdp_conversion``:
 
 * ``"cks"`` (default): Canonne, Kamath & Steinke 2020, the tighter one
   (``accounting.zcdp_to_dp_cks``); the largest ρ with ε(ρ, δ) ≤ ε is found by root finding.
 * ``"bun_steinke"``: ε = ρ + 2√(ρ ln(1/δ)), inverted in closed form
   ρ = (√(ln(1/δ) + ε) − √(ln(1/δ)))².
 
-Then σ = 2C/√(2ρ₁) = √2·C/√(ρ/T). Each site is charged (ε(Tρ₁, δ), δ) ≤ (ε, δ).
+Then σ = 2C/√(2ρ₁) = √2·C/√(ρ/T), and site k uses σ_k = σ·Δ_k/(2C). Each site is charged
+(ε(Tρ₁, δ), δ) ≤ (ε, δ).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
 from scipy import optimize
 
-from service.dp import noise
+from service.dp import clipping, lattice
 from service.dp.accounting import (
     PrivacyCost,
     gaussian_zcdp,
@@ -110,8 +132,33 @@ DEFAULT_ITERATIONS = 200
 MAX_ITERATIONS = 100_000
 
 
+#: How the floating-point margin enters (the ``float_margin_note`` detail; no site's size).
+FLOAT_MARGIN_NOTE = (
+    "each site's clipped gradient sum is computed in doubles: its sensitivity as computed is "
+    "2C + 2E(n_k) ≤ 2C(1 + n_k²·2^-53·(1 + …)), E the worst-case rounding of a sum of n_k rows "
+    "(service.dp.clipping); site k adds N(0, σ_k²I) with σ_k = σ·(1 + that margin), so each "
+    "round costs every site exactly the ρ shown. σ_k is not shown: it depends on n_k"
+)
+
+#: What a calibration records about the sites' answers (the ``release`` detail).
+GRADIENT_RELEASE = (
+    "each site's noisy gradient sum is an exact grid release γ·round((S + Z)/γ), γ = 2^-32, "
+    "Z ~ N(0, σ²I) (service.dp.lattice), with σ calibrated to the sensitivity of the sum as "
+    "computed in floating point (service.dp.clipping); the coordinator's steps are "
+    "post-processing, so the guarantee holds for the released doubles"
+)
+
+
+#: A site draws the noise of this many rounds at once (:class:`lattice.GaussianBlock`).
+NOISE_BLOCK = 32
+
+
 class LassoSite(Site):
     """Site k: returns the (optionally clipped and noised) gradient sum of its squared loss."""
+
+    _caps: dict[float, FloatArray] | None = None
+    _noise: lattice.GaussianBlock | None = None
+    _noise_used = 0
 
     def gradient_sum(
         self,
@@ -121,17 +168,33 @@ class LassoSite(Site):
         sigma: float | None,
         rng: np.random.Generator | None,
     ) -> FloatArray:
-        """Σ_j (wᵀx_j − y_j) x_j, each term clipped to norm ``clip`` and N(0, σ²I) added
-        when ``sigma`` is given."""
+        """Σ_j (wᵀx_j − y_j) x_j, each term clipped to norm below ``clip`` (module docstring),
+        released exactly on the 2⁻³² grid with N(0, σ²I) noise when ``sigma`` is given."""
         residual = self._X @ w - self._y
-        if clip is not None:
-            norms = np.abs(residual) * np.linalg.norm(self._X, axis=1)
-            scale = np.minimum(1.0, clip / np.maximum(norms, np.finfo(np.float64).tiny))
-            residual = residual * scale
-        grad: FloatArray = self._X.T @ residual
+        if clip is None:
+            if sigma is not None:
+                raise ValueError("noisy gradient sums need a clip bound")
+            exact: FloatArray = self._X.T @ residual
+            return self._send(exact)
+        if self._caps is None:
+            self._caps = {}
+        if clip not in self._caps:  # once per site and clip bound: the rows do not change
+            self._caps[clip] = clipping.clip_caps(clipping.row_norm_bounds(self._X), clip)
+        grad = clipping.clipped_sum(residual, self._X, self._caps[clip])
         if sigma is not None:
-            grad += noise.gaussian_vector(self.d, sigma=sigma, rng=rng)
+            grad = self._noisy(grad, sigma, rng)
         return self._send(grad)
+
+    def _noisy(self, grad: FloatArray, sigma: float, rng: np.random.Generator | None) -> FloatArray:
+        """The exact grid release of grad + N(0, σ²I). The noise of the next
+        :data:`NOISE_BLOCK` rounds is drawn (from this call's ``rng``) and evaluated at once;
+        each noise vector is used for one round only."""
+        block = self._noise
+        if block is None or block.sigma != sigma or self._noise_used == block.count:
+            block = lattice.GaussianBlock(NOISE_BLOCK, self.d, sigma=sigma, rng=rng)
+            self._noise, self._noise_used = block, 0
+        self._noise_used += 1
+        return block.release(self._noise_used - 1, grad)
 
 
 class GradientSharer(Protocol):
@@ -243,10 +306,14 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         if achieved.epsilon <= eps:
             break
         sigma *= 1.0 + 1e-12
+    # each site's own σ_k for the sensitivity of its sum as computed in doubles (hidden with
+    # the site sizes: the margin is a function of n_k)
+    details["sites"] = [site_noise(n, d, clip, sigma) for n in problem.site_sizes]
     details.update(
         epsilon=finite(eps),
         delta=finite(delta),
         clip=finite(clip),
+        clip_applied=math.nextafter(clip, 0.0),
         sensitivity=finite(sensitivity),
         zcdp_conversion=conversion,
         rho_per_round=finite(rho_round),
@@ -255,6 +322,8 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         epsilon_spent=finite(achieved.epsilon),
         epsilon_bun_steinke=finite(zcdp_to_dp(rho_total, delta).epsilon),
         expected_noise_norm_per_site=finite(sigma * math.sqrt(d)),
+        float_margin_note=FLOAT_MARGIN_NOTE,
+        release=GRADIENT_RELEASE,
     )
     return FederatedCalibration(
         protocol=NAME,
@@ -263,7 +332,9 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         details=details,
         composition=(
             f"{T} rounds, each a Gaussian mechanism on the site's clipped gradient sum "
-            f"(sensitivity 2C = {sensitivity:g}, σ = {sigma:.6g}): ρ = {rho_round:.6g} per round, "
+            f"(sensitivity 2C = {sensitivity:g}, σ = {sigma:.6g}; each site scales its σ by its "
+            f"sum's floating-point margin, keeping ρ), released exactly on the 2^-32 grid: "
+            f"ρ = {rho_round:.6g} per round, "
             f"{rho_total:.6g} in total by zCDP composition, converted to {achieved} "
             f"({'Canonne–Kamath–Steinke' if conversion == 'cks' else 'Bun–Steinke'}) per dataset"
         ),
@@ -273,6 +344,20 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
             "post-processing of them",
         ),
     )
+
+
+def site_noise(n: int, d: int, clip: float, sigma: float) -> dict[str, Any]:
+    """Site of n rows: Δ_k = 2C + 2E(n) (the sensitivity of its sum as computed, rounded up)
+    and σ_k, the smallest double ≥ σ·Δ_k/(2C) (so Δ_k/σ_k ≤ 2C/σ exactly): its rounds are
+    ρ₁-zCDP with ρ₁ = (2C)²/(2σ²), the calibrated per-round cost."""
+    exact = clipping.sum_sensitivity(n, d, clip)
+    own = clipping.round_up(Fraction(sigma) * exact / (2 * Fraction(clip)))
+    return {
+        "n": n,
+        "sensitivity": clipping.round_up(exact),
+        "float_margin": float(exact / (2 * Fraction(clip)) - 1),
+        "sigma": own,
+    }
 
 
 def coordinate(
@@ -285,11 +370,12 @@ def coordinate(
     iterations: int,
     accelerated: bool,
     clip: float | None,
-    sigma: float | None,
+    sigmas: Sequence[float] | None,
     rng: np.random.Generator | None,
     clock: RoundClock,
 ) -> FloatArray:
-    """ISTA/FISTA on the sum of the sites' answers; sees only those answers."""
+    """ISTA/FISTA on the sum of the sites' answers; sees only those answers. ``sigmas[k]``
+    is site k's noise scale (None: no noise)."""
     w = np.zeros(d)
     query = w.copy()
     s = 1.0
@@ -298,7 +384,14 @@ def coordinate(
         answers = np.zeros(d)
         for k, site in enumerate(sites):
             answers += site_call(
-                site.index, partial(site.gradient_sum, query, clip=clip, sigma=sigma, rng=rngs[k])
+                site.index,
+                partial(
+                    site.gradient_sum,
+                    query,
+                    clip=clip,
+                    sigma=None if sigmas is None else sigmas[k],
+                    rng=rngs[k],
+                ),
             )
         w_next = soft_threshold(query - step * answers / total, step * l1)
         if accelerated:
@@ -346,7 +439,7 @@ def run_parties(
         iterations=int(det["iterations"]),
         accelerated=bool(det["accelerated"]),
         clip=float(det["clip"]) if noisy else None,
-        sigma=float(det["sigma"]) if noisy else None,
+        sigmas=[float(site["sigma"]) for site in det["sites"]] if noisy else None,
         rng=rng,
         clock=clock,
     )

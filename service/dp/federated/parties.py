@@ -157,7 +157,8 @@ def perform_step(
     return site.gradient_sum(
         point,
         clip=float(det["clip"]) if noisy else None,
-        sigma=float(det["sigma"]) if noisy else None,
+        # the party's own σ_k: σ scaled by its sum's floating-point margin (distributed_lasso)
+        sigma=float(det["sites"][site.index]["sigma"]) if noisy else None,
         rng=rng,
     )
 

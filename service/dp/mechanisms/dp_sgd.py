@@ -7,13 +7,15 @@ uniformly random permutation of the rows, cuts it into m = ⌊n/b⌋ consecutive
 mini-batches B_t of sizes ⌊n/m⌋ or ⌈n/m⌉ (every row is used exactly once per pass), and
 updates
 
-    w_t = Π_R( w_{t−1} − η_t (λ w_{t−1} + ḡ_t + z_t) ),
+    w_t = Π_R( w_{t−1} − η_t (λ w_{t−1} + o_t) ),   o_t = γ·round((ḡ_t + z_t)/γ),
     ḡ_t = (1/|B_t|) Σ_{i∈B_t} clip(∇_w l(y_i wᵀ_{t−1}x_i)),   clip(g) = g / max(1, ‖g‖),
 
 with fresh noise z_t of density ν(z) ∝ exp(−β‖z‖) (‖z‖ ~ Gamma(shape d, scale 1/β),
-direction uniform on the sphere; E‖z‖ = d/β) and Π_R the optional projection onto the ball
-of radius R. Step sizes, t counting updates from 1 across passes: ``constant`` η_t = η,
-``inverse_sqrt`` η_t = η/√t (SCS13 and seed 001 use η = 1), ``inverse`` η_t = 1/(λt).
+direction uniform on the sphere; E‖z‖ = d/β), o_t the noisy mini-batch gradient released on
+the grid γ = 2⁻³² *exactly* (:class:`service.dp.lattice.NormExponentialBlock`, "Floating point"
+below) and Π_R the optional projection onto the ball of radius R. Step sizes, t counting
+updates from 1 across passes: ``constant`` η_t = η, ``inverse_sqrt`` η_t = η/√t (SCS13 and
+seed 001 use η = 1), ``inverse`` η_t = 1/(λt).
 The released model is the last iterate, rounded to the public grid.
 
 Sensitivity of one update (replace-one neighbours D, D′ that differ in record i). The
@@ -21,17 +23,22 @@ per-example gradient ∇_w l(y wᵀx) = l′(y wᵀx)·y·x has norm |l′|·‖
 explicit clip makes ‖clip(g)‖ ≤ 1 hold for any row, so the guarantee does not rest on the
 preprocessing. Given the same w_{t−1}, ḡ_t(D) and ḡ_t(D′) differ only in the term of record i,
 hence ‖ḡ_t(D) − ḡ_t(D′)‖ = ‖g_i − g_i′‖/|B_t| ≤ 2/|B_t| ≤ 2/b_min, b_min = ⌊n/m⌋ ≥ b. The
-regulariser term λw_{t−1} does not depend on the data.
+regulariser term λw_{t−1} does not depend on the data. In floating point the computed mean
+moves by at most Δ = max over the batch sizes |B| ∈ {b_min, b_max} of Δ_mean(|B|) ≥ 2/b_min
+(below); the noise is calibrated with Δ.
 
-Privacy of one update. Given w_{t−1}, the map z ↦ w_{t−1} − η_t(λw_{t−1} + ḡ + z) is an
-affine bijection (η_t > 0) whose Jacobian does not depend on the data, so the density ratio
-of the pre-projection iterate under D and D′ is ν(z_D)/ν(z_D′) with z_D − z_D′ = ḡ_t(D′) −
-ḡ_t(D), and by the triangle inequality ≤ exp(β‖ḡ_t(D) − ḡ_t(D′)‖) ≤ exp(2β/b_min). With
+Privacy of one update. Given w_{t−1}, the released o_t is the grid cell of ḡ_t + z_t: for
+every set O of grid points, P_D[o_t ∈ O] = P[ḡ_t(D) + z ∈ C(O)] with C(O) a union of cells
+that does not depend on the data, and ν(x − ḡ_t(D))/ν(x − ḡ_t(D′)) ≤ exp(β‖ḡ_t(D) − ḡ_t(D′)‖)
+≤ exp(βΔ) pointwise (triangle inequality), so P_D[o_t ∈ O] ≤ e^{βΔ}·P_D′[o_t ∈ O]. With
 
-    β = ε_pass · b_min / 2
+    β = ε_pass / Δ   (the largest double with β·Δ ≤ ε_pass exactly; in exact arithmetic
+                      Δ = 2/b_min and β = ε_pass · b_min / 2)
 
 each update is ε_pass-DP (SCS13 write the same noise as Z_t/b with Z_t ∝ exp(−(ε/2)‖Z‖);
-seed 001 states it as sensitivity 2η_t/b of the step). Π_R is post-processing.
+seed 001 states it as sensitivity 2η_t/b of the step). The step w_t = Π_R(w_{t−1} −
+η_t(λw_{t−1} + o_t)), computed in doubles, is a deterministic function of o_t and the past
+releases: post-processing, whatever its rounding.
 
 Composition. The permutation is drawn independently of the data, so conditionally on it
 record i lies in exactly one mini-batch per pass. The density of the whole iterate sequence
@@ -47,6 +54,28 @@ is the largest value for which the tighter of the two bounds is ≤ ε (``per_st
 the calibration reports and charges the bound actually used: (E·ε_pass, 0) when basic is
 tighter (always for E = 1, and whenever ε_pass is large, so an offered δ is then not spent),
 (advanced ε, δ′) otherwise. The released last iterate is post-processing of the sequence.
+
+Floating point (issue 19 §1). The guarantee above is for the doubles the service computes,
+not only for the real-valued mechanism:
+
+* the released o_t is sampled exactly (:mod:`service.dp.lattice`: the cell of the real
+  ḡ_t + z_t, z_t's law evaluated with rigorous error bounds), so the density argument applies
+  to the output as computed;
+* the centre ḡ_t is what the code computes (:mod:`service.dp.clipping`): each per-example
+  multiplier is clipped against a rigorous upper bound of ‖x_i‖ to slightly less than 1, so
+  every exact clipped term has norm < 1; the matrix–vector sum (any BLAS order, FMA or not) is
+  within E(|B|) = γ_|B|·|B| + √d·|B|·2⁻¹⁰⁷⁴ of the exact sum (γ_k = ku/(1 − ku), u = 2⁻⁵³),
+  and the division by |B| adds ≤ u‖Ŝ‖/|B| + √d·2⁻¹⁰⁷⁵; so
+
+      ‖ḡ_t(D) − ḡ_t(D′)‖ ≤ Δ_mean(|B|) = 2/|B| + 2[(E(|B|) + u(|B| + E(|B|)))/|B| + √d·2⁻¹⁰⁷⁵]
+
+  in the computed values (each dataset's computed mean within the bracket of its exact mean);
+* the iterate w_{t−1} and the permutation are the same in both worlds (post-processing of the
+  releases; data-independent), and an unchanged record's clipped gradient is the same double
+  in both (:mod:`service.dp.clipping`, "Assumption").
+
+The margin Δ/(2/b_min) − 1 is ≈ 3·10⁻¹³ for b = 50, d = 106 (reported as ``float_margin``);
+the charged (ε, δ) is unchanged — the margin only lowers β.
 
 Random projection (optional ``projection_dim`` k, seed 001 §2.4). Rows are mapped to Px by
 a public Gaussian (or Achlioptas) matrix P ∈ R^{k×d} generated from a seed that is chosen
@@ -67,7 +96,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize
 
-from service.dp import noise
+from service.dp import clipping, lattice, noise
 from service.dp.accounting import (
     CompositionChoice,
     PrivacyCost,
@@ -87,9 +116,9 @@ __all__ = [
     "MECHANISM",
     "SCHEDULES",
     "batch_sizes",
+    "gradient_sensitivity",
     "per_step_epsilon",
     "split_epsilon",
-    "update_noise",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -105,6 +134,15 @@ DEFAULT_ETA = 1.0
 MAX_EPOCHS = 10_000
 #: Noise is drawn in chunks of at most this many floats (updates × dimension).
 _NOISE_CHUNK_FLOATS = 4_000_000
+#: The per-example clip bound C (gradients of losses with |l′| ≤ 1 on rows of norm ≤ 1).
+CLIP = 1.0
+#: What a calibration records about the released gradients (the ``release`` detail).
+GRADIENT_RELEASE = (
+    "each update's noisy mini-batch gradient is an exact grid release γ·round((ḡ + z)/γ), "
+    "γ = 2^-32 (service.dp.lattice), with β calibrated to the sensitivity of the mean as "
+    "computed in floating point (service.dp.clipping); the optimiser's steps are "
+    "post-processing, so the guarantee holds for the released doubles"
+)
 
 _PARAMS = (
     "epochs",
@@ -167,28 +205,10 @@ def batch_sizes(n: int, batch_size: int) -> NDArray[np.int64]:
     return sizes
 
 
-def update_noise(
-    count: int, dim: int, *, beta: float, rng: np.random.Generator | None
-) -> FloatArray:
-    """``count`` independent draws of ν(z) ∝ exp(−β‖z‖) in R^dim, as rows (vectorised):
-    norms ~ Gamma(shape dim, scale 1/β) as sums of dim exponentials −ln U of full-resolution
-    uniforms (:func:`service.dp.noise.full_precision_uniforms`: dense norms in the tail, issue
-    19 §1), directions normalised Gaussians."""
-    if count < 0 or dim < 1:
-        raise ValueError("count must be ≥ 0 and dim ≥ 1")
-    if count == 0:
-        return np.zeros((0, dim))
-    if not np.isfinite(beta) or beta <= 0.0:
-        raise ValueError(f"beta must be a finite positive number, got {beta!r}")
-    exponentials = -np.log(noise.full_precision_uniforms(count * dim, rng)).reshape(count, dim)
-    radii = exponentials.sum(axis=1) / beta
-    g = noise.gaussian((count, dim), rng=rng)
-    norms = np.sqrt(np.einsum("ij,ij->i", g, g))
-    zero = np.flatnonzero(norms == 0.0)
-    for i in zero:  # probability zero in exact arithmetic; redraw rather than divide by 0
-        g[i] = noise.uniform_direction(dim, rng=rng)
-        norms[i] = 1.0
-    return np.asarray(g * (radii / norms)[:, None], dtype=np.float64)
+def gradient_sensitivity(sizes: NDArray[np.int64], dim: int) -> Fraction:
+    """Δ: the largest L2 change of a computed clipped mini-batch mean under replace-one, over
+    the batch sizes of a pass (:func:`service.dp.clipping.mean_sensitivity`, exact)."""
+    return max(clipping.mean_sensitivity(int(b), dim, CLIP) for b in np.unique(sizes))
 
 
 def _int_param(params: dict[str, Any], name: str, default: int | None, low: int, high: int) -> Any:
@@ -270,9 +290,12 @@ class DPSGD:
             spent, spent_delta, method = choice.advanced.epsilon, choice.advanced.delta, "advanced"
         else:
             spent, spent_delta, method = float(Fraction(eps_pass) * epochs), 0.0, "basic"
-        beta = eps_pass * b_min / 2.0
         k = p["projection_dim"]
         dim = int(k) if k is not None else problem.d
+        sensitivity = gradient_sensitivity(sizes, dim)
+        exact_sensitivity = Fraction(2 * CLIP) / b_min
+        beta = clipping.scale_for(eps_pass, sensitivity)
+        margin = float(sensitivity / exact_sensitivity - 1)
         expected = dim / beta
         details = base_details(problem, loss)
         details.update(
@@ -294,7 +317,18 @@ class DPSGD:
             min_batch_size=b_min,
             max_batch_size=int(sizes.max()),
             updates=epochs * m,
-            gradient_sensitivity=2.0 / b_min,
+            clip=CLIP,
+            clip_applied=math.nextafter(CLIP, 0.0),
+            gradient_sensitivity=clipping.round_up(sensitivity),
+            gradient_sensitivity_exact_arithmetic=float(exact_sensitivity),
+            float_margin=margin,
+            float_margin_note=(
+                "the mean of clipped gradients is computed in doubles: the sensitivity of the "
+                "computed mean is at most 2/b_min·(1 + float_margin) (clip to slightly less "
+                "than 1 against rigorous row-norm bounds, plus the worst-case rounding of the "
+                "sum and the division; service.dp.clipping), and β = ε_pass/that"
+            ),
+            release=GRADIENT_RELEASE,
             beta=beta,
             noise="norm_exponential",
             noise_dimension=dim,
@@ -327,7 +361,9 @@ class DPSGD:
             composition=(
                 f"{over}; within a pass the {m} updates use disjoint mini-batches of ≥ "
                 f"{b_min} rows (parallel composition), each update ε_pass-DP with noise "
-                f"∝ exp(−β‖z‖), β = ε_pass·b_min/2 = {beta:.6g} (Song, Chaudhuri & Sarwate 2013)"
+                f"∝ exp(−β‖z‖), β = ε_pass/Δ = {beta:.6g} with Δ = 2/b_min·(1 + {margin:.2g}) "
+                "the sensitivity of the mean as computed in floating point (Song, Chaudhuri & "
+                "Sarwate 2013); each noisy gradient is released exactly on the 2^-32 grid"
                 + ("" if spent_delta > 0.0 else "; no δ is spent")
             ),
         )
@@ -409,7 +445,7 @@ def _sgd(
     n, dim = Z.shape
     m = int(sizes.size)
     bounds = np.concatenate([[0], np.cumsum(sizes)])
-    row_norms = np.sqrt(np.einsum("ij,ij->i", Z, Z))
+    caps = clipping.clip_caps(clipping.row_norm_bounds(Z), CLIP)
     total = epochs * m
     every = max(1, total // 100)
     chunk = max(1, min(m, _NOISE_CHUNK_FLOATS // dim))
@@ -421,23 +457,23 @@ def _sgd(
         perm = np.argsort(noise.uniforms(n, rng), kind="stable")
         for start in range(0, m, chunk):
             stop = min(m, start + chunk)
-            z = update_noise(stop - start, dim, beta=beta, rng=rng)
+            block = lattice.NormExponentialBlock(stop - start, dim, beta=beta, rng=rng)
             for j in range(start, stop):
                 t += 1
                 idx = perm[bounds[j] : bounds[j + 1]]
                 Xb = Z[idx]
                 yb = y[idx]
                 lp = loss.derivative(yb * (Xb @ w))
-                # per-example gradient l′·y·x has norm |l′|·‖x‖; clip it to norm ≤ 1
-                scale = lp * yb / np.maximum(np.abs(lp) * row_norms[idx], 1.0)
-                grad = (scale @ Xb) / idx.size
+                # the per-example gradient l′·y·x clipped to norm < 1 (service.dp.clipping)
+                grad = clipping.clipped_mean(lp * yb, Xb, caps[idx])
+                released = block.release(j - start, grad)  # exact grid point of grad + z
                 if schedule == "constant":
                     step = eta
                 elif schedule == "inverse_sqrt":
                     step = eta / math.sqrt(t)
                 else:
                     step = 1.0 / (lam * t)
-                w = w - step * (lam * w + grad + z[j - start])
+                w = w - step * (lam * w + released)
                 if radius is not None:
                     norm = math.sqrt(float(w @ w))
                     if norm > radius:

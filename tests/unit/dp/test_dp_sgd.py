@@ -13,13 +13,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from service.dp import lattice
 from service.dp.base import Calibration, LinearModel, Problem
 from service.dp.losses import get_loss
+from service.dp.mechanisms import dp_sgd
 from service.dp.mechanisms.dp_sgd import (
     MECHANISM,
     batch_sizes,
     split_epsilon,
-    update_noise,
 )
 from service.dp.projection import RandomProjection
 from service.dp.solvers import ConvergenceError, minimize_erm
@@ -96,6 +97,98 @@ def test_calibration_matches_the_hand_derivation(
     assert f"{epochs} pass(es)" in cal.composition
 
 
+def _hand_mean_sensitivity(b: int, d: int) -> Fraction:
+    """Δ_mean(b) for C = 1, written out from the derivation (service.dp.clipping, step 4):
+    2/b + 2[(E + u(b + E))/b + ⌈√d⌉η/2], E = γ_b·b + ⌈√d⌉·b·η, γ_b = bu/(1 − bu)."""
+    u, eta = Fraction(1, 2**53), Fraction(1, 2**1074)
+    root = math.isqrt(d) + (0 if math.isqrt(d) ** 2 == d else 1)
+    gamma = b * u / (1 - b * u)
+    error = gamma * b + root * b * eta
+    return Fraction(2, b) + 2 * ((error + u * (b + error)) / b + root * eta / 2)
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "b", "eps", "epochs"),
+    [(1000, 10, 10, 1.0, 1), (30162, 106, 50, 1.0, 1), (23, 2, 10, 1.0, 1), (100, 3, 7, 2.0, 2)],
+)
+def test_noise_scale_includes_the_floating_point_margin(
+    n: int, d: int, b: int, eps: float, epochs: int
+) -> None:
+    cal = MECHANISM.calibrate(_problem(n, d, eps, batch_size=b, epochs=epochs))
+    det = cal.details
+    sizes = batch_sizes(n, b)
+    # the largest Δ over the batch sizes of a pass (b_min, and b_min + 1 when n mod m ≠ 0)
+    delta = max(_hand_mean_sensitivity(int(k), d) for k in set(sizes.tolist()))
+    assert delta > Fraction(2, int(sizes.min()))
+    eps_pass = det["epsilon_per_epoch"]
+    beta = det["beta"]
+    # β is the largest double with β·Δ ≤ ε_pass, exactly
+    assert Fraction(beta) * delta <= Fraction(eps_pass)
+    assert Fraction(math.nextafter(beta, math.inf)) * delta > Fraction(eps_pass)
+    assert Fraction(det["gradient_sensitivity"]) >= delta
+    assert det["gradient_sensitivity_exact_arithmetic"] == 2.0 / int(sizes.min())
+    margin = float(delta / Fraction(2, int(sizes.min())) - 1)
+    assert det["float_margin"] == pytest.approx(margin, rel=1e-9)
+    assert 0.0 < det["float_margin"] < 1e-11
+    assert det["clip"] == 1.0
+    assert det["clip_applied"] == math.nextafter(1.0, 0.0)
+    assert "exact grid release" in det["release"]
+    assert "floating point" in cal.composition
+    # and the charged total is the one of the exact-arithmetic proof
+    assert cal.epsilon == pytest.approx(eps, rel=1e-12)
+    assert cal.epsilon <= eps
+
+
+def test_the_adult_margin_is_about_three_in_ten_trillion() -> None:
+    cal = MECHANISM.calibrate(_problem(30162, 106, 1.0, batch_size=50))
+    assert 2e-13 < cal.details["float_margin"] < 4e-13
+
+
+def test_released_gradients_lie_on_the_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every update's noisy gradient leaves the sampler as a multiple of 2⁻³²; the iterate is
+    a function of those releases only."""
+    released: list[np.ndarray] = []
+    centres: list[np.ndarray] = []
+    original = lattice.NormExponentialBlock.release
+
+    def spy(self: lattice.NormExponentialBlock, j: int, centre: np.ndarray) -> np.ndarray:
+        out = original(self, j, centre)
+        centres.append(np.array(centre))
+        released.append(out)
+        return out
+
+    monkeypatch.setattr(lattice.NormExponentialBlock, "release", spy)
+    X, y = _data(300, 4)
+    problem = _problem(300, 4, 1.0, batch_size=10, epochs=2)
+    _fit(X, y, problem, seed=3)
+    assert len(released) == problem_updates(problem)
+    grid = np.array(released) * 2.0**32
+    np.testing.assert_array_equal(grid, np.round(grid))
+    # the centres are the clipped means: norm ≤ 1 (each term < 1), and off the grid
+    assert max(float(np.linalg.norm(c)) for c in centres) < 1.0
+    assert any(not np.array_equal(c * 2.0**32, np.round(c * 2.0**32)) for c in centres)
+
+
+def problem_updates(problem: Problem) -> int:
+    return int(MECHANISM.calibrate(problem).details["updates"])
+
+
+def test_clipping_holds_in_floating_point_for_rows_at_the_bound() -> None:
+    # rows of norm exactly 1 (as preprocessing produces) and |l′| = 1 (Huber in its linear
+    # part): each clipped term has exact norm < 1, so the mean of the batch has norm < 1
+    from service.dp import clipping
+
+    rng = np.random.default_rng(4)
+    X = rng.standard_normal((50, 106))
+    X /= np.linalg.norm(X, axis=1)[:, None]
+    bounds = clipping.row_norm_bounds(X)
+    a = np.ones(50)
+    coefficients = clipping.clip_coefficients(a, clipping.clip_caps(bounds, dp_sgd.CLIP))
+    for c, x in zip(coefficients, X, strict=True):
+        exact_sq = sum(Fraction(float(c)) ** 2 * Fraction(float(v)) ** 2 for v in x)
+        assert exact_sq < 1
+
+
 def test_projection_reduces_the_noise_dimension() -> None:
     cal = MECHANISM.calibrate(_problem(1000, 40, 1.0, batch_size=20, projection_dim=5))
     assert cal.details["noise_dimension"] == 5
@@ -155,7 +248,10 @@ def test_losses_without_a_bounded_derivative_are_rejected() -> None:
 @pytest.mark.statistical
 @pytest.mark.parametrize(("dim", "beta"), [(1, 2.0), (5, 0.7), (40, 3.0)])
 def test_update_noise_has_gamma_norms_and_uniform_directions(dim: int, beta: float) -> None:
-    z = update_noise(20_000, dim, beta=beta, rng=np.random.default_rng(dim))
+    # the noise of the updates, as released (zero centre): on the 2⁻³² grid the norm moves by
+    # at most √d·2⁻³³, far below what a KS test of 20 000 draws resolves
+    block = lattice.NormExponentialBlock(20_000, dim, beta=beta, rng=np.random.default_rng(dim))
+    z = np.array([block.release(j, np.zeros(dim)) for j in range(20_000)])
     norms = np.linalg.norm(z, axis=1)
     assert stats.kstest(norms, stats.gamma(a=dim, scale=1.0 / beta).cdf).pvalue > 1e-3
     if dim > 1:
@@ -175,7 +271,10 @@ def test_released_noise_has_the_calibrated_scale_end_to_end() -> None:
     problem = _problem(n, d, eps, lam=1e-12, batch_size=b, schedule="constant", eta=1.0)
     cal = MECHANISM.calibrate(problem)
     beta, T = cal.details["beta"], cal.details["updates"]
-    assert (beta, T) == (1.0, 10)
+    # β = ε/Δ with Δ = 2/b·(1 + margin): one ulp-scale step below the exact-arithmetic 1.0
+    assert T == 10
+    assert beta == pytest.approx(1.0, rel=1e-12)
+    assert beta < 1.0
     X, y = np.zeros((n, d)), np.ones(n)
     rng = np.random.default_rng(3)
     W = np.array(
@@ -183,6 +282,47 @@ def test_released_noise_has_the_calibrated_scale_end_to_end() -> None:
     )
     var = W.var()
     assert var == pytest.approx(T * (d + 1) / beta**2, rel=0.2)
+
+
+@pytest.mark.statistical
+def test_released_gradient_follows_the_exact_cell_probabilities() -> None:
+    """One update, d = 1, batch 1: the model is −o₁, o₁ the released noisy gradient, whose law
+    is that of the cell of ḡ + z, z Laplace(1/β) (the 1-d norm-exponential law), ḡ = −0.3 the
+    clipped gradient l′(0)·y·x of the Huber loss (l′(0) = −1) on x = 0.3, y = 1. β is set to
+    0.35 cells so every cell's probability is resolved; chi-square against
+    P(k) = ∫_{cell k} (β/2)e^{−β|x − ḡ|} dx (by hand)."""
+    X, y = np.array([[0.3]]), np.array([1.0])
+    problem = _problem(1, 1, 1.0, loss="huber", lam=1e-300, batch_size=1, schedule="constant")
+    cal = MECHANISM.calibrate(problem)
+    beta_cells = 0.35
+    cal = replace(cal, details={**cal.details, "beta": beta_cells * 2.0**32})
+    rng = np.random.default_rng(17)
+    draws = 5000
+    released = np.array(
+        [-_coef(MECHANISM.run(X, y, problem, cal, rng=rng, progress=None))[0] for _ in range(draws)]
+    )
+    cells = released * 2.0**32
+    np.testing.assert_array_equal(cells, np.round(cells))
+    mu = -0.3 * 2.0**32  # the centre in cells (exact), off the grid
+    base = math.floor(mu)
+    frac = mu - base
+    support = np.arange(-10, 12)
+
+    def cdf(x: np.ndarray) -> np.ndarray:  # Laplace(frac, 1/β) in cells
+        out: np.ndarray = np.where(
+            x < frac,
+            0.5 * np.exp(beta_cells * (x - frac)),
+            1.0 - 0.5 * np.exp(-beta_cells * (x - frac)),
+        )
+        return out
+
+    probs = cdf(support + 0.5) - cdf(support - 0.5)
+    offsets = cells - base
+    observed = np.array([(offsets == k).sum() for k in support])
+    observed = np.append(observed, draws - observed.sum())
+    expected = draws * np.append(probs, 1.0 - probs.sum())
+    assert expected.min() > 5
+    assert stats.chisquare(observed, expected).pvalue > 1e-4
 
 
 # ---- optimisation ----------------------------------------------------------------------------
@@ -340,9 +480,12 @@ def _one_update_statistic(
         1, 1, AUDIT_EPS, loss="huber", lam=1e-9, batch_size=1, schedule="constant", eta=1.0
     )
     cal = MECHANISM.calibrate(problem)
-    # β = ε·b_min/2 = ε/2 by hand; the noise scale 1/β is multiplied by noise_scale
-    assert cal.details["beta"] == AUDIT_EPS / 2
-    cal = replace(cal, details={**cal.details, "beta": AUDIT_EPS / 2 / noise_scale})
+    # β = ε/Δ, Δ = 2/b_min·(1 + margin) ≈ ε/2 by hand; the noise scale 1/β is multiplied by
+    # noise_scale
+    beta = cal.details["beta"]
+    assert beta == pytest.approx(AUDIT_EPS / 2, rel=1e-12)
+    assert beta < AUDIT_EPS / 2
+    cal = replace(cal, details={**cal.details, "beta": beta / noise_scale})
     rng = np.random.default_rng(seed)
     y = np.array([y_value])
     w = np.array(

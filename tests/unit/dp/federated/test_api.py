@@ -353,7 +353,7 @@ def test_coordinators_see_only_d_vectors() -> None:
         iterations=3,
         accelerated=True,
         clip=1.0,
-        sigma=1.0,
+        sigmas=[1.0, 1.0, 1.0],
         rng=np.random.default_rng(0),
         clock=RoundClock(3, None),
     )

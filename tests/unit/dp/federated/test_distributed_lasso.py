@@ -5,15 +5,18 @@ variant, and convergence to the centralised Lasso solution."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 import pytest
+from scipy import stats
 from sklearn.linear_model import Lasso
 
+from service.dp import clipping
 from service.dp.accounting import gaussian_zcdp, zcdp_to_dp, zcdp_to_dp_cks
 from service.dp.federated import federated_calibrate, federated_fit
-from service.dp.federated.distributed_lasso import soft_threshold
+from service.dp.federated.distributed_lasso import LassoSite, soft_threshold
 from tests.unit.dp.federated._data import make_sites, pooled
 
 
@@ -30,6 +33,16 @@ def _cal(eps: float, delta: float, **params: Any) -> Any:
     )
 
 
+def _hand_sensitivity(n: int, d: int, clip: float) -> Fraction:
+    """Δ = 2C + 2E(n), E(n) = γ_n·n·C + ⌈√d⌉·n·2⁻¹⁰⁷⁴, γ_n = nu/(1 − nu), u = 2⁻⁵³: the
+    sensitivity of a clipped gradient sum of n rows as computed in doubles
+    (service.dp.clipping, written out independently)."""
+    u, eta = Fraction(1, 2**53), Fraction(1, 2**1074)
+    root = math.isqrt(d) + (0 if math.isqrt(d) ** 2 == d else 1)
+    gamma = n * u / (1 - n * u)
+    return 2 * Fraction(clip) + 2 * (gamma * n * Fraction(clip) + root * n * eta)
+
+
 def test_bun_steinke_sigma_by_hand() -> None:
     # ε = 1, δ = 1e-5, L = ln 1e5: ρ = (√(L + 1) − √L)² = 0.0208199383395355 in total,
     # ρ₁ = ρ/100 per round, σ = 2C/√(2ρ₁) = √2/√(ρ/100) = 98.01110337256824 for C = 1
@@ -39,10 +52,35 @@ def test_bun_steinke_sigma_by_hand() -> None:
     assert det["rho_per_round"] == pytest.approx(0.0208199383395355 / 100, rel=1e-9)
     assert det["sigma"] == pytest.approx(98.01110337256824, rel=1e-9)
     assert det["sensitivity"] == 2.0
+    assert "exact grid release" in det["release"]
     for cost in cal.site_costs:
         assert cost.epsilon <= 1.0
         assert cost.epsilon == pytest.approx(1.0, rel=1e-9)
         assert cost.delta == 1e-5
+
+
+@pytest.mark.parametrize("clip", [1.0, 0.5])
+def test_each_site_scales_sigma_by_its_floating_point_margin(clip: float) -> None:
+    # site k (n_k rows) adds N(0, σ_k²) with σ_k = σ·Δ_k/(2C), Δ_k = 2C + 2E(n_k) by hand:
+    # the computed sum's sensitivity, so its rounds cost exactly the ρ₁ = (2C)²/(2σ²) shown
+    cal = _cal(1.0, 1e-5, iterations=100, clip=clip)
+    det = cal.details
+    sigma = Fraction(det["sigma"])
+    for site, n in zip(det["sites"], (300, 500), strict=True):
+        delta = _hand_sensitivity(n, 6, clip)
+        margin = float(delta / (2 * Fraction(clip)) - 1)
+        assert margin == pytest.approx(n * n * 2.0**-53, rel=1e-2)  # ≈ n²u
+        assert site["n"] == n
+        assert site["float_margin"] == pytest.approx(margin, rel=1e-9)
+        assert Fraction(site["sensitivity"]) >= delta
+        own = Fraction(site["sigma"])
+        assert own >= sigma * delta / (2 * Fraction(clip))  # ρ_k ≤ ρ₁ exactly
+        assert Fraction(math.nextafter(site["sigma"], 0.0)) < sigma * delta / (2 * Fraction(clip))
+        assert site["sigma"] > det["sigma"]
+        assert float(delta**2 / (2 * own**2)) <= det["rho_per_round"] * (1 + 1e-15)
+    # the larger site has the larger margin; nothing public depends on it
+    assert det["sites"][1]["sigma"] > det["sites"][0]["sigma"]
+    assert str(det["sites"][1]["sigma"]) not in cal.composition
 
 
 @pytest.mark.parametrize(
@@ -143,3 +181,89 @@ def test_with_noise_and_a_huge_budget_stays_close_to_the_clipped_solution() -> N
     )
     assert np.linalg.norm(result.coef - reference.coef_) < 1e-3
     assert math.isfinite(result.calibration.details["sigma"])
+
+
+GAMMA = 2.0**-32
+
+
+def test_every_site_answer_lies_on_the_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[np.ndarray] = []
+    original = LassoSite.gradient_sum
+
+    def spy(self: LassoSite, w: np.ndarray, **kw: Any) -> np.ndarray:
+        out = original(self, w, **kw)
+        answers.append(out)
+        return out
+
+    monkeypatch.setattr(LassoSite, "gradient_sum", spy)
+    sites = make_sites((200, 300), 4, seed=6)
+    federated_fit(
+        sites,
+        "distributed_lasso",
+        epsilon=1.0,
+        delta=1e-5,
+        loss="squared",
+        regularization=0.02,
+        iterations=20,
+        rng=np.random.default_rng(1),
+    )
+    assert len(answers) == 2 * 20
+    grid = np.array(answers) / GAMMA
+    np.testing.assert_array_equal(grid, np.round(grid))
+
+
+def test_seeded_noisy_fits_are_reproducible() -> None:
+    sites = make_sites((150, 250), 5, seed=2)
+
+    def run(seed: int) -> np.ndarray:
+        result = federated_fit(
+            sites,
+            "distributed_lasso",
+            epsilon=2.0,
+            delta=1e-5,
+            loss="squared",
+            regularization=0.02,
+            iterations=30,
+            rng=np.random.default_rng(seed),
+        )
+        assert result.coef is not None
+        return np.asarray(result.coef)
+
+    np.testing.assert_array_equal(run(7), run(7))
+    assert not np.array_equal(run(7), run(8))
+
+
+@pytest.mark.statistical
+def test_released_noisy_sums_follow_the_exact_cell_probabilities() -> None:
+    """Chi-square of one site's released answers, coordinate by coordinate, against the cell
+    probabilities of N(S, σ²) on the grid: P(k) = Φ((k + ½ − S/γ)/(σ/γ)) − Φ((k − ½ − S/γ)/(σ/γ)),
+    with S the clipped sum as computed (off the grid) and σ = 1.3 cells, so every cell's
+    probability is resolved."""
+    (X, y), *_ = make_sites((40,), 2, seed=3)
+    site = LassoSite(0, X, y)
+    w = np.array([0.4, -0.2])
+    residual = X @ w - y
+    caps = clipping.clip_caps(clipping.row_norm_bounds(X), 1.0)
+    centre = clipping.clipped_sum(residual, X, caps)
+    sigma = 1.3 * GAMMA
+    rng = np.random.default_rng(11)
+    draws = 4000
+    cells = np.array(
+        [site.gradient_sum(w, clip=1.0, sigma=sigma, rng=rng) / GAMMA for _ in range(draws)]
+    )
+    for j in range(2):
+        mu = centre[j] / GAMMA  # exact
+        base = math.floor(mu)
+        frac = mu - base  # exact
+        support = np.arange(-6, 8)
+        upper = stats.norm.cdf((support + 0.5 - frac) / 1.3)
+        lower = stats.norm.cdf((support - 0.5 - frac) / 1.3)
+        probs = upper - lower
+        offsets = cells[:, j] - base
+        observed = np.array([(offsets == k).sum() for k in support])
+        observed = np.append(observed, draws - observed.sum())
+        expected = draws * np.append(probs, 1.0 - probs.sum())
+        keep = expected > 5
+        observed = np.append(observed[keep], observed[~keep].sum())
+        expected = np.append(expected[keep], expected[~keep].sum())
+        assert stats.chisquare(observed, expected).pvalue > 1e-4

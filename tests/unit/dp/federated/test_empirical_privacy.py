@@ -239,9 +239,10 @@ CASES = [
         2.0 / 0.5,
         3000,
         0.3,
-        lambda cal: float(cal.details["sigma"]),
+        # the site's own σ_k = σ·(1 + its floating-point margin ≈ 4u for 2 rows)
+        lambda cal: float(cal.details["sites"][0]["sigma"]),
         1.0 / math.sqrt(2.0 * RHO),
-        lambda cal, k: _with_details(cal, sigma=float(cal.details["sigma"]) * k),
+        lambda cal, k: _with_site_0(cal, "sigma", k),
         sd=1.0 / math.sqrt(2.0 * RHO),
         loss="squared",
         regularization=1e-9,
