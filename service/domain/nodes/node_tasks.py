@@ -20,9 +20,12 @@ The node is the authority on its data's budget. For every task it:
    its own noise (the CSPRNG; the job seed only when this node runs in test mode).
 
 Refusals carry a reason (no data) that the coordinator records on its job; the node records
-them in its audit log and fails an accepted job it refuses. The per-job party state lives in
-the agent's memory: after an agent restart the node refuses the rest of a running job (its
-charge stays, nothing is charged twice).
+them in its audit log and fails the accepted job the refused task addresses (by its offer and
+job id), whatever the refusal: different terms, a replay, a step out of turn, a second join, a
+withdrawn offer. The per-job party state lives in the agent's memory: after an agent restart
+the node refuses the rest of a running job and fails it (its charge stays, nothing is charged
+twice). A dataset takes part in a coordinator job once: a job that names it under two offers
+is refused at the second join (the ledger holds one charge per dataset and job).
 """
 
 from __future__ import annotations
@@ -85,7 +88,6 @@ class Refusal(Exception):
 
 @dataclass
 class _LiveJob:
-    node_job_id: str
     offer_id: str
     dataset_id: str
     n: int
@@ -182,6 +184,11 @@ def _join(
                 raise Refusal("this job was accepted with different terms")
             if (offer.id, str(terms["job_id"])) in state.jobs:
                 raise Refusal("a replayed join: this job was already accepted and charged")
+            if existing.status != "accepted":
+                raise Refusal(
+                    "this job was already accepted and charged, and it ended on this node "
+                    f"({existing.status})"
+                )
             raise Refusal(
                 "this job was already accepted and charged; this node no longer holds its "
                 "local state (an agent restart), so the job cannot continue"
@@ -222,7 +229,19 @@ def _join(
         except DomainError as exc:
             uow.rollback()
             raise Refusal(f"the charge failed: {exc.detail}") from None
-        node_job = uow.offers.add_job(
+        # The ledger holds one charge per dataset and coordinator job (the key above): a job
+        # that names this dataset under a second offer gets the first join's charge back, and
+        # a second party over the same rows would run uncharged. Checked after the charge, so a
+        # join that raced the other one sees its job (committed with its charge).
+        if any(
+            uow.offers.job(o.id, str(terms["job_id"])) for o in uow.offers.of_dataset(dataset_id)
+        ):
+            uow.rollback()
+            raise Refusal(
+                "this dataset already takes part in this job under another offer: it takes "
+                "part once (its ledger holds one charge per job)"
+            )
+        uow.offers.add_job(
             NodeJob(
                 id=new_id(),
                 offer_id=offer_id,
@@ -250,9 +269,7 @@ def _join(
             },
         )
         uow.commit()
-        node_job_id = node_job.id
     state.jobs[(offer_id, str(terms["job_id"]))] = _LiveJob(
-        node_job_id=node_job_id,
         offer_id=offer_id,
         dataset_id=dataset_id,
         n=n,
@@ -279,6 +296,8 @@ def _live(uow_factory: UnitOfWorkFactory, state: NodeState, task: Mapping[str, A
     if live is None:
         if accepted is None:
             raise Refusal("this node never accepted that job")
+        if accepted.status != "accepted":
+            raise Refusal(f"this job already ended on this node ({accepted.status})")
         raise Refusal("this node no longer holds the job's local state (an agent restart)")
     if terms != live.terms:
         differing = sorted(k for k in _TERM_KEYS if terms.get(k) != live.terms.get(k))
@@ -354,24 +373,43 @@ def _step(live: _LiveJob, step: str, vectors: object) -> dict[str, Any]:
         out = perform_step(live.party, live.problem, live.calibration, step, vectors, live.rng)
     except ValueError as exc:
         raise Refusal(f"the step's inputs are invalid: {exc}") from None
+    except RuntimeError as exc:  # a step before the one it needs (psgd: its fixed noise)
+        raise Refusal(f"the step is out of turn: {exc}") from None
     return {} if out is None else {"vector": [float(x) for x in out]}
 
 
-def _finish(
-    uow_factory: UnitOfWorkFactory, live: _LiveJob, *, status: str, error: str | None
+def _close(
+    uow_factory: UnitOfWorkFactory,
+    state: NodeState,
+    task: Mapping[str, Any],
+    *,
+    status: str,
+    error: str | None,
 ) -> None:
+    """Close the accepted job ``task`` addresses (its contribution's offer and its job id),
+    if there is one, and drop its party from memory: after a finish or an abort, and after
+    any refused task of the job (in memory or not: a job whose state an agent restart lost
+    ends here too, rather than stay accepted for ever)."""
+    job_id = task.get("job_id")
+    if not isinstance(job_id, str):
+        return
     with uow_factory() as uow:
-        if uow.offers.finish_job(live.node_job_id, status=status, error=error, at=utcnow()):
+        offer = uow.offers.by_contribution(str(task.get("contribution_id")))
+        node_job = uow.offers.job(offer.id, job_id) if offer is not None else None
+        if offer is None or node_job is None:
+            return
+        if uow.offers.finish_job(node_job.id, status=status, error=error, at=utcnow()):
             audit.record(
                 uow,
                 action="node.job_finished" if status == "finished" else "node.job_failed",
                 outcome="success" if status == "finished" else "failure",
                 context=NODE_CONTEXT,
                 subject_type="dataset",
-                subject_id=live.dataset_id,
-                details={"coordinator_job_id": live.terms["job_id"], "error": error},
+                subject_id=offer.dataset_id,
+                details={"coordinator_job_id": job_id, "error": error},
             )
         uow.commit()
+    state.jobs.pop((offer.id, job_id), None)
 
 
 def handle_task(
@@ -379,7 +417,6 @@ def handle_task(
 ) -> dict[str, Any]:
     """The answer to one task: the step's result, or ``{"refused": reason}``."""
     step = task.get("step")
-    live: _LiveJob | None = None
     try:
         if step == "join":
             return _join(uow_factory, state, task)
@@ -389,21 +426,19 @@ def handle_task(
             return {}
         if step in ("finish", "abort"):
             finished = step == "finish"
-            _finish(
+            _close(
                 uow_factory,
-                live,
+                state,
+                task,
                 status="finished" if finished else "failed",
                 error=None if finished else "the coordinator ended the job without a model",
             )
-            state.jobs.pop((live.offer_id, str(live.terms["job_id"])), None)
             return {}
         return _step(live, str(step), task.get("vectors"))
     except Refusal as exc:
         reason = str(exc)
         _record_refusal(uow_factory, task, reason)
-        if live is not None:
-            _finish(uow_factory, live, status="failed", error=reason[:500])
-            state.jobs.pop((live.offer_id, str(live.terms["job_id"])), None)
+        _close(uow_factory, state, task, status="failed", error=reason[:500])
         return {"refused": reason}
 
 
