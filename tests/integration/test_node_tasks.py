@@ -1,0 +1,825 @@
+"""A site's node answering a coordinator's tasks, below HTTP and without processes (issue 15).
+
+The node's side of a federated fit (:func:`service.domain.nodes.node_tasks.handle_task`, what
+``privfit agent`` runs for every task it polls) driven through the domain on SQLite and on
+PostgreSQL. The tasks are the coordinator's own: a real federated job submitted on a study,
+its terms from ``remote_fit._terms``, each task built by the coordinator's ``_Link`` (and its
+``RemoteParty`` proxies) and passed through the wire schema the agent reads
+(``NodeTaskRead``), the node's answer back through the one the coordinator reads
+(``TaskResultIn``). Coordinator and node share one database here (their tables differ); the
+node has its own site, datasets and offers, made with ``create_dataset`` and ``create_offer``.
+
+What the node must keep:
+
+* ``join`` checks the terms against the offer and charges the node's own ledger for the whole
+  job in one transaction, once per coordinator job: a second ``join`` never charges again
+  (it is refused, and ends the job);
+* every later task must match the accepted terms: a changed term, a replayed sequence number,
+  a step the protocol does not have or out of turn, more rounds than accepted, a step before
+  ``prepare`` are refused with a reason, recorded in the node's audit log, charged nothing,
+  and fail the job;
+  a task of a job the node never accepted is refused and leaves its running jobs alone;
+* after an agent restart (a fresh ``NodeState``, same database) the node refuses the rest of a
+  running job, fails it, keeps its charge, and a fresh ``join`` of it charges nothing;
+* terms beyond the offer's caps, a withdrawn or unknown offer, a non-private variant, the
+  noisy average, a dataset whose own budget is short, and a job naming one dataset under two
+  offers are refused before any charge.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+from service.api.schemas.nodes import NodeTaskRead, TaskResultIn
+from service.db.models import AuditEvent, NodeJob, Site
+from service.db.uow import UnitOfWorkFactory
+from service.domain.access.principal import Principal
+from service.domain.audit import AuditContext
+from service.domain.datasets.catalog import create_dataset
+from service.domain.datasets.spec import BudgetLimits, FeatureInput, build_spec
+from service.domain.jobs.lifecycle import ClaimedJob, JobContext
+from service.domain.ledger import budgets
+from service.domain.ledger.budgets import BudgetStatus
+from service.domain.nodes import remote_fit
+from service.domain.nodes.exchange import NodeExchange, NodeTask
+from service.domain.nodes.node_tasks import NodeState, handle_task
+from service.domain.nodes.offers import OfferView, create_offer, withdraw_offer
+from service.domain.nodes.remote import (
+    RemoteOffer,
+    add_remote_contribution,
+    withdraw_remote_contribution,
+)
+from service.domain.nodes.remote_fit import (
+    NodeRefusedError,
+    RemoteParty,
+    _Link,
+    _terms,
+    run_remote_federated_job,
+)
+from service.domain.randomness import Randomness
+from service.domain.studies.federated import FederatedRequest, submit_federated_fit
+from service.domain.studies.membership import StudySpecInput, create_study
+from service.dp import fit as dp_fit
+
+CONTEXT = AuditContext(request_id="test", client_ip=None)
+FEATURES = [
+    FeatureInput(column="dose", type="numeric", lower=0.0, upper=100.0),
+    FeatureInput(column="arm", type="categorical", categories=("a", "b")),
+]
+LABEL_COLUMN, POSITIVE, NEGATIVE = "outcome", "yes", "no"
+ROWS = (120, 150)
+#: the encoded width: dose, the two arms, the intercept
+D = 4
+#: psgd over the node's datasets: ε = 0.5 per dataset, three noisy rounds
+PSGD: dict[str, Any] = {"protocol": "psgd", "epsilon": 0.5, "delta": 1e-5, "iterations": 3}
+
+
+@pytest.fixture
+def db_url(any_db_url: str) -> str:
+    return any_db_url
+
+
+# --- the coordinator ----------------------------------------------------------------------
+
+
+class HeldRunner:
+    """The coordinator's job runner: holds the federated job; the test runs it."""
+
+    sole_api_process = True
+
+    def __init__(self) -> None:
+        self.jobs: list[str] = []
+
+    def submit(self, job_id: str) -> None:
+        self.jobs.append(job_id)
+
+    def submit_to_api_process(self, job_id: str) -> None:
+        self.jobs.append(job_id)
+
+
+class InProcessCoordinator:
+    """The node's ``CoordinatorLink``: registers the offer as a remote contribution of the
+    coordinator's study, as the member site (the coordinator's endpoint does the same)."""
+
+    def __init__(self, uow_factory: UnitOfWorkFactory, member: Principal) -> None:
+        self.uow_factory = uow_factory
+        self.member = member
+
+    def offer(
+        self,
+        *,
+        study_id: str,
+        node_dataset_id: str,
+        preprocessing: Mapping[str, Any],
+        label: Mapping[str, Any],
+        n_features: int,
+        epsilon_cap: float,
+        delta_cap: float,
+    ) -> str:
+        return add_remote_contribution(
+            self.uow_factory(),
+            study_id=study_id,
+            offer=RemoteOffer(
+                node_dataset_id=node_dataset_id,
+                preprocessing=preprocessing,
+                label=label,
+                n_features=n_features,
+                epsilon_cap=epsilon_cap,
+                delta_cap=delta_cap,
+            ),
+            actor=self.member,
+            context=CONTEXT,
+        ).id
+
+    def withdraw(self, *, study_id: str, contribution_id: str) -> None:
+        withdraw_remote_contribution(
+            self.uow_factory(),
+            study_id=study_id,
+            contribution_id=contribution_id,
+            actor=self.member,
+            context=CONTEXT,
+        )
+
+
+@dataclass
+class Delivery:
+    """One task as the agent received it and the node's answer before the wire."""
+
+    message: dict[str, Any]
+    answer: dict[str, Any]
+
+
+class Wire(NodeExchange):
+    """The coordinator's task exchange with the node's agent on the other end: each task goes
+    through the schema of ``GET /v1/node/tasks/next`` to :func:`handle_task`, its answer
+    through the schema of ``POST /v1/node/tasks/{id}/result``, synchronously."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__()
+        self.node = node
+        self.attached = True
+        self.log: list[Delivery] = []
+
+    def ask(self, task: NodeTask, *, deadline: float) -> dict[str, Any]:
+        del deadline
+        message = json.loads(NodeTaskRead.model_validate(task.to_message()).model_dump_json())
+        answer = handle_task(self.node.uow_factory, self.node.state, message)
+        self.log.append(Delivery(message, answer))
+        return TaskResultIn.model_validate(answer).model_dump(exclude_none=True)
+
+    @property
+    def last(self) -> dict[str, Any]:
+        return self.log[-1].answer
+
+
+# --- the node -------------------------------------------------------------------------------
+
+
+def _csv(n: int, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    lines = ["dose,arm,outcome"]
+    for _ in range(n):
+        dose = rng.uniform(0, 100)
+        arm = "a" if rng.random() < 0.5 else "b"
+        positive = rng.random() < 1 / (1 + math.exp(-(dose - 50) / 15))
+        lines.append(f"{dose:.2f},{arm},{'yes' if positive else 'no'}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+@dataclass
+class Node:
+    """A site's node: its own site, datasets and offers, and its agent's memory."""
+
+    uow_factory: UnitOfWorkFactory
+    site: Principal
+    link: InProcessCoordinator
+    study_id: str
+    datasets: list[str] = field(default_factory=list)
+    offers: list[OfferView] = field(default_factory=list)
+    state: NodeState = field(default_factory=lambda: NodeState(randomness=Randomness()))
+
+    def add_dataset(self, n: int, *, epsilon: float = 10.0, delta: float = 1e-3) -> str:
+        spec = build_spec(
+            name=f"ward-{len(self.datasets)}",
+            features=FEATURES,
+            epsilon=epsilon,
+            delta=delta,
+            limits=BudgetLimits(max_epsilon=100.0, max_delta=1e-3),
+            label_column=LABEL_COLUMN,
+            positive=POSITIVE,
+            negative=NEGATIVE,
+        )
+        dataset = create_dataset(
+            self.uow_factory(),
+            actor=self.site,
+            spec=spec,
+            source=io.BytesIO(_csv(n, seed=len(self.datasets))),
+            context=CONTEXT,
+        )
+        self.datasets.append(dataset.id)
+        return dataset.id
+
+    def offer(self, dataset_id: str, *, epsilon_cap: float = 8.0, delta_cap: float = 1e-3) -> str:
+        view = create_offer(
+            self.uow_factory(),
+            link=self.link,
+            dataset_id=dataset_id,
+            study_id=self.study_id,
+            epsilon_cap=epsilon_cap,
+            delta_cap=delta_cap,
+            actor=self.site,
+            context=CONTEXT,
+        )
+        self.offers.append(view)
+        return view.contribution_id
+
+    def withdraw(self, contribution_id: str) -> None:
+        view = next(o for o in self.offers if o.contribution_id == contribution_id)
+        withdraw_offer(
+            self.uow_factory(),
+            link=self.link,
+            dataset_id=view.dataset_id,
+            offer_id=view.id,
+            actor=self.site,
+            context=CONTEXT,
+        )
+
+    def restart(self) -> None:
+        """A new ``privfit agent`` process: the same database, an empty memory."""
+        self.state = NodeState(randomness=Randomness())
+
+    def budget(self, dataset_id: str) -> BudgetStatus:
+        with self.uow_factory() as uow:
+            return budgets.budget_status(uow, dataset_id=dataset_id)
+
+    def offer_spent(self, contribution_id: str) -> tuple[int, int]:
+        with self.uow_factory() as uow:
+            row = uow.offers.by_contribution(contribution_id)
+            assert row is not None
+            return row.epsilon_spent_units, row.delta_spent_units
+
+    def jobs(self, contribution_id: str) -> list[NodeJob]:
+        with self.uow_factory() as uow:
+            row = uow.offers.by_contribution(contribution_id)
+            assert row is not None
+            return list(uow.offers.jobs_of_offer(row.id))
+
+    def job(self, contribution_id: str, job_id: str) -> NodeJob:
+        [row] = [r for r in self.jobs(contribution_id) if r.coordinator_job_id == job_id]
+        return row
+
+    def ledgers(self) -> tuple[tuple[int, int], ...]:
+        """Every dataset's spent (ε, δ) units, then every offer's."""
+        out = []
+        for dataset_id in self.datasets:
+            status = self.budget(dataset_id)
+            out.append((status.epsilon_spent_units, status.delta_spent_units))
+        out += [self.offer_spent(o.contribution_id) for o in self.offers]
+        return tuple(out)
+
+    def events(self, action: str) -> list[AuditEvent]:
+        with self.uow_factory() as uow:
+            return list(reversed(uow.audit.list_page(action=action, limit=1000)))
+
+
+def _site(uow_factory: UnitOfWorkFactory, name: str) -> Principal:
+    with uow_factory() as uow:
+        site = uow.sites.add(Site(name=f"{name}-{uuid.uuid4().hex[:8]}"))
+        uow.commit()
+    return Principal(role="site", site_id=site.id)
+
+
+@dataclass
+class Network:
+    """A coordinator's study whose member runs a node with two datasets, each offered."""
+
+    uow_factory: UnitOfWorkFactory
+    coordinator: Principal
+    node: Node
+    contributions: list[str]
+
+    def job(self, *contributions: str, **overrides: Any) -> ClaimedJob:
+        """A federated fit over ``contributions`` submitted on the coordinator (charged
+        nothing there: every party is remote), as its worker claims it."""
+        spec = {**PSGD, **overrides}
+        iterations = spec.pop("iterations")
+        params = spec.pop("params", {"iterations": iterations})
+        runner = HeldRunner()
+        submitted = submit_federated_fit(
+            self.uow_factory(),
+            study_id=self.node.study_id,
+            request=FederatedRequest(
+                datasets=list(contributions or self.contributions), params=params, **spec
+            ),
+            actor=self.coordinator,
+            runner=runner,
+            context=CONTEXT,
+        )
+        assert runner.jobs == [submitted.job.id]
+        job = submitted.job
+        return ClaimedJob(
+            id=job.id,
+            kind=job.kind,
+            owner_site_id=job.owner_site_id,
+            dataset_id=job.dataset_id,
+            params=dict(job.params),
+        )
+
+    def links(self, job: ClaimedJob, wire: Wire) -> list[_Link]:
+        """The coordinator's links to the job's parties, as ``run_remote_federated_job``
+        builds them (no seed: the CSPRNG)."""
+        order = job.params["participants"]
+        return [
+            _Link(wire, entry["id"], job.id, k, _terms(job, k, len(order), None))
+            for k, entry in enumerate(order)
+        ]
+
+
+@pytest.fixture
+def network(uow_factory: UnitOfWorkFactory) -> Network:
+    coordinator = _site(uow_factory, "coordinator")
+    member = _site(uow_factory, "hospital")  # the member site, on the coordinator
+    study = create_study(
+        uow_factory(),
+        name="dose study",
+        members=[member.site_id or ""],
+        spec=StudySpecInput(
+            label_column=LABEL_COLUMN, positive=POSITIVE, negative=NEGATIVE, features=FEATURES
+        ),
+        actor=coordinator,
+        context=CONTEXT,
+    )
+    node = Node(
+        uow_factory=uow_factory,
+        site=_site(uow_factory, "node"),  # the same hospital's site on its own node
+        link=InProcessCoordinator(uow_factory, member),
+        study_id=study.study.id,
+    )
+    contributions = [node.offer(node.add_dataset(n)) for n in ROWS]
+    return Network(uow_factory, coordinator, node, contributions)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def refused(link: _Link, step: str, **kwargs: Any) -> str:
+    """The node's reason for refusing ``step``; the coordinator's link raised on it."""
+    with pytest.raises(NodeRefusedError):
+        link.ask(step, **kwargs)
+    assert isinstance(link.exchange, Wire)
+    reason = link.exchange.last.get("refused")
+    assert isinstance(reason, str), link.exchange.last
+    return reason
+
+
+def joined(links: list[_Link]) -> list[int]:
+    """Every party joins; returns the sizes the coordinator then sends with ``prepare``."""
+    sizes = []
+    for link in links:
+        answer = link.ask("join")
+        sizes.append(answer["n"])
+    return sizes
+
+
+def spent(node: Node, dataset_id: str) -> tuple[float, float]:
+    status = node.budget(dataset_id)
+    return status.epsilon_spent, status.delta_spent
+
+
+def failures(node: Node, job_id: str) -> list[AuditEvent]:
+    return [
+        e
+        for e in node.events("node.job_failed")
+        if (e.details or {}).get("coordinator_job_id") == job_id
+    ]
+
+
+def refusal_events(node: Node, job_id: str) -> list[dict[str, Any]]:
+    return [
+        e.details or {}
+        for e in node.events("node.task_refused")
+        if (e.details or {}).get("coordinator_job_id") == job_id
+    ]
+
+
+@pytest.fixture
+def wire(network: Network) -> Wire:
+    return Wire(network.node)
+
+
+@pytest.fixture
+def exchange_is_the_wire(monkeypatch: pytest.MonkeyPatch, wire: Wire) -> Wire:
+    """The coordinator's process-wide exchange replaced by the wire to the node."""
+    monkeypatch.setattr(remote_fit, "EXCHANGE", wire)
+    return wire
+
+
+# --- a whole fit ----------------------------------------------------------------------------
+
+
+def test_a_fit_over_the_node_charges_each_dataset_once_and_finishes(
+    network: Network, exchange_is_the_wire: Wire
+) -> None:
+    """The coordinator's own job runner against the node: join, prepare, every round and the
+    certification, finish. Each dataset is charged once, by the node, for the whole job."""
+    node, wire = network.node, exchange_is_the_wire
+    job = network.job()
+    release = run_remote_federated_job(
+        network.uow_factory,
+        job,
+        JobContext(randomness=Randomness(), progress=lambda _: None, fit=dp_fit),
+    )
+    steps = [d.message["step"] for d in wire.log]
+    assert steps[:4] == ["join", "join", "prepare", "prepare"]
+    assert steps[-2:] == ["finish", "finish"]
+    assert steps.count("noisy_gradient") == 2 * job.params["rounds"] == 6
+    assert all("refused" not in d.answer for d in wire.log)
+    # what the node reported as its charge is what its ledger holds, once per dataset
+    reported = {
+        e["contribution_id"]: e["charged_by_this_job"] for e in release.model.privacy["datasets"]
+    }
+    for k, (contribution, dataset_id) in enumerate(
+        zip(network.contributions, node.datasets, strict=True)
+    ):
+        status = node.budget(dataset_id)
+        [charge] = status.charges
+        assert (charge.epsilon, charge.state) == (0.5, "charged")
+        assert charge.mechanism == "node_psgd"
+        assert (status.epsilon_spent, status.delta_spent) == (charge.epsilon, charge.delta)
+        assert reported[contribution]["epsilon"] == pytest.approx(charge.epsilon)
+        assert node.offer_spent(contribution) == (
+            status.epsilon_spent_units,
+            status.delta_spent_units,
+        )
+        [row] = node.jobs(contribution)
+        assert (row.coordinator_job_id, row.status, row.error) == (job.id, "finished", None)
+        assert row.charge_id == charge.id
+        assert row.terms == _terms(job, k, 2, None)
+    accepted = node.events("node.job_accepted")
+    assert [e.details["coordinator_job_id"] for e in accepted if e.details] == [job.id] * 2
+    assert len(node.events("node.job_finished")) == 2
+    assert node.events("node.task_refused") == []
+
+
+# --- join: once per job ---------------------------------------------------------------------
+
+
+def test_a_second_join_of_an_accepted_job_never_charges_again(network: Network, wire: Wire) -> None:
+    node = network.node
+    job = network.job()
+    links = network.links(job, wire)
+    first = links[0].ask("join")
+    assert first["n"] == ROWS[0]
+    assert first["charged"]["epsilon"] == pytest.approx(0.5)
+    after_join = spent(node, node.datasets[0]), node.offer_spent(network.contributions[0])
+
+    # the coordinator asks again (the next sequence number), then replays the join itself
+    assert "already accepted and charged" in refused(links[0], "join")
+    links[0].seq = 0
+    assert "already accepted" in refused(links[0], "join")
+
+    assert (spent(node, node.datasets[0]), node.offer_spent(network.contributions[0])) == (
+        after_join
+    )
+    assert len(node.budget(node.datasets[0]).charges) == 1
+    [row] = node.jobs(network.contributions[0])
+    assert row.status == "failed"
+    assert "already accepted" in (row.error or "")
+    assert len(refusal_events(node, job.id)) == 2
+    assert all(e["step"] == "join" for e in refusal_events(node, job.id))
+    # the other party's dataset was never touched
+    assert spent(node, node.datasets[1]) == (0.0, 0.0)
+
+
+# --- later tasks: only the accepted terms ---------------------------------------------------
+
+
+def _forge_term(key: str, value: Any) -> Callable[[_Link], None]:
+    def forge(link: _Link) -> None:
+        link.terms = {**link.terms, key: value}
+
+    return forge
+
+
+def _seq(value: Callable[[int], int]) -> Callable[[_Link], None]:
+    def forge(link: _Link) -> None:
+        link.seq = value(link.seq)
+
+    return forge
+
+
+#: What a forged task does to the coordinator's link → what the node's refusal says.
+FORGERIES: dict[str, tuple[Callable[[_Link], None], str]] = {
+    "a changed epsilon": (_forge_term("epsilon", 5.0), "differ from the accepted ones: epsilon"),
+    "a changed delta": (_forge_term("delta", 1e-4), "accepted ones: delta"),
+    "more rounds": (_forge_term("rounds", 30), "accepted ones: rounds"),
+    "changed params": (_forge_term("params", {"iterations": 30}), "accepted ones: params"),
+    "another protocol": (_forge_term("protocol", "admm"), "accepted ones: protocol"),
+    "another loss": (_forge_term("loss", "huber"), "accepted ones: loss"),
+    "another party index": (_forge_term("index", 1), "accepted ones: index"),
+    "a seed": (_forge_term("seed", "7"), "accepted ones: seed"),
+    "an unknown term": (_forge_term("sigma", 0.0), "unknown fields: sigma"),
+    "a replayed sequence number": (_seq(lambda seq: seq - 1), "replayed"),
+    "a sequence number seen long ago": (_seq(lambda seq: 0), "replayed"),
+}
+
+
+def test_a_task_that_departs_from_the_accepted_terms_is_refused_and_fails_the_job(
+    network: Network, wire: Wire
+) -> None:
+    """Each forgery on a running job of its own (joined, prepared, one round done)."""
+    node = network.node
+    for forgery, (forge, expected) in FORGERIES.items():
+        job = network.job()
+        links = network.links(job, wire)
+        sizes = joined(links)
+        parties = [RemoteParty(link, d=D) for link in links]
+        for link, party in zip(links, parties, strict=True):
+            link.ask("prepare", sizes=sizes)
+            party.draw_fixed_noise(0.0, None)
+        parties[0].noisy_gradient(np.zeros(D), 0.0, None)
+        ledger = node.ledgers()
+
+        forge(links[0])
+        reason = refused(links[0], "noisy_gradient", vectors=[np.zeros(D)])
+
+        assert expected in reason, forgery
+        assert node.ledgers() == ledger, forgery  # no charge, on either dataset or offer
+        [event] = refusal_events(node, job.id)
+        assert (event["step"], event["reason"]) == ("noisy_gradient", reason), forgery
+        assert event["contribution_id"] == network.contributions[0]
+        row = node.job(network.contributions[0], job.id)
+        assert (row.status, row.error) == ("failed", reason), forgery
+        [failed] = failures(node, job.id)
+        assert failed.outcome == "failure"
+        assert failed.details == {"coordinator_job_id": job.id, "error": reason}
+        # the job is over on this node: even a task on the accepted terms is refused now
+        links[0].terms = _terms(job, 0, 2, None)
+        links[0].seq = 100
+        again = refused(links[0], "noisy_gradient", vectors=[np.zeros(D)])
+        assert "ended on this node (failed)" in again, forgery
+        # the job's other party, whose tasks were not forged, goes on
+        assert parties[1].noisy_gradient(np.zeros(D), 0.0, None).shape == (D,)
+        assert node.job(network.contributions[1], job.id).status == "accepted"
+    assert [len(node.budget(d).charges) for d in node.datasets] == [len(FORGERIES)] * 2
+
+
+def test_steps_outside_the_protocol_are_refused_and_fail_the_job(
+    network: Network, wire: Wire
+) -> None:
+    """Each on a job of its own, after the steps named by ``done``: a step psgd does not
+    have, a round before prepare or before the fixed noise, a second fixed noise, a round
+    beyond the accepted ones, certification before every round, a vector of another width,
+    ``prepare`` without the node's own size or twice."""
+    node = network.node
+    zero = [np.zeros(D)]
+    cases: list[tuple[str, int, str, dict[str, Any], str]] = [
+        ("draw", 0, "local_step", {"vectors": zero}, "psgd has no step 'local_step'"),
+        ("draw", 0, "steal_rows", {}, "psgd has no step 'steal_rows'"),
+        ("join", 0, "noisy_gradient", {"vectors": zero}, "after prepare"),
+        ("prepare", 0, "noisy_gradient", {"vectors": zero}, "out of turn: the site's fixed"),
+        ("draw", 0, "draw_fixed_noise", {}, "more draw_fixed_noise steps"),
+        ("draw", 3, "noisy_gradient", {"vectors": zero}, "more noisy_gradient steps"),
+        ("draw", 1, "gop_gradient", {"vectors": zero}, "after all the accepted noisy rounds"),
+        ("draw", 0, "noisy_gradient", {"vectors": [np.zeros(D + 1)]}, f"{D} finite numbers"),
+        ("join", 0, "prepare", {"sizes": [ROWS[0] + 1, ROWS[1]]}, "own size"),
+        ("join", 0, "prepare", {"sizes": [ROWS[0]]}, "one positive size per party"),
+        ("prepare", 0, "prepare", {"sizes": list(ROWS)}, "already prepared"),
+    ]
+    for done, rounds, step, inputs, expected in cases:
+        job = network.job()
+        links = network.links(job, wire)
+        sizes = joined(links)
+        link = links[0]
+        if done in ("prepare", "draw"):
+            link.ask("prepare", sizes=sizes)
+        if done == "draw":
+            link.ask("draw_fixed_noise")
+        for _ in range(rounds):
+            link.ask("noisy_gradient", zero)
+        ledger = node.ledgers()
+        reason = refused(link, step, **inputs)
+        assert expected in reason, (step, done)
+        assert node.ledgers() == ledger
+        assert [e["reason"] for e in refusal_events(node, job.id)] == [reason]
+        row = node.job(network.contributions[0], job.id)
+        assert (row.status, row.error) == ("failed", reason)
+        assert len(failures(node, job.id)) == 1
+    # each job was charged once, at its join
+    assert len(node.budget(node.datasets[0]).charges) == len(cases)
+    assert spent(node, node.datasets[0])[0] == pytest.approx(0.5 * len(cases))
+
+
+def test_a_task_of_a_job_the_node_never_accepted_is_refused(network: Network, wire: Wire) -> None:
+    """A job id the node never accepted, or a contribution it has no offer for: refused; the
+    job the node did accept goes on."""
+    node = network.node
+    job = network.job()
+    links = network.links(job, wire)
+    sizes = joined(links)
+    ledger = node.ledgers()
+    stranger = _Link(wire, network.contributions[0], "f" * 32, 0, links[0].terms)
+    stranger.terms = {**stranger.terms, "job_id": "f" * 32}
+    stranger.seq = 5
+    assert "never accepted" in refused(stranger, "prepare", sizes=sizes)
+    elsewhere = _Link(wire, "0" * 32, job.id, 0, links[0].terms)
+    elsewhere.seq = 5
+    assert "no offer for that contribution" in refused(elsewhere, "prepare", sizes=sizes)
+
+    assert node.ledgers() == ledger
+    assert len(refusal_events(node, "f" * 32)) == 1
+    assert len(refusal_events(node, job.id)) == 1
+    assert node.events("node.job_failed") == []
+    for link in links:
+        link.ask("prepare", sizes=sizes)
+    assert [node.job(c, job.id).status for c in network.contributions] == ["accepted"] * 2
+
+
+# --- an agent restart -----------------------------------------------------------------------
+
+
+def test_after_an_agent_restart_the_running_job_is_refused_and_nothing_is_charged_twice(
+    network: Network, wire: Wire
+) -> None:
+    node = network.node
+    job = network.job()
+    links = network.links(job, wire)
+    sizes = joined(links)
+    for link in links:
+        link.ask("prepare", sizes=sizes)
+    RemoteParty(links[0], d=D).draw_fixed_noise(0.0, None)
+    charges = [node.budget(d).charges for d in node.datasets]
+    ledger = node.ledgers()
+
+    node.restart()
+
+    reason = refused(links[0], "noisy_gradient", vectors=[np.zeros(D)])
+    assert "no longer holds the job's local state (an agent restart)" in reason
+    # nor can the coordinator start the job over on the node: a fresh join charges nothing
+    again = network.links(job, wire)
+    assert "already accepted and charged" in refused(again[1], "join")
+    assert "agent restart" in wire.last["refused"]
+    assert "ended on this node (failed)" in refused(again[0], "join")
+
+    assert [node.budget(d).charges for d in node.datasets] == charges
+    assert [c.state for cs in charges for c in cs] == ["charged", "charged"]
+    assert node.ledgers() == ledger
+    for contribution in network.contributions:
+        row = node.job(contribution, job.id)
+        assert row.status == "failed"
+        assert "agent restart" in (row.error or "")
+    assert len(refusal_events(node, job.id)) == 3
+    assert len(failures(node, job.id)) == 2
+    assert len(node.events("node.job_accepted")) == 2
+    # the restarted agent accepts new jobs as usual
+    assert joined(network.links(network.job(), wire)) == list(ROWS)
+    assert len(node.events("node.job_accepted")) == 4
+
+
+# --- refused before any charge --------------------------------------------------------------
+
+
+def test_a_join_outside_what_the_node_runs_is_refused_before_any_charge(
+    network: Network, wire: Wire
+) -> None:
+    """Each forged join on a job of its own; the node's ledgers stay as they were."""
+    node = network.node
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"protocol": "noisy_average", "params": {}}, "not run on nodes"),
+        (
+            {"protocol": "admm", "params": {"perturbation": "none", "iterations": 3}},
+            "without differential privacy",
+        ),
+        ({"epsilon": None}, "epsilon must be a number"),
+        ({"epsilon": "0.5"}, "epsilon must be a number"),
+        ({"epsilon": math.inf}, "epsilon must be a number"),  # JSON has no ∞: it arrives null
+        ({"epsilon": -0.5}, "invalid terms"),
+        ({"delta": 1.5}, "invalid terms"),
+        ({"rounds": 2}, "rounds differ"),
+        ({"params": {"iterations": 0}}, "invalid terms"),
+        ({"index": 1, "sites": 1}, "party index"),
+        ({"job_id": "another-job"}, "job id"),
+    ]
+    for terms, expected in cases:
+        link = network.links(network.job(), wire)[0]
+        link.terms = {**link.terms, **terms}
+        reason = refused(link, "join")
+        assert expected in reason, terms
+        [event] = refusal_events(node, link.job_id)
+        assert event["step"] == "join"
+        assert event["reason"] == reason
+
+    # no cost at all, as a rogue coordinator's JSON may carry (``json.loads`` takes NaN and
+    # Infinity; the wire schema above would not send them)
+    for value in (math.nan, math.inf):
+        job = network.job()
+        message = NodeTask(
+            id="t-1",
+            contribution_id=network.contributions[0],
+            job_id=job.id,
+            seq=1,
+            step="join",
+            terms={**_terms(job, 0, 2, None), "epsilon": value},
+        ).to_message()
+        answer = handle_task(node.uow_factory, node.state, json.loads(json.dumps(message)))
+        assert "invalid terms" in answer["refused"], value
+
+    # an offer this node does not have
+    job = network.job()
+    unknown = _Link(wire, "0" * 32, job.id, 0, _terms(job, 0, 2, None))
+    assert "no offer for that contribution" in refused(unknown, "join")
+
+    assert node.ledgers() == ((0, 0), (0, 0), (0, 0), (0, 0))
+    assert [node.jobs(c) for c in network.contributions] == [[], []]
+    assert len(node.events("node.task_refused")) == len(cases) + 3
+    assert node.events("node.job_accepted") == []
+
+
+def test_terms_beyond_the_offer_s_caps_or_the_dataset_s_budget_are_refused_before_any_charge(
+    network: Network, wire: Wire
+) -> None:
+    node = network.node
+    # a third dataset offered with small caps: at most ε = 0.8, δ = 1.5e-5 in all
+    small = node.offer(node.add_dataset(100, epsilon=2.0), epsilon_cap=0.8, delta_cap=1.5e-5)
+    dataset_id = node.datasets[-1]
+
+    def join(**overrides: Any) -> dict[str, Any]:
+        link = network.links(network.job(small, network.contributions[1], **overrides), wire)[0]
+        try:
+            return link.ask("join")
+        except NodeRefusedError:
+            return wire.last
+
+    assert "offer's caps" in join(epsilon=0.9)["refused"]
+    assert "offer's caps" in join(delta=2e-5)["refused"]
+    assert spent(node, dataset_id) == (0.0, 0.0)
+    assert node.offer_spent(small) == (0, 0)
+    assert join(epsilon=0.5)["charged"]["epsilon"] == pytest.approx(0.5)
+    assert "offer's caps" in join(epsilon=0.5)["refused"]  # no longer: ε = 0.3 is left
+    assert spent(node, dataset_id)[0] == pytest.approx(0.5)
+    assert node.offer_spent(small)[0] == node.budget(dataset_id).epsilon_spent_units
+    assert len(node.budget(dataset_id).charges) == 1
+    assert len(node.jobs(small)) == 1
+
+    # the dataset's owner spent most of its own budget on local fits since: the offer still
+    # has ε = 0.3 (δ = 5e-6) left, the dataset only ε = 0.1
+    with node.uow_factory() as uow:
+        budgets.charge(uow, dataset_id=dataset_id, epsilon=1.4, delta=0.0, mechanism="local_fit")
+        uow.commit()
+    offer = node.offer_spent(small)
+    assert "dataset's own budget" in join(epsilon=0.25, delta=1e-6)["refused"]
+    assert node.offer_spent(small) == offer  # the offer's debit was rolled back with it
+    assert spent(node, dataset_id)[0] == pytest.approx(1.9)
+    assert len(node.jobs(small)) == 1
+    assert len(node.events("node.task_refused")) == 4
+
+
+def test_a_withdrawn_offer_takes_no_new_job_and_fails_its_running_one(
+    network: Network, wire: Wire
+) -> None:
+    node = network.node
+    running = network.job()
+    links = network.links(running, wire)
+    sizes = joined(links)
+    waiting = network.job()
+    ledger = node.ledgers()
+    node.withdraw(network.contributions[0])
+
+    assert "withdrawn" in refused(network.links(waiting, wire)[0], "join")
+    assert "withdrawn" in refused(links[0], "prepare", sizes=sizes)
+    assert node.ledgers() == ledger  # the running job's charge is kept, nothing added
+    assert node.job(network.contributions[0], running.id).status == "failed"
+    assert [r.coordinator_job_id for r in node.jobs(network.contributions[0])] == [running.id]
+    # the dataset's other offer is unaffected
+    links[1].ask("prepare", sizes=sizes)
+    assert node.job(network.contributions[1], running.id).status == "accepted"
+
+
+def test_one_dataset_under_two_offers_takes_part_in_a_job_once(
+    network: Network, wire: Wire
+) -> None:
+    """The same dataset offered twice to the study: a fit naming both offers would run two
+    parties over the same rows; the node's ledger holds one charge per dataset and job, so
+    the second join is refused rather than run uncharged."""
+    node = network.node
+    twice = node.offer(node.datasets[0])
+    job = network.job(network.contributions[0], twice)
+    first, second = network.links(job, wire)
+    assert first.ask("join")["charged"]["epsilon"] == pytest.approx(0.5)
+    assert "already takes part in this job" in refused(second, "join")
+    status = node.budget(node.datasets[0])
+    assert [c.epsilon for c in status.charges] == [0.5]
+    assert status.epsilon_spent == pytest.approx(0.5)
+    assert node.offer_spent(twice) == (0, 0)
+    assert node.jobs(twice) == []
+    # the job the first offer accepted is untouched by the refusal
+    assert node.job(network.contributions[0], job.id).status == "accepted"
