@@ -90,7 +90,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -205,6 +205,43 @@ def batch_sizes(n: int, batch_size: int) -> NDArray[np.int64]:
     return sizes
 
 
+#: The expected noise norm, in units of the release grid's scale s, that the grid is chosen for.
+_NOISE_NORM_PER_SCALE: Final[float] = 16.0
+#: s ≤ 2^200 (far beyond any calibration PrivFit accepts).
+_MAX_SCALE_EXPONENT: Final[int] = 200
+
+
+def release_scale(dim: int, beta: float) -> int:
+    """s = 2^k ≥ 1, the smallest power of two with E‖z‖/s = (d/β)/s ≤ 16: noisy gradients
+    are released on the grid s·2⁻³², which depends only on public numbers (d, β).
+
+    Why: the exact sampler decides each coordinate's cell from a floating-point evaluation
+    with a rigorous error bound, which grows with the coordinate's magnitude; at a tiny ε per
+    pass the noise is so large (E‖z‖ ≈ 10⁵ at ε_pass = 10⁻⁴, b = 1) that the cells of
+    2⁻³² are too fine for doubles and most coordinates fall back to decimal arithmetic
+    (~30× slower). A grid scaled to the noise keeps a noise-to-grid ratio of at most 2⁴⁰·16.
+
+    How, exactly: o = s·γ·round((ḡ/s + z/s)/γ) with z/s ∝ exp(−βs‖·‖) is the cell of ḡ + z on
+    the grid sγ (s a power of two: ḡ/s and s·(·) are exact unless ḡ/s is subnormal, which
+    moves the centre by at most s·2⁻¹⁰⁷⁵ per coordinate; :func:`release_sensitivity` adds
+    that to Δ). Post-processing of ḡ + z with a public grid: the guarantee is unchanged."""
+    expected = dim / beta
+    if not math.isfinite(expected) or expected <= _NOISE_NORM_PER_SCALE:
+        return 1
+    exponent = min(_MAX_SCALE_EXPONENT, math.ceil(math.log2(expected / _NOISE_NORM_PER_SCALE)))
+    return 1 << exponent
+
+
+def release_sensitivity(sizes: NDArray[np.int64], dim: int, scale: int) -> Fraction:
+    """Δ of the released centre s·fl(ḡ/s): :func:`gradient_sensitivity` plus 2·s·⌈√d⌉·2⁻¹⁰⁷⁵
+    (each coordinate of s·fl(ḡ/s) is within s·2⁻¹⁰⁷⁵ of ḡ's; nothing when s = 1)."""
+    base = gradient_sensitivity(sizes, dim)
+    if scale == 1:
+        return base
+    root = math.isqrt(dim) + (0 if math.isqrt(dim) ** 2 == dim else 1)
+    return base + Fraction(scale * root, 2**1074)
+
+
 def gradient_sensitivity(sizes: NDArray[np.int64], dim: int) -> Fraction:
     """Δ: the largest L2 change of a computed clipped mini-batch mean under replace-one, over
     the batch sizes of a pass (:func:`service.dp.clipping.mean_sensitivity`, exact)."""
@@ -292,7 +329,8 @@ class DPSGD:
             spent, spent_delta, method = float(Fraction(eps_pass) * epochs), 0.0, "basic"
         k = p["projection_dim"]
         dim = int(k) if k is not None else problem.d
-        sensitivity = gradient_sensitivity(sizes, dim)
+        scale = release_scale(dim, clipping.scale_for(eps_pass, gradient_sensitivity(sizes, dim)))
+        sensitivity = release_sensitivity(sizes, dim, scale)
         exact_sensitivity = Fraction(2 * CLIP) / b_min
         beta = clipping.scale_for(eps_pass, sensitivity)
         margin = float(sensitivity / exact_sensitivity - 1)
@@ -329,6 +367,8 @@ class DPSGD:
                 "sum and the division; service.dp.clipping), and β = ε_pass/that"
             ),
             release=GRADIENT_RELEASE,
+            release_grid=scale * lattice.GRID,
+            release_scale=scale,
             beta=beta,
             noise="norm_exponential",
             noise_dimension=dim,
@@ -386,6 +426,7 @@ class DPSGD:
         if X.shape != (problem.n, problem.d) or y.shape[0] != problem.n:
             raise ValueError("X and y do not match the problem's n and d")
         beta = float(calibration.details["beta"])
+        scale = int(calibration.details.get("release_scale", 1))
         report(progress, 0.0)
 
         projection: RandomProjection | None = None
@@ -414,6 +455,7 @@ class DPSGD:
                 epochs=int(p["epochs"]),
                 sizes=batch_sizes(problem.n, int(p["batch_size"])),
                 beta=beta,
+                scale=scale,
                 schedule=str(p["schedule"]),
                 eta=float(p["eta"]) if p.get("eta") is not None else 0.0,
                 radius=p["radius"],
@@ -435,6 +477,7 @@ def _sgd(
     epochs: int,
     sizes: NDArray[np.int64],
     beta: float,
+    scale: int,
     schedule: str,
     eta: float,
     radius: float | None,
@@ -443,6 +486,7 @@ def _sgd(
 ) -> FloatArray:
     """The noisy SGD loop of the module docstring; returns the last iterate."""
     n, dim = Z.shape
+    s = float(scale)  # the release grid is s·2⁻³² (release_scale)
     m = int(sizes.size)
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     caps = clipping.clip_caps(clipping.row_norm_bounds(Z), CLIP)
@@ -457,7 +501,8 @@ def _sgd(
         perm = np.argsort(noise.uniforms(n, rng), kind="stable")
         for start in range(0, m, chunk):
             stop = min(m, start + chunk)
-            block = lattice.NormExponentialBlock(stop - start, dim, beta=beta, rng=rng)
+            # z/s ∝ exp(−βs‖·‖): the cells of ḡ/s + z/s on γ are those of ḡ + z on sγ
+            block = lattice.NormExponentialBlock(stop - start, dim, beta=beta * s, rng=rng)
             for j in range(start, stop):
                 t += 1
                 idx = perm[bounds[j] : bounds[j + 1]]
@@ -466,7 +511,12 @@ def _sgd(
                 lp = loss.derivative(yb * (Xb @ w))
                 # the per-example gradient l′·y·x clipped to norm < 1 (service.dp.clipping)
                 grad = clipping.clipped_mean(lp * yb, Xb, caps[idx])
-                released = block.release(j - start, grad)  # exact grid point of grad + z
+                # the exact point of the grid sγ for grad + z (s a power of two: exact)
+                released = (
+                    s * block.release(j - start, grad / s)
+                    if s > 1
+                    else block.release(j - start, grad)
+                )
                 if schedule == "constant":
                     step = eta
                 elif schedule == "inverse_sqrt":

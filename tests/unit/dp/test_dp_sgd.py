@@ -20,6 +20,8 @@ from service.dp.mechanisms import dp_sgd
 from service.dp.mechanisms.dp_sgd import (
     MECHANISM,
     batch_sizes,
+    gradient_sensitivity,
+    release_sensitivity,
     split_epsilon,
 )
 from service.dp.projection import RandomProjection
@@ -610,3 +612,64 @@ def test_one_epoch_spends_no_delta_even_when_delta_is_offered() -> None:
     assert cal.details["delta_offered"] == 1e-7
     assert cal.details["advanced_total"]["epsilon"] == pytest.approx(7.395974256, rel=1e-9)
     assert "the δ offered is not spent" in cal.composition
+
+
+# --- the release grid scaled to the noise (public: d and β) ------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("n", "d", "b", "eps", "epochs", "scale"),
+    [
+        (30162, 106, 50, 1.0, 1, 1),  # Adult at ε = 1: E‖z‖ ≈ 4.2, the plain 2⁻³² grid
+        (200, 5, 1, 1.0, 10_000, 2**13),  # ε_pass = 10⁻⁴, b = 1 (Δ ≈ 2): E‖z‖ ≈ 10⁵ = 16·6250
+        (200, 5, 1, 0.05, 250, 2**12),  # ε_pass = 2·10⁻⁴: E‖z‖ ≈ 5·10⁴ = 16·3125
+    ],
+)
+def test_the_release_grid_scales_with_the_expected_noise(
+    n: int, d: int, b: int, eps: float, epochs: int, scale: int
+) -> None:
+    det = MECHANISM.calibrate(_problem(n, d, eps, batch_size=b, epochs=epochs)).details
+    expected = d / det["beta"]
+    s = det["release_scale"]
+    # the smallest power of two that brings the expected noise norm to at most 16 grid scales
+    assert s == scale
+    assert s & (s - 1) == 0
+    assert expected / s <= 16.0
+    assert s == 1 or expected / (s // 2) > 16.0
+    assert det["release_grid"] == s * 2.0**-32
+    # the centre's rounding when ḡ/s is subnormal is in Δ: s·⌈√d⌉·2⁻¹⁰⁷⁴ more, nothing at s = 1
+    sizes = batch_sizes(n, b)
+    base = gradient_sensitivity(sizes, d)
+    root = math.isqrt(d) + (0 if math.isqrt(d) ** 2 == d else 1)
+    assert release_sensitivity(sizes, d, s) == base + (Fraction(s * root, 2**1074) if s > 1 else 0)
+    assert Fraction(det["beta"]) * release_sensitivity(sizes, d, s) <= Fraction(
+        det["epsilon_per_epoch"]
+    )
+
+
+def test_with_a_scaled_grid_the_released_gradients_lie_on_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ε_pass = 10⁻⁴ with b = 1: the noisy gradients are multiples of s·2⁻³² (s = 2¹³ here,
+    so of 2⁻¹⁹), the sampler drawing z/s around ḡ/s."""
+    released: list[np.ndarray] = []
+    original = lattice.NormExponentialBlock.release
+
+    def spy(self: lattice.NormExponentialBlock, j: int, centre: np.ndarray) -> np.ndarray:
+        out = original(self, j, centre)
+        released.append(out)
+        return out
+
+    monkeypatch.setattr(lattice.NormExponentialBlock, "release", spy)
+    X, y = _data(200, 5)
+    problem = _problem(200, 5, 1.0, batch_size=1, epochs=3)
+    det = MECHANISM.calibrate(problem).details
+    s = det["release_scale"]
+    assert s > 1
+    _fit(X, y, problem, seed=5)
+    assert len(released) == problem_updates(problem)
+    on_scaled = np.array(released) * float(s) * 2.0**32  # the block releases z/s on 2⁻³²
+    np.testing.assert_array_equal(on_scaled, np.round(on_scaled))
+    # and the noise the block drew is z/s, with E‖z/s‖ = d/(βs) ≤ 16
+    norms = [float(np.linalg.norm(r)) for r in released]
+    assert np.mean(norms) == pytest.approx(5 / (det["beta"] * s), rel=0.2)
