@@ -7,8 +7,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip --quiet --disable-pip-version-check
 PYTEST_ARGS ?=
-# Tests run in parallel, one process per core (pytest-xdist).
-PYTEST_PARALLEL ?= -n auto
+# Tests run in parallel (pytest-xdist): one process per core and one more, which keeps the
+# cores busy while the tests that wait on real servers, workers and browsers wait.
+PYTEST_PARALLEL ?= -n $(shell $(PYTHON) -c 'import os; print((os.cpu_count() or 1) + 1)')
 # Bytecode caches are written even where the environment asks not to (PYTHONDONTWRITEBYTECODE):
 # every test process and every server, worker and agent a test starts would otherwise compile
 # the project and re-run pytest's assertion rewriting from source (≈ 7 s per test process, 1 s
