@@ -6,6 +6,9 @@ federated fit) and :func:`run_job` is the domain's ``execute_job`` bound to them
 job is one handler in its use-case module plus one line here. :data:`API_PROCESS_RULES` names
 the kinds some of whose jobs must run in the API process (a federated fit over site nodes), with
 the use case's rule saying which: the in-process runner resubmits those there after a restart.
+:func:`interrupted_hooks` names what follows a job's failure by recovery, by kind: a federated
+fit over site nodes queues an ``abort`` for each of its nodes
+(:func:`service.domain.nodes.remote_fit.abort_interrupted_fit`).
 
 :func:`build_runner` makes the app's default runner from the settings; :func:`job_function`
 is what a worker process calls once to build its own engine and job function (it must be
@@ -27,6 +30,7 @@ from service.domain.fits.run import run_fit_job
 from service.domain.fits.tuning import TUNED_FIT_KIND, run_tuned_fit_job
 from service.domain.jobs.lifecycle import (
     ApiProcessRule,
+    InterruptedHook,
     JobHandler,
     JobOutcome,
     execute_job,
@@ -35,7 +39,7 @@ from service.domain.jobs.lifecycle import (
     settle_lost_job,
 )
 from service.domain.models.evaluations import EVALUATION_KIND, run_evaluation_job
-from service.domain.nodes.remote_fit import reaches_nodes
+from service.domain.nodes.remote_fit import abort_interrupted_fit, reaches_nodes
 from service.domain.randomness import Randomness
 from service.domain.studies.charged_aggregations import run_aggregation_job
 from service.domain.studies.federated import run_federated_job
@@ -47,6 +51,7 @@ __all__ = [
     "JOB_HANDLERS",
     "WorkerConfig",
     "build_runner",
+    "interrupted_hooks",
     "job_function",
     "run_job",
 ]
@@ -65,6 +70,13 @@ JOB_HANDLERS: Mapping[str, JobHandler] = {
 API_PROCESS_RULES: Mapping[str, ApiProcessRule] = {
     "federated": reaches_nodes,
 }
+
+
+def interrupted_hooks(randomness: Randomness) -> Mapping[str, InterruptedHook]:
+    """What recovery does after failing a job of each kind (``recover_jobs``'s
+    ``on_interrupted``): tell the nodes of a federated fit (``randomness`` derives the seed
+    its terms carry in test mode)."""
+    return {"federated": functools.partial(abort_interrupted_fit, randomness=randomness)}
 
 
 def run_job(uow_factory: UnitOfWorkFactory, job_id: str, **options: Any) -> JobOutcome:
@@ -130,7 +142,9 @@ def build_runner(settings: Settings, uow_factory: UnitOfWorkFactory) -> JobRunne
     worker = in_api_process if kind == "thread" else functools.partial(job_function, config)
     return PoolJobRunner(
         worker=worker,
-        recover_jobs=functools.partial(recover_jobs, uow_factory),
+        recover_jobs=functools.partial(
+            recover_jobs, uow_factory, on_interrupted=interrupted_hooks(config.randomness)
+        ),
         on_lost=functools.partial(settle_lost_job, uow_factory),
         workers=settings.job_workers,
         kind=kind,

@@ -21,6 +21,9 @@ What the node must keep:
   a task of a job the node never accepted is refused and leaves its running jobs alone;
 * after an agent restart (a fresh ``NodeState``, same database) the node refuses the rest of a
   running job, fails it, keeps its charge, and a fresh ``join`` of it charges nothing;
+* after a coordinator restart, recovery fails the running job and queues one ``abort`` per
+  remote contribution (once): the node fails its job with or without its party in memory, and
+  no ledger moves;
 * terms beyond the offer's caps, a withdrawn or unknown offer, a non-private variant, the
   noisy average, a dataset whose own budget is short, and a job naming one dataset under two
   offers are refused before any charge.
@@ -40,13 +43,14 @@ import numpy as np
 import pytest
 
 from service.api.schemas.nodes import NodeTaskRead, TaskResultIn
+from service.db.base import utcnow
 from service.db.models import AuditEvent, NodeJob, Site
 from service.db.uow import UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import create_dataset
 from service.domain.datasets.spec import BudgetLimits, FeatureInput, build_spec
-from service.domain.jobs.lifecycle import ClaimedJob, JobContext
+from service.domain.jobs.lifecycle import ClaimedJob, JobContext, recover_jobs
 from service.domain.ledger import budgets
 from service.domain.ledger.budgets import BudgetStatus
 from service.domain.nodes import remote_fit
@@ -59,6 +63,7 @@ from service.domain.nodes.remote import (
     withdraw_remote_contribution,
 )
 from service.domain.nodes.remote_fit import (
+    RESTART_ABORT_SEQ,
     NodeRefusedError,
     RemoteParty,
     _Link,
@@ -67,8 +72,14 @@ from service.domain.nodes.remote_fit import (
 )
 from service.domain.randomness import Randomness
 from service.domain.studies.federated import FederatedRequest, submit_federated_fit
-from service.domain.studies.membership import StudySpecInput, create_study
+from service.domain.studies.membership import (
+    DatasetGrant,
+    StudySpecInput,
+    add_contribution,
+    create_study,
+)
 from service.dp import fit as dp_fit
+from service.jobs.worker import interrupted_hooks
 
 CONTEXT = AuditContext(request_id="test", client_ip=None)
 FEATURES = [
@@ -823,3 +834,131 @@ def test_one_dataset_under_two_offers_takes_part_in_a_job_once(
     assert node.jobs(twice) == []
     # the job the first offer accepted is untouched by the refusal
     assert node.job(network.contributions[0], job.id).status == "accepted"
+
+
+# --- a coordinator restart ------------------------------------------------------------------
+
+
+def _hosted_dataset(network: Network) -> str:
+    """A dataset of the member site hosted on the coordinator, granted to the study."""
+    member = network.node.link.member
+    spec = build_spec(
+        name="hosted ward",
+        features=FEATURES,
+        epsilon=10.0,
+        delta=1e-3,
+        limits=BudgetLimits(max_epsilon=100.0, max_delta=1e-3),
+        label_column=LABEL_COLUMN,
+        positive=POSITIVE,
+        negative=NEGATIVE,
+    )
+    dataset = create_dataset(
+        network.uow_factory(),
+        actor=member,
+        spec=spec,
+        source=io.BytesIO(_csv(100, seed=9)),
+        context=CONTEXT,
+    )
+    add_contribution(
+        network.uow_factory(),
+        study_id=network.node.study_id,
+        actor=member,
+        context=CONTEXT,
+        grant=DatasetGrant(dataset_id=dataset.id, epsilon_cap=8.0, delta_cap=1e-3),
+    )
+    return dataset.id
+
+
+def _deliver(node: Node, task: NodeTask) -> dict[str, Any]:
+    """``task`` through the agent's wire schemas to the node; the answer it posts back."""
+    message = json.loads(NodeTaskRead.model_validate(task.to_message()).model_dump_json())
+    answer = handle_task(node.uow_factory, node.state, message)
+    return TaskResultIn.model_validate(answer).model_dump(exclude_none=True)
+
+
+def test_a_coordinator_restart_fails_the_job_and_aborts_it_on_every_node_once(
+    network: Network, wire: Wire, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fit over a hosted dataset and both offers, its nodes joined (charged) and one round
+    run, when the coordinator dies: its job row stays ``running`` and its exchange is lost.
+    Recovery fails the job (``job-interrupted``, the hosted charge kept) and queues one abort
+    per remote contribution in the new exchange; the node, given them, fails its job whether
+    its agent still holds the party or restarted, and no ledger moves. A second recovery
+    queues nothing."""
+    node = network.node
+    hosted = _hosted_dataset(network)
+    job = network.job(hosted, *network.contributions)
+    with network.uow_factory() as uow:
+        assert uow.jobs.claim(job.id, started_at=utcnow()) is not None
+        uow.commit()
+    links = remote_fit._links(wire, job.id, job.params, None)
+    assert sorted(links) == [1, 2]
+    sizes = [100] + [link.ask("join")["n"] for link in links.values()]
+    for link in links.values():
+        link.ask("prepare", sizes=sizes)
+        RemoteParty(link, d=D).draw_fixed_noise(0.0, None)
+    RemoteParty(links[1], d=D).noisy_gradient(np.zeros(D), 0.0, None)
+    hosted_charges = node.budget(hosted).charges
+    assert [c.state for c in hosted_charges] == ["charged"]
+    ledger = node.ledgers()
+    assert all(e + d > 0 for e, d in ledger)
+
+    # the crash: a new process, with an empty exchange and the job row left running
+    exchange = NodeExchange()
+    monkeypatch.setattr(remote_fit, "EXCHANGE", exchange)
+    hooks = interrupted_hooks(Randomness())
+    assert recover_jobs(network.uow_factory, on_interrupted=hooks) == []
+
+    with network.uow_factory() as uow:
+        row = uow.jobs.get(job.id)
+        assert row is not None
+        assert (row.status, (row.error or {}).get("type")) == ("failed", "job-interrupted")
+    assert node.budget(hosted).charges == hosted_charges
+    aborts = [exchange.next_for([c], wait=0.0) for c in network.contributions]
+    assert exchange.next_for(network.contributions, wait=0.0) is None
+    for k, (task, contribution) in enumerate(zip(aborts, network.contributions, strict=True)):
+        assert task is not None
+        assert (task.step, task.contribution_id, task.job_id) == ("abort", contribution, job.id)
+        assert task.seq == RESTART_ABORT_SEQ
+        assert dict(task.terms) == links[k + 1].terms
+    first, second = aborts
+    assert first is not None
+    assert second is not None
+
+    # the agent still holds the first party: it accepts the abort like any other
+    answer = _deliver(node, first)
+    assert answer == {}
+    node_job = node.job(network.contributions[0], job.id)
+    assert (node_job.status, node_job.error) == (
+        "failed",
+        "the coordinator ended the job without a model",
+    )
+    # nobody waits for it: the answer is taken (the agent's post succeeds) and dropped, once
+    assert exchange.answer(first.id, [first.contribution_id], answer)
+    assert not exchange.answer(first.id, [first.contribution_id], answer)
+
+    # after an agent restart the node refuses the abort, which fails its job too
+    node.restart()
+    answer = _deliver(node, second)
+    assert "agent restart" in answer["refused"]
+    assert node.job(network.contributions[1], job.id).status == "failed"
+    assert exchange.answer(second.id, [second.contribution_id], answer)
+
+    assert node.ledgers() == ledger  # each node's charge stays, nothing charged twice
+    assert [len(node.budget(d).charges) for d in node.datasets] == [1, 1]
+    assert len(failures(node, job.id)) == 2
+    assert node.budget(hosted).charges == hosted_charges
+
+    # a second recovery finds the job failed already: no abort again
+    assert recover_jobs(network.uow_factory, on_interrupted=hooks) == []
+    assert exchange.next_for(network.contributions, wait=0.0) is None
+
+
+def test_a_restart_abort_is_not_posted_for_jobs_without_nodes() -> None:
+    exchange = NodeExchange()
+    params = {"participants": [{"kind": "dataset", "id": "d1"}]}
+    assert (
+        remote_fit.abort_interrupted_fit("j1", params, randomness=Randomness(), exchange=exchange)
+        == 0
+    )
+    assert exchange.next_for(["d1"], wait=0.0) is None

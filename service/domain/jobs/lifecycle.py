@@ -44,6 +44,7 @@ __all__ = [
     "Charged",
     "ClaimedJob",
     "FitFunction",
+    "InterruptedHook",
     "JobCancelledError",
     "JobCharge",
     "JobContext",
@@ -310,28 +311,53 @@ def read_job_statistics(uow_factory: UnitOfWorkFactory, bounds: Sequence[float])
 # --- crash recovery ------------------------------------------------------------------------
 
 
-def recover_jobs(uow_factory: UnitOfWorkFactory) -> list[str]:
+#: What follows, for a job of one kind, its failure by recovery: called with the job's id and
+#: stored params once the failure is committed (a federated fit over site nodes queues an abort
+#: for each node). Best effort: what it raises is logged, and recovery goes on.
+InterruptedHook = Callable[[str, Mapping[str, Any]], object]
+
+
+def recover_jobs(
+    uow_factory: UnitOfWorkFactory,
+    *,
+    on_interrupted: Mapping[str, InterruptedHook] | None = None,
+) -> list[str]:
     """On start-up: fail every job left ``running`` by a crash (budget kept spent) and return
     the ids of the jobs still ``queued``, to be submitted again.
+
+    ``on_interrupted`` (by ``Job.kind``): called for each job this pass failed, after the
+    commit; a job already failed (a second recovery) is not passed again.
 
     Only safe where this process's runner is the only one executing jobs (the embedded
     default); see ``job_recovery`` in the settings.
     """
+    hooks = on_interrupted or {}
+    follow_ups: list[tuple[InterruptedHook, str, dict[str, Any]]] = []
     with uow_factory() as uow:
         now = utcnow()
         interrupted = 0
         for job_id in uow.jobs.ids_with_status("running"):
-            interrupted += uow.jobs.transition(
+            if not uow.jobs.transition(
                 job_id,
                 expected="running",
                 status="failed",
                 finished_at=now,
                 error=job_problem("job-interrupted"),
-            )
+            ):
+                continue
+            interrupted += 1
+            job = uow.jobs.get(job_id) if hooks else None
+            if job is not None and job.kind in hooks:
+                follow_ups.append((hooks[job.kind], job_id, dict(job.params or {})))
         queued = list(uow.jobs.ids_with_status("queued"))
         uow.commit()
     if interrupted:
         logger.warning("marked %d interrupted job(s) failed; their budget stays spent", interrupted)
+    for hook, job_id, params in follow_ups:
+        try:
+            hook(job_id, params)
+        except Exception:
+            logger.exception("the follow-up of interrupted job %s failed", job_id)
     return queued
 
 

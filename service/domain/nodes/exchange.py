@@ -10,8 +10,13 @@ public state (iterates, broadcasts) and the values the nodes send (already noise
 node), plus each node's row count, which the protocol's calibration needs and which therefore
 never reaches the coordinator's database, logs or responses.
 
-Nothing here is durable: a coordinator that restarts loses the running job (recovery marks it
-failed, every node keeps its charge) and the nodes refuse its later tasks.
+Nothing here is durable: a coordinator that restarts loses the running job. Its recovery marks
+the job failed (``job-interrupted``, every charge kept) and queues, with :meth:`NodeExchange.post`
+(fire-and-forget: nobody waits for the answer, which is accepted and discarded), one ``abort``
+per remote contribution of the job (:func:`service.domain.nodes.remote_fit.abort_interrupted_fit`):
+a node that still holds the job's party fails it as after any abort, one whose agent restarted
+refuses it and fails it too; either way its charge stays and nothing is charged twice. A node
+that never polls again keeps its job accepted; aborts still queued die with the process.
 """
 
 from __future__ import annotations
@@ -70,6 +75,8 @@ class NodeExchange:
         self._queues: dict[str, deque[NodeTask]] = {}
         self._open: dict[str, NodeTask] = {}
         self._answers: dict[str, dict[str, Any]] = {}
+        #: Posted tasks (:meth:`post`): their answers are accepted and discarded.
+        self._unawaited: set[str] = set()
         self._ids = itertools.count(1)
         self._prefix = f"{time.time_ns():x}"
         #: True once an API process serves the node task endpoints from this exchange.
@@ -99,6 +106,16 @@ class NodeExchange:
             self._open.pop(task.id, None)
             return self._answers.pop(task.id)
 
+    def post(self, task: NodeTask) -> None:
+        """Queue ``task`` without waiting for an answer (fire-and-forget): the node's answer,
+        whenever it comes, is accepted (:meth:`answer` returns True, so the agent's post of it
+        succeeds) and discarded."""
+        with self._cond:
+            self._open[task.id] = task
+            self._unawaited.add(task.id)
+            self._queues.setdefault(task.contribution_id, deque()).append(task)
+            self._cond.notify_all()
+
     def next_for(self, contribution_ids: Iterable[str], *, wait: float) -> NodeTask | None:
         """The oldest queued task for one of ``contribution_ids``, waiting up to ``wait``
         seconds for one; None when none came."""
@@ -122,6 +139,10 @@ class NodeExchange:
             task = self._open.get(task_id)
             if task is None or task.contribution_id not in set(contribution_ids):
                 return False
+            if task_id in self._unawaited:
+                self._unawaited.discard(task_id)
+                self._open.pop(task_id, None)
+                return True
             self._answers[task_id] = body
             self._cond.notify_all()
             return True

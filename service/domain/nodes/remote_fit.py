@@ -22,7 +22,18 @@ threads or with processes, runs it there while other jobs go to its pool; a runn
 
 A node that refuses a task (outside its offer, different terms, replayed, a lost state) or is
 silent past the deadline fails the job with that reason (:class:`PublicJobError`); nothing is
-released and every node keeps its charge.
+released and every node keeps its charge; the other nodes are sent an ``abort``.
+
+A coordinator that dies mid-job loses the job's state (the exchange is in memory). On restart
+its recovery fails the job (``job-interrupted``, charges kept) and, through
+:func:`abort_interrupted_fit` (registered for the ``federated`` kind in
+:mod:`service.jobs.worker`), queues the same ``abort`` for each remote contribution of the job,
+fire-and-forget (:meth:`NodeExchange.post`): the same terms (the seed is derived again from the
+job id) and a sequence number above any the job's own tasks reach
+(:data:`RESTART_ABORT_SEQ`), since the restarted coordinator no longer knows how far it went.
+A node still holding the job's party fails its job as after any abort; one whose agent
+restarted refuses the task and fails its job too. Its charge stays; nothing is charged twice.
+A second recovery finds the job already failed and sends nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ from service.domain.jobs.lifecycle import (
     charged_amounts,
 )
 from service.domain.nodes.exchange import EXCHANGE, NodeExchange, NodeSilentError, NodeTask
+from service.domain.randomness import Randomness
 from service.domain.records.base import json_safe
 from service.domain.records.federated import federated_privacy_record
 from service.domain.studies.membership import StudyFacts
@@ -59,11 +71,23 @@ from service.dp.federated._common import (
 from service.dp.federated.parties import local_party, run_parties
 from service.dp.mechanisms._common import release
 
-__all__ = ["RemoteParty", "reaches_nodes", "run_remote_federated_job", "task_deadline"]
+__all__ = [
+    "RESTART_ABORT_SEQ",
+    "RemoteParty",
+    "abort_interrupted_fit",
+    "reaches_nodes",
+    "run_remote_federated_job",
+    "task_deadline",
+]
 
 logger = logging.getLogger(__name__)
 
 _DEADLINE: list[float] = [60.0]
+
+#: The sequence number of the ``abort`` a restarted coordinator sends (it no longer knows how
+#: far the job went, and a node refuses a number it has already seen): above any number the
+#: job's own tasks reach, one per step.
+RESTART_ABORT_SEQ: Final[int] = 2**31 - 1
 
 REMOTE_NOTE: Final[str] = (
     "parties on nodes: each node ran its own steps on its own rows with noise drawn on the "
@@ -125,16 +149,12 @@ class _Link:
     terms: Mapping[str, Any]
     seq: int = 0
 
-    def ask(
-        self,
-        step: str,
-        vectors: Sequence[FloatArray] = (),
-        sizes: list[int] | None = None,
-        *,
-        deadline: float | None = None,
-    ) -> dict[str, Any]:
+    def task(
+        self, step: str, vectors: Sequence[FloatArray] = (), sizes: list[int] | None = None
+    ) -> NodeTask:
+        """The link's next task (its sequence number the next one)."""
         self.seq += 1
-        task = NodeTask(
+        return NodeTask(
             id=self.exchange.new_task_id(),
             contribution_id=self.contribution_id,
             job_id=self.job_id,
@@ -144,6 +164,16 @@ class _Link:
             vectors=[[float(x) for x in np.asarray(v, dtype=np.float64)] for v in vectors],
             sizes=sizes,
         )
+
+    def ask(
+        self,
+        step: str,
+        vectors: Sequence[FloatArray] = (),
+        sizes: list[int] | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> dict[str, Any]:
+        task = self.task(step, vectors, sizes)
         deadline = task_deadline() if deadline is None else deadline
         try:
             answer = self.exchange.ask(task, deadline=deadline)
@@ -199,9 +229,15 @@ class RemoteParty:
 
 
 def _terms(job: ClaimedJob, index: int, sites: int, seed: int | None) -> dict[str, Any]:
-    p = job.params
+    return _job_terms(job.id, job.params, index, sites, seed)
+
+
+def _job_terms(
+    job_id: str, p: Mapping[str, Any], index: int, sites: int, seed: int | None
+) -> dict[str, Any]:
+    """The terms every task of the job carries to the node of party ``index``."""
     return {
-        "job_id": job.id,
+        "job_id": job_id,
         "protocol": str(p["protocol"]),
         "epsilon": p.get("epsilon"),
         "delta": float(p["delta"]),
@@ -275,12 +311,8 @@ def run_remote_federated_job(
         )
     d = widths.pop()
     context.progress(0.0)
-    K = len(order)
     seed = context.randomness.job_seed(job.id)
-    links: dict[int, _Link] = {}
-    for k, entry in enumerate(order):
-        if entry["kind"] == "remote":
-            links[k] = _Link(EXCHANGE, entry["id"], job.id, k, _terms(job, k, K, seed))
+    links = _links(EXCHANGE, job.id, job.params, seed)
     try:
         reported, _sizes, problem, calibration, coef = _run_protocol(
             uow_factory, job, context, order, links, hosted_n, d
@@ -382,6 +414,41 @@ def _run_protocol(
     for link in links.values():
         link.ask("finish")
     return reported, sizes, problem, calibration, coef
+
+
+def _links(
+    exchange: NodeExchange, job_id: str, params: Mapping[str, Any], seed: int | None
+) -> dict[int, _Link]:
+    """The links to the job's remote parties, by party index."""
+    order = [dict(x) for x in params["participants"]]
+    return {
+        k: _Link(exchange, entry["id"], job_id, k, _job_terms(job_id, params, k, len(order), seed))
+        for k, entry in enumerate(order)
+        if entry["kind"] == "remote"
+    }
+
+
+def abort_interrupted_fit(
+    job_id: str,
+    params: Mapping[str, Any],
+    *,
+    randomness: Randomness,
+    exchange: NodeExchange | None = None,
+) -> int:
+    """After a restart, for a federated job that recovery has just failed: queue one
+    ``abort`` per remote contribution, shaped as :func:`_abort`'s (module docstring), without
+    waiting for the answers. Returns how many were queued (none for a job without nodes).
+    ``exchange``: this process's by default."""
+    if not reaches_nodes(params):
+        return 0
+    exchange = EXCHANGE if exchange is None else exchange
+    links = _links(exchange, job_id, params, randomness.job_seed(job_id))
+    for link in links.values():
+        link.seq = RESTART_ABORT_SEQ - 1
+        exchange.post(link.task("abort"))
+    if links:
+        logger.info("queued an abort for each of the %d node(s) of job %s", len(links), job_id)
+    return len(links)
 
 
 def _abort(links: Mapping[int, _Link], *, skip: int | None) -> None:
