@@ -240,17 +240,24 @@ class SiteHandle:
 
 MakeSite = Callable[..., SiteHandle]
 
+#: Headers authenticating as the admin of every test app (``ADMIN_KEY``).
+ADMIN_HEADERS: dict[str, str] = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+
+def create_site(client: TestClient, name: str) -> SiteHandle:
+    """Create the site ``name`` through ``POST /v1/sites`` as the admin; its id and key."""
+    response = client.post("/v1/sites", json={"name": name}, headers=ADMIN_HEADERS)
+    assert response.status_code == 201, response.text
+    body = response.json()
+    return SiteHandle(id=body["site"]["id"], name=name, key=body["key"]["api_key"])
+
 
 @pytest.fixture
 def make_site(client: TestClient, admin_headers: dict[str, str]) -> MakeSite:
     """Create sites through ``POST /v1/sites``: ``make_site()`` or ``make_site(name="x")``."""
 
     def _make(name: str | None = None) -> SiteHandle:
-        name = name or f"site-{uuid.uuid4().hex[:8]}"
-        response = client.post("/v1/sites", json={"name": name}, headers=admin_headers)
-        assert response.status_code == 201, response.text
-        body = response.json()
-        return SiteHandle(id=body["site"]["id"], name=name, key=body["key"]["api_key"])
+        return create_site(client, name or f"site-{uuid.uuid4().hex[:8]}")
 
     return _make
 

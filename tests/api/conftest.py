@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from service.main import create_app
-from tests.conftest import ADMIN_KEY, make_test_settings
+from tests.conftest import ADMIN_HEADERS, create_site, make_test_settings
 
 
 class FuzzKeys:
@@ -48,11 +48,8 @@ def fuzz_target(db_url: str) -> Iterator[FuzzTarget]:
     the state the earlier ones left, as a long-running service meets them, and the database
     and app are set up once rather than once per operation."""
     with TestClient(create_app(make_test_settings(db_url))) as client:
-        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-        created = client.post("/v1/sites", json={"name": "fuzz site"}, headers=admin)
-        assert created.status_code == 201, created.text
-        site = {"Authorization": f"Bearer {created.json()['key']['api_key']}"}
-        yield FuzzTarget(client, FuzzKeys(admin, site))
+        site = create_site(client, "fuzz site")
+        yield FuzzTarget(client, FuzzKeys(dict(ADMIN_HEADERS), site.headers))
 
 
 class HeldRunner:

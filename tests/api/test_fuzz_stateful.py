@@ -26,7 +26,7 @@ from service.main import create_app
 from service.settings import Settings
 from tests.api.conftest import FuzzKeys
 from tests.api.test_fuzz import CHECKS, _httpx_kwargs, schema
-from tests.conftest import ADMIN_KEY
+from tests.conftest import ADMIN_HEADERS, create_site
 from tests.support.snapshots import copy_sqlite
 
 pytestmark = pytest.mark.slow
@@ -100,16 +100,8 @@ class _World:
 
 
 def _world(client: TestClient) -> FuzzKeys:
-    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-
-    def site(name: str) -> dict[str, Any]:
-        created = client.post("/v1/sites", json={"name": name}, headers=admin)
-        assert created.status_code == 201, created.text
-        body: dict[str, Any] = created.json()
-        return body
-
-    owner, member = site("fuzz site"), site("fuzz member")
-    keys = FuzzKeys(admin, {"Authorization": f"Bearer {owner['key']['api_key']}"})
+    owner, member = create_site(client, "fuzz site"), create_site(client, "fuzz member")
+    keys = FuzzKeys(dict(ADMIN_HEADERS), owner.headers)
     upload = client.post(
         "/v1/datasets",
         files={
@@ -129,7 +121,7 @@ def _world(client: TestClient) -> FuzzKeys:
         "/v1/studies",
         json={
             "name": "stateful study",
-            "members": [member["site"]["id"]],
+            "members": [member.id],
             "spec": {"label": SPEC["label"], "features": SPEC["features"]},
         },
         headers=keys.site,

@@ -38,7 +38,7 @@ from service.db.session import make_engine
 from service.jobs.runner import JobRunner
 from service.main import create_app
 from service.settings import Settings
-from tests.conftest import ADMIN_KEY, SiteHandle, make_test_settings, postgres_base_url
+from tests.conftest import SiteHandle, create_site, make_test_settings, postgres_base_url
 from tests.support.snapshots import copy_sqlite, dump_postgres_schema, postgres_schema
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -187,15 +187,7 @@ class Snapshot:
 
 def _build(url: str) -> tuple[SiteHandle, SiteHandle, Holdings, Holdings]:
     with TestClient(create_app(make_test_settings(url))) as client:
-        admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-
-        def site(name: str) -> SiteHandle:
-            response = client.post("/v1/sites", json={"name": name}, headers=admin)
-            assert response.status_code == 201, response.text
-            body = response.json()
-            return SiteHandle(id=body["site"]["id"], name=name, key=body["key"]["api_key"])
-
-        owner, other = site("owner site"), site("other site")
+        owner, other = create_site(client, "owner site"), create_site(client, "other site")
         return owner, other, _holdings(client, owner), _holdings(client, other)
 
 
