@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from service.domain.errors import UpstreamError
+from service.domain.nodes.remote import RemoteOffer
 
 __all__ = ["HttpCoordinatorLink"]
 
@@ -103,27 +104,17 @@ class HttpCoordinatorLink:
 
     # --- offers (CoordinatorLink) ------------------------------------------------------
 
-    def offer(
-        self,
-        *,
-        study_id: str,
-        node_dataset_id: str,
-        preprocessing: Mapping[str, Any],
-        label: Mapping[str, Any],
-        n_features: int,
-        epsilon_cap: float,
-        delta_cap: float,
-    ) -> str:
+    def offer(self, *, study_id: str, offer: RemoteOffer) -> str:
         decoded = self._checked(
             "POST",
             f"/v1/studies/{quote(study_id, safe='')}/remote-contributions",
             {
-                "node_dataset_id": node_dataset_id,
-                "preprocessing": dict(preprocessing),
-                "label": dict(label),
-                "n_features": n_features,
-                "epsilon_cap": epsilon_cap,
-                "delta_cap": delta_cap,
+                "node_dataset_id": offer.node_dataset_id,
+                "preprocessing": dict(offer.preprocessing),
+                "label": dict(offer.label),
+                "n_features": offer.n_features,
+                "epsilon_cap": offer.epsilon_cap,
+                "delta_cap": offer.delta_cap,
             },
         )
         if not isinstance(decoded, dict) or not isinstance(decoded.get("id"), str):

@@ -35,7 +35,7 @@ import io
 import json
 import math
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,28 +125,11 @@ class InProcessCoordinator:
         self.uow_factory = uow_factory
         self.member = member
 
-    def offer(
-        self,
-        *,
-        study_id: str,
-        node_dataset_id: str,
-        preprocessing: Mapping[str, Any],
-        label: Mapping[str, Any],
-        n_features: int,
-        epsilon_cap: float,
-        delta_cap: float,
-    ) -> str:
+    def offer(self, *, study_id: str, offer: RemoteOffer) -> str:
         return add_remote_contribution(
             self.uow_factory(),
             study_id=study_id,
-            offer=RemoteOffer(
-                node_dataset_id=node_dataset_id,
-                preprocessing=preprocessing,
-                label=label,
-                n_features=n_features,
-                epsilon_cap=epsilon_cap,
-                delta_cap=delta_cap,
-            ),
+            offer=offer,
             actor=self.member,
             context=CONTEXT,
         ).id

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -28,6 +27,7 @@ from service.domain.datasets.catalog import get_owned_dataset, require_live
 from service.domain.errors import InvalidInputError, NotFoundError, UpstreamError
 from service.domain.ids import looks_like_id
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
+from service.domain.nodes.remote import RemoteOffer
 
 __all__ = [
     "CoordinatorLink",
@@ -43,18 +43,8 @@ class CoordinatorLink(Protocol):
     site's key there). Each method raises :class:`UpstreamError` when the coordinator cannot
     be reached or refuses, with its reason."""
 
-    def offer(
-        self,
-        *,
-        study_id: str,
-        node_dataset_id: str,
-        preprocessing: Mapping[str, Any],
-        label: Mapping[str, Any],
-        n_features: int,
-        epsilon_cap: float,
-        delta_cap: float,
-    ) -> str:
-        """Register a remote contribution; returns the coordinator's contribution id."""
+    def offer(self, *, study_id: str, offer: RemoteOffer) -> str:
+        """Register ``offer`` as a remote contribution; returns the coordinator's id."""
         ...
 
     def withdraw(self, *, study_id: str, contribution_id: str) -> None: ...
@@ -136,12 +126,14 @@ def create_offer(
         n_features = int(dataset.n_features)
     contribution_id = coordinator.offer(
         study_id=study_id,
-        node_dataset_id=dataset_id,
-        preprocessing=preprocessing,
-        label=label,
-        n_features=n_features,
-        epsilon_cap=epsilon_cap,
-        delta_cap=delta_cap,
+        offer=RemoteOffer(
+            node_dataset_id=dataset_id,
+            preprocessing=preprocessing,
+            label=label,
+            n_features=n_features,
+            epsilon_cap=epsilon_cap,
+            delta_cap=delta_cap,
+        ),
     )
     try:
         with uow:
