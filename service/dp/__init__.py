@@ -28,7 +28,12 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from service.dp import preprocessing, projection
-from service.dp.accounting import PrivacyCost, check_epsilon_delta, ledger_floor
+from service.dp.accounting import (
+    PrivacyCost,
+    check_epsilon_delta,
+    ledger_floor,
+    shown_as_requested,
+)
 from service.dp.base import (
     Calibration,
     FitResult,
@@ -189,8 +194,9 @@ def as_charged(
     """The calibration as quoted and charged: a mechanism that spends exactly the (ε, δ) it was
     calibrated with (the ledger amounts of :func:`make_problem`) reports the requested values,
     which the ledger charges as the same whole units (issue 19 §4), and so do the details'
-    top-level ε (δ) figures equal to them — conservative, the request is ≥ what was used;
-    ``epsilon_calibrated`` and ``delta_calibrated`` record the doubles the noise used."""
+    ε (δ) figures equal to them at any depth (:func:`~service.dp.accounting.shown_as_requested`)
+    — conservative, the request is ≥ what was used; ``epsilon_calibrated`` and
+    ``delta_calibrated`` record the doubles the noise used."""
     if problem.mechanism in NON_PRIVATE_MECHANISMS:
         return calibration
     eps, dlt = calibration.epsilon, calibration.delta
@@ -198,16 +204,11 @@ def as_charged(
         eps = float(epsilon)
     if dlt == problem.delta:
         dlt = float(delta)
-    details = dict(calibration.details)
-    if problem.epsilon != float(epsilon):  # top-level ε figures shown as charged
-        for key, value in details.items():
-            if "epsilon" in key and value == problem.epsilon:
-                details[key] = float(epsilon)
-    if problem.delta != float(delta):
-        for key, value in details.items():
-            if "delta" in key and value == problem.delta:
-                details[key] = float(delta)
-    details.update(epsilon_calibrated=problem.epsilon, delta_calibrated=problem.delta)
+    details = shown_as_requested(
+        calibration.details,
+        epsilon=(problem.epsilon, float(epsilon)),
+        delta=(problem.delta, float(delta)),
+    )
     return replace(calibration, epsilon=eps, delta=dlt, details=details)
 
 

@@ -30,11 +30,11 @@ up and caps down, from the decimal representation of the float so that 0.1 is ex
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
-from typing import Literal
+from typing import Any, Literal
 
 from scipy import optimize
 
@@ -54,6 +54,7 @@ __all__ = [
     "ledger_amount",
     "ledger_floor",
     "parallel_composition",
+    "shown_as_requested",
     "to_units",
     "zcdp_compose",
     "zcdp_to_dp",
@@ -265,6 +266,38 @@ def ledger_floor(value: float, *, unit: Literal["epsilon", "delta"] = "epsilon")
     if not math.isfinite(value) or value < 0:
         return value
     return min(float(value), ledger_amount(float(value), unit=unit))
+
+
+def shown_as_requested(
+    details: Mapping[str, Any],
+    *,
+    epsilon: tuple[float, float],
+    delta: tuple[float, float],
+) -> dict[str, Any]:
+    """``details`` with every ε (δ) figure equal to the calibrated floor shown as the request.
+
+    ``epsilon`` and ``delta`` are ``(used, requested)``: a value under a key naming ε (δ),
+    at any depth of nested mappings and lists, that equals the floor a mechanism was
+    calibrated with (:func:`ledger_floor`) is reported as the request, which is what the
+    ledger charges (conservative: the request is ≥ the floor); ``epsilon_calibrated`` and
+    ``delta_calibrated`` record the floors themselves."""
+    shown_epsilon = {epsilon[0]: epsilon[1]} if epsilon[0] != epsilon[1] else {}
+    shown_delta = {delta[0]: delta[1]} if delta[0] != delta[1] else {}
+
+    def walk(value: Any, key: str) -> Any:
+        if isinstance(value, Mapping):
+            return {k: walk(v, str(k)) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, key) for v in value]
+        if isinstance(value, float) and "epsilon" in key:
+            return shown_epsilon.get(value, value)
+        if isinstance(value, float) and "delta" in key:
+            return shown_delta.get(value, value)
+        return value
+
+    out: dict[str, Any] = walk(details, "")
+    out.update(epsilon_calibrated=epsilon[0], delta_calibrated=delta[0])
+    return out
 
 
 def from_units(units: int, *, unit: Literal["epsilon", "delta"]) -> float:

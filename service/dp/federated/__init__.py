@@ -32,7 +32,12 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from service.dp.accounting import PrivacyCost, check_epsilon_delta, ledger_floor
+from service.dp.accounting import (
+    PrivacyCost,
+    check_epsilon_delta,
+    ledger_floor,
+    shown_as_requested,
+)
 from service.dp.base import ProgressCallback
 from service.dp.federated import admm, distributed_lasso, noisy_average, psgd
 from service.dp.federated._common import (
@@ -145,22 +150,11 @@ def calibrate_problem(problem: FederatedProblem) -> FederatedCalibration:
         )
         for cost in calibration.site_costs
     )
-    shown = {used.epsilon: problem.epsilon} if used.epsilon != problem.epsilon else {}
-    shown_delta = {used.delta: problem.delta} if used.delta != problem.delta else {}
-
-    def as_charged(value: Any, key: str = "") -> Any:
-        if isinstance(value, Mapping):
-            return {k: as_charged(v, str(k)) for k, v in value.items()}
-        if isinstance(value, list):
-            return [as_charged(v, key) for v in value]
-        if isinstance(value, float) and "epsilon" in key:
-            return shown.get(value, value)
-        if isinstance(value, float) and "delta" in key:
-            return shown_delta.get(value, value)
-        return value
-
-    details = as_charged(calibration.details)
-    details.update(epsilon_calibrated=used.epsilon, delta_calibrated=used.delta)
+    details = shown_as_requested(
+        calibration.details,
+        epsilon=(used.epsilon, problem.epsilon),
+        delta=(used.delta, problem.delta),
+    )
     return replace(calibration, site_costs=costs, details=details)
 
 

@@ -285,3 +285,19 @@ def test_evaluation_and_tuning_noise_use_the_ledger_floor(monkeypatch: pytest.Mo
         rng=rng,
     )
     assert seen == [acc.ledger_floor(0.1)]
+
+
+def test_figures_equal_to_the_floor_are_shown_as_requested_at_any_depth() -> None:
+    floor = acc.ledger_floor(0.1)
+    details = {
+        "epsilon": floor,
+        "sigma": floor,  # not an ε figure: left alone
+        "advanced_total": {"epsilon": floor, "delta": 0.0},
+        "sites": [{"epsilon_site": floor}, {"epsilon_site": 0.05}],
+    }
+    shown = acc.shown_as_requested(details, epsilon=(floor, 0.1), delta=(0.0, 0.0))
+    assert shown["epsilon"] == 0.1
+    assert shown["sigma"] == floor
+    assert shown["advanced_total"] == {"epsilon": 0.1, "delta": 0.0}
+    assert [s["epsilon_site"] for s in shown["sites"]] == [0.1, 0.05]
+    assert (shown["epsilon_calibrated"], shown["delta_calibrated"]) == (floor, 0.0)
