@@ -34,7 +34,6 @@ from fastapi.testclient import TestClient
 from httpx2 import Response
 
 from service.db.migrate import upgrade
-from service.db.session import make_engine
 from service.jobs.runner import JobRunner
 from service.main import create_app
 from service.settings import Settings
@@ -218,19 +217,16 @@ def snapshot(
 
 
 @pytest.fixture
-def db_url(snapshot: Snapshot, tmp_path: Path) -> Iterator[str]:
+def db_url(snapshot: Snapshot, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh copy of the world's database for this cell."""
     if isinstance(snapshot.database, Path):
         path = tmp_path / "privfit.db"
         copy_sqlite(snapshot.database, path)
         yield f"sqlite:///{path}"
         return
-    engine = make_engine(postgres_base_url())
-    try:
-        with postgres_schema(engine, postgres_base_url(), script=snapshot.database) as (_, url):
-            yield url
-    finally:
-        engine.dispose()
+    engine = request.getfixturevalue("postgres_admin_engine")
+    with postgres_schema(engine, postgres_base_url(), script=snapshot.database) as (_, url):
+        yield url
 
 
 @pytest.fixture

@@ -512,11 +512,7 @@ def _sgd(
                 # the per-example gradient l′·y·x clipped to norm < 1 (service.dp.clipping)
                 grad = clipping.clipped_mean(lp * yb, Xb, caps[idx])
                 # the exact point of the grid sγ for grad + z (s a power of two: exact)
-                released = (
-                    s * block.release(j - start, grad / s)
-                    if s > 1
-                    else block.release(j - start, grad)
-                )
+                released = s * block.release(j - start, grad / s)
                 if schedule == "constant":
                     step = eta
                 elif schedule == "inverse_sqrt":
