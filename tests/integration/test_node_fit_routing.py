@@ -32,7 +32,8 @@ from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.spec import FeatureInput
 from service.domain.errors import InvalidInputError
-from service.domain.jobs.lifecycle import ApiProcessScheduler, needs_api_process
+from service.domain.jobs.charged import SubmittedJob
+from service.domain.jobs.lifecycle import ApiProcessScheduler, JobScheduler, needs_api_process
 from service.domain.ledger import budgets
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
 from service.domain.nodes.exchange import EXCHANGE
@@ -178,6 +179,17 @@ class Network:
             datasets=list(datasets),
         )
 
+    def submit(self, runner: JobScheduler, *datasets: str) -> SubmittedJob:
+        """The coordinator submits a federated fit over ``datasets`` to ``runner``."""
+        return submit_federated_fit(
+            self.uow_factory(),
+            study_id=self.study_id,
+            request=self.request(*datasets),
+            actor=self.coordinator,
+            runner=runner,
+            context=CONTEXT,
+        )
+
     def spent(self, dataset_id: str) -> float:
         with self.uow_factory() as uow:
             return budgets.budget_status(uow, dataset_id=dataset_id).epsilon_spent
@@ -197,22 +209,8 @@ def test_a_fit_over_nodes_goes_to_the_api_process_and_other_fits_to_the_pool(
 ) -> None:
     runner = PoolRunner()
     assert isinstance(runner, ApiProcessScheduler)
-    over_nodes = submit_federated_fit(
-        network.uow_factory(),
-        study_id=network.study_id,
-        request=network.request(network.hosted, *network.remote),
-        actor=network.coordinator,
-        runner=runner,
-        context=CONTEXT,
-    )
-    hosted_only = submit_federated_fit(
-        network.uow_factory(),
-        study_id=network.study_id,
-        request=network.request(network.hosted, network.second_hosted),
-        actor=network.coordinator,
-        runner=runner,
-        context=CONTEXT,
-    )
+    over_nodes = network.submit(runner, network.hosted, *network.remote)
+    hosted_only = network.submit(runner, network.hosted, network.second_hosted)
     assert runner.api_process == [over_nodes.job.id]
     assert runner.pool == [hosted_only.job.id]
     # the hosted dataset paid for both, as usual; the nodes charge their own ledgers
@@ -272,14 +270,7 @@ def test_a_runner_outside_the_api_process_is_refused_a_fit_over_nodes_before_any
     assert network.jobs() == 0
     assert runner.enqueued == runner.submitted == []
     # the same runner still takes fits over hosted datasets
-    hosted_only = submit_federated_fit(
-        network.uow_factory(),
-        study_id=network.study_id,
-        request=network.request(network.hosted, network.second_hosted),
-        actor=network.coordinator,
-        runner=runner,
-        context=CONTEXT,
-    )
+    hosted_only = network.submit(runner, network.hosted, network.second_hosted)
     assert runner.enqueued == runner.submitted == [hosted_only.job.id]
 
 
@@ -335,14 +326,7 @@ def test_a_node_fit_left_queued_is_recovered_onto_a_thread_of_the_api_process(
     of this process, reaches the exchange and fails only because no node answers, not
     ``nodes-unreachable`` as it would in a worker process; the process pool never starts."""
     held = PoolRunner()
-    submitted = submit_federated_fit(
-        network.uow_factory(),
-        study_id=network.study_id,
-        request=network.request(*network.remote),
-        actor=network.coordinator,
-        runner=held,
-        context=CONTEXT,
-    )
+    submitted = network.submit(held, *network.remote)
     assert held.api_process == [submitted.job.id]
     assert Settings.model_fields["job_runner"].default == "process"
     settings = Settings(
