@@ -142,7 +142,7 @@ import math
 import os
 from collections.abc import Callable
 from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
-from typing import Final
+from typing import Final, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -152,10 +152,13 @@ __all__ = [
     "GRID",
     "GRID_EXPONENT",
     "RELEASE_NOTE",
+    "Enclosure",
     "GaussianBlock",
     "NormExponentialBlock",
+    "gaussian_enclosure",
     "gaussian_release",
     "laplace_release",
+    "norm_exponential_enclosure",
     "norm_exponential_release",
 ]
 
@@ -811,6 +814,7 @@ class _Block:
         self._pairs_per = (dim + 1) // 2
         self._used = np.zeros(count, dtype=bool)
         self._y = np.zeros((count, dim))
+        self._err = np.full((count, dim), np.inf)  # rigorous bound on |ŷ − y| (fast path)
         self._bound = np.full((count, dim), np.inf)
 
     def release(self, j: int, centre: NDArray[np.float64]) -> FloatArray:
@@ -870,6 +874,7 @@ class GaussianBlock(_Block):
         e_y = (scale * err + _U * np.abs(y)) * _KAPPA
         valid = np.isfinite(e_y) & (np.abs(y) <= _Y_LIMIT)
         self._y = np.where(valid, y, 0.0)
+        self._err = np.where(valid, e_y, np.inf)
         self._bound = np.where(valid, _decision_bound(y, e_y), np.inf)
 
     def _fallback(
@@ -950,6 +955,7 @@ class NormExponentialBlock(_Block):
         )
         valid = ok[:, None] & np.isfinite(e_y) & (np.abs(y) <= _Y_LIMIT)
         self._y = np.where(valid, y, 0.0)
+        self._err = np.where(valid, e_y, np.inf)
         self._bound = np.where(valid, _decision_bound(y, e_y), np.inf)
 
     def _fallback(
@@ -1009,3 +1015,100 @@ def laplace_release(
         return evaluate
 
     return _release(centre, rng, setup)
+
+
+# ---- enclosures: the real noise vector itself, as doubles with a proved error bound ----------
+
+
+class Enclosure(NamedTuple):
+    """A real random vector X known as doubles: ‖X − value‖₂ ≤ radius (rigorously).
+
+    Used where noise enters a computation instead of being added to a released value
+    (objective perturbation, :mod:`service.dp.certified`): X is the real-valued noise of the
+    continuous mechanism, a deterministic function of exact uniforms, and ``value`` its
+    evaluation with the same proved error bounds as the fast path above (the decimal path
+    where those bounds are too loose)."""
+
+    value: FloatArray
+    radius: float
+
+
+def _unit_near(scale: float) -> float:
+    """The power of two nearest ``scale`` (a positive finite double)."""
+    return math.ldexp(1.0, round(math.log2(scale)))
+
+
+def _enclose(
+    block: _Block, unit: float, intervals: Callable[[list[int]], list[Interval]]
+) -> Enclosure:
+    """Block 0's noise in units of ``unit`` (fast path), the coordinates the fast path left
+    open from ``intervals`` (decimal), scaled back by the power of two ``unit`` (exact)."""
+    y = block._y[0].copy()
+    err = block._err[0].copy()
+    todo = [int(i) for i in np.flatnonzero(~np.isfinite(err))]
+    if todo:
+        for i, (lo, hi) in zip(todo, intervals(todo), strict=True):
+            mid = float((lo + hi) / 2)  # Decimal → double: correctly rounded
+            gap = max(hi - Decimal(mid), Decimal(mid) - lo)  # exact (Decimal holds doubles)
+            y[i] = mid
+            err[i] = math.nextafter(float(gap), math.inf)
+    radius = math.sqrt(math.fsum(float(e) * float(e) for e in err))
+    # fsum is correctly rounded, √ ≤ ½ ulp; two ulps up cover both and the squares' roundings
+    radius = math.nextafter(math.nextafter(radius * (1.0 + 4.0 * _U), math.inf), math.inf)
+    return Enclosure(value=y * unit, radius=radius * unit)
+
+
+def _decimal_intervals(
+    bits: _Bits, uniforms: list[_Uniform], evaluate: Evaluator
+) -> list[Interval]:
+    """The evaluator's noise × scale intervals, refining the uniforms while undecided or
+    wider than 2⁻⁶⁰ relative (either only happens with probability ~2⁻⁶⁰ per draw)."""
+    sampler = _Sampler(bits, uniforms=uniforms)
+    while True:
+        ar = sampler.arith()
+        try:
+            noise, scale = evaluate(ar)
+            out = [ar.mul_pos(x, scale) for x in noise]
+            tight = Decimal(2) ** -60
+            if all(hi - lo <= tight * (abs(hi) + abs(lo) + tight) for lo, hi in out):
+                return out
+        except _Undecided:
+            pass
+        sampler.refine_all()
+
+
+def norm_exponential_enclosure(
+    d: int, *, beta: float, rng: np.random.Generator | None = None
+) -> Enclosure:
+    """X ~ ν(x) ∝ exp(−β‖x‖) on ℝ^d, enclosed. X = unit·X′ with X′ ~ ν_{β·unit} for the power
+    of two unit ≈ d/β, so X′ is of order one; X′ is block 0 of a :class:`NormExponentialBlock`
+    whose grid-unit law is ν_{β·unit} (β_block = β·unit/γ, both factors powers of two)."""
+    _check_positive("beta", beta)
+    unit = _unit_near(d / beta)
+    block = NormExponentialBlock(1, d, beta=beta * unit * 2.0**GRID_EXPONENT, rng=rng)
+
+    def intervals(coords: list[int]) -> list[Interval]:
+        pairs = block._pair_uniforms(0)
+        radial = _Uniform.many(block._radial[0])
+        evaluate = _norm_exponential_evaluator(pairs, radial, d, block.beta, coords)
+        return _decimal_intervals(block._bits, [u for p in pairs for u in p] + radial, evaluate)
+
+    return _enclose(block, unit, intervals)
+
+
+def gaussian_enclosure(
+    d: int, *, sigma: float, rng: np.random.Generator | None = None
+) -> Enclosure:
+    """X ~ N(0, σ²I_d), enclosed: X = unit·X′, X′ ~ N(0, (σ/unit)²) with unit ≈ σ a power of
+    two, X′ the grid-unit noise of a :class:`GaussianBlock` with σ_block = (σ/unit)·γ."""
+    _check_positive("sigma", sigma)
+    unit = _unit_near(sigma)
+    block = GaussianBlock(1, d, sigma=sigma / unit * GRID, rng=rng)
+
+    def intervals(coords: list[int]) -> list[Interval]:
+        pairs = block._pair_uniforms(0)
+        evaluate = _gaussian_evaluator(pairs, 2 * len(pairs), block.sigma)
+        everything = _decimal_intervals(block._bits, [u for p in pairs for u in p], evaluate)
+        return [everything[i] for i in coords]
+
+    return _enclose(block, unit, intervals)

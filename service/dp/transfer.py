@@ -101,11 +101,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from service.dp import as_charged, make_problem, noise
+from service.dp import as_charged, make_problem
 from service.dp.base import Calibration, FitResult, Problem, ProgressCallback
-from service.dp.mechanisms._common import problem_loss, release, report
+from service.dp.mechanisms._common import release, report
+from service.dp.mechanisms.objective_perturbation import run_certified, with_centre
 from service.dp.mechanisms.stacking import STACKING_FEATURES
-from service.dp.solvers import minimize_erm
 from service.dp.validation import PrivacyParameterError, validate_design
 
 __all__ = [
@@ -167,25 +167,15 @@ def transfer_fit(
         epsilon,
         0.0,
     )
+    # the public centre enlarges the certificate's bound L by η‖w₀‖ (service.dp.certified)
+    calibration = with_centre(calibration, w0, eta)
     details = dict(calibration.details)
     details.update(
         regularization=float(problem.regularization),
         calibration_strong_convexity=float(problem.regularization + eta),
     )
-    beta = float(details["beta"])
-    extra = float(details["Delta"])
     report(progress, 0.0)
-    b = noise.norm_exponential_vector(problem.d, beta=beta, rng=rng)
-    coef = minimize_erm(
-        Xf,
-        yf,
-        problem_loss(problem),
-        regularization=problem.regularization,
-        linear=b,
-        extra_regularization=extra,
-        centre=w0,
-        centre_weight=eta,
-    )
+    coef = run_certified(Xf, yf, problem, calibration, rng=rng, centre=w0, centre_weight=eta)
     model = release(coef)
     report(progress, 1.0)
     details.update(transfer_strength=eta, source_norm=float(np.linalg.norm(w0)))

@@ -212,7 +212,8 @@ class RemoteParty:
         return self._link.vector("noisy_gradient", [w], self._d)
 
     def gop_gradient(self, w: FloatArray) -> FloatArray:
-        return self._link.vector("gop_gradient", [w], self._d)
+        # the share and its proved error bound (service.dp.certified.site_share)
+        return self._link.vector("gop_gradient", [w], self._d + 1)
 
     def local_step(
         self, neighbour_broadcasts: Sequence[FloatArray], **calibrated: Any

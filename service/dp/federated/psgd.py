@@ -32,16 +32,21 @@ Adult-sized data: 1.6–4.5 away at T = 5…50, with ‖w‖ ≈ 6 and sensitivi
 not release them. It certifies instead:
 
 * Certification. After the T noisy rounds (a warm start), the coordinator keeps iterating with
-  each site's exact share of ∇J̃, Σ_{j∈D_k} l′(y_j wᵀx_j) y_j x_j + η^k (no fresh ρ; still a
-  sum seen only inside the service), by Nesterov's method with adaptive restart, until the
-  point it releases satisfies ‖∇J̃(w)‖ ≤ τ = ``CERTIFICATE_TOLERANCE`` (1e-10, absolute: no
-  looser than the other mechanisms' solver tolerance). The check is on the released point
-  itself; if it is not met within ``MAX_CERTIFY_ROUNDS`` the job fails
+  each site's share of ∇J̃, Σ_{j∈D_k} l′(y_j wᵀx_j) y_j x_j + η^k (no fresh ρ; still a sum
+  seen only inside the service), by Nesterov's method with adaptive restart, until a proved
+  bound on ‖∇J̃(w)‖ at the point it keeps is ≤ τ (``certificate_tolerance``, the public
+  tolerance of :func:`service.dp.certified.tolerance` for N rows). Each site's η^k is the real
+  Gaussian vector of exact uniforms, known as doubles within a proved radius, and each site
+  answers its share with a proved error bound (:func:`service.dp.certified.site_share`); the
+  coordinator adds the rounding of its own sum (:func:`service.dp.certified.combine_shares`).
+  If the certificate is not met within ``MAX_CERTIFY_ROUNDS`` the job fails
   (:class:`~service.dp.solvers.ConvergenceError`) and nothing is released.
 * Distance to the exact minimiser: J̃ is μ-strongly convex (μ = λ + Δ), so
-  μ‖w − w_gop‖² ≤ ⟨∇J̃(w) − ∇J̃(w_gop), w − w_gop⟩ ≤ τ‖w − w_gop‖, i.e. ‖w − w_gop‖ ≤ τ/μ:
-  the released model is the GOP minimiser to the same standard as every other
-  objective-perturbation mechanism's solve, after rounding to the 2⁻³² release grid.
+  μ‖w − w_gop‖² ≤ ⟨∇J̃(w) − ∇J̃(w_gop), w − w_gop⟩ ≤ τ‖w − w_gop‖, i.e. ‖w − w_gop‖ ≤ τ/μ = r.
+* Release: γ·round((w + Z)/γ) with Z ∝ exp(−β_r‖z‖), β_r = ε_r/(2r), sampled exactly
+  (:mod:`service.dp.lattice`). As in :mod:`service.dp.certified`, the GOP minimiser is
+  (ε₁, δ)-DP at the objective's share ε₁ = ε − ε_r and the release of a point certified
+  within r of it is ε_r-DP given it, so the released doubles are (ε, δ)-DP.
 
 The per-round transcript is not covered by the theorem (each round's sum would be ε-DP and T
 rounds Tε), which is why it must stay inside. The number of certification rounds depends on
@@ -77,7 +82,7 @@ from typing import Protocol
 
 import numpy as np
 
-from service.dp import noise
+from service.dp import certified, lattice, noise
 from service.dp.accounting import PrivacyCost
 from service.dp.federated._common import (
     FederatedCalibration,
@@ -121,7 +126,7 @@ DEFAULT_ITERATIONS = 500
 MAX_ITERATIONS = 100_000
 #: The Lipschitz constant of every supported loss (|l′| ≤ 1).
 LIPSCHITZ = 1.0
-#: The released model satisfies ‖∇J̃(w)‖ ≤ this (absolute), so ‖w − w_gop‖ ≤ it/(λ + Δ).
+#: :func:`certify`'s default tolerance (the coordinator passes the calibration's τ instead).
 CERTIFICATE_TOLERANCE = DEFAULT_TOLERANCE
 #: Exact-gradient rounds allowed to reach the certificate before the job fails.
 MAX_CERTIFY_ROUNDS = 50_000
@@ -133,11 +138,15 @@ class PSGDSite(Site):
     def __init__(self, index: int, X: FloatArray, y: FloatArray, loss: Loss) -> None:
         super().__init__(index, X, y)
         self._loss = loss
+        self._enclosure: lattice.Enclosure | None = None
         self._eta: FloatArray | None = None
 
     def draw_fixed_noise(self, sigma_share: float, rng: np.random.Generator | None) -> None:
-        """η^k ~ N(0, sigma_share² I_d), drawn once and kept by the site."""
-        self._eta = noise.gaussian_vector(self.d, sigma=sigma_share, rng=rng)
+        """η^k ~ N(0, sigma_share² I_d), drawn once and kept by the site: the real Gaussian
+        vector of exact uniforms, known as doubles within a proved radius
+        (:func:`~service.dp.lattice.gaussian_enclosure`)."""
+        self._enclosure = lattice.gaussian_enclosure(self.d, sigma=sigma_share, rng=rng)
+        self._eta = self._enclosure.value
 
     def noisy_gradient(
         self, w: FloatArray, beta: float, rng: np.random.Generator | None
@@ -152,13 +161,13 @@ class PSGDSite(Site):
         return self._send(grad)
 
     def gop_gradient(self, w: FloatArray) -> FloatArray:
-        """The site's exact share of N·∇J̃: Σ_j l′(y_j wᵀx_j) y_j x_j + η^k (no fresh ρ)."""
-        if self._eta is None:
+        """The site's share of N·∇J̃, Σ_j l′(y_j wᵀx_j) y_j x_j + η^k (no fresh ρ), with a
+        proved bound on its distance to the real share (:func:`certified.site_share`): d + 1
+        numbers, the share then the bound."""
+        if self._enclosure is None:
             raise RuntimeError("the site's fixed noise must be drawn before the first round")
-        slopes = self._loss.derivative(self._y * (self._X @ w))
-        grad: FloatArray = self._X.T @ (slopes * self._y)
-        grad += self._eta
-        return self._send(grad)
+        share, bound = certified.site_share(self._X, self._y, self._loss, w, self._enclosure)
+        return self._send(np.append(share, bound), with_bound=True)
 
 
 class GradientParty(Protocol):
@@ -190,7 +199,14 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
     loss = problem.loss_object()
     K, N, d = problem.sites, problem.total, problem.d
     eps, delta, lam, c = problem.epsilon, problem.delta, problem.regularization, loss.c
-    extra, epsilon_tilde = compute_slack(eps, lam, N, c)
+
+    def public(budget: float) -> tuple[float, float]:
+        extra, epsilon_tilde = compute_slack(budget, lam, N, c)
+        sigma, _ = gop_sigma(d, epsilon_tilde, delta)
+        return lam + extra, certified.gaussian_quantile(d, sigma) / N
+
+    eps_objective, release = certified.split(eps, n=N, d=d, c=c, public=public)
+    extra, epsilon_tilde = compute_slack(eps_objective, lam, N, c)
     sigma, q = gop_sigma(d, epsilon_tilde, delta)
     sigma_share = sigma / math.sqrt(K)
     beta = eps / (2.0 * LIPSCHITZ)
@@ -210,6 +226,7 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         "lipschitz": LIPSCHITZ,
         "regularization": finite(lam),
         "branch": "no_extra_regularization" if extra == 0.0 else "extra_regularization",
+        "epsilon_objective": finite(eps_objective),
         "epsilon_tilde": finite(epsilon_tilde),
         "Delta": finite(extra),
         "effective_regularization": finite(mu),
@@ -225,10 +242,11 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         "z0": finite(1.0 / smooth),
         "momentum": finite(momentum) if schedule == "nesterov" else 0.0,
         "averaging_from": iterations // 2,
-        "certificate_tolerance": finite(CERTIFICATE_TOLERANCE),
-        "distance_to_gop_minimiser_bound": finite(CERTIFICATE_TOLERANCE / mu),
+        "certificate_tolerance": finite(release.tolerance),
+        "distance_to_gop_minimiser_bound": finite(release.distance),
         "sites": [{"n": n} for n in problem.site_sizes],
     }
+    details.update(release.details())
     if loss.name == "huber":
         details["huber_h"] = finite(problem.huber_h)
     cost = PrivacyCost(float(eps), float(delta))
@@ -240,19 +258,21 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         composition=(
             f"(ε = {eps:g}, δ = {delta:g}) per dataset for the released model (Rajkumar & "
             f"Agarwal 2012, Thm 4.2): the K = {K} fixed shares η^k sum to N(0, σ*² I) with "
-            f"σ* = {sigma:.6g}, so the rounds' limit is the GOP minimiser (Thm 4.1, ε̃ = "
-            f"{epsilon_tilde:.6g}, Δ = {extra:.6g}, N = Σ n_k); {iterations} rounds"
+            f"σ* = {sigma:.6g}, so the rounds' limit is the GOP minimiser (Thm 4.1 at the "
+            f"objective's ε₁ = {eps_objective:.6g}, ε̃ = {epsilon_tilde:.6g}, Δ = {extra:.6g}, "
+            f"N = Σ n_k); {iterations} rounds; {release.describe()} (ε₁ + ε_r ≤ ε)"
         ),
         rounds=iterations,
         notes=(
             "secure sum: the per-round sums of the sites' noisy gradients exist only inside the "
             "service and are never stored or released; only the final model leaves, which is "
             "the condition of Rajkumar & Agarwal's Thm 4.2",
-            "the guarantee is the one of the GOP minimiser (Thm 4.1): after the "
-            f"{iterations} noisy rounds the coordinator certifies the released model with "
-            f"‖∇J̃(w)‖ ≤ {CERTIFICATE_TOLERANCE:g} (exact gradient sums, no fresh noise), so it "
-            f"is within {CERTIFICATE_TOLERANCE / mu:.3g} of the exact GOP minimiser; the job "
-            "fails if the certificate is not reached",
+            "the guarantee is the one of the GOP minimiser (Thm 4.1) composed with the release "
+            f"noise: after the {iterations} noisy rounds the coordinator certifies "
+            f"‖∇J̃(w)‖ ≤ {release.tolerance:.3g} from the sites' exact gradient shares and their "
+            "proved error bounds (no fresh noise), so w is within "
+            f"{release.distance:.3g} of the exact GOP minimiser, and releases w with noise "
+            "covering that distance; the job fails if the certificate is not reached",
         ),
     )
 
@@ -268,12 +288,13 @@ def coordinate(
     beta: float,
     iterations: int,
     schedule: str,
+    release: certified.CertifiedRelease,
     rng: np.random.Generator | None,
     clock: RoundClock,
 ) -> FloatArray:
     """The coordinator of Alg. 1: sees only the sums of the sites' answers (module docstring);
-    runs the T noisy rounds, then certifies ‖∇J̃(w)‖ ≤ ``CERTIFICATE_TOLERANCE`` at the model
-    it returns (:func:`certify`)."""
+    runs the T noisy rounds, certifies ‖∇J̃(w)‖ ≤ τ (:func:`certify`) and releases w with the
+    certified release's noise (:mod:`service.dp.certified`)."""
     rngs = site_generators(rng, len(sites))
     for k, site in enumerate(sites):
         site_call(site.index, partial(site.draw_fixed_noise, sigma_share, rngs[k]))
@@ -303,18 +324,24 @@ def coordinate(
         clock.tick()
     averaged: FloatArray = tail_sum / tail_count
 
-    def gop_gradient(point: FloatArray) -> FloatArray:
-        total_share = np.zeros(d)
-        for site in sites:
-            total_share += site_call(site.index, partial(site.gop_gradient, point))
-        out: FloatArray = total_share / total + mu * point
-        return out
+    def gop_gradient(point: FloatArray) -> tuple[FloatArray, float]:
+        answers = [site_call(site.index, partial(site.gop_gradient, point)) for site in sites]
+        return certified.combine_shares(
+            [a[:d] for a in answers],
+            [float(a[d]) for a in answers],
+            total=total,
+            regularization=mu,
+            w=point,
+        )
 
-    return certify(gop_gradient, averaged, strong_convexity=mu, smoothness=smoothness)
+    w_cert = certify(
+        gop_gradient, averaged, strong_convexity=mu, smoothness=smoothness, tol=release.tolerance
+    )
+    return lattice.norm_exponential_release(w_cert, beta=release.beta, rng=rng)
 
 
 def certify(
-    gradient: Callable[[FloatArray], FloatArray],
+    gradient: Callable[[FloatArray], tuple[FloatArray, float]],
     start: FloatArray,
     *,
     strong_convexity: float,
@@ -322,9 +349,11 @@ def certify(
     tol: float = CERTIFICATE_TOLERANCE,
     max_rounds: int = MAX_CERTIFY_ROUNDS,
 ) -> FloatArray:
-    """A point w with ‖gradient(w)‖ ≤ tol, found from ``start`` by Nesterov's method for a
-    μ-strongly convex, L-smooth function (step 1/L, momentum (√κ − 1)/(√κ + 1), κ = L/μ) with
-    gradient restart (O'Donoghue & Candès 2015: drop the momentum when ⟨∇f(v), w⁺ − w⟩ > 0).
+    """A point w whose proved gradient bound is ≤ tol, found from ``start`` by Nesterov's
+    method for a μ-strongly convex, L-smooth function (step 1/L, momentum (√κ − 1)/(√κ + 1),
+    κ = L/μ) with gradient restart (O'Donoghue & Candès 2015: drop the momentum when
+    ⟨∇f(v), w⁺ − w⟩ > 0). ``gradient`` returns the computed gradient and a proved upper bound
+    on the true gradient's norm (:func:`certified.combine_shares`).
 
     The certificate is checked at the returned point itself; :class:`ConvergenceError` (no
     data values in it) when ``max_rounds`` gradients do not reach it."""
@@ -334,10 +363,10 @@ def certify(
     w = np.array(start, dtype=np.float64)
     query = w.copy()
     for _ in range(max_rounds):
-        g = gradient(query)
+        g, bound = gradient(query)
         if not np.all(np.isfinite(g)):
             break
-        if float(np.linalg.norm(g)) <= tol:
+        if bound <= tol:
             return query
         w_next = query - z * g
         # restart (no momentum) when the momentum would point uphill
@@ -383,6 +412,7 @@ def run_parties(
         beta=float(det["beta"]),
         iterations=int(det["iterations"]),
         schedule=str(det["step_size"]),
+        release=certified.CertifiedRelease.from_details(det),
         rng=rng,
         clock=clock,
     )

@@ -44,7 +44,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
-from service.dp import noise
+from service.dp import certified, lattice
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.mechanisms._common import (
     base_details,
@@ -55,7 +55,6 @@ from service.dp.mechanisms._common import (
     report,
     require_smooth_loss,
 )
-from service.dp.solvers import minimize_erm
 from service.dp.validation import PrivacyParameterError
 
 __all__ = ["MECHANISM", "GaussianObjectivePerturbation", "compute_slack", "gop_sigma"]
@@ -98,7 +97,14 @@ class GaussianObjectivePerturbation:
             problem.delta,
             loss.c,
         )
-        extra, epsilon_tilde = compute_slack(eps, lam, n, c)
+
+        def public(budget: float) -> tuple[float, float]:
+            extra, epsilon_tilde = compute_slack(budget, lam, n, c)
+            sigma, _ = gop_sigma(d, epsilon_tilde, delta)
+            return lam + extra, certified.gaussian_quantile(d, sigma) / n
+
+        eps_objective, certificate = certified.split(eps, n=n, d=d, c=c, public=public)
+        extra, epsilon_tilde = compute_slack(eps_objective, lam, n, c)
         sigma, q = gop_sigma(d, epsilon_tilde, delta)
         effective = lam + extra
         expected = sigma * chi_mean(d)
@@ -106,6 +112,7 @@ class GaussianObjectivePerturbation:
         details.update(
             noise="gaussian",
             branch="no_extra_regularization" if extra == 0.0 else "extra_regularization",
+            epsilon_objective=eps_objective,
             epsilon_tilde=epsilon_tilde,
             Delta=extra,
             effective_regularization=effective,
@@ -117,6 +124,7 @@ class GaussianObjectivePerturbation:
             expected_noise_norm=expected,
             expected_coef_shift_bound=expected / (n * effective),
         )
+        details.update(certificate.details())
         return Calibration(
             epsilon=float(eps),
             delta=float(delta),
@@ -126,8 +134,9 @@ class GaussianObjectivePerturbation:
                 f"single release, (ε = {eps:g}, δ = {delta:g}): Gaussian objective perturbation "
                 f"(Rajkumar & Agarwal 2012, Alg. 4, tight Jacobian) with σ* = {sigma:.6g}; the "
                 f"privacy loss is "
-                f"≤ ε̃ = {epsilon_tilde:.6g} (noise) + {eps - epsilon_tilde:.6g} (Jacobian) "
-                f"except when ‖η‖ exceeds its χ²_{d} quantile, probability δ"
+                f"≤ ε̃ = {epsilon_tilde:.6g} (noise) + {eps_objective - epsilon_tilde:.6g} "
+                f"(Jacobian) + ε_r = {certificate.epsilon:.6g} (release) except when ‖η‖ "
+                f"exceeds its χ²_{d} quantile, probability δ; {certificate.describe()}"
             ),
         )
 
@@ -144,14 +153,17 @@ class GaussianObjectivePerturbation:
         loss = check_common(problem, ())
         require_smooth_loss(loss, self.name)
         report(progress, 0.0)
-        eta = noise.gaussian_vector(problem.d, sigma=float(calibration.details["sigma"]), rng=rng)
-        coef = minimize_erm(
+        details = calibration.details
+        eta = lattice.gaussian_enclosure(problem.d, sigma=float(details["sigma"]), rng=rng)
+        coef = certified.release_minimiser(
             X,
             y,
             loss,
             regularization=problem.regularization,
-            linear=eta,
-            extra_regularization=float(calibration.details["Delta"]),
+            extra_regularization=float(details["Delta"]),
+            noise=eta,
+            release=certified.CertifiedRelease.from_details(details),
+            rng=rng,
         )
         model = release(coef)
         report(progress, 1.0)

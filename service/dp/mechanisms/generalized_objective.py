@@ -65,7 +65,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, special, stats
 
-from service.dp import noise
+from service.dp import certified, lattice
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.mechanisms._common import (
     base_details,
@@ -75,7 +75,6 @@ from service.dp.mechanisms._common import (
     report,
     require_smooth_loss,
 )
-from service.dp.solvers import minimize_erm
 from service.dp.validation import PrivacyParameterError, nonnegative_float_param
 
 __all__ = [
@@ -124,20 +123,39 @@ class GeneralizedObjectivePerturbation:
             problem.delta,
         )
         c = loss.c
-        kifer_delta = nonnegative_float_param(problem.params, "kifer_Delta", 2.0 * c / eps)
-        jacobian_epsilon = math.log1p(c / (n * lam + kifer_delta))
-        epsilon_noise = eps - jacobian_epsilon
+
+        def noise_budget(budget: float) -> tuple[float, float, float]:
+            """(Δ_K, ε_J, ε_n) at objective budget ``budget``."""
+            kifer_delta = nonnegative_float_param(problem.params, "kifer_Delta", 2.0 * c / budget)
+            jacobian = math.log1p(c / (n * lam + kifer_delta))
+            return kifer_delta, jacobian, budget - jacobian
+
+        def public(budget: float) -> tuple[float, float]:
+            kifer_delta, _, eps_n = noise_budget(budget)
+            if not eps_n > 0.0:
+                return lam + kifer_delta / n, 0.0  # refused below, with its own message
+            if delta == 0.0:
+                bound = certified.norm_exponential_quantile(d, eps_n / 2.0)
+            else:
+                u = gaussian_tail_quantile(d, delta)
+                bound = certified.gaussian_quantile(d, gaussian_sigma(eps_n, u))
+            return lam + kifer_delta / n, bound / n
+
+        eps_objective, certificate = certified.split(eps, n=n, d=d, c=c, public=public)
+        kifer_delta, jacobian_epsilon, epsilon_noise = noise_budget(eps_objective)
         if not epsilon_noise > 0.0:
             raise PrivacyParameterError(
                 f"kifer_Delta = {kifer_delta:g} leaves no budget for the noise: the Jacobian "
-                f"term ln(1 + c/(nλ + Δ)) = {jacobian_epsilon:.6g} is not below ε = {eps:g}; "
-                f"use kifer_Delta ≥ {2.0 * c / eps:g} (Kifer et al.'s 2c/ε)"
+                f"term ln(1 + c/(nλ + Δ)) = {jacobian_epsilon:.6g} is not below the objective's "
+                f"ε = {eps_objective:g}; use kifer_Delta ≥ {2.0 * c / eps_objective:g} "
+                "(Kifer et al.'s 2c/ε)"
             )
         details = base_details(problem, loss)
         details.update(
             kifer_Delta=kifer_delta,
             Delta=kifer_delta / n,
             effective_regularization=lam + kifer_delta / n,
+            epsilon_objective=eps_objective,
             jacobian_epsilon=jacobian_epsilon,
             noise_epsilon=epsilon_noise,
             gradient_sensitivity=2.0,
@@ -170,6 +188,7 @@ class GeneralizedObjectivePerturbation:
             expected_noise_norm=expected,
             expected_coef_shift_bound=expected / (n * lam + kifer_delta),
         )
+        details.update(certificate.details())
         return Calibration(
             epsilon=float(eps),
             delta=float(delta),
@@ -178,7 +197,8 @@ class GeneralizedObjectivePerturbation:
             composition=(
                 f"single release, ε = {eps:g} = Jacobian part ln(1 + c/(nλ + Δ_K)) = "
                 f"{jacobian_epsilon:.6g} + noise part ε_n = {epsilon_noise:.6g} (Kifer et al. "
-                f"2012 objective perturbation, replace-one neighbours); {how}"
+                f"2012 objective perturbation, replace-one neighbours) + release part ε_r = "
+                f"{certificate.epsilon:.6g}: {certificate.describe()}; {how}"
             ),
         )
 
@@ -197,16 +217,18 @@ class GeneralizedObjectivePerturbation:
         details = calibration.details
         report(progress, 0.0)
         if details["variant"] == "pure":
-            b = noise.norm_exponential_vector(problem.d, beta=float(details["beta"]), rng=rng)
+            b = lattice.norm_exponential_enclosure(problem.d, beta=float(details["beta"]), rng=rng)
         else:
-            b = noise.gaussian_vector(problem.d, sigma=float(details["sigma"]), rng=rng)
-        coef = minimize_erm(
+            b = lattice.gaussian_enclosure(problem.d, sigma=float(details["sigma"]), rng=rng)
+        coef = certified.release_minimiser(
             X,
             y,
             loss,
             regularization=problem.regularization,
-            linear=b,
             extra_regularization=float(details["Delta"]),
+            noise=b,
+            release=certified.CertifiedRelease.from_details(details),
+            rng=rng,
         )
         model = release(coef)
         report(progress, 1.0)

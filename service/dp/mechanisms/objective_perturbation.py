@@ -35,10 +35,12 @@ Jacobian, left ε′ ≈ 0 just above 2 ln(1 + c/(nλ)) = ε: at n = 789, λ = 0
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp import noise
+from service.dp import certified, lattice
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.mechanisms._common import (
     base_details,
@@ -48,9 +50,8 @@ from service.dp.mechanisms._common import (
     report,
     require_smooth_loss,
 )
-from service.dp.solvers import minimize_erm
 
-__all__ = ["MECHANISM", "ObjectivePerturbation"]
+__all__ = ["MECHANISM", "ObjectivePerturbation", "run_certified", "with_centre"]
 
 
 class ObjectivePerturbation:
@@ -67,7 +68,13 @@ class ObjectivePerturbation:
         loss = check_common(problem, ())
         require_smooth_loss(loss, self.name)
         n, d, lam, eps, c = problem.n, problem.d, problem.regularization, problem.epsilon, loss.c
-        extra, epsilon_prime, jacobian_epsilon = jacobian_slack(eps, lam, n, c)
+
+        def public(budget: float) -> tuple[float, float]:
+            extra, noise_budget, _ = jacobian_slack(budget, lam, n, c)
+            return lam + extra, certified.norm_exponential_quantile(d, noise_budget / 2.0) / n
+
+        eps_objective, certificate = certified.split(eps, n=n, d=d, c=c, public=public)
+        extra, epsilon_prime, jacobian_epsilon = jacobian_slack(eps_objective, lam, n, c)
         branch = "no_extra_regularization" if extra == 0.0 else "extra_regularization"
         beta = epsilon_prime / 2.0
         effective = lam + extra
@@ -77,6 +84,7 @@ class ObjectivePerturbation:
             delta=0.0,
             noise="norm_exponential",
             branch=branch,
+            epsilon_objective=eps_objective,
             epsilon_prime=epsilon_prime,
             Delta=extra,
             effective_regularization=effective,
@@ -88,6 +96,7 @@ class ObjectivePerturbation:
             expected_noise_norm=expected,
             expected_coef_shift_bound=expected / (n * effective),
         )
+        details.update(certificate.details())
         return Calibration(
             epsilon=float(eps),
             delta=0.0,
@@ -97,7 +106,8 @@ class ObjectivePerturbation:
                 f"single release, ε = {eps:g} = noise part ε′ = {epsilon_prime:.6g} + Jacobian "
                 f"part ln(1 + c/(n(λ+Δ))) = {jacobian_epsilon:.6g} (Chaudhuri et al. 2011, "
                 f"Alg. 2 with the determinant lemma, "
-                f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}); no δ is spent"
+                f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
+                f"ε_r = {certificate.epsilon:.6g}: {certificate.describe()}; no δ is spent"
             ),
         )
 
@@ -113,16 +123,56 @@ class ObjectivePerturbation:
     ) -> FittedModel:
         loss = check_common(problem, ())
         require_smooth_loss(loss, self.name)
-        beta = float(calibration.details["beta"])
-        extra = float(calibration.details["Delta"])
         report(progress, 0.0)
-        b = noise.norm_exponential_vector(problem.d, beta=beta, rng=rng)
-        coef = minimize_erm(
-            X, y, loss, regularization=problem.regularization, linear=b, extra_regularization=extra
-        )
-        model = release(coef)
+        model = release(run_certified(X, y, problem, calibration, rng=rng))
         report(progress, 1.0)
         return model
+
+
+def with_centre(
+    calibration: Calibration, centre: NDArray[np.float64], centre_weight: float
+) -> Calibration:
+    """The calibration for an objective with the public term (η/2)‖w − w₀‖² (transfer
+    learning, PST-H; η already counted in its strong convexity): the certificate's public
+    bound L grows by η‖w₀‖, which only enlarges τ and the release noise (same ε_r)."""
+    plan = certified.CertifiedRelease.from_details(calibration.details)
+    centre_norm = float(np.linalg.norm(centre)) * (1.0 + 2.0**-40)
+    plan = plan.with_linear_bound(plan.linear_bound + centre_weight * centre_norm)
+    details = dict(calibration.details)
+    details.update(plan.details())
+    return replace(calibration, details=details)
+
+
+def run_certified(
+    X: NDArray[np.float64],
+    y: NDArray[np.float64],
+    problem: Problem,
+    calibration: Calibration,
+    *,
+    rng: np.random.Generator | None,
+    centre: NDArray[np.float64] | None = None,
+    centre_weight: float = 0.0,
+) -> NDArray[np.float64]:
+    """The certified release of ``argmin J + bᵀw/n + (Δ/2)‖w‖² + (η/2)‖w − w₀‖²`` with the
+    noise β, Δ and release plan of an objective-perturbation ``calibration``
+    (:mod:`service.dp.certified`; with a centre w₀, pass the calibration through
+    :func:`with_centre`)."""
+    loss = check_common(problem, ())
+    require_smooth_loss(loss, ObjectivePerturbation.name)
+    details = calibration.details
+    b = lattice.norm_exponential_enclosure(problem.d, beta=float(details["beta"]), rng=rng)
+    return certified.release_minimiser(
+        X,
+        y,
+        loss,
+        regularization=problem.regularization,
+        extra_regularization=float(details["Delta"]),
+        noise=b,
+        release=certified.CertifiedRelease.from_details(details),
+        rng=rng,
+        centre=centre,
+        centre_weight=centre_weight,
+    )
 
 
 MECHANISM = ObjectivePerturbation()

@@ -74,12 +74,11 @@ from service.dp.mechanisms._common import (
     check_common,
     release,
     report,
-    require_smooth_loss,
 )
 from service.dp.mechanisms.objective_perturbation import MECHANISM as _PLR
+from service.dp.mechanisms.objective_perturbation import run_certified, with_centre
 from service.dp.models import META_FEATURES, StackedModel, meta_features
 from service.dp.projection import clip_rows
-from service.dp.solvers import minimize_erm
 from service.dp.validation import PrivacyParameterError
 
 __all__ = [
@@ -143,23 +142,13 @@ def _centred_plr(
     centre_weight: float,
     rng: np.random.Generator | None,
 ) -> FloatArray:
-    """The base mechanism's release with the extra public term (η/2)‖w − u‖²: the noise b and
-    Δ of ``calibration`` (drawn in the same order as ``objective_perturbation.run``, so η = 0
-    gives the identical model), the minimiser of J + bᵀw/n + (Δ/2)‖w‖² + (η/2)‖w − u‖²."""
-    loss = check_common(problem, ())
-    require_smooth_loss(loss, _PLR.name)
-    beta = float(calibration.details["beta"])
-    extra = float(calibration.details["Delta"])
-    b = noise.norm_exponential_vector(problem.d, beta=beta, rng=rng)
-    coef = minimize_erm(
-        X,
-        y,
-        loss,
-        regularization=problem.regularization,
-        linear=b,
-        extra_regularization=extra,
-        centre=centre,
-        centre_weight=centre_weight,
+    """The base mechanism's certified release with the extra public term (η/2)‖w − u‖²: the
+    noise b, Δ and ε_r of ``calibration`` (the certificate's public bound grows by η‖u‖,
+    :func:`~service.dp.mechanisms.objective_perturbation.with_centre`), the release of
+    argmin J + bᵀw/n + (Δ/2)‖w‖² + (η/2)‖w − u‖²."""
+    centred = with_centre(calibration, centre, centre_weight)
+    coef = run_certified(
+        X, y, problem, centred, rng=rng, centre=centre, centre_weight=centre_weight
     )
     return release(coef).coef
 

@@ -8,7 +8,11 @@ Every release is w = (Σ y_i x_i − b)/(n(λ + Δ)) (or the exact minimiser plu
 perturbation), so the statistic z = (n(λ + Δ)·w + 2)/2 is the noise in gradient units, shifted
 by 1 between the neighbours: D has mean 1, D′ mean 0, and z − mean is Laplace(1/ε_n) for the
 norm-exponential mechanisms (d = 1) or N(0, (σ/2)²) for the Gaussian ones, with ε_n, σ and Δ
-derived here by hand (the tests also pin the calibration to them).
+derived here by hand (the tests also pin the calibration to them). The objective-perturbation
+mechanisms calibrate their objective at ε₁ = ε − ε_r (:mod:`tests.unit.dp._budget`), ε_r paying
+for the certified release's noise Z (:mod:`service.dp.certified`); on this pair Z moves z by
+E‖Z‖·n(λ + Δ)/2 ≈ 7·10⁻⁵ on average and the 2⁻³² release grid by ≤ 6·10⁻⁹, far below the
+noise scale s ≈ 0.5.
 
 Thresholds. The events are {z > t} for t ∈ {1, 1 + s/2, 1 + s} (Laplace) or
 {1 + s/4, 1 + s/2, 1 + 3s/4, 1 + s} (Gaussian), s the hand-derived noise scale of z, fixed
@@ -38,6 +42,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -46,6 +52,7 @@ from numpy.typing import NDArray
 from service.dp.base import Calibration, Problem
 from service.dp.mechanisms import get_mechanism
 from tests.unit.dp._audit import audit_tests, epsilon_lower_bound
+from tests.unit.dp._budget import objective_budget
 
 FloatArray = NDArray[np.float64]
 #: Runs per dataset in the mechanism audits (pure ε / Gaussian).
@@ -171,33 +178,41 @@ class Case:
         return [1.0 + k * self.scale for k in steps]
 
 
-# ε_J = ln(1 + c/(n(λ + Δ))): ln(1 + 1/100) = 0.00995033 with Δ = 0 (ε_J ≤ ε/2 keeps Δ = 0),
-# ln(1 + 1/101) = 0.00985230 with Kifer's Δ_K = 2c/ε = 1, i.e. Δ = Δ_K/n = 0.25.
-EPS_OP = EPS - math.log1p(C / (N * LAMBDA))  # 1.99004967
-EPS_KIFER = EPS - math.log1p(C / (N * LAMBDA + 2.0 * C / EPS))  # 1.99014770
+# The objective's budget (n = 4, d = 1): τ₀ = 1e-10 + 8·5·2⁻⁵³ = 1.0000444089e-10,
+# √(nτ₀) = 2.0000444084e-5, κ = √(nτ₀)/(1 + √(nτ₀)) = 2.0000044075e-5, ε_r = εκ = 4.0000088e-5,
+# ε₁ = ε − ε_r = 1.99995999991185.
+EPS1 = objective_budget(EPS, N, 1)
+# ε_J = ln(1 + c/(n(λ + Δ))): ln(1 + 1/100) = 0.00995033 with Δ = 0 (ε_J ≤ ε₁/2 keeps Δ = 0),
+# ln(1 + 1/(100 + 1.0000200)) = 0.00985229 with Kifer's Δ_K = 2c/ε₁ = 1.0000200004, i.e.
+# Δ = Δ_K/n = 0.2500050001.
+EPS_OP = EPS1 - math.log1p(C / (N * LAMBDA))  # 1.99000966906
+EPS_KIFER = EPS1 - math.log1p(C / (N * LAMBDA + 2.0 * C / EPS1))  # 1.99010770541
 CASES = [
     # output perturbation: w = w* + b, β = ε/S with S = 2/(nλ) (+ the solver's 2τ/λ, 10⁻⁸
     # relatively); z's noise is b·nλ/2, Laplace with scale nλ/(2β) = 1/ε
     Case("output_perturbation", 0.0, N * LAMBDA, laplace=1.0 / EPS),
     # objective perturbation: β = ε_n/2 on the gradient scale, z's noise b/2 has scale 1/ε_n
+    # = 1/1.99000966906 = 0.50251012121 (ε_n = ε₁ − ε_J)
     Case("objective_perturbation", 0.0, N * LAMBDA, laplace=1.0 / EPS_OP),
+    # Kifer: ridge n(λ + Δ) = 100 + 2c/ε₁ = 101.0000200004, z's scale 1/1.99010770541
+    # = 0.50248536664
     Case(
         "generalized_objective_perturbation",
         0.0,
-        N * LAMBDA + 2.0 * C / EPS,
+        N * LAMBDA + 2.0 * C / EPS1,
         laplace=1.0 / EPS_KIFER,
     ),
     # Kifer, δ = 0.05, d = 1: u with 2Φ̄(u) = δ is 1.9599640; σ = (u + √(u² + 2ε_n))/ε_n
-    # = (1.9599640 + √(3.8414588 + 3.9802954))/1.9901477 = 2.3901261
+    # = (1.9599640 + √(3.8414588 + 3.9802154))/1.9901077 = 2.3901669
     Case(
         "generalized_objective_perturbation",
         DELTA,
-        N * LAMBDA + 2.0 * C / EPS,
-        sigma=2.3901260718,
+        N * LAMBDA + 2.0 * C / EPS1,
+        sigma=2.3901669233,
     ),
-    # GOP: q = χ²₁ quantile at 1 − δ = 3.8414588 (= u²), ε̃ = ε − ln(1 + 1/100) = 1.9900497;
-    # σ* = (√q + √(q + 2ε̃))/ε̃ = (1.9599640 + √7.8215581)/1.9900497 = 2.3902262
-    Case("gaussian_objective_perturbation", DELTA, N * LAMBDA, sigma=2.3902262006),
+    # GOP: q = χ²₁ quantile at 1 − δ = 3.8414588 (= u²), ε̃ = ε₁ − ln(1 + 1/100) = 1.9900097;
+    # σ* = (√q + √(q + 2ε̃))/ε̃ = (1.9599640 + √7.8214782)/1.9900097 = 2.3902671
+    Case("gaussian_objective_perturbation", DELTA, N * LAMBDA, sigma=2.3902670580),
 ]
 IDS = [f"{case.name}-delta{case.delta:g}" for case in CASES]
 
@@ -221,6 +236,10 @@ def _calibration(case: Case) -> Calibration:
     assert (cal.epsilon, cal.delta) == (EPS, case.delta)
     ridge = N * float(cal.details.get("effective_regularization", LAMBDA))
     assert ridge == pytest.approx(case.ridge, rel=1e-12)
+    if case.name != "output_perturbation":
+        assert float(cal.details["epsilon_objective"]) == pytest.approx(EPS1, rel=1e-15)
+        release = float(cal.details["certified_release"]["epsilon"])
+        assert Fraction(float(cal.details["epsilon_objective"])) + Fraction(release) <= EPS
     if case.delta > 0.0:
         assert float(cal.details["sigma"]) == pytest.approx(case.sigma, rel=1e-9)
     elif case.name == "output_perturbation":
@@ -254,20 +273,27 @@ def _audit(case: Case, cal: Calibration, seed: int) -> float:
     )
 
 
-def _scaled_noise(cal: Calibration, scale: float) -> Calibration:
-    """The calibration with the noise scale multiplied by ``scale`` (β divided by it)."""
+def _scaled_noise(cal: Calibration, scale: float, *, release: bool = False) -> Calibration:
+    """The calibration with the noise scale multiplied by ``scale`` (β divided by it); with
+    ``release`` the certified release's noise Z too (β_r = ε_r/(2r) ∝ ε_r, so ε_r divided)."""
+    changes: dict[str, Any]
     if "sigma" in cal.details:
         changes = {"sigma": float(cal.details["sigma"]) * scale}
     else:
         changes = {"beta": float(cal.details["beta"]) / scale}
+    if release and "certified_release" in cal.details:
+        plan = dict(cal.details["certified_release"])
+        plan["epsilon"] = float(plan["epsilon"]) / scale
+        changes["certified_release"] = plan
     return dataclasses.replace(cal, details={**cal.details, **changes})
 
 
 def test_the_pair_releases_the_hand_derived_means() -> None:
     # with the noise switched off (σ → 0, β → ∞) z is exactly 1 on D and 0 on D′, which is
-    # what the thresholds assume; a tiny noise keeps the solver's exact-minimiser path
+    # what the thresholds assume; a tiny noise keeps the solver's exact-minimiser path. The
+    # certified release's Z is silenced too (β_r → ∞): it alone moves z by ≈ 7·10⁻⁵
     for case in CASES:
-        quiet = _scaled_noise(_calibration(case), 1e-9)
+        quiet = _scaled_noise(_calibration(case), 1e-9, release=True)
         assert _statistic(case, quiet, Y_D, 0, 1)[0] == pytest.approx(1.0, abs=1e-6)
         assert _statistic(case, quiet, Y_D_PRIME, 0, 1)[0] == pytest.approx(0.0, abs=1e-6)
 

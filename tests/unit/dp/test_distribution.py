@@ -2,7 +2,12 @@
 released coefficients, follows the law derived by hand for that setting (KS tests, seeded).
 The reference laws (β, σ, Δ) are worked out in the tests from the papers' formulas, never read
 from ``calibrate()``, so a wrong calibration fails here too; each law is also checked to
-reject the same noise at half and at twice the scale (the tests have power)."""
+reject the same noise at half and at twice the scale (the tests have power).
+
+The objective-perturbation mechanisms calibrate their objective at ε₁ = ε − ε_r, ε_r paying
+for the certified release's noise Z (:mod:`service.dp.certified`, ε₁ derived by hand in
+:mod:`tests.unit.dp._budget`). The recovered b then also carries n(λ + Δ)·Z and the 2⁻³² grid's
+rounding: here E‖n(λ + Δ)Z‖ ≤ 5·10⁻³ against E‖b‖ ≥ 14, invisible to the KS tests."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from service.dp import calibrate, fit
 from service.dp.base import Calibration, Problem
 from service.dp.losses import get_loss
 from service.dp.mechanisms import get_mechanism
+from tests.unit.dp._budget import objective_budget
 
 pytestmark = pytest.mark.statistical
 
@@ -108,13 +114,15 @@ def _gamma_law_fits_only_at_the_right_scale(norms: FloatArray, d: int, beta: flo
 @pytest.mark.parametrize(
     ("lam", "branch", "beta", "extra"),
     [
-        # n = 60, logistic c = 1/4, ε = 0.5, d = 3.
-        # λ = 0.05: ε_J = ln(1 + 0.25/3) = 0.0800427077 ≤ ε/2, Δ = 0,
-        #   β = (0.5 − 0.0800427077)/2 = 0.2099786462
-        (0.05, "no_extra_regularization", 0.2099786462, 0.0),
-        # λ = 0.0005: ln(1 + 0.25/0.03) = 2.23 > ε/2, so Δ = c/(n(e^{ε/2} − 1)) − λ
-        #   = 0.25/(60·0.2840254167) − 0.0005 = 0.0141700486 and β = (ε/2)/2 = 0.125
-        (0.0005, "extra_regularization", 0.125, 0.0141700486),
+        # n = 60, logistic c = 1/4, ε = 0.5, d = 3: the objective's budget is ε₁ = ε(1 − κ),
+        # τ₀ = 1e-10 + 8·63u = 1.0005595524e-10, √(nτ₀) = 7.7481335265e-5,
+        # κ = 7.7475332373e-5, ε₁ = 0.4999612623338 (checked in the test).
+        # λ = 0.05: ε_J = ln(1 + 0.25/3) = 0.0800427077 ≤ ε₁/2, Δ = 0,
+        #   β = (0.4999612623 − 0.0800427077)/2 = 0.2099592773
+        (0.05, "no_extra_regularization", 0.2099592773, 0.0),
+        # λ = 0.0005: ln(1 + 0.25/0.03) = 2.23 > ε₁/2, so Δ = c/(n(e^{ε₁/2} − 1)) − λ
+        #   = 0.25/(60·0.2840005469) − 0.0005 = 0.0141713333 and β = (ε₁/2)/2 = 0.1249903156
+        (0.0005, "extra_regularization", 0.1249903156, 0.0141713333),
     ],
 )
 def test_objective_perturbation_noise_is_the_hand_derived_law(
@@ -125,6 +133,8 @@ def test_objective_perturbation_noise_is_the_hand_derived_law(
         "objective_perturbation", X, y, runs=1000, seed=3, epsilon=0.5, regularization=lam
     )
     assert cal.details["branch"] == branch
+    assert cal.details["epsilon_objective"] == pytest.approx(0.4999612623338, rel=1e-12)
+    assert objective_budget(0.5, 60, 3) == pytest.approx(0.4999612623338, rel=1e-12)
     b = _recovered_noise(X, y, problem, extra, coefs)
     _gamma_law_fits_only_at_the_right_scale(np.linalg.norm(b, axis=1), 3, beta)
 
@@ -140,22 +150,28 @@ def test_generalized_pure_noise_is_the_hand_derived_law() -> None:
         epsilon=0.5,
         regularization=0.01,
     )
-    # Kifer's Δ_K = 2c/ε = 1 (Δ = 1/60 on PrivFit's scale); ε_J = ln(1 + 0.25/(0.6 + 1))
-    # = ln 1.15625 = 0.1451820098; β = (0.5 − 0.1451820098)/2 = 0.1774089951
-    b = _recovered_noise(X, y, problem, 1.0 / 60.0, coefs)
-    _gamma_law_fits_only_at_the_right_scale(np.linalg.norm(b, axis=1), 3, 0.1774089951)
+    # ε₁ = 0.4999612623338 (n = 60, d = 3, ε = 0.5, as above); Kifer's Δ_K = 2c/ε₁
+    # = 1.0000774813 (Δ = Δ_K/60 = 0.0166679580 on PrivFit's scale);
+    # ε_J = ln(1 + 0.25/(0.6 + 1.0000774813)) = 0.1451754661;
+    # β = (0.4999612623 − 0.1451754661)/2 = 0.1773928981
+    eps1 = objective_budget(0.5, 60, 3)
+    assert 0.5 / eps1 == pytest.approx(1.0000774813, rel=1e-10)
+    b = _recovered_noise(X, y, problem, 0.5 / eps1 / 60.0, coefs)
+    _gamma_law_fits_only_at_the_right_scale(np.linalg.norm(b, axis=1), 3, 0.1773928981)
 
 
-# n = 60, λ = 0.01, ε = 1, δ = 1e-4, d = 3, logistic c = 1/4:
-# GOP: ε_J = ln(1 + 0.25/0.6) = 0.3483066943 ≤ ε/2, Δ = 0, ε̃ = 0.6516933057;
-#   q = χ²_3 quantile at 1 − 1e-4 = 21.1075134662, σ* = (√q + √(q + 2ε̃))/ε̃ = 14.3139518774.
-# generalized: Δ_K = 2c/ε = 0.5 (Δ = 0.5/60); ε_J = ln(1 + 0.25/1.1) = 0.2047944126,
-#   ε_n = 0.7952055874; u with min(4Φ̄(u), e^{−u²/2}) = 1e-4: 4Φ̄(u) = 1e-4 at u = 4.0556269811
+# n = 60, λ = 0.01, ε = 1, δ = 1e-4, d = 3, logistic c = 1/4; the objective's budget is
+# ε₁ = ε(1 − κ) with κ = 7.7475332373e-5 (as above): ε₁ = 0.9999225246676.
+# GOP: ε_J = ln(1 + 0.25/0.6) = 0.3483066943 ≤ ε₁/2, Δ = 0, ε̃ = ε₁ − ε_J = 0.6516158304;
+#   q = χ²_3 quantile at 1 − 1e-4 = 21.1075134662, σ* = (√q + √(q + 2ε̃))/ε̃ = 14.3156286514.
+# generalized: Δ_K = 2c/ε₁ = 0.5000387407 (Δ = Δ_K/60 = 0.0083339790);
+#   ε_J = ln(1 + 0.25/(0.6 + 0.5000387407)) = 0.2047878909, ε_n = ε₁ − ε_J = 0.7951346338;
+#   u with min(4Φ̄(u), e^{−u²/2}) = 1e-4: 4Φ̄(u) = 1e-4 at u = 4.0556269811
 #   (there e^{−u²/2} = 2.7e-4, so the Gaussian-tail bound is the smaller);
-#   σ = (u + √(u² + 2ε_n))/ε_n = 10.4410798449.
+#   σ = (u + √(u² + 2ε_n))/ε_n = 10.4419905404.
 GAUSSIAN_LAWS = {
-    "gaussian_objective_perturbation": (14.3139518774, 0.0),
-    "generalized_objective_perturbation": (10.4410798449, 0.5 / 60.0),
+    "gaussian_objective_perturbation": (14.3156286514, 0.0),
+    "generalized_objective_perturbation": (10.4419905404, 0.5 / 0.9999225246676 / 60.0),
 }
 
 
@@ -166,6 +182,7 @@ def test_gaussian_noise_is_the_hand_derived_law(name: str) -> None:
         name, X, y, runs=1000, seed=7, epsilon=1.0, delta=1e-4, regularization=0.01
     )
     sigma, extra = GAUSSIAN_LAWS[name]
+    assert objective_budget(1.0, 60, 3) == pytest.approx(0.9999225246676, rel=1e-12)
     b = _recovered_noise(X, y, problem, extra, coefs)
     assert stats.kstest(b.ravel(), stats.norm(scale=sigma).cdf).pvalue > P_MIN
     assert stats.kstest((b**2).sum(axis=1) / sigma**2, stats.chi2(3).cdf).pvalue > P_MIN

@@ -26,6 +26,7 @@ from service.dp.transfer import (
     stacked_transfer_fit,
     transfer_fit,
 )
+from tests.unit.dp._budget import objective_budget
 
 
 def data(
@@ -212,25 +213,39 @@ def test_calibration_matches_the_hand_derived_numbers() -> None:
     d = cal.details
     # n_h = round(0.5·200) = 100 rows for the high level, n_l = 100 for the low level.
     assert (d["rows_high_level"], d["rows_low_level"]) == (100, 100)
-    # ε_k = q_k·ε; the low levels are calibrated at λ + η = 0.5 (the transfer term counts):
-    # ε_J = ln(1 + c/(n_l(λ + η))) = ln(1 + 0.25/50) = ln 1.005 = 0.004987541511 ≤ ε_k/2, so
-    # Δ_k = 0 and ε′_k = ε_k − 0.004987541511.
+    # ε_k = q_k·ε; each objective runs at its share ε₁ of ε_k (the certified release takes
+    # the rest; tests.unit.dp._budget): n_l = 100, τ₀ = 1e-10 + 8(100 + d_k)u,
+    # κ = √(n_lτ₀)/(1 + √(n_lτ₀)) = 1.0003483499e-4 (d_k = 1) and 1.0003572259e-4 (d_k = 3):
+    # ε₁ = 0.2999699895495 (ε_k = 0.3) and 0.6999299749942 (ε_k = 0.7). The low levels are
+    # calibrated at λ + η = 0.5 (the transfer term counts): ε_J = ln(1 + c/(n_l(λ + η)))
+    # = ln(1 + 0.25/50) = ln 1.005 = 0.004987541511 ≤ ε₁/2, so Δ_k = 0 and ε′_k = ε₁ − ε_J
+    # = 0.2949824480385 and 0.6949424334832.
     jac = 0.004987541511038968
     assert d["low_level_epsilon"] == [0.3, 0.7]
-    for low, e_k, d_k in zip(d["low_level"], (0.3, 0.7), (1, 3), strict=True):
+    for low, e_k, d_k, prime in zip(
+        d["low_level"], (0.3, 0.7), (1, 3), (0.2949824480385, 0.6949424334832), strict=True
+    ):
+        eps1 = objective_budget(e_k, 100, d_k)
+        assert low["epsilon_objective"] == pytest.approx(eps1, rel=1e-12)
         assert low["branch"] == "no_extra_regularization"
         assert low["Delta"] == 0.0
-        assert low["epsilon_prime"] == pytest.approx(e_k - jac, rel=1e-12)
-        assert low["beta"] == pytest.approx((e_k - jac) / 2, rel=1e-12)
-        assert low["expected_noise_norm"] == pytest.approx(d_k / ((e_k - jac) / 2))
+        assert low["epsilon_prime"] == pytest.approx(prime, rel=1e-12)
+        assert low["epsilon_prime"] == pytest.approx(eps1 - jac, rel=1e-12)
+        assert low["beta"] == pytest.approx((eps1 - jac) / 2, rel=1e-12)
+        assert low["expected_noise_norm"] == pytest.approx(d_k / ((eps1 - jac) / 2))
     # The high level (no transfer term, λ = 0.05): ε = 1 on 3 meta-features (2 models +
-    # intercept), ε′ = 1 − ln(1 + 0.25/5) = 1 − 0.048790164169 = 0.951209835831, scale 1/√3.
-    assert d["high_level"]["epsilon_prime"] == pytest.approx(0.951209835831, rel=1e-11)
+    # intercept), n_h = 100: κ = 1.0003572259e-4, ε₁ = 0.9998999642774, ε′ = ε₁ − ln(1 + 0.25/5)
+    # = ε₁ − 0.048790164169 = 0.951109800108, scale 1/√3.
+    assert d["high_level"]["epsilon_prime"] == pytest.approx(0.951109800108, rel=1e-11)
+    assert d["high_level"]["epsilon_prime"] == pytest.approx(
+        objective_budget(1.0, 100, 3) - math.log(1.05), rel=1e-12
+    )
     assert d["meta_scale"] == pytest.approx(1 / math.sqrt(3))
     assert d["transfer_strength"] == eta
     assert d["variant"] == "pst_h"
     # With λ = 0.001 and η = 0.45 the transfer term keeps the low levels off the Δ branch:
-    # ε_J = ln(1 + 0.25/(100·0.451)) = 0.005527930053, ε′_0 = 0.3 − ε_J.
+    # ε_J = ln(1 + 0.25/(100·0.451)) = 0.005527930053, ε′_0 = ε₁ − ε_J = 0.2999699895495
+    # − 0.005527930053 = 0.294442059497.
     small = stacked_transfer_calibration(
         200,
         5,
@@ -242,9 +257,10 @@ def test_calibration_matches_the_hand_derived_numbers() -> None:
     )
     low = small.details["low_level"][0]
     assert low["branch"] == "no_extra_regularization"
-    assert low["epsilon_prime"] == pytest.approx(0.294472069947, rel=1e-11)
-    # Without transfer (η = 0) ln(1 + 0.25/0.1) = ln 3.5 > ε_0/2 = 0.15: Δ_0 > 0 with
-    # ε_J = ε_0/2, i.e. Δ_0 = c/(n_l(e^{0.15} − 1)) − λ = 0.25/(100·0.161834242728) − 0.001.
+    assert low["epsilon_prime"] == pytest.approx(0.294442059497, rel=1e-11)
+    # Without transfer (η = 0) ln(1 + 0.25/0.1) = ln 3.5 > ε₁/2 = 0.14998499477: Δ_0 > 0
+    # with ε_J = ε₁/2, i.e. Δ_0 = c/(n_l(e^{ε₁/2} − 1)) − λ = 0.25/(100·0.161816809275) − 0.001
+    # = 0.0144495692457.
     plain = stacked_transfer_calibration(
         200,
         5,
@@ -256,8 +272,9 @@ def test_calibration_matches_the_hand_derived_numbers() -> None:
     )
     low = plain.details["low_level"][0]
     assert low["branch"] == "extra_regularization"
-    assert low["epsilon_prime"] == pytest.approx(0.15, rel=1e-12)
-    assert low["Delta"] == pytest.approx(0.0144479049542, rel=1e-10)
+    assert low["epsilon_prime"] == pytest.approx(0.1499849947748, rel=1e-12)
+    assert low["epsilon_prime"] == pytest.approx(objective_budget(0.3, 100, 1) / 2, rel=1e-12)
+    assert low["Delta"] == pytest.approx(0.0144495692457, rel=1e-10)
 
 
 @pytest.mark.parametrize(
@@ -338,9 +355,11 @@ def test_run_transfer_needs_one_finite_centre_per_group() -> None:
 
 
 def test_transfer_strength_counts_in_the_calibration() -> None:
-    # n = 400, λ = 0.05, η = 0.45, c = 1/4: calibrated at λ + η = 0.5, so
-    # ε_J = ln(1 + 0.25/200) = 0.001249219400 and ε′ = 1 − ε_J = 0.998750780600, where λ alone
-    # would give ε′ = 1 − ln(1 + 0.25/20) = 0.987577480001 (more noise).
+    # n = 400, d = 4, λ = 0.05, η = 0.45, c = 1/4, ε = 1: the objective runs at
+    # ε₁ = 1 − κ with τ₀ = 1e-10 + 8·404u = 1.0035882408e-10, √(nτ₀) = 2.0035850277e-4,
+    # κ = 2.0031836728e-4, ε₁ = 0.9997996816327. Calibrated at λ + η = 0.5, so
+    # ε_J = ln(1 + 0.25/200) = 0.001249219400 and ε′ = ε₁ − ε_J = 0.998550462232, where λ
+    # alone would give ε′ = ε₁ − ln(1 + 0.25/20) = 0.987377161634 (more noise).
     X, y = data()
     got = transfer_fit(
         X,
@@ -351,7 +370,12 @@ def test_transfer_strength_counts_in_the_calibration() -> None:
         regularization=0.05,
         rng=np.random.default_rng(3),
     )
-    assert got.details["epsilon_prime"] == pytest.approx(0.998750780600, rel=1e-11)
+    assert got.details["epsilon_prime"] == pytest.approx(0.998550462232, rel=1e-11)
+    eps1 = objective_budget(1.0, 400, 4)
+    assert got.details["epsilon_objective"] == pytest.approx(eps1, rel=1e-12)
+    assert got.details["epsilon_prime"] == pytest.approx(eps1 - math.log1p(0.25 / 200), rel=1e-12)
+    release = got.details["certified_release"]["epsilon"]
+    assert Fraction(got.details["epsilon_objective"]) + Fraction(release) <= Fraction(1.0)
     assert got.details["regularization"] == 0.05
     assert got.details["calibration_strong_convexity"] == pytest.approx(0.5)
     assert got.epsilon == 1.0

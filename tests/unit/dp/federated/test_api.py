@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from service.dp import certified
 from service.dp.federated import (
     FEDERATED_PROTOCOLS,
     FederatedCalibration,
@@ -268,11 +269,15 @@ def _crossing_arrays(log: list[Any]) -> list[np.ndarray]:
     return arrays
 
 
-def _check_only_vectors_crossed(log: list[Any], d: int) -> None:
+def _check_only_vectors_crossed(log: list[Any], d: int, *, with_bound: bool = False) -> None:
+    """Only d-vectors crossed (and, ``with_bound``, d + 1 numbers: a share and its proved
+    error bound, which must then appear)."""
     arrays = _crossing_arrays(log)
     assert arrays, "no message crossed"
-    for array in arrays:
-        assert array.shape == (d,)
+    shapes = {array.shape for array in arrays}
+    assert shapes <= {(d,), (d + 1,)} if with_bound else shapes == {(d,)}
+    if with_bound:
+        assert (d + 1,) in shapes
 
 
 def test_coordinators_see_only_d_vectors() -> None:
@@ -310,10 +315,14 @@ def test_coordinators_see_only_d_vectors() -> None:
         beta=0.5,
         iterations=4,
         schedule="nesterov",
+        release=certified.plan(
+            n=150, d=3, c=0.25, strong_convexity=0.1, linear_bound=0.1, epsilon=0.01
+        ),
         rng=np.random.default_rng(0),
         clock=RoundClock(4, None),
     )
-    _check_only_vectors_crossed(log, 3)
+    # the certification's shares carry one more number: their proved error bound
+    _check_only_vectors_crossed(log, 3, with_bound=True)
 
     # admm: local steps on neighbours' broadcasts, dual updates
     log.clear()

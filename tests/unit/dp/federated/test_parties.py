@@ -118,7 +118,10 @@ def test_node_steps_release_the_in_process_model(
         parties,
         problem,
         calibration,
-        rng=np.random.default_rng(seed + 1),  # ignored by node-like parties
+        # the parties draw from their own streams; the coordinator's own draws (psgd's release
+        # noise) come from the job's stream, as in process (spawning the parties' streams
+        # does not advance it)
+        rng=np.random.default_rng(seed),
         clock=RoundClock(calibration.rounds, None),
     )
     np.testing.assert_allclose(release(coef).coef, expected.coef, rtol=0, atol=1e-9)

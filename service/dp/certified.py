@@ -1,0 +1,558 @@
+"""Certified minimiser release: objective perturbation whose guarantee holds for the doubles.
+
+Why (issue 19 §1). Objective perturbation's proof (CMS11 Thm 9, KST12, GOP) is about the
+*exact* minimiser θ of the perturbed objective J̃_b(w) = J(w) + bᵀw/n + (Δ/2)‖w‖² for a *real*
+noise vector b with a density. A floating-point implementation draws b as doubles, whose law
+has no density, and returns an approximate minimiser; the change-of-variables argument covers
+neither. PrivFit therefore releases
+
+    o = γ·round((ŵ + Z)/γ),   Z ∝ exp(−β_r‖z‖)  (exact lattice release, :mod:`lattice`),
+
+where ŵ is the solver's answer on a double b̂ that encloses the real b, and the release noise Z
+covers the certified distance between ŵ and θ.
+
+The mechanism, in exact arithmetic (what the proof is about):
+
+1. real uniforms U define the real noise b = F(U) with exactly the law the calibration needs
+   (norm-exponential or Gaussian; :func:`lattice.norm_exponential_enclosure`); the service
+   knows b as doubles b̂ with a *proved* bound ‖b − b̂‖ ≤ e_b;
+2. θ = argmin J̃_b (never computed): ε₁-DP (or (ε₁, δ)) by the mechanism's own proof, run at
+   ε₁ = ε − ε_r;
+3. the solver minimises J̃_b̂ and returns ŵ; :func:`gradient_bound` proves
+   ‖∇J̃_b(ŵ)‖ ≤ G (IEEE-754 error analysis below, for the *real* b and the real λ + Δ + η);
+   the release goes ahead only if G ≤ τ, a public tolerance, and then ‖ŵ − θ‖ ≤ τ/μ = r by
+   μ-strong convexity (μ‖ŵ − θ‖² ≤ ⟨∇J̃_b(ŵ) − ∇J̃_b(θ), ŵ − θ⟩ ≤ G‖ŵ − θ‖);
+4. o as above with β_r = ε_r/(2r).
+
+Privacy (adaptive composition). Step 2 releases θ with ε₁. Given θ and D, the rest is a
+randomised function M₂(D, θ): the uniforms given b = b_D(θ) = −n∇[J_D + (Δ/2)‖·‖²](θ) (a law
+that does not depend on D beyond b), the solver's ŵ, and Z. Whatever ŵ is, ‖ŵ − θ‖ ≤ r; for
+a neighbour D′ the same holds with θ unchanged, so the two centres of the final noise are
+within 2r of each other for every realisation, and for every set O of outputs
+P[c + Z ∈ C(O)] ≤ e^{2rβ_r}·P[c′ + Z ∈ C(O)] = e^{ε_r}·P[c′ + Z ∈ C(O)]; averaging over the
+centres (mixtures) gives P[M₂(D, θ) ∈ O] ≤ e^{ε_r}P[M₂(D′, θ) ∈ O]. Composition gives
+(ε₁ + ε_r, δ) for (θ, o); o alone is post-processing. Rounding to the grid is part of the exact
+lattice release, so the bound holds for the released doubles.
+
+If the certificate fails (G > τ after a second, tighter solve), the job fails with
+:class:`~service.dp.solvers.ConvergenceError` and nothing is released. τ is chosen so that
+this needs ‖b‖ about a thousand times beyond the public quantile in τ (module function
+:func:`tolerance`), a probability far below 2⁻¹⁰⁰⁰ for the laws used here; the guarantee
+above is for the runs that release.
+
+The split. The expected coefficient shift is ≈ A/ε₁ from the objective's noise
+(A = 2d/(nμ) for the norm-exponential law) plus 2dτ/(μ ε_r) from Z; their sum is smallest at
+ε_r/ε₁ = √(nτ). PrivFit takes ε_r = ε·κ, κ = √(nτ₀)/(1 + √(nτ₀)) with
+τ₀ = 10⁻¹⁰ + 8(min(n, B) + d)u (B = 4096 rows per block of the certified gradient sum),
+the part of τ that depends on n and d only (so the split is a function of n and d; on Adult
+κ ≈ 0.0018, at n = 60 about 8·10⁻⁵).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.dp import lattice
+from service.dp.losses import HuberLoss, LogisticLoss, Loss
+from service.dp.solvers import ConvergenceError, solve_erm
+
+__all__ = [
+    "BLOCK_ROWS",
+    "CertifiedRelease",
+    "base_tolerance",
+    "combine_shares",
+    "exp_enclosure",
+    "gaussian_quantile",
+    "gradient_bound",
+    "loss_derivative_enclosure",
+    "loss_gradient_sum",
+    "norm_exponential_quantile",
+    "plan",
+    "release_minimiser",
+    "release_share",
+    "site_share",
+    "split",
+    "split_epsilon",
+    "tolerance",
+]
+
+FloatArray = NDArray[np.float64]
+
+_U: Final[float] = 2.0**-53
+#: multiplies first-order bounds: covers second-order terms and the bounds' own roundings
+_KAPPA: Final[float] = 1.0 + 2.0**-20
+#: the solver's own (non-rigorous) target is this fraction of τ
+_SOLVER_SHARE: Final[float] = 0.25
+#: base tolerance per unit of (1 + ‖g‖) (the solver's DEFAULT_TOLERANCE)
+_BASE: Final[float] = 1e-10
+#: the largest share of ε the release noise may take
+_MAX_SHARE: Final[float] = 0.5
+#: rows per BLAS block of the certified gradient sum (its rounding bound is γ_B, not γ_n)
+BLOCK_ROWS: Final[int] = 4096
+
+# exp: ln 2 split as in service.dp.lattice (LN2_HI has 32 significant bits), Taylor degree 17
+_LN2_HI: Final[float] = float.fromhex("0x1.62e42fee00000p-1")
+_LN2_LO: Final[float] = float.fromhex("0x1.a39ef35793c76p-33")
+_INV_LN2: Final[float] = 1.4426950408889634
+_DEGREE: Final[int] = 17
+_TAYLOR: Final[tuple[float, ...]] = tuple(1.0 / math.factorial(j) for j in range(_DEGREE + 1))
+#: below this, e^v < 2⁻¹⁰⁷⁴ (e^−745.14 ≈ 2⁻¹⁰⁷⁴)
+_EXP_FLOOR: Final[float] = -746.0
+_TINY: Final[float] = 2.0**-1074
+
+
+def _gamma(k: float) -> float:
+    """γ_k = ku/(1 − ku), Higham's bound for k roundings (rounded up generously)."""
+    return k * _U / (1.0 - k * _U) * _KAPPA
+
+
+def _norm_up(v: FloatArray) -> float:
+    """An upper bound on ‖v‖₂: the computed Σv_i² is within γ_d of the true one (d squares and
+    d − 1 additions), √ halves that and adds u, the final product one more u; (d + 8)u covers
+    all of them for d ≪ 1/u."""
+    return float(np.sqrt(np.dot(v, v))) * (1.0 + (v.size + 8) * _U)
+
+
+# ---- elementary functions with proved error bounds -----------------------------------------
+
+
+def exp_enclosure(v: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """e^v and a bound on |result − e^v| for doubles v ≤ 0, from IEEE +, −, ×, ÷ only.
+
+    v < −746: 0 with bound 2⁻¹⁰⁷⁴ (e^v is smaller). Otherwise v = k ln 2 + r, k = rint(v/ln 2)
+    (−1077 ≤ k ≤ 0): r_hi = v − k·LN2_HI is exact (k·LN2_HI needs ≤ 43 bits; for k ≠ 0,
+    v/(k·LN2_HI) ∈ [½, 2], Sterbenz), r̂ = fl(r_hi − fl(k·LN2_LO)) with
+    |r̂ − r| ≤ u(|k|LN2_LO + |r̂|) + |k|·2⁻⁸⁶ =: e_r (the split's own error ≤ 2⁻⁸⁶ per ln 2),
+    |r| ≤ 0.3466 + 2⁻²⁰. p̂ = Horner's Σ_{j≤17} r̂ʲ/j! has |p̂ − p(r̂)| ≤ γ₃₅·e^{|r̂|} (Higham
+    Thm 5.3, the coefficients' own rounding included as one more u), truncation ≤ 2⁻⁷⁵, and
+    |e^{r̂} − e^r| ≤ 1.5·e_r. e^v = 2^k·e^r, and ldexp is exact unless the result is subnormal
+    (then ≤ 2⁻¹⁰⁷⁵ more):
+
+        |Ê − e^v| ≤ 2^k·(γ₃₅·1.5 + 2⁻⁷⁵ + 1.5·e_r) + 2⁻¹⁰⁷⁴.
+    """
+    v = np.asarray(v, dtype=np.float64)
+    low = v < _EXP_FLOOR
+    safe = np.where(low, 0.0, v)
+    k = np.rint(safe * _INV_LN2)
+    r = (safe - k * _LN2_HI) - k * _LN2_LO
+    p = np.full_like(r, _TAYLOR[-1])
+    for c in reversed(_TAYLOR[:-1]):
+        p *= r
+        p += c
+    e_r = _U * (np.abs(k) * _LN2_LO + np.abs(r)) + np.abs(k) * 2.0**-86
+    e_p = (_gamma(35) * 1.5 + 2.0**-75 + 1.5 * e_r) * _KAPPA
+    ki = k.astype(np.int64)
+    out = np.where(low, 0.0, np.ldexp(p, ki))
+    err = np.where(low, _TINY, np.ldexp(e_p, ki) * (1.0 + 2.0 * _U) + _TINY)
+    return out, err
+
+
+def loss_derivative_enclosure(loss: Loss, m: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """l′(m) for the margins m (doubles) and a bound on |result − l′(m)|.
+
+    Logistic: l′(m) = −E/(1 + E) with E = e^{−m} for m ≥ 0, −1/(1 + E) with E = e^{m} for
+    m < 0; both maps have |∂/∂E| ≤ 1, so the error is e_E + 2.01u·|l̂′| (two roundings).
+    Huber (width h, c = 1/(2h)): −1 below a₂ = fl(1 − h), 0 above a = fl(1 + h),
+    −fl(fl(a − m)/(2h)) between (2h exact). l′ is c-Lipschitz in its threshold and argument,
+    so using a, a₂ instead of 1 ± h costs ≤ c·u(1 + h) each, and the formula's roundings
+    ≤ c·u|a − m| + u|l̂′|: in all ≤ 4u·(c(1 + h + |a − m|) + |l̂′|).
+    """
+    m = np.asarray(m, dtype=np.float64)
+    if isinstance(loss, LogisticLoss):
+        e, e_err = exp_enclosure(-np.abs(m))
+        one_plus = 1.0 + e
+        out = np.where(m >= 0.0, -(e / one_plus), -(1.0 / one_plus))
+        return out, (e_err + 2.01 * _U * np.abs(out)) * _KAPPA
+    if isinstance(loss, HuberLoss):
+        h = float(loss.h)
+        top, bottom = 1.0 + h, 1.0 - h
+        gap = top - m
+        mid = -(gap / (2.0 * h))
+        out = np.where(m > top, 0.0, np.where(m < bottom, -1.0, mid))
+        err = 4.0 * _U * (loss.c * (1.0 + h + np.abs(gap)) + np.abs(out))
+        return out, err * _KAPPA
+    raise ValueError(f"no certified derivative for the loss {loss.name!r}")
+
+
+# ---- the certificate ------------------------------------------------------------------------
+
+
+def _compensated_column_sums(parts: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Column sums of a (m, d) array by the compensated Sum2 of Ogita, Rump & Oishi (2005,
+    Prop. 4.5; error-free TwoSum, exact in IEEE arithmetic), vectorised over the columns, and a
+    bound on each sum's error: u·|sum| + γ²_{m−1}·Σ_k|parts_kj|."""
+    m = parts.shape[0]
+    acc = parts[0].copy()
+    carry = np.zeros_like(acc)
+    for k in range(1, m):
+        b = parts[k]
+        x = acc + b
+        z = x - acc
+        carry += (acc - (x - z)) + (b - z)
+        acc = x
+    sums: FloatArray = acc + carry
+    gamma = _gamma(max(m - 1, 0))
+    bound: FloatArray = _U * np.abs(sums) + gamma * gamma * np.abs(parts).sum(axis=0) * 1.001
+    return sums, bound * _KAPPA
+
+
+def loss_gradient_sum(
+    X: FloatArray, y: FloatArray, loss: Loss, w: FloatArray
+) -> tuple[FloatArray, float]:
+    """t̂ ≈ t = Σ_i l′(y_i x_iᵀw) y_i x_i and a proved bound on ‖t̂ − t‖₂.
+
+    Needs ‖x_i‖ ≤ 1 (validated for every design) and y_i ∈ {−1, +1}. Error analysis (u = 2⁻⁵³,
+    γ_k = ku/(1 − ku); BLAS in any order, with or without FMA):
+
+    * ẑ = Xw: |ẑ_i − x_iᵀw| ≤ γ_d Σ_j|x_ij||w_j| ≤ γ_d‖x_i‖‖w‖ ≤ γ_d‖w‖ =: e_z; the margins
+      y_iẑ_i are exact;
+    * l̂′_i within e_i of l′(y_iẑ_i) (:func:`loss_derivative_enclosure`), so within e_i + c·e_z
+      of l′ at the true margin (l′ is c-Lipschitz); these errors of s_i = y_i l̂′_i move the
+      exact sum by ≤ Σ_i(e_i + c·e_z)‖x_i‖ ≤ Σe_i + n·c·e_z;
+    * t̂ is summed in blocks of at most B = ``BLOCK_ROWS`` rows, P_k = X_kᵀs_k by BLAS, then the
+      m block vectors by compensated summation: componentwise
+      |P̂_kj − P_kj| ≤ γ_B Σ_{i∈k}|x_ij||s_i| and |t̂_j − Σ_k P̂_kj| ≤ u|t̂_j| + γ²_{m−1}Σ_k|P̂_kj|;
+      in ℓ₂ the first is ≤ γ_B Σ_i|s_i|‖x_i‖ ≤ γ_B Σ|s_i|, so the bound grows with the block
+      size, not with n.
+
+    So ‖t̂ − t‖ ≤ γ_B Σ|s_i| + ‖u|t̂| + γ²_{m−1}Σ_k|P̂_k|‖ + Σe_i + n·c·e_z (sums of
+    nonnegative terms taken up by 2γ_n), times κ = 1 + 2⁻²⁰.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    n, d = X.shape
+    e_z = _gamma(d) * _norm_up(w)
+    derivative, e_derivative = loss_derivative_enclosure(loss, y * (X @ w))
+    s = y * derivative
+    if n <= BLOCK_ROWS:
+        t: FloatArray = X.T @ s
+        combine = 0.0
+    else:
+        parts = np.stack(
+            [X[i : i + BLOCK_ROWS].T @ s[i : i + BLOCK_ROWS] for i in range(0, n, BLOCK_ROWS)]
+        )
+        t, per_column = _compensated_column_sums(parts)
+        combine = _norm_up(per_column)
+    up = 1.0 + 2.0 * _gamma(n)
+    gamma_b = _gamma(min(n, BLOCK_ROWS))
+    error = gamma_b * float(np.abs(s).sum()) * up + combine + float(e_derivative.sum()) * up
+    return t, (error + n * float(loss.c) * e_z) * _KAPPA
+
+
+def gradient_bound(
+    X: FloatArray,
+    y: FloatArray,
+    loss: Loss,
+    w: FloatArray,
+    *,
+    regularization: float,
+    extra_regularization: float,
+    noise: lattice.Enclosure,
+    centre: FloatArray | None = None,
+    centre_weight: float = 0.0,
+) -> float:
+    """A proved upper bound on ‖∇J̃_b(w)‖ for the real b enclosed by ``noise`` and
+    J̃_b(w) = (1/n)Σ l(y_i x_iᵀw) + ((λ + Δ + η)/2)‖w‖² − ηw₀ᵀw + bᵀw/n (real λ + Δ + η).
+
+    The loss part t̂ and its bound e_t are :func:`loss_gradient_sum`'s; then
+    â = t̂/n (+u‖â‖); v = fl(μ̂w) with μ̂ = fl(fl(λ + Δ) + η) (|μ̂ − μ| ≤ γ₂μ̂):
+    +u‖v‖ + γ₂μ̂‖w‖; c₀ = fl(ηw₀): +u‖c₀‖; β̂ = fl(b̂/n): +u‖β̂‖ + e_b/n; and
+    ĝ = ((â + v) − c₀) + β̂, each addition +u‖partial sum‖. The bound is ‖ĝ‖ (rounded up)
+    plus the sum of these times κ = 1 + 2⁻²⁰.
+    """
+    w = np.asarray(w, dtype=np.float64)
+    n = int(np.shape(X)[0])
+    t, e_t = loss_gradient_sum(X, y, loss, w)
+    a = t / n
+    mu = (regularization + extra_regularization) + centre_weight
+    v = mu * w
+    b_scaled = noise.value / n
+    p1 = a + v
+    if centre is not None and centre_weight != 0.0:
+        c0 = centre_weight * np.asarray(centre, dtype=np.float64)
+        p2 = p1 - c0
+        e_centre = _U * _norm_up(c0) + _U * _norm_up(p2)
+    else:
+        p2, e_centre = p1, 0.0
+    grad = p2 + b_scaled
+    error = float(
+        e_t / n
+        + _U * _norm_up(a)
+        + _U * _norm_up(v)
+        + _gamma(2) * mu * _norm_up(w)
+        + e_centre
+        + _U * _norm_up(b_scaled)
+        + noise.radius / n * (1.0 + 2.0 * _U)
+        + _U * (_norm_up(p1) + _norm_up(grad))
+    )
+    return float(_norm_up(grad) + error * _KAPPA)
+
+
+def site_share(
+    X: FloatArray, y: FloatArray, loss: Loss, w: FloatArray, noise: lattice.Enclosure
+) -> tuple[FloatArray, float]:
+    """A site's share of N·∇J̃ in a federated objective, t + b_k (its loss gradient sum and
+    its real noise share), as doubles with a proved bound on the error:
+    e_t + e_b + u‖t̂ + b̂‖ (one more addition), times κ."""
+    t, e_t = loss_gradient_sum(X, y, loss, w)
+    share = t + noise.value
+    return share, (e_t + noise.radius + _U * _norm_up(share)) * _KAPPA
+
+
+def combine_shares(
+    shares: Sequence[FloatArray],
+    errors: Sequence[float],
+    *,
+    total: int,
+    regularization: float,
+    w: FloatArray,
+) -> tuple[FloatArray, float]:
+    """ĝ = (Σ_k s_k)/N + μ̂w, the gradient of J̃(w) = (1/N)Σ_all l + (μ/2)‖w‖² + (Σ_k b_k)ᵀw/N
+    from the sites' shares (:func:`site_share`), and a proved upper bound on ‖∇J̃(w)‖: the
+    sites' errors Σe_k/N; the sum of K vectors (componentwise γ_{K−1}Σ_k|s_kj|, in ℓ₂
+    ≤ γ_{K−1}Σ‖s_k‖)/N; the division u‖â‖; μ̂ = the double for the real μ (γ₂μ̂‖w‖) and the
+    product u‖v‖; the last addition u‖ĝ‖."""
+    w = np.asarray(w, dtype=np.float64)
+    summed = np.zeros_like(w)
+    for s in shares:
+        summed += s
+    a = summed / total
+    v = regularization * w
+    grad: FloatArray = a + v
+    spread = _gamma(max(len(shares) - 1, 0)) * sum(_norm_up(s) for s in shares)
+    error = (
+        (math.fsum(errors) * (1.0 + 4.0 * _U) + spread) / total
+        + _U * _norm_up(a)
+        + _gamma(2) * regularization * _norm_up(w)
+        + _U * _norm_up(v)
+        + _U * _norm_up(grad)
+    )
+    return grad, float(_norm_up(grad) + error * _KAPPA)
+
+
+# ---- the public plan ------------------------------------------------------------------------
+
+
+def norm_exponential_quantile(d: int, beta: float) -> float:
+    """A public bound on ‖b‖ for b ∝ exp(−β‖b‖) (‖b‖ ~ Gamma(d, 1/β)): (d + 10√d + 10)/β,
+    exceeded with probability below e⁻¹⁰ (used only to scale τ; see :func:`tolerance`)."""
+    return (d + 10.0 * math.sqrt(d) + 10.0) / beta
+
+
+def gaussian_quantile(d: int, sigma: float) -> float:
+    """A public bound on ‖b‖ for b ~ N(0, σ²I_d): σ(√d + 10) (exceeded w.p. < e⁻⁵⁰)."""
+    return sigma * (math.sqrt(d) + 10.0)
+
+
+def tolerance(*, n: int, d: int, c: float, strong_convexity: float, linear_bound: float) -> float:
+    """τ, the public bound the certificate must meet, from public quantities only:
+
+        τ = (1 + L)·(10⁻¹⁰ + 8(min(n, B) + d)u + 4c·γ_d/μ),
+
+    L a public bound on ‖b/n − ηw₀‖ (a quantile of the noise norm over n, plus η‖w₀‖). Every
+    rounding term of :func:`gradient_bound` is at most (B + d)u·(1 + ‖g‖)-ish (the gradient's
+    terms are bounded by 1 + ‖g‖ at the optimum, μ‖w‖ ≤ 1 + ‖g‖) plus c·γ_d‖w‖ ≤
+    cγ_d(1 + ‖g‖)/μ from the margins; the 10⁻¹⁰ is the solver's usual relative tolerance. The
+    certificate then holds with room unless ‖g‖ ≫ L."""
+    scale = 1.0 + linear_bound
+    rows = min(n, BLOCK_ROWS)
+    return scale * (_BASE + 8.0 * (rows + d) * _U + 4.0 * c * _gamma(d) / strong_convexity)
+
+
+def release_share(n: int, tau: float) -> float:
+    """κ = √(nτ)/(1 + √(nτ)), at most ½: the share of ε that pays for the release noise
+    (module docstring: the split with the smallest expected coefficient shift)."""
+    root = math.sqrt(n * tau)
+    return min(_MAX_SHARE, root / (1.0 + root))
+
+
+def split_epsilon(epsilon: float, share: float) -> tuple[float, float]:
+    """(ε₁, ε_r) with ε_r = fl(κε) and ε₁ + ε_r ≤ ε in exact arithmetic."""
+    release = epsilon * share
+    objective = epsilon - release
+    while Fraction(objective) + Fraction(release) > Fraction(epsilon):
+        objective = math.nextafter(objective, 0.0)
+    return objective, release
+
+
+@dataclass(frozen=True, slots=True)
+class CertifiedRelease:
+    """The public numbers of one certified release (module docstring). Built by :func:`plan`;
+    stored in a calibration's details (``certified_release``) and rebuilt from them."""
+
+    n: int
+    d: int
+    c: float
+    strong_convexity: float  # λ + Δ + η as computed (the real value is within 4u of it)
+    linear_bound: float  # L, the public bound on ‖b/n − ηw₀‖ that scales τ
+    epsilon: float  # ε_r
+    tolerance: float  # τ
+    distance: float  # r ≥ τ/μ for the real μ
+    beta: float  # β_r ≤ ε_r/(2r)
+
+    @property
+    def expected_noise_norm(self) -> float:
+        """E‖Z‖ = d/β_r."""
+        return self.d / self.beta
+
+    def with_linear_bound(self, linear_bound: float) -> CertifiedRelease:
+        """The same release for a larger public L (e.g. a transfer centre's η‖w₀‖ added)."""
+        return plan(
+            n=self.n,
+            d=self.d,
+            c=self.c,
+            strong_convexity=self.strong_convexity,
+            linear_bound=linear_bound,
+            epsilon=self.epsilon,
+        )
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "certified_release": {
+                "n": self.n,
+                "d": self.d,
+                "c": self.c,
+                "strong_convexity": self.strong_convexity,
+                "linear_bound": self.linear_bound,
+                "epsilon": self.epsilon,
+                "certificate_tolerance": self.tolerance,
+                "distance_to_exact_minimiser_bound": self.distance,
+                "sensitivity": 2.0 * self.distance,
+                "beta": self.beta,
+                "expected_noise_norm": self.expected_noise_norm,
+                "release": lattice.RELEASE_NOTE,
+            }
+        }
+
+    @classmethod
+    def from_details(cls, details: Mapping[str, Any]) -> CertifiedRelease:
+        """Rebuild from a calibration's details (recomputed, so they cannot drift)."""
+        got = details["certified_release"]
+        return plan(
+            n=int(got["n"]),
+            d=int(got["d"]),
+            c=float(got["c"]),
+            strong_convexity=float(got["strong_convexity"]),
+            linear_bound=float(got["linear_bound"]),
+            epsilon=float(got["epsilon"]),
+        )
+
+    def describe(self) -> str:
+        return (
+            f"the minimiser is certified within r = τ/μ = {self.distance:.3g} of the exact one "
+            f"(‖∇J̃‖ ≤ τ = {self.tolerance:.3g}, proved in IEEE arithmetic) and released with "
+            f"noise ∝ exp(−β_r‖z‖), β_r = ε_r/(2r), ε_r = {self.epsilon:.6g}, on the 2^-32 grid"
+        )
+
+
+def plan(
+    *,
+    n: int,
+    d: int,
+    c: float,
+    strong_convexity: float,
+    linear_bound: float,
+    epsilon: float,
+) -> CertifiedRelease:
+    """The certified release's public numbers for ε_r = ``epsilon``."""
+    mu = strong_convexity * (1.0 - 4.0 * _U)  # below the real λ + Δ + η
+    tau = tolerance(n=n, d=d, c=c, strong_convexity=mu, linear_bound=linear_bound)
+    distance = tau / mu * (1.0 + 2.0 * _U)
+    beta = epsilon / (2.0 * distance) * (1.0 - 4.0 * _U)  # β_r·2r ≤ ε_r
+    return CertifiedRelease(
+        n=n,
+        d=d,
+        c=c,
+        strong_convexity=strong_convexity,
+        linear_bound=linear_bound,
+        epsilon=epsilon,
+        tolerance=tau,
+        distance=distance,
+        beta=beta,
+    )
+
+
+def split(
+    epsilon: float,
+    *,
+    n: int,
+    d: int,
+    c: float,
+    public: Callable[[float], tuple[float, float]],
+) -> tuple[float, CertifiedRelease]:
+    """(ε₁, release) for a mechanism whose objective at budget ε₁ has the public strong
+    convexity and linear bound ``public(ε₁)``: κ = :func:`release_share` of n and the base
+    tolerance τ₀ = 10⁻¹⁰ + 8(min(n, B) + d)u (the part of τ that does not depend on the noise), then
+    the plan at ε₁ = ε − ε_r (:func:`split_epsilon`)."""
+    objective, release = split_epsilon(epsilon, release_share(n, base_tolerance(n, d)))
+    mu, bound = public(objective)
+    return objective, plan(n=n, d=d, c=c, strong_convexity=mu, linear_bound=bound, epsilon=release)
+
+
+def base_tolerance(n: int, d: int) -> float:
+    """τ₀ = 10⁻¹⁰ + 8(min(n, B) + d)u: τ for L = 0 without the margins' term (chooses the
+    split)."""
+    return _BASE + 8.0 * (min(n, BLOCK_ROWS) + d) * _U
+
+
+def release_minimiser(
+    X: FloatArray,
+    y: FloatArray,
+    loss: Loss,
+    *,
+    regularization: float,
+    extra_regularization: float,
+    noise: lattice.Enclosure,
+    release: CertifiedRelease,
+    rng: np.random.Generator | None,
+    centre: FloatArray | None = None,
+    centre_weight: float = 0.0,
+) -> FloatArray:
+    """Steps 3–4 of the module docstring: solve on b̂, certify ‖∇J̃_b(ŵ)‖ ≤ τ (one tighter
+    retry), release γ·round((ŵ + Z)/γ) exactly. Raises :class:`ConvergenceError` (nothing
+    released) when the certificate cannot be met."""
+    g = noise.value / X.shape[0]
+    if centre is not None and centre_weight != 0.0:
+        g = g - centre_weight * np.asarray(centre, dtype=np.float64)
+    scale = 1.0 + float(np.linalg.norm(g))
+    tol = release.tolerance * _SOLVER_SHARE / scale
+    initial: FloatArray | None = None
+    for attempt in range(2):
+        result = solve_erm(
+            X,
+            y,
+            loss,
+            regularization=regularization,
+            linear=noise.value,
+            extra_regularization=extra_regularization,
+            centre=centre,
+            centre_weight=centre_weight,
+            tol=tol / 64.0**attempt,
+            initial=initial,
+        )
+        bound = gradient_bound(
+            X,
+            y,
+            loss,
+            result.coef,
+            regularization=regularization,
+            extra_regularization=extra_regularization,
+            noise=noise,
+            centre=centre,
+            centre_weight=centre_weight,
+        )
+        if bound <= release.tolerance:
+            return lattice.norm_exponential_release(result.coef, beta=release.beta, rng=rng)
+        initial = result.coef
+    raise ConvergenceError(
+        "the perturbed objective's minimiser could not be certified to the tolerance its "
+        "release assumes; no model was released"
+    )
