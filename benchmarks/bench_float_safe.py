@@ -5,9 +5,11 @@ d = 106, logistic loss, λ = 10⁻³, ε = 1):
 
 * ``output_perturbation``: old = ŵ + θ·gammaincinv(d, U)·g/‖g‖ (52-bit U) rounded to 2⁻³²;
   new = the exact grid release of :mod:`service.dp.lattice`.
-* ``objective_perturbation``: old = the same inverse-CDF norm inside the objective; new = the
-  norm as a sum of d exponentials of full-precision uniforms
-  (:func:`service.dp.noise.norm_exponential_vector`).
+* ``objective_perturbation``: old = the same inverse-CDF norm inside the objective, the
+  solver's answer rounded to 2⁻³²; new = the certified minimiser release of
+  :mod:`service.dp.certified` (the noise enclosed with a proved radius, the solver's answer
+  certified by a proved gradient bound, then an exact grid release of the small noise that
+  covers the certified distance).
 
 Both variants run through ``service.dp.fit`` on a prepared design; the old sampler is patched
 in for its runs only. Repetitions alternate old/new so both see the same machine load; the
@@ -46,9 +48,13 @@ from scipy import special
 import service.dp as dp
 from benchmarks._common import environment, limit_threads, load_average, median, timed
 from benchmarks.adult import design
-from service.dp import lattice, noise
+from service.dp import certified, lattice, noise
 from service.dp.federated import federated_fit
+from service.dp.losses import LogisticLoss
+from service.dp.mechanisms import objective_perturbation
+from service.dp.mechanisms._common import problem_loss
 from service.dp.prepared import prepare_design
+from service.dp.solvers import minimize_erm
 
 FloatArray = NDArray[np.float64]
 LAMBDA = 1e-3
@@ -72,17 +78,43 @@ def old_release(
     return noise.round_to_grid(centre + b)
 
 
+def uncertified_objective(
+    X: FloatArray,
+    y: FloatArray,
+    problem: Any,
+    calibration: Any,
+    *,
+    rng: np.random.Generator | None,
+    centre: FloatArray | None = None,
+    centre_weight: float = 0.0,
+) -> FloatArray:
+    """Objective perturbation before the certified release: the old sampler's double b fed
+    to the solver, its answer released as is (rounded to the grid by the caller)."""
+    details = calibration.details
+    b = old_norm_exponential_vector(problem.d, beta=float(details["beta"]), rng=rng)
+    return minimize_erm(
+        X,
+        y,
+        problem_loss(problem),
+        regularization=problem.regularization,
+        linear=b,
+        extra_regularization=float(details["Delta"]),
+        centre=centre,
+        centre_weight=centre_weight,
+    )
+
+
 @contextmanager
 def old_samplers() -> Iterator[None]:
     """Patch the old samplers into the modules the mechanisms call through."""
-    saved = (lattice.norm_exponential_release, noise.norm_exponential_vector)
+    saved = (lattice.norm_exponential_release, objective_perturbation.run_certified)
     setattr(lattice, "norm_exponential_release", old_release)  # noqa: B010
-    setattr(noise, "norm_exponential_vector", old_norm_exponential_vector)  # noqa: B010
+    setattr(objective_perturbation, "run_certified", uncertified_objective)  # noqa: B010
     try:
         yield
     finally:
         setattr(lattice, "norm_exponential_release", saved[0])  # noqa: B010
-        setattr(noise, "norm_exponential_vector", saved[1])  # noqa: B010
+        setattr(objective_perturbation, "run_certified", saved[1])  # noqa: B010
 
 
 def old_update_noise(
@@ -289,6 +321,22 @@ def main(argv: list[str] | None = None) -> None:
         ),
         ("old norm-exponential vector", lambda: old_norm_exponential_vector(d, beta=beta)),
         ("full-resolution vector", lambda: noise.norm_exponential_vector(d, beta=beta)),
+        (
+            "enclosed norm-exponential vector (certified release)",
+            lambda: lattice.norm_exponential_enclosure(d, beta=beta),
+        ),
+        (
+            "proved gradient bound on Adult (certified release)",
+            lambda: certified.gradient_bound(
+                X,
+                y,
+                LogisticLoss(),
+                np.zeros(d),
+                regularization=LAMBDA,
+                extra_regularization=0.0,
+                noise=lattice.Enclosure(np.zeros(d), 0.0),
+            ),
+        ),
     ]
     for name, fn in samplers:
         repeat = 5 if "decimal" in name or "block" in name else 50

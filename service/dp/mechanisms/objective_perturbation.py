@@ -31,6 +31,14 @@ candidates ε − ln(1 + c/(nλ)) (Δ = 0) and ε/2 (ε_J = ε/2): the noise nev
 the budget, and there is no cliff near the threshold (CMS11's literal rule, with its squared
 Jacobian, left ε′ ≈ 0 just above 2 ln(1 + c/(nλ)) = ε: at n = 789, λ = 0.01, Huber h = 0.5,
 ε = 0.24 it had ε′ = 0.0013 where this rule has 0.1207, 90× less noise).
+
+Release in floating point (issue 19 §1; :mod:`service.dp.certified`). Everything above is
+about the exact minimiser for a real b. PrivFit runs it at the objective's share
+ε₁ = ε − ε_r (``epsilon_objective``): b is the real noise of exact uniforms, known as doubles
+within a proved radius; the solver's answer is certified within r = τ/μ of the exact
+minimiser by a gradient bound proved in IEEE arithmetic; the release is the exact lattice
+point γ·round((ŵ + Z)/γ) with Z ∝ exp(−β_r‖z‖), β_r = ε_r/(2r) (``certified_release``). By
+adaptive composition the released doubles are (ε₁ + ε_r ≤ ε)-DP.
 """
 
 from __future__ import annotations
