@@ -515,16 +515,17 @@ def release_minimiser(
     rng: np.random.Generator | None,
     centre: FloatArray | None = None,
     centre_weight: float = 0.0,
+    initial: FloatArray | None = None,
 ) -> FloatArray:
-    """Steps 3–4 of the module docstring: solve on b̂, certify ‖∇J̃_b(ŵ)‖ ≤ τ (one tighter
-    retry), release γ·round((ŵ + Z)/γ) exactly. Raises :class:`ConvergenceError` (nothing
-    released) when the certificate cannot be met."""
+    """Steps 3–4 of the module docstring: solve on b̂ (from ``initial`` if given: a warm start
+    changes the path, never the test), certify ‖∇J̃_b(ŵ)‖ ≤ τ (one tighter retry), release
+    γ·round((ŵ + Z)/γ) exactly. Raises :class:`ConvergenceError` (nothing released) when the
+    certificate cannot be met."""
     g = noise.value / X.shape[0]
     if centre is not None and centre_weight != 0.0:
         g = g - centre_weight * np.asarray(centre, dtype=np.float64)
     scale = 1.0 + float(np.linalg.norm(g))
     tol = release.tolerance * _SOLVER_SHARE / scale
-    initial: FloatArray | None = None
     for attempt in range(2):
         result = solve_erm(
             X,

@@ -36,6 +36,15 @@ where u is what sites broadcast. Per ``perturbation``:
   quantities); its stationarity condition is a bijection ε ↔ f_p(t+1); a changed record
   moves ε by ≤ 2 (|l′| ≤ 1, ‖x‖ ≤ 1) — a factor ≤ e^{2ζ} = e^{α̂} in the noise density — and
   the Jacobian ratio is ≤ (1 + c/(λB_p + NΦ_p + 2NηN_p))² ≤ e^{α − α̂}: α per iteration.
+  In floating point (issue 19 §1, :mod:`service.dp.certified`) that argument is about the
+  exact minimiser for a real ε_p, so each round runs it at α₁ = α − α_r (every formula above
+  with α₁ for α; ``alpha_objective``): ε_p is the real noise of exact uniforms, known as
+  doubles within a proved radius; the site's solve is certified within r = τ/μ_p of the exact
+  minimiser by a gradient bound proved in IEEE arithmetic (τ from B_p, d, c, μ_p = λ + the
+  step's ridge, and ‖2N(λ_p − η·centre)‖ and ζ_p's noise quantile — public numbers); the
+  broadcast is the exact lattice release of f̂_p + Z, Z ∝ exp(−β_r‖z‖), β_r = α_r/(2r)
+  (``release_epsilon``). By adaptive composition each broadcast is α₁ + α_r ≤ α-DP given the
+  public history, so the composition below is unchanged.
 * ``"primal"`` (PVP, Alg. 3): μ_p = λ_p, Φ_p = 0, and site p broadcasts V_p = f_p + ε_p
   (Eq. 19; the box's "broadcast f_p" is a misprint), u_p = V_p in both the local objective
   and the dual update (Eq. 20). PrivFit builds the local objective from the public
@@ -48,7 +57,11 @@ where u is what sites broadcast. Per ``perturbation``:
   2C^R/(ρB_p) = 2/(λB_p) drops the penalty's strong convexity, which only adds noise), and
   ζ_p = α/(Δ_p(1 + S)) makes each broadcast α-DP, where the factor 1 + S accounts for the
   local solve stopping at ‖∇‖ ≤ S/B_p (S = ``SOLVER_SLACK``; see Gaussian primal
-  perturbation below). The paper's last DVP step is
+  perturbation below). That stopping test is a *proved* bound on the gradient of the step
+  objective the site minimises (:func:`service.dp.certified.gradient_bound`, IEEE
+  arithmetic), at (1 − 10⁻⁹)·S/B_p: the 10⁻⁹·S covers the rounding of the step's ridge
+  coefficient, whose exact-minimiser sensitivity 2/(B_pμ̂_p) exceeds Δ_p by at most a
+  factor 1 + 4u. The paper's last DVP step is
   not run: the released model averages the final broadcasts.
 
 Composition (the paper states a per-iteration guarantee only; DESIGN §3). Site p's dataset
@@ -110,7 +123,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.dp import lattice, noise
+from service.dp import certified, lattice
 from service.dp.accounting import (
     CompositionChoice,
     PrivacyCost,
@@ -221,11 +234,14 @@ class ADMMSite(Site):
         rng: np.random.Generator | None,
         sigma: float | None = None,
         gradient_bound: float | None = None,
+        release_epsilon: float | None = None,
     ) -> FloatArray:
-        """Solve the step objective and return this iteration's broadcast (f_p for none/DVP,
-        V_p = f_p + ε_p for PVP). ``extra`` is Φ_p, ``zeta`` ζ_p of the norm-exponential
-        noise; with ``sigma`` (Gaussian PVP) ε_p ~ N(0, σ²I) instead, and the solve must reach
-        ‖∇‖ ≤ ``gradient_bound`` (the slack its sensitivity accounts for)."""
+        """Solve the step objective and return this iteration's broadcast (f_p for none,
+        the certified release of f_p for DVP, V_p = f_p + ε_p for PVP). ``extra`` is Φ_p,
+        ``zeta`` ζ_p of the norm-exponential noise; with ``sigma`` (Gaussian PVP)
+        ε_p ~ N(0, σ²I) instead. PVP's solve must reach a *proved* ‖∇‖ ≤ ``gradient_bound``
+        (the slack its sensitivity accounts for); DVP's release spends ``release_epsilon``
+        (α_r) on the noise that covers its certified distance (:mod:`service.dp.certified`)."""
         N, B, eta = self._total, self.n, self._penalty
         degree = len(neighbour_broadcasts)
         centre = np.zeros(self.d)
@@ -234,29 +250,15 @@ class ADMMSite(Site):
         # objective × N/B_p = (1/B_p)Σl + (λ/2)‖f‖² + (N/B_p)(Φ + 2ηN_p)/2·‖f‖²
         #                      + (1/B_p)·[2N(λ_p − η·centre) + ε]ᵀf
         linear = 2.0 * N * (self._dual - eta * centre)
+        ridge = (N / B) * (extra + 2.0 * eta * degree)
         if perturbation == "dual":
-            linear += noise.norm_exponential_vector(self.d, beta=zeta, rng=rng)
-        tol = DEFAULT_TOLERANCE
-        if gradient_bound is not None:
-            # solve_erm stops at ‖∇‖ ≤ tol·(1 + ‖linear‖/B_p); aim a hair below the bound
-            scale = 1.0 + float(np.linalg.norm(linear)) / B
-            tol = min(tol, (1.0 - 1e-9) * gradient_bound / scale)
-        result = solve_erm(
-            self._X,
-            self._y,
-            self._loss,
-            regularization=self._lam,
-            extra_regularization=(N / B) * (extra + 2.0 * eta * degree),
-            linear=linear,
-            initial=self._warm,
-            tol=tol,
-        )
-        if gradient_bound is not None and not result.gradient_norm <= gradient_bound:
-            raise ConvergenceError(
-                "the ADMM step did not reach the gradient tolerance its sensitivity assumes; "
-                "nothing was released"
-            )
-        solved = result.coef
+            if release_epsilon is None:
+                raise ValueError("dual perturbation needs its release budget")
+            solved = self._certified_dual_step(linear, ridge, zeta, release_epsilon, rng)
+            self._warm = solved
+            self._broadcast = self._send(solved)
+            return self._send(self._broadcast)
+        solved = self._solve(linear, ridge, gradient_bound)
         self._warm = solved
         # the primal broadcast leaves the site: an exact grid release (service.dp.lattice),
         # post-processing of solved + noise, so its guarantee holds for the doubles sent
@@ -268,6 +270,86 @@ class ADMMSite(Site):
             out = solved
         self._broadcast = self._send(out)
         return self._send(self._broadcast)
+
+    def _solve(self, linear: FloatArray, ridge: float, gradient_bound: float | None) -> FloatArray:
+        """The step objective's minimiser (public linear term); with ``gradient_bound``, a
+        point whose proved gradient norm (:func:`certified.gradient_bound`, in IEEE
+        arithmetic) is at most (1 − 10⁻⁹)·bound — the 10⁻⁹ covers the rounding of the ridge
+        coefficient in the sensitivity (module docstring) — after one tighter retry."""
+        tol = DEFAULT_TOLERANCE
+        scale = 1.0 + float(np.linalg.norm(linear)) / self.n
+        if gradient_bound is not None:
+            # solve_erm stops at ‖∇‖ ≤ tol·(1 + ‖linear‖/B_p); aim well below the bound
+            tol = min(tol, 0.5 * gradient_bound / scale)
+        initial = self._warm
+        for attempt in range(2):
+            result = solve_erm(
+                self._X,
+                self._y,
+                self._loss,
+                regularization=self._lam,
+                extra_regularization=ridge,
+                linear=linear,
+                initial=initial,
+                tol=tol / 64.0**attempt,
+            )
+            if gradient_bound is None:
+                return result.coef
+            proved = certified.gradient_bound(
+                self._X,
+                self._y,
+                self._loss,
+                result.coef,
+                regularization=self._lam,
+                extra_regularization=ridge,
+                noise=lattice.Enclosure(linear, 0.0),
+            )
+            if proved <= (1.0 - 1e-9) * gradient_bound:
+                return result.coef
+            initial = result.coef
+        raise ConvergenceError(
+            "the ADMM step did not reach the gradient tolerance its sensitivity assumes; "
+            "nothing was released"
+        )
+
+    def _certified_dual_step(
+        self,
+        public: FloatArray,
+        ridge: float,
+        zeta: float,
+        release_epsilon: float,
+        rng: np.random.Generator | None,
+    ) -> FloatArray:
+        """DVP's step as a certified release: the real noise ε_p enclosed, added to the public
+        linear term (one rounding, in the radius), the solve certified within τ/μ_p of the
+        exact minimiser, and the broadcast released with the noise covering that distance;
+        τ from public numbers only (B_p, d, c, μ_p = λ + ridge, ‖public‖ and ζ's quantile)."""
+        enclosure = lattice.norm_exponential_enclosure(self.d, beta=zeta, rng=rng)
+        linear = public + enclosure.value
+        radius = enclosure.radius + 2.0**-53 * float(np.linalg.norm(linear)) * (1.0 + 1e-12)
+        bound = (
+            float(np.linalg.norm(public)) * (1.0 + 1e-12)
+            + certified.norm_exponential_quantile(self.d, zeta)
+        ) / self.n
+        plan = certified.plan(
+            n=self.n,
+            d=self.d,
+            c=float(self._loss.c),
+            strong_convexity=self._lam + ridge,
+            linear_bound=bound,
+            epsilon=release_epsilon,
+        )
+        return certified.release_minimiser(
+            self._X,
+            self._y,
+            self._loss,
+            regularization=self._lam,
+            extra_regularization=ridge,
+            noise=lattice.Enclosure(linear, radius),
+            release=plan,
+            rng=rng,
+            initial=self._warm,
+        )
 
     def dual_update(self, neighbour_broadcasts: Sequence[FloatArray]) -> None:
         """λ_p ← λ_p + (η/2) Σ_j (u_p − u_j), from public broadcasts only."""
@@ -290,6 +372,7 @@ class ADMMParty(Protocol):
         rng: np.random.Generator | None,
         sigma: float | None = None,
         gradient_bound: float | None = None,
+        release_epsilon: float | None = None,
     ) -> FloatArray: ...
 
     def dual_update(self, neighbour_broadcasts: Sequence[FloatArray]) -> None: ...
@@ -494,26 +577,34 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         strong = lam * n + 2.0 * N * penalty * deg
         entry: dict[str, Any] = {"n": n, "degree": deg}
         if perturbation == "dual":
+            # the certified release (service.dp.certified) takes α_r of each round's α; the
+            # step objective runs at α₁ = α − α_r
+            alpha_1, alpha_r = certified.split_epsilon(
+                alpha, certified.release_share(n, certified.base_tolerance(n, d))
+            )
             kappa = c / strong
             alpha_bar = 2.0 * math.log1p(kappa)
-            if alpha_bar <= alpha / 2.0:
-                phi, alpha_hat, branch = 0.0, alpha - alpha_bar, "no_Phi"
+            if alpha_bar <= alpha_1 / 2.0:
+                phi, alpha_hat, branch = 0.0, alpha_1 - alpha_bar, "no_Phi"
             else:
                 # ≥ 0 in exact arithmetic on this branch; max() absorbs rounding (more ridge
                 # only tightens the Jacobian bound)
                 phi = max(
-                    0.0, c / (N * math.expm1(alpha / 4.0)) - lam * n / N - 2.0 * penalty * deg
+                    0.0,
+                    c / (N * math.expm1(alpha_1 / 4.0)) - lam * n / N - 2.0 * penalty * deg,
                 )
-                alpha_hat, branch = alpha / 2.0, "Phi"
+                alpha_hat, branch = alpha_1 / 2.0, "Phi"
             zeta = alpha_hat / 2.0
             entry.update(
                 kappa=finite(kappa),
                 alpha_bar=finite(alpha_bar),
                 branch=branch,
                 Phi=finite(phi),
+                alpha_objective=finite(alpha_1),
                 alpha_hat=finite(alpha_hat),
                 zeta=finite(zeta),
                 jacobian_epsilon=finite(2.0 * math.log1p(c / (strong + N * phi))),
+                release_epsilon=finite(alpha_r),
             )
         else:
             # the solve's slack S/B_p moves each minimiser by ≤ SΔ_p/2 (as for Gaussian PVP)
@@ -703,6 +794,7 @@ def coordinate(
     clock: RoundClock,
     sigmas: Sequence[float | None] | None = None,
     gradient_bounds: Sequence[float | None] | None = None,
+    release_epsilons: Sequence[float | None] | None = None,
 ) -> FloatArray:
     """The network: delivers each site's broadcasts to its neighbours for T iterations and
     returns the average of the final broadcasts. It sees only broadcasts."""
@@ -721,6 +813,7 @@ def coordinate(
                     rng=rngs[p],
                     sigma=None if sigmas is None else sigmas[p],
                     gradient_bound=None if gradient_bounds is None else gradient_bounds[p],
+                    release_epsilon=None if release_epsilons is None else release_epsilons[p],
                 ),
             )
             for p, site in enumerate(sites)
@@ -777,6 +870,9 @@ def run_parties(
         sigmas=[float(s["sigma"]) if "sigma" in s else None for s in per_site],
         gradient_bounds=[
             float(s["gradient_bound"]) if "gradient_bound" in s else None for s in per_site
+        ],
+        release_epsilons=[
+            float(s["release_epsilon"]) if "release_epsilon" in s else None for s in per_site
         ],
     )
 

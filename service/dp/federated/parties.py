@@ -150,6 +150,7 @@ def perform_step(
             rng=rng,
             sigma=float(own["sigma"]) if "sigma" in own else None,
             gradient_bound=float(own["gradient_bound"]) if "gradient_bound" in own else None,
+            release_epsilon=(float(own["release_epsilon"]) if "release_epsilon" in own else None),
         )
     assert isinstance(site, distributed_lasso.LassoSite)
     (point,) = _exactly(points, 1)

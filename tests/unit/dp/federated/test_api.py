@@ -324,7 +324,8 @@ def test_coordinators_see_only_d_vectors() -> None:
     # the certification's shares carry one more number: their proved error bound
     _check_only_vectors_crossed(log, 3, with_bound=True)
 
-    # admm: local steps on neighbours' broadcasts, dual updates
+    # admm: local steps on neighbours' broadcasts, dual updates; DVP's certified release
+    # spends each site's release budget α_r (a number, like ζ and Φ)
     log.clear()
     spies = [
         MessageSpy(
@@ -344,6 +345,7 @@ def test_coordinators_see_only_d_vectors() -> None:
         zetas=[1.0, 1.0, 1.0],
         rng=np.random.default_rng(0),
         clock=RoundClock(3, None),
+        release_epsilons=[0.01, 0.01, 0.01],
     )
     _check_only_vectors_crossed(log, 3)
 
