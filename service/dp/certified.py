@@ -94,14 +94,15 @@ _SOLVER_SHARE: Final[float] = 0.25
 _BASE: Final[float] = 1e-10
 #: the largest share of ε the release noise may take
 _MAX_SHARE: Final[float] = 0.5
-#: rows per BLAS block of the certified gradient sum (its rounding bound is γ_B, not γ_n)
+#: rows per block of the certified gradient sum (its rounding bound is γ_B, not γ_n; a block of
+#: Adult's 106 columns is 1.7 MB, read once from memory and once from cache)
 BLOCK_ROWS: Final[int] = 4096
 
 # exp: ln 2 split as in service.dp.lattice (LN2_HI has 32 significant bits), Taylor degree 17
 _LN2_HI: Final[float] = float.fromhex("0x1.62e42fee00000p-1")
 _LN2_LO: Final[float] = float.fromhex("0x1.a39ef35793c76p-33")
 _INV_LN2: Final[float] = 1.4426950408889634
-_DEGREE: Final[int] = 17
+_DEGREE: Final[int] = 13
 _TAYLOR: Final[tuple[float, ...]] = tuple(1.0 / math.factorial(j) for j in range(_DEGREE + 1))
 #: below this, e^v < 2⁻¹⁰⁷⁴ (e^−745.14 ≈ 2⁻¹⁰⁷⁴)
 _EXP_FLOOR: Final[float] = -746.0
@@ -130,12 +131,12 @@ def exp_enclosure(v: FloatArray) -> tuple[FloatArray, FloatArray]:
     (−1077 ≤ k ≤ 0): r_hi = v − k·LN2_HI is exact (k·LN2_HI needs ≤ 43 bits; for k ≠ 0,
     v/(k·LN2_HI) ∈ [½, 2], Sterbenz), r̂ = fl(r_hi − fl(k·LN2_LO)) with
     |r̂ − r| ≤ u(|k|LN2_LO + |r̂|) + |k|·2⁻⁸⁶ =: e_r (the split's own error ≤ 2⁻⁸⁶ per ln 2),
-    |r| ≤ 0.3466 + 2⁻²⁰. p̂ = Horner's Σ_{j≤17} r̂ʲ/j! has |p̂ − p(r̂)| ≤ γ₃₅·e^{|r̂|} (Higham
-    Thm 5.3, the coefficients' own rounding included as one more u), truncation ≤ 2⁻⁷⁵, and
-    |e^{r̂} − e^r| ≤ 1.5·e_r. e^v = 2^k·e^r, and ldexp is exact unless the result is subnormal
-    (then ≤ 2⁻¹⁰⁷⁵ more):
+    |r| ≤ 0.3466 + 2⁻²⁰. p̂ = Horner's Σ_{j≤13} r̂ʲ/j! has |p̂ − p(r̂)| ≤ γ₂₇·e^{|r̂|} (Higham
+    Thm 5.3, the coefficients' own rounding included as one more u), truncation
+    ≤ 0.3467¹⁴/14!·e^{0.35} < 2⁻⁵⁷, and |e^{r̂} − e^r| ≤ 1.5·e_r. e^v = 2^k·e^r, and ldexp is
+    exact unless the result is subnormal (then ≤ 2⁻¹⁰⁷⁵ more):
 
-        |Ê − e^v| ≤ 2^k·(γ₃₅·1.5 + 2⁻⁷⁵ + 1.5·e_r) + 2⁻¹⁰⁷⁴.
+        |Ê − e^v| ≤ 2^k·(γ₂₇·1.5 + 2⁻⁵⁷ + 1.5·e_r) + 2⁻¹⁰⁷⁴.
     """
     v = np.asarray(v, dtype=np.float64)
     low = v < _EXP_FLOOR
@@ -147,7 +148,7 @@ def exp_enclosure(v: FloatArray) -> tuple[FloatArray, FloatArray]:
         p *= r
         p += c
     e_r = _U * (np.abs(k) * _LN2_LO + np.abs(r)) + np.abs(k) * 2.0**-86
-    e_p = (_gamma(35) * 1.5 + 2.0**-75 + 1.5 * e_r) * _KAPPA
+    e_p = (_gamma(2 * _DEGREE + 1) * 1.5 + 2.0**-57 + 1.5 * e_r) * _KAPPA
     ki = k.astype(np.int64)
     out = np.where(low, 0.0, np.ldexp(p, ki))
     err = np.where(low, _TINY, np.ldexp(e_p, ki) * (1.0 + 2.0 * _U) + _TINY)
@@ -230,20 +231,28 @@ def loss_gradient_sum(
     w = np.asarray(w, dtype=np.float64)
     n, d = X.shape
     e_z = _gamma(d) * _norm_up(w)
-    derivative, e_derivative = loss_derivative_enclosure(loss, y * (X @ w))
-    s = y * derivative
-    if n <= BLOCK_ROWS:
-        t: FloatArray = X.T @ s
+    parts = []
+    abs_s = 0.0
+    sum_e = 0.0
+    # one pass over X: each block is read for X_k w and again, from cache, for X_kᵀs_k
+    for start in range(0, n, BLOCK_ROWS):
+        block = X[start : start + BLOCK_ROWS]
+        yb = y[start : start + BLOCK_ROWS]
+        derivative, e_derivative = loss_derivative_enclosure(loss, yb * (block @ w))
+        s = yb * derivative
+        parts.append(block.T @ s)
+        abs_s += float(np.abs(s).sum())
+        sum_e += float(e_derivative.sum())
+    if len(parts) == 1:
+        t: FloatArray = parts[0]
         combine = 0.0
     else:
-        parts = np.stack(
-            [X[i : i + BLOCK_ROWS].T @ s[i : i + BLOCK_ROWS] for i in range(0, n, BLOCK_ROWS)]
-        )
-        t, per_column = _compensated_column_sums(parts)
+        t, per_column = _compensated_column_sums(np.stack(parts))
         combine = _norm_up(per_column)
+    # the sums of nonnegative terms above: ≤ γ_n relative each, block totals ≤ γ_m more
     up = 1.0 + 2.0 * _gamma(n)
     gamma_b = _gamma(min(n, BLOCK_ROWS))
-    error = gamma_b * float(np.abs(s).sum()) * up + combine + float(e_derivative.sum()) * up
+    error = gamma_b * abs_s * up + combine + sum_e * up
     return t, (error + n * float(loss.c) * e_z) * _KAPPA
 
 

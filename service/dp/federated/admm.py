@@ -93,7 +93,7 @@ in closed form √ρ = √(ln(1/δ) + ε) − √(ln(1/δ))); ρ_r = ρ/T; σ_p 
 site's ρ is the same, so every dataset is charged exactly the (ε, δ) offered. A Gaussian DVP
 is not offered: the noise shift that explains a changed record, Σl′-terms at the released f,
 depends on f, so the step has no fixed L2 sensitivity to calibrate. The draws come from
-``noise.gaussian_vector``, the sampler PrivFit's other Gaussian mechanisms share.
+the exact Gaussian lattice release (:func:`service.dp.lattice.gaussian_release`).
 
 Gaussian defaults (from λ, the loss's c, K and the graph only; no site size, so they reveal
 none).
