@@ -57,7 +57,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -72,6 +72,7 @@ __all__ = [
     "DENSE_NEWTON_MAX_DIM",
     "FLOAT32_COPY_MAX_ENTRIES",
     "ConvergenceError",
+    "FinalPass",
     "SolverResult",
     "erm_gradient",
     "erm_objective",
@@ -138,11 +139,36 @@ class ConvergenceError(RuntimeError):
 
 
 @dataclass(frozen=True, slots=True)
+class FinalPass:
+    """What the float64 pass at the returned point computed, with proved error bounds, so
+    that :func:`service.dp.certified.gradient_bound_from_pass` can bound the true gradient
+    there without another pass over X.
+
+    * ``margins`` ẑ with |ẑ_i − y_i x_iᵀw| ≤ ``margin_error`` for the returned double w: a
+      pass from scratch gives γ_d‖w‖ (the product by y_i = ±1 is exact); a Newton step's
+      pass computes ẑ_t = fl(ẑ + y ⊙ fl(X·p)) for the returned w_t = fl(w + p), which adds
+      γ_d‖p‖ (the product), u·max|ẑ_t| (the addition) and u‖w_t‖ (w_t is w + p rounded);
+    * ``derivatives`` l̂′ at ẑ as the solver computed them (no proved bound of their own);
+    * ``loss_sum`` t̂ = Σ_blocks fl(X_kᵀ(y_k ⊙ l̂′_k)), accumulated in order: componentwise
+      within γ_{rows + blocks}·Σ_i|x_ij||l̂′_i| of Σ_i y_i l̂′_i x_i (each block's product
+      γ_rows, the sequential sum of the blocks γ_{blocks−1} more).
+    """
+
+    margins: FloatArray
+    margin_error: float
+    derivatives: FloatArray
+    loss_sum: FloatArray
+    block_rows: int
+    blocks: int
+
+
+@dataclass(frozen=True, slots=True)
 class SolverResult:
     """The minimiser and how it was reached.
 
     ``gradient_norm`` and ``iterations`` depend on the data: keep them out of anything
-    released to other parties.
+    released to other parties. ``final_pass`` is the last float64 pass when the returned point
+    came from one (not after a line search), for a certificate without another pass.
     """
 
     coef: FloatArray
@@ -151,6 +177,7 @@ class SolverResult:
     gradient_tolerance: float
     strong_convexity: float
     method: str
+    final_pass: FinalPass | None = None
 
     @property
     def distance_bound(self) -> float:
@@ -266,7 +293,11 @@ class _Objective:
         return out, xv
 
     def evaluate(
-        self, w: FloatArray, base: FloatArray | None = None, v: FloatArray | None = None
+        self,
+        w: FloatArray,
+        base: FloatArray | None = None,
+        v: FloatArray | None = None,
+        keep: dict[str, Any] | None = None,
     ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
         """Margins, l'' and ∇J at w in one blocked pass over X (float64); returns
         (dz, z, l''(z), ∇J(w)).
@@ -274,9 +305,10 @@ class _Objective:
         With ``base`` and ``v`` (w = w_old + v, base = y ⊙ X w_old), dz = y ⊙ Xv and
         z = base + dz: a Newton step's trial point, one matrix product cheaper than margins
         from scratch. Otherwise dz = z = y ⊙ Xw. Each block of rows (``_BLOCK_BYTES``) is read
-        for X·v and again, from cache, for Xᵀ(y ⊙ l').
+        for X·v and again, from cache, for Xᵀ(y ⊙ l'). With ``keep``, the raw sum, l' and the
+        blocking are stored in it (:class:`FinalPass`).
         """
-        return _evaluate(self.X, self.y, self.derivatives, self.mu, self.g, w, base, v)
+        return _evaluate(self.X, self.y, self.derivatives, self.mu, self.g, w, base, v, keep)
 
     def evaluate32(
         self, w: FloatArray, base: Float32Array, v: FloatArray
@@ -341,6 +373,7 @@ def _evaluate(
     w: FloatArray,
     base: _A | None,
     v: FloatArray | None,
+    keep: dict[str, Any] | None = None,
 ) -> tuple[_A, _A, _A, FloatArray]:
     """The blocked pass behind :meth:`_Objective.evaluate`, in the precision of X."""
     n, d = X.shape
@@ -349,6 +382,7 @@ def _evaluate(
     dz = np.empty(n, dtype=X.dtype)
     z = dz if base is None else np.empty(n, dtype=X.dtype)
     d2 = np.empty(n, dtype=X.dtype)
+    d1 = np.empty(n, dtype=X.dtype) if keep is not None else None
     grad = np.zeros(d)
     for start in range(0, n, rows):
         stop = min(n, start + rows)
@@ -358,7 +392,11 @@ def _evaluate(
         if base is not None:
             np.add(base[start:stop], dz[start:stop], out=z[start:stop])
         d1b, d2[start:stop] = derivatives(z[start:stop])
+        if d1 is not None:
+            d1[start:stop] = d1b
         grad += block.T @ (yb * d1b)
+    if keep is not None:
+        keep.update(loss_sum=grad.copy(), derivatives=d1, rows=rows, blocks=-(-n // rows))
     grad /= n
     grad += mu * w
     grad += g
@@ -436,7 +474,8 @@ def solve_erm(
     gtol = tol * (1.0 + float(np.linalg.norm(obj.g)))
     w = np.zeros(d) if initial is None else np.array(initial, dtype=np.float64).reshape(d)
 
-    w, gnorm, iterations, ok = _newton(obj, w, gtol, max_iter)
+    trace: list[FinalPass | None] = [None]
+    w, gnorm, iterations, ok = _newton(obj, w, gtol, max_iter, trace)
     method = "newton-cholesky" if d <= DENSE_NEWTON_MAX_DIM else "newton-cg"
     if not ok:
         # L-BFGS-B from the last iterate, then Newton again to polish: L-BFGS-B alone stalls
@@ -444,7 +483,8 @@ def solve_erm(
         # tolerance, while Newton's line search then judges steps by the gradient norm.
         w, _, extra, _ = _lbfgs(obj, w, gtol)
         iterations += extra
-        w, gnorm, extra, ok = _newton(obj, w, gtol, max_iter)
+        trace[0] = None
+        w, gnorm, extra, ok = _newton(obj, w, gtol, max_iter, trace)
         iterations += extra
         method += "+l-bfgs-b"
     if not ok or not np.all(np.isfinite(w)):
@@ -459,6 +499,7 @@ def solve_erm(
         gradient_tolerance=gtol,
         strong_convexity=obj.mu,
         method=method,
+        final_pass=trace[0],
     )
 
 
@@ -572,10 +613,15 @@ def _float32_work(
 
 
 def _newton(
-    obj: _Objective, w: FloatArray, gtol: float, max_iter: int
+    obj: _Objective,
+    w: FloatArray,
+    gtol: float,
+    max_iter: int,
+    trace: list[FinalPass | None] | None = None,
 ) -> tuple[FloatArray, float, int, bool]:
     """Damped Newton (module docstring); returns (w, ‖∇J(w)‖ in float64, iterations,
-    converged)."""
+    converged). With ``trace``, its single entry is set to the :class:`FinalPass` of the
+    returned point (None when that point came from a line search)."""
     d = w.shape[0]
     dense = d <= DENSE_NEWTON_MAX_DIM
     iterations = 0
@@ -584,11 +630,15 @@ def _newton(
         target = max(gtol, _SWITCH * (1.0 + _norm(obj.g)))
         # at most half the budget: the float64 phase must have room to finish
         w, iterations, factor = _float32_phase(obj, w, target, max(1, max_iter // 2))
-    _, z, d2, grad = obj.evaluate(w)
+    keep: dict[str, Any] | None = {} if trace is not None else None
+    _, z, d2, grad = obj.evaluate(w, keep=keep)
+    margin_error = _gamma_d(d) * _norm_up(w)
     gnorm = _norm(grad)
     f: float | None = None  # J(w), computed only when a step has to be judged by it
     for it in range(iterations, max_iter):
         if gnorm <= gtol:
+            if trace is not None:
+                trace[0] = _final_pass(z, margin_error, keep)
             return w, gnorm, it, True
         step: FloatArray | None = None
         if dense:
@@ -616,10 +666,19 @@ def _newton(
         # it is the step taken); the line search proper only if it is rejected
         # (a point that meets the tolerance is the answer whatever J does there)
         w_t = w + step
-        dz, z_t, d2_t, grad_t = obj.evaluate(w_t, z, step)
+        keep_t: dict[str, Any] | None = {} if trace is not None else None
+        dz, z_t, d2_t, grad_t = obj.evaluate(w_t, z, step, keep=keep_t)
+        # FinalPass: the margins' error after this step's incremental update
+        error_t = (
+            margin_error
+            + _gamma_d(d) * _norm_up(step)
+            + _UNIT * float(np.max(np.abs(z_t)))
+            + _UNIT * _norm_up(w_t)
+        ) * (1.0 + 2.0**-20)
         gnorm_t = _norm(grad_t)
         if gnorm_t <= gtol:
             w, z, d2, grad, gnorm, f = w_t, z_t, d2_t, grad_t, gnorm_t, None
+            keep, margin_error = keep_t, error_t
             continue
         if f is None:
             f = obj.value(w, z)
@@ -628,6 +687,7 @@ def _newton(
             abs(f_t - f) <= _ROUNDING * max(1.0, abs(f)) and gnorm_t < gnorm
         ):
             w, z, f, d2, grad, gnorm = w_t, z_t, f_t, d2_t, grad_t, gnorm_t
+            keep, margin_error = keep_t, error_t
             continue
         searched = _line_search(
             obj,
@@ -646,12 +706,42 @@ def _newton(
         if searched is None:
             return w, gnorm, it, False
         t, z, f = searched
+        keep = None  # margins from the line search: no FinalPass for this point
         factor = None  # a damped step: the last Hessian is no guide to the next one
         w = w + t * step
         d1, d2 = obj.derivatives(z)
         grad = obj.gradient(w, d1)
         gnorm = _norm(grad)
+    if trace is not None and gnorm <= gtol:
+        trace[0] = _final_pass(z, margin_error, keep)
     return w, gnorm, max_iter, gnorm <= gtol
+
+
+_UNIT = 2.0**-53
+
+
+def _gamma_d(k: int) -> float:
+    return k * _UNIT / (1.0 - k * _UNIT) * (1.0 + 2.0**-20)
+
+
+def _norm_up(v: FloatArray) -> float:
+    """An upper bound on ‖v‖₂ (see :func:`service.dp.certified`'s ``_norm_up``)."""
+    return float(np.sqrt(np.dot(v, v))) * (1.0 + (v.size + 8) * _UNIT)
+
+
+def _final_pass(
+    z: FloatArray, margin_error: float, keep: dict[str, Any] | None
+) -> FinalPass | None:
+    if keep is None or "loss_sum" not in keep:
+        return None
+    return FinalPass(
+        margins=z,
+        margin_error=margin_error,
+        derivatives=keep["derivatives"],
+        loss_sum=keep["loss_sum"],
+        block_rows=int(keep["rows"]),
+        blocks=int(keep["blocks"]),
+    )
 
 
 def _float32_phase(

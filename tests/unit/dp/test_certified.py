@@ -346,3 +346,65 @@ def test_blocked_gradient_sum_bound_holds_beyond_one_block() -> None:
     # the bound is γ₄₀₉₆·Σ|s_i| plus terms of order u: half what γ₉₀₀₀·Σ|s_i| would be
     slopes = np.abs(1.0 / (1.0 + np.exp(y * (X @ w))))
     assert bound <= 1.01 * 4096 * U * float(slopes.sum()) + 100 * U * 9000
+
+
+# ---- the certificate from the solver's own last pass -----------------------------------------
+
+
+@pytest.mark.parametrize("loss", [LogisticLoss(), HuberLoss(h=0.5)])
+def test_bound_from_the_solvers_last_pass_holds_and_matches_the_full_one(loss: Loss) -> None:
+    """The solver's last float64 pass (FinalPass) gives a proved bound without another pass
+    over X: its margins are within their stated error of the exact ones (50-digit decimals),
+    and the bound contains the exact gradient norm and agrees with :func:`gradient_bound`."""
+    X, y = _data(300, 4, seed=11)
+    rng = np.random.default_rng(12)
+    b_hat = rng.normal(scale=30.0, size=4)
+    noise = lattice.Enclosure(value=b_hat, radius=1e-13)
+    result = solve_erm(
+        X, y, loss, regularization=0.02, linear=b_hat, extra_regularization=0.001, tol=1e-12
+    )
+    final = result.final_pass
+    assert final is not None
+    w = result.coef
+    for i in range(300):
+        exact = Decimal(y[i]) * sum(
+            (Decimal(X[i, j]) * Decimal(w[j]) for j in range(4)), Decimal(0)
+        )
+        assert abs(Decimal(final.margins[i]) - exact) <= Decimal(final.margin_error)
+    from_pass = certified.gradient_bound_from_pass(
+        final, loss, w, n=300, regularization=0.02, extra_regularization=0.001, noise=noise
+    )
+    full = certified.gradient_bound(
+        X, y, loss, w, regularization=0.02, extra_regularization=0.001, noise=noise
+    )
+    exact_norm = _exact_gradient_norm(
+        X, y, loss, w, Fraction(0.02) + Fraction(0.001), b_hat, None, 0.0
+    )
+    assert exact_norm + 1e-13 / 300 <= from_pass
+    assert from_pass == pytest.approx(full, abs=1e-13)
+
+
+def test_the_last_pass_after_newton_steps_on_adult_sized_data() -> None:
+    """With the float32 phase and incremental float64 steps (margins updated, not
+    recomputed), the pass's bound stays within 5e-13 of the full two-pass bound (its margins
+    carry the steps' rounding too) and far below a certified release's τ."""
+    X, y = _data(20000, 20, seed=13)
+    loss = LogisticLoss()
+    enclosure = lattice.norm_exponential_enclosure(20, beta=0.05, rng=np.random.default_rng(14))
+    result = solve_erm(X, y, loss, regularization=1e-3, linear=enclosure.value, tol=1e-11)
+    assert result.final_pass is not None
+    assert result.iterations >= 1
+    from_pass = certified.gradient_bound_from_pass(
+        result.final_pass,
+        loss,
+        result.coef,
+        n=20000,
+        regularization=1e-3,
+        extra_regularization=0.0,
+        noise=enclosure,
+    )
+    full = certified.gradient_bound(
+        X, y, loss, result.coef, regularization=1e-3, extra_regularization=0.0, noise=enclosure
+    )
+    assert from_pass == pytest.approx(full, abs=5e-13)
+    assert from_pass <= 1e-10

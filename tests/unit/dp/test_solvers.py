@@ -143,12 +143,16 @@ def test_lbfgs_fallback_when_newton_stalls_once(monkeypatch: pytest.MonkeyPatch)
     calls: list[int] = []
 
     def stalled_once(
-        obj: object, w: NDArray[np.float64], gtol: float, max_iter: int
+        obj: object,
+        w: NDArray[np.float64],
+        gtol: float,
+        max_iter: int,
+        trace: list[solvers.FinalPass | None] | None = None,
     ) -> tuple[NDArray[np.float64], float, int, bool]:
         calls.append(1)
         if len(calls) == 1:
             return w, np.inf, 0, False
-        return real_newton(obj, w, gtol, max_iter)  # type: ignore[arg-type]
+        return real_newton(obj, w, gtol, max_iter, trace)  # type: ignore[arg-type]
 
     monkeypatch.setattr(solvers, "_newton", stalled_once)
     res = solve_erm(X, y, LogisticLoss(), regularization=1e-2)
@@ -162,7 +166,11 @@ def test_newton_that_always_stalls_raises(monkeypatch: pytest.MonkeyPatch) -> No
     X, y = _data(300, 5, seed=5)
 
     def stalled(
-        obj: object, w: NDArray[np.float64], gtol: float, max_iter: int
+        obj: object,
+        w: NDArray[np.float64],
+        gtol: float,
+        max_iter: int,
+        trace: list[solvers.FinalPass | None] | None = None,
     ) -> tuple[NDArray[np.float64], float, int, bool]:
         return w, np.inf, 0, False
 
@@ -308,10 +316,14 @@ def test_no_float32_copy_above_the_memory_limit(monkeypatch: pytest.MonkeyPatch)
     real_newton = solvers._newton
 
     def newton(
-        obj: solvers._Objective, w: NDArray[np.float64], gtol: float, max_iter: int
+        obj: solvers._Objective,
+        w: NDArray[np.float64],
+        gtol: float,
+        max_iter: int,
+        trace: list[solvers.FinalPass | None] | None = None,
     ) -> tuple[NDArray[np.float64], float, int, bool]:
         seen.append(obj.X32 is None)
-        return real_newton(obj, w, gtol, max_iter)
+        return real_newton(obj, w, gtol, max_iter, trace)
 
     monkeypatch.setattr(solvers, "_newton", newton)
     uncopied = solve_erm(X, y, LogisticLoss(), regularization=1e-3)
