@@ -61,6 +61,7 @@ from numpy.typing import NDArray
 
 from service.dp import lattice
 from service.dp.losses import HuberLoss, LogisticLoss, Loss
+from service.dp.rounding import KAPPA, UNIT_ROUNDOFF, gamma, norm_up
 from service.dp.solvers import ConvergenceError, FinalPass, solve_erm
 
 __all__ = [
@@ -86,9 +87,6 @@ __all__ = [
 
 FloatArray = NDArray[np.float64]
 
-_U: Final[float] = 2.0**-53
-#: multiplies first-order bounds: covers second-order terms and the bounds' own roundings
-_KAPPA: Final[float] = 1.0 + 2.0**-20
 #: the solver's own (non-rigorous) target is this fraction of τ
 _SOLVER_SHARE: Final[float] = 0.25
 #: base tolerance per unit of (1 + ‖g‖) (the solver's DEFAULT_TOLERANCE)
@@ -109,18 +107,6 @@ _TAYLOR: Final[tuple[float, ...]] = tuple(1.0 / math.factorial(j) for j in range
 #: below this, e^v < 2⁻¹⁰⁷⁴ (e^−745.14 ≈ 2⁻¹⁰⁷⁴)
 _EXP_FLOOR: Final[float] = -746.0
 _TINY: Final[float] = 2.0**-1074
-
-
-def _gamma(k: float) -> float:
-    """γ_k = ku/(1 − ku), Higham's bound for k roundings (rounded up generously)."""
-    return k * _U / (1.0 - k * _U) * _KAPPA
-
-
-def _norm_up(v: FloatArray) -> float:
-    """An upper bound on ‖v‖₂: the computed Σv_i² is within γ_d of the true one (d squares and
-    d − 1 additions), √ halves that and adds u, the final product one more u; (d + 8)u covers
-    all of them for d ≪ 1/u."""
-    return float(np.sqrt(np.dot(v, v))) * (1.0 + (v.size + 8) * _U)
 
 
 # ---- elementary functions with proved error bounds -----------------------------------------
@@ -149,11 +135,11 @@ def exp_enclosure(v: FloatArray) -> tuple[FloatArray, FloatArray]:
     for c in reversed(_TAYLOR[:-1]):
         p *= r
         p += c
-    e_r = _U * (np.abs(k) * _LN2_LO + np.abs(r)) + np.abs(k) * 2.0**-86
-    e_p = (_gamma(2 * _DEGREE + 1) * 1.5 + 2.0**-57 + 1.5 * e_r) * _KAPPA
+    e_r = UNIT_ROUNDOFF * (np.abs(k) * _LN2_LO + np.abs(r)) + np.abs(k) * 2.0**-86
+    e_p = (gamma(2 * _DEGREE + 1) * 1.5 + 2.0**-57 + 1.5 * e_r) * KAPPA
     ki = k.astype(np.int64)
     out = np.where(low, 0.0, np.ldexp(p, ki))
-    err = np.where(low, _TINY, np.ldexp(e_p, ki) * (1.0 + 2.0 * _U) + _TINY)
+    err = np.where(low, _TINY, np.ldexp(e_p, ki) * (1.0 + 2.0 * UNIT_ROUNDOFF) + _TINY)
     return out, err
 
 
@@ -172,15 +158,15 @@ def loss_derivative_enclosure(loss: Loss, m: FloatArray) -> tuple[FloatArray, Fl
         e, e_err = exp_enclosure(-np.abs(m))
         one_plus = 1.0 + e
         out = np.where(m >= 0.0, -(e / one_plus), -(1.0 / one_plus))
-        return out, (e_err + 2.01 * _U * np.abs(out)) * _KAPPA
+        return out, (e_err + 2.01 * UNIT_ROUNDOFF * np.abs(out)) * KAPPA
     if isinstance(loss, HuberLoss):
         h = float(loss.h)
         top, bottom = 1.0 + h, 1.0 - h
         gap = top - m
         mid = -(gap / (2.0 * h))
         out = np.where(m > top, 0.0, np.where(m < bottom, -1.0, mid))
-        err = 4.0 * _U * (loss.c * (1.0 + h + np.abs(gap)) + np.abs(out))
-        return out, err * _KAPPA
+        err = 4.0 * UNIT_ROUNDOFF * (loss.c * (1.0 + h + np.abs(gap)) + np.abs(out))
+        return out, err * KAPPA
     raise ValueError(f"no certified derivative for the loss {loss.name!r}")
 
 
@@ -201,9 +187,9 @@ def _compensated_column_sums(parts: FloatArray) -> tuple[FloatArray, FloatArray]
         carry += (acc - (x - z)) + (b - z)
         acc = x
     sums: FloatArray = acc + carry
-    gamma = _gamma(max(m - 1, 0))
-    bound: FloatArray = _U * np.abs(sums) + gamma * gamma * np.abs(parts).sum(axis=0) * 1.001
-    return sums, bound * _KAPPA
+    g = gamma(max(m - 1, 0))
+    bound: FloatArray = UNIT_ROUNDOFF * np.abs(sums) + g * g * np.abs(parts).sum(axis=0) * 1.001
+    return sums, bound * KAPPA
 
 
 def loss_gradient_sum(
@@ -232,7 +218,7 @@ def loss_gradient_sum(
     y = np.asarray(y, dtype=np.float64)
     w = np.asarray(w, dtype=np.float64)
     n, d = X.shape
-    e_z = _gamma(d) * _norm_up(w)
+    e_z = gamma(d) * norm_up(w)
     parts = []
     abs_s = 0.0
     sum_e = 0.0
@@ -250,12 +236,12 @@ def loss_gradient_sum(
         combine = 0.0
     else:
         t, per_column = _compensated_column_sums(np.stack(parts))
-        combine = _norm_up(per_column)
+        combine = norm_up(per_column)
     # the sums of nonnegative terms above: ≤ γ_n relative each, block totals ≤ γ_m more
-    up = 1.0 + 2.0 * _gamma(n)
-    gamma_b = _gamma(min(n, BLOCK_ROWS))
+    up = 1.0 + 2.0 * gamma(n)
+    gamma_b = gamma(min(n, BLOCK_ROWS))
     error = gamma_b * abs_s * up + combine + sum_e * up
-    return t, (error + n * float(loss.c) * e_z) * _KAPPA
+    return t, (error + n * float(loss.c) * e_z) * KAPPA
 
 
 def gradient_bound(
@@ -317,12 +303,12 @@ def gradient_bound_from_pass(
     w = np.asarray(w, dtype=np.float64)
     enclosed, e_enclosed = loss_derivative_enclosure(loss, final.margins)
     gap = np.abs(final.derivatives - enclosed)
-    up = 1.0 + 2.0 * _gamma(n)
+    up = 1.0 + 2.0 * gamma(n)
     e_t = (
-        _gamma(final.block_rows + final.blocks) * float(np.abs(final.derivatives).sum()) * up
-        + (float(gap.sum()) * (1.0 + 2.0 * _U) + float(e_enclosed.sum())) * up
+        gamma(final.block_rows + final.blocks) * float(np.abs(final.derivatives).sum()) * up
+        + (float(gap.sum()) * (1.0 + 2.0 * UNIT_ROUNDOFF) + float(e_enclosed.sum())) * up
         + n * float(loss.c) * final.margin_error
-    ) * _KAPPA
+    ) * KAPPA
     return _bound_from_loss_sum(
         final.loss_sum,
         e_t,
@@ -357,21 +343,21 @@ def _bound_from_loss_sum(
     if centre is not None and centre_weight != 0.0:
         c0 = centre_weight * np.asarray(centre, dtype=np.float64)
         p2 = p1 - c0
-        e_centre = _U * _norm_up(c0) + _U * _norm_up(p2)
+        e_centre = UNIT_ROUNDOFF * norm_up(c0) + UNIT_ROUNDOFF * norm_up(p2)
     else:
         p2, e_centre = p1, 0.0
     grad = p2 + b_scaled
     error = float(
         e_t / n
-        + _U * _norm_up(a)
-        + _U * _norm_up(v)
-        + _gamma(2) * mu * _norm_up(w)
+        + UNIT_ROUNDOFF * norm_up(a)
+        + UNIT_ROUNDOFF * norm_up(v)
+        + gamma(2) * mu * norm_up(w)
         + e_centre
-        + _U * _norm_up(b_scaled)
-        + noise.radius / n * (1.0 + 2.0 * _U)
-        + _U * (_norm_up(p1) + _norm_up(grad))
+        + UNIT_ROUNDOFF * norm_up(b_scaled)
+        + noise.radius / n * (1.0 + 2.0 * UNIT_ROUNDOFF)
+        + UNIT_ROUNDOFF * (norm_up(p1) + norm_up(grad))
     )
-    return float(_norm_up(grad) + error * _KAPPA)
+    return float(norm_up(grad) + error * KAPPA)
 
 
 def site_share(
@@ -382,7 +368,7 @@ def site_share(
     e_t + e_b + u‖t̂ + b̂‖ (one more addition), times κ."""
     t, e_t = loss_gradient_sum(X, y, loss, w)
     share = t + noise.value
-    return share, (e_t + noise.radius + _U * _norm_up(share)) * _KAPPA
+    return share, (e_t + noise.radius + UNIT_ROUNDOFF * norm_up(share)) * KAPPA
 
 
 def combine_shares(
@@ -405,15 +391,15 @@ def combine_shares(
     a = summed / total
     v = regularization * w
     grad: FloatArray = a + v
-    spread = _gamma(max(len(shares) - 1, 0)) * sum(_norm_up(s) for s in shares)
+    spread = gamma(max(len(shares) - 1, 0)) * sum(norm_up(s) for s in shares)
     error = (
-        (math.fsum(errors) * (1.0 + 4.0 * _U) + spread) / total
-        + _U * _norm_up(a)
-        + _gamma(2) * regularization * _norm_up(w)
-        + _U * _norm_up(v)
-        + _U * _norm_up(grad)
+        (math.fsum(errors) * (1.0 + 4.0 * UNIT_ROUNDOFF) + spread) / total
+        + UNIT_ROUNDOFF * norm_up(a)
+        + gamma(2) * regularization * norm_up(w)
+        + UNIT_ROUNDOFF * norm_up(v)
+        + UNIT_ROUNDOFF * norm_up(grad)
     )
-    return grad, float(_norm_up(grad) + error * _KAPPA)
+    return grad, float(norm_up(grad) + error * KAPPA)
 
 
 # ---- the public plan ------------------------------------------------------------------------
@@ -442,7 +428,9 @@ def tolerance(*, n: int, d: int, c: float, strong_convexity: float, linear_bound
     certificate then holds with room unless ‖g‖ ≫ L."""
     scale = 1.0 + linear_bound
     rows = min(n, BLOCK_ROWS)
-    return scale * (_BASE + 8.0 * (rows + d) * _U + 4.0 * c * _gamma(d) / strong_convexity)
+    return scale * (
+        _BASE + 8.0 * (rows + d) * UNIT_ROUNDOFF + 4.0 * c * gamma(d) / strong_convexity
+    )
 
 
 def release_share(n: int, tau: float) -> float:
@@ -541,10 +529,10 @@ def plan(
     epsilon: float,
 ) -> CertifiedRelease:
     """The certified release's public numbers for ε_r = ``epsilon``."""
-    mu = strong_convexity * (1.0 - 4.0 * _U)  # below the real λ + Δ + η
+    mu = strong_convexity * (1.0 - 4.0 * UNIT_ROUNDOFF)  # below the real λ + Δ + η
     tau = tolerance(n=n, d=d, c=c, strong_convexity=mu, linear_bound=linear_bound)
-    distance = tau / mu * (1.0 + 2.0 * _U)
-    beta = epsilon / (2.0 * distance) * (1.0 - 4.0 * _U)  # β_r·2r ≤ ε_r
+    distance = tau / mu * (1.0 + 2.0 * UNIT_ROUNDOFF)
+    beta = epsilon / (2.0 * distance) * (1.0 - 4.0 * UNIT_ROUNDOFF)  # β_r·2r ≤ ε_r
     return CertifiedRelease(
         n=n,
         d=d,
@@ -578,7 +566,7 @@ def split(
 def base_tolerance(n: int, d: int) -> float:
     """τ₀ = 10⁻¹⁰ + 8(min(n, B) + d)u: τ for L = 0 without the margins' term (chooses the
     split)."""
-    return _BASE + 8.0 * (min(n, BLOCK_ROWS) + d) * _U
+    return _BASE + 8.0 * (min(n, BLOCK_ROWS) + d) * UNIT_ROUNDOFF
 
 
 def release_minimiser(

@@ -66,6 +66,7 @@ from scipy.sparse.linalg import LinearOperator, cg
 
 from service.dp.losses import LogisticLoss, Loss
 from service.dp.prepared import active_design
+from service.dp.rounding import UNIT_ROUNDOFF, gamma, norm_up
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -632,7 +633,7 @@ def _newton(
         w, iterations, factor = _float32_phase(obj, w, target, max(1, max_iter // 2))
     keep: dict[str, Any] | None = {} if trace is not None else None
     _, z, d2, grad = obj.evaluate(w, keep=keep)
-    margin_error = _gamma_d(d) * _norm_up(w)
+    margin_error = gamma(d) * norm_up(w)
     gnorm = _norm(grad)
     f: float | None = None  # J(w), computed only when a step has to be judged by it
     for it in range(iterations, max_iter):
@@ -671,9 +672,9 @@ def _newton(
         # FinalPass: the margins' error after this step's incremental update
         error_t = (
             margin_error
-            + _gamma_d(d) * _norm_up(step)
-            + _UNIT * float(np.max(np.abs(z_t)))
-            + _UNIT * _norm_up(w_t)
+            + gamma(d) * norm_up(step)
+            + UNIT_ROUNDOFF * float(np.max(np.abs(z_t)))
+            + UNIT_ROUNDOFF * norm_up(w_t)
         ) * (1.0 + 2.0**-20)
         gnorm_t = _norm(grad_t)
         if gnorm_t <= gtol:
@@ -715,18 +716,6 @@ def _newton(
     if trace is not None and gnorm <= gtol:
         trace[0] = _final_pass(z, margin_error, keep)
     return w, gnorm, max_iter, gnorm <= gtol
-
-
-_UNIT = 2.0**-53
-
-
-def _gamma_d(k: int) -> float:
-    return k * _UNIT / (1.0 - k * _UNIT) * (1.0 + 2.0**-20)
-
-
-def _norm_up(v: FloatArray) -> float:
-    """An upper bound on ‖v‖₂ (see :func:`service.dp.certified`'s ``_norm_up``)."""
-    return float(np.sqrt(np.dot(v, v))) * (1.0 + (v.size + 8) * _UNIT)
 
 
 def _final_pass(
