@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
 from typing import Any
+from unittest import mock
 
 import numpy as np
 from numpy.typing import NDArray
@@ -104,17 +105,20 @@ def uncertified_objective(
     )
 
 
-@contextmanager
-def old_samplers() -> Iterator[None]:
+def old_samplers() -> AbstractContextManager[object]:
     """Patch the old samplers into the modules the mechanisms call through."""
-    saved = (lattice.norm_exponential_release, objective_perturbation.run_certified)
-    setattr(lattice, "norm_exponential_release", old_release)  # noqa: B010
-    setattr(objective_perturbation, "run_certified", uncertified_objective)  # noqa: B010
-    try:
-        yield
-    finally:
-        setattr(lattice, "norm_exponential_release", saved[0])  # noqa: B010
-        setattr(objective_perturbation, "run_certified", saved[1])  # noqa: B010
+    return _patched(
+        (lattice, "norm_exponential_release", old_release),
+        (objective_perturbation, "run_certified", uncertified_objective),
+    )
+
+
+def _patched(*replacements: tuple[object, str, object]) -> ExitStack:
+    """Every (module, name, value) patched in, undone when the returned stack closes."""
+    stack = ExitStack()
+    for target, name, value in replacements:
+        stack.enter_context(mock.patch.object(target, name, value))
+    return stack
 
 
 def old_update_noise(
@@ -158,34 +162,23 @@ class OldGaussianBlock:
         return out
 
 
-@contextmanager
-def old_gradient_samplers() -> Iterator[None]:
-    saved = (lattice.NormExponentialBlock, lattice.GaussianBlock)
-    setattr(lattice, "NormExponentialBlock", OldNormExponentialBlock)  # noqa: B010
-    setattr(lattice, "GaussianBlock", OldGaussianBlock)  # noqa: B010
-    try:
-        yield
-    finally:
-        setattr(lattice, "NormExponentialBlock", saved[0])  # noqa: B010
-        setattr(lattice, "GaussianBlock", saved[1])  # noqa: B010
+def old_gradient_samplers() -> AbstractContextManager[object]:
+    return _patched(
+        (lattice, "NormExponentialBlock", OldNormExponentialBlock),
+        (lattice, "GaussianBlock", OldGaussianBlock),
+    )
 
 
-@contextmanager
-def decimal_only() -> Iterator[None]:
+def _undecided(
+    centre: FloatArray, y: FloatArray, bound: FloatArray
+) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    del y, bound
+    return np.zeros(centre.size, dtype=np.int64), np.zeros(centre.size, dtype=bool)
+
+
+def decimal_only() -> AbstractContextManager[object]:
     """The exact releases with the fast path switched off: every coordinate undecided."""
-    saved = lattice._fast_cells
-
-    def undecided(
-        centre: FloatArray, y: FloatArray, bound: FloatArray
-    ) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
-        del y, bound
-        return np.zeros(centre.size, dtype=np.int64), np.zeros(centre.size, dtype=bool)
-
-    setattr(lattice, "_fast_cells", undecided)  # noqa: B010
-    try:
-        yield
-    finally:
-        setattr(lattice, "_fast_cells", saved)  # noqa: B010
+    return _patched((lattice, "_fast_cells", _undecided))
 
 
 def _sgd(X: FloatArray, y: FloatArray) -> Callable[[], object]:

@@ -61,7 +61,7 @@ from numpy.typing import NDArray
 
 from service.dp import lattice
 from service.dp.losses import HuberLoss, LogisticLoss, Loss
-from service.dp.rounding import KAPPA, UNIT_ROUNDOFF, gamma, norm_up
+from service.dp.rounding import KAPPA, UNIT_ROUNDOFF, compensated_row_sums, gamma, norm_up
 from service.dp.solvers import ConvergenceError, FinalPass, solve_erm
 
 __all__ = [
@@ -173,25 +173,6 @@ def loss_derivative_enclosure(loss: Loss, m: FloatArray) -> tuple[FloatArray, Fl
 # ---- the certificate ------------------------------------------------------------------------
 
 
-def _compensated_column_sums(parts: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Column sums of a (m, d) array by the compensated Sum2 of Ogita, Rump & Oishi (2005,
-    Prop. 4.5; error-free TwoSum, exact in IEEE arithmetic), vectorised over the columns, and a
-    bound on each sum's error: u·|sum| + γ²_{m−1}·Σ_k|parts_kj|."""
-    m = parts.shape[0]
-    acc = parts[0].copy()
-    carry = np.zeros_like(acc)
-    for k in range(1, m):
-        b = parts[k]
-        x = acc + b
-        z = x - acc
-        carry += (acc - (x - z)) + (b - z)
-        acc = x
-    sums: FloatArray = acc + carry
-    g = gamma(max(m - 1, 0))
-    bound: FloatArray = UNIT_ROUNDOFF * np.abs(sums) + g * g * np.abs(parts).sum(axis=0) * 1.001
-    return sums, bound * KAPPA
-
-
 def loss_gradient_sum(
     X: FloatArray, y: FloatArray, loss: Loss, w: FloatArray
 ) -> tuple[FloatArray, float]:
@@ -235,7 +216,7 @@ def loss_gradient_sum(
         t: FloatArray = parts[0]
         combine = 0.0
     else:
-        t, per_column = _compensated_column_sums(np.stack(parts))
+        t, per_column = compensated_row_sums(np.stack(parts, axis=1))
         combine = norm_up(per_column)
     # the sums of nonnegative terms above: ≤ γ_n relative each, block totals ≤ γ_m more
     up = 1.0 + 2.0 * gamma(n)
@@ -566,7 +547,7 @@ def split(
 def base_tolerance(n: int, d: int) -> float:
     """τ₀ = 10⁻¹⁰ + 8(min(n, B) + d)u: τ for L = 0 without the margins' term (chooses the
     split)."""
-    return _BASE + 8.0 * (min(n, BLOCK_ROWS) + d) * UNIT_ROUNDOFF
+    return tolerance(n=n, d=d, c=0.0, strong_convexity=1.0, linear_bound=0.0)
 
 
 def release_minimiser(

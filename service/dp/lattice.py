@@ -147,6 +147,8 @@ from typing import Final, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.rounding import compensated_row_sums
+
 __all__ = [
     "CLAMP",
     "GRID",
@@ -759,29 +761,6 @@ def _polar_gaussians(pairs: _Pairs) -> tuple[FloatArray, FloatArray, NDArray[np.
     return g, err, ok
 
 
-def _row_sums(terms: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Row sums of a (count, d) array with a bound on each sum's error: ``math.fsum`` per row
-    for few rows (correctly rounded; 2u·|sum| allows even a faithful rounding), else the
-    compensated Sum2 of Ogita, Rump & Oishi (2005, Prop. 4.5; error-free TwoSum, exact in IEEE
-    arithmetic), error ≤ u·|sum| + γ²_{d−1}·Σ|terms|, vectorised over the rows."""
-    count, d = terms.shape
-    absolute = np.abs(terms).sum(axis=1) * (1.0 + 2.0**-16)  # ≥ Σ|terms| for d < 2³⁶
-    if count <= 32:
-        sums = np.array([math.fsum(row) for row in terms.tolist()], dtype=np.float64)
-        return sums, (2.0 * _U) * np.abs(sums) * _KAPPA
-    acc = terms[:, 0].copy()
-    carry = np.zeros(count)
-    for j in range(1, d):
-        b = terms[:, j]
-        x = acc + b
-        z = x - acc
-        carry += (acc - (x - z)) + (b - z)  # TwoSum's exact error term
-        acc = x
-    sums = acc + carry
-    gamma = (d - 1) * _U / (1.0 - (d - 1) * _U)
-    return sums, (_U * np.abs(sums) + gamma * gamma * absolute) * _KAPPA
-
-
 def _fast_cells(
     centre: FloatArray, y: FloatArray, bound: FloatArray
 ) -> tuple[FloatArray, NDArray[np.bool_]]:
@@ -816,6 +795,12 @@ class _Block:
         self._y = np.zeros((count, dim))
         self._err = np.full((count, dim), np.inf)  # rigorous bound on |ŷ − y| (fast path)
         self._bound = np.full((count, dim), np.inf)
+
+    def _keep_fast(self, y: FloatArray, e_y: FloatArray, valid: NDArray[np.bool_]) -> None:
+        """The fast path's values and bounds where ``valid``, the decimal path elsewhere."""
+        self._y = np.where(valid, y, 0.0)
+        self._err = np.where(valid, e_y, np.inf)
+        self._bound = np.where(valid, _decision_bound(y, e_y), np.inf)
 
     def release(self, j: int, centre: NDArray[np.float64]) -> FloatArray:
         """γ·round((centre + X_j)/γ) clamped, X_j the block's j-th noise vector (used once)."""
@@ -873,9 +858,7 @@ class GaussianBlock(_Block):
         y = g * scale
         e_y = (scale * err + _U * np.abs(y)) * _KAPPA
         valid = np.isfinite(e_y) & (np.abs(y) <= _Y_LIMIT)
-        self._y = np.where(valid, y, 0.0)
-        self._err = np.where(valid, e_y, np.inf)
-        self._bound = np.where(valid, _decision_bound(y, e_y), np.inf)
+        self._keep_fast(y, e_y, valid)
 
     def _fallback(
         self, j: int, w: FloatArray, cells: NDArray[np.int64], decided: NDArray[np.bool_]
@@ -921,7 +904,7 @@ class NormExponentialBlock(_Block):
         err_g = err_g.reshape(count, -1)[:, :dim]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # ‖g‖: |Ĝ − ‖ĝ‖| ≤ 2u·Ĝ + (sum error)/(2Ĝ) (squares, sum, √), ‖ĝ − g‖ ≤ ‖e_g‖
-            sq, sq_err = _row_sums(g * g)
+            sq, sq_err = compensated_row_sums(g * g)
             norm = np.sqrt(sq)
             e_norm = np.sqrt(np.sum(err_g * err_g, axis=1) * (1.0 + 2.0**-16)) * _KAPPA
             abs_norm = (2.0 * _U * norm + 0.5 * sq_err / norm + e_norm) * _KAPPA
@@ -929,7 +912,7 @@ class NormExponentialBlock(_Block):
             # R = Σ −ln U_i: |R̂ − R| ≤ Σe_i + summation error
             x, e_low = _unsigned_lows(self._radial)
             log_x, err_log = _ln(np.where(x > 0.0, x, 0.5))
-            radius, radius_err = _row_sums(-log_x)
+            radius, radius_err = compensated_row_sums(-log_x)
             e_terms = np.sum(err_log + e_low, axis=1) * (1.0 + 2.0**-16)
             e_radius = (e_terms + radius_err) * _KAPPA
             rho_radius = e_radius / (radius - e_radius) * _KAPPA
@@ -954,9 +937,7 @@ class NormExponentialBlock(_Block):
             & (rho_scale <= _SMALL)
         )
         valid = ok[:, None] & np.isfinite(e_y) & (np.abs(y) <= _Y_LIMIT)
-        self._y = np.where(valid, y, 0.0)
-        self._err = np.where(valid, e_y, np.inf)
-        self._bound = np.where(valid, _decision_bound(y, e_y), np.inf)
+        self._keep_fast(y, e_y, valid)
 
     def _fallback(
         self, j: int, w: FloatArray, cells: NDArray[np.int64], decided: NDArray[np.bool_]

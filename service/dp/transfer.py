@@ -90,13 +90,10 @@ already released, each with the cost its own dataset was charged. When several s
 come from one dataset the caller composes their costs (they add), so the record states what the
 source data really spent, never the seed's per-model ε_src.
 
-Release in floating point (issue 19 §1; :mod:`service.dp.certified`). Both arguments above are
-about exact minimisers for real noise (for PST-H, each low level's). PrivFit runs each
-objective at its share ε₁ = ε − ε_r (``epsilon_objective``): b is the real noise of exact
-uniforms, known as doubles within a proved radius; the solver's answer is certified within r =
-τ/μ of the exact minimiser by a gradient bound proved in IEEE arithmetic; the release is the
-exact lattice point γ·round((ŵ + Z)/γ) with Z ∝ exp(−β_r‖z‖), β_r = ε_r/(2r)
-(``certified_release``). By adaptive composition the released doubles are (ε₁ + ε_r ≤ ε)-DP.
+Release in floating point (issue 19 §1): the argument above is about the exact minimiser
+for a real b; PrivFit runs it at ε₁ = ε − ε_r (``epsilon_objective``) and releases the
+certified minimiser of :mod:`service.dp.certified` (``certified_release``): (ε₁ + ε_r)-DP
+for the released doubles.
 The public centre adds η‖w₀‖ to the certificate's bound L
 (``objective_perturbation.with_centre``).
 """

@@ -147,6 +147,7 @@ from service.dp.federated._common import site_call as _site_call
 from service.dp.federated.distributed_lasso import CONVERSIONS, max_rho
 from service.dp.losses import Loss
 from service.dp.mechanisms.dp_sgd import per_step_epsilon
+from service.dp.rounding import UNIT_ROUNDOFF, norm_up
 from service.dp.solvers import DEFAULT_TOLERANCE, ConvergenceError, solve_erm
 from service.dp.validation import PrivacyParameterError, check_known_params
 
@@ -326,11 +327,8 @@ class ADMMSite(Site):
         τ from public numbers only (B_p, d, c, μ_p = λ + ridge, ‖public‖ and ζ's quantile)."""
         enclosure = lattice.norm_exponential_enclosure(self.d, beta=zeta, rng=rng)
         linear = public + enclosure.value
-        radius = enclosure.radius + 2.0**-53 * float(np.linalg.norm(linear)) * (1.0 + 1e-12)
-        bound = (
-            float(np.linalg.norm(public)) * (1.0 + 1e-12)
-            + certified.norm_exponential_quantile(self.d, zeta)
-        ) / self.n
+        radius = enclosure.radius + UNIT_ROUNDOFF * norm_up(linear)  # the one addition
+        bound = (norm_up(public) + certified.norm_exponential_quantile(self.d, zeta)) / self.n
         plan = certified.plan(
             n=self.n,
             d=self.d,

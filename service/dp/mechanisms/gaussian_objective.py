@@ -35,14 +35,10 @@ centralised counterpart of federated PSGD.
 
 Huber: as for objective perturbation, the change of variables holds almost everywhere.
 
-Release in floating point (issue 19 §1; :mod:`service.dp.certified`). Everything above is
-about the exact minimiser for a real b. PrivFit runs it at the objective's share
-ε₁ = ε − ε_r (``epsilon_objective``): b is the real noise of exact uniforms, known as doubles
-within a proved radius; the solver's answer is certified within r = τ/μ of the exact
-minimiser by a gradient bound proved in IEEE arithmetic; the release is the exact lattice
-point γ·round((ŵ + Z)/γ) with Z ∝ exp(−β_r‖z‖), β_r = ε_r/(2r) (``certified_release``). By
-adaptive composition the released doubles are (ε₁ + ε_r ≤ ε, δ)-DP (δ from the objective's
-proof only).
+Release in floating point (issue 19 §1): the argument above is about the exact minimiser
+for a real b; PrivFit runs it at ε₁ = ε − ε_r (``epsilon_objective``) and releases the
+certified minimiser of :mod:`service.dp.certified` (``certified_release``): (ε₁ + ε_r, δ)-DP
+for the released doubles.
 """
 
 from __future__ import annotations

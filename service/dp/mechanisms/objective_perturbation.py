@@ -32,13 +32,10 @@ the budget, and there is no cliff near the threshold (CMS11's literal rule, with
 Jacobian, left ε′ ≈ 0 just above 2 ln(1 + c/(nλ)) = ε: at n = 789, λ = 0.01, Huber h = 0.5,
 ε = 0.24 it had ε′ = 0.0013 where this rule has 0.1207, 90× less noise).
 
-Release in floating point (issue 19 §1; :mod:`service.dp.certified`). Everything above is
-about the exact minimiser for a real b. PrivFit runs it at the objective's share
-ε₁ = ε − ε_r (``epsilon_objective``): b is the real noise of exact uniforms, known as doubles
-within a proved radius; the solver's answer is certified within r = τ/μ of the exact
-minimiser by a gradient bound proved in IEEE arithmetic; the release is the exact lattice
-point γ·round((ŵ + Z)/γ) with Z ∝ exp(−β_r‖z‖), β_r = ε_r/(2r) (``certified_release``). By
-adaptive composition the released doubles are (ε₁ + ε_r ≤ ε)-DP.
+Release in floating point (issue 19 §1): the argument above is about the exact minimiser
+for a real b; PrivFit runs it at ε₁ = ε − ε_r (``epsilon_objective``) and releases the
+certified minimiser of :mod:`service.dp.certified` (``certified_release``): (ε₁ + ε_r)-DP
+for the released doubles.
 """
 
 from __future__ import annotations
@@ -58,6 +55,7 @@ from service.dp.mechanisms._common import (
     report,
     require_smooth_loss,
 )
+from service.dp.rounding import norm_up
 
 __all__ = ["MECHANISM", "ObjectivePerturbation", "run_certified", "with_centre"]
 
@@ -144,8 +142,7 @@ def with_centre(
     learning, PST-H; η already counted in its strong convexity): the certificate's public
     bound L grows by η‖w₀‖, which only enlarges τ and the release noise (same ε_r)."""
     plan = certified.CertifiedRelease.from_details(calibration.details)
-    centre_norm = float(np.linalg.norm(centre)) * (1.0 + 2.0**-40)
-    plan = plan.with_linear_bound(plan.linear_bound + centre_weight * centre_norm)
+    plan = plan.with_linear_bound(plan.linear_bound + centre_weight * norm_up(centre))
     details = dict(calibration.details)
     details.update(plan.details())
     return replace(calibration, details=details)
