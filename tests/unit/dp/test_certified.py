@@ -13,9 +13,11 @@ import pytest
 from numpy.typing import NDArray
 from scipy import stats
 
+from service.dp import calibrate as dp_calibrate
 from service.dp import certified, lattice
 from service.dp.losses import HuberLoss, LogisticLoss, Loss
 from service.dp.solvers import ConvergenceError, SolverResult, solve_erm
+from tests.unit.dp._budget import objective_budget, release_budget
 
 FloatArray = NDArray[np.float64]
 CTX = Context(prec=50)
@@ -408,3 +410,27 @@ def test_the_last_pass_after_newton_steps_on_adult_sized_data() -> None:
     )
     assert from_pass == pytest.approx(full, abs=5e-13)
     assert from_pass <= 1e-10
+
+
+def test_objective_perturbation_release_noise_is_hand_derived() -> None:
+    """The release noise an objective-perturbation calibration records, by hand: n = 1000,
+    d = 4, logistic (c = 1/4), λ = 0.01, ε = 1. ε₁ = 0.99968246627 (tests/unit/dp/_budget);
+    ε_J = ln 1.025 ≤ ε₁/2 so Δ = 0, β = (ε₁ − ln 1.025)/2 = 0.48749492684; the public noise
+    bound L = (d + 10√d + 10)/β/n = 34/0.48749492684/1000 = 0.069745; μ₋ = 0.01(1 − 4u);
+    τ = (1 + L)(1e-10 + 8·1004u + γ₄/μ₋) = 1.0799e-10; r = τ/μ₋; β_r = ε_r/(2r)."""
+    cal = dp_calibrate("objective_perturbation", n=1000, d=4, epsilon=1.0, regularization=0.01)
+    got = cal.details["certified_release"]
+    eps_1 = objective_budget(1.0, 1000, 4)
+    eps_r = release_budget(1.0, 1000, 4)
+    beta = (eps_1 - math.log1p(0.025)) / 2.0
+    bound = (4 + 10 * 2 + 10) / beta / 1000
+    mu = 0.01 * (1 - 4 * U)
+    gamma4 = 4 * U / (1 - 4 * U) * (1 + 2.0**-20)
+    tau = (1 + bound) * (1e-10 + 8 * 1004 * U + 4 * 0.25 * gamma4 / mu)
+    r = tau / mu
+    assert got["certificate_tolerance"] == pytest.approx(tau, rel=1e-12)
+    assert got["certificate_tolerance"] == pytest.approx(1.0799e-10, rel=1e-4)
+    assert got["distance_to_exact_minimiser_bound"] == pytest.approx(r, rel=1e-12)
+    assert got["beta"] == pytest.approx(eps_r / (2 * r), rel=1e-12)
+    assert got["epsilon"] == eps_r
+    assert got["beta"] * 2 * got["distance_to_exact_minimiser_bound"] <= eps_r

@@ -360,3 +360,45 @@ def test_large_per_iteration_alpha_keeps_basic(eps: float, advanced: bool) -> No
     assert cal.details["alpha"] == pytest.approx(eps / 10, rel=1e-12)
     assert (cal.details["advanced_total"] is not None) is advanced
     assert cal.site_costs[0].delta == 0.0
+
+
+def test_dvp_round_release_noise_is_hand_derived(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan of a DVP round's certified release, by hand, at the first round (duals and
+    broadcasts 0, so the public linear term is 0): one site of B = 100 rows, d = 5, λ = 0.005,
+    α = 1 (T = 1): α₁ from tests/unit/dp/_budget, the Φ branch (ᾱ = 2 ln 1.5 > α₁/2):
+    Φ = c/(N(e^{α₁/4} − 1)) − λ, ζ = α₁/4; the step's ridge is (N/B)Φ = Φ, so μ = λ + Φ;
+    L = (d + 10√d + 10)/ζ/B; τ = (1 + L)(1e-10 + 8(100 + 5)u + γ₅/μ₋); β_r = α_r/(2τ/μ₋)."""
+    from service.dp import certified
+
+    plans: list[certified.CertifiedRelease] = []
+    original = certified.release_minimiser
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        plans.append(kwargs["release"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(certified, "release_minimiser", spy)
+    sites = make_sites((100,), 5, seed=3)
+    federated_fit(
+        sites,
+        "admm",
+        epsilon=1.0,
+        regularization=0.005,
+        perturbation="dual",
+        iterations=1,
+        rng=np.random.default_rng(4),
+    )
+    (plan,) = plans
+    u = 2.0**-53
+    alpha_1 = objective_budget(1.0, 100, 5)
+    alpha_r = release_budget(1.0, 100, 5)
+    phi = 0.25 / (100 * math.expm1(alpha_1 / 4.0)) - 0.005
+    zeta = alpha_1 / 4.0
+    mu = (0.005 + phi) * (1 - 4 * u)
+    bound = (5 + 10 * math.sqrt(5) + 10) / zeta / 100
+    gamma5 = 5 * u / (1 - 5 * u) * (1 + 2.0**-20)
+    tau = (1 + bound) * (1e-10 + 8 * 105 * u + 4 * 0.25 * gamma5 / mu)
+    assert plan.epsilon == alpha_r
+    assert plan.linear_bound == pytest.approx(bound, rel=1e-12)
+    assert plan.tolerance == pytest.approx(tau, rel=1e-9)
+    assert plan.beta == pytest.approx(alpha_r / (2 * tau / mu), rel=1e-9)
