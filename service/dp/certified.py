@@ -68,6 +68,7 @@ __all__ = [
     "BLOCK_ROWS",
     "CertifiedRelease",
     "base_tolerance",
+    "certified_solve",
     "combine_shares",
     "exp_enclosure",
     "gaussian_quantile",
@@ -550,6 +551,59 @@ def base_tolerance(n: int, d: int) -> float:
     return tolerance(n=n, d=d, c=0.0, strong_convexity=1.0, linear_bound=0.0)
 
 
+def certified_solve(
+    X: FloatArray,
+    y: FloatArray,
+    loss: Loss,
+    *,
+    regularization: float,
+    extra_regularization: float,
+    noise: lattice.Enclosure,
+    threshold: float,
+    tol: float,
+    failure: str,
+    centre: FloatArray | None = None,
+    centre_weight: float = 0.0,
+    initial: FloatArray | None = None,
+) -> FloatArray:
+    """A minimiser of J̃_b̂ (from ``initial`` if given: a warm start changes the path, never the
+    test) whose *proved* gradient bound for the real b is ≤ ``threshold``: the solver asked
+    for its own ``tol``, then once for tol/64; :class:`ConvergenceError` with ``failure``
+    (nothing released) when neither meets it. The bound comes from the solver's last pass
+    (:func:`gradient_bound_from_pass`, O(n)) or, after a line search, from two passes of its
+    own (:func:`gradient_bound`)."""
+    for attempt in range(2):
+        result = solve_erm(
+            X,
+            y,
+            loss,
+            regularization=regularization,
+            linear=noise.value,
+            extra_regularization=extra_regularization,
+            centre=centre,
+            centre_weight=centre_weight,
+            tol=tol / 64.0**attempt,
+            initial=initial,
+        )
+        terms: dict[str, Any] = {
+            "regularization": regularization,
+            "extra_regularization": extra_regularization,
+            "noise": noise,
+            "centre": centre,
+            "centre_weight": centre_weight,
+        }
+        if result.final_pass is not None:
+            bound = gradient_bound_from_pass(
+                result.final_pass, loss, result.coef, n=X.shape[0], **terms
+            )
+        else:
+            bound = gradient_bound(X, y, loss, result.coef, **terms)
+        if bound <= threshold:
+            return result.coef
+        initial = result.coef
+    raise ConvergenceError(failure)
+
+
 def release_minimiser(
     X: FloatArray,
     y: FloatArray,
@@ -564,56 +618,28 @@ def release_minimiser(
     centre_weight: float = 0.0,
     initial: FloatArray | None = None,
 ) -> FloatArray:
-    """Steps 3–4 of the module docstring: solve on b̂ (from ``initial`` if given: a warm start
-    changes the path, never the test), certify ‖∇J̃_b(ŵ)‖ ≤ τ (one tighter retry), release
-    γ·round((ŵ + Z)/γ) exactly. Raises :class:`ConvergenceError` (nothing released) when the
-    certificate cannot be met."""
+    """Steps 3–4 of the module docstring: :func:`certified_solve` to ‖∇J̃_b(ŵ)‖ ≤ τ, then the
+    exact release γ·round((ŵ + Z)/γ). Raises :class:`ConvergenceError` (nothing released)
+    when the certificate cannot be met."""
     g = noise.value / X.shape[0]
     if centre is not None and centre_weight != 0.0:
         g = g - centre_weight * np.asarray(centre, dtype=np.float64)
     scale = 1.0 + float(np.linalg.norm(g))
-    tol = release.tolerance * _SOLVER_SHARE / scale
-    for attempt in range(2):
-        result = solve_erm(
-            X,
-            y,
-            loss,
-            regularization=regularization,
-            linear=noise.value,
-            extra_regularization=extra_regularization,
-            centre=centre,
-            centre_weight=centre_weight,
-            tol=tol / 64.0**attempt,
-            initial=initial,
-        )
-        if result.final_pass is not None:  # the solver's own last pass, O(n) more work
-            bound = gradient_bound_from_pass(
-                result.final_pass,
-                loss,
-                result.coef,
-                n=X.shape[0],
-                regularization=regularization,
-                extra_regularization=extra_regularization,
-                noise=noise,
-                centre=centre,
-                centre_weight=centre_weight,
-            )
-        else:
-            bound = gradient_bound(
-                X,
-                y,
-                loss,
-                result.coef,
-                regularization=regularization,
-                extra_regularization=extra_regularization,
-                noise=noise,
-                centre=centre,
-                centre_weight=centre_weight,
-            )
-        if bound <= release.tolerance:
-            return lattice.norm_exponential_release(result.coef, beta=release.beta, rng=rng)
-        initial = result.coef
-    raise ConvergenceError(
-        "the perturbed objective's minimiser could not be certified to the tolerance its "
-        "release assumes; no model was released"
+    coef = certified_solve(
+        X,
+        y,
+        loss,
+        regularization=regularization,
+        extra_regularization=extra_regularization,
+        noise=noise,
+        threshold=release.tolerance,
+        tol=release.tolerance * _SOLVER_SHARE / scale,
+        failure=(
+            "the perturbed objective's minimiser could not be certified to the tolerance its "
+            "release assumes; no model was released"
+        ),
+        centre=centre,
+        centre_weight=centre_weight,
+        initial=initial,
     )
+    return lattice.norm_exponential_release(coef, beta=release.beta, rng=rng)

@@ -148,7 +148,7 @@ from service.dp.federated.distributed_lasso import CONVERSIONS, max_rho
 from service.dp.losses import Loss
 from service.dp.mechanisms.dp_sgd import per_step_epsilon
 from service.dp.rounding import UNIT_ROUNDOFF, norm_up
-from service.dp.solvers import DEFAULT_TOLERANCE, ConvergenceError, solve_erm
+from service.dp.solvers import DEFAULT_TOLERANCE, solve_erm
 from service.dp.validation import PrivacyParameterError, check_known_params
 
 __all__ = [
@@ -277,40 +277,32 @@ class ADMMSite(Site):
         point whose proved gradient norm (:func:`certified.gradient_bound`, in IEEE
         arithmetic) is at most (1 − 10⁻⁹)·bound — the 10⁻⁹ covers the rounding of the ridge
         coefficient in the sensitivity (module docstring) — after one tighter retry."""
-        tol = DEFAULT_TOLERANCE
-        scale = 1.0 + float(np.linalg.norm(linear)) / self.n
-        if gradient_bound is not None:
-            # solve_erm stops at ‖∇‖ ≤ tol·(1 + ‖linear‖/B_p); aim well below the bound
-            tol = min(tol, 0.5 * gradient_bound / scale)
-        initial = self._warm
-        for attempt in range(2):
-            result = solve_erm(
+        if gradient_bound is None:
+            return solve_erm(
                 self._X,
                 self._y,
                 self._loss,
                 regularization=self._lam,
                 extra_regularization=ridge,
                 linear=linear,
-                initial=initial,
-                tol=tol / 64.0**attempt,
-            )
-            if gradient_bound is None:
-                return result.coef
-            proved = certified.gradient_bound(
-                self._X,
-                self._y,
-                self._loss,
-                result.coef,
-                regularization=self._lam,
-                extra_regularization=ridge,
-                noise=lattice.Enclosure(linear, 0.0),
-            )
-            if proved <= (1.0 - 1e-9) * gradient_bound:
-                return result.coef
-            initial = result.coef
-        raise ConvergenceError(
-            "the ADMM step did not reach the gradient tolerance its sensitivity assumes; "
-            "nothing was released"
+                initial=self._warm,
+            ).coef
+        # solve_erm stops at ‖∇‖ ≤ tol·(1 + ‖linear‖/B_p); aim well below the bound
+        scale = 1.0 + float(np.linalg.norm(linear)) / self.n
+        return certified.certified_solve(
+            self._X,
+            self._y,
+            self._loss,
+            regularization=self._lam,
+            extra_regularization=ridge,
+            noise=lattice.Enclosure(linear, 0.0),
+            threshold=(1.0 - 1e-9) * gradient_bound,
+            tol=min(DEFAULT_TOLERANCE, 0.5 * gradient_bound / scale),
+            failure=(
+                "the ADMM step did not reach the gradient tolerance its sensitivity assumes; "
+                "nothing was released"
+            ),
+            initial=self._warm,
         )
 
     def _certified_dual_step(
