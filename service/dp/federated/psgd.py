@@ -139,25 +139,23 @@ class PSGDSite(Site):
         super().__init__(index, X, y)
         self._loss = loss
         self._enclosure: lattice.Enclosure | None = None
-        self._eta: FloatArray | None = None
 
     def draw_fixed_noise(self, sigma_share: float, rng: np.random.Generator | None) -> None:
         """η^k ~ N(0, sigma_share² I_d), drawn once and kept by the site: the real Gaussian
         vector of exact uniforms, known as doubles within a proved radius
         (:func:`~service.dp.lattice.gaussian_enclosure`)."""
         self._enclosure = lattice.gaussian_enclosure(self.d, sigma=sigma_share, rng=rng)
-        self._eta = self._enclosure.value
 
     def noisy_gradient(
         self, w: FloatArray, beta: float, rng: np.random.Generator | None
     ) -> FloatArray:
         """∇Ĝ_k(w) = Σ_j l′(y_j wᵀx_j) y_j x_j + ρ + η^k with fresh ρ ∝ exp(−β‖ρ‖)."""
-        if self._eta is None:
+        if self._enclosure is None:
             raise RuntimeError("the site's fixed noise must be drawn before the first round")
         slopes = self._loss.derivative(self._y * (self._X @ w))
         grad: FloatArray = self._X.T @ (slopes * self._y)
         grad += noise.norm_exponential_vector(self.d, beta=beta, rng=rng)
-        grad += self._eta
+        grad += self._enclosure.value
         return self._send(grad)
 
     def gop_gradient(self, w: FloatArray) -> FloatArray:

@@ -194,7 +194,7 @@ def _run_psgd(
         clock=RoundClock(iterations, None),
     )
     # the test peeks at the sites' secret shares
-    eta = np.sum([p._eta for p in parties if p._eta is not None], axis=0)
+    eta = np.sum([p._enclosure.value for p in parties if p._enclosure is not None], axis=0)
     X, y = pooled(sites)
     w_gop = minimize_erm(
         X, y, loss, regularization=lam, linear=eta, extra_regularization=det["Delta"]
