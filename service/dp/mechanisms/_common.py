@@ -9,9 +9,9 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from service.dp import noise
+from service.dp import certified, lattice, noise
 from service.dp.accounting import check_epsilon_delta
-from service.dp.base import LinearModel, Problem, ProgressCallback
+from service.dp.base import Calibration, LinearModel, Problem, ProgressCallback
 from service.dp.losses import Loss, get_loss
 from service.dp.validation import (
     PrivacyParameterError,
@@ -22,6 +22,7 @@ from service.dp.validation import (
 
 __all__ = [
     "base_details",
+    "certified_minimiser",
     "check_common",
     "chi_mean",
     "jacobian_slack",
@@ -129,3 +130,37 @@ def release(coef: NDArray[np.float64]) -> LinearModel:
 def report(progress: ProgressCallback | None, fraction: float) -> None:
     if progress is not None:
         progress(fraction)
+
+
+def certified_minimiser(
+    X: NDArray[np.float64],
+    y: NDArray[np.float64],
+    loss: Loss,
+    problem: Problem,
+    calibration: Calibration,
+    *,
+    rng: np.random.Generator | None,
+    centre: NDArray[np.float64] | None = None,
+    centre_weight: float = 0.0,
+) -> NDArray[np.float64]:
+    """The certified release (:mod:`service.dp.certified`) of an objective-perturbation-style
+    calibration: its noise (``noise``: the norm-exponential law with ``beta`` or the Gaussian
+    with ``sigma``) enclosed, its extra ridge ``Delta``, its ``certified_release`` plan, and an
+    optional public centre w₀ with weight η."""
+    details = calibration.details
+    if details["noise"] == "gaussian":
+        b = lattice.gaussian_enclosure(problem.d, sigma=float(details["sigma"]), rng=rng)
+    else:
+        b = lattice.norm_exponential_enclosure(problem.d, beta=float(details["beta"]), rng=rng)
+    return certified.release_minimiser(
+        X,
+        y,
+        loss,
+        regularization=problem.regularization,
+        extra_regularization=float(details["Delta"]),
+        noise=b,
+        release=certified.CertifiedRelease.from_details(details),
+        rng=rng,
+        centre=centre,
+        centre_weight=centre_weight,
+    )

@@ -49,10 +49,11 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
-from service.dp import certified, lattice
+from service.dp import certified
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.mechanisms._common import (
     base_details,
+    certified_minimiser,
     check_common,
     chi_mean,
     jacobian_slack,
@@ -158,18 +159,7 @@ class GaussianObjectivePerturbation:
         loss = check_common(problem, ())
         require_smooth_loss(loss, self.name)
         report(progress, 0.0)
-        details = calibration.details
-        eta = lattice.gaussian_enclosure(problem.d, sigma=float(details["sigma"]), rng=rng)
-        coef = certified.release_minimiser(
-            X,
-            y,
-            loss,
-            regularization=problem.regularization,
-            extra_regularization=float(details["Delta"]),
-            noise=eta,
-            release=certified.CertifiedRelease.from_details(details),
-            rng=rng,
-        )
+        coef = certified_minimiser(X, y, loss, problem, calibration, rng=rng)
         model = release(coef)
         report(progress, 1.0)
         return model

@@ -70,10 +70,11 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, special, stats
 
-from service.dp import certified, lattice
+from service.dp import certified
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.mechanisms._common import (
     base_details,
+    certified_minimiser,
     check_common,
     chi_mean,
     release,
@@ -219,22 +220,8 @@ class GeneralizedObjectivePerturbation:
     ) -> FittedModel:
         loss = check_common(problem, _PARAMS)
         require_smooth_loss(loss, self.name)
-        details = calibration.details
         report(progress, 0.0)
-        if details["variant"] == "pure":
-            b = lattice.norm_exponential_enclosure(problem.d, beta=float(details["beta"]), rng=rng)
-        else:
-            b = lattice.gaussian_enclosure(problem.d, sigma=float(details["sigma"]), rng=rng)
-        coef = certified.release_minimiser(
-            X,
-            y,
-            loss,
-            regularization=problem.regularization,
-            extra_regularization=float(details["Delta"]),
-            noise=b,
-            release=certified.CertifiedRelease.from_details(details),
-            rng=rng,
-        )
+        coef = certified_minimiser(X, y, loss, problem, calibration, rng=rng)
         model = release(coef)
         report(progress, 1.0)
         return model

@@ -45,10 +45,11 @@ from dataclasses import replace
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp import certified, lattice
+from service.dp import certified
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.mechanisms._common import (
     base_details,
+    certified_minimiser,
     check_common,
     jacobian_slack,
     release,
@@ -164,19 +165,8 @@ def run_certified(
     :func:`with_centre`)."""
     loss = check_common(problem, ())
     require_smooth_loss(loss, ObjectivePerturbation.name)
-    details = calibration.details
-    b = lattice.norm_exponential_enclosure(problem.d, beta=float(details["beta"]), rng=rng)
-    return certified.release_minimiser(
-        X,
-        y,
-        loss,
-        regularization=problem.regularization,
-        extra_regularization=float(details["Delta"]),
-        noise=b,
-        release=certified.CertifiedRelease.from_details(details),
-        rng=rng,
-        centre=centre,
-        centre_weight=centre_weight,
+    return certified_minimiser(
+        X, y, loss, problem, calibration, rng=rng, centre=centre, centre_weight=centre_weight
     )
 
 
