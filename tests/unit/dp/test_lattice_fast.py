@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from service.dp import lattice
+from service.dp import lattice, rounding
 
 GAMMA = 2.0**-32
 
@@ -60,7 +60,7 @@ def test_row_sums_stay_within_their_bounds() -> None:
     rng = np.random.default_rng(1)
     for count in (3, 200):  # math.fsum rows, and the vectorised Sum2
         terms = rng.standard_normal((count, 106)) * np.exp(rng.standard_normal((count, 106)) * 8)
-        sums, errors = lattice._row_sums(terms)
+        sums, errors = rounding.compensated_row_sums(terms)
         for row, s, e in zip(terms.tolist(), sums.tolist(), errors.tolist(), strict=True):
             exact = sum((Fraction(v) for v in row), Fraction(0))
             assert abs(Fraction(s) - exact) <= Fraction(e)
