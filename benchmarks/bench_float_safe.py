@@ -47,6 +47,7 @@ from numpy.typing import NDArray
 from scipy import special
 
 import service.dp as dp
+from benchmarks import float_samplers
 from benchmarks._common import environment, limit_threads, load_average, median, timed
 from benchmarks.adult import design
 from service.dp import certified, lattice, noise
@@ -68,7 +69,7 @@ def old_norm_exponential_vector(
     """The sampler before issue 19: norm θ·P⁻¹(d, U) by inverse CDF with a 52-bit U."""
     u = noise.uniforms(1, rng)
     r = float(special.gammaincinv(float(d), u)[0]) / beta
-    return r * noise.uniform_direction(d, rng=rng)
+    return r * float_samplers.uniform_direction(d, rng=rng)
 
 
 def old_release(
@@ -126,9 +127,11 @@ def old_update_noise(
 ) -> FloatArray:
     """DP-SGD's noise before the grid release: norms as sums of exponentials of
     full-resolution uniforms, directions normalised Gaussians (numpy draws)."""
-    exponentials = -np.log(noise.full_precision_uniforms(count * dim, rng)).reshape(count, dim)
+    exponentials = -np.log(float_samplers.full_precision_uniforms(count * dim, rng)).reshape(
+        count, dim
+    )
     radii = exponentials.sum(axis=1) / beta
-    g = noise.gaussian((count, dim), rng=rng)
+    g = float_samplers.gaussian((count, dim), rng=rng)
     norms = np.sqrt(np.einsum("ij,ij->i", g, g))
     return np.asarray(g * (radii / norms)[:, None], dtype=np.float64)
 
@@ -157,7 +160,7 @@ class OldGaussianBlock:
 
     def release(self, j: int, centre: FloatArray) -> FloatArray:
         del j
-        draw = noise.gaussian_vector(self.dim, sigma=self.sigma, rng=self._rng)
+        draw = float_samplers.gaussian_vector(self.dim, sigma=self.sigma, rng=self._rng)
         out: FloatArray = centre + draw
         return out
 
@@ -313,7 +316,7 @@ def main(argv: list[str] | None = None) -> None:
             lambda: _block_releases(d, beta, 603),
         ),
         ("old norm-exponential vector", lambda: old_norm_exponential_vector(d, beta=beta)),
-        ("full-resolution vector", lambda: noise.norm_exponential_vector(d, beta=beta)),
+        ("full-resolution vector", lambda: float_samplers.norm_exponential_vector(d, beta=beta)),
         (
             "enclosed norm-exponential vector (certified release)",
             lambda: lattice.norm_exponential_enclosure(d, beta=beta),

@@ -537,9 +537,8 @@ def test_a_task_that_departs_from_the_accepted_terms_is_refused_and_fails_the_jo
         links = network.links(job, wire)
         sizes = joined(links)
         parties = [RemoteParty(link, d=D) for link in links]
-        for link, party in zip(links, parties, strict=True):
+        for link in links:
             link.ask("prepare", sizes=sizes)
-            party.draw_fixed_noise(0.0, None)
         parties[0].noisy_gradient(np.zeros(D), 0.0, None)
         ledger = node.ledgers()
 
@@ -571,20 +570,19 @@ def test_steps_outside_the_protocol_are_refused_and_fail_the_job(
     network: Network, wire: Wire
 ) -> None:
     """Each on a job of its own, after the steps named by ``done``: a step psgd does not
-    have, a round before prepare or before the fixed noise, a second fixed noise, a round
-    beyond the accepted ones, certification before every round, a vector of another width,
-    ``prepare`` without the node's own size or twice."""
+    have (among them the fixed-noise and certification steps of earlier versions), a round
+    before prepare, a round beyond the accepted ones, a vector of another width, ``prepare``
+    without the node's own size or twice."""
     node = network.node
     zero = [np.zeros(D)]
     cases: list[tuple[str, int, str, dict[str, Any], str]] = [
-        ("draw", 0, "local_step", {"vectors": zero}, "psgd has no step 'local_step'"),
-        ("draw", 0, "steal_rows", {}, "psgd has no step 'steal_rows'"),
+        ("prepare", 0, "local_step", {"vectors": zero}, "psgd has no step 'local_step'"),
+        ("prepare", 0, "steal_rows", {}, "psgd has no step 'steal_rows'"),
+        ("prepare", 0, "draw_fixed_noise", {}, "psgd has no step 'draw_fixed_noise'"),
+        ("prepare", 3, "gop_gradient", {"vectors": zero}, "psgd has no step 'gop_gradient'"),
         ("join", 0, "noisy_gradient", {"vectors": zero}, "after prepare"),
-        ("prepare", 0, "noisy_gradient", {"vectors": zero}, "out of turn: the site's fixed"),
-        ("draw", 0, "draw_fixed_noise", {}, "more draw_fixed_noise steps"),
-        ("draw", 3, "noisy_gradient", {"vectors": zero}, "more noisy_gradient steps"),
-        ("draw", 1, "gop_gradient", {"vectors": zero}, "after all the accepted noisy rounds"),
-        ("draw", 0, "noisy_gradient", {"vectors": [np.zeros(D + 1)]}, f"{D} finite numbers"),
+        ("prepare", 3, "noisy_gradient", {"vectors": zero}, "more noisy_gradient steps"),
+        ("prepare", 0, "noisy_gradient", {"vectors": [np.zeros(D + 1)]}, f"{D} finite numbers"),
         ("join", 0, "prepare", {"sizes": [ROWS[0] + 1, ROWS[1]]}, "own size"),
         ("join", 0, "prepare", {"sizes": [ROWS[0]]}, "one positive size per party"),
         ("prepare", 0, "prepare", {"sizes": list(ROWS)}, "already prepared"),
@@ -594,10 +592,8 @@ def test_steps_outside_the_protocol_are_refused_and_fail_the_job(
         links = network.links(job, wire)
         sizes = joined(links)
         link = links[0]
-        if done in ("prepare", "draw"):
+        if done == "prepare":
             link.ask("prepare", sizes=sizes)
-        if done == "draw":
-            link.ask("draw_fixed_noise")
         for _ in range(rounds):
             link.ask("noisy_gradient", zero)
         ledger = node.ledgers()
@@ -650,7 +646,7 @@ def test_after_an_agent_restart_the_running_job_is_refused_and_nothing_is_charge
     sizes = joined(links)
     for link in links:
         link.ask("prepare", sizes=sizes)
-    RemoteParty(links[0], d=D).draw_fixed_noise(0.0, None)
+    RemoteParty(links[0], d=D).noisy_gradient(np.zeros(D), 0.0, None)
     charges = [node.budget(d).charges for d in node.datasets]
     ledger = node.ledgers()
 
@@ -879,7 +875,6 @@ def test_a_coordinator_restart_fails_the_job_and_aborts_it_on_every_node_once(
     sizes = [100] + [link.ask("join")["n"] for link in links.values()]
     for link in links.values():
         link.ask("prepare", sizes=sizes)
-        RemoteParty(link, d=D).draw_fixed_noise(0.0, None)
     RemoteParty(links[1], d=D).noisy_gradient(np.zeros(D), 0.0, None)
     hosted_charges = node.budget(hosted).charges
     assert [c.state for c in hosted_charges] == ["charged"]

@@ -42,7 +42,7 @@ class FederatedFitCreate(RequestModel):
                     "delta": 1e-6,
                     "loss": "logistic",
                     "regularization": 0.001,
-                    "params": {"iterations": 200},
+                    "params": {"iterations": 50},
                 },
                 {
                     "protocol": "admm",

@@ -61,7 +61,6 @@ from service.domain.records.base import json_safe
 from service.domain.records.federated import federated_privacy_record
 from service.domain.studies.membership import StudyFacts
 from service.dp.federated import calibrate_problem, make_federated_problem
-from service.dp.federated import psgd as _psgd
 from service.dp.federated._common import (
     FederatedCalibration,
     FederatedProblem,
@@ -93,12 +92,6 @@ REMOTE_NOTE: Final[str] = (
     "parties on nodes: each node ran its own steps on its own rows with noise drawn on the "
     "node, charged its own ledger for the whole job before its first step and checked every "
     "task against the terms it accepted; the coordinator saw only the values the nodes sent"
-)
-PSGD_REMOTE_NOTE: Final[str] = (
-    "psgd over nodes: the coordinator receives each node's noisy answers, not only their sum "
-    "(no secure aggregation is implemented), so the secure-sum condition of Thm 4.2 holds only "
-    "as long as the coordinator keeps the per-node answers to itself (they are held in memory "
-    "for one step and never stored)"
 )
 
 
@@ -201,19 +194,11 @@ class RemoteParty:
         self._link = link
         self._d = d
 
-    def draw_fixed_noise(self, sigma_share: float, rng: np.random.Generator | None) -> None:
-        del sigma_share, rng
-        self._link.ask("draw_fixed_noise")
-
     def noisy_gradient(
-        self, w: FloatArray, beta: float, rng: np.random.Generator | None
+        self, w: FloatArray, sigma: float, rng: np.random.Generator | None
     ) -> FloatArray:
-        del beta, rng
+        del sigma, rng
         return self._link.vector("noisy_gradient", [w], self._d)
-
-    def gop_gradient(self, w: FloatArray) -> FloatArray:
-        # the share and its proved error bound (service.dp.certified.site_share)
-        return self._link.vector("gop_gradient", [w], self._d + 1)
 
     def local_step(
         self, neighbour_broadcasts: Sequence[FloatArray], **calibrated: Any
@@ -331,7 +316,7 @@ def run_remote_federated_job(
         study_id=study_id,
         charged=charged,
     )
-    record = _with_nodes(record, owners, problem.protocol)
+    record = _with_nodes(record, owners)
     spent = {
         entry["id"]: (
             (float(cost.epsilon), float(cost.delta)) if calibration.private else (0.0, 0.0)
@@ -465,9 +450,7 @@ def _abort(links: Mapping[int, _Link], *, skip: int | None) -> None:
             continue
 
 
-def _with_nodes(
-    record: dict[str, Any], owners: Sequence[Mapping[str, Any]], protocol: str
-) -> dict[str, Any]:
+def _with_nodes(record: dict[str, Any], owners: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The federated record with each node's dataset named and its charge marked as reported
     by the node (whose ledger is the authority)."""
     by_id = {o["id"]: o for o in owners}
@@ -487,8 +470,6 @@ def _with_nodes(
         entries.append(entry)
     notes = list(record.get("assumptions") or [])
     notes.append(REMOTE_NOTE)
-    if protocol == _psgd.NAME:
-        notes.append(PSGD_REMOTE_NOTE)
     return {
         **record,
         "datasets": entries,

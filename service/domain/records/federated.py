@@ -21,7 +21,7 @@ from service.dp.federated import (
 
 #: Calibration numbers that depend on no site's size, per protocol: only these are shown to
 #: the coordinator and stored in the record every member reads. β of the noisy average
-#: (∝ min nᵢ), PSGD's ε̃, Δ and σ* (functions of N = Σ nᵢ), ADMM's per-site κ, ᾱ, Φ, ζ (of each
+#: (∝ min nᵢ), ADMM's per-site κ, ᾱ, Φ, ζ (of each
 #: Bₚ) and every per-site entry would reveal row counts of other sites' datasets.
 _PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
     "noisy_average": frozenset(
@@ -37,13 +37,23 @@ _PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
             "loss",
             "c",
             "lipschitz",
+            "clip",
             "regularization",
-            "chi2_quantile",
-            "beta",
-            "expected_round_noise_norm_per_site",
+            "zcdp_conversion",
+            "sensitivity",
+            "rho_per_round",
+            "rho_total",
+            "sigma",
+            "epsilon_spent",
+            "epsilon_bun_steinke",
+            "expected_noise_norm_per_site",
             "iterations",
             "step_size",
+            "smoothness_bound",
+            "momentum",
             "averaging_from",
+            "float_margin_note",
+            "release",
         }
     ),
     "admm": frozenset(
@@ -136,17 +146,7 @@ def public_composition(calibration: FederatedCalibration) -> str:
             "of site i changes, so every dataset is protected at ε or better (the smallest at "
             "exactly ε), and every dataset is charged ε"
         )
-    if calibration.protocol == "psgd":
-        return (
-            "(ε, δ) per dataset for the released model (Rajkumar & Agarwal 2012, Thm 4.2): the "
-            "sites' fixed Gaussian shares sum to the noise of Gaussian objective perturbation "
-            "on the union of the datasets (Thm 4.1, σ* from the χ²_d condition with ε̃ and Δ "
-            "from computeSlack with the determinant-lemma Jacobian ln(1 + c/(N(λ+Δ)))); "
-            f"{calibration.rounds} rounds whose sums never leave PrivFit, then exact gradient "
-            "sums until the released model is certified by ‖∇J̃‖ ≤ 1e-10, i.e. within "
-            "1e-10/(λ+Δ) of the perturbed objective's exact minimiser"
-        )
-    # ADMM's and the Lasso's statements name only public numbers (α, T, σ, ρ).
+    # PSGD's, ADMM's and the Lasso's statements name only public numbers (α, T, σ, ρ).
     return calibration.composition
 
 

@@ -7,8 +7,8 @@ its rows); a coordinator sees only the d-vectors the protocol lets cross. Protoc
 
 * ``noisy_average`` — exact local fits averaged at a trusted aggregator plus one noise
   draw (seed 000 §4.4.1 scenario 2): ε-DP per dataset (ε·n_min/n_i for site i).
-* ``psgd`` — Rajkumar & Agarwal's multiparty gradient descent (seed 002): (ε, δ)-DP per
-  dataset for the released model, under the secure-sum condition the service meets.
+* ``psgd`` — Rajkumar & Agarwal's multiparty gradient descent (seed 002), every site answer a
+  fresh Gaussian release: (ε, δ)-DP per dataset for its whole transcript through zCDP.
 * ``admm`` — consensus ADMM over a graph of sites with ``perturbation`` ``"none"``,
   ``"dual"`` (DVP) or ``"primal"`` (PVP) (seed 004), composed over the T iterations; with
   ``noise="gaussian"``, PVP with Gaussian noise: (ε, δ)-DP per dataset through zCDP.

@@ -68,21 +68,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from fractions import Fraction
 from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
-from scipy import optimize
 
-from service.dp import clipping, lattice
-from service.dp.accounting import (
-    PrivacyCost,
-    gaussian_zcdp,
-    zcdp_compose,
-    zcdp_to_dp,
-    zcdp_to_dp_cks,
-)
+from service.dp import clipping
+from service.dp.accounting import PrivacyCost
 from service.dp.federated._common import (
     FederatedCalibration,
     FederatedProblem,
@@ -95,6 +87,15 @@ from service.dp.federated._common import (
     int_param,
     site_call,
     site_generators,
+)
+from service.dp.federated.gaussian_rounds import (
+    CONVERSIONS,
+    FLOAT_MARGIN_NOTE,
+    GRADIENT_RELEASE,
+    NoiseStream,
+    calibrate_rounds,
+    max_rho,
+    site_noise,
 )
 from service.dp.validation import (
     PrivacyParameterError,
@@ -125,40 +126,17 @@ ALLOWED_PARAMS = (
     "clip",
     "zcdp_conversion",
 )
-CONVERSIONS = ("cks", "bun_steinke")
 #: 200 rounds: FISTA's O(1/t²) rate on the noise-free problem; with noise every round costs
 #: budget (σ grows like √T), so the caller should lower it for small ε.
 DEFAULT_ITERATIONS = 200
 MAX_ITERATIONS = 100_000
 
 
-#: How the floating-point margin enters (the ``float_margin_note`` detail; no site's size).
-FLOAT_MARGIN_NOTE = (
-    "each site's clipped gradient sum is computed in doubles: its sensitivity as computed is "
-    "2C + 2E(n_k) ≤ 2C(1 + n_k²·2^-53·(1 + …)), E the worst-case rounding of a sum of n_k rows "
-    "(service.dp.clipping); site k adds N(0, σ_k²I) with σ_k = σ·(1 + that margin), so each "
-    "round costs every site exactly the ρ shown. σ_k is not shown: it depends on n_k"
-)
-
-#: What a calibration records about the sites' answers (the ``release`` detail).
-GRADIENT_RELEASE = (
-    "each site's noisy gradient sum is an exact grid release γ·round((S + Z)/γ), γ = 2^-32, "
-    "Z ~ N(0, σ²I) (service.dp.lattice), with σ calibrated to the sensitivity of the sum as "
-    "computed in floating point (service.dp.clipping); the coordinator's steps are "
-    "post-processing, so the guarantee holds for the released doubles"
-)
-
-
-#: A site draws the noise of this many rounds at once (:class:`lattice.GaussianBlock`).
-NOISE_BLOCK = 32
-
-
 class LassoSite(Site):
     """Site k: returns the (optionally clipped and noised) gradient sum of its squared loss."""
 
     _caps: dict[float, FloatArray] | None = None
-    _noise: lattice.GaussianBlock | None = None
-    _noise_used = 0
+    _noise: NoiseStream | None = None
 
     def gradient_sum(
         self,
@@ -186,15 +164,10 @@ class LassoSite(Site):
         return self._send(grad)
 
     def _noisy(self, grad: FloatArray, sigma: float, rng: np.random.Generator | None) -> FloatArray:
-        """The exact grid release of grad + N(0, σ²I). The noise of the next
-        :data:`NOISE_BLOCK` rounds is drawn (from this call's ``rng``) and evaluated at once;
-        each noise vector is used for one round only."""
-        block = self._noise
-        if block is None or block.sigma != sigma or self._noise_used == block.count:
-            block = lattice.GaussianBlock(NOISE_BLOCK, self.d, sigma=sigma, rng=rng)
-            self._noise, self._noise_used = block, 0
-        self._noise_used += 1
-        return block.release(self._noise_used - 1, grad)
+        """The exact grid release of grad + N(0, σ²I) (:class:`NoiseStream`)."""
+        if self._noise is None:
+            self._noise = NoiseStream(self.d)
+        return self._noise.release(grad, sigma, rng)
 
 
 class GradientSharer(Protocol):
@@ -216,28 +189,6 @@ def soft_threshold(a: FloatArray, tau: float) -> FloatArray:
     """S_τ(a) = sign(a)·max(|a| − τ, 0), elementwise."""
     out: FloatArray = np.sign(a) * np.maximum(np.abs(a) - tau, 0.0)
     return out
-
-
-def max_rho(epsilon: float, delta: float, conversion: str) -> float:
-    """The largest total ρ whose (ε, δ) conversion is ≤ ε."""
-    log_inv = math.log(1.0 / delta)
-    closed = (math.sqrt(log_inv + epsilon) - math.sqrt(log_inv)) ** 2
-    if conversion == "bun_steinke":
-        rho = closed
-        while rho > 0.0 and zcdp_to_dp(rho, delta).epsilon > epsilon:
-            rho = math.nextafter(rho, 0.0)
-        return rho
-
-    def excess(r: float) -> float:
-        return zcdp_to_dp_cks(r, delta).epsilon - epsilon
-
-    hi = max(closed, epsilon)
-    while excess(hi) < 0.0:
-        hi *= 2.0
-    rho = float(optimize.brentq(excess, closed, hi, xtol=1e-14, rtol=1e-12))
-    while rho > closed and excess(rho) > 0.0:
-        rho *= 1.0 - 1e-12
-    return max(rho, closed)
 
 
 def calibrate(problem: FederatedProblem) -> FederatedCalibration:
@@ -295,17 +246,9 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
     clip = positive_float_param(params, "clip", 1.0)
     conversion = choice_param(params, "zcdp_conversion", "cks", CONVERSIONS)
     eps, delta = problem.epsilon, problem.delta
-    sensitivity = 2.0 * clip
-    rho_budget = max_rho(eps, delta, conversion)
-    sigma = sensitivity / math.sqrt(2.0 * rho_budget / T)
-    convert = zcdp_to_dp_cks if conversion == "cks" else zcdp_to_dp
-    while True:
-        rho_round = gaussian_zcdp(sensitivity, sigma)
-        rho_total = zcdp_compose([rho_round] * T)
-        achieved = convert(rho_total, delta)
-        if achieved.epsilon <= eps:
-            break
-        sigma *= 1.0 + 1e-12
+    rounds = calibrate_rounds(eps, delta, rounds=T, clip=clip, conversion=conversion)
+    sigma, sensitivity, achieved = rounds.sigma, rounds.sensitivity, rounds.achieved
+    rho_round, rho_total = rounds.rho_per_round, rounds.rho_total
     # each site's own σ_k for the sensitivity of its sum as computed in doubles (hidden with
     # the site sizes: the margin is a function of n_k)
     details["sites"] = [site_noise(n, d, clip, sigma) for n in problem.site_sizes]
@@ -320,7 +263,7 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         rho_total=finite(rho_total),
         sigma=finite(sigma),
         epsilon_spent=finite(achieved.epsilon),
-        epsilon_bun_steinke=finite(zcdp_to_dp(rho_total, delta).epsilon),
+        epsilon_bun_steinke=finite(rounds.epsilon_bun_steinke),
         expected_noise_norm_per_site=finite(sigma * math.sqrt(d)),
         float_margin_note=FLOAT_MARGIN_NOTE,
         release=GRADIENT_RELEASE,
@@ -344,20 +287,6 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
             "post-processing of them",
         ),
     )
-
-
-def site_noise(n: int, d: int, clip: float, sigma: float) -> dict[str, Any]:
-    """Site of n rows: Δ_k = 2C + 2E(n) (the sensitivity of its sum as computed, rounded up)
-    and σ_k, the smallest double ≥ σ·Δ_k/(2C) (so Δ_k/σ_k ≤ 2C/σ exactly): its rounds are
-    ρ₁-zCDP with ρ₁ = (2C)²/(2σ²), the calibrated per-round cost."""
-    exact = clipping.sum_sensitivity(n, d, clip)
-    own = clipping.round_up(Fraction(sigma) * exact / (2 * Fraction(clip)))
-    return {
-        "n": n,
-        "sensitivity": clipping.round_up(exact),
-        "float_margin": float(exact / (2 * Fraction(clip)) - 1),
-        "sigma": own,
-    }
 
 
 def coordinate(

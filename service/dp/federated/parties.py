@@ -9,7 +9,7 @@ same code with the same calibration and, in test mode with the same job seed, th
 per-site noise stream (:func:`site_generator`), so they release the same model.
 
 :func:`perform_step` takes the step's public inputs only (the coordinator's query point, or the
-neighbours' broadcasts); every calibrated number (σ, β, ζ, Φ, the clip, the gradient bound) is
+neighbours' broadcasts); every calibrated number (σ, ζ, Φ, the clip, the gradient bound) is
 read from the party's own calibration, never from the message, so a coordinator cannot make a
 party add less noise than the calibration of the accepted job requires.
 """
@@ -47,7 +47,7 @@ REMOTE_PROTOCOLS: Final[tuple[str, ...]] = (psgd.NAME, admm.NAME, distributed_la
 
 #: The steps a coordinator may ask a party of each protocol for.
 STEPS: Final[dict[str, tuple[str, ...]]] = {
-    psgd.NAME: ("draw_fixed_noise", "noisy_gradient", "gop_gradient"),
+    psgd.NAME: ("noisy_gradient",),
     admm.NAME: ("local_step", "dual_update"),
     distributed_lasso.NAME: ("gradient_sum",),
 }
@@ -126,13 +126,9 @@ def perform_step(
         raise ValueError(f"every public vector of a step must be {d} finite numbers")
     if problem.protocol == psgd.NAME:
         assert isinstance(site, psgd.PSGDSite)
-        if step == "draw_fixed_noise":
-            site.draw_fixed_noise(float(det["sigma_share"]), rng)
-            return None
         (point,) = _exactly(points, 1)
-        if step == "noisy_gradient":
-            return site.noisy_gradient(point, float(det["beta"]), rng)
-        return site.gop_gradient(point)
+        # the party's own σ_k: σ scaled by its sum's floating-point margin (gaussian_rounds)
+        return site.noisy_gradient(point, float(det["sites"][site.index]["sigma"]), rng)
     if problem.protocol == admm.NAME:
         assert isinstance(site, admm.ADMMSite)
         index = site.index

@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.dp import certified
 from service.dp.federated import (
     FEDERATED_PROTOCOLS,
     FederatedCalibration,
@@ -295,34 +294,26 @@ def test_coordinators_see_only_d_vectors() -> None:
     )
     _check_only_vectors_crossed(log, 3)
 
-    # psgd: fixed noise once, then noisy gradients, then exact gradient shares to certify
+    # psgd: one noisy gradient per site and round, nothing else
     log.clear()
     spies = [
-        MessageSpy(
-            psgd.PSGDSite(k, X, y, loss),
-            ("draw_fixed_noise", "noisy_gradient", "gop_gradient"),
-            log,
-        )
+        MessageSpy(psgd.PSGDSite(k, X, y, loss), ("noisy_gradient",), log)
         for k, (X, y) in enumerate(data)
     ]
     psgd.coordinate(
         spies,
         total=150,
         d=3,
-        effective_regularization=0.1,
+        regularization=0.1,
         smoothness=0.35,
-        sigma_share=1.0,
-        beta=0.5,
+        momentum=0.5,
+        sigmas=[1.0, 1.0, 1.0],
         iterations=4,
         schedule="nesterov",
-        release=certified.plan(
-            n=150, d=3, c=0.25, strong_convexity=0.1, linear_bound=0.1, epsilon=0.01
-        ),
         rng=np.random.default_rng(0),
         clock=RoundClock(4, None),
     )
-    # the certification's shares carry one more number: their proved error bound
-    _check_only_vectors_crossed(log, 3, with_bound=True)
+    _check_only_vectors_crossed(log, 3)
 
     # admm: local steps on neighbours' broadcasts, dual updates; DVP's certified release
     # spends each site's release budget α_r (a number, like ζ and Φ)

@@ -21,11 +21,9 @@ protocol has rounds, so the release is one mechanism):
 * with its calibrated noise the lower bound stays below the claim and comes close to it;
 * with half the noise (β, ζ × 2; σ × 0.5) the bound exceeds the claim;
 * with twice the noise it falls below the tightness threshold, which the true ε of twice the
-  noise on this pair lies below (ε/2 for the pure ones; 0.377 for PSGD, whose σ* is GOP's;
-  0.50 for Gaussian ADMM and the distributed Lasso, a Gaussian shift of μ/2 with
-  μ = √(2ρ) = 0.985 at δ = 0.05), so no valid audit can reach it. PSGD, whose runs are the
-  dearest (a certified solve each), leaves its twice-the-noise control to GOP's in
-  ``tests/unit/dp/test_audit.py`` (the same σ*).
+  noise on this pair lies below (ε/2 for the pure ones; 0.50 for PSGD, Gaussian ADMM and the
+  distributed Lasso, a Gaussian shift of μ/2 with μ = √(2ρ) = 0.985 at δ = 0.05), so no valid
+  audit can reach it.
 """
 
 from __future__ import annotations
@@ -137,12 +135,6 @@ def _with_site_0(cal: FederatedCalibration, key: str, factor: float) -> Federate
 # ρ for (2, 0.05) under CKS; Gaussian ADMM's σ_p = Δ_p(1 + S)/√(2ρ) with Δ_p = 2/(λB_p) = 0.04
 # (one site, no neighbours, T = 1), so z = (50·V + 2)/2 has sd 25σ_p = (1 + S)/√(2ρ).
 RHO = _cks_rho(EPS, DELTA)
-# GOP's σ* for N = 4, ε = 2, δ = 0.05, d = 1 (as in test_audit.py), at the objective's share
-# ε₁ = 2(1 − κ) = 1.99996 (κ = √(4τ₀)/(1 + √(4τ₀)) = 2.0000e-5, τ₀ = 1e-10 + 8·5u; the rest
-# pays the certified release, tests/unit/dp/_budget): Δ = 0 since ln(1 + c/(Nλ)) = ln 1.01
-# ≤ ε₁/2; ε̃ = ε₁ − ln 1.01 = 1.9900097, q = χ²₁(0.95) = 3.8414588,
-# σ* = (√q + √(q + 2ε̃))/ε̃ = 2.3902671. (The release noise moves z by ~10⁻⁵: r = τ/λ ≈ 4e-12.)
-SIGMA_GOP = 2.3902670580
 # DVP, one site of B_p = 2 rows, d = 1, T = 1: α = ε = 2, and the step objective runs at the
 # objective's share α₁ = α(1 − κ_p) (the rest α_r pays the certified release,
 # tests/unit/dp/_budget): τ₀ = 1e-10 + 8·3u = 1.0000266454e-10, √(2τ₀) = 1.4142324034e-5,
@@ -203,21 +195,25 @@ CASES = [
         lambda cal, k: _with_site_0(cal, "zeta", 1.0 / k),
         laplace=1.0 / ALPHA_HAT,
     ),
-    # PSGD, two sites of 2 rows, T = 1 noisy round then the certified GOP minimiser:
-    # w = (Σ y x − η)/(Nλ), η ~ N(0, σ*²) as the sum of the shares σ*/√2; z = (100w + 2)/2.
+    # PSGD, one site of 2 rows, T = 1 round from v = 0: Huber's l′(0) = −1, so the site's sum
+    # is −Σ y x (0 on D, 2 on D′) and its answer A = S + η, η ~ N(0, σ²), σ = 2/√(2ρ) (ρ as
+    # for Gaussian ADMM: sensitivity 2L = 2, one answer). The coordinator's one step from 0
+    # with z = 1/(c + λ) = 1/26 over N = 2 rows gives w = −A/52, the tail average of one
+    # iterate; z = (52w + 2)/2 = 1 − (S + η)/2 has sd σ/2 = 1/√(2ρ).
     Case(
         "psgd",
         psgd,
         {"iterations": 1},
         DELTA,
-        (2, 2),
-        100.0,
-        5000,
-        0.25,
-        lambda cal: float(cal.details["sigma_share"]) * math.sqrt(2.0),
-        SIGMA_GOP,
-        lambda cal, k: _with_details(cal, sigma_share=float(cal.details["sigma_share"]) * k),
-        sd=SIGMA_GOP / 2.0,
+        (2,),
+        52.0,
+        3000,
+        0.3,
+        # the site's own σ_k = σ·(1 + its floating-point margin ≈ 4u for 2 rows)
+        lambda cal: float(cal.details["sites"][0]["sigma"]),
+        2.0 / math.sqrt(2.0 * RHO),
+        lambda cal, k: _with_site_0(cal, "sigma", k),
+        sd=1.0 / math.sqrt(2.0 * RHO),
     ),
     Case(
         "admm-gaussian",
@@ -257,9 +253,7 @@ CASES = [
     ),
 ]
 IDS = [case.name for case in CASES]
-CONTROLS = [
-    (case, scale) for case in CASES for scale in ((0.5,) if case.name == "psgd" else (0.5, 2.0))
-]
+CONTROLS = [(case, scale) for case in CASES for scale in (0.5, 2.0)]
 
 
 def _calibration(case: Case) -> tuple[Any, FederatedCalibration]:
@@ -313,13 +307,12 @@ def _audit(case: Case, problem: Any, cal: FederatedCalibration, seed: int) -> fl
 def test_the_pair_releases_the_hand_derived_means(case: Case) -> None:
     problem, cal = _calibration(case)
     quiet = case.scale_noise(cal, 1e-9)
-    # PSGD's certified release keeps its own small noise Z (β_r = ε_r/(2τ/λ) ≈ 6.6·10⁵ here,
-    # ε_r = 4·10⁻⁵, τ ≈ 7.6·10⁻¹⁰): E‖Z‖ = 1/β_r ≈ 1.5·10⁻⁶ moves z = (100w + 2)/2 by ≈ 10⁻⁴.
-    # So does DVP's: with ζ × 10⁹ the public noise bound is L = 21/(2ζ) ≈ 10⁻⁸, so
+    # DVP's certified release keeps its own small noise Z: with ζ × 10⁹ the public noise
+    # bound is L = 21/(2ζ) ≈ 10⁻⁸, so
     # τ = (1 + L)(1e-10 + 8·3u + 4γ₁/25) = 1.00003·10⁻¹⁰, r = τ/λ = 4.0·10⁻¹², and
     # β_r = α_r/(2r) = 2.8284·10⁻⁵/(8.0·10⁻¹²) = 3.5·10⁶: E|Z| = 1/β_r = 2.8·10⁻⁷ moves
     # z = (50w + 2)/2 by 25|Z|, ≈ 7·10⁻⁶ on average (10⁻⁴ is 14 times that, P ≈ e⁻¹⁴)
-    tol = {"psgd": 1e-3, "admm-dual": 1e-4}.get(case.name, 1e-6)
+    tol = {"admm-dual": 1e-4}.get(case.name, 1e-6)
     assert _statistic(case, problem, quiet, Y_D, 0, 1)[0] == pytest.approx(1.0, abs=tol)
     assert _statistic(case, problem, quiet, Y_D_PRIME, 0, 1)[0] == pytest.approx(0.0, abs=tol)
 

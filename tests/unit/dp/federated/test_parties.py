@@ -40,14 +40,8 @@ class NodeLikeParty:
         site, problem, calibration = self._args
         return perform_step(site, problem, calibration, step, vectors, self._rng)
 
-    def draw_fixed_noise(self, *_: Any) -> None:
-        self._run("draw_fixed_noise", [])
-
     def noisy_gradient(self, w: FloatArray, *_: Any) -> Any:
         return self._run("noisy_gradient", [w])
-
-    def gop_gradient(self, w: FloatArray) -> Any:
-        return self._run("gop_gradient", [w])
 
     def local_step(self, neighbours: list[FloatArray], **_: Any) -> Any:
         return self._run("local_step", list(neighbours))
