@@ -1,6 +1,8 @@
 """The console: a small read-only page where a site's steward sees its datasets with budget
-gauges and spend over time, jobs with live progress, models with their privacy receipts, and
-studies.
+gauges and spend over time, jobs with live progress, models with their privacy receipts, their
+private evaluations, and studies. Every ε and δ is shown as it is (scientific notation below
+0.001), and every name chosen by a site is shown inert (text only, isolated in ``<bdi>``, bidi
+controls shown as their code points).
 
 Three files shipped in the package (``service/api/console/``: HTML, vanilla JavaScript, CSS;
 no CDN, no build step) are served at ``/console``. The page reads the same ``/v1`` API with the

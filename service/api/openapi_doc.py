@@ -21,12 +21,21 @@ PrivFit fits **differentially private linear classifiers** for organisations tha
 raw data. Sites upload datasets, ask for models under a privacy budget, and pool what they learn;
 every ε spent is recorded in a ledger.
 
-**Authorization.** Every `/v1` operation needs an API key, sent as
-`Authorization: Bearer <key>`. Click **Authorize** above and paste a key (without `Bearer `):
+**Authorization.** Every `/v1` operation needs an API key, sent in the header
+`Authorization: Bearer <key>`:
 
 * the **admin key** (`PRIVFIT_ADMIN_KEY`, or the key printed once at the first start) creates
   and lists sites;
 * a **site key** (returned once by `POST /v1/sites`, rotatable) acts for that site.
+
+How to send it depends on where you read this:
+
+* **Swagger UI** (`/docs`): click the **Authorize** button at the top right, paste the key
+  alone (without `Bearer `), then use **Try it out** on an operation.
+* **ReDoc** (`/redoc`) only documents the API and sends no request: call it from a shell, e.g.
+  `curl -H "Authorization: Bearer $KEY" http://127.0.0.1:8000/v1/sites/me`, from the Python
+  client (`privfit_client.Client(url, key)`) or its command line (`privfit-client`), or from
+  Swagger UI.
 
 **Rate limits.** Repeated failed authentications from one address or with one key prefix, and
 expensive operations (dataset and model uploads, fits, study contributions, aggregations,

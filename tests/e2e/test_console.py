@@ -101,3 +101,107 @@ def test_the_console_shows_a_sites_datasets_jobs_models_and_studies(
     assert record.foreign_requests == []
     assert record.page_errors == []
     assert record.console_errors == []
+
+
+RLO, RLI, PDI = "\u202e", "\u2067", "\u2069"
+
+
+def test_the_console_shows_small_privacy_parameters_evaluations_and_inert_names(
+    live_server: LiveServer, browser: Any
+) -> None:
+    """A (1, 1e-7) model reads "ε = 1, δ = 1e-7" (not "δ = 0"), the dataset's δ reads "1e-7
+    of 1e-6", an evaluation at ε = 1e-6 is listed with its ε; the spend chart's axes are
+    labelled. Names holding bidi controls neither reorder the text around them nor hide the
+    controls."""
+    created = _post(live_server, "/v1/sites", live_server.admin_headers, json={"name": "Ward 9"})
+    key = created["key"]["api_key"]
+    other = _post(live_server, "/v1/sites", live_server.admin_headers, json={"name": "Ward 10"})
+    site = {"Authorization": f"Bearer {key}"}
+    lines = csv_bytes("train").decode().splitlines(keepends=True)
+    spec = load_spec()
+    assert spec["budget"]["delta"] == pytest.approx(1e-6)
+    dataset_name = f"Lab {RLO}fdp.exe"  # would read "Lab exe.pdf" if its override acted
+    dataset = _post(
+        live_server,
+        "/v1/datasets",
+        site,
+        files={
+            "file": ("adult.csv", "".join(lines[: ROWS + 1]).encode(), "text/csv"),
+            "spec": (None, json.dumps({**spec, "name": dataset_name})),
+        },
+    )
+    job = _post(
+        live_server,
+        f"/v1/datasets/{dataset['id']}/fits",
+        {**site, "Prefer": "wait=30"},
+        json={
+            "mechanism": "gaussian_objective_perturbation",
+            "epsilon": 1.0,
+            "delta": 1e-7,
+            "regularization": 1e-2,
+        },
+    )
+    assert job["status"] == "succeeded", job
+    evaluation = _post(
+        live_server,
+        f"/v1/models/{job['model_id']}/evaluations",
+        {**site, "Prefer": "wait=30"},
+        json={"dataset_id": dataset["id"], "epsilon": 1e-6},
+    )
+    assert evaluation["status"] == "succeeded", evaluation
+    study_spec = {"label": spec["label"], "features": spec["features"]}
+    _post(
+        live_server,
+        "/v1/studies",
+        site,
+        json={
+            "name": f"{RLI}wards{PDI} study",
+            "members": [other["site"]["id"]],
+            "spec": study_spec,
+        },
+    )
+
+    page, record = watched_page(browser, live_server.base_url)
+    page.goto(f"{live_server.base_url}/console")
+    page.fill("#key", key)
+    page.click("#login button[type=submit]")
+    card = page.locator(f".dataset[data-id='{dataset['id']}']")
+    card.wait_for(timeout=30_000)
+    page.locator(".evaluation-id").first.wait_for(timeout=30_000)
+    page.locator(".study-name").first.wait_for(timeout=30_000)
+    text = page.locator("main").inner_text()
+
+    # every ε and δ as it is
+    assert "1e-7" in text
+    assert page.locator(".model-delta").all_inner_texts() == ["1e-7"]
+    assert page.locator(".model-eps").all_inner_texts() == ["1"]
+    assert "ε = 1, δ = 1e-7" in text
+    assert card.locator(".delta-spent").inner_text() == "1e-7"
+    assert card.locator(".delta-total").inner_text() == "1e-6"
+    assert card.locator(".delta-remaining").inner_text() == "9e-7"
+    assert card.locator(".eps-spent").inner_text() == "1.000001"  # 1 + the evaluation's 1e-6
+    assert page.locator(".evaluation-eps").all_inner_texts() == ["1e-6"]
+    accuracy = page.locator(".evaluation-accuracy").inner_text()
+    assert accuracy.count("[") == 1, accuracy  # an estimate with its interval
+    assert "δ spent 1e-7 of 1e-6" in card.inner_text()
+    # the spend chart says what its axes are
+    chart = card.locator("svg.spend")
+    assert chart.locator("text.x-label").text_content() == "charges, oldest first"
+    assert chart.locator("text.y-label").text_content() == "ε spent (cumulative)"
+    assert chart.locator("text.x-tick").all_text_contents() == ["0", "2"]
+
+    # names are inert: the controls are shown, not obeyed, and what follows stays in place
+    name = card.locator(".name")
+    assert name.inner_text() == "Lab [U+202E]fdp.exe"
+    assert name.evaluate("n => n.tagName") == "BDI"
+    assert name.get_attribute("dir") == "auto"
+    name_box, id_box = name.bounding_box(), card.locator(".dataset-id").bounding_box()
+    assert name_box is not None
+    assert id_box is not None
+    assert id_box["x"] >= name_box["x"] + name_box["width"] - 1  # the id still follows the name
+    study_name = page.locator(".study-name").first
+    assert study_name.inner_text() == "[U+2067]wards[U+2069] study"
+    assert page.locator("#site .site-name").inner_text() == "Ward 9"
+    assert RLO not in page.locator("body").inner_text()
+    assert record.page_errors == []
+    assert record.console_errors == []

@@ -22,6 +22,7 @@ import typer
 from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from privfit_client import config
 from privfit_client.client import PREDICT_BATCH, Client
@@ -132,12 +133,25 @@ def _emit(as_json: bool, value: Any, human: Callable[[], None]) -> None:
         human()
 
 
+#: Characters that reorder displayed text (Unicode bidi embeddings, overrides, isolates, marks).
+_BIDI_CONTROLS: Final = frozenset(
+    "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+)
+
+
+def inert(value: object) -> Text:
+    """``value`` as terminal text that cannot act on the line it is in: each bidi control is
+    shown as its code point (``[U+202E]``), so a name cannot reorder or disguise text, and
+    nothing in it is read as Rich markup."""
+    return Text("".join(f"[U+{ord(ch):04X}]" if ch in _BIDI_CONTROLS else ch for ch in str(value)))
+
+
 def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    table = Table(title=title)
+    table = Table(title=inert(title))
     for column in columns:
         table.add_column(column)
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row))
+        table.add_row(*(Text("") if v is None else inert(v) for v in row))
     out.print(table)
 
 
@@ -183,7 +197,7 @@ def login(
 
     def human() -> None:
         name = who["site"]["name"] if who["site"] else "admin"
-        out.print(f"logged in to {url} as {name}; saved to {path}")
+        out.print(Text.assemble(f"logged in to {url} as ", inert(name), f"; saved to {path}"))
 
     _emit(as_json, who, human)
 

@@ -20,8 +20,27 @@ function svg(tag, attrs, ...children) {
   return node;
 }
 
+// ε and δ as they are: twelve significant digits (the ledger counts ε in units of 1e-9), in
+// scientific notation below 0.001 (a δ of 1e-7 reads "1e-7", never "0"). Only 0 reads "0".
 function fmt(x) {
-  return x === null || x === undefined ? "—" : Number(x).toFixed(4).replace(/\.?0+$/, "");
+  if (x === null || x === undefined) return "—";
+  const v = Number(x);
+  if (!Number.isFinite(v)) return String(v);
+  if (v === 0) return "0";
+  const p = Number(v.toPrecision(12));
+  return Math.abs(p) < 1e-3 || Math.abs(p) >= 1e6 ? p.toExponential() : String(p);
+}
+
+// Characters that reorder displayed text (Unicode bidi embeddings, overrides, isolates, marks).
+const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+// A name chosen by someone else (site, dataset, study), shown inert: as text (never HTML),
+// isolated in a <bdi> so it cannot reorder what surrounds it, and with every bidi control
+// shown as its code point ([U+202E]) so it cannot disguise itself either.
+function inertName(text, cls) {
+  const shown = String(text ?? "").replace(BIDI_CONTROLS,
+    (ch) => `[U+${ch.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}]`);
+  return el("bdi", { class: cls ? `name ${cls}` : "name", dir: "auto" }, shown);
 }
 
 function status(text, isError) {
@@ -57,20 +76,33 @@ function gauge(spent, total) {
     svg("rect", { class: "used", x: 0, y: 0, width: used, height: 16 }));
 }
 
-// Cumulative ε charged (refunds excluded) over time, against the total (dashed line).
+// Cumulative ε charged (refunds excluded) against the charge number, oldest first, with the
+// total as a dashed line; both axes are labelled and ticked (0 and the top of the scale).
 function spendChart(charges, total) {
-  const width = 320, height = 90, pad = 4;
+  const width = 360, height = 150, left = 46, right = 8, top = 10, bottom = 34;
   const kept = charges.filter((c) => c.state !== "refunded" && !c.refunded_at)
     .sort((a, b) => Date.parse(a.created_at) - Date.parse(b.created_at));
   let sum = 0;
   const points = [[0, 0]].concat(kept.map((c, i) => [i + 1, (sum += c.epsilon)]));
-  const top = Math.max(total, sum) || 1, steps = Math.max(points.length - 1, 1);
-  const x = (i) => pad + (i / steps) * (width - 2 * pad);
-  const y = (v) => height - pad - (v / top) * (height - 2 * pad);
+  const scale = Math.max(total, sum) || 1, steps = Math.max(points.length - 1, 1);
+  const x = (i) => left + (i / steps) * (width - left - right);
+  const y = (v) => height - bottom - (v / scale) * (height - top - bottom);
+  const base = height - bottom;
   return svg("svg", { class: "spend", width, height, role: "img",
-                      "aria-label": `ε spent over ${kept.length} charges` },
-    svg("line", { x1: pad, x2: width - pad, y1: y(total), y2: y(total) }),
-    svg("polyline", { points: points.map(([i, v]) => `${x(i)},${y(v)}`).join(" ") }));
+                      "aria-label": `ε spent over ${kept.length} charges: ${fmt(sum)} of ${fmt(total)}` },
+    svg("line", { class: "axis", x1: left, x2: width - right, y1: base, y2: base }),
+    svg("line", { class: "axis", x1: left, x2: left, y1: top, y2: base }),
+    svg("line", { class: "cap", x1: left, x2: width - right, y1: y(total), y2: y(total) }),
+    svg("polyline", { points: points.map(([i, v]) => `${x(i)},${y(v)}`).join(" ") }),
+    svg("text", { class: "tick y-tick", x: left - 4, y: base, "text-anchor": "end" }, "0"),
+    svg("text", { class: "tick y-tick", x: left - 4, y: y(scale) + 8, "text-anchor": "end" }, fmt(scale)),
+    svg("text", { class: "tick x-tick", x: left, y: base + 12, "text-anchor": "middle" }, "0"),
+    ...(kept.length ? [svg("text", { class: "tick x-tick", x: x(steps), y: base + 12,
+                                     "text-anchor": "middle" }, String(kept.length))] : []),
+    svg("text", { class: "axis-label x-label", x: (left + width - right) / 2, y: height - 4,
+                  "text-anchor": "middle" }, "charges, oldest first"),
+    svg("text", { class: "axis-label y-label", x: 0, y: 0, "text-anchor": "middle",
+                  transform: `translate(12 ${(top + base) / 2}) rotate(-90)` }, "ε spent (cumulative)"));
 }
 
 async function showDatasets() {
@@ -80,13 +112,15 @@ async function showDatasets() {
   for (const d of list.items) {
     const b = await api(`/v1/datasets/${encodeURIComponent(d.id)}/budget`);
     cards.push(el("div", { class: "card dataset", "data-id": d.id },
-      el("strong", { class: "name" }, d.name), " ", el("code", {}, d.id),
+      el("strong", {}, inertName(d.name)), " ", el("code", { class: "dataset-id" }, d.id),
       el("div", {}, `${d.n_rows} rows, ${d.n_features} features`),
       el("div", { class: "budget" },
         "ε spent ", el("span", { class: "eps-spent" }, fmt(b.epsilon_spent)),
         " of ", el("span", { class: "eps-total" }, fmt(b.epsilon_total)),
         ", remaining ", el("span", { class: "eps-remaining" }, fmt(b.epsilon_remaining)),
-        "; δ spent ", fmt(b.delta_spent), " of ", fmt(b.delta_total)),
+        "; δ spent ", el("span", { class: "delta-spent" }, fmt(b.delta_spent)),
+        " of ", el("span", { class: "delta-total" }, fmt(b.delta_total)),
+        ", remaining ", el("span", { class: "delta-remaining" }, fmt(b.delta_remaining))),
       gauge(b.epsilon_spent, b.epsilon_total),
       el("div", {}, spendChart(b.charges, b.epsilon_total))));
   }
@@ -105,27 +139,57 @@ async function showJobs() {
   return list.items.filter((j) => UNFINISHED.has(j.status));
 }
 
+function guarantee(epsilon, delta) {
+  return el("span", { class: "guarantee" }, "ε = ", el("span", { class: "model-eps" }, fmt(epsilon)),
+    ", δ = ", el("span", { class: "model-delta" }, fmt(delta)));
+}
+
+function metric(m) {
+  if (!m) return "—";
+  const [lo, hi] = m.interval || [];
+  return `${fmt(m.estimate)} [${fmt(lo)}, ${fmt(hi)}]`;
+}
+
 async function showModels() {
   const list = await api("/v1/models?limit=200");
-  const rows = [];
+  const rows = [], evaluations = [];
   for (const m of list.items) {
     const full = await api(`/v1/models/${encodeURIComponent(m.id)}`);
     rows.push([el("code", { class: "model-id" }, m.id), m.mechanism ?? m.source,
-      `ε = ${fmt(m.epsilon)}, δ = ${fmt(m.delta)}` + (m.verified === false ? " (claimed)" : ""),
+      el("span", {}, guarantee(m.epsilon, m.delta), m.verified === false ? " (claimed)" : ""),
       el("details", {}, el("summary", {}, "privacy receipt"),
         el("pre", { class: "receipt" }, JSON.stringify(full.privacy, null, 2)))]);
+    const evals = await api(`/v1/models/${encodeURIComponent(m.id)}/evaluations?limit=100`);
+    evaluations.push(...evals.items);
   }
   document.getElementById("models").replaceChildren(
     rows.length ? table(["Model", "Mechanism", "Guarantee", "Receipt"], rows) : el("p", {}, "No models."));
+  const evalRows = evaluations.map((e) => {
+    const r = e.result || {}, metrics = r.metrics || {};
+    return [el("code", { class: "evaluation-id" }, e.id), el("code", {}, e.model_id),
+      el("code", {}, e.dataset_id), el("span", { class: "evaluation-eps" }, fmt(e.epsilon)),
+      el("span", { class: "evaluation-accuracy" }, metric(metrics.accuracy)),
+      metric(metrics.f1), el("span", { class: "evaluation-auc" }, fmt(r.roc?.auc))];
+  });
+  const ci = evaluations.length ? Math.round(100 * (evaluations[0].result?.confidence ?? 0.95)) : 95;
+  document.getElementById("evaluations").replaceChildren(evalRows.length
+    ? table(["Evaluation", "Model", "Dataset", "ε", `Accuracy [${ci} % interval]`,
+             `F1 [${ci} % interval]`, "AUC"], evalRows)
+    : el("p", {}, "No evaluations."));
 }
 
 async function showStudies() {
   const list = await api("/v1/studies?limit=200");
-  const rows = list.items.map((s) => [el("code", {}, s.id), s.name,
+  const rows = list.items.map((s) => [el("code", {}, s.id), inertName(s.name, "study-name"),
     (s.members || []).map((m) => `${m.site_id} (${m.role})`).join(", "),
     String((s.results || []).length)]);
   document.getElementById("studies").replaceChildren(
     rows.length ? table(["Study", "Name", "Members", "Results"], rows) : el("p", {}, "No studies."));
+}
+
+async function showSite() {
+  const me = await api("/v1/sites/me");
+  document.getElementById("site").replaceChildren("Site: ", inertName(me.name, "site-name"));
 }
 
 let generation = 0;
@@ -133,7 +197,8 @@ let generation = 0;
 async function refresh() {
   const mine = ++generation;
   try {
-    const [, running] = await Promise.all([showDatasets(), showJobs(), showModels(), showStudies()]);
+    const [, running] = await Promise.all(
+      [showDatasets(), showJobs(), showModels(), showStudies(), showSite()]);
     status(`Updated ${new Date().toLocaleTimeString()}`, false);
     if (running.length && mine === generation) {
       // Long poll the first unfinished job: the answer comes when it ends (or after 20 s).
@@ -156,7 +221,9 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("forget").addEventListener("click", () => {
     sessionStorage.removeItem(KEY);
     generation++;
-    for (const id of ["datasets", "jobs", "models", "studies"]) document.getElementById(id).replaceChildren();
+    for (const id of ["site", "datasets", "jobs", "models", "evaluations", "studies"]) {
+      document.getElementById(id).replaceChildren();
+    }
     status("Key forgotten.", false);
   });
   if (sessionStorage.getItem(KEY)) refresh();

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from service.api.deps import AdminDep, UowDep, access
 from service.api.errors import problem_responses
+from service.api.inert_json import InertJSONResponse
 from service.api.routes import API_V1
 from service.api.schemas.audit import AuditEventList, AuditEventRead
 from service.domain import audit
@@ -31,9 +32,13 @@ Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip
     summary="List audit events (admin)",
     description=(
         "Security-relevant events, newest first: sites created, keys rotated, failed "
-        "authentications (never the key itself, only its public prefix). Requires the admin key."
+        "authentications (never the key itself, only its public prefix). Requires the admin key. "
+        "Names chosen by sites (in `details`) are shown inert: any Unicode bidirectional control "
+        "in them is written as its JSON escape (e.g. `\\u202e`), so the log cannot reorder "
+        "what a reader sees."
     ),
     response_model=AuditEventList,
+    response_class=InertJSONResponse,
     response_description="One page of audit events, newest first.",
     responses=problem_responses(401, 403, 422),
     openapi_extra=access("admin"),
