@@ -119,3 +119,23 @@ def test_a_citation_of_a_missing_section_fails(tmp_path: Path) -> None:
     sections = design_sections((tmp_path / "docs" / "design.md").read_text())
     assert sections == {1, 2}
     assert missing_citations(tmp_path, sections) == ["service/a.py:1: §12"]
+
+
+def test_every_path_docs_design_md_names_exists() -> None:
+    # The design names real modules: a renamed or deleted one must update it.
+    text = DESIGN.read_text(encoding="utf-8")
+    named = set(
+        re.findall(r"`((?:service|tests|migrations|client|benchmarks|docs)/[^`<>\s]*)`", text)
+    )
+    assert len(named) >= 20
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert not missing, f"docs/design.md names paths that do not exist: {missing}"
+
+
+def test_the_lifecycle_and_node_protocol_have_their_sequence_diagrams() -> None:
+    # One per runner kind (thread, process, queue), fits over nodes, and the node protocol.
+    blocks = re.findall(r"```mermaid\n(.*?)```", DESIGN.read_text(encoding="utf-8"), re.S)
+    assert len(blocks) >= 5
+    assert all(block.startswith("sequenceDiagram\n") for block in blocks)
+    # Mermaid reads ';' as the end of a statement: it would cut a message in two.
+    assert not [block for block in blocks if ";" in block]
