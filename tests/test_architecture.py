@@ -1,4 +1,4 @@
-"""Import rules of DESIGN §1, checked on the source with ``ast`` (no imports executed).
+"""Import rules of docs/design.md §1, checked on the source with ``ast`` (no imports executed).
 
 * ``service.dp`` imports only the standard library, numpy, scipy and ``service.dp`` itself;
 * only ``service.api`` (and ``service.main``, the composition root that builds the FastAPI app)

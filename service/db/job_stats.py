@@ -2,7 +2,7 @@
 replica reports the same deployment-wide numbers, whichever process ran the jobs.
 
 Nothing here is per dataset or per site: the figures are counts by job kind, mechanism and
-status, durations, and the ε charged summed over every dataset (DESIGN §2: no figure about
+status, durations, and the ε charged summed over every dataset (docs/design.md §2: no figure about
 another site's dataset leaves the service).
 """
 

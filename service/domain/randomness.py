@@ -1,4 +1,4 @@
-"""Where a job's noise comes from (DESIGN §2 "Randomness").
+"""Where a job's noise comes from (docs/design.md §2 "Randomness").
 
 Production draws every noise sample from the operating system's CSPRNG: ``service.dp.fit`` is
 called with ``rng=None``. A fixed seed is honoured only when the server runs in explicit test

@@ -6,7 +6,7 @@
 * :func:`calibrate` is the dry run: the same calibration from public quantities only
   (n, d, ε, δ, loss, λ, parameters), touching no data and drawing no noise.
 
-Preconditions the privacy proofs rely on are enforced here, never assumed (DESIGN §2):
+Preconditions the privacy proofs rely on are enforced here, never assumed (docs/design.md §2):
 X real, finite, every row of L2 norm ≤ 1; y in {−1, +1}; ε finite > 0 and 0 ≤ δ < 1 (except
 for ``non_private``); λ > 0. Violations raise ``ValueError`` (:class:`PrivacyParameterError`)
 with a message naming the rule, never quoting data values. Non-convergence of the solver

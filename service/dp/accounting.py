@@ -1,4 +1,4 @@
-"""Privacy costs and how they compose (DESIGN §2, "Budgets").
+"""Privacy costs and how they compose (docs/design.md §2, "Budgets").
 
 Definitions used throughout (neighbours differ by replacing one record):
 
@@ -24,7 +24,7 @@ Rules provided, each with its guarantee:
 
 The ledger stores ε and δ as integers in fixed units (:func:`to_units`): charges are rounded
 up and caps down, from the decimal representation of the float so that 0.1 is exactly
-100 000 000 units of 1e-9 (DESIGN §2: spending 0.1 ten times from 1.0 succeeds).
+100 000 000 units of 1e-9 (docs/design.md §2: spending 0.1 ten times from 1.0 succeeds).
 """
 
 from __future__ import annotations

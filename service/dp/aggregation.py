@@ -1,4 +1,4 @@
-"""Combining site models into one (multi-site methods, DESIGN §3). Pure numerics.
+"""Combining site models into one (multi-site methods, docs/design.md §3). Pure numerics.
 
 Average method (seed 000, Alg. 4): given N linear classifiers f_1, …, f_N over the same
 encoded features, release

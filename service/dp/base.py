@@ -94,7 +94,7 @@ class LinearModel:
 
 
 class Mechanism(Protocol):
-    """One fit mechanism of DESIGN §3.
+    """One fit mechanism of docs/design.md §3.
 
     ``validate_params`` checks and normalises the mechanism's own options (raising
     ``ValueError`` with a message a user can act on, before any data or budget is touched);

@@ -166,7 +166,8 @@ __all__ = [
 
 FloatArray = NDArray[np.float64]
 
-#: The release grid is γ = 2^-GRID_EXPONENT (DESIGN §2: released weights on multiples of 2⁻³²).
+#: The release grid is γ = 2^-GRID_EXPONENT (docs/design.md §2: released weights on multiples
+#: of 2⁻³²).
 GRID_EXPONENT: Final[int] = 32
 GRID: Final[float] = 2.0**-GRID_EXPONENT
 #: Public clamp on the released integers: |k| ≤ 2⁵², so k·γ is an exact double (|o| ≤ 2²⁰).

@@ -1,7 +1,7 @@
 """Margin losses l(z), z = y·wᵀx, with the constants the ERM privacy proofs need.
 
 Every loss here is convex and differentiable with |l'(z)| ≤ 1; ``c`` bounds |l''(z)|
-(DESIGN §2). Objective perturbation needs l twice differentiable, which the logistic loss is
+(docs/design.md §2). Objective perturbation needs l twice differentiable, which the logistic loss is
 everywhere and the Huber-smoothed hinge is except at two points where l'' jumps (Chaudhuri et
 al. 2011 show the argument still holds with c = 1/(2h)).
 

@@ -51,7 +51,7 @@ class ChargedAggregation:
     compute: FitCompute
 
 
-#: What the record says a PST-H job does and costs (DESIGN §3; service.dp.transfer).
+#: What the record says a PST-H job does and costs (docs/design.md §3; service.dp.transfer).
 PST_H_WITHIN_JOB = (
     "PST-H (seed 003 Alg. 4, target side): the target's rows are split at random, "
     "independently of the data, into a low-level and a high-level part; low-level model k is "

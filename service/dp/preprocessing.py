@@ -1,6 +1,6 @@
 """Data-independent preprocessing: raw columns → design matrix with rows in the unit ball.
 
-Every ERM mechanism of PrivFit needs ‖x‖ ≤ 1 for every row (DESIGN §2). The transform below
+Every ERM mechanism of PrivFit needs ‖x‖ ≤ 1 for every row (docs/design.md §2). The transform below
 is built only from a public :class:`PreprocessingSpec` declared by the uploader and acts on
 each record separately, so it is a fixed per-record map: applying it before a DP mechanism
 costs no privacy and reads nothing from the data (no min/max, no category list, no scale).

@@ -135,7 +135,7 @@ class ConvergenceError(RuntimeError):
     """The solver did not reach the exact minimiser to the required tolerance.
 
     Messages never contain data values; a fit that raises this is a failed job (its budget is
-    still spent, DESIGN §2).
+    still spent, docs/design.md §2).
     """
 
 

@@ -1,6 +1,6 @@
 """Hypothesis transfer: an ε-DP fit on a target dataset regularised towards a source model.
 
-Seed 003 (hypothesis transfer, the "H" of PST-H) and DESIGN §3 ``transfer``. Given a public
+Seed 003 (hypothesis transfer, the "H" of PST-H) and docs/design.md §3 ``transfer``. Given a public
 source weight vector w₀ (a released model: post-processing) and a transfer strength η ≥ 0, the
 target site releases the objective-perturbation minimiser of
 

@@ -1,7 +1,7 @@
 """Input checks shared by PrivFit's fit entry points and mechanisms.
 
 The ERM privacy proofs rely on preconditions that the server enforces rather than assumes
-(DESIGN §2): labels in {−1, +1}, every row of X in the unit L2 ball, finite inputs, λ > 0.
+(docs/design.md §2): labels in {−1, +1}, every row of X in the unit L2 ball, finite inputs, λ > 0.
 Error messages name the rule and count offending entries; they never quote data values.
 """
 

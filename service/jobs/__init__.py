@@ -1,1 +1,1 @@
-"""Job runners (DESIGN §1 ``jobs/``): where queued jobs execute, inline by default."""
+"""Job runners (docs/design.md §1 ``jobs/``): where queued jobs execute, inline by default."""

@@ -1,4 +1,4 @@
-"""Job runners: where queued jobs execute (DESIGN §1 ``jobs/``, §6).
+"""Job runners: where queued jobs execute (docs/design.md §1 ``jobs/``, §6).
 
 A runner only *schedules*. The work itself is a plain function of the domain,
 ``service.domain.jobs.lifecycle.execute_job(uow_factory, job_id, handlers=...)`` (bound to the

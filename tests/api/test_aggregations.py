@@ -1,4 +1,4 @@
-"""Aggregations over HTTP: the average method (issue 5 item 3, seed 000 Alg. 4, DESIGN §3).
+"""Aggregations over HTTP: the average method (issue 5 item 3, seed 000 Alg. 4, docs/design.md §3).
 
 * ``POST /v1/studies/{id}/aggregations`` with ``{"method": "average"}`` answers 202 with a job
   (kind ``aggregate``) that has already succeeded and names a model whose coefficients are the

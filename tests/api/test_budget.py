@@ -1,4 +1,4 @@
-"""A dataset's privacy budget through HTTP (issue 4 item 2, DESIGN §2 "Ledger semantics").
+"""A dataset's privacy budget through HTTP (issue 4 item 2, docs/design.md §2 "Ledger semantics").
 
 Runs on SQLite and PostgreSQL: ``GET /v1/datasets/{id}/budget`` shows the caps, the amounts
 spent and remaining and every charge; the arithmetic is exact (ten fits of ε = 0.1 spend

@@ -1,4 +1,4 @@
-"""Racing fit requests never overspend a budget (issue 4 item 6, DESIGN §2 and §4).
+"""Racing fit requests never overspend a budget (issue 4 item 6, docs/design.md §2 and §4).
 
 On SQLite and on PostgreSQL: 100 fit requests of ε = 0.1 sent at once, from 100 threads
 through one HTTP client, against a dataset with ε_total = 1.0. Exactly 10 are accepted (202),

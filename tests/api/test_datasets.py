@@ -1,4 +1,5 @@
-"""Dataset upload, listing, reading and deletion through HTTP (issue 4 item 1, DESIGN §2, §5).
+"""Dataset upload, listing, reading and deletion through HTTP (issue 4 item 1,
+docs/design.md §2, §5).
 
 Runs on SQLite and PostgreSQL. What is checked:
 

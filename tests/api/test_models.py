@@ -1,4 +1,4 @@
-"""Models over HTTP: read, predict, export and upload (issue 4 item 4, DESIGN §2 and §5).
+"""Models over HTTP: read, predict, export and upload (issue 4 item 4, docs/design.md §2 and §5).
 
 What is checked, on a small synthetic dataset fitted through the API:
 

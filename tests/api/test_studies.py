@@ -1,4 +1,4 @@
-"""Studies and contributions over HTTP (issue 5 items 1-2, DESIGN §5).
+"""Studies and contributions over HTTP (issue 5 items 1-2, docs/design.md §5).
 
 * ``POST /v1/studies``: the caller is the coordinator and a member; an empty study, unknown or
   malformed member ids and a bad spec are 422s that store nothing; the admin gets 403.

@@ -1,7 +1,7 @@
 """A worker's claim racing a user's cancel on PostgreSQL, for real: two threads, two
 connections, released together by a barrier.
 
-Both are one conditional UPDATE on ``status = 'queued'`` (DESIGN §2), so exactly one of them
+Both are one conditional UPDATE on ``status = 'queued'`` (docs/design.md §2), so exactly one of them
 wins each race: a job cancelled while queued is refunded exactly once (its charge ``refunded``,
 the dataset's spent budget back down by exactly its cost) and never runs; a claimed job is never
 refunded (the cancel becomes a request the running job honours) and the budget stays spent.

@@ -1,4 +1,4 @@
-"""Crash recovery of fit jobs (issue 4 items 3 and 6, DESIGN §2 ledger semantics).
+"""Crash recovery of fit jobs (issue 4 items 3 and 6, docs/design.md §2 ledger semantics).
 
 * A restart fails every job a crash left ``running`` (its budget stays spent: noise may have
   been drawn) and runs the ones still ``queued``.

@@ -1,4 +1,4 @@
-"""Datasets and their privacy budgets (issue 4; DESIGN §5)."""
+"""Datasets and their privacy budgets (issue 4; docs/design.md §5)."""
 
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ async def get_job(
     description=(
         "A queued job is cancelled at once and its budget charge refunded. A running job is "
         "asked to stop: it ends `cancelled` at its next progress report, and its budget stays "
-        "spent (DESIGN §2: a started job is never refunded, since its outcome could reveal "
+        "spent (docs/design.md §2: a started job is never refunded, since its outcome could reveal "
         "something). A finished job is a 409."
     ),
     response_model=JobRead,

@@ -1,4 +1,4 @@
-"""Datasets and their budget ledger: request and response models (issue 4, DESIGN §5).
+"""Datasets and their budget ledger: request and response models (issue 4, docs/design.md §5).
 
 The upload spec arrives as the JSON ``spec`` part of a multipart request. Its shape is checked
 here; the rules that need explanation (bounds must be declared, caps within the server

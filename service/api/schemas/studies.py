@@ -1,4 +1,4 @@
-"""Studies, contributions and aggregations (``/v1/studies``, issue 5, DESIGN §5)."""
+"""Studies, contributions and aggregations (``/v1/studies``, issue 5, docs/design.md §5)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Dataset ingestion: a public spec plus a CSV or Parquet file → validated, encoded chunks.
 
 The readers (:mod:`.readers`) cut the file into record batches; this module encodes them
-(:mod:`.codec`) and checks what needs the whole file (DESIGN §2):
+(:mod:`.codec`) and checks what needs the whole file (docs/design.md §2):
 
 * **Streaming, on every core.** Blocks are parsed and encoded on :data:`INGEST_THREADS`
   worker threads, a few at a time, and handed to ``on_chunk`` in file order, so memory stays

@@ -1,4 +1,4 @@
-"""Fit requests: validate, quote, charge and enqueue (issue 4 item 3, DESIGN §2 and §4).
+"""Fit requests: validate, quote, charge and enqueue (issue 4 item 3, docs/design.md §2 and §4).
 
 A fit is a charged job (:mod:`service.domain.jobs.charged`, which writes the ledger order,
 ``Idempotency-Key`` and the hand-off to the runner once for every charged job); this module

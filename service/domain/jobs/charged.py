@@ -1,4 +1,4 @@
-"""One contract for every job that spends privacy budget (DESIGN §2 "Ledger semantics").
+"""One contract for every job that spends privacy budget (docs/design.md §2 "Ledger semantics").
 
 A fit, a charged aggregation (``transfer``, ``feature``) and a federated fit differ only in
 what they check, how they calibrate and which datasets they charge. Everything else is written

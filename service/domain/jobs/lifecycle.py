@@ -5,7 +5,7 @@ from ``queued`` to ``cancelled``). Every transition is one conditional UPDATE on
 current status, so a worker claiming a job, a user cancelling it and a recovery pass can race
 without a job ending in two states, on SQLite and PostgreSQL alike.
 
-Ledger semantics (DESIGN §2): a job's charges were committed together with the queued job
+Ledger semantics (docs/design.md §2): a job's charges were committed together with the queued job
 (:mod:`service.domain.jobs.charged`) before any noise can be drawn, and nothing is released
 that exceeds them (:func:`check_release`). A job cancelled while still queued is refunded in
 the same transaction that cancels it. Once a worker has claimed a job it is

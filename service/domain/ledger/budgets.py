@@ -1,4 +1,4 @@
-"""The privacy budget ledger (DESIGN §2 "Ledger semantics", STYLE §4.6).
+"""The privacy budget ledger (docs/design.md §2 "Ledger semantics", STYLE §4.6).
 
 Every dataset has caps (ε_total, δ_total) and running totals spent, all integers in ledger units
 (:mod:`service.domain.ledger.units`: 1e-9 ε, 1e-15 δ; charges round up, caps round down), so
@@ -24,8 +24,8 @@ Guarantees:
 Transactions: these functions run inside the caller's open unit of work (``with uow:``) and do
 not commit, so a use case can create its job and charge its budget in one short transaction;
 the caller commits (that commit is the "charge committed before any noise is drawn" of
-DESIGN §2). On :class:`~service.domain.errors.BudgetExhaustedError` nothing was charged by the
-failing call; :func:`charge_many` rolls back the whole unit of work before raising, so none of
+docs/design.md §2). On :class:`~service.domain.errors.BudgetExhaustedError` nothing was
+charged by the failing call; :func:`charge_many` rolls back the whole unit of work before raising, so none of
 its charges survive.
 """
 

@@ -1,4 +1,4 @@
-"""Exact ledger units for ε and δ (DESIGN §2 "Ledger semantics", STYLE §4.6).
+"""Exact ledger units for ε and δ (docs/design.md §2 "Ledger semantics", STYLE §4.6).
 
 The budget ledger never adds floats: every ε is stored as an integer number of
 :data:`EPSILON_UNIT` (1e-9) and every δ as an integer number of :data:`DELTA_UNIT` (1e-15).

@@ -1,4 +1,4 @@
-"""The privacy record stored with every model (DESIGN §2, issue 4 item 4). Pure functions.
+"""The privacy record stored with every model (docs/design.md §2, issue 4 item 4). Pure functions.
 
 A record states what was protected and how: the mechanism, the (ε, δ) spent, the dataset(s)
 and the unit protected (one row, replace-one neighbours), the calibration used, how the total

@@ -1,6 +1,6 @@
 """Privacy records of federated fits: what every member may read of a federated job's
 calibration (only numbers that reveal no dataset's row count), the per-dataset charges, and
-the protocol's guarantee (DESIGN §2, §3; docs/privacy.md for what remains observable)."""
+the protocol's guarantee (docs/design.md §2, §3; docs/privacy.md for what remains observable)."""
 
 from __future__ import annotations
 
@@ -120,8 +120,8 @@ _PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
 
 
 _HIDDEN_NOTE: Final[str] = (
-    "numbers that depend on the sites' row counts are not shown (DESIGN §2: no row counts of "
-    "another site's dataset)"
+    "numbers that depend on the sites' row counts are not shown (docs/design.md §2: no row "
+    "counts of another site's dataset)"
 )
 
 

@@ -5,7 +5,7 @@ coefficient vectors, :func:`service.dp.aggregation.average_coefficients`. It rea
 it is cheap: it runs inside the request and its job is stored already ``succeeded`` (kind
 ``aggregate``), naming a model (``source = 'aggregate'``) that every member of the study reads.
 
-Privacy (DESIGN §2, §3): averaging released models is post-processing, so nothing new is
+Privacy (docs/design.md §2, §3): averaging released models is post-processing, so nothing new is
 charged. The result's record lists every input model with the guarantee it carried, composes
 the verified guarantees per dataset (parallel across datasets, sequential — ε and δ add — when
 two inputs were fitted on the same dataset), labels an uploaded classifier's guarantee as the
@@ -79,7 +79,7 @@ def submit_aggregation(
     models, a dataset whose spec differs from the study's, or bad parameters), then the
     charge and the queued job in one transaction (409 when the budget cannot cover it),
     before any noise is drawn; ``Idempotency-Key`` honoured. A failure after the charge
-    leaves the budget spent (DESIGN §2); a cancel while queued refunds it.
+    leaves the budget spent (docs/design.md §2); a cancel while queued refunds it.
     """
     if isinstance(request, AggregationRequest):
         return average(

@@ -7,7 +7,7 @@ steps over
 that site's own rows only (:mod:`service.dp.federated`), and only the final model is released,
 to every member of the study.
 
-Order of a federated fit (the same ledger rules as a single fit, DESIGN §2):
+Order of a federated fit (the same ledger rules as a single fit, docs/design.md §2):
 
 1. validate everything public with :func:`service.dp.federated.federated_calibrate` on the
    granted datasets' public sizes: an unknown protocol, bad parameters, a dataset that is not
@@ -356,7 +356,8 @@ def _costs(
     The protocols spend the same on every dataset except ``noisy_average``, whose noise is
     calibrated to the smallest site: site i is protected at ε·min nₖ/nᵢ ≤ ε. Charging every
     site ε (an upper bound of its spend) keeps the charges, which the coordinator sees, from
-    revealing the sites' relative sizes (DESIGN §2: no row counts of another site's dataset).
+    revealing the sites' relative sizes (docs/design.md §2: no row counts of another site's
+    dataset).
     """
     if not calibration.private:
         return [(0.0, 0.0)] * len(participants)

@@ -3,7 +3,7 @@
 Each protocol runs the sites' local steps as separate computations over each site's own
 rows (a :class:`~service.dp.federated._common.Site` object per dataset is the only holder of
 its rows); a coordinator sees only the d-vectors the protocol lets cross. Protocols
-(DESIGN §3, multi-site table):
+(docs/design.md §3, multi-site table):
 
 * ``noisy_average`` — exact local fits averaged at a trusted aggregator plus one noise
   draw (seed 000 §4.4.1 scenario 2): ε-DP per dataset (ε·n_min/n_i for site i).

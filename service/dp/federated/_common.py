@@ -48,7 +48,7 @@ __all__ = [
 
 FloatArray = NDArray[np.float64]
 
-#: The federated protocols of DESIGN §3 (multi-site table), by API name.
+#: The federated protocols of docs/design.md §3 (multi-site table), by API name.
 FEDERATED_PROTOCOLS: tuple[str, ...] = ("noisy_average", "psgd", "admm", "distributed_lasso")
 
 T = TypeVar("T")

@@ -64,7 +64,7 @@ where u is what sites broadcast. Per ``perturbation``:
   factor 1 + 4u. The paper's last DVP step is
   not run: the released model averages the final broadcasts.
 
-Composition (the paper states a per-iteration guarantee only; DESIGN §3). Site p's dataset
+Composition (the paper states a per-iteration guarantee only; docs/design.md §3). Site p's dataset
 enters T released broadcasts, each α-DP given the public history (DVP: f's and λ's built
 from them; PVP: V's), so by adaptive composition the dataset is protected at the tighter of
 basic composition T·α and advanced composition α√(2T ln(1/δ′)) + Tα(e^α − 1) with δ′ (if

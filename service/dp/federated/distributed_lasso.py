@@ -46,7 +46,7 @@ nu/(1 − nu), u = 2⁻⁵³); the two neighbouring datasets' computed sums are 
 Δ_k = 2C + 2E(n_k) apart. The query point v_t is the same in both worlds (post-processing of
 released answers), and the coordinator's ISTA/FISTA steps in doubles are post-processing.
 The margin Δ_k/(2C) − 1 ≈ n_k²u (≈ 10⁻⁷ for 30 000 rows) depends on the site's row count,
-which no other party may learn (DESIGN §2), so it does not enter the public σ: the
+which no other party may learn (docs/design.md §2), so it does not enter the public σ: the
 calibration shows σ and ρ for the exact-arithmetic sensitivity 2C, and each site k scales its
 own noise to σ_k = σ·Δ_k/(2C) (``details["sites"][k]``, hidden with the sizes), which keeps
 every site's per-round cost at exactly the ρ₁ shown. The charged (ε, δ) is unchanged.

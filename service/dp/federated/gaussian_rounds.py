@@ -19,7 +19,7 @@ per-example gradients clipped to norm below C (:mod:`service.dp.clipping`). The 
   ε = ρ + 2√(ρ ln(1/δ))).
 
 The margin Δ_k/(2C) − 1 ≈ n_k²u depends on the site's row count, which no other party may
-learn (DESIGN §2), so it does not enter the public σ: each site scales its own noise to
+learn (docs/design.md §2), so it does not enter the public σ: each site scales its own noise to
 σ_k = σ·Δ_k/(2C) (:func:`site_noise`), which keeps every site's per-round cost at exactly the
 ρ₁ shown.
 

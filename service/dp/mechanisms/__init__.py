@@ -1,4 +1,4 @@
-"""Registry of PrivFit's single-dataset fit mechanisms (DESIGN §3), keyed by their API name.
+"""Registry of PrivFit's single-dataset fit mechanisms (docs/design.md §3), keyed by their API name.
 
 Every entry implements :class:`service.dp.base.Mechanism`; its module docstring states the
 mechanism's mathematics and privacy argument.

@@ -123,7 +123,7 @@ def chi_mean(d: int) -> float:
 
 
 def release(coef: NDArray[np.float64]) -> LinearModel:
-    """Round the released weights to the public grid (DESIGN §2) and wrap them."""
+    """Round the released weights to the public grid (docs/design.md §2) and wrap them."""
     return LinearModel(coef=noise.round_to_grid(np.asarray(coef, dtype=np.float64)))
 
 

@@ -1,5 +1,5 @@
 """``dp_sgd``: mini-batch SGD with differentially private updates (Song, Chaudhuri & Sarwate
-2013, via seed 001 §2.8 and DESIGN §3).
+2013, via seed 001 §2.8 and docs/design.md §3).
 
 Objective: J(w) = (1/n) Σ_i l(y_i wᵀx_i) + (λ/2)‖w‖², l convex with |l′| ≤ 1 (logistic or
 Huber), y_i ∈ {−1, +1}. Starting from w_0 = 0, each pass (epoch) over the data draws a fresh

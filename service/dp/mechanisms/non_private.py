@@ -3,7 +3,7 @@
 Guarantee: **none**. The released w* = argmin (1/n) Σ l(y_i wᵀx_i) + (λ/2)‖w‖² is a
 deterministic function of the data, so P[M(D) = w*_D]/P[M(D′) = w*_D] = 1/0 for neighbours
 with different minimisers: no finite ε holds. The calibration therefore reports ε = ∞ and
-δ = 0 (read: "no differential privacy"). DESIGN §3 allows it only for datasets uploaded with
+δ = 0 (read: "no differential privacy"). docs/design.md §3 allows it only for datasets uploaded with
 ``allow_non_private: true``; that rule belongs to the domain layer. It is the baseline the
 private mechanisms are compared with, and the ε → ∞ limit of output and objective
 perturbation.

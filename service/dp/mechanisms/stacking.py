@@ -1,5 +1,5 @@
 """``stacking_samples`` (PST-S) and ``stacking_features`` (PST-F): privacy-preserving stacking
-(Yao et al. 2019, seed 003 Algs. 2 and 3; DESIGN §3).
+(Yao et al. 2019, seed 003 Algs. 2 and 3; docs/design.md §3).
 
 Both mechanisms release a :class:`~service.dp.models.StackedModel`: K low-level linear
 models and one high-level linear model on their meta-features. The base mechanism at every

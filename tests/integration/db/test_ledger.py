@@ -1,5 +1,5 @@
-"""The budget ledger (:mod:`service.domain.ledger.budgets`) on SQLite and PostgreSQL (DESIGN §2,
-§4).
+"""The budget ledger (:mod:`service.domain.ledger.budgets`) on SQLite and PostgreSQL
+(docs/design.md §2, §4).
 
 Checks, at the domain level on a real database: exact arithmetic in ledger units, charges that
 are all-or-none (also for several datasets at once), idempotency keys charged once, refunds

@@ -163,7 +163,7 @@ def test_to_units_exact_decimal_and_rounding() -> None:
     assert acc.to_units(1 / 3, unit="epsilon") == 333_333_334
     assert acc.to_units(1 / 3, unit="epsilon", rounding="down") == 333_333_333
     assert acc.to_units(0.0, unit="epsilon") == 0
-    # DESIGN §2: spending 0.1 ten times from 1.0 succeeds, an eleventh fails.
+    # docs/design.md §2: spending 0.1 ten times from 1.0 succeeds, an eleventh fails.
     cap = acc.to_units(1.0, unit="epsilon", rounding="down")
     charge = acc.to_units(0.1, unit="epsilon")
     assert 10 * charge <= cap < 11 * charge
