@@ -1,8 +1,8 @@
 """Datasets: upload, listing, reading, deletion, their budget, and their content for fits.
 
 Tenancy (docs/design.md §5): a site sees and deletes only its own datasets; another site's
-dataset is a 404, never a 403, and nothing about it (not even whether it exists) leaks. The admin can read,
-list and delete every dataset (an operator removing data on request) but cannot upload one: a
+dataset is a 404, never a 403, and nothing about it (not even whether it exists) leaks. The
+admin can read, list and delete every dataset (an operator removing data on request) but cannot upload one: a
 dataset belongs to a site.
 
 Deletion removes the content (every ``dataset_chunk`` row) and sets ``deleted_at``, in one

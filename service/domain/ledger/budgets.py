@@ -25,8 +25,8 @@ Transactions: these functions run inside the caller's open unit of work (``with 
 not commit, so a use case can create its job and charge its budget in one short transaction;
 the caller commits (that commit is the "charge committed before any noise is drawn" of
 docs/design.md §2). On :class:`~service.domain.errors.BudgetExhaustedError` nothing was
-charged by the failing call; :func:`charge_many` rolls back the whole unit of work before raising, so none of
-its charges survive.
+charged by the failing call; :func:`charge_many` rolls back the whole unit of work before
+raising, so none of its charges survive.
 """
 
 from __future__ import annotations
