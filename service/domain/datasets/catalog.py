@@ -2,8 +2,8 @@
 
 Tenancy (docs/design.md §5): a site sees and deletes only its own datasets; another site's
 dataset is a 404, never a 403, and nothing about it (not even whether it exists) leaks. The
-admin can read, list and delete every dataset (an operator removing data on request) but cannot upload one: a
-dataset belongs to a site.
+admin can read, list and delete every dataset (an operator removing data on request) but
+cannot upload one: a dataset belongs to a site.
 
 Deletion removes the content (every ``dataset_chunk`` row) and sets ``deleted_at``, in one
 transaction. The dataset row and its ledger stay, so the owner can still read what was spent.
