@@ -333,7 +333,13 @@ def _fresh_share(case: Case, cal: FederatedCalibration) -> float:
 
 
 MALICIOUS = [
-    pytest.param(case, dual, id=f"{case.name}{'' if dual else '-no-dual-updates'}")
+    pytest.param(
+        case,
+        dual,
+        id=f"{case.name}{'' if dual else '-no-dual-updates'}",
+        # an ADMM job's solves take milliseconds: a few seconds for the 2 × 150 jobs
+        marks=[pytest.mark.slow] if case.protocol == "admm" else [],
+    )
     for case in PARTY_CASES
     for dual in ((True, False) if case.protocol == "admm" else (True,))
 ]
