@@ -22,7 +22,8 @@ Party level (no database; the party built exactly as the node builds it:
   Lasso ≈ σ_k√2 with the same mean on D and D′. More generally no linear combination of the
   node's T·d scalar messages cancels its noise: each scalar's residual after the least-squares
   fit on all the scalars before it (a Cholesky factor of their covariance across jobs) keeps
-  at least 0.8 of one answer's spread.
+  at least 0.8 of one answer's spread (dual perturbation: of that
+  spread times s/(s + cB_p), the least share of a round's objective noise its broadcast keeps).
 * *Adversarial points* (zero, huge, ±10³⁰⁰) are answered on the grid or refused; whether a
   node answers must not depend on one record (a refusal is an observed, noise-free bit). It
   does for ADMM's primal perturbation (both noises): its solve must reach a proved gradient
