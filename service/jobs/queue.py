@@ -143,6 +143,8 @@ class QueueJobRunner:
             raise ValueError("PRIVFIT_JOB_RUNNER=queue needs PostgreSQL")
         self._settings = settings
         self._uow_factory = uow_factory
+        #: The cap on one job's estimated work (row-feature passes) the domain enforces.
+        self.max_job_work = settings.max_job_work
         _quiet_engine_logs(settings)
         self._app = queue_app(settings.database_url)
         self._engine = make_engine(settings.database_url, pool_size=1)

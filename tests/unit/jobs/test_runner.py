@@ -109,22 +109,31 @@ def test_a_raising_job_is_reported_lost_and_not_resubmitted(
 def test_a_killed_worker_process_reports_its_jobs_and_the_pool_recovers(
     make_runner: Callable[..., PoolJobRunner], tmp_path: Path
 ) -> None:
-    recorder = Recorder(resubmit={"queued-behind"})
-    runner = make_runner("process", recorder, workers=1)
+    recorder = Recorder(resubmit={"sleep-bystander"})
+    runner = make_runner("process", recorder, workers=2)
     runner.start()
     runner.submit("sleep-victim")
-    runner.submit("queued-behind")  # waits in the pool behind the victim
+    runner.submit("sleep-bystander")
+    runner.submit("queued-behind")  # waits in the runner for a free slot
     wait_for(lambda: (tmp_path / "sleep-victim.started").exists())
+    wait_for(lambda: (tmp_path / "sleep-bystander.started").exists())
     pid = int((tmp_path / "sleep-victim.started").read_text())
     assert pid in runner.worker_pids()
+    assert not (tmp_path / "queued-behind.started").exists()
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: sorted(recorder.lost) == ["queued-behind", "sleep-victim"])
-    # the job the domain asked to resubmit runs on a fresh pool
+    # the broken pool loses both of its jobs; the domain has the bystander resubmitted
+    wait_for(lambda: sorted(recorder.lost) == ["sleep-bystander", "sleep-victim"])
+    # the job that was waiting for a slot never reached the broken pool: it runs on the
+    # fresh one without being lost
     wait_for(lambda: (tmp_path / "queued-behind.done").exists())
     assert int((tmp_path / "queued-behind.done").read_text()) != pid
+    (tmp_path / "release").touch()
+    wait_for(lambda: (tmp_path / "sleep-bystander.done").exists())
+    assert int((tmp_path / "sleep-bystander.done").read_text()) != pid
     assert not (tmp_path / "sleep-victim.done").exists()
     runner.submit("after")
     wait_for(lambda: (tmp_path / "after.done").exists())
+    assert sorted(recorder.lost) == ["sleep-bystander", "sleep-victim"]
 
 
 def test_recover_resubmits_what_the_domain_returns(
