@@ -100,14 +100,14 @@ def one_run(client: TestClient, args: argparse.Namespace, run: int) -> float:
         )
         job = response.json()
         while job["status"] in ("queued", "running"):  # Prefer: wait is capped: long polls
-            job = client.get(f"/v1/jobs/{job['id']}?wait=60", headers=b_headers).json()
+            job = client.get(f"/v1/jobs/{job['id']}?wait=30", headers=b_headers).json()
         waited = time.perf_counter() - started
         assert job["status"] == "succeeded", job
     finally:
         for job in jobs:
             client.post(f"/v1/jobs/{job}/cancel", headers=a_headers)
         for job in jobs:
-            client.get(f"/v1/jobs/{job}?wait=60", headers=a_headers)
+            client.get(f"/v1/jobs/{job}?wait=30", headers=a_headers)
     return waited
 
 
