@@ -23,7 +23,8 @@ from sqlalchemy import Engine, text
 from service.main import create_app
 from service.settings import Settings
 from tests.api.test_datasets import assert_problem, base_spec, csv_bytes, upload, wait_for_job
-from tests.conftest import SiteHandle, create_site, make_test_settings
+from tests.api.test_federated import consortium
+from tests.conftest import MakeSite, SiteHandle, create_site, make_test_settings
 
 #: A's long job: 10,000 passes of one-row updates over 1,000 rows (≈ 3.9·10⁹ row-feature
 #: passes; many minutes of one core), cancelled at the end of the test.
@@ -114,6 +115,38 @@ def test_tuned_fits_count_every_candidate(capped: TestClient, engine: Engine) ->
     body = assert_problem(response, 422, "job-too-large")
     assert body["work"] == pytest.approx(3 * (2_000 * (50 + 50 * 64) * 6 + 50 * 6))
     assert spent(engine) == (0, 0)
+
+
+@pytest.fixture
+def settings(db_url: str) -> Settings:
+    """The ``client`` and ``make_site`` fixtures' app, with the small cap."""
+    return make_test_settings(db_url, max_job_work=1e6)
+
+
+def test_a_federated_fit_over_the_cap_is_refused_without_naming_other_sites_rows(
+    client: TestClient, make_site: MakeSite, engine: Engine
+) -> None:
+    coordinator, _a, _b, _outsider, study, _datasets = consortium(client, make_site)
+    before = spent(engine)
+    body = {"protocol": "psgd", "epsilon": 1.0, "delta": 1e-7, "regularization": 0.05}
+    # 10,000 rounds over the members' 2 × 200 rows: far over 10⁶ row-feature passes
+    long = {**body, "params": {"iterations": 10_000}}
+    response = client.post(
+        f"/v1/studies/{study['id']}/federated-fits", json=long, headers=coordinator.headers
+    )
+    problem = assert_problem(response, 422, "job-too-large")
+    assert "work" not in problem  # computed from the members' row counts
+    assert problem["max_work"] == 1e6
+    assert spent(engine) == before
+    # a few rounds are within the cap and run
+    short = {**body, "params": {"iterations": 20}}
+    response = client.post(
+        f"/v1/studies/{study['id']}/federated-fits",
+        json=short,
+        headers={**coordinator.headers, "Prefer": "wait=30"},
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["status"] == "succeeded"
 
 
 # --- two workers, two sites -------------------------------------------------------------------
