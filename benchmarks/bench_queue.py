@@ -217,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                 "PRIVFIT_JOB_PROGRESS_INTERVAL": "0.2",
                 "PRIVFIT_MAX_REQUEST_BYTES": str(64 * 1024 * 1024),
                 "PRIVFIT_LOG_LEVEL": "WARNING",
+                # one site measures the throughput of every worker (no slot kept for others)
+                "PRIVFIT_MAX_SITE_WORKER_SHARE": "1",
             },
         )
         try:

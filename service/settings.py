@@ -133,6 +133,29 @@ class Settings(BaseSettings):
         ),
     )
     job_workers: int = Field(default=1, ge=1, le=64, description="Jobs run at the same time.")
+    max_job_work: float | None = Field(
+        default=5e10,
+        gt=0,
+        allow_inf_nan=False,
+        description=(
+            "Largest estimated work of one job, in row-feature passes (rows × features "
+            "touched; DP-SGD: epochs × (rows + 64 × updates per epoch) × features; a federated "
+            "fit: rounds over every hosted dataset). A bigger job is refused at submission "
+            "(422 `job-too-large`, nothing charged). The default is about 10–40 minutes of "
+            "one core; empty: no limit."
+        ),
+    )
+    max_site_worker_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description=(
+            "Largest share of the job slots (PRIVFIT_JOB_WORKERS, or the live `privfit "
+            "worker` processes of the queue) one site's jobs may hold at once: at least one "
+            "slot, at most ⌊share × slots⌋, so the others stay free for other sites' jobs. "
+            "Queued jobs start round-robin between sites. 1: no reservation."
+        ),
+    )
     job_progress_interval: float = Field(
         default=0.2,
         gt=0,
@@ -230,6 +253,11 @@ class Settings(BaseSettings):
         le=300,
         description="Node agent: how long one long poll for the next task waits.",
     )
+
+    @field_validator("max_job_work", mode="before")
+    @classmethod
+    def _empty_is_no_limit(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("rate_limit_failed_auth", "rate_limit_expensive")
     @classmethod

@@ -12,31 +12,53 @@ stays in ``service.db``); :mod:`service.jobs.queue` builds the runner and the wo
   their queue rows, and the workers seen recently (``/readyz``).
 * :class:`JobFinishedListener` — one ``LISTEN privfit_job_finished`` connection per API
   process; the migration's trigger notifies a job's id when it reaches a final state.
+* :class:`FairJobManager` — the workers' claim, fair between sites (issue 26 §4).
+
+Fair claims. The design changes procrastinate's *claim* only, not its tables or functions (no
+migration): each queue row's ``priority`` holds minus its start tag, computed at enqueue from
+the rows still queued or running (:func:`defer_in_transaction` with a :class:`FairPolicy`);
+a worker's ``fetch_job`` takes a transaction-level advisory lock (:data:`CLAIM_LOCK`), so
+claims are serialised and each sees the jobs every earlier claim started, reads each owner
+site's running count and its first queued row (highest priority, then oldest), counts the
+live workers (the slots), lets the policy choose, and marks that one row ``doing`` exactly as
+``procrastinate_fetch_job_v2`` would. The alternative of per-site queueing locks fixes each
+job's lane when it is queued (a site's job can wait behind its own long job while its other
+lane is idle) and cannot follow the number of live workers; a dispatcher would be a new
+process to run and watch. A worker that finds nothing it may start sleeps until the next
+``defer`` notification or procrastinate's polling interval; the worker that ends a job claims
+again at once.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import procrastinate
 import psycopg
+from procrastinate import jobs as procrastinate_jobs
+from procrastinate import manager as procrastinate_manager
 from procrastinate import sql as procrastinate_sql
+from psycopg.rows import dict_row
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
 from service.db.uow import UnitOfWork
 
 __all__ = [
+    "CLAIM_LOCK",
     "FINISHED_CHANNEL",
     "QUEUE_NAME",
     "TASK_NAME",
+    "FairJobManager",
+    "FairPolicy",
     "JobFinishedListener",
     "QueueStore",
+    "SiteHead",
     "StalledTask",
     "conninfo",
     "defer_in_transaction",
@@ -53,6 +75,132 @@ QUEUE_NAME: Final[str] = "privfit"
 FINISHED_CHANNEL: Final[str] = "privfit_job_finished"
 
 
+#: The advisory lock (``pg_advisory_xact_lock``) that serialises the workers' claims.
+CLAIM_LOCK: Final[int] = 0x7072_6976_6669_74  # "privfit"
+
+
+@dataclass(frozen=True, slots=True)
+class SiteHead:
+    """One owner site in the queue: its running tasks and its first queued one (the row's
+    id and start tag; None when it has nothing queued)."""
+
+    site: str
+    running: int
+    head_id: int | None
+    head_tag: int | None
+
+
+class FairPolicy(Protocol):
+    """The fairness rule the queue applies (:mod:`service.jobs.fairness`, given by the
+    runner: ``service.db`` holds the SQL, not the policy)."""
+
+    def start_tag(self, virtual_time: int, previous: int | None) -> int:
+        """A new job's start tag from V and its site's latest tag still queued or running."""
+        ...
+
+    def choose(self, sites: Sequence[SiteHead], slots: int) -> int | None:
+        """The queue row id to start now (one of the heads), or None."""
+        ...
+
+
+#: V (the largest tag running, else the smallest queued, else 0) and the latest tag of the
+#: new job's site among the rows still queued or running, in the enqueuing transaction.
+_TAG_STATE = text(
+    """
+    WITH active AS (
+        SELECT q.status, q.priority, j.owner_site_id AS site
+        FROM procrastinate_jobs AS q LEFT JOIN job AS j ON j.id = q.args ->> 'job_id'
+        WHERE q.queue_name = :queue AND q.status IN ('todo', 'doing')
+    )
+    SELECT
+        (SELECT -min(priority) FROM active WHERE status = 'doing') AS running_tag,
+        (SELECT -max(priority) FROM active WHERE status = 'todo') AS queued_tag,
+        (SELECT -min(a.priority) FROM active AS a JOIN job AS me ON me.id = :job_id
+         WHERE a.site = me.owner_site_id) AS previous
+    """
+)
+
+#: Each owner site's running count and first queued row (priority, then age), for a claim.
+_SITE_HEADS = """
+    WITH active AS (
+        SELECT q.id, q.status, q.priority, coalesce(j.owner_site_id, '') AS site
+        FROM procrastinate_jobs AS q LEFT JOIN job AS j ON j.id = q.args ->> 'job_id'
+        WHERE q.status IN ('todo', 'doing')
+          AND (%(queues)s::varchar[] IS NULL OR q.queue_name = ANY(%(queues)s::varchar[]))
+          AND (q.status = 'doing' OR q.scheduled_at IS NULL OR q.scheduled_at <= now())
+    ),
+    running AS (
+        SELECT site, count(*) AS running FROM active WHERE status = 'doing' GROUP BY site
+    ),
+    heads AS (
+        SELECT DISTINCT ON (site) site, id, priority FROM active WHERE status = 'todo'
+        ORDER BY site, priority DESC, id
+    )
+    SELECT coalesce(h.site, r.site) AS site, coalesce(r.running, 0) AS running,
+           h.id AS head_id, h.priority AS head_priority
+    FROM heads AS h FULL JOIN running AS r ON r.site = h.site
+"""
+
+_LIVE_WORKERS = """
+    SELECT count(*) AS workers FROM procrastinate_workers
+    WHERE last_heartbeat >= now() - make_interval(secs => %(secs)s)
+"""
+
+#: What ``procrastinate_fetch_job_v2`` does to the row it picks, for the row the policy chose.
+_CLAIM = """
+    UPDATE procrastinate_jobs SET status = 'doing', worker_id = %(worker_id)s
+    WHERE id = %(id)s AND status = 'todo'
+    RETURNING id, status, task_name, priority, lock, queueing_lock, args, scheduled_at,
+              queue_name, attempts, worker_id
+"""
+
+
+class FairJobManager(procrastinate_manager.JobManager):
+    """procrastinate's job manager with PrivFit's fair claim (module docstring); everything
+    else (defer, finish, retry, heartbeats) is procrastinate's own."""
+
+    def __init__(
+        self,
+        connector: procrastinate.PsycopgConnector,
+        *,
+        policy: FairPolicy,
+        live_worker_seconds: float,
+    ) -> None:
+        super().__init__(connector)
+        self._psycopg = connector
+        self._policy = policy
+        self._live_worker_seconds = live_worker_seconds
+
+    async def fetch_job(
+        self, queues: Iterable[str] | None, worker_id: int
+    ) -> procrastinate_jobs.Job | None:
+        names = None if queues is None else list(queues)
+        async with self._psycopg.pool.connection() as connection, connection.transaction():
+            cursor = connection.cursor(row_factory=dict_row)
+            await cursor.execute("SELECT pg_advisory_xact_lock(%(key)s)", {"key": CLAIM_LOCK})
+            await cursor.execute(_SITE_HEADS, {"queues": names})
+            sites = [
+                SiteHead(
+                    site=str(row["site"]),
+                    running=int(row["running"]),
+                    head_id=None if row["head_id"] is None else int(row["head_id"]),
+                    head_tag=None if row["head_priority"] is None else -int(row["head_priority"]),
+                )
+                for row in await cursor.fetchall()
+            ]
+            await cursor.execute(_LIVE_WORKERS, {"secs": self._live_worker_seconds})
+            live = await cursor.fetchone()
+            # The caller is a worker with a free slot, whatever the heartbeats say.
+            busy = sum(site.running for site in sites)
+            slots = max(int(live["workers"]) if live else 0, busy + 1)
+            chosen = self._policy.choose(sites, slots)
+            if chosen is None:
+                return None
+            await cursor.execute(_CLAIM, {"id": chosen, "worker_id": worker_id})
+            row = await cursor.fetchone()
+        return None if row is None else procrastinate_jobs.Job.from_row(row)
+
+
 def conninfo(database_url: str) -> str:
     """A libpq connection string for a ``postgresql+psycopg://`` SQLAlchemy URL (query options
     such as ``options=-csearch_path=…`` kept); ValueError for any other database."""
@@ -63,16 +211,25 @@ def conninfo(database_url: str) -> str:
 
 
 def queue_app(
-    database_url: str, *, run_job: Callable[[str], object] | None = None
+    database_url: str,
+    *,
+    run_job: Callable[[str], object] | None = None,
+    policy: FairPolicy | None = None,
+    live_worker_seconds: float = 30.0,
 ) -> procrastinate.App:
     """The procrastinate app on ``database_url``. ``run_job`` (workers only) is the task's body;
     the API defers by task name and never needs it. Not opened: a worker opens it with
-    ``run_worker``, the API defers on its own connection (:func:`defer_in_transaction`)."""
-    app = procrastinate.App(
-        connector=procrastinate.PsycopgConnector(
-            conninfo=conninfo(database_url), min_size=1, max_size=2
-        )
+    ``run_worker``, the API defers on its own connection (:func:`defer_in_transaction`).
+    With ``policy`` (workers), tasks are claimed by :class:`FairJobManager`, counting as
+    slots the workers that sent a heartbeat within ``live_worker_seconds``."""
+    connector = procrastinate.PsycopgConnector(
+        conninfo=conninfo(database_url), min_size=1, max_size=2
     )
+    app = procrastinate.App(connector=connector)
+    if policy is not None:
+        app.job_manager = FairJobManager(
+            connector, policy=policy, live_worker_seconds=live_worker_seconds
+        )
     if run_job is not None:
         body = run_job
 
@@ -83,13 +240,23 @@ def queue_app(
     return app
 
 
-def defer_in_transaction(app: procrastinate.App, uow: UnitOfWork, job_id: str) -> int:
+def defer_in_transaction(
+    app: procrastinate.App, uow: UnitOfWork, job_id: str, *, policy: FairPolicy | None = None
+) -> int:
     """Enqueue ``privfit.run_job(job_id)`` inside ``uow``'s open transaction (it commits or
-    rolls back with everything else the unit of work wrote); returns the queue row's id."""
+    rolls back with everything else the unit of work wrote); returns the queue row's id.
+    With ``policy``, the row's priority is minus the job's start tag (the job row, already
+    flushed in this transaction, names its site)."""
+    priority = 0
+    if policy is not None:
+        state = uow.session.execute(_TAG_STATE, {"queue": QUEUE_NAME, "job_id": job_id}).one()
+        running, queued, previous = (None if v is None else int(v) for v in state)
+        virtual_time = running if running is not None else queued if queued is not None else 0
+        priority = -policy.start_tag(virtual_time, previous)
     connection = uow.session.connection().connection.driver_connection
-    job = app.configure_task(TASK_NAME, queue=QUEUE_NAME, connection=connection).defer(
-        job_id=job_id
-    )
+    job = app.configure_task(
+        TASK_NAME, queue=QUEUE_NAME, connection=connection, priority=priority
+    ).defer(job_id=job_id)
     return int(job)
 
 

@@ -19,6 +19,12 @@ Worker side, :func:`run_workers` (``privfit worker``): ``--concurrency`` process
 core by default), each a procrastinate worker running one job at a time with one BLAS thread,
 so N processes use N cores instead of fighting over them.
 
+Fair use between sites (issue 26 §4): the API gives each queue row a start tag (its
+priority) and every worker claims through :class:`service.db.queue.FairJobManager`, which
+applies :mod:`service.jobs.fairness` under an advisory lock: round-robin between the owner
+sites of the queued jobs, and no site holds more than ⌊``PRIVFIT_MAX_SITE_WORKER_SHARE`` ×
+live workers⌋ (at least one) running jobs. :class:`SharePolicy` is that rule.
+
 Exactly-once noise: the task is never retried by procrastinate (``retry=False``), and the
 domain's claim (``queued → running``, one conditional UPDATE) lets one execution start a job.
 A worker that dies stops sending heartbeats; :func:`settle_stalled_jobs`, run by every API
@@ -44,17 +50,20 @@ from service.db.queue import (
     QUEUE_NAME,
     JobFinishedListener,
     QueueStore,
+    SiteHead,
     defer_in_transaction,
     queue_app,
 )
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.jobs.lifecycle import settle_stalled_job
+from service.jobs.fairness import Waiting, choose_next, start_tag
 from service.settings import Settings, get_settings
 
 __all__ = [
     "BLAS_THREAD_VARIABLES",
     "QueueJobRunner",
+    "SharePolicy",
     "run_workers",
     "settle_stalled_jobs",
 ]
@@ -70,6 +79,30 @@ BLAS_THREAD_VARIABLES: Final[tuple[str, ...]] = (
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
 )
+
+
+class SharePolicy:
+    """:mod:`service.jobs.fairness` for the queue: start tags at enqueue, the choice among
+    each site's first queued task at a claim (a :class:`service.db.queue.FairPolicy`)."""
+
+    def __init__(self, share: float) -> None:
+        self.share = share
+
+    def start_tag(self, virtual_time: int, previous: int | None) -> int:
+        return start_tag(virtual_time, previous)
+
+    def choose(self, sites: Sequence[SiteHead], slots: int) -> int | None:
+        heads = sorted(
+            (s for s in sites if s.head_id is not None and s.head_tag is not None),
+            key=lambda s: s.head_id or 0,
+        )
+        index = choose_next(
+            [Waiting(s.site, s.head_tag or 0) for s in heads],
+            {s.site: s.running for s in sites},
+            slots=slots,
+            share=self.share,
+        )
+        return None if index is None else heads[index].head_id
 
 
 def settle_stalled_jobs(
@@ -143,8 +176,11 @@ class QueueJobRunner:
             raise ValueError("PRIVFIT_JOB_RUNNER=queue needs PostgreSQL")
         self._settings = settings
         self._uow_factory = uow_factory
+        #: The cap on one job's estimated work (row-feature passes) the domain enforces.
+        self.max_job_work = settings.max_job_work
         _quiet_engine_logs(settings)
         self._app = queue_app(settings.database_url)
+        self._policy = SharePolicy(settings.max_site_worker_share)
         self._engine = make_engine(settings.database_url, pool_size=1)
         self.store = QueueStore(self._engine)
         self._listener = JobFinishedListener(settings.database_url)
@@ -168,7 +204,7 @@ class QueueJobRunner:
 
     def enqueue_in_transaction(self, uow: UnitOfWork, job_id: str) -> None:
         """Queue the job inside ``uow``'s open transaction (before its commit)."""
-        defer_in_transaction(self._app, uow, job_id)
+        defer_in_transaction(self._app, uow, job_id, policy=self._policy)
 
     def submit(self, job_id: str) -> None:
         """Nothing to do: the job was queued in the transaction that charged it."""
@@ -244,7 +280,12 @@ def serve_worker(settings: Settings, *, name: str, sweep: bool) -> None:
     _limit_blas_threads()
     _quiet_engine_logs(settings)
     job = job_function(WorkerConfig.from_settings(settings))
-    app = queue_app(settings.database_url, run_job=job)
+    app = queue_app(
+        settings.database_url,
+        run_job=job,
+        policy=SharePolicy(settings.max_site_worker_share),
+        live_worker_seconds=settings.queue_stalled_seconds,
+    )
     sweeper = None
     if sweep:
         engine = make_engine(settings.database_url, pool_size=1)

@@ -30,6 +30,14 @@ pool itself with ``kind="thread"``, a second, small thread pool beside the proce
 job), recovered (``needs_api_process`` tells the runner where a job it knows only by id goes)
 and dropped at shutdown exactly like the pool's own.
 
+Fair use between sites (issue 26 §4, :mod:`service.jobs.fairness`): a job goes to the pool
+only when a slot is free, and the runner picks which: round-robin between the owner sites of
+the queued jobs, never one of a site already holding ⌊``max_site_share`` × slots⌋ (at least
+one) running jobs. ``site_of`` reads a job's owner site. The API-process threads are a second
+set of slots under the same rule. ``max_job_work`` is the cap on one job's estimated work
+that the domain holds every submission to (:class:`~service.domain.jobs.lifecycle.
+WorkCappedScheduler`).
+
 A worker process that dies (killed, out of memory) breaks a process pool: every job it held is
 handed to ``on_lost`` in the API process (the domain marks a started job failed, budget kept
 spent, and says whether a still-queued job should be resubmitted), and a fresh pool replaces
@@ -44,7 +52,10 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
+
+from service.jobs.fairness import Waiting, choose_next, start_tag
 
 __all__ = [
     "JobFunction",
@@ -55,6 +66,7 @@ __all__ = [
     "PoolJobRunner",
     "RecoverFunction",
     "RunnerKind",
+    "SiteFunction",
     "WorkerFactory",
 ]
 
@@ -76,6 +88,8 @@ LostJobHandler = Callable[[str], bool]
 RecoverFunction = Callable[[], Sequence[str]]
 #: Says whether the job with this id must run in the API process (read from the job).
 PlacementFunction = Callable[[str], bool]
+#: The owner site of the job with this id (None when the job is gone).
+SiteFunction = Callable[[str], "str | None"]
 
 RunnerKind = Literal["process", "thread"]
 
@@ -126,6 +140,58 @@ def _warm_up() -> None:
     """A no-op task: makes the pool spawn (and initialise) a worker ahead of the first job."""
 
 
+# --- fair slots ----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Queued:
+    job_id: str
+    site: str
+    tag: int
+
+
+@dataclass(slots=True)
+class _Slots:
+    """One set of ``slots`` job slots (the pool, or the API-process threads) with the jobs
+    waiting for them; every field is guarded by the runner's lock."""
+
+    slots: int
+    waiting: list[_Queued] = field(default_factory=list)
+    running: dict[str, int] = field(default_factory=dict)
+    #: V: the start tag of the job started last.
+    virtual_time: int = 0
+    #: The start tag of each site's last job still queued or running.
+    last_tag: dict[str, int] = field(default_factory=dict)
+
+    def enqueue(self, job_id: str, site: str) -> None:
+        tag = start_tag(self.virtual_time, self.last_tag.get(site))
+        self.last_tag[site] = tag
+        self.waiting.append(_Queued(job_id, site, tag))
+
+    def pop_next(self, share: float) -> _Queued | None:
+        index = choose_next(
+            [Waiting(q.site, q.tag) for q in self.waiting],
+            self.running,
+            slots=self.slots,
+            share=share,
+        )
+        if index is None:
+            return None
+        job = self.waiting.pop(index)
+        self.running[job.site] = self.running.get(job.site, 0) + 1
+        self.virtual_time = job.tag
+        return job
+
+    def release(self, site: str) -> None:
+        left = self.running.get(site, 0) - 1
+        if left > 0:
+            self.running[site] = left
+        else:
+            self.running.pop(site, None)
+            if not any(q.site == site for q in self.waiting):
+                self.last_tag.pop(site, None)
+
+
 # --- the default runner ------------------------------------------------------------------
 
 
@@ -141,6 +207,11 @@ class PoolJobRunner:
     process with the job function ``api_worker`` builds (default: ``worker``), at most
     ``api_workers`` at a time (default: ``workers``); with ``kind="thread"`` they share the
     one thread pool. ``needs_api_process`` says, at recovery, which queued jobs those are.
+
+    Jobs wait in the runner (not in the executor) until :mod:`service.jobs.fairness` starts
+    them: ``site_of`` names each job's owner site (default: one site for all, i.e. first in,
+    first out) and ``max_site_share`` caps the slots one site holds. ``max_job_work`` is only
+    carried for the domain's submission check.
     """
 
     def __init__(
@@ -157,6 +228,9 @@ class PoolJobRunner:
         api_workers: int | None = None,
         needs_api_process: PlacementFunction | None = None,
         sole_api_process: bool = True,
+        site_of: SiteFunction | None = None,
+        max_site_share: float = 1.0,
+        max_job_work: float | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -164,6 +238,8 @@ class PoolJobRunner:
             raise ValueError(f"api_workers must be >= 1, got {api_workers}")
         if kind not in ("process", "thread"):
             raise ValueError(f"kind must be 'process' or 'thread', got {kind!r}")
+        if not 0.0 < max_site_share <= 1.0:
+            raise ValueError(f"max_site_share must lie in (0, 1], got {max_site_share}")
         self._worker = worker
         self._recover_jobs = recover_jobs
         self._on_lost = on_lost
@@ -185,6 +261,16 @@ class PoolJobRunner:
         self._closed = False
         self._resubmits: dict[str, int] = {}
         self._listeners: dict[str, list[JobListener]] = {}
+        self._site_of = site_of
+        self._share = max_site_share
+        #: The cap on one job's estimated work (row-feature passes) the domain enforces.
+        self.max_job_work = max_job_work
+        self._pool_slots = _Slots(workers)
+        self._api_slots = _Slots(self._api_workers)
+        #: Which slots a started job holds, and its site, by future.
+        self._holding: dict[Future[object], tuple[_Slots, str]] = {}
+        #: Broken pools replaced under the lock, shut down once it is released.
+        self._broken: list[Executor] = []
 
     # -- lifecycle --
 
@@ -200,6 +286,15 @@ class PoolJobRunner:
             self._closed = True
             executor, self._executor = self._executor, None
             api_executor, self._api_executor = self._api_executor, None
+            # Jobs still waiting for a slot stay queued in the database (recovered next start).
+            dropped = [
+                q.job_id for lane in (self._pool_slots, self._api_slots) for q in lane.waiting
+            ]
+            self._pool_slots.waiting.clear()
+            self._api_slots.waiting.clear()
+            listeners = [f for job_id in dropped for f in self._listeners.pop(job_id, [])]
+        for listener in listeners:
+            _tell(listener, None)
         # The API-process threads drop their jobs not yet started before the pool is waited
         # for (a thread pool may be shut down again, to wait, once it has been told to stop).
         if api_executor is not None:
@@ -224,29 +319,44 @@ class PoolJobRunner:
     # -- scheduling --
 
     def submit(self, job_id: str) -> None:
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("the job runner was shut down")
-            if self._executor is None:
-                self._executor = self._new_executor()
-            if self.kind == "thread":
-                if self._thread_job is None:
-                    self._thread_job = self._worker()
-                future = self._executor.submit(self._thread_job, job_id)
-            else:
-                future = self._executor.submit(_run_in_worker, job_id)
-            self._pending[future] = (job_id, self._executor)
-        future.add_done_callback(self._done)
+        self._enqueue(job_id, api_process=False)
 
     def submit_to_api_process(self, job_id: str) -> None:
         """Schedule the job on a thread of this (the API) process, whatever ``kind``: for a
         job that needs this process's memory (the site nodes' task exchange)."""
-        if self.kind == "thread":
-            self.submit(job_id)
-            return
+        self._enqueue(job_id, api_process=self.kind != "thread")
+
+    def _enqueue(self, job_id: str, *, api_process: bool) -> None:
+        """Queue the job for its slots (read its site first, outside the lock) and start
+        whatever the fairness rule lets start."""
+        site = "" if self._site_of is None else self._site_of(job_id) or ""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the job runner was shut down")
+            (self._api_slots if api_process else self._pool_slots).enqueue(job_id, site)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand the executors every job the fairness rule lets start now."""
+        started: list[Future[object]] = []
+        with self._lock:
+            for lane in (self._pool_slots, self._api_slots):
+                while not self._closed:
+                    queued = lane.pop_next(self._share)
+                    if queued is None:
+                        break
+                    future = self._start(queued.job_id, api_process=lane is self._api_slots)
+                    self._holding[future] = (lane, queued.site)
+                    started.append(future)
+            broken, self._broken = self._broken, []
+        for executor in broken:
+            executor.shutdown(wait=False, cancel_futures=True)
+        for future in started:
+            future.add_done_callback(self._done)
+
+    def _start(self, job_id: str, *, api_process: bool) -> Future[object]:
+        """Under the lock: give the job to its executor (a slot is free for it)."""
+        if api_process:
             if self._api_executor is None:
                 self._api_executor = ThreadPoolExecutor(
                     max_workers=self._api_workers, thread_name_prefix="privfit-api-job"
@@ -255,7 +365,22 @@ class PoolJobRunner:
                 self._thread_job = self._api_worker()
             future = self._api_executor.submit(self._thread_job, job_id)
             self._pending[future] = (job_id, self._api_executor)
-        future.add_done_callback(self._done)
+            return future
+        if self._executor is None:
+            self._executor = self._new_executor()
+        if self.kind == "thread":
+            if self._thread_job is None:
+                self._thread_job = self._worker()
+            future = self._executor.submit(self._thread_job, job_id)
+        else:
+            try:
+                future = self._executor.submit(_run_in_worker, job_id)
+            except BrokenProcessPool:  # a worker died and its callback has not run yet
+                self._broken.append(self._executor)
+                self._executor = self._new_executor()
+                future = self._executor.submit(_run_in_worker, job_id)
+        self._pending[future] = (job_id, self._executor)
+        return future
 
     def notify_when_done(self, job_id: str, callback: JobListener) -> bool:
         """Call ``callback`` (from a pool thread) once this runner's execution of ``job_id``
@@ -263,16 +388,26 @@ class PoolJobRunner:
         raised or was dropped); False, and no call, when this runner is not running the job
         (already finished, or run elsewhere). For long polls."""
         with self._lock:
-            if not any(job == job_id for job, _ in self._pending.values()):
+            waiting = (
+                q.job_id for lane in (self._pool_slots, self._api_slots) for q in lane.waiting
+            )
+            if not any(job == job_id for job, _ in self._pending.values()) and job_id not in set(
+                waiting
+            ):
                 return False
             self._listeners.setdefault(job_id, []).append(callback)
             return True
 
     @property
     def active(self) -> int:
-        """Jobs submitted and not finished yet (queued in the pool or running)."""
+        """Jobs submitted and not finished yet (waiting for a slot or running)."""
         with self._lock:
-            return len(self._pending)
+            return len(self._pending) + len(self._pool_slots.waiting) + len(self._api_slots.waiting)
+
+    def waiting_sites(self) -> list[str]:
+        """The owner sites of the jobs waiting for a slot, in arrival order (for tests)."""
+        with self._lock:
+            return [q.site for lane in (self._pool_slots, self._api_slots) for q in lane.waiting]
 
     def worker_pids(self) -> list[int]:
         """Process ids of the live worker processes (empty for threads); for ops and tests."""
@@ -305,24 +440,27 @@ class PoolJobRunner:
         with self._lock:
             entry = self._pending.pop(future, None)
             listeners = self._listeners.pop(entry[0], []) if entry is not None else []
+            holding = self._holding.pop(future, None)
+            if holding is not None:
+                holding[0].release(holding[1])
+        exc = None if future.cancelled() else future.exception()
+        broken = isinstance(exc, BrokenProcessPool)
+        if broken and entry is not None:
+            self._replace_broken_pool(entry[1])
+        if holding is not None:
+            self._dispatch()  # a slot is free: start the next job the rule allows
         returned = None
-        if listeners and not future.cancelled() and future.exception() is None:
+        if listeners and not future.cancelled() and exc is None:
             returned = future.result()
         for listener in listeners:
-            try:
-                listener(returned)
-            except Exception:  # a waiting request that went away must not break the pool
-                logger.exception("a job listener failed")
+            _tell(listener, returned)
         if entry is None or future.cancelled():
             return  # dropped at shutdown: still queued in the database
-        job_id, executor = entry
-        exc = future.exception()
+        job_id, _executor = entry
         if exc is None:
             return
-        broken = isinstance(exc, BrokenProcessPool)
         if broken:
             logger.error("job %s lost: its worker process died", job_id)
-            self._replace_broken_pool(executor)
         else:
             logger.error("job %s: worker raised", job_id, exc_info=exc)
         try:
@@ -350,3 +488,10 @@ class PoolJobRunner:
                 return  # shut down, or already replaced by an earlier callback
             self._executor = self._new_executor()
         broken.shutdown(wait=False, cancel_futures=True)
+
+
+def _tell(listener: JobListener, returned: object) -> None:
+    try:
+        listener(returned)
+    except Exception:  # a waiting request that went away must not break the pool
+        logger.exception("a job listener failed")

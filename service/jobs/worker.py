@@ -34,6 +34,7 @@ from service.domain.jobs.lifecycle import (
     JobHandler,
     JobOutcome,
     execute_job,
+    job_owner,
     needs_api_process,
     recover_jobs,
     settle_lost_job,
@@ -131,7 +132,8 @@ def build_runner(settings: Settings, uow_factory: UnitOfWorkFactory) -> JobRunne
     processes (or threads with ``job_runner = "thread"``, and always for an in-memory SQLite
     database, which other processes cannot open). Jobs that need the API process (a federated
     fit over site nodes) run on threads of it either way. ``uow_factory`` is the API process's
-    own, used for recovery and by the threads."""
+    own, used for recovery, to read each job's owner site (the pool starts jobs fairly
+    between sites) and by the threads."""
     config = WorkerConfig.from_settings(settings)
     if settings.job_runner == "queue":
         raise ValueError("the queue runner is service.jobs.queue.QueueJobRunner")
@@ -153,4 +155,7 @@ def build_runner(settings: Settings, uow_factory: UnitOfWorkFactory) -> JobRunne
             needs_api_process, uow_factory, rules=API_PROCESS_RULES
         ),
         sole_api_process=settings.workers == 1,
+        site_of=functools.partial(job_owner, uow_factory),
+        max_site_share=settings.max_site_worker_share,
+        max_job_work=settings.max_job_work,
     )

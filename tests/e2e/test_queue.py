@@ -61,7 +61,9 @@ def deployment(
 ) -> Iterator[Deployment]:
     """The deployment; every process's output is kept in a ``queue-logs`` temporary folder."""
     with fresh_database(postgres_base_url()) as url:
-        cluster = Cluster(url, ADMIN_KEY)
+        # One site's jobs may use every worker here (share 1): these tests fill the workers
+        # with one site's jobs; sharing them between sites is tests/e2e/test_queue_fairness.py.
+        cluster = Cluster(url, ADMIN_KEY, extra={"PRIVFIT_MAX_SITE_WORKER_SHARE": "1"})
         engine = create_engine(url)
         try:
             workers = [cluster.start_worker(f"worker-{i}") for i in range(3)]

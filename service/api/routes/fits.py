@@ -25,7 +25,8 @@ router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
     status_code=status.HTTP_202_ACCEPTED,
     summary="Fit a model on a dataset",
     description=(
-        "Validates the request (422 for an unknown mechanism or bad parameters, before "
+        "Validates the request (422 for an unknown mechanism or bad parameters, and 422 "
+        "`job-too-large` for a job whose estimated work exceeds the service's limit, before "
         "anything is spent), charges the dataset's budget with the fit's (ε, δ) (409 with the "
         "remaining budget when it cannot cover it) and queues a job: 202 with the job and its "
         "`Location`. Poll `GET /v1/jobs/{id}` until it ends (`?wait=s` for a long poll); a "

@@ -36,6 +36,7 @@ from service.domain.ledger import budgets
 from service.domain.ranges import calibrated, check_calibration
 from service.domain.records.base import json_safe
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, calibrate
+from service.dp.work import fit_work
 
 __all__ = [
     "FitQuote",
@@ -191,6 +192,12 @@ def submit_fit(
                     "epsilon": epsilon,
                     "delta": delta,
                 },
+                work=fit_work(
+                    request.mechanism,
+                    int(dataset.n_rows),
+                    int(dataset.n_features),
+                    calibration.details,
+                ),
             )
 
         return JobDraft(kind="fit", dataset_id=dataset.id, params=request.to_params(), price=price)

@@ -51,6 +51,7 @@ from service.domain.records.base import fit_privacy_record, json_safe, software_
 from service.dp import NON_PRIVATE_MECHANISMS, Calibration, FitResult
 from service.dp.prepared import PreparedDesign
 from service.dp.selection import MAX_CANDIDATES, Setting, grid, part_size, tune
+from service.dp.work import evaluation_work, fit_work
 
 __all__ = [
     "MAX_CANDIDATES",
@@ -140,9 +141,11 @@ def _check_values(
         raise _invalid(f"each candidate must be {rule}", loc)
 
 
-def _check(dataset: Dataset, request: TunedFitRequest) -> tuple[float, float, Calibration]:
+def _check(dataset: Dataset, request: TunedFitRequest) -> tuple[float, float, Calibration, float]:
     """422 for a bad candidate list or grid; else the cost (max over the grid, parallel
-    composition) and the first grid point's calibration at the part size."""
+    composition), the first grid point's calibration at the part size and the estimated work
+    (:mod:`service.dp.work`: every grid point's fit on its part, and scoring the held-out
+    part once per candidate)."""
     if request.candidates is not None:
         _check_values(
             request.candidates,
@@ -171,6 +174,8 @@ def _check(dataset: Dataset, request: TunedFitRequest) -> tuple[float, float, Ca
     part = _PartFacts(dataset, m)
     costs = []
     first: Calibration | None = None
+    d = int(dataset.n_features)
+    work = len(settings) * evaluation_work(m, d)
     for setting in settings:
         calibration = calibrate_fit(
             part.as_dataset(),
@@ -185,11 +190,12 @@ def _check(dataset: Dataset, request: TunedFitRequest) -> tuple[float, float, Ca
         )
         first = first or calibration
         costs.append((float(calibration.epsilon), float(calibration.delta)))
+        work += fit_work(request.base.mechanism, m, d, calibration.details)
     assert first is not None
     selection_epsilon = float(request.base.epsilon)
     epsilon = max(max(c[0] for c in costs), selection_epsilon)
     delta = max(c[1] for c in costs)
-    return epsilon, delta, first
+    return epsilon, delta, first, work
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +221,7 @@ def quote_tuned_fit(
     with uow:
         dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
-    epsilon, delta, calibration = _check(dataset, request)
+    epsilon, delta, calibration, _ = _check(dataset, request)
     details = json_safe(dict(calibration.details))
     settings = request.settings()
     details["tuning"] = {
@@ -258,7 +264,7 @@ def submit_tuned_fit(
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
 
         def price() -> Pricing:
-            epsilon, delta, _ = _check(require_live(dataset), request)
+            epsilon, delta, _, work = _check(require_live(dataset), request)
             return Pricing(
                 mechanism=request.base.mechanism,
                 charges=[DatasetCharge(dataset.id, dataset.owner_site_id, epsilon, delta)],
@@ -275,6 +281,7 @@ def submit_tuned_fit(
                         else {"step_size_candidates": list(request.step_sizes)}
                     ),
                 },
+                work=work,
             )
 
         return JobDraft(

@@ -10,6 +10,8 @@ once, here, in :func:`submit_charged_job`:
    (charged once, even once a dataset is gone) when it is the same request, and a key reused
    for a different request is a 422;
 3. ``draft.price()``: everything public is validated and calibrated; a 422 here spends nothing;
+   so is a job whose estimated work (``Pricing.work``, :mod:`service.dp.work`) exceeds the
+   runner's cap (``PRIVFIT_MAX_JOB_WORK``: 422 ``job-too-large``);
 4. one transaction: the ``queued`` job, its audit event, one charge per dataset (one
    conditional UPDATE each, in dataset-id order, all or none: a shortfall is a 409 and nothing
    is written), the study contributions it uses marked used; commit. Every charge is committed
@@ -52,6 +54,7 @@ from service.domain.jobs.lifecycle import (
     JobView,
     TransactionalScheduler,
     job_view,
+    max_job_work,
     runs_jobs_in_the_api_process,
 )
 from service.domain.ledger import budgets
@@ -63,6 +66,7 @@ __all__ = [
     "DatasetCharge",
     "ForeignBudgetExhaustedError",
     "JobDraft",
+    "JobTooLargeError",
     "Pricing",
     "SubmittedJob",
     "replayed_job",
@@ -100,6 +104,33 @@ class ForeignBudgetExhaustedError(BudgetExhaustedError):
         return {**members, "dataset_id": self.dataset_id, "limit": "dataset"}
 
 
+class JobTooLargeError(InvalidInputError):
+    """The job's estimated work exceeds what this service runs in one job (422
+    ``…/job-too-large``); nothing was charged. Names the cap, and the estimate when it is the
+    caller's own business (a job over the caller's own dataset)."""
+
+    slug = "job-too-large"
+    title = "Job too large"
+
+    def __init__(self, *, work: float | None, max_work: float) -> None:
+        super().__init__(
+            "this job's estimated work"
+            + ("" if work is None else f" ({work:.3g} row-feature passes)")
+            + f" exceeds this service's limit of {max_work:.3g} row-feature passes per job "
+            "(PRIVFIT_MAX_JOB_WORK); ask for fewer epochs, rounds or candidates, a larger "
+            "batch, or fewer rows. Nothing was charged.",
+            errors=[{"loc": ["body"], "msg": "the job's estimated work exceeds the limit"}],
+        )
+        self.work = work
+        self.max_work = max_work
+
+    def extensions(self) -> dict[str, Any]:
+        members: dict[str, Any] = {**super().extensions(), "max_work": self.max_work}
+        if self.work is not None:
+            members["work"] = self.work
+        return members
+
+
 @dataclass(frozen=True, slots=True)
 class DatasetCharge:
     """(ε, δ) to charge one dataset for the job (within ``grant_id``'s cap when the dataset
@@ -129,6 +160,12 @@ class Pricing:
     used_contributions: Sequence[str] = ()
     #: The calibration that set the cost, for a dry run's quote (single-dataset jobs).
     calibration: Calibration | None = None
+    #: The job's estimated work in row-feature passes (:mod:`service.dp.work`), held to the
+    #: runner's cap before anything is charged.
+    work: float = 0.0
+    #: Whether the estimate may be shown to the caller (False when it is computed from
+    #: another site's row counts, e.g. a federated fit's).
+    work_is_public: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +276,13 @@ def _charge_all(uow: UnitOfWork, actor: Principal, job_id: str, pricing: Pricing
         ) from None
 
 
+def _check_work(pricing: Pricing, runner: JobScheduler) -> None:
+    """A job estimated to need more than the runner's cap is a 422, before any charge."""
+    cap = max_job_work(runner)
+    if cap is not None and pricing.work > cap:
+        raise JobTooLargeError(work=pricing.work if pricing.work_is_public else None, max_work=cap)
+
+
 def submit_charged_job(
     uow: UnitOfWork,
     *,
@@ -269,6 +313,7 @@ def submit_charged_job(
                 "jobs elsewhere; nothing was charged"
             )
         pricing = drafted.price()
+        _check_work(pricing, runner)
     job_id = new_id()
     try:
         with uow:

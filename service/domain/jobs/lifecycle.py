@@ -57,15 +57,18 @@ __all__ = [
     "Release",
     "ReleaseExceedsChargeError",
     "TransactionalScheduler",
+    "WorkCappedScheduler",
     "cancel_job",
     "charged_amounts",
     "check_release",
     "execute_job",
     "get_job",
     "job_charge",
+    "job_owner",
     "job_problem",
     "job_view",
     "list_jobs",
+    "max_job_work",
     "needs_api_process",
     "read_job_statistics",
     "recover_jobs",
@@ -118,6 +121,21 @@ class ApiProcessScheduler(JobScheduler, Protocol):
         ...
 
 
+@runtime_checkable
+class WorkCappedScheduler(JobScheduler, Protocol):
+    """A runner that refuses jobs whose estimated work (row-feature passes,
+    :mod:`service.dp.work`) exceeds ``max_job_work`` (``PRIVFIT_MAX_JOB_WORK``; None: no cap),
+    so that no single job can hold a worker for hours. The check is made at submission,
+    before anything is charged (:func:`service.domain.jobs.charged.submit_charged_job`)."""
+
+    max_job_work: float | None
+
+
+def max_job_work(runner: JobScheduler) -> float | None:
+    """The most work ``runner`` accepts in one job (None: no cap)."""
+    return runner.max_job_work if isinstance(runner, WorkCappedScheduler) else None
+
+
 def runs_jobs_in_the_api_process(runner: JobScheduler) -> bool:
     """Whether ``runner`` can run a job on a thread of the one API process nodes poll."""
     return isinstance(runner, ApiProcessScheduler) and bool(runner.sole_api_process)
@@ -140,6 +158,14 @@ def needs_api_process(
             return False
         rule = rules.get(job.kind)
         return rule is not None and rule(dict(job.params))
+
+
+def job_owner(uow_factory: UnitOfWorkFactory, job_id: str) -> str | None:
+    """The owner site of the stored job ``job_id`` (None when there is none): what a runner
+    schedules fairly by (:mod:`service.jobs.fairness`)."""
+    with uow_factory() as uow:
+        job = uow.jobs.get(job_id)
+        return None if job is None else job.owner_site_id
 
 
 class JobCancelledError(Exception):

@@ -46,6 +46,7 @@ from service.domain.ranges import MAX_EPSILON, MIN_EPSILON
 from service.domain.records.base import json_safe, software_version
 from service.dp.evaluation import DEFAULT_BINS, epsilon_split_note, evaluate
 from service.dp.models import model_from_dict
+from service.dp.work import evaluation_work
 
 __all__ = [
     "EVALUATION_KIND",
@@ -178,6 +179,7 @@ def submit_evaluation(
                 charges=[DatasetCharge(dataset.id, dataset.owner_site_id, float(epsilon), 0.0)],
                 audit_action="evaluation.submitted",
                 audit_details={"dataset_id": dataset_id, "model_id": model_id, "epsilon": epsilon},
+                work=evaluation_work(int(dataset.n_rows), int(dataset.n_features)),
             )
 
         return JobDraft(

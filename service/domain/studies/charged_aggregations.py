@@ -55,6 +55,7 @@ from service.dp.multisite import (
     feature_method,
     transfer_method,
 )
+from service.dp.work import solve_work
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,8 @@ def _method_draft(
                 audit_details={"method": spec.method, "dataset_id": dataset.id},
                 used_contributions=[i.contribution_id for i in inputs],
                 calibration=calibration,
+                # one solve on the caller's dataset (stacking: over the K source scores)
+                work=solve_work(int(dataset.n_rows), int(dataset.n_features) + len(inputs)),
             )
 
         return JobDraft(

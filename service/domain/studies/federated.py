@@ -81,6 +81,7 @@ from service.dp.federated import (
     federated_fit,
 )
 from service.dp.federated.parties import REMOTE_PROTOCOLS
+from service.dp.work import federated_work
 
 __all__ = [
     "MAX_FEDERATED_DATASETS",
@@ -543,6 +544,15 @@ def submit_federated_fit(
                     ],
                 },
                 used_contributions=[p.grant.id for p in hosted],
+                work=federated_work(
+                    request.protocol,
+                    rounds=int(calibration.rounds),
+                    rows=[int(p.dataset.n_rows) for p in hosted],
+                    d=_width(participants[0]),
+                    remote=sum(isinstance(p, _RemoteParticipant) for p in participants),
+                ),
+                # computed from other sites' row counts: the caller sees only the cap
+                work_is_public=False,
             )
 
         return JobDraft(

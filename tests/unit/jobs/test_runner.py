@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 
 from service.domain.jobs.lifecycle import ApiProcessScheduler
-from service.jobs.runner import JobRunner, PlacementFunction, PoolJobRunner, RunnerKind
+from service.jobs.runner import (
+    JobRunner,
+    PlacementFunction,
+    PoolJobRunner,
+    RunnerKind,
+    SiteFunction,
+)
 from tests.unit.jobs._workers import file_worker
 
 TIMEOUT = 30.0
@@ -57,6 +63,8 @@ def make_runner(tmp_path: Path) -> Iterator[Callable[..., PoolJobRunner]]:
         workers: int = 1,
         *,
         needs_api_process: PlacementFunction | None = None,
+        site_of: SiteFunction | None = None,
+        max_site_share: float = 1.0,
     ) -> PoolJobRunner:
         runner = PoolJobRunner(
             worker=functools.partial(file_worker, str(tmp_path)),
@@ -65,6 +73,8 @@ def make_runner(tmp_path: Path) -> Iterator[Callable[..., PoolJobRunner]]:
             workers=workers,
             kind=kind,
             needs_api_process=needs_api_process,
+            site_of=site_of,
+            max_site_share=max_site_share,
         )
         runners.append(runner)
         return runner
@@ -109,22 +119,31 @@ def test_a_raising_job_is_reported_lost_and_not_resubmitted(
 def test_a_killed_worker_process_reports_its_jobs_and_the_pool_recovers(
     make_runner: Callable[..., PoolJobRunner], tmp_path: Path
 ) -> None:
-    recorder = Recorder(resubmit={"queued-behind"})
-    runner = make_runner("process", recorder, workers=1)
+    recorder = Recorder(resubmit={"sleep-bystander"})
+    runner = make_runner("process", recorder, workers=2)
     runner.start()
     runner.submit("sleep-victim")
-    runner.submit("queued-behind")  # waits in the pool behind the victim
+    runner.submit("sleep-bystander")
+    runner.submit("queued-behind")  # waits in the runner for a free slot
     wait_for(lambda: (tmp_path / "sleep-victim.started").exists())
+    wait_for(lambda: (tmp_path / "sleep-bystander.started").exists())
     pid = int((tmp_path / "sleep-victim.started").read_text())
     assert pid in runner.worker_pids()
+    assert not (tmp_path / "queued-behind.started").exists()
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: sorted(recorder.lost) == ["queued-behind", "sleep-victim"])
-    # the job the domain asked to resubmit runs on a fresh pool
+    # the broken pool loses both of its jobs; the domain has the bystander resubmitted
+    wait_for(lambda: sorted(recorder.lost) == ["sleep-bystander", "sleep-victim"])
+    # the job that was waiting for a slot never reached the broken pool: it runs on the
+    # fresh one without being lost
     wait_for(lambda: (tmp_path / "queued-behind.done").exists())
     assert int((tmp_path / "queued-behind.done").read_text()) != pid
+    (tmp_path / "release").touch()
+    wait_for(lambda: (tmp_path / "sleep-bystander.done").exists())
+    assert int((tmp_path / "sleep-bystander.done").read_text()) != pid
     assert not (tmp_path / "sleep-victim.done").exists()
     runner.submit("after")
     wait_for(lambda: (tmp_path / "after.done").exists())
+    assert sorted(recorder.lost) == ["sleep-bystander", "sleep-victim"]
 
 
 def test_recover_resubmits_what_the_domain_returns(
@@ -281,3 +300,81 @@ def test_shutdown_drops_unstarted_api_process_jobs_and_waits_for_running_ones(
     assert recorder.lost == []
     with pytest.raises(RuntimeError, match="shut down"):
         runner.submit_to_api_process("late")
+
+
+def site_of_job(job_id: str) -> str:
+    """The tests' jobs name their site after the first dash: ``sleep-A-1`` is site A's."""
+    return job_id.split("-")[1]
+
+
+@pytest.mark.parametrize("kind", ["thread", "process"])
+def test_another_sites_job_starts_while_one_site_fills_the_queue(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path, kind: RunnerKind
+) -> None:
+    """Two slots, share ½: site A's three long jobs hold one slot; site B's job, submitted
+    after them, runs at once on the other (without fairness it waits for a long job)."""
+    runner = make_runner(kind, Recorder(), workers=2, site_of=site_of_job, max_site_share=0.5)
+    runner.start()
+    for index in (1, 2, 3):
+        runner.submit(f"sleep-A-{index}")
+    wait_for(lambda: (tmp_path / "sleep-A-1.started").exists())
+    assert runner.waiting_sites() == ["A", "A"]
+    heard = threading.Event()
+    runner.submit("quick-B-1")
+    assert runner.notify_when_done("sleep-A-3", lambda _: heard.set())  # waiting: still known
+    wait_for(lambda: (tmp_path / "quick-B-1.done").exists())
+    assert not (tmp_path / "sleep-A-2.started").exists()
+    assert runner.active == 3  # A-1 running, A-2 and A-3 waiting for A's slot
+    (tmp_path / "release").touch()
+    for index in (1, 2, 3):
+        wait_for(lambda index=index: (tmp_path / f"sleep-A-{index}.done").exists())  # type: ignore[misc]
+    assert heard.wait(TIMEOUT)
+    wait_for(lambda: runner.active == 0)
+
+
+def test_sites_take_turns_for_one_slot() -> None:
+    """One slot: behind a running job, A's backlog of two and B's of two start B, A, B, A."""
+    gate = threading.Event()
+    started: list[str] = []
+
+    def job(job_id: str) -> None:
+        started.append(job_id)
+        if job_id == "A-0":
+            gate.wait(TIMEOUT)
+
+    runner = PoolJobRunner(
+        worker=lambda: job,
+        recover_jobs=list,
+        on_lost=lambda _: False,
+        kind="thread",
+        site_of=lambda job_id: job_id[0],
+    )
+    runner.start()
+    try:
+        runner.submit("A-0")  # holds the slot while the others queue
+        wait_for(lambda: started == ["A-0"])
+        for job_id in ("A-1", "A-2", "B-1", "B-2"):
+            runner.submit(job_id)
+        assert runner.waiting_sites() == ["A", "A", "B", "B"]
+        gate.set()
+        wait_for(lambda: runner.active == 0)
+        assert started == ["A-0", "B-1", "A-1", "B-2", "A-2"]
+    finally:
+        runner.shutdown()
+
+
+def test_shutdown_drops_jobs_waiting_for_a_slot_and_tells_their_listeners(
+    make_runner: Callable[..., PoolJobRunner], tmp_path: Path
+) -> None:
+    runner = make_runner("thread", Recorder(), workers=1, site_of=site_of_job)
+    runner.start()
+    runner.submit("sleep-A-1")
+    runner.submit("quick-A-2")
+    heard: list[object] = ["not called"]
+    assert runner.notify_when_done("quick-A-2", lambda returned: heard.__setitem__(0, returned))
+    runner.shutdown(wait=False)
+    assert heard == [None]
+    (tmp_path / "release").touch()
+    wait_for(lambda: (tmp_path / "sleep-A-1.done").exists())
+    time.sleep(0.1)
+    assert not (tmp_path / "quick-A-2.started").exists()
