@@ -68,6 +68,7 @@ __all__ = [
     "BLOCK_ROWS",
     "CertifiedRelease",
     "base_tolerance",
+    "certified_erm",
     "certified_solve",
     "combine_shares",
     "exp_enclosure",
@@ -571,7 +572,8 @@ def certified_solve(
     for its own ``tol``, then once for tol/64; :class:`ConvergenceError` with ``failure``
     (nothing released) when neither meets it. The bound comes from the solver's last pass
     (:func:`gradient_bound_from_pass`, O(n)) or, after a line search, from two passes of its
-    own (:func:`gradient_bound`)."""
+    own (:func:`gradient_bound`), which is also tried whenever the first does not meet the
+    threshold (so a failure is decided by the full bound)."""
     for attempt in range(2):
         result = solve_erm(
             X,
@@ -592,16 +594,46 @@ def certified_solve(
             "centre": centre,
             "centre_weight": centre_weight,
         }
+        bound = math.inf
         if result.final_pass is not None:
             bound = gradient_bound_from_pass(
                 result.final_pass, loss, result.coef, n=X.shape[0], **terms
             )
-        else:
+        if bound > threshold:  # no pass, or its bound too loose: two passes of our own
             bound = gradient_bound(X, y, loss, result.coef, **terms)
         if bound <= threshold:
             return result.coef
         initial = result.coef
     raise ConvergenceError(failure)
+
+
+def certified_erm(
+    X: FloatArray,
+    y: FloatArray,
+    loss: Loss,
+    *,
+    regularization: float,
+    tolerance: float,
+    failure: str,
+) -> FloatArray:
+    """A double ŵ with a *proved* ‖∇J(ŵ)‖ ≤ τ = ``tolerance`` for the noise-free objective
+    J(w) = (1/n)Σ l(y_i x_iᵀw) + (λ/2)‖w‖² in real arithmetic (λ the double given, so μ = λ
+    exactly): :func:`certified_solve` with b = 0 (an exact enclosure, e_b = 0) and the solver
+    asked for τ/4. By λ-strong convexity ‖ŵ − w*‖ ≤ τ/λ for the exact minimiser w*; output
+    perturbation and the noisy average charge 2τ/λ for it. :class:`ConvergenceError` with
+    ``failure`` (nothing released) when the bound is not met."""
+    d = int(np.shape(X)[1])
+    return certified_solve(
+        X,
+        y,
+        loss,
+        regularization=regularization,
+        extra_regularization=0.0,
+        noise=lattice.Enclosure(value=np.zeros(d), radius=0.0),
+        threshold=tolerance,
+        tol=tolerance * _SOLVER_SHARE,
+        failure=failure,
+    )
 
 
 def release_minimiser(
