@@ -12,10 +12,13 @@ Protocol (one communication round):
    (:func:`service.dp.certified.certified_erm`; a float check of the solver's own gradient
    norm is not enough). τ is public and the same for every site:
 
-       τ = 10⁻¹⁰ + 8(4096 + d)u + 4c·γ_d/λ
+       τ = max(τ₀, 2F),  τ₀ = 10⁻¹⁰ + 8(4096 + d)u + 4c·γ_d/λ
 
-   (:func:`service.dp.certified.tolerance` with L = 0 and 4096 rows, its value for any
-   n_k ≥ 4096 and an upper bound on it for smaller n_k, so τ reveals no site's size).
+   (τ₀ = :func:`service.dp.certified.tolerance` with L = 0 and 4096 rows, its value for any
+   n_k ≥ 4096 and an upper bound on it for smaller n_k; F =
+   :func:`service.dp.certified.certificate_floor` at b = 0 for 2⁴⁰ rows, a public bound on the
+   certificate at the double nearest w*_k, so a point meeting τ exists on every site with a
+   factor 2 to spare). τ reveals no site's size.
    λ-strong convexity gives ‖ŵ_k − w*_k‖ ≤ τ/λ for the exact minimiser w*_k. When the bound
    is not met the job fails and nothing is released. ŵ_k is never stored or released.
 2. The aggregator (the service itself, the trusted party of scenario 2) receives the K
@@ -51,8 +54,8 @@ m̂ + b, so the bound holds for the doubles released (issue 19 §1). The trust a
 service, and nothing but w_priv leaves it.
 
 When a certificate cannot be met: no noise enters the local objectives, so a failure is not a
-noise event; as for ``output_perturbation`` the certificate is feasible (docs/privacy.md) and a
-failure means a site's solver did not converge. The job fails with nothing released and the
+noise event; a point meeting τ exists on every site (τ ≥ 2F), so a failure means that a site's
+solver did not reach one. The job fails with nothing released and the
 charge kept; the guarantee does not cover that event (docs/privacy.md).
 """
 
@@ -127,12 +130,27 @@ class LocalFitter(Protocol):
     ) -> FloatArray: ...
 
 
-def tolerance(d: int, c: float, regularization: float) -> float:
-    """τ, the same for every site: :func:`certified.tolerance` with L = 0 and
-    ``certified.BLOCK_ROWS`` rows (≥ its value for any n_k; reveals no n_k)."""
-    return certified.tolerance(
-        n=certified.BLOCK_ROWS, d=d, c=c, strong_convexity=regularization, linear_bound=0.0
+#: the certificate floor is taken at this many rows (it grows with n, very slowly), so that τ
+#: holds for every site and reveals no site's size
+_ROWS_BOUND = 2**40
+
+
+def tolerance(d: int, loss: Loss, regularization: float) -> float:
+    """τ = max(τ₀, 2F), the same for every site: τ₀ = :func:`certified.tolerance` with L = 0
+    and ``certified.BLOCK_ROWS`` rows (≥ its value for any n_k), F =
+    :func:`certified.certificate_floor` at b = 0 for 2⁴⁰ rows (≥ its value for any n_k ≤ 2⁴⁰):
+    a point meeting τ exists on every site, with a factor 2 to spare; τ reveals no n_k."""
+    base = certified.tolerance(
+        n=certified.BLOCK_ROWS,
+        d=d,
+        c=float(loss.c),
+        strong_convexity=regularization,
+        linear_bound=0.0,
     )
+    floor = certified.certificate_floor(
+        n=_ROWS_BOUND, d=d, loss=loss, strong_convexity=regularization, noise_norm=0.0
+    )
+    return max(base, 2.0 * floor)
 
 
 def mean_rounding(sites: int, tau: float, regularization: float) -> Fraction:
@@ -158,7 +176,7 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
     K, d, lam, eps = problem.sites, problem.d, problem.regularization, problem.epsilon
     loss = problem.loss_object()
     n_min = min(problem.site_sizes)
-    tau = tolerance(d, float(loss.c), lam)
+    tau = tolerance(d, loss, lam)
     rho = mean_rounding(K, tau, lam)
     exact = {n: site_sensitivity(n, K, tau, lam, rho) for n in set(problem.site_sizes)}
     worst = exact[n_min]

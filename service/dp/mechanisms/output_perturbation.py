@@ -24,8 +24,13 @@ real-arithmetic gradient satisfies ‖∇J_D(ŵ_D)‖ ≤ τ (the certified rele
 margins, the loss derivatives, the blocked gradient sum and every later rounding; a float
 check of the solver's own gradient norm is not enough: it is itself rounded). τ is public:
 
-    τ = 10⁻¹⁰ + 8(min(n, 4096) + d)u + 4c·γ_d/λ     (:func:`service.dp.certified.tolerance`, L = 0)
+    τ = max(τ₀, 2F),  τ₀ = 10⁻¹⁰ + 8(min(n, 4096) + d)u + 4c·γ_d/λ
 
+(τ₀ = :func:`service.dp.certified.tolerance` with L = 0; F =
+:func:`service.dp.certified.certificate_floor` at b = 0, a public bound on the certificate at
+the double nearest w*, so a point meeting τ exists for every dataset, with a factor 2 to spare;
+F > τ₀/2 only where the margin terms ∝ c/λ dominate τ₀: λ ≲ 10⁻⁶ with few features, the
+Huber loss with d ≤ 4)
 (u = 2⁻⁵³, γ_d = du/(1 − du)). For λ-strongly convex J_D,
 λ‖ŵ_D − w*_D‖² ≤ ⟨∇J_D(ŵ_D) − ∇J_D(w*_D), ŵ_D − w*_D⟩ ≤ τ‖ŵ_D − w*_D‖, so
 ‖ŵ_D − w*_D‖ ≤ τ/λ (λ is the double given, so μ = λ exactly), and by the triangle inequality
@@ -40,12 +45,11 @@ any ŵ_D within τ/λ of w*_D would do: the density of ŵ_D + b is a mixture of 
 of every centre of the neighbour's mixture), p_D(v) ≤ e^{βS}p_D′(v).
 
 When the certificate cannot be met. No noise enters this objective, so a failure is not a
-noise event: the certificate is feasible for every dataset (at the double nearest w*,
-‖∇J‖ ≤ (c + λ)u‖w*‖ and the proved bound adds at most twice its rounding terms, each a fraction
-of the corresponding term of τ: docs/privacy.md), and a failure means that the solver (Newton,
-then L-BFGS-B, then once more asked for τ/256) did not reach such a point. The job then fails
-with nothing released (the charge is kept); a failure reveals that the solver did not converge
-on D, which the guarantee does not cover (docs/privacy.md, "When a certificate fails").
+noise event, and a point that meets τ exists for every dataset (τ ≥ 2F above). A failure
+means that the solver (Newton, then L-BFGS-B, then once more asked for τ/256) did not reach
+such a point. The job then fails with nothing released (the charge is kept); that event
+depends on D and is not covered by the guarantee (docs/privacy.md, "When a certificate
+fails").
 
 Release in floating point (issue 19 §1). What leaves the service is the grid point
 γ·round((ŵ + b)/γ), γ = 2⁻³², clamped to ±2²⁰, with b's law sampled *exactly* (uniform bits
@@ -81,7 +85,13 @@ class OutputPerturbation:
     def calibrate(self, problem: Problem) -> Calibration:
         loss = check_common(problem, ())
         n, lam, eps, d = problem.n, problem.regularization, problem.epsilon, problem.d
-        tau = certified.tolerance(n=n, d=d, c=float(loss.c), strong_convexity=lam, linear_bound=0.0)
+        base = certified.tolerance(
+            n=n, d=d, c=float(loss.c), strong_convexity=lam, linear_bound=0.0
+        )
+        floor = certified.certificate_floor(
+            n=n, d=d, loss=loss, strong_convexity=lam, noise_norm=0.0
+        )
+        tau = max(base, 2.0 * floor)
         # S = 2/(nλ) + 2τ/λ in exact rational arithmetic (τ and λ the doubles used)
         exact = Fraction(2) / (n * Fraction(lam))
         slack = 2 * Fraction(tau) / Fraction(lam)
@@ -95,6 +105,7 @@ class OutputPerturbation:
             sensitivity=sensitivity,
             sensitivity_exact_minimiser=round_up(exact),
             certificate_tolerance=tau,
+            certificate_floor=floor,
             distance_to_exact_minimiser_bound=round_up(Fraction(tau) / Fraction(lam)),
             sensitivity_certificate_term=round_up(slack),
             beta=beta,
