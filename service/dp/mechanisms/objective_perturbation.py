@@ -60,6 +60,7 @@ from numpy.typing import NDArray
 
 from service.dp import certified
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.losses import get_loss
 from service.dp.mechanisms._common import (
     base_details,
     certified_minimiser,
@@ -166,11 +167,26 @@ def with_centre(
 ) -> Calibration:
     """The calibration for an objective with the public term (η/2)‖w − w₀‖² (transfer
     learning, PST-H; η already counted in its strong convexity): the certificate's public
-    bound L grows by η‖w₀‖, which only enlarges τ and the release noise (same ε_r)."""
+    bound L grows by η‖w₀‖, which only enlarges τ and the release noise (same ε_r); the
+    ``certificate_failure`` record is recomputed with the centre (it is not refused here: the
+    centre is known only when the fit runs)."""
     plan = certified.CertifiedRelease.from_details(calibration.details)
-    plan = plan.with_linear_bound(plan.linear_bound + centre_weight * norm_up(centre))
+    shift = centre_weight * norm_up(centre)
+    plan = plan.with_linear_bound(plan.linear_bound + shift)
     details = dict(calibration.details)
     details.update(plan.details())
+    if "certificate_failure" in details:  # the same record, for the centred objective
+        d = int(details["d"])
+        failure = certified.failure_details(
+            n=int(details["n"]),
+            d=d,
+            loss=get_loss(str(details["loss"]), h=float(details.get("huber_h", 0.5))),
+            strong_convexity=plan.strong_convexity,
+            tolerance=plan.tolerance,
+            centre_norm=shift,
+            log10_tail=partial(certified.norm_exponential_tail_log10, d, float(details["beta"])),
+        )
+        details.update(failure)
     return replace(calibration, details=details)
 
 
