@@ -35,10 +35,15 @@ centres (mixtures) gives P[M₂(D, θ) ∈ O] ≤ e^{ε_r}P[M₂(D′, θ) ∈ O
 lattice release, so the bound holds for the released doubles.
 
 If the certificate fails (G > τ after a second, tighter solve), the job fails with
-:class:`~service.dp.solvers.ConvergenceError` and nothing is released. τ is chosen so that
-this needs ‖b‖ about a thousand times beyond the public quantile in τ (module function
-:func:`tolerance`), a probability far below 2⁻¹⁰⁰⁰ for the laws used here; the guarantee
-above is for the runs that release.
+:class:`~service.dp.solvers.ConvergenceError` and nothing is released; the guarantee above is
+for the runs that release. When can it fail (issue 25 §3)? :func:`certificate_floor` is a
+public bound F(q) on G at the double nearest θ for ‖b̂‖/n = q, so a certifiable double exists
+while F(q) ≤ τ, i.e. ‖b‖ ≤ T = n·q*(1 − 2ρ_b) (:func:`feasible_noise_norm`), and the noise
+exceeds T with a public probability (:func:`failure_details`; usually far below 10⁻¹⁰⁰⁰,
+typically tens to hundreds of times the quantile L behind τ). Past that, only the solver's
+not converging (a data-dependent event, not covered) can fail a certificate.
+:func:`check_failure_probability` refuses, before any charge, requests with no certifiable
+point at b = 0 or a failure probability above 10⁻³⁰ (docs/privacy.md).
 
 The split. The expected coefficient shift is ≈ A/ε₁ from the objective's noise
 (A = 2d/(nμ) for the norm-exponential law) plus 2dτ/(μ ε_r) from Z; their sum is smallest at
