@@ -29,8 +29,9 @@ Sensitivity (seed 000 eqs 4.1–4.2, with unequal sizes, and the solver and the 
 computed). Replacing one record of D_i changes only site i's data. By CMS11 Cor. 8 (see
 ``output_perturbation``) ‖w*_i − w*_i′‖ ≤ 2/(n_i λ), so by the triangle inequality
 ‖ŵ_i − ŵ_i′‖ ≤ 2/(n_i λ) + 2τ/λ, and the real mean (1/K)Σŵ_k moves by at most
-(2/(n_i λ) + 2τ/λ)/K. The other sites' ŵ_k are the same doubles in both runs (their data
-and the deterministic solver are unchanged), but the computed mean rounds: any order of the
+(2/(n_i λ) + 2τ/λ)/K. The other sites' ŵ_k have the same law in both runs (they are
+computed from their own rows only), so the argument below holds given them and then for the
+mixture over them; the computed mean rounds, though: any order of the
 K − 1 additions is componentwise within γ_{K−1}Σ_k|ŵ_kj| of the exact sum, in ℓ₂ within
 γ_{K−1}Σ_k‖ŵ_k‖ ≤ γ_{K−1}·K·W, with W = (1 + τ)/λ ≥ ‖ŵ_k‖ (‖w*_k‖ ≤ 1/λ since λw*_k is
 minus a mean of vectors of norm ≤ 1); the division adds u(1 + γ_{K−1})W. So m̂ is within

@@ -1,5 +1,5 @@
-"""noisy_average: β = K·n_min·λ·ε/2 and per-site ε_i = ε·n_min/n_i against hand arithmetic; the
-released noise follows the calibrated law."""
+"""noisy_average: τ, β = ε/S with S = (2/(n_min λ) + 2τ/λ)/K + 2ρ and per-site ε_i = β·S_i
+against hand arithmetic; the released noise follows the calibrated law."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from service.dp.federated import federated_calibrate, federated_fit
 from service.dp.losses import HuberLoss, LogisticLoss
 from service.dp.solvers import minimize_erm
 from tests.unit.dp.federated._data import make_sites
-
 
 U = 2.0**-53
 KAPPA = 1 + 2.0**-20
@@ -137,7 +136,12 @@ def test_released_noise_norm_is_gamma_d_over_beta() -> None:
     lam, eps = 0.5, 2.0
     loss = LogisticLoss()
     mean = np.mean([minimize_erm(X, y, loss, regularization=lam) for X, y in sites], axis=0)
-    beta = 3 * 60 * lam * eps / 2  # = 90
+    # β = ε/S, S = (2/(60λ) + 2τ/λ)/3 + 2ρ with τ = 1e-10 + 8(4096 + 3)u + γ₃/λ (logistic)
+    # = 1.0364e-10 and ρ = (γ₂ + u(1 + γ₂))(1 + τ)/λ·κ = 6u: S = 0.0222222223604, β = 89.99999944
+    tau = 1e-10 + 8 * 4099 * U + _gamma(3) / lam
+    rho = (_gamma(2) + U * (1 + _gamma(2))) * (1 + tau) / lam * KAPPA
+    beta = eps / ((2 / (60 * lam) + 2 * tau / lam) / 3 + 2 * rho)
+    assert beta == pytest.approx(89.99999944, rel=1e-9)
     rng = np.random.default_rng(2024)
     norms = []
     directions = []
