@@ -475,13 +475,13 @@ def certificate_floor(
 
     With s = 1 + q(1 + ρ_b) + η‖w₀‖ (ρ_b = ``NOISE_RADIUS_RATIO``, so ‖b/n − ηw₀‖ ≤ s − 1):
     μθ is minus (1/n)Σl′y x + b/n − ηw₀, so ‖θ‖ ≤ s/μ and ‖ŵ‖ ≤ W = s(1 + 2u)/μ; ŵ is θ
-    rounded componentwise (‖ŵ − θ‖ ≤ u‖θ‖) and ∇J̃_b is (c + μ)-Lipschitz, so
-    ‖∇J̃_b(ŵ)‖ ≤ (c + μ)u·s/μ. The bound is G = ‖ĝ‖ + e ≤ ‖∇J̃_b(ŵ)‖ + 2e, and e (the
+    rounded componentwise (‖ŵ − θ‖ ≤ u‖θ‖ + √d·2⁻¹⁰⁷⁴) and ∇J̃_b is (c + μ)-Lipschitz, so
+    ‖∇J̃_b(ŵ)‖ ≤ (c + μ)(u·s/μ + √d·2⁻¹⁰⁷⁴). The bound is G = ‖ĝ‖ + e ≤ ‖∇J̃_b(ŵ)‖ + 2e, and e (the
     terms of :func:`loss_gradient_sum` and :func:`gradient_bound`, each at its worst: |l̂′| ≤ 1,
     ‖x_i‖ ≤ 1, |m_i| ≤ W(1 + γ_d)) is at most
 
         γ_B(1 + 2γ_n) + [n > B](2u + γ²_m)·1.01 + ē(1 + 2γ_n) + cγ_dW       (loss sum / n)
-        + u·1.01 + (2u + γ₂)μW + u(η‖w₀‖ + ‖p‖) + uq + ρ_b q + u(‖p‖ + ‖p‖ + η‖w₀‖ + q)
+        + u·1.01 + (2u + γ₂)μW + u(2η‖w₀‖ + ‖p‖) + uq + ρ_b q + u(2‖p‖ + η‖w₀‖ + q)
 
     with ‖p‖ ≤ 1.01 + μW (the partial sums), ē = :func:`derivative_error_bound`, B = 4096 and
     m = ⌈n/B⌉, all times κ and a safety factor. F is affine in q."""
@@ -504,13 +504,14 @@ def certificate_floor(
     tail = (
         u * 1.01
         + (2.0 * u + gamma(2)) * mu_hat * width
-        + u * (centre_norm + partial)
+        + u * (2.0 * centre_norm + partial)
         + u * q
         + NOISE_RADIUS_RATIO * q
         + u * (2.0 * partial + centre_norm + q)
     )
     error = (loss_sum + tail) * KAPPA
-    rounding = (c + mu_hat) * u * s / mu
+    # θ rounded to doubles: u relative per coordinate, or 2⁻¹⁰⁷⁵ where subnormal
+    rounding = (c + mu_hat) * (u * s / mu + math.sqrt(d) * _TINY)
     return (rounding + 2.0 * error) * _SAFE
 
 
