@@ -63,6 +63,7 @@ from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.losses import get_loss
 from service.dp.mechanisms._common import (
     base_details,
+    certificate_failure,
     certified_minimiser,
     check_common,
     jacobian_slack,
@@ -118,16 +119,7 @@ class ObjectivePerturbation:
             expected_coef_shift_bound=expected / (n * effective),
         )
         details.update(certificate.details())
-        failure = certified.failure_details(
-            n=n,
-            d=d,
-            loss=loss,
-            strong_convexity=certificate.strong_convexity,
-            tolerance=certificate.tolerance,
-            centre_norm=0.0,
-            log10_tail=partial(certified.norm_exponential_tail_log10, d, beta),
-        )
-        certified.check_failure_probability(failure, self.name)
+        failure = certificate_failure(problem, loss, details, certificate, mechanism=self.name)
         details.update(failure)
         return Calibration(
             epsilon=float(eps),

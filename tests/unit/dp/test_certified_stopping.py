@@ -279,7 +279,36 @@ def test_objective_perturbation_refuses_a_request_it_cannot_certify() -> None:
         )
 
 
-def test_every_accepted_objective_perturbation_request_fails_with_probability_below_1e_45() -> None:
+def test_gaussian_objective_perturbation_records_its_gaussian_tail() -> None:
+    """σ from the calibration; P[‖b‖ > T] ≤ exp(−(T/σ − √d)²/2) (Gaussian concentration)."""
+    cal = calibrate(
+        "gaussian_objective_perturbation",
+        n=1000,
+        d=4,
+        epsilon=1.0,
+        delta=1e-6,
+        regularization=0.01,
+    )
+    got = cal.details["certificate_failure"]
+    sigma = cal.details["sigma"]
+    excess = got["noise_norm_threshold"] / sigma - 2.0
+    assert got["log10_probability_bound"] == pytest.approx(-(excess**2) / 2 / math.log(10))
+    assert got["log10_probability_bound"] < -1000
+    assert "not charged as δ" in cal.composition
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "delta"),
+    [
+        ("objective_perturbation", 0.0),
+        ("generalized_objective_perturbation", 0.0),
+        ("generalized_objective_perturbation", 1e-6),
+        ("gaussian_objective_perturbation", 1e-6),
+    ],
+)
+def test_every_accepted_objective_perturbation_request_fails_with_probability_below_1e_45(
+    mechanism: str, delta: float
+) -> None:
     refused = 0
     for loss in ("logistic", "huber"):
         for d in (1, 3, 10, 100):
@@ -288,10 +317,11 @@ def test_every_accepted_objective_perturbation_request_fails_with_probability_be
                     for eps in (1e-3, 1.0, 100.0):
                         try:
                             cal = calibrate(
-                                "objective_perturbation",
+                                mechanism,
                                 n=n,
                                 d=d,
                                 epsilon=eps,
+                                delta=delta,
                                 regularization=lam,
                                 loss=loss,
                             )
@@ -301,7 +331,7 @@ def test_every_accepted_objective_perturbation_request_fails_with_probability_be
                             assert d <= 3
                             continue
                         assert cal.details["certificate_failure"]["log10_probability_bound"] < -45
-    assert 0 < refused < 30
+    assert refused < 30
 
 
 def test_output_perturbation_tolerance_covers_twice_the_floor() -> None:
