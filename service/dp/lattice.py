@@ -151,6 +151,7 @@ from service.dp.rounding import compensated_row_sums
 
 __all__ = [
     "CLAMP",
+    "ENCLOSURE_RELATIVE",
     "GRID",
     "GRID_EXPONENT",
     "RELEASE_NOTE",
@@ -1002,6 +1003,12 @@ def laplace_release(
 # ---- enclosures: the real noise vector itself, as doubles with a proved error bound ----------
 
 
+#: every fast-path coordinate of an enclosure is within this fraction of ‖ŷ‖/√d (the others
+#: take the decimal path, 2⁻⁶⁰ relative), so its radius is at most 2⁻³⁹‖value‖
+#: (:func:`service.dp.certified.certificate_floor` relies on it)
+ENCLOSURE_RELATIVE: Final[float] = 2.0**-40
+
+
 class Enclosure(NamedTuple):
     """A real random vector X known as doubles: ‖X − value‖₂ ≤ radius (rigorously).
 
@@ -1009,7 +1016,7 @@ class Enclosure(NamedTuple):
     (objective perturbation, :mod:`service.dp.certified`): X is the real-valued noise of the
     continuous mechanism, a deterministic function of exact uniforms, and ``value`` its
     evaluation with the same proved error bounds as the fast path above (the decimal path
-    where those bounds are too loose)."""
+    where those bounds are too loose, or above 2⁻⁴⁰‖value‖/√d): radius ≤ 2⁻³⁹‖value‖."""
 
     value: FloatArray
     radius: float
@@ -1027,7 +1034,11 @@ def _enclose(
     open from ``intervals`` (decimal), scaled back by the power of two ``unit`` (exact)."""
     y = block._y[0].copy()
     err = block._err[0].copy()
-    todo = [int(i) for i in np.flatnonzero(~np.isfinite(err))]
+    known = np.isfinite(err)
+    # a fast bound above ENCLOSURE_RELATIVE·‖ŷ‖/√d (rare: a tiny Gaussian norm or radial
+    # sum) goes to the decimal path too, so that radius ≤ 2⁻³⁹‖value‖ always
+    cap = ENCLOSURE_RELATIVE * math.sqrt(float(np.sum(y[known] ** 2)) / y.size)
+    todo = [int(i) for i in np.flatnonzero(~known | (err > cap))]
     if todo:
         for i, (lo, hi) in zip(todo, intervals(todo), strict=True):
             mid = float((lo + hi) / 2)  # Decimal → double: correctly rounded

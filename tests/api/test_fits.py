@@ -20,6 +20,7 @@ from tests.unit.jobs._flow import (
     TOY_FEATURES,
     budget,
     fit_body,
+    toy_csv,
     toy_spec,
     upload,
     wait_job,
@@ -411,3 +412,32 @@ def test_a_fit_is_audited_with_its_job_and_a_refused_one_leaves_no_trace(
     }
     assert _jobs_total(client, site) == 1
     assert [c["epsilon"] for c in budget(client, site.headers, dataset["id"])["charges"]] == [0.5]
+
+
+def test_an_objective_perturbation_fit_whose_certificate_is_out_of_reach_is_422(
+    client: TestClient, site: SiteHandle
+) -> None:
+    """2000 rows of one feature, the Huber loss, λ = 1e-8 and ε = 10 (Δ = c/(n(e⁵ − 1)) − λ
+    ≈ 3.4e-6): the Huber derivative's rounding at coefficients up to 1/(λ + Δ) is beyond the
+    certificate's τ, so no released model could be certified; refused from public numbers,
+    before any charge (issue 25 §3)."""
+    spec = toy_spec(epsilon=10.0)
+    spec["features"] = spec["features"][:1]
+    dataset = upload(client, site.headers, raw=toy_csv(2000), spec=spec)
+    body = fit_body(epsilon=10.0, loss="huber", regularization=1e-8)
+    for dry_run in ("false", "true"):
+        response = client.post(
+            f"/v1/datasets/{dataset['id']}/fits?dry_run={dry_run}", json=body, headers=site.headers
+        )
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"].startswith(PROBLEM_JSON)
+        assert "no minimiser can be certified" in response.json()["detail"]
+    _assert_untouched(client, site, dataset["id"])
+    # the logistic loss is fine there, and its record states the failure probability
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits?dry_run=true",
+        json={**body, "loss": "logistic"},
+        headers=site.headers,
+    )
+    assert response.status_code == 200, response.text
+    assert "not charged as δ" in response.text

@@ -25,7 +25,20 @@ from service.dp.federated import (
 #: Bₚ) and every per-site entry would reveal row counts of other sites' datasets.
 _PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
     "noisy_average": frozenset(
-        {"protocol", "K", "d", "epsilon", "delta", "loss", "lipschitz", "regularization", "noise"}
+        {
+            "protocol",
+            "K",
+            "d",
+            "epsilon",
+            "delta",
+            "loss",
+            "lipschitz",
+            "regularization",
+            "noise",
+            "certificate_tolerance",
+            "distance_to_exact_minimiser_bound",
+            "mean_rounding_bound",
+        }
     ),
     "psgd": frozenset(
         {
@@ -141,10 +154,13 @@ def public_composition(calibration: FederatedCalibration) -> str:
         )
     if calibration.protocol == "noisy_average":
         return (
-            "one release: the average of the K exact local minimisers plus noise ∝ exp(−β‖b‖) "
-            "with β = K·min nᵢ·λ·ε/2; the average moves by at most 2/(K nᵢ λ) when one record "
-            "of site i changes, so every dataset is protected at ε or better (the smallest at "
-            "exactly ε), and every dataset is charged ε"
+            "one release: the computed average of the K local minimisers plus noise "
+            "∝ exp(−β‖b‖) with β = ε/S; each local minimiser is certified (its gradient proved "
+            "≤ τ, so within τ/λ of the exact one), and the average moves by at most "
+            "S_i = (2/(nᵢ λ) + 2τ/λ)/K + 2ρ (ρ the rounding of the mean) when one record of "
+            "site i changes, so every dataset is protected at ε or better (the smallest at "
+            "exactly ε), and every dataset is charged ε; a site whose certificate is not met "
+            "fails the job with nothing released"
         )
     # PSGD's, ADMM's and the Lasso's statements name only public numbers (α, T, σ, ρ).
     return calibration.composition

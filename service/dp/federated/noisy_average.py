@@ -6,43 +6,73 @@ differentiable loss with |l′| ≤ 1 (logistic or Huber); ‖x‖ ≤ 1; y ∈ 
 
 Protocol (one communication round):
 
-1. Site k computes, inside its own computation, the exact minimiser of its local objective
-   w_k = argmin_w J_k(w),  J_k(w) = (1/n_k) Σ_{j∈D_k} l(y_j wᵀx_j) + (λ/2)‖w‖²
-   (solved to the solver's tight tolerance; non-convergence fails the job). w_k is never
-   stored or released.
+1. Site k computes, inside its own computation, a double ŵ_k with a *proved* bound
+   ‖∇J_k(ŵ_k)‖ ≤ τ on the real-arithmetic gradient of its local objective
+   J_k(w) = (1/n_k) Σ_{j∈D_k} l(y_j wᵀx_j) + (λ/2)‖w‖²
+   (:func:`service.dp.certified.certified_erm`; a float check of the solver's own gradient
+   norm is not enough). τ is public and the same for every site:
+
+       τ = max(τ₀, 2F),  τ₀ = 10⁻¹⁰ + 8(4096 + d)u + 4c·γ_d/λ
+
+   (τ₀ = :func:`service.dp.certified.tolerance` with L = 0 and 4096 rows, its value for any
+   n_k ≥ 4096 and an upper bound on it for smaller n_k; F =
+   :func:`service.dp.certified.certificate_floor` at b = 0 for 2⁴⁰ rows, a public bound on the
+   certificate at the double nearest w*_k, so a point meeting τ exists on every site with a
+   factor 2 to spare). τ reveals no site's size.
+   λ-strong convexity gives ‖ŵ_k − w*_k‖ ≤ τ/λ for the exact minimiser w*_k. When the bound
+   is not met the job fails and nothing is released. ŵ_k is never stored or released.
 2. The aggregator (the service itself, the trusted party of scenario 2) receives the K
-   vectors and releases only  w_priv = (1/K) Σ_k w_k + b,  b ~ ν(b) ∝ exp(−β‖b‖),
-   β = K · min_k n_k · λ · ε / 2   (‖b‖ ~ Gamma(shape d, scale 1/β), direction uniform).
+   vectors and releases only  w_priv = m̂ + b,  m̂ = fl(fl(Σ_k ŵ_k)/K) the computed mean,
+   b ~ ν(b) ∝ exp(−β‖b‖), β = ε/S (‖b‖ ~ Gamma(shape d, scale 1/β), direction uniform).
 
-Sensitivity (seed 000 eqs 4.1–4.2, with unequal sizes). Replacing one record of D_i changes
-only w_i, and by CMS11 Cor. 8 (see ``output_perturbation``) ‖w_i − w_i′‖ ≤ 2/(n_i λ). So
-the average moves by at most Δ_i = 2/(K n_i λ) ≤ 2/(K n_min λ).
+Sensitivity (seed 000 eqs 4.1–4.2, with unequal sizes, and the solver and the mean as
+computed). Replacing one record of D_i changes only site i's data. By CMS11 Cor. 8 (see
+``output_perturbation``) ‖w*_i − w*_i′‖ ≤ 2/(n_i λ), so by the triangle inequality
+‖ŵ_i − ŵ_i′‖ ≤ 2/(n_i λ) + 2τ/λ, and the real mean (1/K)Σŵ_k moves by at most
+(2/(n_i λ) + 2τ/λ)/K. The other sites' ŵ_k have the same law in both runs (they are
+computed from their own rows only), so the argument below holds given them and then for the
+mixture over them; the computed mean rounds, though: any order of the
+K − 1 additions is componentwise within γ_{K−1}Σ_k|ŵ_kj| of the exact sum, in ℓ₂ within
+γ_{K−1}Σ_k‖ŵ_k‖ ≤ γ_{K−1}·K·W, with W = (1 + τ)/λ ≥ ‖ŵ_k‖ (‖w*_k‖ ≤ 1/λ since λw*_k is
+minus a mean of vectors of norm ≤ 1); the division adds u(1 + γ_{K−1})W. So m̂ is within
+ρ = (γ_{K−1} + u(1 + γ_{K−1}))W (times κ = 1 + 2⁻²⁰) of the real mean in either run, and
 
-Privacy, per dataset. p_D(v)/p_D′(v) = exp(−β‖v − w̄_D‖)/exp(−β‖v − w̄_D′‖)
-≤ exp(β‖w̄_D − w̄_D′‖) ≤ exp(β Δ_i), so the release is ε_i-DP for site i's dataset with
+    S_i = (2/(n_i λ) + 2τ/λ)/K + 2ρ,   S = max_i S_i = S_{n_min}
 
-    ε_i = β · 2/(K n_i λ) = ε · n_min / n_i  ≤ ε,
+(S_i falls with n_i). β is the largest double with β·S ≤ ε in exact rational arithmetic.
+
+Privacy, per dataset. p_D(v)/p_D′(v) = exp(−β‖v − m̂_D‖)/exp(−β‖v − m̂_D′‖)
+≤ exp(β‖m̂_D − m̂_D′‖) ≤ exp(β S_i), so the release is ε_i-DP for site i's dataset with
+
+    ε_i = β·S_i ≤ ε   (rounded up; ≈ ε·n_min/n_i),
 
 exactly ε for the smallest site and less for larger ones; ε_i is what is charged to site i.
 No δ is spent. The other sites' data are fixed under a change to D_i (parallel composition
-over disjoint datasets). The released vector is the exact grid point γ·round((w̄ + b)/γ),
+over disjoint datasets). The released vector is the exact grid point γ·round((m̂ + b)/γ),
 γ = 2⁻³², with b's law sampled exactly (:mod:`service.dp.lattice`): post-processing of
-w̄ + b, so the bound holds for the doubles released (issue 19 §1). The trust assumption
-— the aggregator sees the raw local minimisers — is met because the aggregator is the
+m̂ + b, so the bound holds for the doubles released (issue 19 §1). The trust assumption
+— the aggregator sees the local minimisers — is met because the aggregator is the
 service, and nothing but w_priv leaves it.
+
+When a certificate cannot be met: no noise enters the local objectives, so a failure is not a
+noise event; a point meeting τ exists on every site (τ ≥ 2F), so a failure means that a site's
+solver did not reach one. The job fails with nothing released and the
+charge kept; the guarantee does not cover that event (docs/privacy.md).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from fractions import Fraction
 from functools import partial
 from typing import Protocol
 
 import numpy as np
 
-from service.dp import lattice
+from service.dp import certified, lattice
 from service.dp.accounting import PrivacyCost
+from service.dp.clipping import round_up, scale_for
 from service.dp.federated._common import (
     FederatedCalibration,
     FederatedProblem,
@@ -53,41 +83,110 @@ from service.dp.federated._common import (
     site_call,
 )
 from service.dp.losses import Loss
-from service.dp.solvers import solve_erm
+from service.dp.rounding import KAPPA, UNIT_ROUNDOFF, gamma
 from service.dp.validation import check_known_params
 
-__all__ = ["NAME", "NoisyAverageSite", "aggregate", "calibrate", "run"]
+__all__ = [
+    "NAME",
+    "NoisyAverageSite",
+    "aggregate",
+    "calibrate",
+    "mean_rounding",
+    "run",
+    "site_sensitivity",
+    "tolerance",
+]
 
 NAME = "noisy_average"
 ALLOWED_PARAMS: tuple[str, ...] = ()
 
 
 class NoisyAverageSite(Site):
-    """Site k of ``noisy_average``: fits its exact local minimiser on its own rows."""
+    """Site k of ``noisy_average``: fits its certified local minimiser on its own rows."""
 
-    def local_minimiser(self, loss: Loss, regularization: float) -> FloatArray:
-        """w_k = argmin (1/n_k) Σ l(y wᵀx) + (λ/2)‖w‖² (sent to the trusted aggregator only)."""
-        result = solve_erm(self._X, self._y, loss, regularization=regularization)
-        return self._send(result.coef)
+    def local_minimiser(self, loss: Loss, regularization: float, tolerance: float) -> FloatArray:
+        """ŵ_k with a proved ‖∇J_k(ŵ_k)‖ ≤ τ = ``tolerance``, J_k = (1/n_k) Σ l(y wᵀx) +
+        (λ/2)‖w‖² (sent to the trusted aggregator only)."""
+        coef = certified.certified_erm(
+            self._X,
+            self._y,
+            loss,
+            regularization=regularization,
+            tolerance=tolerance,
+            failure=(
+                f"site {self.index}'s local minimiser could not be certified to the tolerance "
+                "the sensitivity assumes; no model was released"
+            ),
+        )
+        return self._send(coef)
 
 
 class LocalFitter(Protocol):
-    """What the aggregator may ask a site: its local minimiser."""
+    """What the aggregator may ask a site: its certified local minimiser."""
 
     index: int
 
-    def local_minimiser(self, loss: Loss, regularization: float) -> FloatArray: ...
+    def local_minimiser(
+        self, loss: Loss, regularization: float, tolerance: float
+    ) -> FloatArray: ...
+
+
+#: the certificate floor is taken at this many rows (it grows with n, very slowly), so that τ
+#: holds for every site and reveals no site's size
+_ROWS_BOUND = 2**40
+
+
+def tolerance(d: int, loss: Loss, regularization: float) -> float:
+    """τ = max(τ₀, 2F), the same for every site: τ₀ = :func:`certified.tolerance` with L = 0
+    and ``certified.BLOCK_ROWS`` rows (≥ its value for any n_k), F =
+    :func:`certified.certificate_floor` at b = 0 for 2⁴⁰ rows (≥ its value for any n_k ≤ 2⁴⁰):
+    a point meeting τ exists on every site, with a factor 2 to spare; τ reveals no n_k."""
+    base = certified.tolerance(
+        n=certified.BLOCK_ROWS,
+        d=d,
+        c=float(loss.c),
+        strong_convexity=regularization,
+        linear_bound=0.0,
+    )
+    floor = certified.certificate_floor(
+        n=_ROWS_BOUND, d=d, loss=loss, strong_convexity=regularization, noise_norm=0.0
+    )
+    return max(base, 2.0 * floor)
+
+
+def mean_rounding(sites: int, tau: float, regularization: float) -> Fraction:
+    """ρ = (γ_{K−1} + u(1 + γ_{K−1}))·(1 + τ)/λ·κ: how far the computed mean of K vectors of
+    norm ≤ W = (1 + τ)/λ can be from their real mean (module docstring)."""
+    g = Fraction(gamma(sites - 1))
+    width = (1 + Fraction(tau)) / Fraction(regularization)
+    return (g + Fraction(UNIT_ROUNDOFF) * (1 + g)) * width * Fraction(KAPPA)
+
+
+def site_sensitivity(
+    n: int, sites: int, tau: float, regularization: float, rho: Fraction
+) -> Fraction:
+    """S_i = (2/(n_i λ) + 2τ/λ)/K + 2ρ, exactly (module docstring)."""
+    lam = Fraction(regularization)
+    return (Fraction(2) / (n * lam) + 2 * Fraction(tau) / lam) / sites + 2 * rho
 
 
 def calibrate(problem: FederatedProblem) -> FederatedCalibration:
-    """β = K·n_min·λ·ε/2; per-site ε_i = ε·n_min/n_i (module docstring)."""
+    """β = ε/S with S = (2/(n_min λ) + 2τ/λ)/K + 2ρ; per-site ε_i = β·S_i (module
+    docstring)."""
     check_known_params(problem.params, ALLOWED_PARAMS, NAME)
     K, d, lam, eps = problem.sites, problem.d, problem.regularization, problem.epsilon
-    n_min = min(problem.site_sizes)
-    beta = K * n_min * lam * eps / 2.0
-    sensitivity = 2.0 / (K * n_min * lam)
-    site_eps = [eps * (n_min / n) for n in problem.site_sizes]
     loss = problem.loss_object()
+    n_min = min(problem.site_sizes)
+    tau = tolerance(d, loss, lam)
+    rho = mean_rounding(K, tau, lam)
+    exact = {n: site_sensitivity(n, K, tau, lam, rho) for n in set(problem.site_sizes)}
+    worst = exact[n_min]
+    beta = scale_for(eps, worst)
+    # the smallest site is charged ε itself; the others β·S_i rounded up (≤ ε: S_i ≤ S)
+    site_eps = [
+        eps if n == n_min else min(eps, round_up(Fraction(beta) * exact[n]))
+        for n in problem.site_sizes
+    ]
     details = {
         "protocol": NAME,
         "K": K,
@@ -98,7 +197,11 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         "lipschitz": 1.0,
         "regularization": finite(lam),
         "n_min": n_min,
-        "sensitivity": finite(sensitivity),
+        "certificate_tolerance": finite(tau),
+        "distance_to_exact_minimiser_bound": finite(round_up(Fraction(tau) / Fraction(lam))),
+        "mean_rounding_bound": finite(round_up(rho)),
+        "sensitivity": finite(round_up(worst)),
+        "sensitivity_exact_minimisers": finite(round_up(Fraction(2) / (K * n_min * Fraction(lam)))),
         "beta": finite(beta),
         "noise": "norm_exponential",
         "noise_norm_distribution": f"Gamma(shape={d}, scale={1.0 / beta!r})",
@@ -107,7 +210,7 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         "sites": [
             {
                 "n": n,
-                "sensitivity": finite(2.0 / (K * n * lam)),
+                "sensitivity": finite(round_up(exact[n])),
                 "epsilon": finite(e),
                 "delta": 0.0,
             }
@@ -122,10 +225,13 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         private=True,
         details=details,
         composition=(
-            f"one release w̄ + b with b ∝ exp(−β‖b‖), β = K·min n_k·λ·ε/2 = {beta:.6g}; the "
-            f"average of the K = {K} exact local minimisers moves by at most 2/(K n_i λ) when "
-            f"one record of site i changes, so site i's dataset is protected at "
-            f"ε_i = ε·min n_k/n_i ≤ ε = {eps:g} (the smallest site at exactly ε); no δ"
+            f"one release m̂ + b with b ∝ exp(−β‖b‖), β = ε/S = {beta:.6g}: each site's "
+            f"local minimiser is certified (its gradient proved ≤ τ = {tau:.6g}, so within τ/λ "
+            f"of the exact one), and the computed average of the K = {K} of them moves by at "
+            f"most S_i = (2/(n_i λ) + 2τ/λ)/K + 2ρ (ρ = {float(rho):.3g} the rounding of the "
+            f"mean) when one record of site i changes, so site i's dataset is protected at "
+            f"ε_i = β·S_i ≤ ε = {eps:g} (the smallest site at exactly ε); no δ; a site whose "
+            f"certificate is not met fails the job with nothing released"
         ),
         rounds=1,
         notes=(
@@ -141,15 +247,21 @@ def aggregate(
     regularization: float,
     *,
     beta: float,
+    tolerance: float,
     rng: np.random.Generator | None,
     clock: RoundClock,
 ) -> FloatArray:
-    """The trusted aggregator: collects the K local minimisers (one round), releases the mean
+    """The trusted aggregator: collects the K certified local minimisers (one round, each
+    with a proved gradient ≤ ``tolerance``), releases their computed mean fl(fl(Σŵ_k)/K)
     plus ν(b) ∝ exp(−β‖b‖) noise. It never sees a site's rows."""
     local = [
-        site_call(site.index, partial(site.local_minimiser, loss, regularization)) for site in sites
+        site_call(site.index, partial(site.local_minimiser, loss, regularization, tolerance))
+        for site in sites
     ]
-    mean = np.mean(np.stack(local), axis=0)
+    total = np.zeros_like(local[0])
+    for coef in local:
+        total += coef
+    mean = total / len(local)
     clock.tick()
     released: FloatArray = lattice.norm_exponential_release(mean, beta=beta, rng=rng)
     return released
@@ -165,8 +277,16 @@ def run(
 ) -> FloatArray:
     sites = [NoisyAverageSite(k, X, y) for k, (X, y) in enumerate(data)]
     beta = float(calibration.details["beta"])
-    if not math.isfinite(beta) or beta <= 0.0:
-        raise ValueError("beta must be finite and positive")
+    tau = float(calibration.details["certificate_tolerance"])
+    for name, value in (("beta", beta), ("certificate_tolerance", tau)):
+        if not math.isfinite(value) or value <= 0.0:
+            raise ValueError(f"{name} must be finite and positive")
     return aggregate(
-        sites, problem.loss_object(), problem.regularization, beta=beta, rng=rng, clock=clock
+        sites,
+        problem.loss_object(),
+        problem.regularization,
+        beta=beta,
+        tolerance=tau,
+        rng=rng,
+        clock=clock,
     )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -22,6 +24,7 @@ from service.dp.validation import (
 
 __all__ = [
     "base_details",
+    "certificate_failure",
     "certified_minimiser",
     "check_common",
     "chi_mean",
@@ -164,3 +167,34 @@ def certified_minimiser(
         centre=centre,
         centre_weight=centre_weight,
     )
+
+
+def certificate_failure(
+    problem: Problem,
+    loss: Loss,
+    details: Mapping[str, Any],
+    certificate: certified.CertifiedRelease,
+    *,
+    mechanism: str,
+) -> dict[str, Any]:
+    """The ``certificate_failure`` record of an objective-perturbation-style calibration
+    (:func:`service.dp.certified.failure_details`: the noise norm beyond which no double may
+    meet the certificate and the probability of exceeding it, for the calibration's
+    norm-exponential ``beta`` or Gaussian ``sigma``), after refusing (422, before any charge)
+    a request for which that probability is above 10⁻³⁰ or no certifiable point is
+    guaranteed even without noise (:func:`service.dp.certified.check_failure_probability`)."""
+    if details["noise"] == "gaussian":
+        tail = partial(certified.gaussian_tail_log10, problem.d, float(details["sigma"]))
+    else:
+        tail = partial(certified.norm_exponential_tail_log10, problem.d, float(details["beta"]))
+    failure = certified.failure_details(
+        n=problem.n,
+        d=problem.d,
+        loss=loss,
+        strong_convexity=certificate.strong_convexity,
+        tolerance=certificate.tolerance,
+        centre_norm=0.0,
+        log10_tail=tail,
+    )
+    certified.check_failure_probability(failure, mechanism)
+    return failure

@@ -53,6 +53,7 @@ from service.dp import certified
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.mechanisms._common import (
     base_details,
+    certificate_failure,
     certified_minimiser,
     check_common,
     chi_mean,
@@ -131,6 +132,8 @@ class GaussianObjectivePerturbation:
             expected_coef_shift_bound=expected / (n * effective),
         )
         details.update(certificate.details())
+        failure = certificate_failure(problem, loss, details, certificate, mechanism=self.name)
+        details.update(failure)
         return Calibration(
             epsilon=float(eps),
             delta=float(delta),
@@ -142,7 +145,8 @@ class GaussianObjectivePerturbation:
                 f"privacy loss is "
                 f"≤ ε̃ = {epsilon_tilde:.6g} (noise) + {eps_objective - epsilon_tilde:.6g} "
                 f"(Jacobian) + ε_r = {certificate.epsilon:.6g} (release) except when ‖η‖ "
-                f"exceeds its χ²_{d} quantile, probability δ; {certificate.describe()}"
+                f"exceeds its χ²_{d} quantile, probability δ; {certificate.describe()}. "
+                f"{certified.failure_sentence(failure)}"
             ),
         )
 

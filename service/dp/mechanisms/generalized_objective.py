@@ -74,6 +74,7 @@ from service.dp import certified
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.mechanisms._common import (
     base_details,
+    certificate_failure,
     certified_minimiser,
     check_common,
     chi_mean,
@@ -195,6 +196,8 @@ class GeneralizedObjectivePerturbation:
             expected_coef_shift_bound=expected / (n * lam + kifer_delta),
         )
         details.update(certificate.details())
+        failure = certificate_failure(problem, loss, details, certificate, mechanism=self.name)
+        details.update(failure)
         return Calibration(
             epsilon=float(eps),
             delta=float(delta),
@@ -204,7 +207,8 @@ class GeneralizedObjectivePerturbation:
                 f"single release, ε = {eps:g} = Jacobian part ln(1 + c/(nλ + Δ_K)) = "
                 f"{jacobian_epsilon:.6g} + noise part ε_n = {epsilon_noise:.6g} (Kifer et al. "
                 f"2012 objective perturbation, replace-one neighbours) + release part ε_r = "
-                f"{certificate.epsilon:.6g}: {certificate.describe()}; {how}"
+                f"{certificate.epsilon:.6g}: {certificate.describe()}; {how}. "
+                f"{certified.failure_sentence(failure)}"
             ),
         )
 

@@ -36,19 +36,34 @@ Release in floating point (issue 19 §1): the argument above is about the exact 
 for a real b; PrivFit runs it at ε₁ = ε − ε_r (``epsilon_objective``) and releases the
 certified minimiser of :mod:`service.dp.certified` (``certified_release``): (ε₁ + ε_r)-DP
 for the released doubles.
+
+When the certificate can fail (issue 25 §3; ``certificate_failure``). A double meeting τ
+exists whenever ‖b‖ ≤ T = n·q*(1 − 2ρ_b), q* the largest ‖b̂‖/n with
+:func:`service.dp.certified.certificate_floor` ≤ τ (public: n, d, the loss, λ + Δ, τ). ‖b‖
+exceeds T with probability p ≤ Q(d, βT) (Gamma(d, 1/β) tail), recorded as
+``log10_probability_bound``: below 10⁻⁴⁵ for every (n ≥ 10, d, λ, ε) sampled in
+tests/unit/dp/test_certified_stopping.py, usually 10⁻¹⁰⁰⁰ or less. Calibration refuses
+(422, before any charge) a request with no such T (the Huber loss with d ≤ 3 and λ + Δ ≲ 10⁻⁵:
+the per-row rounding of the Huber derivative, ∝ u·c‖w‖, is then not covered by τ) or with
+p > 10⁻³⁰. p is not added to δ: the mechanism stays ε-DP for the runs that release, and
+counting failures it is (ε, p)-DP with p fifteen orders below the ledger's smallest δ unit.
+Below T a failure needs the solver not to converge (docs/privacy.md).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.dp import certified
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.losses import get_loss
 from service.dp.mechanisms._common import (
     base_details,
+    certificate_failure,
     certified_minimiser,
     check_common,
     jacobian_slack,
@@ -104,6 +119,8 @@ class ObjectivePerturbation:
             expected_coef_shift_bound=expected / (n * effective),
         )
         details.update(certificate.details())
+        failure = certificate_failure(problem, loss, details, certificate, mechanism=self.name)
+        details.update(failure)
         return Calibration(
             epsilon=float(eps),
             delta=0.0,
@@ -114,7 +131,8 @@ class ObjectivePerturbation:
                 f"part ln(1 + c/(n(λ+Δ))) = {jacobian_epsilon:.6g} (Chaudhuri et al. 2011, "
                 f"Alg. 2 with the determinant lemma, "
                 f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
-                f"ε_r = {certificate.epsilon:.6g}: {certificate.describe()}; no δ is spent"
+                f"ε_r = {certificate.epsilon:.6g}: {certificate.describe()}; no δ is spent. "
+                f"{certified.failure_sentence(failure)}"
             ),
         )
 
@@ -141,11 +159,26 @@ def with_centre(
 ) -> Calibration:
     """The calibration for an objective with the public term (η/2)‖w − w₀‖² (transfer
     learning, PST-H; η already counted in its strong convexity): the certificate's public
-    bound L grows by η‖w₀‖, which only enlarges τ and the release noise (same ε_r)."""
+    bound L grows by η‖w₀‖, which only enlarges τ and the release noise (same ε_r); the
+    ``certificate_failure`` record is recomputed with the centre (it is not refused here: the
+    centre is known only when the fit runs)."""
     plan = certified.CertifiedRelease.from_details(calibration.details)
-    plan = plan.with_linear_bound(plan.linear_bound + centre_weight * norm_up(centre))
+    shift = centre_weight * norm_up(centre)
+    plan = plan.with_linear_bound(plan.linear_bound + shift)
     details = dict(calibration.details)
     details.update(plan.details())
+    if "certificate_failure" in details:  # the same record, for the centred objective
+        d = int(details["d"])
+        failure = certified.failure_details(
+            n=int(details["n"]),
+            d=d,
+            loss=get_loss(str(details["loss"]), h=float(details.get("huber_h", 0.5))),
+            strong_convexity=plan.strong_convexity,
+            tolerance=plan.tolerance,
+            centre_norm=shift,
+            log10_tail=partial(certified.norm_exponential_tail_log10, d, float(details["beta"])),
+        )
+        details.update(failure)
     return replace(calibration, details=details)
 
 

@@ -4,7 +4,7 @@ Chaudhuri, Monteleoni & Sarwate 2011 (CMS11) Alg. 1 / Thm 6, via seed 000 Alg. 1
 
 Objective (public n, λ): J_D(w) = (1/n) Σ_i l(y_i wᵀx_i) + (λ/2)‖w‖², with l convex and
 differentiable, |l'| ≤ 1, ‖x_i‖ ≤ 1, y_i ∈ {−1, +1}. Release w_priv = ŵ_D + b with
-β = ε/S, S = 2/(nλ) + 2τ/λ (below).
+β = ε/S, S = 2/(nλ) + 2τ/λ (below; τ the public tolerance of the proved gradient bound).
 
 Sensitivity of the exact minimiser (derived; CMS11 Cor. 8). Let D, D′ differ in record i, so
 J_D′ = J_D + G with G(w) = (1/n)[l(y′wᵀx′) − l(y wᵀx)] and
@@ -18,16 +18,38 @@ Privacy. The density of w_priv at v is ∝ exp(−β‖v − w*_D‖), so by the
 p_D(v)/p_D′(v) ≤ exp(β‖ŵ_D − ŵ_D′‖) ≤ exp(βS) = e^ε. The noise is sampled as
 ‖b‖ ~ Gamma(d, 1/β) with a uniform direction; E‖b‖ = d/β = dS/ε.
 
-Solver tolerance (accounted). The solver returns a ŵ_D with ‖∇J_D(ŵ_D)‖ ≤ τ
-(τ = ``DEFAULT_TOLERANCE`` = 1e-10 for this objective, whose linear term is zero; it raises
-otherwise, :mod:`service.dp.solvers`). For λ-strongly convex J_D,
+Stopping on a proved bound (issue 25 §4). The solver's answer ŵ_D is released only when
+:func:`service.dp.certified.certified_erm` has *proved*, in IEEE-754 arithmetic, that the
+real-arithmetic gradient satisfies ‖∇J_D(ŵ_D)‖ ≤ τ (the certified release's bound on the
+margins, the loss derivatives, the blocked gradient sum and every later rounding; a float
+check of the solver's own gradient norm is not enough: it is itself rounded). τ is public:
+
+    τ = max(τ₀, 2F),  τ₀ = 10⁻¹⁰ + 8(min(n, 4096) + d)u + 4c·γ_d/λ
+
+(τ₀ = :func:`service.dp.certified.tolerance` with L = 0; F =
+:func:`service.dp.certified.certificate_floor` at b = 0, a public bound on the certificate at
+the double nearest w*, so a point meeting τ exists for every dataset, with a factor 2 to spare;
+F > τ₀/2 only where the margin terms ∝ c/λ dominate τ₀: λ ≲ 10⁻⁶ with few features, the
+Huber loss with d ≤ 4)
+(u = 2⁻⁵³, γ_d = du/(1 − du)). For λ-strongly convex J_D,
 λ‖ŵ_D − w*_D‖² ≤ ⟨∇J_D(ŵ_D) − ∇J_D(w*_D), ŵ_D − w*_D⟩ ≤ τ‖ŵ_D − w*_D‖, so
-‖ŵ_D − w*_D‖ ≤ τ/λ, and by the triangle inequality the released centre ŵ moves by at most
+‖ŵ_D − w*_D‖ ≤ τ/λ (λ is the double given, so μ = λ exactly), and by the triangle inequality
+the released centre moves by at most
 
     S = 2/(nλ) + 2τ/λ
 
-between neighbours. β = ε/S (= nλε/2 up to the factor 1/(1 + nτ)), so the guarantee holds for
-the model actually computed, not only for the exact minimiser.
+between neighbours. β is the largest double with β·S ≤ ε in exact rational arithmetic
+(:func:`service.dp.clipping.scale_for`), so the guarantee holds for the model actually
+computed, not only for the exact minimiser. Whatever the solver does (it is deterministic, but
+any ŵ_D within τ/λ of w*_D would do: the density of ŵ_D + b is a mixture of centres within S
+of every centre of the neighbour's mixture), p_D(v) ≤ e^{βS}p_D′(v).
+
+When the certificate cannot be met. No noise enters this objective, so a failure is not a
+noise event, and a point that meets τ exists for every dataset (τ ≥ 2F above). A failure
+means that the solver (Newton, then L-BFGS-B, then once more asked for τ/256) did not reach
+such a point. The job then fails with nothing released (the charge is kept); that event
+depends on D and is not covered by the guarantee (docs/privacy.md, "When a certificate
+fails").
 
 Release in floating point (issue 19 §1). What leaves the service is the grid point
 γ·round((ŵ + b)/γ), γ = 2⁻³², clamped to ±2²⁰, with b's law sampled *exactly* (uniform bits
@@ -38,19 +60,21 @@ of the continuous ŵ + b, so the bound above holds for the released doubles with
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp import lattice
+from service.dp import certified, lattice
 from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.clipping import round_up, scale_for
 from service.dp.mechanisms._common import base_details, check_common, release, report
-from service.dp.solvers import DEFAULT_TOLERANCE, minimize_erm
 
 __all__ = ["MECHANISM", "OutputPerturbation"]
 
 
 class OutputPerturbation:
-    """ε-DP output perturbation (CMS11 Alg. 1) with sensitivity 2/(nλ) + 2τ/λ."""
+    """ε-DP output perturbation (CMS11 Alg. 1) with sensitivity 2/(nλ) + 2τ/λ, τ proved."""
 
     name = "output_perturbation"
 
@@ -61,18 +85,29 @@ class OutputPerturbation:
     def calibrate(self, problem: Problem) -> Calibration:
         loss = check_common(problem, ())
         n, lam, eps, d = problem.n, problem.regularization, problem.epsilon, problem.d
-        exact = 2.0 / (n * lam)
-        solver_slack = 2.0 * DEFAULT_TOLERANCE / lam
-        sensitivity = exact + solver_slack
-        beta = eps / sensitivity
+        base = certified.tolerance(
+            n=n, d=d, c=float(loss.c), strong_convexity=lam, linear_bound=0.0
+        )
+        floor = certified.certificate_floor(
+            n=n, d=d, loss=loss, strong_convexity=lam, noise_norm=0.0
+        )
+        tau = max(base, 2.0 * floor)
+        # S = 2/(nλ) + 2τ/λ in exact rational arithmetic (τ and λ the doubles used)
+        exact = Fraction(2) / (n * Fraction(lam))
+        slack = 2 * Fraction(tau) / Fraction(lam)
+        sensitivity = round_up(exact + slack)
+        beta = scale_for(eps, exact + slack)
         expected = d / beta
         details = base_details(problem, loss)
         details.update(
             delta=0.0,
             noise="norm_exponential",
             sensitivity=sensitivity,
-            sensitivity_exact_minimiser=exact,
-            solver_tolerance=DEFAULT_TOLERANCE,
+            sensitivity_exact_minimiser=round_up(exact),
+            certificate_tolerance=tau,
+            certificate_floor=floor,
+            distance_to_exact_minimiser_bound=round_up(Fraction(tau) / Fraction(lam)),
+            sensitivity_certificate_term=round_up(slack),
             beta=beta,
             noise_norm_distribution=f"Gamma(shape={d}, scale={1.0 / beta!r})",
             expected_noise_norm=expected,
@@ -85,9 +120,11 @@ class OutputPerturbation:
             expected_noise_norm=expected,
             composition=(
                 f"single release, ε = {eps:g}: noise ∝ exp(−β‖b‖) with β = ε/S = {beta:.6g} "
-                f"added to the minimiser computed to ‖∇J‖ ≤ τ = {DEFAULT_TOLERANCE:g}, whose L2 "
-                f"sensitivity is S = 2/(nλ) + 2τ/λ = {sensitivity:.6g} (Chaudhuri et al. 2011, "
-                f"Thm 6, plus twice the distance τ/λ to the exact minimiser); no δ is spent"
+                f"added to a minimiser whose gradient is proved (in IEEE arithmetic) to be at "
+                f"most τ = {tau:.6g}, so within τ/λ of the exact one; its L2 sensitivity is "
+                f"S = 2/(nλ) + 2τ/λ = {sensitivity:.10g} (Chaudhuri et al. 2011, Thm 6, plus "
+                f"twice the distance τ/λ to the exact minimiser); no δ is spent. If the "
+                f"certificate is not met the job fails and nothing is released"
             ),
         )
 
@@ -103,9 +140,18 @@ class OutputPerturbation:
     ) -> FittedModel:
         loss = check_common(problem, ())
         beta = float(calibration.details["beta"])
+        tau = float(calibration.details["certificate_tolerance"])
         report(progress, 0.0)
-        coef = minimize_erm(
-            X, y, loss, regularization=problem.regularization, tol=DEFAULT_TOLERANCE
+        coef = certified.certified_erm(
+            X,
+            y,
+            loss,
+            regularization=problem.regularization,
+            tolerance=tau,
+            failure=(
+                "the minimiser could not be certified to the tolerance the sensitivity "
+                "assumes; no model was released"
+            ),
         )
         report(progress, 0.9)
         model = release(lattice.norm_exponential_release(coef, beta=beta, rng=rng))

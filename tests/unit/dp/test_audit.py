@@ -187,10 +187,14 @@ EPS1 = objective_budget(EPS, N, 1)
 # Δ = Δ_K/n = 0.2500050001.
 EPS_OP = EPS1 - math.log1p(C / (N * LAMBDA))  # 1.99000966906
 EPS_KIFER = EPS1 - math.log1p(C / (N * LAMBDA + 2.0 * C / EPS1))  # 1.99010770541
+# Output perturbation's certificate (Huber h = ½, c = 1, d = 1, λ = 25): τ = τ₀ =
+# 1e-10 + 8(4 + 1)u + 4cγ₁/λ = 1e-10 + 4.441e-15 + 1.8e-17 = 1.0000446e-10 (its floor F ≈ 10⁻¹⁴ is
+# far below τ₀/2), so S = 2/(nλ) + 2τ/λ = (2 + 2nτ)/(nλ)
+TAU_OUTPUT = 1e-10 + 40 * 2.0**-53 + 4 * 2.0**-53 / (1 - 2.0**-53) * (1 + 2.0**-20) / LAMBDA
 CASES = [
-    # output perturbation: w = w* + b, β = ε/S with S = 2/(nλ) (+ the solver's 2τ/λ, 10⁻⁸
-    # relatively); z's noise is b·nλ/2, Laplace with scale nλ/(2β) = 1/ε
-    Case("output_perturbation", 0.0, N * LAMBDA, laplace=1.0 / EPS),
+    # output perturbation: w = ŵ + b, β = ε/S; z's noise is b·nλ/2, Laplace with scale
+    # nλ/(2β) = nλS/(2ε) = (1 + nτ)/ε = (1 + 4.0000018e-10)/2
+    Case("output_perturbation", 0.0, N * LAMBDA, laplace=(1.0 + N * TAU_OUTPUT) / EPS),
     # objective perturbation: β = ε_n/2 on the gradient scale, z's noise b/2 has scale 1/ε_n
     # = 1/1.99000966906 = 0.50251012121 (ε_n = ε₁ − ε_J)
     Case("objective_perturbation", 0.0, N * LAMBDA, laplace=1.0 / EPS_OP),
@@ -243,7 +247,10 @@ def _calibration(case: Case) -> Calibration:
     if case.delta > 0.0:
         assert float(cal.details["sigma"]) == pytest.approx(case.sigma, rel=1e-9)
     elif case.name == "output_perturbation":
-        assert N * LAMBDA / (2.0 * float(cal.details["beta"])) == pytest.approx(case.laplace)
+        assert N * LAMBDA / (2.0 * float(cal.details["beta"])) == pytest.approx(
+            case.laplace, rel=1e-14
+        )
+        assert float(cal.details["certificate_tolerance"]) == pytest.approx(TAU_OUTPUT, rel=1e-14)
     else:
         assert 1.0 / (2.0 * float(cal.details["beta"])) == pytest.approx(case.laplace)
     return cal

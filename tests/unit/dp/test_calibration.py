@@ -21,24 +21,43 @@ from tests.unit.dp._budget import objective_budget
 # ---------------------------------------------------------------- output perturbation
 
 
+U = 2.0**-53
+
+
+def _gamma(k: int) -> float:
+    """γ_k = ku/(1 − ku), taken up by κ = 1 + 2⁻²⁰ as service.dp.rounding does."""
+    return k * U / (1 - k * U) * (1 + 2.0**-20)
+
+
 @pytest.mark.parametrize(
-    ("n", "d", "lam", "eps", "sensitivity", "beta"),
+    ("n", "d", "lam", "eps", "tau", "sensitivity", "beta"),
     [
-        # S = 2/(nλ) + 2τ/λ with the solver tolerance τ = 1e-10:
-        # 2/(1000·0.01) + 2e-10/0.01 = 0.2 + 2e-8 = 0.20000002; β = ε/S = 0.5/0.20000002
-        (1000, 5, 0.01, 0.5, 0.20000002, 2.499999750000025),
-        # 2/(30000·0.001) + 2e-10/0.001 = 1/15 + 2e-7 = 0.0666668666…; β = 1/S
-        (30000, 105, 0.001, 1.0, 0.06666686666666667, 14.999955000134998),
-        # 2/(50·2) + 2e-10/2 = 0.0200000001; β = 0.1/0.0200000001 = 4.999999975
-        (50, 1, 2.0, 0.1, 0.0200000001, 4.999999975),
+        # S = 2/(nλ) + 2τ/λ with the certificate's τ = 1e-10 + 8(min(n, 4096) + d)u + 4cγ_d/λ
+        # (logistic, c = 1/4): τ = 1e-10 + 8·1005u + γ₅/0.01 = 1e-10 + 8.926e-13 + 5.551e-14
+        # = 1.0094813e-10; S = 0.2 + 2τ/0.01 = 0.20000002018962612; β = 0.5/S = 2.4999997476
+        (1000, 5, 0.01, 0.5, 1.0094813e-10, 0.20000002018962612, 2.499999747629699),
+        # τ = 1e-10 + 8·4201u + γ₁₀₅/0.001 = 1e-10 + 3.7312e-12 + 1.16573e-11 = 1.1538859e-10;
+        # S = 1/15 + 2τ/0.001 = 0.066666897443847; β = 1/S = 14.99994807531
+        (30000, 105, 0.001, 1.0, 1.1538859e-10, 0.0666668974438475, 14.999948075314057),
+        # τ = 1e-10 + 8·51u + γ₁/2 = 1e-10 + 4.5297e-14 + 5.55e-17 = 1.0004535e-10;
+        # S = 0.02 + τ = 0.020000000100045354; β = 0.1/S = 4.99999997498866
+        (50, 1, 2.0, 0.1, 1.0004535e-10, 0.020000000100045354, 4.999999974988662),
     ],
 )
 def test_output_perturbation(
-    n: int, d: int, lam: float, eps: float, sensitivity: float, beta: float
+    n: int, d: int, lam: float, eps: float, tau: float, sensitivity: float, beta: float
 ) -> None:
     cal = calibrate("output_perturbation", n=n, d=d, epsilon=eps, regularization=lam)
-    assert cal.details["sensitivity"] == pytest.approx(sensitivity, rel=1e-12)
-    assert cal.details["beta"] == pytest.approx(beta, rel=1e-12)
+    exact_tau = 1e-10 + 8 * (min(n, 4096) + d) * U + 4 * 0.25 * _gamma(d) / lam
+    assert cal.details["certificate_tolerance"] == pytest.approx(exact_tau, rel=1e-14)
+    assert cal.details["certificate_tolerance"] == pytest.approx(tau, rel=1e-7)
+    assert cal.details["sensitivity_certificate_term"] == pytest.approx(2 * tau / lam, rel=1e-7)
+    assert cal.details["distance_to_exact_minimiser_bound"] == pytest.approx(tau / lam, rel=1e-7)
+    assert cal.details["sensitivity"] == pytest.approx(sensitivity, rel=1e-14)
+    assert cal.details["beta"] == pytest.approx(beta, rel=1e-14)
+    # β·S ≤ ε exactly, for S in rationals from the recorded doubles
+    exact = Fraction(2) / (n * Fraction(lam)) + 2 * Fraction(exact_tau) / Fraction(lam)
+    assert Fraction(cal.details["beta"]) * exact <= Fraction(eps)
     assert cal.expected_noise_norm == pytest.approx(d / beta, rel=1e-12)
     assert cal.details["expected_noise_norm"] == cal.expected_noise_norm
     assert (cal.epsilon, cal.delta) == (eps, 0.0)
@@ -49,7 +68,8 @@ def test_output_perturbation(
 def test_output_perturbation_is_not_seed_001s_2c_over_n() -> None:
     # seed 001's code: sensitivity 2C/N with C = 1/(nλ), i.e. 2/(n²λ): n times too small
     cal = calibrate("output_perturbation", n=200, d=3, epsilon=1.0, regularization=0.05)
-    assert cal.details["sensitivity"] == pytest.approx(2 / (200 * 0.05) + 2e-10 / 0.05)
+    tau = 1e-10 + 8 * 203 * U + 0.25 * 4 * _gamma(3) / 0.05
+    assert cal.details["sensitivity"] == pytest.approx(2 / (200 * 0.05) + 2 * tau / 0.05, rel=1e-14)
     assert cal.details["sensitivity"] != pytest.approx(2 / (200**2 * 0.05))
 
 

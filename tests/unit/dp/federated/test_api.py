@@ -290,7 +290,13 @@ def test_coordinators_see_only_d_vectors() -> None:
         for k, (X, y) in enumerate(data)
     ]
     noisy_average.aggregate(
-        spies, loss, 0.1, beta=5.0, rng=np.random.default_rng(0), clock=RoundClock(1, None)
+        spies,
+        loss,
+        0.1,
+        beta=5.0,
+        tolerance=1e-10,
+        rng=np.random.default_rng(0),
+        clock=RoundClock(1, None),
     )
     _check_only_vectors_crossed(log, 3)
 

@@ -1,9 +1,10 @@
-"""noisy_average: β = K·n_min·λ·ε/2 and per-site ε_i = ε·n_min/n_i against hand arithmetic; the
-released noise follows the calibrated law."""
+"""noisy_average: τ, β = ε/S with S = (2/(n_min λ) + 2τ/λ)/K + 2ρ and per-site ε_i = β·S_i
+against hand arithmetic; the released noise follows the calibrated law."""
 
 from __future__ import annotations
 
 import json
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -14,22 +15,51 @@ from service.dp.losses import HuberLoss, LogisticLoss
 from service.dp.solvers import minimize_erm
 from tests.unit.dp.federated._data import make_sites
 
+U = 2.0**-53
+KAPPA = 1 + 2.0**-20
+
+
+def _gamma(k: int) -> float:
+    return k * U / (1 - k * U) * KAPPA
+
 
 @pytest.mark.parametrize(
-    ("sizes", "lam", "eps", "beta", "sensitivity", "site_eps"),
+    ("sizes", "lam", "eps", "tau", "beta", "sensitivity", "site_eps"),
     [
-        # β = 3·300·0.05·5/2 = 112.5; 2/(3·300·0.05) = 2/45; ε_i = 5·300/n_i = 5, 3, 1.875
-        ((300, 500, 800), 0.05, 5.0, 112.5, 2 / 45, (5.0, 3.0, 1.875)),
-        # ten equal sites: β = 10·3000·0.001·1/2 = 15; 2/(10·3000·0.001) = 1/15
-        ((3000,) * 10, 0.001, 1.0, 15.0, 1 / 15, (1.0,) * 10),
-        # one site is output perturbation: β = nλε/2 = 1000·0.01·0.5/2 = 2.5
-        ((1000,), 0.01, 0.5, 2.5, 0.2, (0.5,)),
+        # logistic (c = 1/4), d = 7: τ = 1e-10 + 8(4096 + 7)u + γ₇/λ (the same for every
+        # site); ρ = (γ_{K−1} + u(1 + γ_{K−1}))(1 + τ)/λ·κ; S_i = (2/(n_i λ) + 2τ/λ)/K + 2ρ.
+        # K = 3, λ = 0.05: τ = 1e-10 + 3.6442e-12 + 1.554e-14 = 1.0365974e-10, ρ ≈ 3u·20
+        # = 6.66e-15, S = (2/15 + 4.146e-9)/3 + 1.33e-14 = 0.0444444458266; β = 5/S
+        # = 112.4999965; ε_i = β·S_i = 5, 3.0000000622, 1.8750000972 (was 5·300/n_i)
+        (
+            (300, 500, 800),
+            0.05,
+            5.0,
+            1.0365974e-10,
+            112.49999650145018,
+            0.044444445826587624,
+            (5.0, 3.000000062196441, 1.875000097181939),
+        ),
+        # ten equal sites, λ = 0.001: τ = 1e-10 + 3.6442e-12 + 7.77e-13 = 1.0442135e-10,
+        # S = (1/1500 + 2τ/0.001)/10 + 2ρ = 0.0666666875531577; β = 1/S = 14.9999953005
+        (
+            (3000,) * 10,
+            0.001,
+            1.0,
+            1.0442135e-10,
+            14.999995300540993,
+            0.06666668755315769,
+            (1.0,) * 10,
+        ),
+        # one site (output perturbation with the site's τ), λ = 0.01: β = 0.5/S = 2.49999974
+        ((1000,), 0.01, 0.5, 1.0372191e-10, 2.4999997406949697, 0.20000002074440457, (0.5,)),
     ],
 )
 def test_calibration(
     sizes: tuple[int, ...],
     lam: float,
     eps: float,
+    tau: float,
     beta: float,
     sensitivity: float,
     site_eps: tuple[float, ...],
@@ -37,11 +67,22 @@ def test_calibration(
     cal = federated_calibrate(
         "noisy_average", site_sizes=sizes, d=7, epsilon=eps, regularization=lam
     )
-    assert cal.details["beta"] == pytest.approx(beta, rel=1e-12)
-    assert cal.details["sensitivity"] == pytest.approx(sensitivity, rel=1e-12)
+    K = len(sizes)
+    exact_tau = 1e-10 + 8 * (4096 + 7) * U + 4 * 0.25 * _gamma(7) / lam
+    rho = (_gamma(K - 1) + U * (1 + _gamma(K - 1))) * (1 + exact_tau) / lam * KAPPA
+    assert cal.details["certificate_tolerance"] == pytest.approx(exact_tau, rel=1e-14)
+    assert cal.details["certificate_tolerance"] == pytest.approx(tau, rel=1e-7)
+    assert cal.details["mean_rounding_bound"] == pytest.approx(rho, rel=1e-12)
+    assert cal.details["beta"] == pytest.approx(beta, rel=1e-13)
+    assert cal.details["sensitivity"] == pytest.approx(sensitivity, rel=1e-13)
     assert cal.details["expected_noise_norm"] == pytest.approx(7 / beta, rel=1e-12)
     assert [c.epsilon for c in cal.site_costs] == pytest.approx(site_eps, rel=1e-12)
     assert all(c.delta == 0.0 and c.epsilon <= eps for c in cal.site_costs)
+    # β·S_i ≤ ε_i exactly (S_i in rationals from the recorded doubles)
+    for n, cost in zip(sizes, cal.site_costs, strict=True):
+        s_i = (Fraction(2) / (n * Fraction(lam)) + 2 * Fraction(exact_tau) / Fraction(lam)) / K
+        s_i += 2 * Fraction(cal.details["mean_rounding_bound"])
+        assert Fraction(cal.details["beta"]) * s_i <= Fraction(cost.epsilon)
     assert cal.private
     assert cal.rounds == 1
     assert "trusted aggregator" in cal.notes[0]
@@ -95,7 +136,12 @@ def test_released_noise_norm_is_gamma_d_over_beta() -> None:
     lam, eps = 0.5, 2.0
     loss = LogisticLoss()
     mean = np.mean([minimize_erm(X, y, loss, regularization=lam) for X, y in sites], axis=0)
-    beta = 3 * 60 * lam * eps / 2  # = 90
+    # β = ε/S, S = (2/(60λ) + 2τ/λ)/3 + 2ρ with τ = 1e-10 + 8(4096 + 3)u + γ₃/λ (logistic)
+    # = 1.0364e-10 and ρ = (γ₂ + u(1 + γ₂))(1 + τ)/λ·κ = 6u: S = 0.0222222223604, β = 89.99999944
+    tau = 1e-10 + 8 * 4099 * U + _gamma(3) / lam
+    rho = (_gamma(2) + U * (1 + _gamma(2))) * (1 + tau) / lam * KAPPA
+    beta = eps / ((2 / (60 * lam) + 2 * tau / lam) / 3 + 2 * rho)
+    assert beta == pytest.approx(89.99999944, rel=1e-9)
     rng = np.random.default_rng(2024)
     norms = []
     directions = []
