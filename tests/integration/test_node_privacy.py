@@ -25,10 +25,11 @@ Party level (no database; the party built exactly as the node builds it:
   at least 0.8 of one answer's spread (dual perturbation: of that
   spread times s/(s + cB_p), the least share of a round's objective noise its broadcast keeps).
 * *Adversarial points* (zero, huge, ±10³⁰⁰) are answered on the grid or refused; whether a
-  node answers must not depend on one record (a refusal is an observed, noise-free bit). It
-  does for ADMM's primal perturbation (both noises): its solve must reach a proved gradient
-  bound, and at neighbour broadcasts ≈ 2.5·10¹⁰ that succeeds on one dataset and fails on its
-  neighbour. Those two cases are strict xfails (reported to the lead).
+  node answers must not depend on one record (a refusal is an observed, noise-free bit). This
+  test found that it did for ADMM's primal perturbation (both noises): its solve must reach a
+  proved gradient bound, and at neighbour broadcasts ≈ 2.5·10¹⁰ that succeeded on one dataset
+  and failed on its neighbour. The step now refuses such inputs from its public certificate
+  floor before it reads the data (``service.dp.federated.admm``).
 * *Full-transcript audit* (PSGD): the worst-case pair of ``test_empirical_privacy`` (Huber
   h = 0.5, λ = 25, one site of two rows x = 1, labels (+1, −1) in D and (−1, −1) in D′), T = 4
   adaptively chosen points kept in Huber's linear piece, statistic Σ_t answers (sufficient:
@@ -405,26 +406,8 @@ def test_adversarial_points_are_answered_on_the_grid_or_refused(case: Case) -> N
         assert isinstance(out, str) or _on_grid(out, scale), value
 
 
-PRIMAL_DEFECT = pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "privacy defect (reported): ADMM's primal perturbation refuses a step whose solve "
-        "misses its proved gradient bound, and at neighbour broadcasts ≈ 2.5e10 (Laplace) or "
-        "3.2e10–6.3e10 (Gaussian) that happens on D and not on D′ (or the reverse): a "
-        "noise-free bit about one record"
-    ),
-)
-
-
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(c, marks=PRIMAL_DEFECT) if c.name in ("admm-primal", "admm-gaussian") else c
-        for c in PARTY_CASES
-    ],
-    ids=IDS,
-)
+@pytest.mark.parametrize("case", PARTY_CASES, ids=IDS)
 def test_whether_the_node_answers_does_not_depend_on_one_record(case: Case) -> None:
     """A refusal is seen by the coordinator without noise: at every point the node must answer
     on both neighbouring datasets or refuse on both."""

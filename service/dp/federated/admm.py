@@ -61,7 +61,15 @@ where u is what sites broadcast. Per ``perturbation``:
   objective the site minimises (:func:`service.dp.certified.gradient_bound`, IEEE
   arithmetic), at (1 − 10⁻⁹)·S/B_p: the 10⁻⁹·S covers the rounding of the step's ridge
   coefficient, whose exact-minimiser sensitivity 2/(B_pμ̂_p) exceeds Δ_p by at most a
-  factor 1 + 4u. The paper's last DVP step is
+  factor 1 + 4u. Whether a step *can* answer must not depend on the data: a coordinator
+  that sees a refusal learns a noise-free bit. So before solving, the site checks the public
+  certificate floor F (:func:`service.dp.certified.certificate_floor`: an upper bound on the
+  proved bound at the double nearest the exact minimiser, from B_p, d, c, μ_p and
+  ‖2N(λ_p − η·centre)‖/B_p only) against half the stopping bound, and refuses the step when it
+  is above: a decision from public inputs alone, the same on neighbouring datasets (issue 25;
+  an honest coordinator's broadcasts stay far below it; a malicious one sending broadcasts of
+  ~10¹⁰ meets it). Below it a certifiable point exists with a factor 2 to spare; that the
+  solver reaches it is checked, not proved (docs/privacy.md). The paper's last DVP step is
   not run: the released model averages the final broadcasts.
 
 Composition (the paper states a per-iteration guarantee only; docs/design.md §3). Site p's dataset
@@ -144,7 +152,7 @@ from service.dp.federated._common import (
     site_generators,
 )
 from service.dp.federated._common import site_call as _site_call
-from service.dp.federated.distributed_lasso import CONVERSIONS, max_rho
+from service.dp.federated.gaussian_rounds import CONVERSIONS, max_rho
 from service.dp.losses import Loss
 from service.dp.mechanisms.dp_sgd import per_step_epsilon
 from service.dp.rounding import UNIT_ROUNDOFF, norm_up
@@ -287,6 +295,21 @@ class ADMMSite(Site):
                 linear=linear,
                 initial=self._warm,
             ).coef
+        # a step that cannot be certified is refused from public inputs alone (module
+        # docstring): never a failure that depends on the rows
+        floor = certified.certificate_floor(
+            n=self.n,
+            d=self.d,
+            loss=self._loss,
+            strong_convexity=self._lam + ridge,
+            noise_norm=norm_up(linear) / self.n,
+        )
+        if not floor <= 0.5 * gradient_bound:
+            raise ValueError(
+                "the public inputs of this step (the neighbours' broadcasts and the dual) are "
+                "too large for its proved stopping test; the step is refused before it reads "
+                "the data"
+            )
         # solve_erm stops at ‖∇‖ ≤ tol·(1 + ‖linear‖/B_p); aim well below the bound
         scale = 1.0 + float(np.linalg.norm(linear)) / self.n
         return certified.certified_solve(
