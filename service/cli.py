@@ -59,7 +59,10 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port or settings.port,
         log_config=logging_config(settings.log_level),
         access_log=False,  # service.api.middleware writes the access log, with request ids
-        proxy_headers=True,
+        # X-Forwarded-For is read by the app, from PRIVFIT_TRUSTED_PROXIES only
+        # (service.api.middleware.ClientAddressMiddleware); uvicorn's own default would believe
+        # it from any local process.
+        proxy_headers=False,
         workers=args.workers or settings.workers,
     )
     return 0
