@@ -61,8 +61,9 @@ def server(source: Path, workdir: Path) -> Iterator[tuple[str, list[str]]]:
         [*command, "serve"], cwd=workdir, env=env, stderr=subprocess.PIPE, text=True
     )
     lines: list[str] = []
-    assert process.stderr is not None
-    reader = threading.Thread(target=lambda: lines.extend(iter(process.stderr.readline, "")))
+    stderr = process.stderr
+    assert stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(stderr.readline, "")))
     reader.start()
     base = f"http://127.0.0.1:{port}"
     try:

@@ -198,7 +198,8 @@ class Settings(BaseSettings):
         default="30/minute",
         description=(
             "Failed authentications allowed per client address and per key prefix (`limits` "
-            "notation, e.g. `30/minute`; empty: no limit). Over it, requests get 429."
+            "notation, e.g. `30/minute`; empty: no limit). Over it, further failures get 429; "
+            "a valid key is never refused by it."
         ),
     )
     rate_limit_expensive: str | None = Field(

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped, unused-ignore]
 
 from service.settings import Settings, parse_networks
 

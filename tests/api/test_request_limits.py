@@ -56,7 +56,7 @@ class BodyReads:
 @pytest.fixture
 def recorded(settings: Settings) -> Iterator[tuple[TestClient, BodyReads]]:
     recorder = BodyReads(create_app(settings))
-    with TestClient(recorder) as client:  # type: ignore[arg-type]
+    with TestClient(recorder) as client:
         yield client, recorder
 
 
@@ -142,7 +142,7 @@ def small_json(settings: Settings) -> Settings:
 
 def test_a_declared_json_body_over_its_limit_is_413_unread(small_json: Settings) -> None:
     recorder = BodyReads(create_app(small_json))
-    with TestClient(recorder) as client:  # type: ignore[arg-type]
+    with TestClient(recorder) as client:
         body = json.dumps({"name": "x" * 5000}).encode()
         response = client.post(
             "/v1/sites", content=body, headers={**ADMIN_HEADERS, "Content-Type": "application/json"}
