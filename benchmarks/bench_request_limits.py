@@ -99,7 +99,9 @@ def bodies(base: str, lines: list[str], repeats: int, size: int) -> None:
             before = len(access_log_durations(lines, FITS_ROUTE))
             with HealthProbe(base) as health:
                 answers = [
-                    post_large_body(base, FITS, size=size, chunked=chunked, headers=headers)
+                    post_large_body(
+                        base, FITS, size=size, chunked=chunked, headers=headers, timeout=900
+                    )
                     for _ in range(repeats)
                 ]
             time.sleep(0.5)  # the access log line follows the answer
