@@ -34,8 +34,8 @@ class Answer:
 
 
 def json_body(size: int) -> Iterator[bytes]:
-    """About ``size`` bytes of a fit request whose ``params`` hold one long list, in pieces of
-    :data:`CHUNK` bytes (valid JSON when sent whole)."""
+    """``size`` bytes (at least 76) of a fit request whose ``params`` hold one long list, in
+    pieces of up to :data:`CHUNK` bytes (valid JSON when sent whole)."""
     head = b'{"mechanism": "objective_perturbation", "epsilon": 1, "params": {"x": ['
     tail = b"1]}}"
     filler = b"1," * (CHUNK // 2)
@@ -44,8 +44,8 @@ def json_body(size: int) -> Iterator[bytes]:
     while sent + len(filler) <= size:
         yield filler
         sent += len(filler)
-    rest = max(0, size - sent) // 2 * 2
-    yield filler[:rest]
+    rest = max(0, size - sent)
+    yield filler[: rest // 2 * 2] + b" " * (rest % 2)  # exactly ``size`` bytes in all
     yield tail
 
 
