@@ -8,8 +8,10 @@ this checkout; point it at an older checkout for the "before" figures), then:
   key: the time from the end of the request head to the first byte of the answer (client),
   the server's own time for the request (its access log's ``duration_ms``), the status, and
   ``/healthz`` latency (p50, p99, max) polled on a keep-alive connection meanwhile;
-* sends 80 wrong keys from the loopback, each with a new ``X-Forwarded-For``, and counts the
-  429s; then whether a valid key from the same address still gets in.
+* sends 80 guessed keys (a new prefix each) from the loopback, each with a new
+  ``X-Forwarded-For``, and counts the 429s; then 40 wrong keys from the loopback (a broken
+  script), and whether a valid key from the same address still gets in. (The body cases
+  before count 3 failures from the loopback.)
 
 Run from the repository root::
 
@@ -120,21 +122,36 @@ def bodies(base: str, lines: list[str], repeats: int, size: int) -> None:
             )
 
 
-def forwarded_for(base: str) -> None:
+def guess(i: int) -> str:
+    """The ``i``-th of a guesser's keys, each with its own prefix (no prefix limit applies)."""
+    return f"Bearer pf_{i:08d}_{'x' * 43}"
+
+
+def failed_keys(base: str) -> None:
+    """§3: guessed keys with a new X-Forwarded-For each, then a broken script's wrong keys
+    from one address and its neighbour's valid key from that address."""
+    valid = {"Authorization": f"Bearer {ADMIN_KEY}"}
     with httpx2.Client(base_url=base, timeout=60) as client:
         statuses = [
             client.get(
                 "/v1/datasets",
-                headers={"Authorization": WRONG, "X-Forwarded-For": f"203.0.113.{i}"},
+                headers={"Authorization": guess(1000 + i), "X-Forwarded-For": f"203.0.113.{i}"},
             ).status_code
             for i in range(80)
         ]
-        valid = client.get("/v1/sites", headers={"Authorization": f"Bearer {ADMIN_KEY}"})
-    print(
-        f"\n80 wrong keys, rotating X-Forwarded-For: {statuses.count(401)} x 401, "
-        f"{statuses.count(429)} x 429; then a valid key from the same address: "
-        f"{valid.status_code}"
-    )
+        print(
+            f"\n80 guessed keys (new prefix each), rotating X-Forwarded-For: "
+            f"{statuses.count(401)} x 401, {statuses.count(429)} x 429"
+        )
+        script = [
+            client.get("/v1/datasets", headers={"Authorization": guess(i)}).status_code
+            for i in range(40)
+        ]
+        neighbour = [client.get("/v1/sites", headers=valid).status_code for _ in range(5)]
+        print(
+            f"40 wrong keys from one address: {script.count(401)} x 401, {script.count(429)} x "
+            f"429; then 5 requests with a valid key from that address: {neighbour}"
+        )
 
 
 def main() -> None:
@@ -152,7 +169,7 @@ def main() -> None:
     ):
         print(f"source: {args.source}; load average: {os.getloadavg()[0]:.1f}\n")
         bodies(base, lines, args.repeats, args.size_mb * 1_000_000)
-        forwarded_for(base)
+        failed_keys(base)
 
 
 if __name__ == "__main__":
