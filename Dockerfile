@@ -39,6 +39,9 @@ ENV PRIVFIT_ENVIRONMENT=prod \
 USER privfit
 EXPOSE 8000
 
+# HEALTHCHECK is part of the Docker image format: build with `docker build` (or `podman build
+# --format docker`); an OCI-format image (podman's and buildah's default) silently drops it.
+# docker-compose.yml states the same check for the api service, so Compose has it either way.
 HEALTHCHECK --interval=30s --timeout=5s --start-period=30s --retries=3 \
     CMD ["python", "-c", "import os, sys, urllib.request; port = os.environ.get('PRIVFIT_PORT', '8000'); sys.exit(0 if urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=4).status == 200 else 1)"]
 

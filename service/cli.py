@@ -30,7 +30,8 @@ def _settings() -> Settings:
         return get_settings()
     except ValidationError as exc:
         problems = "; ".join(
-            f"PRIVFIT_{'_'.join(str(part) for part in err['loc']).upper()}: {err['msg']}"
+            (f"PRIVFIT_{'_'.join(str(p) for p in err['loc']).upper()}: " if err["loc"] else "")
+            + err["msg"]
             for err in exc.errors()
         )
         raise SystemExit(f"privfit: invalid configuration: {problems}") from None
@@ -53,14 +54,26 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     settings = _settings()
+    workers = args.workers or settings.workers
+    if workers > 1 and settings.rate_limit_storage.startswith("memory://"):
+        print(
+            f"privfit: warning: each of the {workers} processes counts its own rate limits "
+            "(PRIVFIT_RATE_LIMIT_STORAGE=memory://), so a client gets up to "
+            f"{workers} times the documented allowance; set PRIVFIT_RATE_LIMIT_STORAGE="
+            "redis://HOST:6379 for one shared limit",
+            file=sys.stderr,
+        )
     uvicorn.run(
         "service.main:app",
         host=args.host or settings.host,
         port=args.port or settings.port,
         log_config=logging_config(settings.log_level),
         access_log=False,  # service.api.middleware writes the access log, with request ids
-        proxy_headers=True,
-        workers=args.workers or settings.workers,
+        # X-Forwarded-For is read by the app, from PRIVFIT_TRUSTED_PROXIES only
+        # (service.api.middleware.ClientAddressMiddleware); uvicorn's own default would believe
+        # it from any local process.
+        proxy_headers=False,
+        workers=workers,
     )
     return 0
 

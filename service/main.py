@@ -16,12 +16,19 @@ from typing import TextIO
 
 import anyio.to_thread
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from service.api.console import install_console
 from service.api.docs import install_docs
 from service.api.errors import install_error_handlers
 from service.api.metrics import JOB_DURATION_BUCKETS, HttpMetrics, JobMetrics
-from service.api.middleware import BodySizeLimitMiddleware, RequestContextMiddleware
+from service.api.middleware import (
+    AuthenticationMiddleware,
+    BodySizeLimitMiddleware,
+    ClientAddressMiddleware,
+    RequestContextMiddleware,
+    RouteTable,
+)
 from service.api.openapi_doc import DESCRIPTION, TAGS, build_openapi, operation_id
 from service.api.rate_limits import RateLimits
 from service.api.routes import (
@@ -189,7 +196,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_docs(app, persist_authorization=settings.docs_persist_authorization)
     install_console(app)
     # Routers carry their full prefix (see service.api.routes): include them without one.
-    for router in (
+    routers = (
         ops.router,
         sites.router,
         datasets.router,
@@ -201,11 +208,25 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         studies.router,
         nodes.router,
         audit.router,
-    ):
+    )
+    for router in routers:
         app.include_router(router)
+    routes = RouteTable(
+        route for router in routers for route in router.routes if isinstance(route, APIRoute)
+    )
 
-    # Added last = outermost: the request id exists before the size check can answer 413.
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_request_bytes)
+    # Added last = outermost. In order: the request id (every answer below carries it), the
+    # client's address, the size check by Content-Length (nothing read), then authentication
+    # (nothing read either): only an authenticated request's body is ever read.
+    app.add_middleware(AuthenticationMiddleware, routes=routes)
+    app.add_middleware(
+        BodySizeLimitMiddleware,
+        max_bytes=settings.max_json_bytes,
+        routes=routes,
+        streamed=datasets.STREAMED_UPLOADS,
+        streamed_max_bytes=settings.max_request_bytes,
+    )
+    app.add_middleware(ClientAddressMiddleware, trusted=settings.trusted_proxy_networks)
     app.add_middleware(RequestContextMiddleware, metrics=metrics)
 
     app.openapi = partial(build_openapi, app)  # type: ignore[method-assign]

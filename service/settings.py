@@ -7,10 +7,12 @@ There is no module-level settings object: the app, the CLI and the migrations ca
 
 from __future__ import annotations
 
+import ipaddress
 import re
+import urllib.parse
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import limits
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -20,14 +22,18 @@ __all__ = [
     "MIN_ADMIN_KEY_LENGTH",
     "RATE_LIMIT_STORAGE_SCHEMES",
     "Environment",
+    "IPNetwork",
     "LogLevel",
     "Settings",
     "default_database_url",
     "get_settings",
+    "parse_networks",
     "project_root",
+    "with_password",
 ]
 
 Environment = Literal["dev", "test", "prod"]
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]
 
 #: A configured admin key must be at least this long (a short key can be guessed).
@@ -91,6 +97,13 @@ class Settings(BaseSettings):
             "(postgresql:// and postgres:// are read as psycopg)."
         ),
     )
+    database_password_file: Path | None = Field(
+        default=None,
+        description=(
+            "A file holding the database password (e.g. a Compose or Kubernetes secret); it "
+            "replaces any password in PRIVFIT_DATABASE_URL, which then need not hold one."
+        ),
+    )
     admin_key: SecretStr | None = Field(
         default=None,
         description=(
@@ -101,7 +114,25 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=256 * 1024 * 1024,
         gt=0,
-        description="Largest request body accepted; larger ones get 413.",
+        description=(
+            "Largest streamed upload (`POST /v1/datasets`) accepted; larger ones get 413."
+        ),
+    )
+    max_json_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        gt=0,
+        description=(
+            "Largest body of every other request (JSON): refused with 413 by its "
+            "Content-Length before anything is read, else when the bytes read pass it."
+        ),
+    )
+    trusted_proxies: str = Field(
+        default="",
+        description=(
+            "Comma-separated addresses or CIDRs of reverse proxies whose X-Forwarded-For "
+            "(and X-Forwarded-Proto) is believed; empty: none, the connection's address is "
+            "the client's."
+        ),
     )
     log_level: LogLevel = "INFO"
     host: str = Field(default="127.0.0.1", description="Address `privfit serve` binds.")
@@ -190,7 +221,8 @@ class Settings(BaseSettings):
         default="30/minute",
         description=(
             "Failed authentications allowed per client address and per key prefix (`limits` "
-            "notation, e.g. `30/minute`; empty: no limit). Over it, requests get 429."
+            "notation, e.g. `30/minute`; empty: no limit). Over it, further failures get 429; "
+            "a valid key is never refused by it."
         ),
     )
     rate_limit_expensive: str | None = Field(
@@ -281,6 +313,33 @@ class Settings(BaseSettings):
             )
         return value
 
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_trusted_proxies(cls, value: str) -> str:
+        parse_networks(value)
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _password_from_file(cls, data: Any) -> Any:
+        """Put the password of ``database_password_file`` into the database URL."""
+        if not isinstance(data, dict) or not data.get("database_password_file"):
+            return data
+        path = Path(data["database_password_file"])
+        try:
+            password = path.read_text(encoding="utf-8").strip("\r\n")
+        except OSError as exc:
+            raise ValueError(f"PRIVFIT_DATABASE_PASSWORD_FILE {path} cannot be read") from exc
+        if not password:
+            raise ValueError(f"PRIVFIT_DATABASE_PASSWORD_FILE {path} is empty")
+        url = str(data.get("database_url") or default_database_url())
+        return {**data, "database_url": with_password(url, password)}
+
+    @property
+    def trusted_proxy_networks(self) -> tuple[IPNetwork, ...]:
+        """The networks of :attr:`trusted_proxies`."""
+        return parse_networks(self.trusted_proxies)
+
     @field_validator("database_url")
     @classmethod
     def _normalise_database_url(cls, value: str) -> str:
@@ -342,6 +401,34 @@ class Settings(BaseSettings):
     def is_sqlite(self) -> bool:
         """True when the database is SQLite (embedded mode)."""
         return self.database_url.lower().startswith("sqlite")
+
+
+def with_password(url: str, password: str) -> str:
+    """``url`` (``scheme://user[:old]@host/...``) with ``password`` (percent-encoded) as its
+    password. ValueError when the URL names no user."""
+    parts = urllib.parse.urlsplit(url)
+    userinfo, at, hostinfo = parts.netloc.rpartition("@")
+    if not at or not userinfo:
+        raise ValueError(
+            "PRIVFIT_DATABASE_PASSWORD_FILE needs PRIVFIT_DATABASE_URL to name a user "
+            "(postgresql+psycopg://user@host/db)"
+        )
+    user = userinfo.partition(":")[0]
+    secret = urllib.parse.quote(password, safe="")
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:{secret}@{hostinfo}"))
+
+
+def parse_networks(text: str) -> tuple[IPNetwork, ...]:
+    """``"10.0.0.0/8, 192.0.2.7"`` → networks (a bare address is a /32 or /128 network).
+    ValueError when an entry is neither."""
+    networks = []
+    for entry in text.split(","):
+        if entry.strip():
+            try:
+                networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+            except ValueError:
+                raise ValueError(f"not an IP address or CIDR: {entry.strip()[:64]!r}") from None
+    return tuple(networks)
 
 
 @lru_cache

@@ -182,13 +182,14 @@ def uow_factory(engine: Engine) -> UnitOfWorkFactory:
 
 
 def make_test_settings(db_url: str, **overrides: object) -> Settings:
-    """Test settings on ``db_url``: a fixed admin key, a 1 MiB body limit, jobs on threads,
-    no rate limits; ``overrides`` replace any of them."""
+    """Test settings on ``db_url``: a fixed admin key, 1 MiB body limits (uploads and JSON),
+    jobs on threads, no rate limits; ``overrides`` replace any of them."""
     values: dict[str, object] = {
         "database_url": db_url,
         "admin_key": SecretStr(ADMIN_KEY),
         "environment": "test",
         "max_request_bytes": 1024 * 1024,
+        "max_json_bytes": 1024 * 1024,
         "job_runner": "thread",
         # Rate limits are off here (tests fire hundreds of requests a second); their own
         # tests turn them on (tests/api/test_hardening.py).

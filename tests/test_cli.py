@@ -78,6 +78,19 @@ def test_invalid_configuration_is_a_clear_error(monkeypatch: pytest.MonkeyPatch)
         get_settings.cache_clear()
 
 
+def test_an_unreadable_password_file_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PRIVFIT_DATABASE_URL", "postgresql://privfit@db/privfit")
+    monkeypatch.setenv("PRIVFIT_DATABASE_PASSWORD_FILE", str(tmp_path / "missing"))
+    get_settings.cache_clear()
+    try:
+        with pytest.raises(SystemExit, match=r"PRIVFIT_DATABASE_PASSWORD_FILE .* cannot be read"):
+            cli.main(["migrate"])
+    finally:
+        get_settings.cache_clear()
+
+
 def test_worker_needs_the_queue_runner(cli_db: str) -> None:
     with pytest.raises(SystemExit, match="PRIVFIT_JOB_RUNNER=queue"):
         cli.main(["worker"])
@@ -112,3 +125,33 @@ def test_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     for command in ("serve", "worker", "migrate", "create-site", "reset-admin-key", "openapi"):
         assert command in out
+
+
+@pytest.mark.parametrize(
+    ("workers", "storage", "warned"),
+    [
+        ("2", "memory://", True),
+        ("1", "memory://", False),
+        ("2", "redis://127.0.0.1:6379", False),
+    ],
+)
+def test_serve_warns_when_processes_would_each_count_their_own_limits(
+    cli_db: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    workers: str,
+    storage: str,
+    warned: bool,
+) -> None:
+    import uvicorn
+
+    served: list[dict[str, object]] = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **options: served.append(options))
+    monkeypatch.setenv("PRIVFIT_WORKERS", workers)
+    monkeypatch.setenv("PRIVFIT_RATE_LIMIT_STORAGE", storage)
+    get_settings.cache_clear()
+    assert cli.main(["serve"]) == 0
+    assert served[0]["workers"] == int(workers)
+    # X-Forwarded-For is the app's to judge (PRIVFIT_TRUSTED_PROXIES), never uvicorn's.
+    assert served[0]["proxy_headers"] is False
+    assert ("counts its own rate limits" in capsys.readouterr().err) is warned

@@ -136,9 +136,8 @@ def test_compose_example_runs_api_with_postgres() -> None:
     assert re.search(r"^  api:\n    build: \.", compose, re.MULTILINE)
     assert re.search(r"^  postgres:\n    image: postgres:", compose, re.MULTILINE)
     assert "PRIVFIT_DATABASE_URL: postgresql+psycopg://" in compose
-    # No literal password: it comes from the environment, and compose refuses to start without.
-    assert "POSTGRES_PASSWORD: ${POSTGRES_PASSWORD:?" in compose
-    assert re.search(r"psycopg://privfit:\$\{POSTGRES_PASSWORD:\?[^}]*\}@postgres", compose)
+    # No password in the file or the environment: a secret file (tests/test_compose.py).
+    assert "POSTGRES_PASSWORD_FILE: /run/secrets/postgres_password" in compose
     assert "condition: service_healthy" in compose
 
 

@@ -41,7 +41,10 @@ __all__ = [
     "UowDep",
     "UowFactoryDep",
     "access",
+    "authenticate_request",
     "bearer_scheme",
+    "bearer_token",
+    "client_address",
 ]
 
 SECURITY_SCHEME_NAME = "ApiKey"
@@ -95,12 +98,17 @@ async def get_job_runner(request: Request) -> JobScheduler:
     return runner
 
 
-async def get_audit_context(request: Request) -> AuditContext:
+def audit_context_of(request: Request) -> AuditContext:
     """Request id and client address for audit events."""
     request_id = getattr(request.state, "request_id", None)
-    # Behind a proxy the address comes from X-Forwarded-For: bound it to the column's size.
+    # Behind a trusted proxy the address comes from X-Forwarded-For: bound it to the column.
     client = request.client.host[:64] if request.client is not None else None
     return AuditContext(request_id=request_id, client_ip=client)
+
+
+async def get_audit_context(request: Request) -> AuditContext:
+    """Request id and client address for audit events."""
+    return audit_context_of(request)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings_from_app)]
@@ -113,33 +121,54 @@ HttpMetricsDep = Annotated[HttpMetrics, Depends(get_http_metrics)]
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer_scheme)]
 
 
-def get_principal(
-    request: Request, uow: UowDep, audit_context: AuditContextDep, credentials: Credentials
-) -> Principal:
-    """The caller, from ``Authorization: Bearer <key>``; 401 when missing or invalid."""
-    if credentials is None or not credentials.credentials:
+def authenticate_request(request: Request, token: str | None) -> Principal:
+    """The caller owning ``token`` (blocking: reads the database); 401 when it is missing or
+    invalid, 429 when it is invalid and its address or prefix has failed too often.
+
+    Only failures are counted and refused: a valid key is never refused here, whatever its
+    address did (:mod:`service.api.rate_limits`)."""
+    if not token:
         raise AuthenticationError("send an API key as `Authorization: Bearer <key>`")
-    rate_limits: RateLimits = request.app.state.rate_limits
-    address = _client_address(request)
-    prefix = parse_prefix(credentials.credentials)
-    rate_limits.check_address_allowed(address)
-    admin_key_hash: str | None = request.app.state.admin_key_hash
+    state = request.app.state
+    rate_limits: RateLimits = state.rate_limits
+    address = client_address(request)
+    uow_factory: UnitOfWorkFactory = state.uow_factory
     try:
         return authenticate(
-            uow,
-            token=credentials.credentials,
-            configured_admin_key_hash=admin_key_hash,
-            context=audit_context,
+            uow_factory(),
+            token=token,
+            configured_admin_key_hash=state.admin_key_hash,
+            context=audit_context_of(request),
+            # Already refused for its failures: its further guesses add no audit rows.
+            audit_failure=not rate_limits.address_over_limit(address),
         )
     except AuthenticationError:
-        rate_limits.record_failed_authentication(address, prefix)
+        rate_limits.record_failed_authentication(address, parse_prefix(token))
         raise
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The key of an ``Authorization: Bearer <key>`` header value, else None."""
+    scheme, _, token = (authorization or "").partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def get_principal(request: Request, credentials: Credentials) -> Principal:
+    """The caller, from ``Authorization: Bearer <key>``; 401 when missing or invalid.
+
+    On ``/v1`` routes :class:`~service.api.middleware.AuthenticationMiddleware` has already
+    authenticated the request, before its body was read; its principal is reused."""
+    principal = getattr(request.state, "principal", None)
+    if isinstance(principal, Principal):
+        return principal
+    return authenticate_request(request, credentials.credentials if credentials else None)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def _client_address(request: Request) -> str:
+def client_address(request: Request) -> str:
+    """The client's address (a trusted proxy's ``X-Forwarded-For`` already applied)."""
     return request.client.host if request.client is not None else "unknown"
 
 
@@ -147,7 +176,7 @@ async def count_expensive(request: Request, principal: PrincipalDep) -> None:
     """Count an expensive operation against the caller's key and address (429 when over)."""
     rate_limits: RateLimits = request.app.state.rate_limits
     key = principal.key_id or principal.role
-    rate_limits.hit_expensive(_client_address(request), key)
+    rate_limits.hit_expensive(client_address(request), key)
 
 
 #: Route dependency of the expensive operations (uploads, fits, aggregations, predictions).

@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from service.api.json_body import JsonBodyTooDeepError
 from service.api.schemas.problem import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE, Problem
 from service.domain.errors import (
     AuthenticationError,
@@ -39,6 +40,7 @@ __all__ = [
     "DOMAIN_ERROR_STATUS",
     "PROBLEM_MEDIA_TYPE",
     "ProblemResponse",
+    "domain_error_response",
     "install_error_handlers",
     "internal_error_response",
     "problem_response",
@@ -127,10 +129,20 @@ def internal_error_response(request: Request) -> ProblemResponse:
 
 async def _domain_error(request: Request, exc: Exception) -> ProblemResponse:
     assert isinstance(exc, DomainError)
+    return domain_error_response(request, exc)
+
+
+def domain_error_response(
+    request: Request, exc: DomainError, *, close: bool = False
+) -> ProblemResponse:
+    """The problem response of a domain error (also for middleware, which runs outside the
+    app's handlers); ``close`` asks the server to close the connection (a body left unread)."""
     status = status_for(exc)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     if isinstance(exc, RateLimitedError):
         headers = {"Retry-After": str(exc.retry_after)}
+    if close:
+        headers = {**(headers or {}), "Connection": "close"}
     return problem_response(
         request,
         status=status,
@@ -162,6 +174,19 @@ async def _validation_error(request: Request, exc: Exception) -> ProblemResponse
         title=title,
         detail=f"the request has {len(issues)} invalid part(s); see errors",
         extensions={"errors": issues},
+    )
+
+
+async def _json_too_deep(request: Request, exc: Exception) -> ProblemResponse:
+    assert isinstance(exc, JsonBodyTooDeepError)
+    slug, title = _HTTP_PROBLEMS[422]
+    return problem_response(
+        request,
+        status=422,
+        slug=slug,
+        title=title,
+        detail=str(exc.detail),
+        extensions={"errors": [{"loc": ["body"], "msg": exc.detail, "type": "json_too_deep"}]},
     )
 
 
@@ -207,6 +232,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DomainError, _domain_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(JsonBodyTooDeepError, _json_too_deep)
 
 
 # --- OpenAPI documentation of error responses -------------------------------------------------

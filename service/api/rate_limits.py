@@ -3,11 +3,13 @@
 Two rules, each configurable (``PRIVFIT_RATE_LIMIT_*``, in the ``limits`` notation such as
 ``"30/minute"``; empty turns a rule off):
 
-* **failed authentication** — counted per client address and per presented key prefix. An
-  address over its limit is answered 429 before any key is checked (guessing costs the
-  attacker time, not the server or the audit log). A prefix over its limit turns further
-  *failures* with that prefix into 429, but its owner's correct key still works: the prefix is
-  public, so refusing it outright would let anyone lock a site out;
+* **failed authentication** — only failures are counted and only failures are refused, per
+  client address and per presented key prefix: once an address or a prefix is over its limit,
+  further *failures* from it get 429 instead of 401, but a request with a valid key is never
+  refused by this rule (its own per-key limits apply). So one broken script behind a shared
+  address (a hospital's proxy, Compose's network) cannot lock everyone else there out, and
+  nobody can lock a site out by guessing with its public prefix. A failure from an address
+  over its limit is not written to the audit log (the attacker's guesses cost it no rows);
 * **expensive operations** (uploads, fits, aggregations, federated fits, predictions, model
   uploads) — counted per key and per client address.
 
@@ -57,27 +59,33 @@ class RateLimits:
         stats = self._limiter.get_window_stats(item, *identifiers)
         return max(1, math.ceil(stats.reset_time - time.time()))
 
-    def check_address_allowed(self, address: str) -> None:
-        """Raise :class:`RateLimitedError` while this address is over its failed-auth limit."""
-        self._refuse_if_over(self._failed_auth, ("address", address))
+    def address_over_limit(self, address: str) -> bool:
+        """True while this address is over its failed-authentication limit (counts nothing)."""
+        item = self._failed_auth
+        return item is not None and not self._limiter.test(item, _FAILED_AUTH, "address", address)
 
     def record_failed_authentication(self, address: str, key_prefix: str | None) -> None:
         """Count one failed authentication against the address and the presented prefix, then
-        raise :class:`RateLimitedError` if the prefix is over its limit (429 instead of 401)."""
+        raise :class:`RateLimitedError` (429 instead of 401) if either is over its limit.
+
+        A failure past the limit is not counted (the moving window holds at most ``limit``
+        hits), so the refusal ends one window after the last counted failure."""
         item = self._failed_auth
         if item is None:
             return
-        self._limiter.hit(item, _FAILED_AUTH, "address", address)
-        if key_prefix:
-            self._refuse_if_over(item, ("prefix", key_prefix))
-            self._limiter.hit(item, _FAILED_AUTH, "prefix", key_prefix)
+        address_ok = self._limiter.hit(item, _FAILED_AUTH, "address", address)
+        prefix_ok = not key_prefix or self._limiter.hit(item, _FAILED_AUTH, "prefix", key_prefix)
+        if not address_ok:
+            self._refuse_failed(item, ("address", address))
+        if not prefix_ok:
+            assert key_prefix is not None
+            self._refuse_failed(item, ("prefix", key_prefix))
 
-    def _refuse_if_over(self, item: limits.RateLimitItem | None, identity: tuple[str, str]) -> None:
-        if item is not None and not self._limiter.test(item, _FAILED_AUTH, *identity):
-            raise RateLimitedError(
-                f"too many failed authentications {_WHOSE[identity[0]]}; try again later",
-                retry_after=self._retry_after(item, _FAILED_AUTH, *identity),
-            )
+    def _refuse_failed(self, item: limits.RateLimitItem, identity: tuple[str, str]) -> NoReturn:
+        raise RateLimitedError(
+            f"too many failed authentications {_WHOSE[identity[0]]}; try again later",
+            retry_after=self._retry_after(item, _FAILED_AUTH, *identity),
+        )
 
     def hit_expensive(self, address: str, key_id: str) -> None:
         """Count one expensive operation per key and per address; raise when either is over.

@@ -227,6 +227,14 @@ def _in_thread(call: Callable[[], _R]) -> asyncio.Future[_R]:
     return future
 
 
+def _prepare_then_process(
+    prepare: Callable[[str], _P], process: Callable[[_P, IO[bytes]], _R], text: str, file: IO[bytes]
+) -> _R:
+    """``process(prepare(text), file)``: on a worker thread, so the spec (up to 1 MiB of JSON)
+    is not parsed on the event loop."""
+    return process(prepare(text), file)
+
+
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
@@ -264,7 +272,6 @@ class _Upload(Generic[_P, _R]):
         self.worker: asyncio.Future[_R] | None = None
         self.spool: IO[bytes] | None = None
         self.spec_text: str | None = None
-        self.deferred: BaseException | None = None  # a spec problem, raised after the body
 
     def _reject(self, detail: str, kind: str = "invalid-upload") -> None:
         if self.error is None:
@@ -314,8 +321,9 @@ class _Upload(Generic[_P, _R]):
             )
 
     def _start_file(self) -> None:
-        """The file part begins: stream it to ``process`` if the spec is already here and
-        usable, else spool it (spec still to come) or drop it (the spec is unusable)."""
+        """The file part begins: stream it to a worker that prepares the spec and runs
+        ``process`` if the spec is already here (UTF-8), else spool it (spec still to come) or
+        drop it (the spec is not UTF-8)."""
         if self.spec is None:
             self.spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES)  # noqa: SIM115
             return
@@ -323,13 +331,19 @@ class _Upload(Generic[_P, _R]):
             self.spec_text = self.spec.decode("utf-8")
         except UnicodeDecodeError:
             return  # reported once the body is complete
-        try:
-            prepared = self.prepare(self.spec_text)
-        except Exception as exc:  # raised once the body is known to be complete and sound
-            self.deferred = exc
-            return
+        # The spec is parsed on the worker too (never on the event loop); a problem with it
+        # fails the worker, which drops the file, and is raised once the body is known to be
+        # complete and sound (see complete).
         pipe = self.pipe = _Pipe(PIPE_BYTES)
-        self.worker = _in_thread(functools.partial(self.process, prepared, cast(IO[bytes], pipe)))
+        self.worker = _in_thread(
+            functools.partial(
+                _prepare_then_process,
+                self.prepare,
+                self.process,
+                self.spec_text,
+                cast(IO[bytes], pipe),
+            )
+        )
         self.worker.add_done_callback(lambda _: pipe.abandon())
 
     def on_part_data(self, data: bytes, start: int, end: int) -> None:
@@ -396,8 +410,6 @@ class _Upload(Generic[_P, _R]):
 
     async def complete(self) -> _R:
         """The body is complete and sound: the outcome of ``process``."""
-        if self.deferred is not None:
-            raise self.deferred
         if self.worker is not None:
             assert self.pipe is not None
             self.pipe.finish()
@@ -405,9 +417,10 @@ class _Upload(Generic[_P, _R]):
         assert self.spool is not None
         assert self.spec_text is not None
         try:
-            prepared = self.prepare(self.spec_text)
             self.spool.seek(0)
-            return await run_in_threadpool(self.process, prepared, self.spool)
+            return await run_in_threadpool(
+                _prepare_then_process, self.prepare, self.process, self.spec_text, self.spool
+            )
         finally:
             self.spool.close()
 

@@ -91,12 +91,12 @@ def test_huge_integers_are_422(client: TestClient, admin_headers: dict[str, str]
 def test_declared_body_over_the_limit_is_413(
     client: TestClient, admin_headers: dict[str, str], settings: Settings
 ) -> None:
-    body = b'{"name": "' + b"x" * settings.max_request_bytes + b'"}'
+    body = b'{"name": "' + b"x" * settings.max_json_bytes + b'"}'
     response = client.post(
         "/v1/sites", content=body, headers={**admin_headers, "Content-Type": "application/json"}
     )
     detail = assert_problem(response, 413, "payload-too-large")["detail"]
-    assert str(settings.max_request_bytes) in str(detail)
+    assert str(settings.max_json_bytes) in str(detail)
 
 
 def test_streamed_body_over_the_limit_is_413(
@@ -104,7 +104,7 @@ def test_streamed_body_over_the_limit_is_413(
 ) -> None:
     """Chunked upload without Content-Length: the middleware counts the bytes as they arrive."""
     chunk = b"x" * 65536
-    chunks = settings.max_request_bytes // len(chunk) + 2
+    chunks = settings.max_json_bytes // len(chunk) + 2
 
     def stream() -> Iterator[bytes]:
         yield b'{"name": "'

@@ -76,8 +76,22 @@ def test_failed_authentication_is_limited_per_address(
     assert refused.headers["content-type"] == PROBLEM
     assert refused.json()["type"].endswith("/rate-limited")
     assert 1 <= int(refused.headers["retry-after"]) <= 60
-    # The address is refused whatever key it now sends, until the window passes.
-    assert limited.get("/v1/sites", headers=admin_headers).status_code == 429
+    # Only failures are refused: a valid key from the same address (the other users behind a
+    # hospital's proxy or Compose's network) still gets in, while the failures stay refused.
+    assert limited.get("/v1/sites", headers=admin_headers).status_code == 200
+    assert limited.get("/v1/datasets", headers=wrong).status_code == 429
+
+
+def test_failures_past_the_limit_add_no_audit_rows(
+    limited: TestClient, admin_headers: dict[str, str]
+) -> None:
+    wrong = {"Authorization": "Bearer pf_nosuchpr_wrongsecretwrongsecretwrongsecret"}
+    statuses = [limited.get("/v1/datasets", headers=wrong).status_code for _ in range(10)]
+    assert statuses == [401] * 3 + [429] * 7
+    events = limited.get(
+        "/v1/audit-events", params={"action": "auth.failed"}, headers=admin_headers
+    ).json()
+    assert len(events["items"]) == 3  # the three 401s; the refused guesses wrote nothing
 
 
 def _limited_app(settings: Settings, *, failed_auth: str | None, expensive: str | None) -> FastAPI:

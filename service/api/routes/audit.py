@@ -9,11 +9,12 @@ from fastapi import APIRouter, Query
 from service.api.deps import AdminDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.inert_json import InertJSONResponse
+from service.api.json_body import JsonRoute
 from service.api.routes import API_V1
 from service.api.schemas.audit import AuditEventList, AuditEventRead
 from service.domain import audit
 
-router = APIRouter(prefix=f"{API_V1}/audit-events", tags=["audit"])
+router = APIRouter(prefix=f"{API_V1}/audit-events", tags=["audit"], route_class=JsonRoute)
 
 Action = Annotated[
     str | None,

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-from typing import IO, Annotated, Any
+from typing import IO, Annotated, Any, Final
 
 from fastapi import APIRouter, Query, Request, Response, status
 from pydantic import ValidationError
@@ -11,6 +10,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.api.deps import AuditContextDep, Expensive, PrincipalDep, SettingsDep, UowDep, access
 from service.api.errors import problem_responses
+from service.api.json_body import JsonRoute, JsonTooDeepError, parse_json
 from service.api.routes import API_V1
 from service.api.schemas.base import page_read
 from service.api.schemas.datasets import (
@@ -26,7 +26,11 @@ from service.domain.datasets.readers import MAX_EXTRA_COLUMNS
 from service.domain.datasets.spec import BudgetLimits, DatasetSpec, DatasetSpecError
 from service.domain.errors import InvalidInputError
 
-router = APIRouter(prefix=f"{API_V1}/datasets", tags=["datasets"])
+router = APIRouter(prefix=f"{API_V1}/datasets", tags=["datasets"], route_class=JsonRoute)
+
+#: The routes whose body is a streamed upload (``PRIVFIT_MAX_REQUEST_BYTES``, not the JSON
+#: limit): (method, path template).
+STREAMED_UPLOADS: Final = frozenset({("POST", f"{API_V1}/datasets")})
 
 Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]
@@ -65,7 +69,19 @@ _UPLOAD_BODY: dict[str, Any] = {
 
 def _parse_spec(text: str) -> DatasetCreate:
     """The ``spec`` part as a :class:`DatasetCreate`; otherwise a ``DatasetSpecError`` (422
-    ``invalid-dataset-spec``, like every other spec problem) listing every invalid part."""
+    ``invalid-dataset-spec``, like every other spec problem) listing every invalid part.
+
+    A spec nested deeper than ``MAX_JSON_DEPTH`` is refused before it is validated."""
+    try:
+        parse_json(text)
+        is_json = True
+    except JsonTooDeepError as exc:
+        detail = f"the 'spec' part is nested deeper than {exc.limit} levels"
+        raise DatasetSpecError(
+            detail, errors=[{"loc": ["spec"], "msg": detail, "type": "json_too_deep"}]
+        ) from None
+    except ValueError:
+        is_json = False
     try:
         return DatasetCreate.model_validate_json(text)
     except ValidationError as exc:
@@ -77,11 +93,11 @@ def _parse_spec(text: str) -> DatasetCreate:
             }
             for e in exc.errors(include_input=False, include_url=False, include_context=False)
         ]
-        try:
-            json.loads(text)
-            detail = f"the 'spec' part has {len(errors)} invalid part(s); see errors"
-        except ValueError:
-            detail = "the 'spec' part must be a JSON object"
+        detail = (
+            f"the 'spec' part has {len(errors)} invalid part(s); see errors"
+            if is_json
+            else "the 'spec' part must be a JSON object"
+        )
         raise DatasetSpecError(detail, errors=errors) from None
 
 

@@ -16,6 +16,7 @@ from service.api.deps import (
     access,
 )
 from service.api.errors import problem_responses
+from service.api.json_body import JsonRoute
 from service.api.routes import API_V1
 from service.api.schemas.base import page_read
 from service.api.schemas.evaluations import (
@@ -27,7 +28,7 @@ from service.api.schemas.evaluations import (
 from service.api.schemas.jobs import JobRead
 from service.domain.models import evaluations
 
-router = APIRouter(prefix=f"{API_V1}", tags=["evaluations"])
+router = APIRouter(prefix=f"{API_V1}", tags=["evaluations"], route_class=JsonRoute)
 
 Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]

@@ -10,13 +10,14 @@ from service.api.deps import (
     Expensive,
     access,
 )
+from service.api.json_body import JsonRoute
 from service.api.routes import API_V1
 from service.api.schemas.fits import FitCreate, FitQuoteRead
 from service.api.schemas.jobs import JobRead
 from service.domain.fits import submit as fits
 from service.domain.fits import tuning
 
-router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"])
+router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"], route_class=JsonRoute)
 
 
 @router.post(

@@ -10,12 +10,13 @@ from starlette.concurrency import run_in_threadpool
 from service.api.deps import PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
 from service.api.job_waiting import MAX_WAIT_SECONDS, wait_for_job
+from service.api.json_body import JsonRoute
 from service.api.routes import API_V1
 from service.api.schemas.base import page_read
 from service.api.schemas.jobs import JobList, JobRead
 from service.domain.jobs import lifecycle as jobs
 
-router = APIRouter(prefix=f"{API_V1}/jobs", tags=["jobs"])
+router = APIRouter(prefix=f"{API_V1}/jobs", tags=["jobs"], route_class=JsonRoute)
 
 Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]

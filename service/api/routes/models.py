@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from service.api.deps import AuditContextDep, Expensive, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
+from service.api.json_body import JsonRoute
 from service.api.routes import API_V1
 from service.api.schemas.base import page_read
 from service.api.schemas.datasets import feature_inputs
@@ -25,7 +26,7 @@ from service.api.schemas.models import (
 from service.domain.models import catalog as models
 from service.domain.records.base import PrivacyClaim
 
-router = APIRouter(prefix=f"{API_V1}/models", tags=["models"])
+router = APIRouter(prefix=f"{API_V1}/models", tags=["models"], route_class=JsonRoute)
 
 Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 
 from service.api.deps import AuditContextDep, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
+from service.api.json_body import JsonRoute
 from service.api.routes import API_V1
 from service.api.schemas.nodes import (
     ModelOfferCreate,
@@ -27,7 +28,7 @@ from service.domain.nodes import model_offers, offers, remote
 from service.domain.nodes.exchange import EXCHANGE
 from service.nodes.link import HttpCoordinatorLink
 
-router = APIRouter(tags=["nodes"])
+router = APIRouter(tags=["nodes"], route_class=JsonRoute)
 
 
 def _link(request: Request) -> HttpCoordinatorLink | None:

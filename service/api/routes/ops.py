@@ -4,24 +4,22 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from service.api.deps import (
     DatabaseProbeDep,
     HttpMetricsDep,
     SettingsDep,
-    UowFactoryDep,
     access,
-    get_principal,
+    authenticate_request,
+    bearer_token,
 )
 from service.api.errors import ProblemResponse, problem_response, problem_responses
+from service.api.json_body import JsonRoute
 from service.api.schemas.ops import Health, Readiness
-from service.db.uow import UnitOfWorkFactory
-from service.domain.audit import AuditContext
 from service.domain.errors import AuthenticationError
 
-router = APIRouter(tags=["ops"])
+router = APIRouter(tags=["ops"], route_class=JsonRoute)
 
 
 @router.get(
@@ -101,22 +99,15 @@ def metrics(
     request: Request,
     settings: SettingsDep,
     registry: HttpMetricsDep,
-    uow_factory: UowFactoryDep,
 ) -> Response:
     if settings.metrics_require_key:
-        _require_admin_key(request, uow_factory)
+        _require_admin_key(request)
     return Response(content=registry.render(), media_type=CONTENT_TYPE_LATEST)
 
 
-def _require_admin_key(request: Request, uow_factory: UnitOfWorkFactory) -> None:
+def _require_admin_key(request: Request) -> None:
     """401/403 unless the request carries the admin key (``PRIVFIT_METRICS_REQUIRE_KEY``)."""
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = bearer_token(request.headers.get("authorization"))
+    if token is None:
         raise AuthenticationError("send the admin key as `Authorization: Bearer <key>`")
-    principal = get_principal(
-        request,
-        uow_factory(),
-        AuditContext(request_id=getattr(request.state, "request_id", None), client_ip=None),
-        HTTPAuthorizationCredentials(scheme="Bearer", credentials=token.strip()),
-    )
-    principal.require_admin()
+    authenticate_request(request, token).require_admin()

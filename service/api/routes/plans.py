@@ -8,6 +8,7 @@ from starlette.concurrency import run_in_threadpool
 
 from service.api.deps import Expensive, PrincipalDep, UowDep, UowFactoryDep, access
 from service.api.errors import problem_responses
+from service.api.json_body import JsonRoute
 from service.api.negotiation import choose_media_type
 from service.api.plan_png import plan_png
 from service.api.plan_svg import plan_svg
@@ -15,7 +16,7 @@ from service.api.routes import API_V1
 from service.api.schemas.plans import PlanCreate, PlanRead
 from service.domain.fits import plans
 
-router = APIRouter(prefix=f"{API_V1}/datasets", tags=["plans"])
+router = APIRouter(prefix=f"{API_V1}/datasets", tags=["plans"], route_class=JsonRoute)
 
 JSON, SVG, PNG = "application/json", "image/svg+xml", "image/png"
 #: The plan's representations, the default first.

@@ -8,12 +8,13 @@ from fastapi import APIRouter, Query, status
 
 from service.api.deps import AdminDep, AuditContextDep, PrincipalDep, SiteDep, UowDep, access
 from service.api.errors import problem_responses
+from service.api.json_body import JsonRoute
 from service.api.routes import API_V1
 from service.api.schemas.base import page_read
 from service.api.schemas.sites import IssuedKeyRead, SiteCreate, SiteList, SiteRead, SiteWithKey
 from service.domain.access import sites
 
-router = APIRouter(prefix=f"{API_V1}/sites", tags=["sites"])
+router = APIRouter(prefix=f"{API_V1}/sites", tags=["sites"], route_class=JsonRoute)
 
 Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]

@@ -17,6 +17,7 @@ from service.api.deps import (
     access,
 )
 from service.api.errors import problem_responses
+from service.api.json_body import JsonRoute
 from service.api.routes import API_V1
 from service.api.schemas.base import page_read
 from service.api.schemas.federated import FederatedFitCreate, FederatedQuoteRead
@@ -34,7 +35,7 @@ from service.api.schemas.studies import (
 from service.domain.studies import aggregations, federated
 from service.domain.studies import membership as studies
 
-router = APIRouter(prefix=f"{API_V1}/studies", tags=["studies"])
+router = APIRouter(prefix=f"{API_V1}/studies", tags=["studies"], route_class=JsonRoute)
 
 Limit = Annotated[int, Query(ge=1, le=200, description="Page size.")]
 Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip.")]

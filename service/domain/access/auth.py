@@ -30,29 +30,42 @@ def authenticate(
     token: str,
     configured_admin_key_hash: str | None,
     context: AuditContext,
+    audit_failure: bool = True,
 ) -> Principal:
-    """The principal owning ``token``, or :class:`AuthenticationError` (audited)."""
+    """The principal owning ``token``, or :class:`AuthenticationError` (audited unless
+    ``audit_failure`` is false: a client already refused for its many failures)."""
     if configured_admin_key_hash is not None and key_matches(token, configured_admin_key_hash):
         return Principal(role="admin")
+    quiet = not audit_failure
     prefix = parse_prefix(token)
     if prefix is None:
-        _fail(uow, context=context, reason="malformed", prefix=None)
+        _fail(uow, context=context, quiet=quiet, reason="malformed", prefix=None)
     with uow:
         row = uow.api_keys.get_by_prefix(prefix)
     if row is None:
-        _fail(uow, context=context, reason="unknown_prefix", prefix=prefix)
+        _fail(uow, context=context, quiet=quiet, reason="unknown_prefix", prefix=prefix)
     if not key_matches(token, row.key_hash):
-        _fail(uow, context=context, reason="wrong_secret", prefix=prefix)
+        _fail(uow, context=context, quiet=quiet, reason="wrong_secret", prefix=prefix)
     if row.revoked_at is not None:
-        _fail(uow, context=context, reason="revoked", prefix=prefix)
+        _fail(uow, context=context, quiet=quiet, reason="revoked", prefix=prefix)
     if row.role == "admin":
         if configured_admin_key_hash is not None:
-            _fail(uow, context=context, reason="stored_admin_key_overridden", prefix=prefix)
+            _fail(
+                uow,
+                context=context,
+                quiet=quiet,
+                reason="stored_admin_key_overridden",
+                prefix=prefix,
+            )
         return Principal(role="admin", key_id=row.id, key_prefix=row.prefix)
     return Principal(role="site", site_id=row.site_id, key_id=row.id, key_prefix=row.prefix)
 
 
-def _fail(uow: UnitOfWork, *, context: AuditContext, reason: str, prefix: str | None) -> NoReturn:
+def _fail(
+    uow: UnitOfWork, *, context: AuditContext, quiet: bool, reason: str, prefix: str | None
+) -> NoReturn:
+    if quiet:
+        raise AuthenticationError(INVALID_KEY)
     with uow:
         audit.record(
             uow,

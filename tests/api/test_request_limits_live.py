@@ -1,0 +1,116 @@
+"""Issue 26 §2 and §3 on a real server (``privfit serve``, default settings): a 50 MB body
+costs the server nothing before the key is checked, an authenticated one only up to the JSON
+limit, ``/healthz`` stays quick meanwhile, and ``X-Forwarded-For`` from the loopback (which
+uvicorn used to believe) no longer escapes the failed-authentication limit.
+
+The bounds are generous for a loaded machine (figures in benchmarks/RESULTS.md): before the
+change, each 50 MB body was read and parsed on the event loop for 2.5–14 s, and ``/healthz``
+waited as long.
+"""
+
+from __future__ import annotations
+
+import time
+
+import httpx2
+import pytest
+
+from tests.support.large_bodies import HealthProbe, access_log_durations, post_large_body
+from tests.support.live_server import LiveServer
+
+FITS_ROUTE = "/v1/datasets/{dataset_id}/fits"
+FITS = f"/v1/datasets/{'0' * 32}/fits"
+MB = 1_000_000
+#: Server time to refuse a body (the issue asks < 100 ms; this allows a busy machine).
+SERVER_BOUND_MS = 500.0
+#: /healthz p99 while the bodies arrive (the issue asks < 50 ms; measured from the client, on
+#: a machine whose load average reaches 10: still far from the seconds it waited before).
+HEALTH_P99_BOUND_S = 1.0
+
+
+def logged(server: LiveServer, count: int) -> list[tuple[int, float]]:
+    """The access log's (status, ms) of the fit route, once ``count`` lines are there (the
+    line is written just after the answer is sent, and read from the server's stderr)."""
+    deadline = time.monotonic() + 30
+    while len(found := access_log_durations(server.stderr, FITS_ROUTE)) < count:
+        assert time.monotonic() < deadline, found
+        time.sleep(0.05)
+    return found
+
+
+@pytest.fixture
+def server(live_server: LiveServer) -> LiveServer:
+    """The live server, past its first (cold) request: its thread pool and database
+    connection exist, as on a server that has been up for a while."""
+    warm = httpx2.get(f"{live_server.base_url}/v1/sites", headers=live_server.admin_headers)
+    assert warm.status_code == 200
+    return live_server
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_an_unauthenticated_50_mb_body_is_refused_at_once(
+    server: LiveServer, chunked: bool
+) -> None:
+    live_server = server
+    with HealthProbe(live_server.base_url) as health:
+        answers = [
+            post_large_body(
+                live_server.base_url,
+                FITS,
+                size=50 * MB,
+                chunked=chunked,
+                headers=headers,
+            )
+            for headers in [{}, {"Authorization": "Bearer pf_nosuchpr_" + "x" * 43}] * 3
+        ]
+    assert all(answer.status in {401, 413} for answer in answers), answers
+    assert all(answer.seconds < SERVER_BOUND_MS / 1000 * 2 for answer in answers), answers
+    lines = logged(live_server, 6)
+    assert len(lines) == 6
+    assert all(status in {401, 413} and ms < SERVER_BOUND_MS for status, ms in lines), lines
+    assert health.quantile(0.99) < HEALTH_P99_BOUND_S, sorted(health.latencies)[-5:]
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_an_authenticated_50_mb_json_body_is_413_after_the_json_limit(
+    server: LiveServer, chunked: bool
+) -> None:
+    live_server = server
+    with HealthProbe(live_server.base_url) as health:
+        answers = [
+            post_large_body(
+                live_server.base_url,
+                FITS,
+                size=50 * MB,
+                chunked=chunked,
+                headers=live_server.admin_headers,
+            )
+            for _ in range(3)
+        ]
+    assert [answer.status for answer in answers] == [413] * 3
+    lines = logged(live_server, 3)
+    assert [status for status, _ in lines] == [413] * 3
+    assert all(ms < SERVER_BOUND_MS for _, ms in lines), lines
+    assert health.quantile(0.99) < HEALTH_P99_BOUND_S, sorted(health.latencies)[-5:]
+
+
+def guess(i: int) -> str:
+    """The ``i``-th of a guesser's keys: each with its own prefix (no prefix limit applies)."""
+    return f"Bearer pf_{i:08d}_{'x' * 43}"
+
+
+def test_rotating_x_forwarded_for_does_not_escape_the_limit(live_server: LiveServer) -> None:
+    """Before: uvicorn believed X-Forwarded-For from 127.0.0.1, so 80 guessed keys, each from
+    a "new" address, got 80 x 401 and 0 x 429. Now the default limit (30 a minute) holds, and
+    the valid key from the same address is still let in."""
+    with httpx2.Client(base_url=live_server.base_url, timeout=30) as client:
+        statuses = [
+            client.get(
+                "/v1/datasets",
+                headers={"Authorization": guess(i), "X-Forwarded-For": f"203.0.113.{i}"},
+            ).status_code
+            for i in range(80)
+        ]
+        assert client.get("/v1/sites", headers=live_server.admin_headers).status_code == 200
+    assert statuses.count(401) == 30
+    assert statuses.count(429) == 50
