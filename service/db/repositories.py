@@ -94,6 +94,18 @@ class SiteRepository(Repository[Site]):
         """The site whose normalised name is ``name_key`` (unique), or None."""
         return self.session.scalars(select(Site).where(Site.name_key == name_key)).one_or_none()
 
+    def get_for_update(self, site_id: str) -> Site | None:
+        """The site as now committed, its row locked until the transaction ends (PostgreSQL;
+        SQLite lets one writer at a time anyway): a key rotation and a deactivation of the
+        same site run one after the other."""
+        query = (
+            select(Site)
+            .where(Site.id == site_id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        return self.session.scalars(query).one_or_none()
+
     def list_page(self, *, limit: int, offset: int) -> Sequence[Site]:
         """Sites in creation order."""
         query = select(Site).order_by(Site.created_at, Site.id).limit(limit).offset(offset)

@@ -42,7 +42,10 @@ def create_site(
 @router.get(
     "",
     summary="List sites (admin)",
-    description="Sites in creation order, paginated. Requires the admin key.",
+    description=(
+        "Sites in creation order, paginated, deactivated ones included (with "
+        "`deactivated_at`). Requires the admin key."
+    ),
     response_model=SiteList,
     response_description="One page of sites and the total count.",
     responses=problem_responses(401, 403, 422),
@@ -104,11 +107,12 @@ def get_site(site_id: str, uow: UowDep, principal: PrincipalDep) -> SiteRead:
     summary="Rotate a site's key (admin)",
     description=(
         "For a site that lost its key: issues a new key and revokes all the site's other keys. "
-        "**The new key is in this response only.** Requires the admin key."
+        "**The new key is in this response only.** A deactivated site gets no key again (409). "
+        "Requires the admin key."
     ),
     response_model=IssuedKeyRead,
     response_description="The site's new key (shown only here); its other keys are revoked.",
-    responses=problem_responses(401, 403, 404, 422),
+    responses=problem_responses(401, 403, 404, 409, 422),
     openapi_extra=access("admin"),
 )
 def rotate_site_key(
@@ -116,3 +120,26 @@ def rotate_site_key(
 ) -> IssuedKeyRead:
     issued = sites.rotate_site_key(uow, site_id=site_id, actor=admin, context=audit_context)
     return SiteWithKey.from_issued(issued).key
+
+
+@router.post(
+    "/{site_id}/deactivate",
+    summary="Deactivate a site (admin)",
+    description=(
+        "The one operation of the admin that concerns a site as a whole, e.g. for a "
+        "data-protection request: revokes every key of the site at once (none is issued again) "
+        "and records a `site.deactivated` audit event. The site's data (datasets and their "
+        "ledgers, jobs, models, evaluations, studies, offers) is kept unchanged and stays out "
+        "of the admin's reach, as always. Deactivating a deactivated site changes nothing. "
+        "Requires the admin key."
+    ),
+    response_model=SiteRead,
+    response_description="The site, with `deactivated_at` set.",
+    responses=problem_responses(401, 403, 404, 422),
+    openapi_extra=access("admin"),
+)
+def deactivate_site(
+    site_id: str, uow: UowDep, admin: AdminDep, audit_context: AuditContextDep
+) -> SiteRead:
+    site = sites.deactivate_site(uow, site_id=site_id, actor=admin, context=audit_context)
+    return SiteRead.from_row(site)

@@ -29,6 +29,7 @@ _SITE_EXAMPLE: JsonDict = {
     "id": "0d1e2f3a4b5c6d7e8f90a1b2c3d4e5f6",
     "name": "St. Mary's Hospital",
     "created_at": "2026-11-23T09:30:00Z",
+    "deactivated_at": None,
 }
 _KEY_EXAMPLE: JsonDict = {
     "api_key": "pf_k3x9q2ma_6r1T0dVd3bQk9m1xJz8yP4sWc7uE2nGh5aLfKoYiRtB",
@@ -53,6 +54,11 @@ class SiteRead(ResponseModel):
     id: str = Field(description="The site's id (32 hex digits).")
     name: str
     created_at: datetime
+    deactivated_at: datetime | None = Field(
+        default=None,
+        description="When the admin deactivated the site (its keys revoked, its data kept); "
+        "null while it is active.",
+    )
 
     @classmethod
     def from_row(cls, row: Site) -> SiteRead:
