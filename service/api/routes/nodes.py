@@ -154,16 +154,16 @@ def next_node_task(uow: UowDep, principal: PrincipalDep, wait: Wait = 20.0) -> R
     description=(
         "The node's answer to a task it took: the step's vector (already noised on the node), "
         "the join's facts, or `refused` with the reason, which the job records. 404 when the "
-        "task is unknown, no longer awaited, or not this site's."
+        "task is unknown, no longer awaited, or not this site's (for the admin key, always)."
     ),
     response_class=Response,
-    responses=problem_responses(401, 403, 404, 413, 422),
-    openapi_extra=access("site"),
+    responses=problem_responses(401, 404, 413, 422),
+    openapi_extra=access("owner"),
 )
 def answer_node_task(
     task_id: str, body: TaskResultIn, uow: UowDep, principal: PrincipalDep
 ) -> Response:
-    site_id = principal.require_site()
+    site_id = principal.site_or_not_found("task")
     with uow:
         ids = uow.remote_contributions.active_ids_of_site(site_id)
     if not EXCHANGE.answer(task_id, ids, body.model_dump(exclude_none=True)):
