@@ -464,8 +464,10 @@ def _ids(response: Response) -> set[str]:
 
 def _ghost(real: Holdings) -> Holdings:
     """Ids of the right shape that name nothing (the study's member stays a real site)."""
-    ids = (uuid.uuid4().hex for _ in range(7))
-    return Holdings(*ids, member=real.member)
+    dataset, job, model, queued, evaluation, study, contribution = (
+        uuid.uuid4().hex for _ in range(7)
+    )
+    return Holdings(dataset, job, model, queued, evaluation, study, contribution, real.member)
 
 
 def _problem_core(response: Response) -> tuple[int, str, str, str]:
