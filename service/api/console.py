@@ -1,6 +1,6 @@
 """The console: a small read-only page where a site's steward sees its datasets with budget
 gauges and spend over time, jobs with live progress, models with their privacy receipts, and
-studies.
+studies. With the admin key, which reaches no site's data, it shows the list of sites only.
 
 Three files shipped in the package (``service/api/console/``: HTML, vanilla JavaScript, CSS;
 no CDN, no build step) are served at ``/console``. The page reads the same ``/v1`` API with the

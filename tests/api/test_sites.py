@@ -266,3 +266,15 @@ def test_only_the_admin_deactivates_and_only_sites_that_exist(
         assert response.status_code == 404
         assert response.json()["detail"] == "site not found"
     assert client.get("/v1/sites/me", headers=site.headers).status_code == 200
+
+
+def test_whoami_names_the_role_of_any_key(
+    client: TestClient, admin_headers: dict[str, str], site: SiteHandle
+) -> None:
+    admin = client.get("/v1/sites/whoami", headers=admin_headers)
+    assert admin.status_code == 200
+    assert admin.json() == {"role": "admin", "site": None}
+    own = client.get("/v1/sites/whoami", headers=site.headers)
+    assert own.status_code == 200
+    assert (own.json()["role"], own.json()["site"]["id"]) == ("site", site.id)
+    assert client.get("/v1/sites/whoami").status_code == 401

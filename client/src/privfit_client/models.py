@@ -1609,6 +1609,21 @@ class BudgetRead(BaseModel):
     epsilon_total: Annotated[float, Field(title="Epsilon Total")]
 
 
+class CallerRead(BaseModel):
+    """
+    Who the API key of a request belongs to.
+    """
+
+    role: Annotated[
+        Literal["admin", "site"],
+        Field(
+            description="`admin`: manages sites, their keys and the audit log, and reaches no site's data; `site`: acts for `site`.",
+            title="Role",
+        ),
+    ]
+    site: Annotated[SiteRead | None, Field(description="The calling site; null for the admin key.")]
+
+
 class DatasetCreate(BaseModel):
     """
     The ``spec`` part of ``POST /v1/datasets`` (a JSON object). Everything in it is public:

@@ -10,7 +10,14 @@ from service.api.deps import AdminDep, AuditContextDep, PrincipalDep, SiteDep, U
 from service.api.errors import problem_responses
 from service.api.routes import API_V1
 from service.api.schemas.base import page_read
-from service.api.schemas.sites import IssuedKeyRead, SiteCreate, SiteList, SiteRead, SiteWithKey
+from service.api.schemas.sites import (
+    CallerRead,
+    IssuedKeyRead,
+    SiteCreate,
+    SiteList,
+    SiteRead,
+    SiteWithKey,
+)
 from service.domain.access import sites
 
 router = APIRouter(prefix=f"{API_V1}/sites", tags=["sites"])
@@ -68,6 +75,26 @@ def list_sites(uow: UowDep, admin: AdminDep, limit: Limit = 50, offset: Offset =
 def get_my_site(uow: UowDep, site: SiteDep) -> SiteRead:
     assert site.site_id is not None
     return SiteRead.from_row(sites.get_site(uow, site_id=site.site_id, actor=site))
+
+
+@router.get(
+    "/whoami",
+    summary="Who the key belongs to",
+    description=(
+        "The role of the key of this request: the admin key (`site` is null), or a site's key "
+        "with its site. Any valid key; lets a page or a tool show the admin the site list and "
+        "a site its data without a failing request."
+    ),
+    response_model=CallerRead,
+    response_description="The caller's role and, for a site key, its site.",
+    responses=problem_responses(401),
+    openapi_extra=access("any"),
+)
+def whoami(uow: UowDep, principal: PrincipalDep) -> CallerRead:
+    if principal.site_id is None:
+        return CallerRead(role="admin", site=None)
+    site = sites.get_site(uow, site_id=principal.site_id, actor=principal)
+    return CallerRead(role="site", site=SiteRead.from_row(site))
 
 
 @router.post(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
@@ -12,7 +12,7 @@ from service.api.schemas.base import RequestModel, ResponseModel
 from service.db.models import Site
 from service.domain.access.sites import IssuedKey
 
-__all__ = ["IssuedKeyRead", "SiteCreate", "SiteList", "SiteRead", "SiteWithKey"]
+__all__ = ["CallerRead", "IssuedKeyRead", "SiteCreate", "SiteList", "SiteRead", "SiteWithKey"]
 
 SiteName = Annotated[
     str,
@@ -63,6 +63,22 @@ class SiteRead(ResponseModel):
     @classmethod
     def from_row(cls, row: Site) -> SiteRead:
         return cls.model_validate(row)
+
+
+class CallerRead(ResponseModel):
+    """Who the API key of a request belongs to."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"role": "site", "site": _SITE_EXAMPLE}, {"role": "admin", "site": None}]
+        }
+    )
+
+    role: Literal["admin", "site"] = Field(
+        description="`admin`: manages sites, their keys and the audit log, and reaches no "
+        "site's data; `site`: acts for `site`."
+    )
+    site: SiteRead | None = Field(description="The calling site; null for the admin key.")
 
 
 class IssuedKeyRead(ResponseModel):
