@@ -161,10 +161,12 @@ def rotate_site_key(
     if not looks_like_id(site_id) or (not actor.is_admin and actor.site_id != site_id):
         raise NotFoundError("site")
     with uow:
-        site = uow.sites.get_for_update(site_id)
+        site = uow.sites.get(site_id)
         if site is None:
             raise NotFoundError("site")
-        if site.deactivated_at is not None:
+        # Checked by a write that holds the site's row: a deactivation racing this rotation
+        # either came first (409 here) or waits and then revokes the key issued here.
+        if not uow.sites.hold_active(site.id):
             raise ConflictError("this site was deactivated: no key is issued for it again")
         now = utcnow()
         revoked: list[str] = []
@@ -201,13 +203,14 @@ def deactivate_site(
     if not looks_like_id(site_id):
         raise NotFoundError("site")
     with uow:
-        site = uow.sites.get_for_update(site_id)
+        site = uow.sites.get(site_id)
         if site is None:
             raise NotFoundError("site")
-        if site.deactivated_at is not None:
-            return site
         now = utcnow()
-        site.deactivated_at = now
+        if not uow.sites.deactivate(site.id, at=now):
+            uow.rollback()
+            return uow.sites.get_fresh(site.id) or site
+        # After the write above: keys a racing rotation committed are seen and revoked too.
         revoked: list[str] = []
         for key in uow.api_keys.active_for_site(site.id):
             uow.api_keys.revoke(key.id, at=now)
