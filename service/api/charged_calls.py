@@ -1,9 +1,10 @@
 """The request that queues a charged job (a fit, a tuned fit, an evaluation, an aggregation, a
 federated fit), as one FastAPI dependency.
 
-Every such operation takes the same things besides its path and body — the caller (a site key:
-the admin owns no budget), a unit of work, the job runner, the audit context, an
-``Idempotency-Key``, ``?dry_run=true`` and ``Prefer: wait=N`` — and answers the same way: the
+Every such operation takes the same things besides its path and body — the caller (a site;
+the admin, which owns no dataset, model or study, gets from the domain the 404 of an unknown
+id), a unit of work, the job runner, the audit context, an ``Idempotency-Key``,
+``?dry_run=true`` and ``Prefer: wait=N`` — and answers the same way: the
 quote with 200 on a dry run, else the job with 202 (201 once finished under ``Prefer``),
 ``Location`` and ``Idempotent-Replayed``. :class:`ChargedJobCall` holds those parts so each
 route is its path, its body and one domain call.
@@ -25,8 +26,8 @@ from service.api.deps import (
     DryRun,
     IdempotencyKey,
     PreferWait,
+    PrincipalDep,
     RunnerDep,
-    SiteDep,
     UowDep,
 )
 from service.api.errors import problem_responses
@@ -39,16 +40,20 @@ __all__ = ["ChargedJobCall", "ChargedJobCallDep", "charged_job_responses"]
 Quote = TypeVar("Quote")
 
 #: The problems every charged-job operation may answer with.
-_PROBLEMS: Final = (401, 403, 404, 409, 413, 422)
+_PROBLEMS: Final = (401, 404, 409, 413, 422)
 
 
-def charged_job_responses(quote_model: type[BaseModel]) -> dict[int | str, dict[str, Any]]:
+def charged_job_responses(
+    quote_model: type[BaseModel], *, coordinator_only: bool = False
+) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI responses of a charged-job operation besides its 202: the dry run's quote,
-    the finished job under ``Prefer: wait`` and the problems."""
+    the finished job under ``Prefer: wait`` and the problems (403 only where a member that is
+    not the study's coordinator is refused)."""
+    problems = sorted((*_PROBLEMS, 403)) if coordinator_only else _PROBLEMS
     return {
         200: {"model": quote_model, "description": "Dry run: the quote; nothing spent."},
         **FINISHED_RESPONSE,
-        **problem_responses(*_PROBLEMS),
+        **problem_responses(*problems),
     }
 
 
@@ -60,7 +65,7 @@ class ChargedJobCall:
         request: Request,
         response: Response,
         uow: UowDep,
-        site: SiteDep,
+        actor: PrincipalDep,
         audit_context: AuditContextDep,
         runner: RunnerDep,
         idempotency_key: IdempotencyKey = None,
@@ -70,7 +75,7 @@ class ChargedJobCall:
         self.request = request
         self.response = response
         self.uow = uow
-        self.site = site
+        self.actor = actor
         self.audit_context = audit_context
         self.runner = runner
         self.idempotency_key = idempotency_key
@@ -83,9 +88,9 @@ class ChargedJobCall:
         read: Callable[[Quote], BaseModel],
         **arguments: Any,
     ) -> JSONResponse:
-        """The dry run: ``quote(uow, actor=site, **arguments)`` mapped by ``read``, as 200."""
+        """The dry run: ``quote(uow, actor=actor, **arguments)`` mapped by ``read``, as 200."""
         quoted = await run_in_threadpool(
-            functools.partial(quote, self.uow, actor=self.site, **arguments)
+            functools.partial(quote, self.uow, actor=self.actor, **arguments)
         )
         return JSONResponse(read(quoted).model_dump(mode="json"))
 
@@ -96,7 +101,7 @@ class ChargedJobCall:
             functools.partial(
                 submit,
                 self.uow,
-                actor=self.site,
+                actor=self.actor,
                 runner=self.runner,
                 context=self.audit_context,
                 idempotency_key=self.idempotency_key,
@@ -104,7 +109,7 @@ class ChargedJobCall:
             )
         )
         return await submitted_job_answer(
-            self.request, self.response, self.uow, self.site, submitted, self.prefer
+            self.request, self.response, self.uow, self.actor, submitted, self.prefer
         )
 
     async def run(

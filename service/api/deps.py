@@ -200,11 +200,14 @@ SiteDep = Annotated[Principal, Depends(get_site)]
 
 
 def access(who: str) -> dict[str, str]:
-    """``openapi_extra`` naming who may call a route: admin, site, any (either key), public.
+    """``openapi_extra`` naming who may call a route: admin, site, owner, any (either key),
+    public. ``site``: a site key (the admin key gets 403); ``owner``: a site key acting on one
+    of its site's resources (to the admin key and other sites the resource does not exist: 404,
+    as for an unknown id).
 
     The fuzz test reads it to choose the key; people read the route's description.
     """
-    if who not in {"admin", "site", "any", "public"}:
+    if who not in {"admin", "site", "owner", "any", "public"}:
         raise ValueError(f"unknown access level {who!r}")
     return {"x-privfit-access": who}
 

@@ -241,7 +241,7 @@ _DESCRIPTIONS: dict[int, str] = {
     400: "Bad request.",
     401: "Missing, malformed, unknown or revoked API key.",
     403: "The key is valid but may not call this operation (admin-only, or site-only).",
-    404: "No such resource, or it belongs to another site.",
+    404: "No such resource, or another site's (for the admin key: any site's resource).",
     409: "Conflicts with the current state.",
     413: "The request body is larger than the server accepts.",
     415: "The body is not of a media type this operation accepts.",

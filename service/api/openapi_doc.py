@@ -24,8 +24,10 @@ every ε spent is recorded in a ledger.
 **Authorization.** Every `/v1` operation needs an API key, sent in the header
 `Authorization: Bearer <key>`:
 
-* the **admin key** (`PRIVFIT_ADMIN_KEY`, or the key printed once at the first start) creates
-  and lists sites;
+* the **admin key** (`PRIVFIT_ADMIN_KEY`, or the key printed once at the first start) creates,
+  lists and deactivates sites, rotates their keys and reads the audit log; it reaches no site's
+  data (another site's resource, and every site resource for the admin key, is a `404`, as for
+  an unknown id; lists of site data are a `403` for it);
 * a **site key** (returned once by `POST /v1/sites`, rotatable) acts for that site.
 
 How to send it depends on where you read this:

@@ -112,6 +112,9 @@ class Site(Base):
         default=lambda context: site_name_key(context.get_current_parameters()["name"]),
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    #: Set once when the admin deactivates the site: its keys are revoked and none is issued
+    #: again; its data is kept unchanged.
+    deactivated_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), default=None)
 
     api_keys: Mapped[list[ApiKey]] = relationship(back_populates="site", lazy="raise")
 

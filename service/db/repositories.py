@@ -94,6 +94,29 @@ class SiteRepository(Repository[Site]):
         """The site whose normalised name is ``name_key`` (unique), or None."""
         return self.session.scalars(select(Site).where(Site.name_key == name_key)).one_or_none()
 
+    def hold_active(self, site_id: str) -> bool:
+        """Whether the site is still active, as committed now; a write (changing nothing) that
+        holds the site's row until the transaction ends, so a concurrent :meth:`deactivate`
+        waits for this transaction and sees what it wrote (PostgreSQL row lock; SQLite's one
+        writer at a time)."""
+        result = self.session.execute(
+            update(Site)
+            .where(Site.id == site_id, Site.deactivated_at.is_(None))
+            .values(deactivated_at=None)
+            .execution_options(synchronize_session=False)
+        )
+        return _rowcount(result) == 1
+
+    def deactivate(self, site_id: str, *, at: datetime) -> bool:
+        """Mark an active site deactivated; False when it already was (or a racing call won)."""
+        result = self.session.execute(
+            update(Site)
+            .where(Site.id == site_id, Site.deactivated_at.is_(None))
+            .values(deactivated_at=at)
+            .execution_options(synchronize_session="fetch")
+        )
+        return _rowcount(result) == 1
+
     def list_page(self, *, limit: int, offset: int) -> Sequence[Site]:
         """Sites in creation order."""
         query = select(Site).order_by(Site.created_at, Site.id).limit(limit).offset(offset)

@@ -477,8 +477,8 @@ def test_jobs_are_listed_newest_first_per_site(
     assert [j["id"] for j in client.get("/v1/jobs", headers=other.headers).json()["items"]] == [
         other_id
     ]
-    everything = client.get("/v1/jobs", headers=admin_headers).json()
-    assert {j["id"] for j in everything["items"]} == {*ids, other_id}
+    # the admin key owns no jobs and lists none of the sites'
+    assert client.get("/v1/jobs", headers=admin_headers).status_code == 403
     assert client.get("/v1/jobs").status_code == 401
     assert client.get("/v1/jobs?limit=0", headers=site.headers).status_code == 422
 
@@ -509,8 +509,13 @@ def test_another_sites_job_is_404_for_every_verb(
     untouched = get_job(client, owner.headers, job["id"])
     assert untouched["status"] == "queued"
     assert untouched["charges"][0]["state"] == "charged"
-    # The admin sees every site's job.
-    assert client.get(f"/v1/jobs/{job['id']}", headers=admin_headers).status_code == 200
+    # To the admin key a site's job is a 404, the same as an unknown id, and it cancels none.
+    for suffix, method in (("", "GET"), ("/cancel", "POST")):
+        as_admin = client.request(method, f"/v1/jobs/{job['id']}{suffix}", headers=admin_headers)
+        ghost = client.request(method, f"/v1/jobs/{'0' * 32}{suffix}", headers=admin_headers)
+        assert as_admin.status_code == ghost.status_code == 404
+        assert as_admin.json()["detail"] == ghost.json()["detail"]
+    assert get_job(client, owner.headers, job["id"])["status"] == "queued"
 
 
 # --- the runner seam -----------------------------------------------------------------------

@@ -191,3 +191,90 @@ def test_audit_log_records_rotation_without_secrets(
     assert site.key not in text
     assert new_key not in text
     assert event["details"]["revoked_key_prefixes"] == [parse_prefix(site.key)]
+
+
+UPLOAD = {
+    "label": {"column": "outcome", "positive": "yes"},
+    "features": [{"column": "age", "type": "numeric", "lower": 18, "upper": 90}],
+    "weights": [0.5, -1.0],
+}
+
+
+def test_admin_deactivates_a_site_revoking_its_keys_and_keeping_its_data(
+    client: TestClient,
+    admin_headers: dict[str, str],
+    make_site: MakeSite,
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    site, bystander = make_site(), make_site()
+    model = client.post("/v1/models", json=UPLOAD, headers=site.headers)
+    assert model.status_code == 201, model.text
+
+    response = client.post(f"/v1/sites/{site.id}/deactivate", headers=admin_headers)
+    assert response.status_code == 200, response.text
+    deactivated_at = response.json()["deactivated_at"]
+    assert deactivated_at is not None
+    assert response.json()["id"] == site.id
+
+    # every key of the site is revoked at once; another site is untouched
+    assert client.get("/v1/sites/me", headers=site.headers).status_code == 401
+    assert client.get("/v1/sites/me", headers=bystander.headers).status_code == 200
+    # the admin sees the site as deactivated, and still none of its data
+    shown = client.get(f"/v1/sites/{site.id}", headers=admin_headers).json()
+    assert shown["deactivated_at"] == deactivated_at
+    listed = client.get("/v1/sites", headers=admin_headers).json()["items"]
+    assert {s["id"]: s["deactivated_at"] for s in listed} == {
+        site.id: deactivated_at,
+        bystander.id: None,
+    }
+    model_id = model.json()["id"]
+    assert client.get(f"/v1/models/{model_id}", headers=admin_headers).status_code == 404
+    # no key is ever issued again: the admin's rotation is a 409 that issues nothing
+    rotated = client.post(f"/v1/sites/{site.id}/keys/rotate", headers=admin_headers)
+    assert rotated.status_code == 409
+    assert rotated.headers["content-type"] == PROBLEM
+    # deactivating again changes nothing
+    again = client.post(f"/v1/sites/{site.id}/deactivate", headers=admin_headers)
+    assert again.status_code == 200
+    assert again.json()["deactivated_at"] == deactivated_at
+
+    with uow_factory() as uow:
+        # the data is kept as it was
+        assert [m.id for m in uow.models.list_page(owner_site_id=site.id, limit=10, offset=0)] == [
+            model_id
+        ]
+        assert uow.api_keys.active_for_site(site.id) == []
+        # one audited event, naming the revoked key by its prefix only
+        events = uow.audit.list_page(action="site.deactivated")
+        assert [(e.subject_id, e.actor_role) for e in events] == [(site.id, "admin")]
+        assert events[0].details is not None
+        assert events[0].details["revoked_key_prefixes"] == [parse_prefix(site.key)]
+        assert site.key not in str(events[0].details)
+        assert uow.audit.list_page(action="api_key.rotated") == []
+
+
+def test_only_the_admin_deactivates_and_only_sites_that_exist(
+    client: TestClient, admin_headers: dict[str, str], make_site: MakeSite
+) -> None:
+    site = make_site()
+    own = client.post(f"/v1/sites/{site.id}/deactivate", headers=site.headers)
+    assert own.status_code == 403
+    assert own.json()["type"] == "https://privfit.dev/problems/permission-denied"
+    assert client.post(f"/v1/sites/{site.id}/deactivate").status_code == 401
+    for unknown in ("0" * 32, "not-an-id"):
+        response = client.post(f"/v1/sites/{unknown}/deactivate", headers=admin_headers)
+        assert response.status_code == 404
+        assert response.json()["detail"] == "site not found"
+    assert client.get("/v1/sites/me", headers=site.headers).status_code == 200
+
+
+def test_whoami_names_the_role_of_any_key(
+    client: TestClient, admin_headers: dict[str, str], site: SiteHandle
+) -> None:
+    admin = client.get("/v1/sites/whoami", headers=admin_headers)
+    assert admin.status_code == 200
+    assert admin.json() == {"role": "admin", "site": None}
+    own = client.get("/v1/sites/whoami", headers=site.headers)
+    assert own.status_code == 200
+    assert (own.json()["role"], own.json()["site"]["id"]) == ("site", site.id)
+    assert client.get("/v1/sites/whoami").status_code == 401

@@ -1,7 +1,8 @@
 """Studies and contributions over HTTP (issue 5 items 1-2, docs/design.md §5).
 
 * ``POST /v1/studies``: the caller is the coordinator and a member; an empty study, unknown or
-  malformed member ids and a bad spec are 422s that store nothing; the admin gets 403.
+  malformed member ids and a bad spec are 422s that store nothing; the admin gets 403 (and
+  a study is a 404 to it).
 * Members read the study (members, contributions, results); a site outside it gets 404 on
   every verb, and ``GET /v1/studies`` lists only the caller's studies.
 * Contributions: a model the member owns or a grant on its dataset within the dataset's caps;
@@ -114,14 +115,18 @@ def test_unknown_and_malformed_study_ids_are_404(
         assert client.get(f"/v1/studies/{study_id}", headers=coordinator.headers).status_code == 404
 
 
-def test_admin_reads_studies_but_cannot_create_one(
+def test_admin_neither_reads_nor_creates_studies(
     client: TestClient,
     trio: tuple[SiteHandle, SiteHandle, SiteHandle],
     admin_headers: dict[str, str],
 ) -> None:
     coordinator, member, _ = trio
     study = create_study(client, coordinator, [member])
-    assert client.get(f"/v1/studies/{study['id']}", headers=admin_headers).status_code == 200
+    as_admin = client.get(f"/v1/studies/{study['id']}", headers=admin_headers)
+    unknown = client.get(f"/v1/studies/{'0' * 32}", headers=admin_headers)
+    assert as_admin.status_code == 404
+    assert as_admin.json()["detail"] == unknown.json()["detail"] == "study not found"
+    assert client.get("/v1/studies", headers=admin_headers).status_code == 403
     response = client.post(
         "/v1/studies",
         json={"name": "x", "members": [member.id], "spec": spec()},

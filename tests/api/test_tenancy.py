@@ -1,22 +1,26 @@
-"""Tenancy: a site sees and touches only its own datasets, jobs and models (issue 4 item 5).
+"""Tenancy: a site sees and touches only its own datasets, budgets, jobs, models, evaluations,
+plans, studies and offers, and the admin key none of them (issue 4 item 5, issue 26 §1).
 
 Walks the full matrix resources × verbs × callers. Each cell is one test case, and its
 expected status is written out in :data:`EXPECTED` below. The callers:
 
-``owner``      the site that uploaded the dataset (and owns its jobs and models);
-``other``      another site, which owns resources of its own;
-``admin``      the admin key: reads, lists and deletes everything, but holds no data, so the
-               site-only actions (fitting, uploading a classifier) are a 403;
+``owner``      the site that uploaded the dataset (and owns its jobs, models and evaluations,
+               and coordinates the study);
+``other``      another site, which owns resources of its own and is in no study of the owner;
+``admin``      the admin key: it runs the service (sites, keys, audit log) and reaches no site's
+               data: every site resource answers it 404 exactly as an unknown id does, and the
+               lists and uploads of site data are a 403 (it owns none);
 ``anonymous``  no key at all: 401 everywhere.
 
 Another site's resource is a 404 for every verb, never a 403, and the 404 is the same as for an
 id that does not exist (so it does not even reveal that the resource exists); the attempt changes
-nothing (no deletion, no charge, no cancel). Lists show the caller's own items only (the admin
-sees every site's).
+nothing (no deletion, no charge, no cancel, no contribution). Lists show the caller's own items
+only.
 
-The world (two sites, each with a dataset, a fitted model and a queued job) is built through the
-API once per backend and copied for each cell (``tests.support.snapshots``): every cell starts
-from its own untouched database, without uploading and fitting again.
+The world (two sites, each with a dataset, a fitted model and a queued job; the owner also with
+a private evaluation and a study with a third site, holding a model of each) is built through
+the API once per backend and copied for each cell (``tests.support.snapshots``): every cell
+starts from its own untouched database, without uploading and fitting again.
 """
 
 from __future__ import annotations
@@ -52,29 +56,55 @@ WHO: tuple[Who, ...] = ("owner", "other", "admin", "anonymous")
 EXPECTED: dict[str, tuple[int, int, int, int]] = {
     #                         owner other admin  none
     "datasets.upload": (201, 201, 403, 401),
-    "datasets.list": (200, 200, 200, 401),
-    "datasets.get": (200, 404, 200, 401),
-    "datasets.delete": (204, 404, 204, 401),
-    "datasets.budget": (200, 404, 200, 401),
-    "datasets.fit": (202, 404, 403, 401),
-    "datasets.fit_dry_run": (200, 404, 403, 401),
-    "jobs.list": (200, 200, 200, 401),
-    "jobs.get": (200, 404, 200, 401),
-    "jobs.cancel": (200, 404, 200, 401),
-    "models.list": (200, 200, 200, 401),
-    "models.get": (200, 404, 200, 401),
-    "models.predict": (200, 404, 200, 401),
-    "models.export": (200, 404, 200, 401),
+    "datasets.list": (200, 200, 403, 401),
+    "datasets.get": (200, 404, 404, 401),
+    "datasets.delete": (204, 404, 404, 401),
+    "datasets.budget": (200, 404, 404, 401),
+    "datasets.fit": (202, 404, 404, 401),
+    "datasets.fit_dry_run": (200, 404, 404, 401),
+    "jobs.list": (200, 200, 403, 401),
+    "jobs.get": (200, 404, 404, 401),
+    "jobs.cancel": (200, 404, 404, 401),
+    "models.list": (200, 200, 403, 401),
+    "models.get": (200, 404, 404, 401),
+    "models.predict": (200, 404, 404, 401),
+    "models.export": (200, 404, 404, 401),
     "models.upload": (201, 201, 403, 401),
-    "models.evaluate": (202, 404, 403, 401),
-    "models.evaluations": (200, 404, 200, 401),
-    "datasets.plan": (200, 404, 403, 401),
+    "models.evaluate": (202, 404, 404, 401),
+    "models.evaluate_dry_run": (200, 404, 404, 401),
+    "models.evaluations": (200, 404, 404, 401),
+    "evaluations.get": (200, 404, 404, 401),
+    "datasets.plan": (200, 404, 404, 401),
     # Offers to a coordinator's study (site nodes): this PrivFit has no coordinator, so the
     # owner's offer is a 422 that says so; everyone else is refused as for any other verb.
-    "datasets.offer": (422, 404, 403, 401),
-    "datasets.offers": (200, 404, 403, 401),
-    "datasets.withdraw_offer": (404, 404, 403, 401),
-    "models.offer": (422, 404, 403, 401),
+    "datasets.offer": (422, 404, 404, 401),
+    "datasets.offers": (200, 404, 404, 401),
+    "datasets.withdraw_offer": (404, 404, 404, 401),
+    "models.offer": (422, 404, 404, 401),
+    # Studies: the owner coordinates one with a third site; "other" is not a member.
+    "studies.create": (201, 201, 403, 401),
+    "studies.list": (200, 200, 403, 401),
+    "studies.get": (200, 404, 404, 401),
+    "studies.contribute": (201, 404, 404, 401),
+    "studies.withdraw": (204, 404, 404, 401),
+    "studies.aggregate": (202, 404, 404, 401),
+    "studies.aggregate_dry_run": (200, 404, 404, 401),
+    # a federated fit needs two granted datasets: the owner's study has none (422)
+    "studies.federated_fit": (422, 404, 404, 401),
+    "studies.remote_contributions": (200, 404, 404, 401),
+    # the owner registers a node dataset whose spec is not the study's (422)
+    "studies.add_remote_contribution": (422, 404, 404, 401),
+    "studies.withdraw_remote_contribution": (404, 404, 404, 401),
+    # Node tasks: the owner has no node, so no task waits and the one answered is unknown.
+    "nodes.next_task": (204, 204, 403, 401),
+    "nodes.answer_task": (404, 404, 404, 401),
+}
+
+#: The 404 the owner itself gets where the matrix names something that does not exist.
+OWNER_404 = {
+    "datasets.withdraw_offer": "offer not found",
+    "studies.withdraw_remote_contribution": "contribution not found",
+    "nodes.answer_task": "task not found",
 }
 
 CSV = "age,color,outcome\n" + "".join(
@@ -93,6 +123,8 @@ SPEC = json.dumps(
 ROW = {"age": 40, "color": "red"}
 NO_STUDY = "0" * 32  # a coordinator's study id (there is no coordinator here)
 UPLOAD = {"label": LABEL, "features": FEATURES, "weights": [0.5, 1.0, -1.0, 0.0, -0.25]}
+STUDY_SPEC = {"label": LABEL, "features": FEATURES}
+EVALUATION = {"epsilon": 0.1}
 
 
 class _HoldingRunner:
@@ -113,12 +145,18 @@ class _HoldingRunner:
 
 @dataclass
 class Holdings:
-    """One site's resources: a dataset, a finished job with its model, and a queued job."""
+    """One site's resources: a dataset, a finished job with its model, and a queued job; for
+    the owner also a released evaluation, and the study it coordinates with ``member`` (a
+    third site) with ``contribution``, its model contributed there."""
 
     dataset: str
     job: str
     model: str
     queued_job: str
+    evaluation: str = ""
+    study: str = ""
+    contribution: str = ""
+    member: str = ""
 
 
 @dataclass
@@ -172,6 +210,38 @@ def _holdings(client: TestClient, site: SiteHandle) -> Holdings:
     )
 
 
+def _owner_extras(client: TestClient, site: SiteHandle, member: SiteHandle, h: Holdings) -> None:
+    """The owner's evaluation of its model (ε 0.1 charged) and its study with ``member``."""
+    response = client.post(
+        f"/v1/models/{h.model}/evaluations",
+        json={"dataset_id": h.dataset, **EVALUATION},
+        headers={**site.headers, "Prefer": "wait=30"},
+    )
+    assert response.status_code == 201, response.text
+    assert response.json()["status"] == "succeeded", response.text
+    h.evaluation = response.json()["id"]
+    response = client.post(
+        "/v1/studies",
+        json={"name": "consortium", "members": [member.id], "spec": STUDY_SPEC},
+        headers=site.headers,
+    )
+    assert response.status_code == 201, response.text
+    h.study, h.member = response.json()["id"], member.id
+    response = client.post(
+        f"/v1/studies/{h.study}/contributions", json={"model_id": h.model}, headers=site.headers
+    )
+    assert response.status_code == 201, response.text
+    h.contribution = response.json()["id"]
+    response = client.post("/v1/models", json=UPLOAD, headers=member.headers)
+    assert response.status_code == 201, response.text
+    response = client.post(
+        f"/v1/studies/{h.study}/contributions",
+        json={"model_id": response.json()["id"]},
+        headers=member.headers,
+    )
+    assert response.status_code == 201, response.text
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """The two sites' world, built through the API once per module and backend: its
@@ -187,7 +257,10 @@ class Snapshot:
 def _build(url: str) -> tuple[SiteHandle, SiteHandle, Holdings, Holdings]:
     with TestClient(create_app(make_test_settings(url))) as client:
         owner, other = create_site(client, "owner site"), create_site(client, "other site")
-        return owner, other, _holdings(client, owner), _holdings(client, other)
+        member = create_site(client, "member site")
+        mine, theirs = _holdings(client, owner), _holdings(client, other)
+        _owner_extras(client, owner, member, mine)
+        return owner, other, mine, theirs
 
 
 @pytest.fixture(
@@ -283,7 +356,13 @@ REQUESTS: dict[str, Callable[[Holdings], Call]] = {
         f"/v1/models/{h.model}/evaluations",
         {"json": {"dataset_id": h.dataset, "epsilon": 0.1}},
     ),
+    "models.evaluate_dry_run": lambda h: (
+        "POST",
+        f"/v1/models/{h.model}/evaluations",
+        {"json": {"dataset_id": h.dataset, "epsilon": 0.1}, "params": {"dry_run": "true"}},
+    ),
     "models.evaluations": lambda h: ("GET", f"/v1/models/{h.model}/evaluations", {}),
+    "evaluations.get": lambda h: ("GET", f"/v1/evaluations/{h.evaluation}", {}),
     "datasets.plan": lambda h: (
         "POST",
         f"/v1/datasets/{h.dataset}/plans",
@@ -305,6 +384,71 @@ REQUESTS: dict[str, Callable[[Holdings], Call]] = {
         f"/v1/models/{h.model}/offers",
         {"json": {"study_id": NO_STUDY}},
     ),
+    "studies.create": lambda h: (
+        "POST",
+        "/v1/studies",
+        {"json": {"name": "another", "members": [h.member], "spec": STUDY_SPEC}},
+    ),
+    "studies.list": lambda h: ("GET", "/v1/studies", {}),
+    "studies.get": lambda h: ("GET", f"/v1/studies/{h.study}", {}),
+    "studies.contribute": lambda h: (
+        "POST",
+        f"/v1/studies/{h.study}/contributions",
+        {"json": {"dataset_id": h.dataset, "epsilon_cap": 1.0, "delta_cap": 0.0}},
+    ),
+    "studies.withdraw": lambda h: (
+        "DELETE",
+        f"/v1/studies/{h.study}/contributions/{h.contribution}",
+        {},
+    ),
+    "studies.aggregate": lambda h: (
+        "POST",
+        f"/v1/studies/{h.study}/aggregations",
+        {"json": {"method": "average"}},
+    ),
+    "studies.aggregate_dry_run": lambda h: (
+        "POST",
+        f"/v1/studies/{h.study}/aggregations",
+        {"json": {"method": "average"}, "params": {"dry_run": "true"}},
+    ),
+    "studies.federated_fit": lambda h: (
+        "POST",
+        f"/v1/studies/{h.study}/federated-fits",
+        {
+            "json": {"protocol": "noisy_average", "epsilon": 0.5, "regularization": 0.01},
+            "params": {"dry_run": "true"},
+        },
+    ),
+    "studies.remote_contributions": lambda h: (
+        "GET",
+        f"/v1/studies/{h.study}/remote-contributions",
+        {},
+    ),
+    "studies.add_remote_contribution": lambda h: (
+        "POST",
+        f"/v1/studies/{h.study}/remote-contributions",
+        {
+            "json": {
+                "node_dataset_id": NO_STUDY,
+                "preprocessing": {"features": []},
+                "label": LABEL,
+                "n_features": 5,
+                "epsilon_cap": 1.0,
+                "delta_cap": 0.0,
+            }
+        },
+    ),
+    "studies.withdraw_remote_contribution": lambda h: (
+        "DELETE",
+        f"/v1/studies/{h.study}/remote-contributions/{h.contribution}",
+        {},
+    ),
+    "nodes.next_task": lambda h: ("GET", "/v1/node/tasks/next", {"params": {"wait": 0}}),
+    "nodes.answer_task": lambda h: (
+        "POST",
+        f"/v1/node/tasks/{h.job}/result",
+        {"json": {"refused": "no such task"}},
+    ),
 }
 
 
@@ -318,9 +462,12 @@ def _ids(response: Response) -> set[str]:
     return {item["id"] for item in response.json()["items"]}
 
 
-def _ghost() -> Holdings:
-    """Ids of the right shape that name nothing."""
-    return Holdings(*(uuid.uuid4().hex for _ in range(4)))
+def _ghost(real: Holdings) -> Holdings:
+    """Ids of the right shape that name nothing (the study's member stays a real site)."""
+    dataset, job, model, queued, evaluation, study, contribution = (
+        uuid.uuid4().hex for _ in range(7)
+    )
+    return Holdings(dataset, job, model, queued, evaluation, study, contribution, real.member)
 
 
 def _problem_core(response: Response) -> tuple[int, str, str, str]:
@@ -329,29 +476,35 @@ def _problem_core(response: Response) -> tuple[int, str, str, str]:
 
 
 def _owner_view_unchanged(world: World) -> None:
-    """The owner's resources after another site's (failed) attempt: all still there, the
-    queued job still queued, the budget charged only by the owner's two fits."""
+    """The owner's resources after another site's or the admin's (failed) attempt: all still
+    there, the queued job still queued, the budget charged only by the owner's two fits and
+    its evaluation, the study with its two contributions and no result."""
     h, headers, client = world.mine, world.owner.headers, world.client
     assert client.get(f"/v1/datasets/{h.dataset}", headers=headers).json()["deleted_at"] is None
     assert client.get(f"/v1/jobs/{h.queued_job}", headers=headers).json()["status"] == "queued"
     budget = client.get(f"/v1/datasets/{h.dataset}/budget", headers=headers).json()
-    assert budget["epsilon_spent"] == 1.0
-    assert len(budget["charges"]) == 2
+    assert budget["epsilon_spent"] == pytest.approx(1.1)
+    assert len(budget["charges"]) == 3
     assert client.get(f"/v1/models/{h.model}", headers=headers).status_code == 200
+    assert client.get(f"/v1/evaluations/{h.evaluation}", headers=headers).status_code == 200
+    study = client.get(f"/v1/studies/{h.study}", headers=headers).json()
+    assert len(study["contributions"]) == 2
+    assert study["results"] == []
 
 
 def _check_lists(world: World, verb: str, who: Who, response: Response) -> None:
-    field = {"datasets.list": "dataset", "jobs.list": "job", "models.list": "model"}[verb]
+    field = {
+        "datasets.list": "dataset",
+        "jobs.list": "job",
+        "models.list": "model",
+        "studies.list": "study",
+    }[verb]
     mine, theirs = getattr(world.mine, field), getattr(world.theirs, field)
     ids = _ids(response)
-    if who == "owner":
-        assert mine in ids
-        assert theirs not in ids
-    elif who == "other":
-        assert theirs in ids
-        assert mine not in ids
-    else:
-        assert {mine, theirs} <= ids
+    assert who in ("owner", "other")  # the admin's lists are a 403
+    assert (mine in ids) == (who == "owner")
+    if theirs:
+        assert (theirs in ids) == (who == "other")
     assert response.json()["total"] == len(ids)
 
 
@@ -372,12 +525,17 @@ def test_tenancy_matrix(world: World, verb: str, who: Who, expected: int) -> Non
         assert response.headers["content-type"].startswith("application/problem+json")
     if expected == 401:
         assert response.headers["www-authenticate"] == "Bearer"
+    if expected == 403:
+        # the admin on a list or an upload of site data: it owns none
+        assert who == "admin"
+        assert response.json()["type"].endswith("/permission-denied")
+        assert response.json()["detail"] == "this operation needs a site key, not the admin key"
     if expected == 404 and who == "owner":
-        # the owner's own dataset, an offer id that names nothing
-        assert response.json()["detail"] == "offer not found"
+        # the owner's own resource, with an id that names nothing (an offer, a task)
+        assert response.json()["detail"] == OWNER_404[verb]
     elif expected == 404:
         # exactly what an id that names nothing gets: existence is not revealed
-        ghost = _call(world, verb, who, _ghost())
+        ghost = _call(world, verb, who, _ghost(world.mine))
         assert _problem_core(response) == _problem_core(ghost)
     if who != "owner" and expected >= 400:
         _owner_view_unchanged(world)
@@ -394,14 +552,14 @@ def test_tenancy_matrix(world: World, verb: str, who: Who, expected: int) -> Non
         shown = client.get(f"/v1/datasets/{h.dataset}", headers=world.owner.headers).json()
         assert shown["deleted_at"] is not None
     elif verb == "datasets.budget":
-        assert response.json()["epsilon_spent"] == 1.0
+        assert response.json()["epsilon_spent"] == pytest.approx(1.1)
     elif verb == "datasets.fit":
         assert response.json()["dataset_id"] == h.dataset
         jobs = client.get("/v1/jobs", headers=world.owner.headers).json()
         assert response.json()["id"] in {j["id"] for j in jobs["items"]}
     elif verb == "datasets.fit_dry_run":
         assert response.json()["dry_run"] is True
-        assert response.json()["budget"]["remaining_epsilon"] == 4.0
+        assert response.json()["budget"]["remaining_epsilon"] == pytest.approx(3.9)
     elif verb == "jobs.get":
         assert (response.json()["id"], response.json()["model_id"]) == (h.job, h.model)
     elif verb == "jobs.cancel":
@@ -413,8 +571,12 @@ def test_tenancy_matrix(world: World, verb: str, who: Who, expected: int) -> Non
     elif verb == "models.evaluate":
         assert response.json()["dataset_id"] == h.dataset
         assert response.json()["status"] == "queued"
+    elif verb == "models.evaluate_dry_run":
+        assert response.json()["dry_run"] is True
     elif verb == "models.evaluations":
-        assert response.json()["items"] == []
+        assert [e["id"] for e in response.json()["items"]] == [h.evaluation]
+    elif verb == "evaluations.get":
+        assert response.json()["id"] == h.evaluation
     elif verb == "datasets.plan":
         assert len(response.json()["points"]) == 2
     elif verb == "datasets.offers":
@@ -422,9 +584,28 @@ def test_tenancy_matrix(world: World, verb: str, who: Who, expected: int) -> Non
     elif verb == "models.predict":
         (prediction,) = response.json()["predictions"]
         assert isinstance(prediction["score"], float)
-    elif verb in ("models.upload", "datasets.upload"):
+    elif verb == "studies.get":
+        assert response.json()["id"] == h.study
+    elif verb == "studies.contribute":
+        assert response.json()["dataset_id"] == h.dataset
+    elif verb == "studies.withdraw":
+        study = client.get(f"/v1/studies/{h.study}", headers=world.owner.headers).json()
+        assert h.contribution not in {c["id"] for c in study["contributions"]}
+    elif verb == "studies.aggregate":
+        assert response.json()["status"] == "succeeded"
+    elif verb == "studies.aggregate_dry_run":
+        assert response.json()["dry_run"] is True
+    elif verb == "studies.remote_contributions":
+        assert response.json()["items"] == []
+    elif verb == "nodes.next_task":
+        assert response.content == b""
+    elif verb in ("models.upload", "datasets.upload", "studies.create"):
         # a site creates only its own items: the other site can neither read nor list them
-        collection = "/v1/models" if verb == "models.upload" else "/v1/datasets"
+        collection = {
+            "models.upload": "/v1/models",
+            "datasets.upload": "/v1/datasets",
+            "studies.create": "/v1/studies",
+        }[verb]
         created = response.json()["id"]
         uploader, outsider = (
             (world.owner, world.other) if who == "owner" else (world.other, world.owner)
@@ -440,20 +621,38 @@ def test_tenancy_matrix(world: World, verb: str, who: Who, expected: int) -> Non
         raise AssertionError(f"no check for {verb}")
 
 
-def test_the_matrix_covers_every_route_of_the_three_resources(world: World) -> None:
-    """Every dataset, job and model operation in the OpenAPI document has a row above."""
+#: Where the site data lives: every operation under these paths has rows in the matrix.
+SITE_DATA = ("/v1/datasets", "/v1/jobs", "/v1/models", "/v1/evaluations", "/v1/studies", "/v1/node")
+
+
+def test_the_matrix_covers_every_operation_on_site_data(world: World) -> None:
+    """Every operation on a site's data in the OpenAPI document has a row above: the admin
+    is a caller of each of them."""
     paths = world.client.get("/openapi.json").json()["paths"]
     operations = {
         (method.upper(), path)
         for path, item in paths.items()
-        if path.startswith(("/v1/datasets", "/v1/jobs", "/v1/models"))
+        if path.startswith(SITE_DATA)
         for method in item
     }
+    placeholders = Holdings(
+        "{dataset_id}",
+        "{job_id}",
+        "{model_id}",
+        "{job_id}",
+        evaluation="{evaluation_id}",
+        study="{study_id}",
+        contribution="{contribution_id}",
+    )
     covered = set()
     for verb in EXPECTED:
-        method, path, _ = REQUESTS[verb](
-            Holdings("{dataset_id}", "{job_id}", "{model_id}", "{job_id}")
-        )
-        # the withdrawal names an offer; the matrix sends a job id, which names no offer
-        covered.add((method, path.replace("/offers/{job_id}", "/offers/{offer_id}")))
+        method, path, _ = REQUESTS[verb](placeholders)
+        # the offer's withdrawal and the task's answer send a job id, which names neither
+        path = path.replace("/offers/{job_id}", "/offers/{offer_id}")
+        covered.add((method, path.replace("/tasks/{job_id}/", "/tasks/{task_id}/")))
     assert operations == covered
+    # and everything else is the admin's or public: sites, keys, the audit log, operations
+    for path in paths:
+        assert path.startswith((*SITE_DATA, "/v1/sites", "/v1/audit-events")) or (
+            not path.startswith("/v1/")
+        ), path

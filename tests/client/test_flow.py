@@ -12,6 +12,7 @@ import httpx
 import pandas as pd
 import pytest
 from privfit_client import PREDICT_BATCH, Client
+from privfit_client.errors import Unauthenticated
 
 from tests.client.conftest import NO_WAIT, SPEC_PATH, make_site_on, read_rows, small_csv
 from tests.conftest import ADMIN_KEY
@@ -134,3 +135,8 @@ def test_admin_lists_sites_and_the_environment_configures_the_client(
         created = admin.create_site("Bank A")
         assert [s.id for s in admin.sites()] == [created.site.id]
         assert admin.site(created.site.id).name == "Bank A"
+        deactivated = admin.deactivate_site(created.site.id)
+        assert deactivated.deactivated_at is not None
+        assert admin.site(created.site.id).deactivated_at == deactivated.deactivated_at
+    with Client(server.base_url, created.key.api_key) as revoked, pytest.raises(Unauthenticated):
+        revoked.me()

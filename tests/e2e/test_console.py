@@ -1,7 +1,8 @@
 """The console (GET /console) in headless Chromium: a steward pastes a site key and sees the
 site's dataset with its budget (ε spent and remaining, a gauge and the spend over time), the
 fit job's status and progress, the model with its privacy receipt, and the study, with no
-request to another host, no console error, and a strict Content-Security-Policy."""
+request to another host, no console error, and a strict Content-Security-Policy. With the
+admin key the page shows the site list only, and asks for no site's data."""
 
 from __future__ import annotations
 
@@ -203,5 +204,53 @@ def test_the_console_shows_small_privacy_parameters_evaluations_and_inert_names(
     assert study_name.inner_text() == "[U+2067]wards[U+2069] study"
     assert page.locator("#site .site-name").inner_text() == "Ward 9"
     assert RLO not in page.locator("body").inner_text()
+    assert record.page_errors == []
+    assert record.console_errors == []
+
+
+def test_the_console_shows_the_admin_only_the_site_list(
+    live_server: LiveServer, browser: Any
+) -> None:
+    created = _post(live_server, "/v1/sites", live_server.admin_headers, json={"name": "Clinic"})
+    site = {"Authorization": f"Bearer {created['key']['api_key']}"}
+    model = _post(
+        live_server,
+        "/v1/models",
+        site,
+        json={
+            "label": {"column": "outcome", "positive": "yes"},
+            "features": [{"column": "age", "type": "numeric", "lower": 18, "upper": 90}],
+            "weights": [0.5, -1.0],
+        },
+    )
+    retired = _post(live_server, "/v1/sites", live_server.admin_headers, json={"name": "Gone"})
+    _post(live_server, f"/v1/sites/{retired['site']['id']}/deactivate", live_server.admin_headers)
+
+    page, record = watched_page(browser, live_server.base_url)
+    api_paths: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            api_paths.append(request.url.removeprefix(live_server.base_url))
+            if "/v1/" in request.url
+            else None
+        ),
+    )
+    page.goto(f"{live_server.base_url}/console")
+    page.fill("#key", live_server.admin_headers["Authorization"].removeprefix("Bearer "))
+    page.click("#login button[type=submit]")
+    page.locator(".site-name").first.wait_for(timeout=30_000)
+
+    assert page.locator(".site-name").all_inner_texts() == ["Clinic", "Gone"]
+    sites_text = page.locator("#sites").inner_text()
+    assert created["site"]["id"] in sites_text
+    assert "deactivated" in sites_text
+    assert page.locator("#sites-section").is_visible()
+    for section in page.locator("section.site-data").all():
+        assert not section.is_visible()
+    # the page asked for nothing but who the key is and the sites: no site's data
+    assert api_paths == ["/v1/sites/whoami", "/v1/sites?limit=200"]
+    assert model["id"] not in page.locator("body").inner_text()
+    assert record.foreign_requests == []
     assert record.page_errors == []
     assert record.console_errors == []

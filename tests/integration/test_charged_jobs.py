@@ -176,8 +176,11 @@ def test_a_fit_is_only_for_the_owner_of_the_dataset(uow_factory: UnitOfWorkFacto
     dataset_id = make_dataset(uow_factory, owner)
     with pytest.raises(NotFoundError):
         submit_fit(uow_factory(), dataset_id=dataset_id, request=FIT, actor=other, runner=Runner())
-    with pytest.raises(PermissionDeniedError):  # the admin reads datasets, never charges them
-        quote_fit(uow_factory(), dataset_id=dataset_id, request=FIT, actor=Principal("admin"))
+    admin = Principal("admin")
+    with pytest.raises(NotFoundError):  # the admin owns no dataset: as for an unknown id
+        quote_fit(uow_factory(), dataset_id=dataset_id, request=FIT, actor=admin)
+    with pytest.raises(NotFoundError):
+        submit_fit(uow_factory(), dataset_id=dataset_id, request=FIT, actor=admin, runner=Runner())
     assert spent(uow_factory, dataset_id) == 0.0
 
 

@@ -123,6 +123,10 @@ class AsyncClient:
         """Create a site (admin key)."""
         return await _run(self.sync.create_site, name)
 
+    async def deactivate_site(self, site_id: str) -> SiteRead:
+        """Deactivate a site (admin key; see :meth:`Client.deactivate_site`)."""
+        return await _run(self.sync.deactivate_site, site_id)
+
     async def upload(self, data: DataSource, spec: SpecSource) -> DatasetRead:
         """Upload a dataset (see :meth:`Client.upload`)."""
         return await _run(self.sync.upload, data, spec)

@@ -213,6 +213,11 @@ class Client:
         path = "/v1/sites/me/keys/rotate" if site_id is None else f"/v1/sites/{site_id}/keys/rotate"
         return self._post(path, IssuedKeyRead)
 
+    def deactivate_site(self, site_id: str) -> SiteRead:
+        """Deactivate a site (admin key): every key of the site is revoked and none is issued
+        again; its data is kept. Deactivating twice changes nothing."""
+        return self._post(f"/v1/sites/{site_id}/deactivate", SiteRead)
+
     # --- datasets -----------------------------------------------------------------------
 
     def upload(self, data: DataSource, spec: SpecSource) -> DatasetRead:

@@ -1270,6 +1270,13 @@ class SiteRead(BaseModel):
     """
 
     created_at: Annotated[AwareDatetime, Field(title="Created At")]
+    deactivated_at: Annotated[
+        AwareDatetime | None,
+        Field(
+            description="When the admin deactivated the site (its keys revoked, its data kept); null while it is active.",
+            title="Deactivated At",
+        ),
+    ] = None
     id: Annotated[str, Field(description="The site's id (32 hex digits).", title="Id")]
     name: Annotated[str, Field(title="Name")]
 
@@ -1602,6 +1609,21 @@ class BudgetRead(BaseModel):
     epsilon_total: Annotated[float, Field(title="Epsilon Total")]
 
 
+class CallerRead(BaseModel):
+    """
+    Who the API key of a request belongs to.
+    """
+
+    role: Annotated[
+        Literal["admin", "site"],
+        Field(
+            description="`admin`: manages sites, their keys and the audit log, and reaches no site's data; `site`: acts for `site`.",
+            title="Role",
+        ),
+    ]
+    site: Annotated[SiteRead | None, Field(description="The calling site; null for the admin key.")]
+
+
 class DatasetCreate(BaseModel):
     """
     The ``spec`` part of ``POST /v1/datasets`` (a JSON object). Everything in it is public:
@@ -1650,7 +1672,7 @@ class DatasetCreate(BaseModel):
 
 class DatasetRead(BaseModel):
     """
-    A dataset's metadata. Only its owner (or the admin) can read it.
+    A dataset's metadata. Only its owner can read it (not the admin key).
     """
 
     allow_non_private: Annotated[bool, Field(title="Allow Non Private")]

@@ -1,4 +1,5 @@
-// PrivFit console: read-only views of one site's datasets, jobs, models and studies.
+// PrivFit console: read-only views of one site's datasets, jobs, models and studies; with the
+// admin key, which reaches no site's data, the list of sites only.
 // The key stays in sessionStorage (this tab only); every request goes to this origin.
 "use strict";
 
@@ -192,11 +193,33 @@ async function showSite() {
   document.getElementById("site").replaceChildren("Site: ", inertName(me.name, "site-name"));
 }
 
+async function showSites() {
+  const list = await api("/v1/sites?limit=200");
+  const rows = list.items.map((s) => [el("code", {}, s.id), inertName(s.name, "site-name"),
+    s.created_at, s.deactivated_at ? `deactivated ${s.deactivated_at}` : "active"]);
+  document.getElementById("sites").replaceChildren(
+    rows.length ? table(["Site", "Name", "Created", "State"], rows) : el("p", {}, "No sites."));
+}
+
+// The admin sees the sites section only; a site sees its data sections only.
+function showRole(isAdmin) {
+  document.getElementById("sites-section").hidden = !isAdmin;
+  for (const section of document.querySelectorAll(".site-data")) section.hidden = isAdmin;
+}
+
 let generation = 0;
 
 async function refresh() {
   const mine = ++generation;
   try {
+    const isAdmin = (await api("/v1/sites/whoami")).role === "admin";
+    showRole(isAdmin);
+    if (isAdmin) {
+      document.getElementById("site").replaceChildren("Operator (admin key): the sites only");
+      await showSites();
+      status(`Updated ${new Date().toLocaleTimeString()}`, false);
+      return;
+    }
     const [, running] = await Promise.all(
       [showDatasets(), showJobs(), showModels(), showStudies(), showSite()]);
     status(`Updated ${new Date().toLocaleTimeString()}`, false);
@@ -221,7 +244,7 @@ document.addEventListener("DOMContentLoaded", () => {
   document.getElementById("forget").addEventListener("click", () => {
     sessionStorage.removeItem(KEY);
     generation++;
-    for (const id of ["site", "datasets", "jobs", "models", "evaluations", "studies"]) {
+    for (const id of ["site", "sites", "datasets", "jobs", "models", "evaluations", "studies"]) {
       document.getElementById(id).replaceChildren();
     }
     status("Key forgotten.", false);

@@ -181,12 +181,13 @@ async def create_dataset(
     "",
     summary="List datasets",
     description=(
-        "The calling site's datasets, newest first (the admin sees every site's). Deleted "
-        "datasets are hidden unless `include_deleted=true`."
+        "The calling site's datasets, newest first. Deleted datasets are hidden unless "
+        "`include_deleted=true`. Requires a site key (the admin key, which owns no site data, "
+        "gets 403)."
     ),
     response_model=DatasetList,
-    responses=problem_responses(401, 422),
-    openapi_extra=access("any"),
+    responses=problem_responses(401, 403, 422),
+    openapi_extra=access("site"),
 )
 def list_datasets(
     uow: UowDep,
@@ -208,11 +209,12 @@ def list_datasets(
     summary="Get a dataset",
     description=(
         "A dataset's metadata: shape, encoded feature names, spec, budget caps. Only its "
-        "owner (or the admin) can read it; for others it does not exist (404)."
+        "owner can read it; for other sites and the admin key it does not exist (404, as for "
+        "an unknown id)."
     ),
     response_model=DatasetRead,
     responses=problem_responses(401, 404, 422),
-    openapi_extra=access("any"),
+    openapi_extra=access("owner"),
 )
 def get_dataset(dataset_id: str, uow: UowDep, principal: PrincipalDep) -> DatasetRead:
     return DatasetRead.from_row(datasets.get_dataset(uow, dataset_id=dataset_id, actor=principal))
@@ -225,11 +227,12 @@ def get_dataset(dataset_id: str, uow: UowDep, principal: PrincipalDep) -> Datase
     description=(
         "Removes the dataset's content at once. Its metadata and budget ledger are kept (the "
         "dataset shows `deleted_at`); new fits on it get 409 `dataset-deleted`. Deleting again "
-        "is a no-op. Owner or admin."
+        "is a no-op. Owner only: for other sites and the admin key the dataset does not exist "
+        "(404, as for an unknown id), and nothing is deleted."
     ),
     response_class=Response,
     responses=problem_responses(401, 404, 422),
-    openapi_extra=access("any"),
+    openapi_extra=access("owner"),
 )
 def delete_dataset(
     dataset_id: str, uow: UowDep, principal: PrincipalDep, audit_context: AuditContextDep
@@ -244,11 +247,12 @@ def delete_dataset(
     description=(
         "Caps, amounts spent and remaining for ε and δ, and every charge (job, ε, δ, "
         "mechanism, time, state). Spent is the sum of the charges not refunded; the ledger is "
-        "exact (integer units of 1e-9 ε and 1e-15 δ). Owner or admin."
+        "exact (integer units of 1e-9 ε and 1e-15 δ). Owner only: for other sites and the "
+        "admin key the dataset does not exist (404, as for an unknown id)."
     ),
     response_model=BudgetRead,
     responses=problem_responses(401, 404, 422),
-    openapi_extra=access("any"),
+    openapi_extra=access("owner"),
 )
 def get_dataset_budget(dataset_id: str, uow: UowDep, principal: PrincipalDep) -> BudgetRead:
     return BudgetRead.from_status(datasets.get_budget(uow, dataset_id=dataset_id, actor=principal))

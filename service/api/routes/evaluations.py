@@ -47,11 +47,12 @@ Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip
         "with discrete Laplace noise (ε/2, L1 sensitivity 2), accuracy, precision, recall and "
         "F1 with intervals that include the noise, and a ROC curve/AUC from noisy per-class "
         "score histograms (ε/2). The record warns when the dataset is the model's training "
-        "set. `Prefer: wait=N`, `Idempotency-Key` and `?dry_run=true` work as for fits."
+        "set. `Prefer: wait=N`, `Idempotency-Key` and `?dry_run=true` work as for fits. "
+        "For the admin key the model does not exist (404, as for an unknown id)."
     ),
     response_model=JobRead,
     responses=charged_job_responses(EvaluationQuoteRead),
-    openapi_extra=access("site"),
+    openapi_extra=access("owner"),
 )
 async def create_evaluation(
     model_id: str, body: EvaluationCreate, call: ChargedJobCallDep
@@ -69,10 +70,14 @@ async def create_evaluation(
 @router.get(
     "/models/{model_id}/evaluations",
     summary="List a model's private evaluations",
-    description="The evaluations of the model that the calling site ran, newest first.",
+    description=(
+        "The evaluations of the model that the calling site ran, newest first. For other "
+        "sites that do not read the model and for the admin key the model does not exist "
+        "(404, as for an unknown id)."
+    ),
     response_model=EvaluationList,
     responses=problem_responses(401, 404, 422),
-    openapi_extra=access("any"),
+    openapi_extra=access("owner"),
 )
 def list_evaluations(
     model_id: str, uow: UowDep, principal: PrincipalDep, limit: Limit = 50, offset: Offset = 0
@@ -86,10 +91,14 @@ def list_evaluations(
 @router.get(
     "/evaluations/{evaluation_id}",
     summary="Read a private evaluation",
-    description="A released evaluation (its id is the id of the job that computed it).",
+    description=(
+        "A released evaluation (its id is the id of the job that computed it). Only the site "
+        "that ran it reads it; for other sites and the admin key it does not exist (404, as for "
+        "an unknown id)."
+    ),
     response_model=EvaluationRead,
     responses=problem_responses(401, 404, 422),
-    openapi_extra=access("any"),
+    openapi_extra=access("owner"),
 )
 def get_evaluation(evaluation_id: str, uow: UowDep, principal: PrincipalDep) -> EvaluationRead:
     return EvaluationRead.from_row(

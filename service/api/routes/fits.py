@@ -37,11 +37,13 @@ router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"], route_class=JsonR
         "while still queued.\n\n"
         "`?dry_run=true` answers 200 with the exact cost, the calibration (expected noise "
         "norm) and the remaining budget, spending nothing. `non_private` is accepted only on "
-        "datasets uploaded with `allow_non_private`. Requires the owning site's key."
+        "datasets uploaded with `allow_non_private`. Requires the owning site's key: "
+        "for other sites and the admin key it does not exist (404, as for an unknown id), and "
+        "nothing is charged."
     ),
     response_model=JobRead,
     responses=charged_job_responses(FitQuoteRead),
-    openapi_extra=access("site"),
+    openapi_extra=access("owner"),
 )
 async def create_fit(
     dataset_id: str, body: FitCreate, call: ChargedJobCallDep

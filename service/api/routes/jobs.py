@@ -35,10 +35,13 @@ Wait = Annotated[
 @router.get(
     "",
     summary="List jobs",
-    description="The calling site's jobs, newest first (the admin sees every site's).",
+    description=(
+        "The calling site's jobs, newest first. Requires a site key (the admin key, which owns no "
+        "site data, gets 403)."
+    ),
     response_model=JobList,
-    responses=problem_responses(401, 422),
-    openapi_extra=access("any"),
+    responses=problem_responses(401, 403, 422),
+    openapi_extra=access("site"),
 )
 def list_jobs(
     uow: UowDep, principal: PrincipalDep, limit: Limit = 50, offset: Offset = 0
@@ -52,15 +55,15 @@ def list_jobs(
     summary="Get a job",
     description=(
         "`status`: queued, running, succeeded (see `model_id`), failed (see `error`, a problem "
-        "object without data or internals) or cancelled; `progress` from 0 to 1. Another "
-        "site's job is 404.\n\n"
+        "object without data or internals) or cancelled; `progress` from 0 to 1. Owner only: "
+        "for other sites and the admin key it does not exist (404, as for an unknown id).\n\n"
         "`?wait=s` makes it a long poll: a job still queued or running is answered when it "
         "ends, or after `s` seconds (at most 30) with its status then, so a client can wait "
         "for a fit without polling in a loop."
     ),
     response_model=JobRead,
     responses=problem_responses(401, 404, 422),
-    openapi_extra=access("any"),
+    openapi_extra=access("owner"),
 )
 async def get_job(
     job_id: str, request: Request, uow: UowDep, principal: PrincipalDep, wait: Wait = 0.0
@@ -77,12 +80,13 @@ async def get_job(
     description=(
         "A queued job is cancelled at once and its budget charge refunded. A running job is "
         "asked to stop: it ends `cancelled` at its next progress report, and its budget stays "
-        "spent (docs/design.md §2: a started job is never refunded, since its outcome could reveal "
-        "something). A finished job is a 409."
+        "spent (docs/design.md §2: a started job is never refunded, since its outcome could "
+        "reveal something). A finished job is a 409. Owner only: for other sites and the admin "
+        "key it does not exist (404, as for an unknown id), and nothing is cancelled."
     ),
     response_model=JobRead,
     responses=problem_responses(401, 404, 409, 422),
-    openapi_extra=access("any"),
+    openapi_extra=access("owner"),
 )
 def cancel_job(job_id: str, uow: UowDep, principal: PrincipalDep) -> JobRead:
     return JobRead.from_view(jobs.cancel_job(uow, job_id=job_id, actor=principal))

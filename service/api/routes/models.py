@@ -35,10 +35,13 @@ Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip
 @router.get(
     "",
     summary="List models",
-    description="The calling site's models, newest first (the admin sees every site's).",
+    description=(
+        "The calling site's models, newest first. Requires a site key (the admin key, which owns "
+        "no site data, gets 403)."
+    ),
     response_model=ModelList,
-    responses=problem_responses(401, 422),
-    openapi_extra=access("any"),
+    responses=problem_responses(401, 403, 422),
+    openapi_extra=access("site"),
 )
 def list_models(
     uow: UowDep, principal: PrincipalDep, limit: Limit = 50, offset: Offset = 0
@@ -91,11 +94,14 @@ def upload_model(
     description=(
         "The coefficients with their feature names, the preprocessing spec and the privacy "
         "record (mechanism, ε, δ, the dataset and unit protected, the calibration, the "
-        "composition, the noise source, the software version). Another site's model is 404."
+        "composition, the noise source, the software version). Its owner reads it (and every "
+        "member of "
+        "the study, for a study's result); for other sites and the admin key it does not exist "
+        "(404, as for an unknown id)."
     ),
     response_model=ModelRead,
     responses=problem_responses(401, 404, 422),
-    openapi_extra=access("any"),
+    openapi_extra=access("owner"),
 )
 def get_model(model_id: str, uow: UowDep, principal: PrincipalDep) -> ModelRead:
     return ModelRead.from_row(models.get_model(uow, model_id=model_id, actor=principal))
@@ -109,11 +115,12 @@ def get_model(model_id: str, uow: UowDep, principal: PrincipalDep) -> ModelRead:
         "Scores raw rows (objects keyed by column name, as in the dataset's file) through the "
         "model's own preprocessing: `positive` (score > 0), `score` (wᵀx) and, for the logistic "
         "loss, `probability`. A missing or invalid value is a 422 naming the row index and "
-        "the column."
+        "the column. Whoever reads the model may predict with it; for other sites and the admin "
+        "key it does not exist (404, as for an unknown id)."
     ),
     response_model=PredictResponse,
     responses=problem_responses(401, 404, 413, 422),
-    openapi_extra=access("any"),
+    openapi_extra=access("owner"),
 )
 def predict(
     model_id: str, body: PredictRequest, uow: UowDep, principal: PrincipalDep
@@ -137,7 +144,9 @@ _EXPORT_MEDIA_TYPES = {"skops": "application/octet-stream", "onnx": "application
         "exactly what PrivFit predicts. `format=onnx`: the same pipeline as ONNX, one input "
         "per raw column. Both carry the privacy record (the pipeline's `privfit_metadata_`, "
         "ONNX `metadata_props`). Models standard steps cannot express (stacked models, random "
-        "projections, `clip` without an intercept) are a 422 for skops and ONNX."
+        "projections, `clip` without an intercept) are a 422 for skops and ONNX. Whoever "
+        "reads the model may export it; for other sites and the admin key it does not exist (404, "
+        "as for an unknown id)."
     ),
     response_model=ModelExportRead,
     responses={
@@ -149,7 +158,7 @@ _EXPORT_MEDIA_TYPES = {"skops": "application/octet-stream", "onnx": "application
             },
         },
     },
-    openapi_extra=access("any"),
+    openapi_extra=access("owner"),
 )
 def export_model(
     model_id: str,

@@ -47,11 +47,12 @@ def _link(request: Request) -> HttpCoordinatorLink | None:
         "Called by a member's node (its `POST /v1/datasets/{id}/offers`): registers a dataset "
         "the member keeps on its own PrivFit as a remote contribution, with only its public "
         "spec and the caps the node accepts per job. No row and no row count is sent. 422 when "
-        "the spec differs from the study's. Requires a site key."
+        "the spec differs from the study's. For a site that is not a member, and for the admin "
+        "key, the study does not exist (404, as for an unknown id)."
     ),
     response_model=RemoteContributionRead,
-    responses=problem_responses(401, 403, 404, 413, 422),
-    openapi_extra=access("site"),
+    responses=problem_responses(401, 404, 413, 422),
+    openapi_extra=access("owner"),
 )
 def add_remote_contribution(
     study_id: str,
@@ -69,10 +70,14 @@ def add_remote_contribution(
 @router.get(
     f"{API_V1}/studies/{{study_id}}/remote-contributions",
     summary="List a study's remote contributions",
-    description="Datasets kept on members' nodes and offered to the study (withdrawn included).",
+    description=(
+        "Datasets kept on members' nodes and offered to the study (withdrawn included). "
+        "For a site that is not a member, and for the admin key, the study does not exist (404, "
+        "as for an unknown id)."
+    ),
     response_model=RemoteContributionList,
-    responses=problem_responses(401, 403, 404, 422),
-    openapi_extra=access("site"),
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("owner"),
 )
 def list_remote_contributions(
     study_id: str, uow: UowDep, principal: PrincipalDep
@@ -87,11 +92,12 @@ def list_remote_contributions(
     summary="Withdraw a remote contribution",
     description=(
         "By the node's site or the study's coordinator; idempotent. A withdrawn contribution "
-        "takes part in no new federated fit."
+        "takes part in no new federated fit. Another member's is 403. For a site that is not a "
+        "member, and for the admin key, the study does not exist (404, as for an unknown id)."
     ),
     response_class=Response,
     responses=problem_responses(401, 403, 404, 422),
-    openapi_extra=access("site"),
+    openapi_extra=access("owner"),
 )
 def withdraw_remote_contribution(
     study_id: str,
@@ -149,16 +155,16 @@ def next_node_task(uow: UowDep, principal: PrincipalDep, wait: Wait = 20.0) -> R
     description=(
         "The node's answer to a task it took: the step's vector (already noised on the node), "
         "the join's facts, or `refused` with the reason, which the job records. 404 when the "
-        "task is unknown, no longer awaited, or not this site's."
+        "task is unknown, no longer awaited, or not this site's (for the admin key, always)."
     ),
     response_class=Response,
-    responses=problem_responses(401, 403, 404, 413, 422),
-    openapi_extra=access("site"),
+    responses=problem_responses(401, 404, 413, 422),
+    openapi_extra=access("owner"),
 )
 def answer_node_task(
     task_id: str, body: TaskResultIn, uow: UowDep, principal: PrincipalDep
 ) -> Response:
-    site_id = principal.require_site()
+    site_id = principal.site_or_not_found("task")
     with uow:
         ids = uow.remote_contributions.active_ids_of_site(site_id)
     if not EXCHANGE.answer(task_id, ids, body.model_dump(exclude_none=True)):
@@ -178,11 +184,12 @@ def answer_node_task(
         "registers this dataset in the coordinator's study as a remote contribution carrying "
         "only its public spec and the caps; the rows never leave this PrivFit. Nothing is "
         "charged now: each job is charged here when it starts, within the caps. 502 with the "
-        "coordinator's reason when it refuses."
+        "coordinator's reason when it refuses. Owner only: for other sites and the admin key the "
+        "dataset does not exist (404, as for an unknown id)."
     ),
     response_model=OfferRead,
-    responses=problem_responses(401, 403, 404, 409, 413, 422, 502),
-    openapi_extra=access("site"),
+    responses=problem_responses(401, 404, 409, 413, 422, 502),
+    openapi_extra=access("owner"),
 )
 def create_offer(
     dataset_id: str,
@@ -208,10 +215,14 @@ def create_offer(
 @router.get(
     f"{API_V1}/datasets/{{dataset_id}}/offers",
     summary="List a dataset's offers",
-    description="This dataset's offers to coordinators' studies, with what their jobs charged.",
+    description=(
+        "This dataset's offers to coordinators' studies, with what their jobs charged. Owner "
+        "only: for other sites and the admin key the dataset does not exist (404, as for an "
+        "unknown id)."
+    ),
     response_model=OfferList,
-    responses=problem_responses(401, 403, 404, 422),
-    openapi_extra=access("site"),
+    responses=problem_responses(401, 404, 422),
+    openapi_extra=access("owner"),
 )
 def list_offers(dataset_id: str, uow: UowDep, principal: PrincipalDep) -> OfferList:
     views = offers.list_offers(uow, dataset_id=dataset_id, actor=principal)
@@ -223,11 +234,13 @@ def list_offers(dataset_id: str, uow: UowDep, principal: PrincipalDep) -> OfferL
     summary="Withdraw an offer",
     description=(
         "Recorded here first (the node refuses the offer's tasks from now on), then told to "
-        "the coordinator (502 if it cannot be told; the offer stays withdrawn here)."
+        "the coordinator (502 if it cannot be told; the offer stays withdrawn here). Owner "
+        "only: for other sites and the admin key the dataset does not exist (404, as for an "
+        "unknown id)."
     ),
     response_model=OfferRead,
-    responses=problem_responses(401, 403, 404, 422, 502),
-    openapi_extra=access("site"),
+    responses=problem_responses(401, 404, 422, 502),
+    openapi_extra=access("owner"),
 )
 def withdraw_offer(
     dataset_id: str,
@@ -257,11 +270,12 @@ def withdraw_offer(
         "and its privacy record as a claim) to the coordinator and contributes it to the "
         "study for `average`, `feature` or `transfer` aggregation, in one call. Nothing is "
         "charged (the model is already a DP release). 502 with the coordinator's reason when "
-        "it refuses."
+        "it refuses. Owner only: for other sites and the admin key the model does not exist "
+        "(404, as for an unknown id)."
     ),
     response_model=ModelOfferRead,
-    responses=problem_responses(401, 403, 404, 413, 422, 502),
-    openapi_extra=access("site"),
+    responses=problem_responses(401, 404, 413, 422, 502),
+    openapi_extra=access("owner"),
 )
 def offer_model(
     model_id: str,

@@ -36,7 +36,8 @@ MEDIA_TYPES = (JSON, SVG, PNG)
         "probability `target_probability`. Spends nothing and reads only the dataset's public "
         "n, d and spec; a private reference dataset is a 422. `Accept: image/svg+xml` returns "
         "the curve as a picture, `Accept: image/png` the same picture as a 640 × 400 PNG (q-values "
-        "are honoured; JSON is the default)."
+        "are honoured; JSON is the default). Owner only: for other sites and the admin key it "
+        "does not exist (404, as for an unknown id)."
     ),
     response_model=PlanRead,
     responses={
@@ -47,9 +48,9 @@ MEDIA_TYPES = (JSON, SVG, PNG)
                 PNG: {"schema": {"type": "string", "format": "binary"}},
             },
         },
-        **problem_responses(401, 403, 404, 413, 422),
+        **problem_responses(401, 404, 413, 422),
     },
-    openapi_extra=access("site"),
+    openapi_extra=access("owner"),
 )
 async def create_plan(
     dataset_id: str,
@@ -59,7 +60,6 @@ async def create_plan(
     uow_factory: UowFactoryDep,
     principal: PrincipalDep,
 ) -> PlanRead | Response:
-    principal.require_site()
     media_type = choose_media_type(request.headers.get("accept"), MEDIA_TYPES)
     plan = await run_in_threadpool(
         plans.make_plan,

@@ -74,10 +74,13 @@ def create_study(
 @router.get(
     "",
     summary="List studies",
-    description="The studies the calling site belongs to, newest first (the admin sees all).",
+    description=(
+        "The studies the calling site belongs to, newest first. Requires a site key (the admin "
+        "key, which is in no study, gets 403)."
+    ),
     response_model=StudyList,
-    responses=problem_responses(401, 422),
-    openapi_extra=access("any"),
+    responses=problem_responses(401, 403, 422),
+    openapi_extra=access("site"),
 )
 def list_studies(
     uow: UowDep, principal: PrincipalDep, limit: Limit = 50, offset: Offset = 0
@@ -91,11 +94,12 @@ def list_studies(
     summary="Get a study",
     description=(
         "Members, contributions and results (aggregated models, readable by every member). "
-        "For a site that is not a member the study does not exist (404)."
+        "For a site that is not a member, and for the admin key, the study does not exist (404, "
+        "as for an unknown id)."
     ),
     response_model=StudyRead,
     responses=problem_responses(401, 404, 422),
-    openapi_extra=access("any"),
+    openapi_extra=access("owner"),
 )
 def get_study(study_id: str, uow: UowDep, principal: PrincipalDep) -> StudyRead:
     return StudyRead.from_view(studies.get_study(uow, study_id=study_id, actor=principal))
@@ -112,11 +116,13 @@ def get_study(study_id: str, uow: UowDep, principal: PrincipalDep) -> StudyRead:
         "study spend up to that much of one of its datasets' budget (used by federated fits; "
         "the caps must fit within the dataset's own caps). The model's or dataset's feature "
         "spec must match the study's: otherwise 422 listing what differs. Contributing the same "
-        "model or dataset twice is 409; another site's model or dataset is 404."
+        "model or dataset twice is 409; another site's model or dataset is 404. For a site that "
+        "is not a member, and for the admin key, the study does not exist (404, as for an unknown "
+        "id)."
     ),
     response_model=ContributionRead,
-    responses=problem_responses(401, 403, 404, 409, 413, 422),
-    openapi_extra=access("site"),
+    responses=problem_responses(401, 404, 409, 413, 422),
+    openapi_extra=access("owner"),
 )
 def add_contribution(
     study_id: str,
@@ -125,7 +131,6 @@ def add_contribution(
     principal: PrincipalDep,
     audit_context: AuditContextDep,
 ) -> ContributionRead:
-    principal.require_site()
     if isinstance(body, ModelContributionIn):
         row = studies.add_contribution(
             uow, study_id=study_id, actor=principal, context=audit_context, model_id=body.model_id
@@ -147,11 +152,12 @@ def add_contribution(
     description=(
         "The contributing site withdraws its contribution. Once an aggregation has used it, it "
         "is part of a released result and cannot be withdrawn (409). Another member's "
-        "contribution is 403."
+        "contribution is 403. For a site that is not a member, and for the admin key, the study "
+        "does not exist (404, as for an unknown id)."
     ),
     response_class=Response,
     responses=problem_responses(401, 403, 404, 409, 422),
-    openapi_extra=access("site"),
+    openapi_extra=access("owner"),
 )
 def withdraw_contribution(
     study_id: str,
@@ -176,7 +182,8 @@ def withdraw_contribution(
     status_code=status.HTTP_202_ACCEPTED,
     summary="Aggregate the study's models",
     description=(
-        "Coordinator only (other members: 403). Returns the job (kind `aggregate`) and its "
+        "Coordinator only (other members: 403; other sites and the admin key: 404, as for an "
+        "unknown study). Returns the job (kind `aggregate`) and its "
         "`Location`; once `succeeded` it names the result: a model every member can read, "
         "predict with and export. `average` reads no data and draws no noise, so its job has "
         "already succeeded; `feature` and `transfer` run on the job runner like a fit (poll "
@@ -209,8 +216,8 @@ def withdraw_contribution(
         "calibration and the charged dataset's remaining budget, spending nothing."
     ),
     response_model=JobRead,
-    responses=charged_job_responses(AggregationQuoteRead),
-    openapi_extra=access("site"),
+    responses=charged_job_responses(AggregationQuoteRead, coordinator_only=True),
+    openapi_extra=access("owner"),
 )
 async def create_aggregation(
     study_id: str, body: Annotated[AggregationCreate, Body()], call: ChargedJobCallDep
@@ -230,7 +237,8 @@ async def create_aggregation(
     status_code=status.HTTP_202_ACCEPTED,
     summary="Run a federated fit across granted datasets",
     description=(
-        "Coordinator only (other members: 403). Runs a multiparty protocol across the datasets "
+        "Coordinator only (other members: 403; other sites and the admin key: 404, as for an "
+        "unknown study). Runs a multiparty protocol across the datasets "
         "the members granted to the study (`datasets`, default: all of them; at least two), "
         "each site's local steps over its own rows only, and releases only the final model, "
         "readable by every member.\n\n"
@@ -260,8 +268,8 @@ async def create_aggregation(
         "it is a 422, dry run included, that charges nothing."
     ),
     response_model=JobRead,
-    responses=charged_job_responses(FederatedQuoteRead),
-    openapi_extra=access("site"),
+    responses=charged_job_responses(FederatedQuoteRead, coordinator_only=True),
+    openapi_extra=access("owner"),
 )
 async def create_federated_fit(
     study_id: str, body: FederatedFitCreate, call: ChargedJobCallDep

@@ -196,7 +196,7 @@ class IngestRead(ResponseModel):
 
 
 class DatasetRead(ResponseModel):
-    """A dataset's metadata. Only its owner (or the admin) can read it."""
+    """A dataset's metadata. Only its owner can read it (not the admin key)."""
 
     id: str = Field(description="The dataset's id (32 hex digits).")
     name: str

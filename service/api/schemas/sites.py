@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field
 from pydantic.config import JsonDict
@@ -12,7 +12,7 @@ from service.api.schemas.base import RequestModel, ResponseModel
 from service.db.models import Site
 from service.domain.access.sites import IssuedKey
 
-__all__ = ["IssuedKeyRead", "SiteCreate", "SiteList", "SiteRead", "SiteWithKey"]
+__all__ = ["CallerRead", "IssuedKeyRead", "SiteCreate", "SiteList", "SiteRead", "SiteWithKey"]
 
 SiteName = Annotated[
     str,
@@ -29,6 +29,7 @@ _SITE_EXAMPLE: JsonDict = {
     "id": "0d1e2f3a4b5c6d7e8f90a1b2c3d4e5f6",
     "name": "St. Mary's Hospital",
     "created_at": "2026-11-23T09:30:00Z",
+    "deactivated_at": None,
 }
 _KEY_EXAMPLE: JsonDict = {
     "api_key": "pf_k3x9q2ma_6r1T0dVd3bQk9m1xJz8yP4sWc7uE2nGh5aLfKoYiRtB",
@@ -53,10 +54,31 @@ class SiteRead(ResponseModel):
     id: str = Field(description="The site's id (32 hex digits).")
     name: str
     created_at: datetime
+    deactivated_at: datetime | None = Field(
+        default=None,
+        description="When the admin deactivated the site (its keys revoked, its data kept); "
+        "null while it is active.",
+    )
 
     @classmethod
     def from_row(cls, row: Site) -> SiteRead:
         return cls.model_validate(row)
+
+
+class CallerRead(ResponseModel):
+    """Who the API key of a request belongs to."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [{"role": "site", "site": _SITE_EXAMPLE}, {"role": "admin", "site": None}]
+        }
+    )
+
+    role: Literal["admin", "site"] = Field(
+        description="`admin`: manages sites, their keys and the audit log, and reaches no "
+        "site's data; `site`: acts for `site`."
+    )
+    site: SiteRead | None = Field(description="The calling site; null for the admin key.")
 
 
 class IssuedKeyRead(ResponseModel):

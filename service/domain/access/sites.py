@@ -1,4 +1,5 @@
-"""Sites and their API keys: creation, lookup, key rotation."""
+"""Sites and their API keys: creation, lookup, key rotation, deactivation (all admin work but
+a site's own rotation; none of it reads or changes a site's data)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ __all__ = [
     "IssuedKey",
     "SitePage",
     "create_site",
+    "deactivate_site",
     "get_site",
     "list_sites",
     "rotate_site_key",
@@ -154,6 +156,7 @@ def rotate_site_key(
 
     A site rotates its own key (the key it called with must still be in force, so two racing
     rotations cannot both succeed); the admin can rotate any site's key, for a site that lost it.
+    A deactivated site gets no key again (409).
     """
     if not looks_like_id(site_id) or (not actor.is_admin and actor.site_id != site_id):
         raise NotFoundError("site")
@@ -161,6 +164,10 @@ def rotate_site_key(
         site = uow.sites.get(site_id)
         if site is None:
             raise NotFoundError("site")
+        # Checked by a write that holds the site's row: a deactivation racing this rotation
+        # either came first (409 here) or waits and then revokes the key issued here.
+        if not uow.sites.hold_active(site.id):
+            raise ConflictError("this site was deactivated: no key is issued for it again")
         now = utcnow()
         revoked: list[str] = []
         if not actor.is_admin:
@@ -183,3 +190,39 @@ def rotate_site_key(
         )
         uow.commit()
         return IssuedKey(site=site, key=key, token=token)
+
+
+def deactivate_site(
+    uow: UnitOfWork, *, site_id: str, actor: Principal, context: AuditContext
+) -> Site:
+    """Deactivate a site (admin only): every key of the site is revoked and none is issued
+    again, in one audited transaction. Its data (datasets, ledger, jobs, models, evaluations,
+    studies, offers) is kept unchanged, and stays out of the admin's reach. Idempotent: a second
+    call changes nothing and records nothing."""
+    actor.require_admin()
+    if not looks_like_id(site_id):
+        raise NotFoundError("site")
+    with uow:
+        site = uow.sites.get(site_id)
+        if site is None:
+            raise NotFoundError("site")
+        now = utcnow()
+        if not uow.sites.deactivate(site.id, at=now):
+            uow.rollback()
+            return uow.sites.get_fresh(site.id) or site
+        # After the write above: keys a racing rotation committed are seen and revoked too.
+        revoked: list[str] = []
+        for key in uow.api_keys.active_for_site(site.id):
+            uow.api_keys.revoke(key.id, at=now)
+            revoked.append(key.prefix)
+        audit.record(
+            uow,
+            action="site.deactivated",
+            actor=actor,
+            context=context,
+            subject_type="site",
+            subject_id=site.id,
+            details={"revoked_key_prefixes": revoked, "data": "kept"},
+        )
+        uow.commit()
+        return site

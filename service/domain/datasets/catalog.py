@@ -151,20 +151,19 @@ def create_dataset(
 
 
 def _visible(uow: UnitOfWork, dataset_id: str, actor: Principal) -> Dataset:
-    """The dataset if ``actor`` may see it (its owner, or the admin); else NotFound."""
+    """The dataset if ``actor``'s site owns it; else NotFound (the admin owns none)."""
     if not looks_like_id(dataset_id):
         raise NotFoundError("dataset")
     dataset = uow.datasets.get(dataset_id)
-    if dataset is None or (not actor.is_admin and dataset.owner_site_id != actor.site_id):
+    if dataset is None or not actor.owns(dataset.owner_site_id):
         raise NotFoundError("dataset")
     return dataset
 
 
 def get_owned_dataset(uow: UnitOfWork, *, dataset_id: str, actor: Principal) -> Dataset:
     """Inside an open ``with uow:``: the dataset if ``actor``'s site owns it, else NotFound
-    (the admin, who owns no dataset, is refused with 403: it may read datasets but never
-    charge or fit them)."""
-    owner = actor.require_site()
+    (also for the admin, who owns no dataset)."""
+    owner = actor.site_or_not_found("dataset")
     if not looks_like_id(dataset_id):
         raise NotFoundError("dataset")
     dataset = uow.datasets.get(dataset_id)
@@ -197,8 +196,8 @@ def list_datasets(
     offset: int,
     include_deleted: bool = False,
 ) -> DatasetPage:
-    """The caller's datasets, newest first (the admin sees every site's)."""
-    owner = None if actor.is_admin else actor.require_site()
+    """The caller's datasets, newest first (403 for the admin, which owns none)."""
+    owner = actor.require_site()
     with uow:
         return DatasetPage(
             items=uow.datasets.list_page(
@@ -235,7 +234,7 @@ def delete_dataset(
 
 
 def get_budget(uow: UnitOfWork, *, dataset_id: str, actor: Principal) -> BudgetStatus:
-    """The dataset's budget and ledger (owner or admin; deleted datasets included)."""
+    """The dataset's budget and ledger (its owner only; deleted datasets included)."""
     with uow:
         _visible(uow, dataset_id, actor)
         return budget_status(uow, dataset_id=dataset_id)

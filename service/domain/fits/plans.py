@@ -118,7 +118,7 @@ def make_plan(
     actor: Principal,
 ) -> Plan:
     """The plan of ``request`` for a dataset of the caller (module docstring)."""
-    actor.require_site()
+    actor.site_or_not_found("dataset")
     with uow:
         target = get_owned_dataset(uow, dataset_id=dataset_id, actor=actor)
         reference = None

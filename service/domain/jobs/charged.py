@@ -298,10 +298,12 @@ def submit_charged_job(
     only for a new job. Raises what they raise (nothing is written then), a 409 for a
     shortfall (nothing charged), and ``ConflictError`` when a racing request with the same key
     has not committed yet."""
-    owner = actor.require_site()
     check_idempotency_key(idempotency_key)
     with uow:
+        # The draft finds the caller's own dataset, model or study: for the admin, which owns
+        # none, that is the same 404 as for an id that names nothing (never a 403).
         drafted = draft(uow)
+        owner = actor.require_site()
         if idempotency_key is not None:
             found = _existing(uow, owner, idempotency_key, drafted)
             if found is not None:

@@ -277,13 +277,13 @@ def job_problem(slug: str) -> dict[str, Any]:
 
 
 def _visible(job: Job | None, actor: Principal) -> Job:
-    if job is None or (not actor.is_admin and job.owner_site_id != actor.site_id):
+    if job is None or not actor.owns(job.owner_site_id):
         raise NotFoundError("job")
     return job
 
 
 def get_job(uow: UnitOfWork, *, job_id: str, actor: Principal) -> JobView:
-    """A job of the caller's site (the admin sees every job); others are 404."""
+    """A job of the caller's site; any other job is 404 (for the admin, every job)."""
     if not looks_like_id(job_id):
         raise NotFoundError("job")
     with uow:
@@ -291,8 +291,8 @@ def get_job(uow: UnitOfWork, *, job_id: str, actor: Principal) -> JobView:
 
 
 def list_jobs(uow: UnitOfWork, *, actor: Principal, limit: int, offset: int) -> JobPage:
-    """The caller's jobs, newest first (the admin lists every site's)."""
-    owner = None if actor.is_admin else actor.require_site()
+    """The caller's jobs, newest first (403 for the admin, which owns none)."""
+    owner = actor.require_site()
     with uow:
         return JobPage(
             items=[

@@ -126,11 +126,11 @@ def build_upload(
 
 
 def _visible(uow: UnitOfWork, model: Model | None, actor: Principal) -> Model:
-    """The owner, the admin and, for a study's aggregated model, every member of the study
-    read a model; for anyone else it does not exist."""
+    """The owner and, for a study's aggregated model, every member of the study read a model;
+    for anyone else, the admin included, it does not exist."""
     if model is None:
         raise NotFoundError("model")
-    if actor.is_admin or model.owner_site_id == actor.site_id:
+    if actor.owns(model.owner_site_id):
         return model
     if (
         model.study_id is not None
@@ -142,8 +142,8 @@ def _visible(uow: UnitOfWork, model: Model | None, actor: Principal) -> Model:
 
 
 def get_model(uow: UnitOfWork, *, model_id: str, actor: Principal) -> Model:
-    """A model of the caller's site, or of a study it belongs to (the admin sees every
-    model); others are 404."""
+    """A model of the caller's site, or of a study it belongs to; others are 404 (for the
+    admin, every model)."""
     if not looks_like_id(model_id):
         raise NotFoundError("model")
     with uow:
@@ -151,8 +151,8 @@ def get_model(uow: UnitOfWork, *, model_id: str, actor: Principal) -> Model:
 
 
 def list_models(uow: UnitOfWork, *, actor: Principal, limit: int, offset: int) -> ModelPage:
-    """The caller's models, newest first (the admin lists every site's)."""
-    owner = None if actor.is_admin else actor.require_site()
+    """The caller's models, newest first (403 for the admin, which owns none)."""
+    owner = actor.require_site()
     with uow:
         return ModelPage(
             items=uow.models.list_page(owner_site_id=owner, limit=limit, offset=offset),

@@ -131,7 +131,7 @@ def quote_evaluation(
     uow: UnitOfWork, *, model_id: str, dataset_id: str, epsilon: float, actor: Principal
 ) -> EvaluationQuote:
     """The dry run: the cost (ε, 0) and the remaining budget; spends nothing."""
-    actor.require_site()
+    actor.site_or_not_found("model")
     _check_epsilon(epsilon)
     model = get_model(uow, model_id=model_id, actor=actor)
     with uow:
@@ -261,13 +261,13 @@ def run_evaluation_job(
 
 
 def _visible(row: EvaluationRow | None, actor: Principal) -> EvaluationRow:
-    if row is None or (not actor.is_admin and row.owner_site_id != actor.site_id):
+    if row is None or not actor.owns(row.owner_site_id):
         raise NotFoundError("evaluation")
     return row
 
 
 def get_evaluation(uow: UnitOfWork, *, evaluation_id: str, actor: Principal) -> EvaluationRow:
-    """An evaluation the caller's site ran (the admin sees all); others are 404."""
+    """An evaluation the caller's site ran; others are 404 (for the admin, all)."""
     if not looks_like_id(evaluation_id):
         raise NotFoundError("evaluation")
     with uow:
@@ -279,7 +279,7 @@ def list_evaluations(
 ) -> EvaluationPage:
     """The evaluations of a model the caller may read that its site ran, newest first."""
     get_model(uow, model_id=model_id, actor=actor)
-    owner = None if actor.is_admin else actor.require_site()
+    owner = actor.site_or_not_found("model")
     with uow:
         return EvaluationPage(
             items=uow.evaluations.list_for_model(

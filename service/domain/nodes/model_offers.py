@@ -68,7 +68,7 @@ def offer_model(
     """Upload a model the caller owns to the coordinator and contribute it to a study. 404 for
     a model it does not own; 422 for a study result or a model that is not one linear map over
     a public spec; 502 with the coordinator's reason when it refuses."""
-    site_id = actor.require_site()
+    site_id = actor.site_or_not_found("model")
     with uow:
         model = uow.models.get(model_id) if looks_like_id(model_id) else None
         if model is None or model.owner_site_id != site_id:

@@ -104,7 +104,7 @@ def add_remote_contribution(
 ) -> RemoteView:
     """Register a member's node dataset in the study. 404 for a study the caller is not in;
     422 when the spec differs from the study's (the message lists what) or the caps are bad."""
-    site_id = actor.require_site()
+    site_id = actor.site_or_not_found("study")
     eps_units, delta_units = _caps(offer.epsilon_cap, offer.delta_cap)
     if not (isinstance(offer.n_features, int) and offer.n_features > 0):
         raise InvalidInputError(
@@ -159,7 +159,7 @@ def withdraw_remote_contribution(
 ) -> None:
     """Withdraw a remote contribution: by the site that offered it, or by the study's
     coordinator. Idempotent; 404 when unknown."""
-    site_id = actor.require_site()
+    site_id = actor.site_or_not_found("study")
     with uow:
         study = visible_study(uow, study_id, actor)
         row = (

@@ -126,7 +126,7 @@ def quote_aggregation(
     """The dry run of an aggregation: every check of the real request (the same 404, 403 and
     422), the cost and the calibration, from public quantities; spends and writes nothing."""
     if isinstance(request, AggregationRequest):
-        site_id = actor.require_site()
+        site_id = actor.site_or_not_found("study")
         if request.method != "average":
             raise InvalidInputError(f"unknown aggregation method {request.method!r}")
         with uow:

@@ -71,7 +71,7 @@ def average(
     for an unknown method, no or foreign models, bad weights or stacked models. A retry with
     the same ``Idempotency-Key`` gets the first request's job (one result, not two).
     """
-    site_id = actor.require_site()
+    site_id = actor.site_or_not_found("study")
     check_idempotency_key(idempotency_key)
     if request.method != "average":
         raise InvalidInputError(f"unknown aggregation method {request.method!r}")

@@ -105,7 +105,7 @@ def _method_draft(
     on the dataset's public n and d, charged to that dataset."""
 
     def draft(uow: UnitOfWork) -> JobDraft:
-        site_id = actor.require_site()
+        site_id = actor.site_or_not_found("study")
         study = visible_study(uow, study_id, actor)
         if study.coordinator_site_id != site_id:
             raise PermissionDeniedError("only the study's coordinator can run aggregations")
@@ -260,7 +260,7 @@ def transfer_draft(
     if request.meta_features is not None and request.meta_features not in META_FEATURES:
         raise InvalidInputError(f"meta_features must be one of {', '.join(META_FEATURES)}")
     if request.feature_groups is not None or request.importance is not None:
-        site_id = actor.require_site()
+        site_id = actor.site_or_not_found("study")
         with uow:
             study = visible_study(uow, study_id, actor)
             if study.coordinator_site_id != site_id:

@@ -217,7 +217,7 @@ _NODES_NEED_API_PROCESS: Final[str] = (
 
 
 def _coordinated_study(uow: UnitOfWork, study_id: str, actor: Principal) -> Study:
-    site_id = actor.require_site()
+    site_id = actor.site_or_not_found("study")
     study = visible_study(uow, study_id, actor)
     if study.coordinator_site_id != site_id:
         raise PermissionDeniedError("only the study's coordinator can run federated fits")

@@ -153,15 +153,12 @@ def _view(uow: UnitOfWork, study: Study) -> StudyView:
 
 
 def visible_study(uow: UnitOfWork, study_id: str, actor: Principal) -> Study:
-    """The study, if the caller is a member (or the admin); 404 otherwise."""
+    """The study, if the caller's site is a member; 404 otherwise (the admin is in none)."""
+    site_id = actor.site_or_not_found("study")
     if not looks_like_id(study_id):
         raise NotFoundError("study")
     study = uow.studies.get(study_id)
-    if study is None:
-        raise NotFoundError("study")
-    if not actor.is_admin and (
-        actor.site_id is None or not uow.studies.is_member(study_id, actor.site_id)
-    ):
+    if study is None or not uow.studies.is_member(study_id, site_id):
         raise NotFoundError("study")
     return study
 
@@ -350,14 +347,14 @@ def create_study(
 
 
 def get_study(uow: UnitOfWork, *, study_id: str, actor: Principal) -> StudyView:
-    """A study the caller belongs to (the admin sees every study); others are 404."""
+    """A study the caller belongs to; others are 404 (for the admin, every study)."""
     with uow:
         return _view(uow, visible_study(uow, study_id, actor))
 
 
 def list_studies(uow: UnitOfWork, *, actor: Principal, limit: int, offset: int) -> StudyPage:
-    """The studies the caller belongs to, newest first (the admin lists all)."""
-    member = None if actor.is_admin else actor.require_site()
+    """The studies the caller belongs to, newest first (403 for the admin, in none)."""
+    member = actor.require_site()
     with uow:
         return StudyPage(
             items=[
@@ -421,7 +418,7 @@ def add_contribution(
     feature spec differs from the study's (the message lists what differs) or a grant exceeds
     the dataset's caps; 409 when the same model or dataset is already contributed.
     """
-    site_id = actor.require_site()
+    site_id = actor.site_or_not_found("study")
     if (model_id is None) == (grant is None):
         raise InvalidInputError("contribute either a model_id or a dataset grant")
     with uow:
@@ -493,7 +490,7 @@ def withdraw_contribution(
     context: AuditContext,
 ) -> None:
     """Withdraw the caller's own contribution; 409 once an aggregation has used it."""
-    site_id = actor.require_site()
+    site_id = actor.site_or_not_found("study")
     with uow:
         study = visible_study(uow, study_id, actor)
         contribution = (

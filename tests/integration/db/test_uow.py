@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -14,7 +14,7 @@ from service.db.uow import UnitOfWorkFactory
 from service.domain.access.auth import authenticate, ensure_admin_key
 from service.domain.access.keys import generate_key
 from service.domain.access.principal import Principal
-from service.domain.access.sites import create_site, rotate_site_key
+from service.domain.access.sites import create_site, deactivate_site, rotate_site_key
 from service.domain.audit import SYSTEM
 from service.domain.errors import AuthenticationError, ConflictError
 
@@ -168,3 +168,28 @@ def test_racing_rotations_with_one_key_issue_one_new_key(uow_factory: UnitOfWork
         authenticate(
             uow_factory(), token=issued.token, configured_admin_key_hash=None, context=SYSTEM
         )
+
+
+def test_a_rotation_racing_a_deactivation_leaves_the_site_without_a_key(
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    """Whichever of the admin's rotation and deactivation of a site runs first, the site ends
+    deactivated with no key in force (the site's row is locked by both)."""
+    for attempt in range(8):
+        site = create_site(uow_factory(), name=f"leaving {attempt}", actor=ADMIN, context=SYSTEM)
+        turns = iter(range(2))
+
+        def act(site_id: str = site.site.id, turn: Iterator[int] = turns) -> object:
+            if next(turn) == 0:
+                return deactivate_site(uow_factory(), site_id=site_id, actor=ADMIN, context=SYSTEM)
+            return rotate_site_key(uow_factory(), site_id=site_id, actor=ADMIN, context=SYSTEM)
+
+        results = run_concurrently(2, act)
+        assert not any(
+            isinstance(r, Exception) and not isinstance(r, ConflictError) for r in results
+        ), results
+        with uow_factory() as uow:
+            row = uow.sites.get(site.site.id)
+            assert row is not None
+            assert row.deactivated_at is not None
+            assert uow.api_keys.active_for_site(site.site.id) == []
