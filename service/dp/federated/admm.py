@@ -142,8 +142,8 @@ from service.dp.federated._common import (
     finite,
     int_param,
     site_generators,
+    site_round,
 )
-from service.dp.federated._common import site_call as _site_call
 from service.dp.federated.distributed_lasso import CONVERSIONS, max_rho
 from service.dp.losses import Loss
 from service.dp.mechanisms.dp_sgd import per_step_epsilon
@@ -790,26 +790,25 @@ def coordinate(
     returns the average of the final broadcasts. It sees only broadcasts."""
     broadcasts = [np.zeros(d) for _ in sites]
     rngs = site_generators(rng, len(sites))
+
+    def local_step(p: int, site: ADMMParty, heard: Sequence[FloatArray]) -> FloatArray:
+        return site.local_step(
+            [heard[j] for j in graph[p]],
+            perturbation=perturbation,
+            extra=phis[p],
+            zeta=zetas[p],
+            rng=rngs[p],
+            sigma=None if sigmas is None else sigmas[p],
+            gradient_bound=None if gradient_bounds is None else gradient_bounds[p],
+            release_epsilon=None if release_epsilons is None else release_epsilons[p],
+        )
+
+    def dual_update(p: int, site: ADMMParty, heard: Sequence[FloatArray]) -> None:
+        site.dual_update([heard[j] for j in graph[p]])
+
     for _ in range(iterations):
-        new = [
-            _site_call(
-                site.index,
-                partial(
-                    site.local_step,
-                    [broadcasts[j] for j in graph[p]],
-                    perturbation=perturbation,
-                    extra=phis[p],
-                    zeta=zetas[p],
-                    rng=rngs[p],
-                    sigma=None if sigmas is None else sigmas[p],
-                    gradient_bound=None if gradient_bounds is None else gradient_bounds[p],
-                    release_epsilon=None if release_epsilons is None else release_epsilons[p],
-                ),
-            )
-            for p, site in enumerate(sites)
-        ]
-        for p, site in enumerate(sites):
-            _site_call(site.index, partial(site.dual_update, [new[j] for j in graph[p]]))
+        new = site_round(sites, partial(local_step, heard=broadcasts))
+        site_round(sites, partial(dual_update, heard=new))
         broadcasts = new
         clock.tick()
     averaged: FloatArray = np.mean(np.stack(broadcasts), axis=0)

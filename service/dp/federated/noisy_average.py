@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -50,7 +49,7 @@ from service.dp.federated._common import (
     RoundClock,
     Site,
     finite,
-    site_call,
+    site_round,
 )
 from service.dp.losses import Loss
 from service.dp.solvers import solve_erm
@@ -146,9 +145,7 @@ def aggregate(
 ) -> FloatArray:
     """The trusted aggregator: collects the K local minimisers (one round), releases the mean
     plus ν(b) ∝ exp(−β‖b‖) noise. It never sees a site's rows."""
-    local = [
-        site_call(site.index, partial(site.local_minimiser, loss, regularization)) for site in sites
-    ]
+    local = site_round(sites, lambda _, site: site.local_minimiser(loss, regularization))
     mean = np.mean(np.stack(local), axis=0)
     clock.tick()
     released: FloatArray = lattice.norm_exponential_release(mean, beta=beta, rng=rng)
