@@ -27,7 +27,10 @@ counted). Run from the repository root::
     .venv/bin/python -m benchmarks.bench_nodes --repeats 1 --rounds 10 --protocols admm,lasso
 
 ``--rounds`` replaces every protocol's number of (noisy) rounds, for a quicker run on a busy
-machine; ``--protocols`` picks among ``admm``, ``psgd`` and ``lasso``.
+machine; ``--protocols`` picks among ``admm``, ``psgd`` and ``lasso``; ``--threads 1`` runs
+every server, agent and the in-process fit with single-threaded BLAS (three nodes on one
+2-core machine otherwise run 2-thread OpenBLAS calls side by side, which wait for each other's
+cores: ``benchmarks._common.limit_threads``).
 """
 
 from __future__ import annotations
@@ -44,12 +47,13 @@ from typing import Any
 
 import httpx
 
-from benchmarks._common import environment, load_average, markdown_table, median
+from benchmarks._common import environment, limit_threads, load_average, markdown_table, median
 from benchmarks.adult import csv_bytes, load_spec
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork
 from service.domain.datasets.catalog import load_design
 from service.dp.federated import federated_fit
+from service.jobs.queue import BLAS_THREAD_VARIABLES
 from tests.e2e.test_nodes import Node
 from tests.support.live_server import ROOT, server_environment, start_server
 
@@ -126,7 +130,18 @@ def main() -> None:
         "--rounds", type=int, default=None, help="replace every protocol's number of rounds"
     )
     parser.add_argument("--protocols", default="admm,psgd", help="comma-separated: admm,psgd,lasso")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="native (BLAS/OpenMP) threads of every server, agent and the in-process fit "
+        "(default: the libraries' own; see benchmarks._common.limit_threads)",
+    )
     args = parser.parse_args()
+    _threads = limit_threads(args.threads)
+    native = (
+        {} if args.threads is None else {name: str(args.threads) for name in BLAS_THREAD_VARIABLES}
+    )
     chosen: dict[str, tuple[str, dict[str, Any], tuple[int, int]]] = {}
     for key in args.protocols.split(","):
         entry = PROTOCOLS[key.strip()]
@@ -146,7 +161,11 @@ def main() -> None:
         f"sqlite:///{tmp / 'coord.db'}",
         admin_key=ADMIN,
         workdir=tmp,
-        extra_env={"PRIVFIT_JOB_RUNNER": "thread", "PRIVFIT_NODE_TASK_DEADLINE": "120"},
+        extra_env={
+            "PRIVFIT_JOB_RUNNER": "thread",
+            "PRIVFIT_NODE_TASK_DEADLINE": "120",
+            **native,
+        },
         ready_timeout=300,
     ) as coordinator:
         _, coord_key = _site(client, coordinator.base_url, "coordinator")
@@ -169,6 +188,7 @@ def main() -> None:
                 extra = {
                     "PRIVFIT_COORDINATOR_URL": coordinator.base_url,
                     "PRIVFIT_COORDINATOR_KEY": member_key,
+                    **native,
                 }
                 ctx = start_server(
                     f"sqlite:///{db}",
@@ -293,7 +313,7 @@ def main() -> None:
                 f"{sent:.0f}",
             ]
         )
-    print(environment())
+    print(environment(args.threads))
     print(
         markdown_table(
             [

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -113,7 +114,7 @@ def _sequential(
     """Replace site_round in the coordinators by the one-site-after-another loop."""
 
     def in_turn(sites: Sequence[Any], step: Callable[[int, Any], Any]) -> list[Any]:
-        return [_common.site_call(s.index, lambda s=s, k=k: step(k, s)) for k, s in enumerate(sites)]
+        return [_common.site_call(s.index, partial(step, k, s)) for k, s in enumerate(sites)]
 
     for module in modules:
         monkeypatch.setattr(module, "site_round", in_turn)
@@ -146,7 +147,9 @@ def test_lasso_rounds_overlap_the_sites() -> None:
     data = _data(3)
     problem = federated_problem("distributed_lasso", data, params={"iterations": 3}, loss="squared")
     calibration = distributed_lasso.calibrate(problem)
-    sites = [distributed_lasso.party(problem, calibration, k, X, y) for k, (X, y) in enumerate(data)]
+    sites = [
+        distributed_lasso.party(problem, calibration, k, X, y) for k, (X, y) in enumerate(data)
+    ]
     coef = distributed_lasso.run_parties(
         _barrier_parties(sites, "gradient_sum", calls=9),
         problem,
