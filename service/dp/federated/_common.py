@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -197,15 +198,17 @@ def site_round(sites: Sequence[P], step: Callable[[int, P], T]) -> list[T]:
     step reads only the round's public inputs and its own site's state, and draws its noise
     from its own site's stream (:func:`site_generators`); two steps of one round never touch
     the same site. Callers combine the answers in site order after the round, so every
-    floating-point sum keeps its order. Every step is waited for; if any raised, the exception
-    of the first site (in site order) that raised propagates with :func:`site_call`'s note,
-    and nothing is released.
+    floating-point sum keeps its order. Each step runs in a copy of the caller's context
+    variables (e.g. the prepared design being fitted). Every step is waited for; if any
+    raised, the exception of the first site (in site order) that raised propagates with
+    :func:`site_call`'s note, and nothing is released.
     """
     calls = [partial(site_call, site.index, partial(step, k, site)) for k, site in enumerate(sites)]
     if len(calls) <= 1:
         return [call() for call in calls]
     with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="privfit-site") as pool:
-        futures = [pool.submit(call) for call in calls]
+        # each step sees the caller's context variables, as it would on the caller's thread
+        futures = [pool.submit(contextvars.copy_context().run, call) for call in calls]
     # leaving the pool waited for every step
     for future in futures:
         error = future.exception()

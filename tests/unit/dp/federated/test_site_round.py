@@ -9,6 +9,7 @@ round never gets past the first site (the barrier times out and the round fails)
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -51,6 +52,18 @@ def test_results_keep_site_order_whatever_order_the_steps_end_in() -> None:
         return k, party.index
 
     assert site_round([Party(k) for k in range(K)], step) == [(k, k) for k in range(K)]
+
+
+_CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="none")
+
+
+def test_every_step_sees_the_callers_context_variables() -> None:
+    token = _CALLER.set("job-1")
+    try:
+        seen = site_round([Party(k) for k in range(3)], lambda k, p: _CALLER.get())
+    finally:
+        _CALLER.reset(token)
+    assert seen == ["job-1"] * 3
 
 
 def test_one_site_runs_on_the_calling_thread() -> None:
