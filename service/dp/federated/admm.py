@@ -208,17 +208,16 @@ class ADMMSite(Site):
     Warm start: each round's local solve starts from where the site's solve of the round
     before ended (zero in the first round): its broadcast for DVP (the released point), its
     solution for PVP and the non-private variant. The step's minimiser moves little from round
-    to round once the iterates approach consensus, so a solve takes a few Newton steps instead
-    of a solve from scratch. It changes the solver's path, not the law of what is sent. The
+    to round once the iterates approach consensus, so the solve usually needs fewer Newton
+    steps than from zero. It changes the solver's path, not the law of what is sent. The
     starting point is this site's own state (a function of its rows and the public history,
     never of another site's rows); what makes a broadcast private is a stopping test that
-    holds at whatever point the solver stops: DVP releases a point
-    *proved* within r of the exact minimiser of the round's objective, with noise covering any
-    point of that ball (:mod:`service.dp.certified`), and PVP stops at a *proved*
-    ‖∇‖ ≤ S/B_p, which bounds the distance to the exact minimiser on either neighbouring
-    dataset (module docstring). Both tests are the same with or without the warm start, so
-    each broadcast's guarantee given the public history, and the composition over rounds, are
-    unchanged.
+    holds at whatever point the solver stops: DVP releases a point *proved* within r of the
+    exact minimiser of the round's objective, with noise covering any point of that ball
+    (:mod:`service.dp.certified`), and PVP stops at a *proved* ‖∇‖ ≤ S/B_p, which bounds the
+    distance to the exact minimiser on either neighbouring dataset (module docstring). Both
+    tests are the same with or without the warm start, so each broadcast's guarantee given
+    the public history, and the composition over rounds, are unchanged.
     """
 
     def __init__(
