@@ -16,6 +16,7 @@ import json
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 #: Seconds to wait before polling again after the coordinator could not be reached.
 RETRY_SECONDS = 2.0
+#: Tasks that are not steps of the protocol (not counted in the logged step time).
+_BOOKKEEPING = frozenset({"join", "prepare", "finish", "abort"})
 
 
 def run_agent(
@@ -53,7 +56,7 @@ def run_agent(
             environment=settings.environment, test_seed=settings.test_seed
         )
     )
-    traffic: dict[str, list[int]] = {}
+    traffic: dict[str, list[float]] = {}
     logger.info("agent polling %s for tasks", settings.coordinator_url)
     if on_ready is not None:
         on_ready()
@@ -67,39 +70,49 @@ def run_agent(
                 continue
             if task is None:
                 continue
+            started = time.perf_counter()
             try:
                 answer = handle_task(uow_factory, state, task)
             except Exception:
                 logger.exception("task %s failed on this node", task.get("task_id"))
                 answer = {"refused": "the node failed to run the step"}
+            seconds = time.perf_counter() - started
             try:
                 link.post_result(str(task.get("task_id")), answer)
             except UpstreamError as exc:
                 logger.warning("could not post an answer: %s", exc.detail)
-            _account(traffic, task, answer)
+            _account(traffic, task, answer, seconds)
     finally:
         link.close()
     return 0
 
 
 def _account(
-    traffic: dict[str, list[int]], task: Mapping[str, Any], answer: Mapping[str, Any]
+    traffic: dict[str, list[float]],
+    task: Mapping[str, Any],
+    answer: Mapping[str, Any],
+    seconds: float,
 ) -> None:
-    """Count a job's tasks and JSON body bytes; log them when the job ends here."""
+    """Count a job's tasks, JSON body bytes and the wall seconds the node spent running the
+    protocol's steps (every task but join, prepare, finish and abort: the node's own local
+    work, for the benchmarks); log them when the job ends here."""
     job_id = str(task.get("job_id"))
-    counts = traffic.setdefault(job_id, [0, 0, 0])
+    counts = traffic.setdefault(job_id, [0, 0, 0, 0.0])
     counts[0] += 1
     counts[1] += len(json.dumps(task, separators=(",", ":")))
     counts[2] += len(json.dumps(answer, separators=(",", ":")))
+    if task.get("step") not in _BOOKKEEPING:
+        counts[3] += seconds
     if task.get("step") == "finish" or "refused" in answer:
-        tasks, received, sent = traffic.pop(job_id)
+        tasks, received, sent, busy = traffic.pop(job_id)
         logger.info(
             "job %s ended on this node: %d tasks, %d bytes of tasks received, %d bytes of "
-            "answers sent",
+            "answers sent, %.3f s running the protocol's steps",
             job_id,
             tasks,
             received,
             sent,
+            busy,
         )
 
 

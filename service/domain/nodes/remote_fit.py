@@ -11,7 +11,9 @@ threads or with processes, runs it there while other jobs go to its pool; a runn
    node checks them against its offer, charges its own ledger for the whole job (idempotent
    on the job id) and answers with its row count and its charge. The row counts stay in this
    process's memory: the calibration needs them (replace-one neighbours: n is public to the
-   mechanism), the coordinator's database, logs and responses never hold them.
+   mechanism), the coordinator's database, logs and responses never hold them. The nodes are
+   asked one after another, in party order: a node that refuses stops the job before the
+   nodes after it charge anything.
 2. ``prepare``: every node gets the sizes, builds the same calibration and checks that its
    own cost is within what it charged.
 3. the protocol's coordinator (:func:`service.dp.federated.parties.run_parties`) runs round by
@@ -19,6 +21,10 @@ threads or with processes, runs it there while other jobs go to its pool; a runn
    node being one task carrying only public state.
 4. ``finish``: the nodes close the job in their ledgers. The model is stored with a privacy
    record naming every node's dataset and the charge the node reported.
+
+``prepare``, every round's steps (:func:`service.dp.federated._common.site_round`), ``finish``
+and ``abort`` go to every node at once, each from its own thread waiting on
+:meth:`NodeExchange.ask`: a round takes as long as the slowest node, not the sum of them.
 
 A node that refuses a task (outside its offer, different terms, replayed, a lost state) or is
 silent past the deadline fails the job with that reason (:class:`PublicJobError`); nothing is
@@ -38,6 +44,7 @@ A second recovery finds the job already failed and sends nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -66,6 +73,7 @@ from service.dp.federated._common import (
     FederatedProblem,
     FloatArray,
     RoundClock,
+    site_round,
 )
 from service.dp.federated.parties import local_party, run_parties
 from service.dp.mechanisms._common import release
@@ -380,8 +388,7 @@ def _run_protocol(
         params=dict(params.get("params") or {}),
     )
     calibration = calibrate_problem(problem)
-    for link in links.values():
-        link.ask("prepare", sizes=sizes)
+    _ask_every_node(links, "prepare", sizes=sizes)
     parties: list[Any] = []
     for k, entry in enumerate(order):
         if k in links:
@@ -397,8 +404,7 @@ def _run_protocol(
         rng=context.randomness.generator(job.id),
         clock=clock,
     )
-    for link in links.values():
-        link.ask("finish")
+    _ask_every_node(links, "finish")
     return reported, sizes, problem, calibration, coef
 
 
@@ -437,17 +443,23 @@ def abort_interrupted_fit(
     return len(links)
 
 
+def _ask_every_node(links: Mapping[int, _Link], step: str, **kwargs: Any) -> None:
+    """Ask every node for ``step`` at once and wait for all the answers
+    (:func:`~service.dp.federated._common.site_round`); the first refusal in party order
+    propagates."""
+    site_round(list(links.values()), lambda _, link: link.ask(step, **kwargs))
+
+
 def _abort(links: Mapping[int, _Link], *, skip: int | None) -> None:
-    """Tell every node the job ended without a model (best effort, short deadline): each
-    records it as failed in its ledger's job; its charge stays. ``skip``: the node that
-    refused or fell silent (it already knows, or cannot be told)."""
-    for index, link in links.items():
-        if index == skip:
-            continue
-        try:
+    """Tell every node at once that the job ended without a model (best effort, short
+    deadline): each records it as failed in its ledger's job; its charge stays. ``skip``: the
+    node that refused or fell silent (it already knows, or cannot be told)."""
+
+    def abort(_: int, link: _Link) -> None:
+        with contextlib.suppress(PublicJobError):
             link.ask("abort", deadline=min(5.0, task_deadline()))
-        except PublicJobError:
-            continue
+
+    site_round([link for index, link in links.items() if index != skip], abort)
 
 
 def _with_nodes(record: dict[str, Any], owners: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -150,8 +150,8 @@ from service.dp.federated._common import (
     finite,
     int_param,
     site_generators,
+    site_round,
 )
-from service.dp.federated._common import site_call as _site_call
 from service.dp.federated.gaussian_rounds import CONVERSIONS, max_rho
 from service.dp.losses import Loss
 from service.dp.mechanisms.dp_sgd import per_step_epsilon
@@ -211,7 +211,22 @@ PENALTY_FACTOR = 0.3
 
 class ADMMSite(Site):
     """Site p: holds its rows, its dual variable λ_p and its last broadcast; answers one ADMM
-    step at a time given its neighbours' broadcasts (public)."""
+    step at a time given its neighbours' broadcasts (public).
+
+    Warm start: each round's local solve starts from where the site's solve of the round
+    before ended (zero in the first round): its broadcast for DVP (the released point), its
+    solution for PVP and the non-private variant. The step's minimiser moves little from round
+    to round once the iterates approach consensus, so the solve usually needs fewer Newton
+    steps than from zero. It changes the solver's path, not the law of what is sent. The
+    starting point is this site's own state (a function of its rows and the public history,
+    never of another site's rows); what makes a broadcast private is a stopping test that
+    holds at whatever point the solver stops: DVP releases a point *proved* within r of the
+    exact minimiser of the round's objective, with noise covering any point of that ball
+    (:mod:`service.dp.certified`), and PVP stops at a *proved* ‖∇‖ ≤ S/B_p, which bounds the
+    distance to the exact minimiser on either neighbouring dataset (module docstring). Both
+    tests are the same with or without the warm start, so each broadcast's guarantee given
+    the public history, and the composition over rounds, are unchanged.
+    """
 
     def __init__(
         self,
@@ -813,26 +828,25 @@ def coordinate(
     returns the average of the final broadcasts. It sees only broadcasts."""
     broadcasts = [np.zeros(d) for _ in sites]
     rngs = site_generators(rng, len(sites))
+
+    def local_step(p: int, site: ADMMParty, heard: Sequence[FloatArray]) -> FloatArray:
+        return site.local_step(
+            [heard[j] for j in graph[p]],
+            perturbation=perturbation,
+            extra=phis[p],
+            zeta=zetas[p],
+            rng=rngs[p],
+            sigma=None if sigmas is None else sigmas[p],
+            gradient_bound=None if gradient_bounds is None else gradient_bounds[p],
+            release_epsilon=None if release_epsilons is None else release_epsilons[p],
+        )
+
+    def dual_update(p: int, site: ADMMParty, heard: Sequence[FloatArray]) -> None:
+        site.dual_update([heard[j] for j in graph[p]])
+
     for _ in range(iterations):
-        new = [
-            _site_call(
-                site.index,
-                partial(
-                    site.local_step,
-                    [broadcasts[j] for j in graph[p]],
-                    perturbation=perturbation,
-                    extra=phis[p],
-                    zeta=zetas[p],
-                    rng=rngs[p],
-                    sigma=None if sigmas is None else sigmas[p],
-                    gradient_bound=None if gradient_bounds is None else gradient_bounds[p],
-                    release_epsilon=None if release_epsilons is None else release_epsilons[p],
-                ),
-            )
-            for p, site in enumerate(sites)
-        ]
-        for p, site in enumerate(sites):
-            _site_call(site.index, partial(site.dual_update, [new[j] for j in graph[p]]))
+        new = site_round(sites, partial(local_step, heard=broadcasts))
+        site_round(sites, partial(dual_update, heard=new))
         broadcasts = new
         clock.tick()
     averaged: FloatArray = np.mean(np.stack(broadcasts), axis=0)

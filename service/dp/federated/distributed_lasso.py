@@ -85,8 +85,8 @@ from service.dp.federated._common import (
     choice_param,
     finite,
     int_param,
-    site_call,
     site_generators,
+    site_round,
 )
 from service.dp.federated.gaussian_rounds import (
     CONVERSIONS,
@@ -309,19 +309,16 @@ def coordinate(
     query = w.copy()
     s = 1.0
     rngs = site_generators(rng, len(sites))
+
+    def gradient_sum(k: int, site: GradientSharer, point: FloatArray) -> FloatArray:
+        sigma = None if sigmas is None else sigmas[k]
+        return site.gradient_sum(point, clip=clip, sigma=sigma, rng=rngs[k])
+
     for _ in range(iterations):
         answers = np.zeros(d)
-        for k, site in enumerate(sites):
-            answers += site_call(
-                site.index,
-                partial(
-                    site.gradient_sum,
-                    query,
-                    clip=clip,
-                    sigma=None if sigmas is None else sigmas[k],
-                    rng=rngs[k],
-                ),
-            )
+        # every site at once; summed in site order afterwards
+        for answer in site_round(sites, partial(gradient_sum, point=query)):
+            answers += answer
         w_next = soft_threshold(query - step * answers / total, step * l1)
         if accelerated:
             s_next = (1.0 + math.sqrt(1.0 + 4.0 * s * s)) / 2.0

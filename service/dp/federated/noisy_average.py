@@ -65,7 +65,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
-from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -80,7 +79,7 @@ from service.dp.federated._common import (
     RoundClock,
     Site,
     finite,
-    site_call,
+    site_round,
 )
 from service.dp.losses import Loss
 from service.dp.rounding import KAPPA, UNIT_ROUNDOFF, gamma
@@ -254,12 +253,9 @@ def aggregate(
     """The trusted aggregator: collects the K certified local minimisers (one round, each
     with a proved gradient ≤ ``tolerance``), releases their computed mean fl(fl(Σŵ_k)/K)
     plus ν(b) ∝ exp(−β‖b‖) noise. It never sees a site's rows."""
-    local = [
-        site_call(site.index, partial(site.local_minimiser, loss, regularization, tolerance))
-        for site in sites
-    ]
+    local = site_round(sites, lambda _, site: site.local_minimiser(loss, regularization, tolerance))
     total = np.zeros_like(local[0])
-    for coef in local:
+    for coef in local:  # in site order: the sum the rounding bound covers
         total += coef
     mean = total / len(local)
     clock.tick()

@@ -79,8 +79,8 @@ from service.dp.federated._common import (
     choice_param,
     finite,
     int_param,
-    site_call,
     site_generators,
+    site_round,
 )
 from service.dp.federated.gaussian_rounds import (
     CONVERSIONS,
@@ -249,10 +249,8 @@ def coordinate(
     start_average = iterations // 2
     for t in range(iterations):
         answers = np.zeros(d)
-        for k, site in enumerate(sites):
-            answers += site_call(
-                site.index, partial(site.noisy_gradient, query, sigmas[k], rngs[k])
-            )
+        for answer in site_round(sites, partial(_ask, query, sigmas, rngs)):
+            answers += answer  # every site asked at once; summed in site order
         grad = answers / total + regularization * query
         step = z0 if schedule != "decreasing" else 1.0 / (smoothness + regularization * t)
         w_next = query - step * grad
@@ -264,6 +262,17 @@ def coordinate(
         clock.tick()
     averaged: FloatArray = tail_sum / tail_count
     return averaged
+
+
+def _ask(
+    query: FloatArray,
+    sigmas: Sequence[float],
+    rngs: Sequence[np.random.Generator | None],
+    k: int,
+    site: GradientParty,
+) -> FloatArray:
+    """Site k's answer at ``query`` (one task of a round)."""
+    return site.noisy_gradient(query, sigmas[k], rngs[k])
 
 
 def party(
