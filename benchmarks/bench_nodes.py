@@ -5,7 +5,7 @@ Adult (the published training split, ``benchmarks.adult.csv_bytes``, spec
 its own node (``privfit serve`` + ``privfit agent``, its own SQLite database) and offered to a
 study on a coordinator (``privfit serve``, SQLite, thread job runner), all on 127.0.0.1 in
 child processes. For each protocol — ``admm`` with dual perturbation and 50 rounds, ``psgd``
-with 50 noisy rounds (plus its certification rounds), ``distributed_lasso`` (``lasso``, 200
+with 50 noisy rounds, ``distributed_lasso`` (``lasso``, 200
 noisy rounds, squared loss) — and each repeat:
 
 * ``nodes``: ``POST /v1/studies/{id}/federated-fits`` over the three remote contributions with
@@ -15,8 +15,7 @@ noisy rounds, squared loss) — and each repeat:
   from the nodes' databases) in this process.
 
 Printed: median total times, the ratio nodes / in-process (issue 25's target is ≤ 1.5), the
-time per round (total / communication rounds; PSGD's certification rounds, whose number
-depends on the data, are counted as rounds there too), the slowest node's local work per
+time per round (total / communication rounds), the slowest node's local work per
 round (the seconds each agent logs for running the protocol's steps, divided by the rounds;
 the largest of the three nodes) and the ratio of the time per round to it (issue 25's target
 is ≤ 1.3), and the JSON bytes each node received (tasks) and sent (answers) per round, as the
@@ -74,7 +73,7 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
         "tasks": (2, 3),
     },
     "psgd": {
-        "label": "psgd ({rounds} noisy rounds + certification)",
+        "label": "psgd ({rounds} noisy rounds)",
         "body": {
             "protocol": "psgd",
             "epsilon": 1.0,
@@ -82,9 +81,8 @@ PROTOCOLS: dict[str, dict[str, Any]] = {
             "regularization": 0.001,
             "params": {"iterations": 50},
         },
-        # one gradient per round (certification rounds included); the fixed-noise draw, join,
-        # prepare, finish
-        "tasks": (1, 4),
+        # one noisy gradient per round; join, prepare, finish
+        "tasks": (1, 3),
     },
     "lasso": {
         "label": "distributed_lasso ({rounds} rounds)",
@@ -291,7 +289,7 @@ def main() -> None:
         nodes_t, local_t = median(res["nodes"]), median(res["in-process"])
         per = traffic.get(name) or []
         tasks = int(max((t[0] for t in per), default=0))
-        # a round is one noisy step per node (plus psgd's certification steps)
+        # a round is one noisy step per node (ADMM: and a dual update)
         steps_per_round, overhead = chosen[name][2]
         rounds = max(1, (tasks - overhead) // steps_per_round)
         received = median([t[1] / rounds for t in per]) if per else float("nan")
