@@ -223,7 +223,13 @@ def test_a_tenth_is_calibrated_just_below_the_charged_tenth() -> None:
     assert used == math.nextafter(0.1, 0.0)  # ... so the noise is calibrated one ulp below
     assert Fraction(used) <= Fraction(1, 10)
     assert cal.epsilon == 0.1  # the quote shows the charged amount
-    assert cal.details["beta"] == used / cal.details["sensitivity"]
+    # β = ε/S for the ε used, S = 2/(nλ) + 2τ/λ (the certificate's tolerance τ), to a few ulps
+    # (the mechanism takes the largest double with β·S ≤ ε in exact arithmetic)
+    beta, sensitivity = cal.details["beta"], cal.details["sensitivity"]
+    tau = cal.details["certificate_tolerance"]
+    assert sensitivity == pytest.approx(2 / (100 * 0.1) + 2 * tau / 0.1, rel=1e-15)
+    assert beta == pytest.approx(used / sensitivity, rel=4e-16)
+    assert beta * sensitivity <= used * (1 + 2**-52)
     assert acc.to_units(cal.epsilon, unit="epsilon") * 10 == acc.to_units(1.0, unit="epsilon")
 
 
