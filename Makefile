@@ -16,7 +16,7 @@ PYTEST_PARALLEL ?= -n $(shell $(PYTHON) -c 'import os; print((os.cpu_count() or 
 # per child process on this machine).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: help run test test-fast lint format openapi client-models migrate revision lock bench bench-quick clean
+.PHONY: help run test test-heavy test-fast lint format openapi client-models migrate revision lock bench bench-quick clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -46,8 +46,14 @@ run: $(VENV)/.installed ## Install, migrate the database (data/privfit.db by def
 	$(BIN)/privfit migrate
 	$(BIN)/privfit serve
 
-test: $(VENV)/.installed-dev ## Install dev dependencies and run the whole test suite (in parallel)
-	$(BIN)/pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+# Two tiers (issue 27): `make test` is the default tier, everything not marked heavy; `make
+# test-heavy` is the rest (the PostgreSQL twins of SQLite tests outside a smoke set, see
+# tests/conftest.py). CI (.ci/run) runs both.
+test: $(VENV)/.installed-dev ## Install dev dependencies and run the default test tier (in parallel)
+	$(BIN)/pytest $(PYTEST_PARALLEL) -m 'not heavy' $(PYTEST_ARGS)
+
+test-heavy: $(VENV)/.installed-dev ## The heavy test tier CI also runs (PostgreSQL twins of SQLite tests)
+	$(BIN)/pytest $(PYTEST_PARALLEL) -m heavy $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.installed-dev ## The inner loop: the suite without statistical, slow and PostgreSQL tests
 	$(BIN)/pytest $(PYTEST_PARALLEL) -m 'not statistical and not slow and not postgres' $(PYTEST_ARGS)

@@ -21,6 +21,14 @@ App
     running), ``admin_headers``, ``make_site(name=None) -> SiteHandle`` and ``site``;
     ``uow_factory`` gives units of work on the same database as the app.
 
+Tiers
+    ``make test`` runs ``-m "not heavy"`` and ``make test-heavy`` runs ``-m heavy``; CI runs both.
+    :func:`pytest_collection_modifyitems` marks every PostgreSQL twin of a SQLite test heavy
+    (a test parametrised over a backend, run with ``"postgres"``), except the smoke set
+    :data:`POSTGRES_SMOKE`: one PostgreSQL run per API area and the database layer's tests
+    whose outcome depends on the backend (racing transactions, constraints, migrations).
+    Tests that use ``postgres_url`` directly are PostgreSQL-specific and stay in the default.
+
 Real processes
     ``live_server``     ``privfit serve`` on a free port over a fresh SQLite file (admin key
                         ``ADMIN_KEY``); ``tests.support.live_server.start_server`` for others.
@@ -267,6 +275,136 @@ def make_site(client: TestClient, admin_headers: dict[str, str]) -> MakeSite:
 def site(make_site: MakeSite) -> SiteHandle:
     """One site."""
     return make_site()
+
+
+# --- Tiers ------------------------------------------------------------------------------
+
+#: The PostgreSQL twins that stay in the default tier, by module: a test's name (every
+#: parametrisation of it) or an item's full name with its parameters (that one only).
+POSTGRES_SMOKE: dict[str, tuple[str, ...]] = {
+    # One per API area: the area's main flow, or what PostgreSQL does differently.
+    "tests/api/test_admin_bootstrap.py": (
+        "test_first_start_prints_a_key_once_and_stores_only_its_hash",
+    ),
+    "tests/api/test_aggregations.py": (
+        "test_average_is_the_mean_and_every_member_reads_predicts_and_exports_it",
+    ),
+    "tests/api/test_auth.py": ("test_wrong_key_is_401_and_audited",),
+    "tests/api/test_budget.py": (
+        "test_ten_fits_of_a_tenth_spend_exactly_one_and_the_eleventh_is_refused",
+    ),
+    "tests/api/test_concurrent_fits.py": ("test_hundred_racing_fits_charge_exactly_ten",),
+    "tests/api/test_datasets.py": ("test_upload_stores_the_hand_computed_encoding",),
+    "tests/api/test_errors.py": ("test_huge_integers_are_422",),
+    "tests/api/test_evaluations.py": ("test_an_evaluation_is_charged_and_released",),
+    "tests/api/test_federated.py": (
+        "test_noisy_average_charges_each_dataset_and_every_member_reads_the_model",
+    ),
+    "tests/api/test_fits.py": ("test_every_mechanism_fits_through_http[postgres-dp_sgd]",),
+    "tests/api/test_hardening.py": (
+        "test_site_names_are_unique_after_normalisation_and_case_folding",
+    ),
+    "tests/api/test_jobs.py": (
+        "test_a_job_goes_queued_running_succeeded",
+        "test_racing_retries_share_one_job_and_one_charge",
+    ),
+    "tests/api/test_models.py": (
+        "test_predict_scores_are_the_coefficients_dot_the_preprocessed_row",
+    ),
+    "tests/api/test_ops.py": ("test_readyz_when_migrated",),
+    "tests/api/test_plans.py": ("test_simulation_on_a_public_reference_answers_the_target",),
+    "tests/api/test_sites.py": ("test_admin_lists_sites_in_pages",),
+    "tests/api/test_studies.py": (
+        "test_member_contributes_an_owned_model_and_everyone_in_the_study_sees_it",
+    ),
+    "tests/api/test_tenancy.py": (
+        "test_the_matrix_covers_every_route_of_the_three_resources",
+        "test_tenancy_matrix[postgres-datasets.list-other]",
+    ),
+    "tests/api/test_tuned_fits.py": ("test_a_tuned_fit_charges_once_and_records_the_choice",),
+    "tests/integration/test_charged_jobs.py": (
+        "test_a_federated_fit_charges_every_dataset_or_none",
+    ),
+    "tests/integration/test_job_recovery.py": ("test_recovery_can_be_turned_off",),
+    "tests/integration/test_node_tasks.py": (
+        "test_a_fit_over_the_node_charges_each_dataset_once_and_finishes",
+    ),
+    "tests/integration/test_studies_domain.py": (
+        "test_a_grant_fits_the_dataset_caps_and_is_contributed_once",
+    ),
+    # The database layer where the backend decides the outcome.
+    "tests/integration/db/test_uow.py": (
+        "test_check_constraints_hold",
+        "test_foreign_keys_are_enforced",
+        "test_naive_datetimes_are_refused",
+        "test_racing_first_starts_generate_one_admin_key",
+        "test_racing_rotations_with_one_key_issue_one_new_key",
+        "test_unique_violation_becomes_integrity_conflict",
+    ),
+    "tests/integration/db/test_ledger.py": (
+        "test_check_constraints_refuse_overspending_written_directly",
+        "test_concurrent_charges_never_overspend",
+        "test_racing_charges_with_one_key_are_charged_once",
+        "test_charge_many_is_all_or_none",
+    ),
+    "tests/integration/db/test_grants.py": ("test_racing_charges_never_overspend_a_grant",),
+    "tests/integration/db/test_migrations.py": (
+        "test_chunk_payloads_are_not_compressed_again_by_postgresql",
+        "test_models_match_migrations",
+        "test_upgrade_from_empty_then_downgrade_and_upgrade_again",
+    ),
+}
+
+#: Modules that repeat a SQLite module's tests on PostgreSQL as a whole: heavy.
+POSTGRES_TWIN_MODULES = frozenset({"tests/api/test_fuzz_postgres.py"})
+
+
+def _module(item: pytest.Item) -> str:
+    return item.path.relative_to(Path(__file__).parent.parent).as_posix()
+
+
+def is_postgres_twin(item: pytest.Item) -> bool:
+    """Whether ``item`` is a SQLite test repeated on PostgreSQL."""
+    if _module(item) in POSTGRES_TWIN_MODULES:
+        return True
+    callspec = getattr(item, "callspec", None)
+    values = callspec.params.values() if callspec is not None else ()
+    return any(isinstance(value, str) and value == "postgres" for value in values)
+
+
+def in_postgres_smoke(item: pytest.Item) -> bool:
+    """Whether ``item`` is in :data:`POSTGRES_SMOKE`."""
+    names = POSTGRES_SMOKE.get(_module(item), ())
+    return item.name in names or getattr(item, "originalname", item.name) in names
+
+
+def _defines(module: object, name: str) -> bool:
+    """Whether ``module`` defines the test function ``name``, or one of its classes does."""
+    scopes = [module, *(value for value in vars(module).values() if isinstance(value, type))]
+    return any(hasattr(scope, name) for scope in scopes)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the PostgreSQL twins outside the smoke set ``heavy`` (before ``-m`` selects).
+
+    A smoke entry naming a function its module does not define is an error: a renamed test
+    would otherwise leave its area without a PostgreSQL run in the default tier, silently."""
+    modules: dict[str, object] = {}
+    for item in items:
+        if isinstance(item, pytest.Function):
+            modules.setdefault(_module(item), item.module)
+        if is_postgres_twin(item) and not in_postgres_smoke(item):
+            item.add_marker(pytest.mark.heavy)
+    stale = [
+        f"{module}::{name}"
+        for module, names in POSTGRES_SMOKE.items()
+        if module in modules
+        for name in names
+        if not _defines(modules[module], name.split("[", 1)[0])
+    ]
+    if stale:
+        raise pytest.UsageError(f"POSTGRES_SMOKE names tests that do not exist: {stale}")
 
 
 # --- Reporting ----------------------------------------------------------------------------

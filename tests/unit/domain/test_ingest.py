@@ -1068,11 +1068,8 @@ def test_the_file_is_parsed_while_the_body_arrives() -> None:
     async def wait_for_the_first_block() -> None:
         # The last piece is held back until a worker has started on the file: the file was
         # being parsed before the body was complete.
-        for _ in range(500):
-            if started.is_set():
-                return
-            await asyncio.sleep(0.01)
-        raise AssertionError("nothing was parsed before the body was complete")
+        if not await asyncio.to_thread(started.wait, 10.0):
+            raise AssertionError("nothing was parsed before the body was complete")
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(readers_module, "CSV_BLOCK_BYTES", 4096)
@@ -1093,8 +1090,32 @@ def test_a_file_sent_before_its_spec_is_spooled_then_read() -> None:
     assert run.seekable is True
 
 
-async def _pause() -> None:
-    await asyncio.sleep(0.3)  # time enough for a reader that (wrongly) saw the end to store
+@pytest.fixture
+def until_the_reader_waits(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Any]:
+    """Holds the last piece back until the reader has taken everything sent and waits in the
+    pipe for more: a reader that (wrongly) took the file's end for the body's stores instead
+    of waiting, and the wait ends in an AssertionError after 10 s."""
+    pipes: list[_Pipe] = []
+    original = _Pipe.__init__
+
+    def record(self: _Pipe, capacity: int) -> None:
+        original(self, capacity)
+        pipes.append(self)
+
+    monkeypatch.setattr(_Pipe, "__init__", record)
+
+    def waiting(pipe: _Pipe) -> bool:
+        with pipe._cond:
+            return pipe._want > pipe._buffered and not pipe._ended
+
+    async def pause() -> None:
+        for _ in range(2000):
+            if any(waiting(pipe) for pipe in pipes):
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError("the reader never asked for the rest of the body")
+
+    return pause
 
 
 def _split_after_the_file(body: bytes) -> list[bytes]:
@@ -1114,11 +1135,13 @@ def _split_after_the_file(body: bytes) -> list[bytes]:
     ],
     ids=["extra-part", "second-file", "cut-short"],
 )
-def test_a_bad_body_after_a_complete_file_stores_nothing(trailer: bytes, status: int) -> None:
+def test_a_bad_body_after_a_complete_file_stores_nothing(
+    trailer: bytes, status: int, until_the_reader_waits: Callable[[], Any]
+) -> None:
     head = _part("spec", SPEC_JSON) + _part("file", _csv(_random_rows(2000)), "a.csv")
     # The file is complete, then a pause, then the rest of the body, which is bad.
     body = head + trailer if status == 400 else _body(head, trailer)
-    run, outcome = _upload(_split_after_the_file(body), before_last=_pause)
+    run, outcome = _upload(_split_after_the_file(body), before_last=until_the_reader_waits)
     assert isinstance(outcome, UploadRejectedError)
     assert outcome.status == status
     assert "SECRET" not in outcome.detail
@@ -1126,10 +1149,14 @@ def test_a_bad_body_after_a_complete_file_stores_nothing(trailer: bytes, status:
     assert isinstance(run.error, UploadAbortedError)
 
 
-def test_the_size_limit_reached_after_the_file_stores_nothing() -> None:
+def test_the_size_limit_reached_after_the_file_stores_nothing(
+    until_the_reader_waits: Callable[[], Any],
+) -> None:
     head = _part("spec", SPEC_JSON) + _part("file", _csv(_random_rows(5000)), "a.csv")
     pieces = _split_after_the_file(_body(head, _part("extra", b"x" * 100)))
-    run, outcome = _upload(pieces, max_bytes=len(pieces[0]) + 10, before_last=_pause)
+    run, outcome = _upload(
+        pieces, max_bytes=len(pieces[0]) + 10, before_last=until_the_reader_waits
+    )
     assert isinstance(outcome, UploadRejectedError)
     assert outcome.status == 413
     assert not run.stored
@@ -1174,7 +1201,8 @@ def test_the_pipe_holds_a_bounded_amount_and_waits_for_its_reader() -> None:
         pipe = _Pipe(capacity=10)
         await pipe.put(memoryview(b"0123456789"))
         blocked = asyncio.ensure_future(pipe.put(memoryview(b"abc")))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # one turn of the loop: put runs until it returns or waits
+        await asyncio.sleep(0)
         assert not blocked.done()  # full: the sender waits
         got = await asyncio.to_thread(pipe.read, 4)
         assert got == b"0123"
@@ -1184,7 +1212,10 @@ def test_the_pipe_holds_a_bounded_amount_and_waits_for_its_reader() -> None:
         assert await asyncio.to_thread(pipe.read, 100) == b""
         failed = _Pipe(capacity=10)
         reader = asyncio.ensure_future(asyncio.to_thread(failed.read, 5))
-        await asyncio.sleep(0.05)
+        for _ in range(5000):  # until the reader waits in the pipe for its 5 bytes
+            if failed._want == 5:
+                break
+            await asyncio.sleep(0.001)
         assert not reader.done()  # waits for 5 bytes (or the end)
         failed.fail()
         with pytest.raises(UploadAbortedError):

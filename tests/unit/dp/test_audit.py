@@ -31,11 +31,19 @@ less rare) and asserts, at 99 % confidence:
   μ = 2/(2σ) = 0.42 standard deviations, 0.377 (δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)),
   below the tightness threshold, so no valid audit can reach it.
 
+The half and twice controls show the audit's power, not the mechanisms': they audit draws of z
+from the hand-derived law with the noise scaled (no mechanism runs), since the KS law tests
+(tests/unit/dp/test_distribution.py, test_certified.py, test_enclosure.py) already pin every
+mechanism's noise to that law; they also check the bound stays valid (≤ the mis-scaled
+mechanism's true ε) and sees a fifth of it or more.
+
 The Gaussian mechanisms are audited δ-aware (p − δ against e^ε q) at δ = 0.05. On this pair
 their true ε at that δ is 1.19 with the calibrated σ (the χ²-tail argument of GOP and Kifer
 et al. is not tight in d = 1), 3.47 with half of it and 0.377 with twice. Simulated over 120
 seeds, 5000 runs a dataset give lower bounds of 0.73–1.01 (correct), 2.32–2.97 (half) and
 0.12–0.29 (twice); at δ = 10⁻² the same margins would take about twice the runs.
+The pure-ε audits use 1000 runs a dataset: over 40 simulated seeds their bounds are 1.35–1.70
+(correct; the tightness threshold is 1.2), 2.57–3.55 (half; claim 2) and 0.53–0.81 (twice).
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ from tests.unit.dp._budget import objective_budget
 
 FloatArray = NDArray[np.float64]
 #: Runs per dataset in the mechanism audits (pure ε / Gaussian).
-RUNS_PURE = 2000
+RUNS_PURE = 1000
 RUNS_GAUSSIAN = 5000
 CONFIDENCE = 0.99
 
@@ -315,13 +323,37 @@ def test_empirical_epsilon_stays_below_the_claim_and_close_to_it(case: Case) -> 
     assert lower > TIGHT[case.delta] * EPS
 
 
+def _simulated_audit(case: Case, noise_scale: float, seed: int) -> float:
+    """The audit on z drawn from the hand-derived law with its noise scaled by
+    ``noise_scale``: D centred at 1, D′ at 0 (the KS law tests pin each mechanism to it)."""
+    rng = np.random.default_rng(seed)
+    runs = RUNS_GAUSSIAN if case.delta > 0.0 else RUNS_PURE
+    scale = case.scale * noise_scale
+
+    def noise() -> FloatArray:
+        if case.delta > 0.0:
+            return rng.normal(0.0, scale, runs)
+        return rng.laplace(0.0, scale, runs)
+
+    z_d, z_dp = 1.0 + noise(), noise()
+    return epsilon_lower_bound(
+        z_d, z_dp, confidence=CONFIDENCE, delta=case.delta, thresholds=case.thresholds
+    )
+
+
+#: The true ε on the pair with half / twice the noise (module docstring): pure 2ε and ε/2;
+#: Gaussian at δ = 0.05, the shift of μ = 2/σ (half) or 1/(2σ) (twice) standard deviations.
+TRUE_EPS = {(0.0, 0.5): 2.0 * EPS, (0.0, 2.0): EPS / 2.0, (DELTA, 0.5): 3.47, (DELTA, 2.0): 0.377}
+
+
 @pytest.mark.statistical
-@pytest.mark.slow
 @pytest.mark.parametrize("noise_scale", [0.5, 2.0])
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_audit_catches_half_and_twice_the_noise(case: Case, noise_scale: float) -> None:
-    lower = _audit(case, _scaled_noise(_calibration(case), noise_scale), seed=200)
-    assert math.isfinite(lower)
+    lower = _simulated_audit(case, noise_scale, seed=200)
+    # valid: never above the true ε of the mis-scaled mechanism, and sees a good part of it
+    true = TRUE_EPS[(case.delta, noise_scale)]
+    assert 0.2 * true < lower <= true
     if noise_scale < 1.0:
         assert lower > EPS
     else:

@@ -629,7 +629,11 @@ def test_the_release_grid_scales_with_the_expected_noise(
     n: int, d: int, b: int, eps: float, epochs: int, scale: int
 ) -> None:
     det = MECHANISM.calibrate(_problem(n, d, eps, batch_size=b, epochs=epochs)).details
-    expected = d / det["beta"]
+    # by hand: β = ε_pass/Δ with ε_pass = ε/epochs and Δ = 2/b (b_min = b for these n; the
+    # float margin and the subnormal rounding move Δ by < 10⁻¹¹ relatively); E‖z‖ = d/β
+    beta = eps / epochs / (2.0 / b)
+    assert det["beta"] == pytest.approx(beta, rel=1e-9)
+    expected = d / beta
     s = det["release_scale"]
     # the smallest power of two that brings the expected noise norm to at most 16 grid scales
     assert s == scale
@@ -671,5 +675,8 @@ def test_with_a_scaled_grid_the_released_gradients_lie_on_it(
     on_scaled = np.array(released) * float(s) * 2.0**32  # the block releases z/s on 2⁻³²
     np.testing.assert_array_equal(on_scaled, np.round(on_scaled))
     # and the noise the block drew is z/s, with E‖z/s‖ = d/(βs) ≤ 16
+    # by hand: β = ε_pass/Δ = (1/3)/(2/1) = 1/6 (up to the < 10⁻¹¹ float margin)
+    beta = 1.0 / 6.0
+    assert det["beta"] == pytest.approx(beta, rel=1e-9)
     norms = [float(np.linalg.norm(r)) for r in released]
-    assert np.mean(norms) == pytest.approx(5 / (det["beta"] * s), rel=0.2)
+    assert np.mean(norms) == pytest.approx(5 / (beta * s), rel=0.2)

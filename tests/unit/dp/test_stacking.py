@@ -446,7 +446,10 @@ def _pst_s_bound(seed: int) -> float:
 def test_empirical_privacy_of_pst_f() -> None:
     bound = _pst_f_bound(1)
     assert bound < 2.0
-    assert bound > 0.5  # the record is visible: the audit is not vacuous
+    # tight enough to catch twice the low-level noise: the statistic sees only the low-level
+    # releases, whose ε (≤ 2) halves with twice the noise, and no valid bound passes ε/2 = 1
+    # (measured: 1.35–1.39 over seeds 1, 11, 21; 0.55–0.65 with twice the noise)
+    assert bound > 1.1
 
 
 @pytest.mark.statistical
@@ -454,7 +457,9 @@ def test_empirical_privacy_of_pst_f() -> None:
 def test_empirical_privacy_of_pst_s() -> None:
     bound = _pst_s_bound(3)
     assert bound < 1.0
-    assert bound > 0.3
+    # above ε/2 = 0.5, which no valid bound passes with twice the low-level noise (measured:
+    # 0.59–0.69 over seeds 3, 13, 23)
+    assert bound > 0.55
 
 
 @pytest.mark.statistical

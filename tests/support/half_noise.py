@@ -1,0 +1,48 @@
+"""A mutant for checking the tests' power: every lattice sampler draws half its noise.
+
+Load it as a pytest plugin, ``pytest -p tests.support.half_noise tests/unit/dp``, and the
+tests that pin a mechanism's noise law must fail: :class:`service.dp.lattice.GaussianBlock`
+draws N(0, (σ/2)²) for σ, :class:`~service.dp.lattice.NormExponentialBlock` draws
+∝ exp(−2β‖x‖) for β (so its releases, enclosures and DP-SGD's blocks carry half the noise),
+and :func:`~service.dp.lattice.laplace_release` draws Laplace(b/2) for b. The service reaches
+the samplers through the module (``lattice.GaussianBlock(...)``), so replacing the module's
+attributes before the tests import anything mutates every mechanism.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from service.dp import lattice
+
+_GaussianBlock = lattice.GaussianBlock
+_NormExponentialBlock = lattice.NormExponentialBlock
+_laplace_release = lattice.laplace_release
+
+
+class HalfGaussianBlock(_GaussianBlock):
+    """A Gaussian block drawing σ/2 when asked for σ."""
+
+    def __init__(self, count: int, dim: int, *, sigma: float, rng: Any = None) -> None:
+        super().__init__(count, dim, sigma=sigma / 2.0, rng=rng)
+
+
+class HalfNormExponentialBlock(_NormExponentialBlock):
+    """A norm-exponential block drawing rate 2β when asked for β."""
+
+    def __init__(self, count: int, dim: int, *, beta: float, rng: Any = None) -> None:
+        super().__init__(count, dim, beta=2.0 * beta, rng=rng)
+
+
+def half_laplace_release(
+    centre: np.typing.NDArray[np.float64], *, scale: float, rng: np.random.Generator | None = None
+) -> np.typing.NDArray[np.float64]:
+    """Laplace(b/2) instead of Laplace(b)."""
+    return _laplace_release(centre, scale=scale / 2.0, rng=rng)
+
+
+lattice.GaussianBlock = HalfGaussianBlock  # type: ignore[misc]
+lattice.NormExponentialBlock = HalfNormExponentialBlock  # type: ignore[misc]
+lattice.laplace_release = half_laplace_release
