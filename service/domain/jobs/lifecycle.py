@@ -13,7 +13,7 @@ never refunded, whatever happens next: cancelled while running, failed, interrup
 crash. Its failure could itself reveal something about the data.
 
 The worker entry point is a plain function of a unit-of-work factory and a job id, so any
-runner (the in-process pool of :mod:`service.jobs.runner`, a Celery task later) can call it.
+runner (the in-process pool of :mod:`service.runtime.runner`, a Celery task later) can call it.
 It never raises for a job's own failure: the outcome is recorded on the job.
 """
 
@@ -107,7 +107,7 @@ class ApiProcessScheduler(JobScheduler, Protocol):
     Some jobs need the memory of the API process: a federated fit over remote contributions
     talks to the site nodes through the in-process task exchange that the node endpoints
     serve (:mod:`service.domain.nodes.exchange`). The in-process pool
-    (:class:`service.jobs.runner.PoolJobRunner`) is one, with threads or processes. A runner
+    (:class:`service.runtime.runner.PoolJobRunner`) is one, with threads or processes. A runner
     that is not (the distributed queue, whose jobs run in other processes) is refused such a
     job at submission, before anything is charged, and so is this one when it runs in one of
     several API processes serving the same database (``PRIVFIT_WORKERS`` > 1:
@@ -162,7 +162,7 @@ def needs_api_process(
 
 def job_owner(uow_factory: UnitOfWorkFactory, job_id: str) -> str | None:
     """The owner site of the stored job ``job_id`` (None when there is none): what a runner
-    schedules fairly by (:mod:`service.jobs.fairness`)."""
+    schedules fairly by (:mod:`service.runtime.fairness`)."""
     with uow_factory() as uow:
         job = uow.jobs.get(job_id)
         return None if job is None else job.owner_site_id
@@ -609,7 +609,7 @@ def execute_job(
 ) -> JobOutcome:
     """Run one queued job to its end; returns its outcome (with the status it already had
     when it was not queued: a job is claimed once, by one worker). ``handlers`` maps each job
-    kind to its :data:`JobHandler`; the composition root (:mod:`service.jobs.worker`) registers
+    kind to its :data:`JobHandler`; the composition root (:mod:`service.runtime.worker`) registers
     them, so this module knows no use case that enqueues jobs.
 
     Claim (``queued → running``, attempt + 1) → the handler of the job's kind (a fit, an

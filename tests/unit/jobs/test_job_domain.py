@@ -28,7 +28,7 @@ from service.domain.jobs.lifecycle import (
 from service.domain.randomness import Randomness
 from service.dp import FitResult
 from service.dp import fit as dp_fit
-from service.jobs.worker import run_job
+from service.runtime.worker import run_job
 from tests.conftest import SiteHandle
 from tests.unit.jobs._flow import HoldingRunner, fit_body, upload
 
