@@ -19,12 +19,8 @@ from numpy.typing import NDArray
 from service.db.base import utcnow
 from service.db.uow import UnitOfWorkFactory
 from service.domain.fits.run import fit_kwargs
-from service.domain.jobs.lifecycle import (
-    JobCancelledError,
-    _Progress,
-    recover_jobs,
-    settle_lost_job,
-)
+from service.domain.jobs.lifecycle import JobCancelledError, recover_jobs, settle_lost_job
+from service.domain.jobs.lifecycle.execution import _Progress
 from service.domain.randomness import Randomness
 from service.dp import FitResult
 from service.dp import fit as dp_fit
