@@ -52,7 +52,7 @@ from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork
 from service.domain.datasets.catalog import load_design
 from service.dp.federated import federated_fit
-from service.jobs.queue import BLAS_THREAD_VARIABLES
+from service.runtime.queue_runner import BLAS_THREAD_VARIABLES
 from tests.e2e.test_nodes import Node
 from tests.support.live_server import ROOT, server_environment, start_server
 

@@ -79,7 +79,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from service.jobs.queue import run_workers
+    from service.runtime.queue_runner import run_workers
 
     settings = _settings()
     configure_logging(settings.log_level)
@@ -144,7 +144,7 @@ def _openapi(args: argparse.Namespace) -> int:
 def _agent(_args: argparse.Namespace) -> int:
     import threading
 
-    from service.nodes.agent import install_signal_handlers, run_agent
+    from service.runtime.node_agent import install_signal_handlers, run_agent
 
     settings = _settings()
     configure_logging(settings.log_level)

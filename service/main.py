@@ -51,10 +51,10 @@ from service.domain.access.auth import configured_key_hash, ensure_admin_key
 from service.domain.jobs.lifecycle import read_job_statistics
 from service.domain.nodes.exchange import EXCHANGE
 from service.domain.nodes.remote_fit import task_deadline
-from service.jobs.queue import QueueJobRunner
-from service.jobs.runner import JobRunner
-from service.jobs.worker import build_runner
-from service.nodes.link import HttpCoordinatorLink
+from service.runtime.node_link import HttpCoordinatorLink
+from service.runtime.queue_runner import QueueJobRunner
+from service.runtime.runner import JobRunner
+from service.runtime.worker import build_runner
 from service.settings import Settings, get_settings
 
 __all__ = ["announce_admin_key", "app", "create_app"]

@@ -1,7 +1,8 @@
 """The distributed job queue's storage: procrastinate on PrivFit's own PostgreSQL database.
 
 Everything that touches the queue's tables or PostgreSQL's LISTEN/NOTIFY lives here (all SQL
-stays in ``service.db``); :mod:`service.jobs.queue` builds the runner and the worker on it.
+stays in ``service.db``); :mod:`service.runtime.queue_runner` builds the runner and the worker
+on it.
 
 * :func:`queue_app` — the procrastinate app with PrivFit's one task, ``privfit.run_job(job_id)``
   (no retries: a job that may draw noise runs at most once).
@@ -91,7 +92,7 @@ class SiteHead:
 
 
 class FairPolicy(Protocol):
-    """The fairness rule the queue applies (:mod:`service.jobs.fairness`, given by the
+    """The fairness rule the queue applies (:mod:`service.runtime.fairness`, given by the
     runner: ``service.db`` holds the SQL, not the policy)."""
 
     def start_tag(self, virtual_time: int, previous: int | None) -> int:

@@ -54,7 +54,7 @@ def fuzz_target(db_url: str) -> Iterator[FuzzTarget]:
 
 class HeldRunner:
     """A job runner that only records what it was given: jobs stay queued until the test
-    runs them by hand (``service.jobs.worker.run_job``) or cancels them."""
+    runs them by hand (``service.runtime.worker.run_job``) or cancels them."""
 
     def __init__(self) -> None:
         self.submitted: list[str] = []

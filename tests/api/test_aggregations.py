@@ -746,7 +746,7 @@ def test_charged_aggregations_run_on_the_runner_and_a_queued_one_is_refunded(
     trio: tuple[SiteHandle, SiteHandle, SiteHandle],
     held: HeldRunner,
 ) -> None:
-    from service.jobs.worker import run_job
+    from service.runtime.worker import run_job
 
     coordinator, member, _ = trio
     study = create_study(client, coordinator, [member])

@@ -21,7 +21,7 @@ from service.domain.randomness import Randomness
 from service.domain.studies.federated import run_federated_job
 from service.dp import fit as dp_fit
 from service.dp.federated import federated_calibrate
-from service.jobs.worker import run_job
+from service.runtime.worker import run_job
 from tests.api._studies import (
     FEATURE_NAMES,
     FEATURES,

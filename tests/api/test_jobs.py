@@ -27,9 +27,9 @@ from service.domain.jobs import lifecycle as domain_jobs
 from service.domain.jobs.lifecycle import recover_jobs, settle_lost_job
 from service.dp import ConvergenceError, FitResult, PreparedDesign
 from service.dp import fit as dp_fit
-from service.jobs.runner import JobRunner, PoolJobRunner
-from service.jobs.worker import run_job
 from service.main import create_app
+from service.runtime.runner import JobRunner, PoolJobRunner
+from service.runtime.worker import run_job
 from service.settings import Settings
 from tests.api.conftest import HeldRunner
 from tests.conftest import ADMIN_KEY, MakeSite, SiteHandle

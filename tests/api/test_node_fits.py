@@ -22,7 +22,7 @@ from pydantic import SecretStr
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.nodes.exchange import EXCHANGE
 from service.domain.nodes.remote_fit import task_deadline
-from service.jobs.runner import PoolJobRunner
+from service.runtime.runner import PoolJobRunner
 from service.settings import Settings
 from tests.api._studies import contribute, create_study, finished, upload_dataset
 from tests.conftest import ADMIN_KEY, MakeSite, SiteHandle

@@ -28,7 +28,7 @@ from service.dp import FitResult, multisite
 from service.dp import fit as dp_fit
 from service.dp.accounting import PrivacyCost
 from service.dp.federated import federated_fit
-from service.jobs.worker import run_job
+from service.runtime.worker import run_job
 from tests.api._studies import contribute, create_study, fit_model, upload_dataset
 from tests.api.conftest import HeldRunner
 from tests.conftest import MakeSite, SiteHandle

@@ -38,8 +38,8 @@ from fastapi.testclient import TestClient
 from httpx2 import Response
 
 from service.db.migrate import upgrade
-from service.jobs.runner import JobRunner
 from service.main import create_app
+from service.runtime.runner import JobRunner
 from service.settings import Settings
 from tests.conftest import SiteHandle, create_site, make_test_settings, postgres_base_url
 from tests.support.snapshots import copy_sqlite, dump_postgres_schema, postgres_schema

@@ -23,8 +23,8 @@ from pydantic import SecretStr
 
 from service.db.base import utcnow
 from service.db.uow import UnitOfWorkFactory
-from service.jobs.runner import JobRunner, PoolJobRunner
 from service.main import create_app
+from service.runtime.runner import JobRunner, PoolJobRunner
 from service.settings import Settings
 from tests.conftest import ADMIN_KEY
 from tests.unit.jobs._flow import (

@@ -50,8 +50,8 @@ from service.domain.studies.membership import (
     add_contribution,
     create_study,
 )
-from service.jobs.runner import PoolJobRunner
-from service.jobs.worker import API_PROCESS_RULES, build_runner
+from service.runtime.runner import PoolJobRunner
+from service.runtime.worker import API_PROCESS_RULES, build_runner
 from service.settings import Settings
 from tests.integration.test_charged_jobs import make_site
 

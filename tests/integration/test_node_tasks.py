@@ -64,7 +64,7 @@ from service.domain.studies.membership import (
     add_contribution,
 )
 from service.dp import fit as dp_fit
-from service.jobs.worker import interrupted_hooks
+from service.runtime.worker import interrupted_hooks
 from tests.integration._nodes import (
     CONTEXT,
     FEATURES,

@@ -21,7 +21,7 @@ from service.db.session import make_engine
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.fits.submit import FitRequest, submit_fit
-from service.jobs.queue import SharePolicy
+from service.runtime.queue_runner import SharePolicy
 from tests.integration.test_charged_jobs import make_dataset, make_site
 
 pytestmark = pytest.mark.postgres

@@ -22,7 +22,7 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.errors import BudgetExhaustedError
 from service.domain.fits.submit import FitRequest, submit_fit
 from service.domain.jobs.lifecycle import cancel_job
-from service.jobs.queue import settle_stalled_jobs
+from service.runtime.queue_runner import settle_stalled_jobs
 from tests.integration.test_charged_jobs import make_dataset, make_site
 
 pytestmark = pytest.mark.postgres

@@ -26,7 +26,7 @@ from service.api.schemas.nodes import (
 from service.domain.errors import NotFoundError
 from service.domain.nodes import model_offers, offers, remote
 from service.domain.nodes.exchange import EXCHANGE
-from service.nodes.link import HttpCoordinatorLink
+from service.runtime.node_link import HttpCoordinatorLink
 
 router = APIRouter(tags=["nodes"], route_class=JsonRoute)
 

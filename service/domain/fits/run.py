@@ -1,5 +1,5 @@
 """The worker's half of a single-dataset fit: read the design, run the mechanism, and return
-the model with its privacy record (registered in :mod:`service.jobs.worker`)."""
+the model with its privacy record (registered in :mod:`service.runtime.worker`)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ __all__ = ["ModelLink", "ModelOffer", "offer_model"]
 
 
 class ModelLink(Protocol):
-    """The coordinator calls a model offer makes (``service.nodes.link``)."""
+    """The coordinator calls a model offer makes (``service.runtime.node_link``)."""
 
     def upload_model(self, body: Mapping[str, Any]) -> str: ...
 

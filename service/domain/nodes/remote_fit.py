@@ -33,7 +33,7 @@ released and every node keeps its charge; the other nodes are sent an ``abort``.
 A coordinator that dies mid-job loses the job's state (the exchange is in memory). On restart
 its recovery fails the job (``job-interrupted``, charges kept) and, through
 :func:`abort_interrupted_fit` (registered for the ``federated`` kind in
-:mod:`service.jobs.worker`), queues the same ``abort`` for each remote contribution of the job,
+:mod:`service.runtime.worker`), queues the same ``abort`` for each remote contribution of the job,
 fire-and-forget (:meth:`NodeExchange.post`): the same terms (the seed is derived again from the
 job id) and a sequence number above any the job's own tasks reach
 (:data:`RESTART_ABORT_SEQ`), since the restarted coordinator no longer knows how far it went.

@@ -16,7 +16,7 @@ average has none. Stacked models are not one weight vector: averaging them is a 
 charged jobs (:func:`service.domain.jobs.charged.submit_charged_job`: the request is checked,
 the dataset charged and the job queued in one transaction, ``Idempotency-Key`` honoured), and
 the job runs on the job runner like a single-dataset fit
-(:func:`.charged_aggregations.run_aggregation_job`, registered in :mod:`service.jobs.worker`):
+(:func:`.charged_aggregations.run_aggregation_job`, registered in :mod:`service.runtime.worker`):
 progress, cancellation, recovery, the release guard and the ledger rules are the same.
 :func:`submit_aggregation` takes any of the three requests; :func:`quote_aggregation` is the
 dry run of all three. The charged methods are registered in :mod:`service.dp.multisite`;

@@ -1,5 +1,5 @@
 """Helpers shared by the fit and job tests: a small public-spec dataset, uploads, polling,
-and two alternative job runners (the app takes any :class:`~service.jobs.runner.JobRunner`).
+and two alternative job runners (the app takes any :class:`~service.runtime.runner.JobRunner`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from service.db.uow import UnitOfWorkFactory
 from service.domain.jobs.lifecycle import FitFunction, recover_jobs
 from service.domain.randomness import Randomness
 from service.dp import fit as dp_fit
-from service.jobs.worker import run_job
+from service.runtime.worker import run_job
 from service.settings import Settings
 
 FINISHED = frozenset({"succeeded", "failed", "cancelled"})
@@ -138,7 +138,7 @@ def budget(client: TestClient, headers: dict[str, str], dataset_id: str) -> dict
 
 
 class InlineRunner:
-    """A minimal :class:`~service.jobs.runner.JobRunner`: runs each job synchronously inside
+    """A minimal :class:`~service.runtime.runner.JobRunner`: runs each job synchronously inside
     ``submit`` with the worker's ``run_job`` (the domain's ``execute_job`` with the registered
     handlers). Stands in for any other engine (a task queue's client would enqueue the id
     instead); nothing in the domain knows about it."""

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from service.jobs.runner import JobFunction
+from service.runtime.runner import JobFunction
 
 
 def file_worker(directory: str) -> JobFunction:

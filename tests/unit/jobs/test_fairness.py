@@ -1,4 +1,4 @@
-"""The scheduler's choice (service.jobs.fairness): pure, deterministic, checked by hand.
+"""The scheduler's choice (service.runtime.fairness): pure, deterministic, checked by hand.
 
 The cap c = max(1, ⌊share·slots⌋), the start tags S = max(V, S_prev + 1) and the choice of the
 smallest eligible tag; then a whole run simulated with the same functions: two workers, site A
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.jobs.fairness import Waiting, choose_next, site_cap, start_tag
+from service.runtime.fairness import Waiting, choose_next, site_cap, start_tag
 
 
 @pytest.mark.parametrize(

@@ -19,16 +19,12 @@ from numpy.typing import NDArray
 from service.db.base import utcnow
 from service.db.uow import UnitOfWorkFactory
 from service.domain.fits.run import fit_kwargs
-from service.domain.jobs.lifecycle import (
-    JobCancelledError,
-    _Progress,
-    recover_jobs,
-    settle_lost_job,
-)
+from service.domain.jobs.lifecycle import JobCancelledError, recover_jobs, settle_lost_job
+from service.domain.jobs.lifecycle.execution import _Progress
 from service.domain.randomness import Randomness
 from service.dp import FitResult
 from service.dp import fit as dp_fit
-from service.jobs.worker import run_job
+from service.runtime.worker import run_job
 from tests.conftest import SiteHandle
 from tests.unit.jobs._flow import HoldingRunner, fit_body, upload
 

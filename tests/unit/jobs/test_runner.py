@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from service.domain.jobs.lifecycle import ApiProcessScheduler
-from service.jobs.runner import (
+from service.runtime.runner import (
     JobRunner,
     PlacementFunction,
     PoolJobRunner,

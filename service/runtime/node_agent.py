@@ -24,7 +24,7 @@ from service.db.uow import UnitOfWorkFactory
 from service.domain.errors import UpstreamError
 from service.domain.nodes.node_tasks import NodeState, handle_task
 from service.domain.randomness import Randomness
-from service.nodes.link import HttpCoordinatorLink
+from service.runtime.node_link import HttpCoordinatorLink
 from service.settings import Settings
 
 __all__ = ["run_agent"]

@@ -1,7 +1,7 @@
 """Fair use of the job slots between sites (issue 26 §4): which queued job starts next.
 
 Pure and deterministic: no clock, no I/O. The in-process pool
-(:class:`service.jobs.runner.PoolJobRunner`) and the distributed queue's claim
+(:class:`service.runtime.runner.PoolJobRunner`) and the distributed queue's claim
 (:func:`service.db.queue.queue_app`, ``fair_claim``) apply the same two rules:
 
 1. **Share cap.** A site holding c(slots) = max(1, ⌊share·slots⌋) running jobs starts no

@@ -3,11 +3,11 @@
 A runner only *schedules*. The work itself is a plain function of the domain,
 ``service.domain.jobs.lifecycle.execute_job(uow_factory, job_id, handlers=...)`` (bound to the
 registered
-handlers as :func:`service.jobs.worker.run_job`), which claims the job in the database, runs it,
+handlers as :func:`service.runtime.worker.run_job`), which claims the job in the database, runs it,
 checks the release against the job's charge, stores the model and records the outcome.
 Everything a runner knows about a job is its id, so a distributed task engine plugs in by
 implementing :class:`JobRunner` with a task that calls the same function in its worker:
-:mod:`service.jobs.queue` does so on procrastinate (``PRIVFIT_JOB_RUNNER=queue``). Another
+:mod:`service.runtime.queue_runner` does so on procrastinate (``PRIVFIT_JOB_RUNNER=queue``). Another
 runner is installed by setting ``app.state.job_runner_factory`` (``(settings, uow_factory) ->
 JobRunner``) before the app starts; the lifespan then starts, recovers with and shuts down that
 runner instead of the default (``tests/api/test_jobs.py`` plugs in a synchronous inline runner).
@@ -30,7 +30,7 @@ pool itself with ``kind="thread"``, a second, small thread pool beside the proce
 job), recovered (``needs_api_process`` tells the runner where a job it knows only by id goes)
 and dropped at shutdown exactly like the pool's own.
 
-Fair use between sites (issue 26 §4, :mod:`service.jobs.fairness`): a job goes to the pool
+Fair use between sites (issue 26 §4, :mod:`service.runtime.fairness`): a job goes to the pool
 only when a slot is free, and the runner picks which: round-robin between the owner sites of
 the queued jobs, never one of a site already holding ⌊``max_site_share`` × slots⌋ (at least
 one) running jobs. ``site_of`` reads a job's owner site. The API-process threads are a second
@@ -55,7 +55,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
-from service.jobs.fairness import Waiting, choose_next, start_tag
+from service.runtime.fairness import Waiting, choose_next, start_tag
 
 __all__ = [
     "JobFunction",
@@ -208,7 +208,7 @@ class PoolJobRunner:
     ``api_workers`` at a time (default: ``workers``); with ``kind="thread"`` they share the
     one thread pool. ``needs_api_process`` says, at recovery, which queued jobs those are.
 
-    Jobs wait in the runner (not in the executor) until :mod:`service.jobs.fairness` starts
+    Jobs wait in the runner (not in the executor) until :mod:`service.runtime.fairness` starts
     them: ``site_of`` names each job's owner site (default: one site for all, i.e. first in,
     first out) and ``max_site_share`` caps the slots one site holds. ``max_job_work`` is only
     carried for the domain's submission check.

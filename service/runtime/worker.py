@@ -44,7 +44,7 @@ from service.domain.nodes.remote_fit import abort_interrupted_fit, reaches_nodes
 from service.domain.randomness import Randomness
 from service.domain.studies.charged_aggregations import run_aggregation_job
 from service.domain.studies.federated import run_federated_job
-from service.jobs.runner import JobFunction, JobRunner, PoolJobRunner, RunnerKind
+from service.runtime.runner import JobFunction, JobRunner, PoolJobRunner, RunnerKind
 from service.settings import Settings
 
 __all__ = [
@@ -136,7 +136,7 @@ def build_runner(settings: Settings, uow_factory: UnitOfWorkFactory) -> JobRunne
     between sites) and by the threads."""
     config = WorkerConfig.from_settings(settings)
     if settings.job_runner == "queue":
-        raise ValueError("the queue runner is service.jobs.queue.QueueJobRunner")
+        raise ValueError("the queue runner is service.runtime.queue_runner.QueueJobRunner")
     kind: RunnerKind = settings.job_runner
     if _is_memory_sqlite(settings.database_url):
         kind = "thread"

@@ -21,7 +21,7 @@ so N processes use N cores instead of fighting over them.
 
 Fair use between sites (issue 26 §4): the API gives each queue row a start tag (its
 priority) and every worker claims through :class:`service.db.queue.FairJobManager`, which
-applies :mod:`service.jobs.fairness` under an advisory lock: round-robin between the owner
+applies :mod:`service.runtime.fairness` under an advisory lock: round-robin between the owner
 sites of the queued jobs, and no site holds more than ⌊``PRIVFIT_MAX_SITE_WORKER_SHARE`` ×
 live workers⌋ (at least one) running jobs. :class:`SharePolicy` is that rule.
 
@@ -57,7 +57,7 @@ from service.db.queue import (
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.jobs.lifecycle import settle_stalled_job
-from service.jobs.fairness import Waiting, choose_next, start_tag
+from service.runtime.fairness import Waiting, choose_next, start_tag
 from service.settings import Settings, get_settings
 
 __all__ = [
@@ -82,7 +82,7 @@ BLAS_THREAD_VARIABLES: Final[tuple[str, ...]] = (
 
 
 class SharePolicy:
-    """:mod:`service.jobs.fairness` for the queue: start tags at enqueue, the choice among
+    """:mod:`service.runtime.fairness` for the queue: start tags at enqueue, the choice among
     each site's first queued task at a claim (a :class:`service.db.queue.FairPolicy`)."""
 
     def __init__(self, share: float) -> None:
@@ -275,7 +275,7 @@ def _exit_with_parent() -> None:
 def serve_worker(settings: Settings, *, name: str, sweep: bool) -> None:
     """Run one procrastinate worker (one job at a time) in this process until SIGTERM/SIGINT,
     which lets the running job finish."""
-    from service.jobs.worker import WorkerConfig, job_function
+    from service.runtime.worker import WorkerConfig, job_function
 
     _limit_blas_threads()
     _quiet_engine_logs(settings)

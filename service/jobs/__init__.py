@@ -1,1 +1,0 @@
-"""Job runners (docs/design.md §1 ``jobs/``): where queued jobs execute, inline by default."""
