@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.dp.evaluation import roc_from_histograms
+from service.dp.analysis.evaluation import roc_from_histograms
 from tests.conftest import MakeSite, SiteHandle
 from tests.unit.jobs._flow import budget, fit_body, toy_csv, toy_spec, upload
 

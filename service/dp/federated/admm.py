@@ -36,7 +36,7 @@ where u is what sites broadcast. Per ``perturbation``:
   quantities); its stationarity condition is a bijection ε ↔ f_p(t+1); a changed record
   moves ε by ≤ 2 (|l′| ≤ 1, ‖x‖ ≤ 1) — a factor ≤ e^{2ζ} = e^{α̂} in the noise density — and
   the Jacobian ratio is ≤ (1 + c/(λB_p + NΦ_p + 2NηN_p))² ≤ e^{α − α̂}: α per iteration.
-  In floating point (issue 19 §1, :mod:`service.dp.certified`) that argument is about the
+  In floating point (issue 19 §1, :mod:`service.dp.optimize.certified`) that argument is about the
   exact minimiser for a real ε_p, so each round runs it at α₁ = α − α_r (every formula above
   with α₁ for α; ``alpha_objective``): ε_p is the real noise of exact uniforms, known as
   doubles within a proved radius; the site's solve is certified within r = τ/μ_p of the exact
@@ -58,12 +58,13 @@ where u is what sites broadcast. Per ``perturbation``:
   ζ_p = α/(Δ_p(1 + S)) makes each broadcast α-DP, where the factor 1 + S accounts for the
   local solve stopping at ‖∇‖ ≤ S/B_p (S = ``SOLVER_SLACK``; see Gaussian primal
   perturbation below). That stopping test is a *proved* bound on the gradient of the step
-  objective the site minimises (:func:`service.dp.certified.gradient_bound`, IEEE
+  objective the site minimises (:func:`service.dp.optimize.certified.gradient_bound`, IEEE
   arithmetic), at (1 − 10⁻⁹)·S/B_p: the 10⁻⁹·S covers the rounding of the step's ridge
   coefficient, whose exact-minimiser sensitivity 2/(B_pμ̂_p) exceeds Δ_p by at most a
   factor 1 + 4u. Whether a step *can* answer must not depend on the data: a coordinator
   that sees a refusal learns a noise-free bit. So before solving, the site checks the public
-  certificate floor F (:func:`service.dp.certified.certificate_floor`: an upper bound on the
+  certificate floor F (:func:`service.dp.optimize.certified.certificate_floor`: an upper bound on
+  the
   proved bound at the double nearest the exact minimiser, from B_p, d, c, μ_p and
   ‖2N(λ_p − η·centre)‖/B_p only) against half the stopping bound, and refuses the step when it
   is above: a decision from public inputs alone, the same on neighbouring datasets (issue 25;
@@ -101,7 +102,7 @@ in closed form √ρ = √(ln(1/δ) + ε) − √(ln(1/δ))); ρ_r = ρ/T; σ_p 
 site's ρ is the same, so every dataset is charged exactly the (ε, δ) offered. A Gaussian DVP
 is not offered: the noise shift that explains a changed record, Σl′-terms at the released f,
 depends on f, so the step has no fixed L2 sensitivity to calibrate. The draws come from
-the exact Gaussian lattice release (:func:`service.dp.lattice.gaussian_release`).
+the exact Gaussian lattice release (:func:`service.dp.noise.lattice.gaussian_release`).
 
 Gaussian defaults (from λ, the loss's c, K and the graph only; no site size, so they reveal
 none).
@@ -131,8 +132,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.dp import certified, lattice
-from service.dp.accounting import (
+from service.dp.core.accounting import (
     CompositionChoice,
     PrivacyCost,
     gaussian_zcdp,
@@ -140,6 +140,8 @@ from service.dp.accounting import (
     zcdp_to_dp,
     zcdp_to_dp_cks,
 )
+from service.dp.core.losses import Loss
+from service.dp.core.validation import PrivacyParameterError, check_known_params
 from service.dp.federated._common import (
     FederatedCalibration,
     FederatedProblem,
@@ -153,11 +155,11 @@ from service.dp.federated._common import (
     site_round,
 )
 from service.dp.federated.gaussian_rounds import CONVERSIONS, max_rho
-from service.dp.losses import Loss
 from service.dp.mechanisms.dp_sgd import per_step_epsilon
-from service.dp.rounding import UNIT_ROUNDOFF, norm_up
-from service.dp.solvers import DEFAULT_TOLERANCE, solve_erm
-from service.dp.validation import PrivacyParameterError, check_known_params
+from service.dp.noise import lattice
+from service.dp.noise.rounding import UNIT_ROUNDOFF, norm_up
+from service.dp.optimize import certified
+from service.dp.optimize.solvers import DEFAULT_TOLERANCE, solve_erm
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -222,7 +224,8 @@ class ADMMSite(Site):
     never of another site's rows); what makes a broadcast private is a stopping test that
     holds at whatever point the solver stops: DVP releases a point *proved* within r of the
     exact minimiser of the round's objective, with noise covering any point of that ball
-    (:mod:`service.dp.certified`), and PVP stops at a *proved* ‖∇‖ ≤ S/B_p, which bounds the
+    (:mod:`service.dp.optimize.certified`), and PVP stops at a *proved* ‖∇‖ ≤ S/B_p, which bounds
+    the
     distance to the exact minimiser on either neighbouring dataset (module docstring). Both
     tests are the same with or without the warm start, so each broadcast's guarantee given
     the public history, and the composition over rounds, are unchanged.
@@ -265,7 +268,8 @@ class ADMMSite(Site):
         ``zeta`` ζ_p of the norm-exponential noise; with ``sigma`` (Gaussian PVP)
         ε_p ~ N(0, σ²I) instead. PVP's solve must reach a *proved* ‖∇‖ ≤ ``gradient_bound``
         (the slack its sensitivity accounts for); DVP's release spends ``release_epsilon``
-        (α_r) on the noise that covers its certified distance (:mod:`service.dp.certified`)."""
+        (α_r) on the noise that covers its certified distance
+        (:mod:`service.dp.optimize.certified`)."""
         N, B, eta = self._total, self.n, self._penalty
         degree = len(neighbour_broadcasts)
         centre = np.zeros(self.d)
@@ -284,7 +288,7 @@ class ADMMSite(Site):
             return self._send(self._broadcast)
         solved = self._solve(linear, ridge, gradient_bound)
         self._warm = solved
-        # the primal broadcast leaves the site: an exact grid release (service.dp.lattice),
+        # the primal broadcast leaves the site: an exact grid release (service.dp.noise.lattice),
         # post-processing of solved + noise, so its guarantee holds for the doubles sent
         if perturbation == "primal" and sigma is not None:
             out = lattice.gaussian_release(solved, sigma=sigma, rng=rng)
@@ -605,7 +609,7 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         strong = lam * n + 2.0 * N * penalty * deg
         entry: dict[str, Any] = {"n": n, "degree": deg}
         if perturbation == "dual":
-            # the certified release (service.dp.certified) takes α_r of each round's α; the
+            # the certified release (service.dp.optimize.certified) takes α_r of each round's α; the
             # step objective runs at α₁ = α − α_r
             alpha_1, alpha_r = certified.split_epsilon(
                 alpha, certified.release_share(n, certified.base_tolerance(n, d))

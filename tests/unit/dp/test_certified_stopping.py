@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from service.dp import calibrate, certified, lattice, make_problem
-from service.dp.base import Problem
+from service.dp import calibrate, make_problem
+from service.dp.core.base import Problem
+from service.dp.core.losses import HuberLoss, LogisticLoss, Loss
+from service.dp.core.validation import PrivacyParameterError
 from service.dp.federated import federated_calibrate, federated_fit, noisy_average
-from service.dp.losses import HuberLoss, LogisticLoss, Loss
 from service.dp.mechanisms.output_perturbation import MECHANISM as OUTPUT_PERTURBATION
-from service.dp.solvers import ConvergenceError, SolverResult, solve_erm
-from service.dp.validation import PrivacyParameterError
+from service.dp.noise import lattice
+from service.dp.optimize import certified
+from service.dp.optimize.solvers import ConvergenceError, SolverResult, solve_erm
 from tests.unit.dp.federated._data import make_sites
 
 FloatArray = NDArray[np.float64]

@@ -1,4 +1,4 @@
-"""Noise enclosures (service.dp.lattice): the doubles and radius enclose the real noise vector
+"""Noise enclosures (service.dp.noise.lattice): the doubles and radius enclose the real noise vector
 the uniforms define (checked against the decimal path on the same uniforms), the decimal
 fallback agrees with the fast path, and the laws are the hand-derived ones."""
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.dp import lattice as L
+from service.dp.noise import lattice as L
 
 
 def _distance(value: np.ndarray, unit: float, intervals: list[tuple[Decimal, Decimal]]) -> float:

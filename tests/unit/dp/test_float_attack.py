@@ -1,13 +1,13 @@
 """The floating-point attack of issue 19 §1 against the old sampler, and the exact grid release.
 
-Old sampler (kept here, as it was in ``service.dp.noise`` and used by output perturbation):
+Old sampler (kept here, as it was in ``service.dp.noise.draws`` and used by output perturbation):
 b = θ·gammaincinv(d, U)·g/‖g‖ with U = (k + ½)·2⁻⁵² from a 52-bit CSPRNG word k, released as
 round((ŵ + b)/γ)·γ, γ = 2⁻³². In the upper tail consecutive reachable norms are θ·ln((j+½)/(j−½))
 ≈ θ/j apart (j = 2⁵² − k), far more than γ, so the released set under a centre w and the set
 under w′ = w + Δ barely overlap there: an output reachable under one is impossible under the
 other, and the mechanism is at best (ε, δ)-DP with δ ≥ the probability of those outputs.
 
-New release (:mod:`service.dp.lattice`): the cell round((w + X)/γ) of the *real* X is sampled
+New release (:mod:`service.dp.noise.lattice`): the cell round((w + X)/γ) of the *real* X is sampled
 exactly; its law is P_w(o) = ∫_{cell o} p(x − w) dx, positive everywhere, and
 P_w(o)/P_w′(o) ≤ e^{β‖w − w′‖} cell by cell. The tests check that pmf, derived by hand, at the
 very outputs of the attack, and check by chi-square that the sampler follows it.
@@ -22,8 +22,9 @@ import numpy as np
 import pytest
 from scipy import integrate, special, stats
 
-from service.dp import lattice, noise
 from service.dp.mechanisms.output_perturbation import MECHANISM as OUTPUT_PERTURBATION
+from service.dp.noise import draws as noise
+from service.dp.noise import lattice
 
 GAMMA = 2.0**-32
 EPS = 1.0
@@ -134,7 +135,7 @@ def test_the_exact_release_keeps_every_attack_output_within_e_eps() -> None:
 
 
 def test_output_perturbation_releases_through_the_exact_grid_sampler() -> None:
-    from service.dp.base import Problem
+    from service.dp.core.base import Problem
 
     problem = Problem("output_perturbation", 50, 1, EPS, 0.0, "logistic", 0.1)
     cal = OUTPUT_PERTURBATION.calibrate(problem)

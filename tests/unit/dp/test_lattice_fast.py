@@ -1,4 +1,4 @@
-"""The fast path of service.dp.lattice: its error bounds hold (against 60-digit decimal
+"""The fast path of service.dp.noise.lattice: its error bounds hold (against 60-digit decimal
 arithmetic), it returns the cells the decimal path returns on the same uniforms, and the
 blocks release each noise vector once."""
 
@@ -11,7 +11,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from service.dp import lattice, rounding
+from service.dp.noise import lattice, rounding
 
 GAMMA = 2.0**-32
 

@@ -13,8 +13,8 @@ import pytest
 from scipy import stats
 from sklearn.linear_model import Lasso
 
-from service.dp import clipping
-from service.dp.accounting import gaussian_zcdp, zcdp_to_dp, zcdp_to_dp_cks
+from service.dp.core.accounting import gaussian_zcdp, zcdp_to_dp, zcdp_to_dp_cks
+from service.dp.data import clipping
 from service.dp.federated import federated_calibrate, federated_fit
 from service.dp.federated.distributed_lasso import LassoSite, soft_threshold
 from tests.unit.dp.federated._data import make_sites, pooled
@@ -36,7 +36,7 @@ def _cal(eps: float, delta: float, **params: Any) -> Any:
 def _hand_sensitivity(n: int, d: int, clip: float) -> Fraction:
     """Δ = 2C + 2E(n), E(n) = γ_n·n·C + ⌈√d⌉·n·2⁻¹⁰⁷⁴, γ_n = nu/(1 − nu), u = 2⁻⁵³: the
     sensitivity of a clipped gradient sum of n rows as computed in doubles
-    (service.dp.clipping, written out independently)."""
+    (service.dp.data.clipping, written out independently)."""
     u, eta = Fraction(1, 2**53), Fraction(1, 2**1074)
     root = math.isqrt(d) + (0 if math.isqrt(d) ** 2 == d else 1)
     gamma = n * u / (1 - n * u)

@@ -35,7 +35,8 @@ centres (mixtures) gives P[M₂(D, θ) ∈ O] ≤ e^{ε_r}P[M₂(D′, θ) ∈ O
 lattice release, so the bound holds for the released doubles.
 
 If the certificate fails (G > τ after a second, tighter solve), the job fails with
-:class:`~service.dp.solvers.ConvergenceError` and nothing is released; the guarantee above is
+:class:`~service.dp.optimize.solvers.ConvergenceError` and nothing is released; the guarantee above
+is
 for the runs that release. When can it fail (issue 25 §3)? :func:`certificate_floor` is a
 public bound F(q) on G at the double nearest θ for ‖b̂‖/n = q, so a certifiable double exists
 while F(q) ≤ τ, i.e. ‖b‖ ≤ T = n·q*(1 − 2ρ_b) (:func:`feasible_noise_norm`), and the noise
@@ -65,11 +66,11 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from service.dp import lattice
-from service.dp.losses import HuberLoss, LogisticLoss, Loss
-from service.dp.rounding import KAPPA, UNIT_ROUNDOFF, compensated_row_sums, gamma, norm_up
-from service.dp.solvers import ConvergenceError, FinalPass, solve_erm
-from service.dp.validation import PrivacyParameterError
+from service.dp.core.losses import HuberLoss, LogisticLoss, Loss
+from service.dp.core.validation import PrivacyParameterError
+from service.dp.noise import lattice
+from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, compensated_row_sums, gamma, norm_up
+from service.dp.optimize.solvers import ConvergenceError, FinalPass, solve_erm
 
 __all__ = [
     "BLOCK_ROWS",
@@ -118,7 +119,7 @@ _MAX_SHARE: Final[float] = 0.5
 #: Adult, one thread)
 BLOCK_ROWS: Final[int] = 4096
 
-# exp: ln 2 split as in service.dp.lattice (LN2_HI has 32 significant bits), Taylor degree 17
+# exp: ln 2 split as in service.dp.noise.lattice (LN2_HI has 32 significant bits), Taylor degree 17
 _LN2_HI: Final[float] = float.fromhex("0x1.62e42fee00000p-1")
 _LN2_LO: Final[float] = float.fromhex("0x1.a39ef35793c76p-33")
 _INV_LN2: Final[float] = 1.4426950408889634

@@ -147,7 +147,7 @@ from typing import Final, NamedTuple
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp.rounding import compensated_row_sums
+from service.dp.noise.rounding import compensated_row_sums
 
 __all__ = [
     "CLAMP",
@@ -1005,7 +1005,7 @@ def laplace_release(
 
 #: every fast-path coordinate of an enclosure is within this fraction of ‖ŷ‖/√d (the others
 #: take the decimal path, 2⁻⁶⁰ relative), so its radius is at most 2⁻³⁹‖value‖
-#: (:func:`service.dp.certified.certificate_floor` relies on it)
+#: (:func:`service.dp.optimize.certified.certificate_floor` relies on it)
 ENCLOSURE_RELATIVE: Final[float] = 2.0**-40
 
 
@@ -1013,7 +1013,8 @@ class Enclosure(NamedTuple):
     """A real random vector X known as doubles: ‖X − value‖₂ ≤ radius (rigorously).
 
     Used where noise enters a computation instead of being added to a released value
-    (objective perturbation, :mod:`service.dp.certified`): X is the real-valued noise of the
+    (objective perturbation, :mod:`service.dp.optimize.certified`): X is the real-valued noise of
+    the
     continuous mechanism, a deterministic function of exact uniforms, and ``value`` its
     evaluation with the same proved error bounds as the fast path above (the decimal path
     where those bounds are too loose, or above 2⁻⁴⁰‖value‖/√d): radius ≤ 2⁻³⁹‖value‖."""
