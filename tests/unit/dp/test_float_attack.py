@@ -25,6 +25,7 @@ from scipy import integrate, special, stats
 from service.dp.mechanisms.output_perturbation import MECHANISM as OUTPUT_PERTURBATION
 from service.dp.noise import draws as noise
 from service.dp.noise import lattice
+from service.dp.noise.lattice import exact
 
 GAMMA = 2.0**-32
 EPS = 1.0
@@ -225,15 +226,15 @@ def test_exact_release_follows_the_cell_pmf_in_two_dimensions() -> None:
 def test_refinement_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
     """With noise of ~2³² cells and 32-bit first draws, nearly every coordinate needs more bits;
     the norm must still be Gamma(d, 1/β) (KS, law derived in the module docstring)."""
-    monkeypatch.setattr(lattice, "_FIRST_WORDS", 1)
+    monkeypatch.setattr(exact, "_FIRST_WORDS", 1)
     refinements = [0]
-    original = lattice._Sampler.refine_all
+    original = exact._Sampler.refine_all
 
-    def counting(self: lattice._Sampler) -> None:
+    def counting(self: exact._Sampler) -> None:
         refinements[0] += 1
         original(self)
 
-    monkeypatch.setattr(lattice._Sampler, "refine_all", counting)
+    monkeypatch.setattr(exact._Sampler, "refine_all", counting)
     rng = np.random.default_rng(3)
     d, beta = 3, 0.5
     norms = [
