@@ -4,9 +4,8 @@
 every comma, ``?`` for missing, and in the test file a leading comment line and labels ending
 with ``.``. ``design(split)`` applies the public spec in ``datasets/adult/spec.json`` through
 ``service.dp.data.preprocessing``: rows with a missing value are dropped, numeric columns are
-clamped
-to their declared bounds, categorical columns are one-hot encoded against the declared lists,
-an intercept is added and each row is brought into the unit ball.
+clamped to their declared bounds, categorical columns are one-hot encoded against the declared
+lists, an intercept is added and each row is brought into the unit ball.
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ candidates, ``{"candidates": [λ₁, …, λ_k]}``, and/or, for ``dp_sgd``, whos
 (:func:`service.dp.analysis.selection.grid`; a single λ or η is an axis of one value).
 
 The job (kind ``tuned_fit``) runs :func:`service.dp.analysis.selection.tune`: grid point i is fitted
-on
-the i-th of k + 1 disjoint parts at the request's full (ε, δ), the held-out part's error counts
+on the i-th of k + 1 disjoint parts at the request's full (ε, δ), the held-out part's error counts
 choose one with the exponential mechanism at ε, and only the chosen model is released. The
 total cost is the request's (ε, δ) by parallel composition (derivation in
 :mod:`service.dp.analysis.selection`); it is charged with the job, like a fit.

@@ -64,8 +64,7 @@ where u is what sites broadcast. Per ``perturbation``:
   factor 1 + 4u. Whether a step *can* answer must not depend on the data: a coordinator
   that sees a refusal learns a noise-free bit. So before solving, the site checks the public
   certificate floor F (:func:`service.dp.optimize.certified.certificate_floor`: an upper bound on
-  the
-  proved bound at the double nearest the exact minimiser, from B_p, d, c, μ_p and
+  the proved bound at the double nearest the exact minimiser, from B_p, d, c, μ_p and
   ‖2N(λ_p − η·centre)‖/B_p only) against half the stopping bound, and refuses the step when it
   is above: a decision from public inputs alone, the same on neighbouring datasets (issue 25;
   an honest coordinator's broadcasts stay far below it; a malicious one sending broadcasts of
@@ -193,8 +192,7 @@ class ADMMSite(Site):
     holds at whatever point the solver stops: DVP releases a point *proved* within r of the
     exact minimiser of the round's objective, with noise covering any point of that ball
     (:mod:`service.dp.optimize.certified`), and PVP stops at a *proved* ‖∇‖ ≤ S/B_p, which bounds
-    the
-    distance to the exact minimiser on either neighbouring dataset (module docstring). Both
+    the distance to the exact minimiser on either neighbouring dataset (module docstring). Both
     tests are the same with or without the warm start, so each broadcast's guarantee given
     the public history, and the composition over rounds, are unchanged.
     """

@@ -17,8 +17,7 @@ Protocol (one communication round):
    (τ₀ = :func:`service.dp.optimize.certified.tolerance` with L = 0 and 4096 rows, its value for any
    n_k ≥ 4096 and an upper bound on it for smaller n_k; F =
    :func:`service.dp.optimize.certified.certificate_floor` at b = 0 for 2⁴⁰ rows, a public bound on
-   the
-   certificate at the double nearest w*_k, so a point meeting τ exists on every site with a
+   the certificate at the double nearest w*_k, so a point meeting τ exists on every site with a
    factor 2 to spare). τ reveals no site's size.
    λ-strong convexity gives ‖ŵ_k − w*_k‖ ≤ τ/λ for the exact minimiser w*_k. When the bound
    is not met the job fails and nothing is released. ŵ_k is never stored or released.

@@ -13,8 +13,7 @@ updates
 with fresh noise z_t of density ν(z) ∝ exp(−β‖z‖) (‖z‖ ~ Gamma(shape d, scale 1/β),
 direction uniform on the sphere; E‖z‖ = d/β), o_t the noisy mini-batch gradient released on
 the grid γ = 2⁻³² *exactly* (:class:`service.dp.noise.lattice.NormExponentialBlock`, "Floating
-point"
-below) and Π_R the optional projection onto the ball of radius R. Step sizes, t counting
+point" below) and Π_R the optional projection onto the ball of radius R. Step sizes, t counting
 updates from 1 across passes: ``constant`` η_t = η, ``inverse_sqrt`` η_t = η/√t (SCS13 and
 seed 001 use η = 1), ``inverse`` η_t = 1/(λt).
 The released model is the last iterate, rounded to the public grid.

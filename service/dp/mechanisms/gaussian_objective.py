@@ -38,8 +38,7 @@ Huber: as for objective perturbation, the change of variables holds almost every
 Release in floating point (issue 19 §1): the argument above is about the exact minimiser
 for a real b; PrivFit runs it at ε₁ = ε − ε_r (``epsilon_objective``) and releases the
 certified minimiser of :mod:`service.dp.optimize.certified` (``certified_release``): (ε₁ + ε_r,
-δ)-DP
-for the released doubles.
+δ)-DP for the released doubles.
 """
 
 from __future__ import annotations

@@ -28,8 +28,7 @@ check of the solver's own gradient norm is not enough: it is itself rounded). τ
 
 (τ₀ = :func:`service.dp.optimize.certified.tolerance` with L = 0; F =
 :func:`service.dp.optimize.certified.certificate_floor` at b = 0, a public bound on the certificate
-at
-the double nearest w*, so a point meeting τ exists for every dataset, with a factor 2 to spare;
+at the double nearest w*, so a point meeting τ exists for every dataset, with a factor 2 to spare;
 F > τ₀/2 only where the margin terms ∝ c/λ dominate τ₀: λ ≲ 10⁻⁶ with few features, the
 Huber loss with d ≤ 4)
 (u = 2⁻⁵³, γ_d = du/(1 − du)). For λ-strongly convex J_D,

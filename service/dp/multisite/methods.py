@@ -8,8 +8,7 @@ using them is post-processing; the cost is the mechanism's on the fitted dataset
 
 * ``transfer`` — hypothesis transfer (seed 003, PST-F): objective perturbation with the
   regulariser (η/2)‖w − w₀‖² centred on the sources' average (:mod:`service.dp.multisite.transfer`);
-  with
-  feature groups, PST-H (:data:`PST_H_WITHIN_JOB`).
+  with feature groups, PST-H (:data:`PST_H_WITHIN_JOB`).
 * ``feature`` — the feature method (seed 000, Alg. 5): a DP meta-level fit on the site models'
   outputs (:func:`service.dp.multisite.aggregation.feature_fit`).
 

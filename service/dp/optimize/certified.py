@@ -36,8 +36,7 @@ lattice release, so the bound holds for the released doubles.
 
 If the certificate fails (G > τ after a second, tighter solve), the job fails with
 :class:`~service.dp.optimize.solvers.ConvergenceError` and nothing is released; the guarantee above
-is
-for the runs that release. When can it fail (issue 25 §3)? :func:`certificate_floor` is a
+is for the runs that release. When can it fail (issue 25 §3)? :func:`certificate_floor` is a
 public bound F(q) on G at the double nearest θ for ‖b̂‖/n = q, so a certifiable double exists
 while F(q) ≤ τ, i.e. ‖b‖ ≤ T = n·q*(1 − 2ρ_b) (:func:`feasible_noise_norm`), and the noise
 exceeds T with a public probability (:func:`failure_details`; usually far below 10⁻¹⁰⁰⁰,

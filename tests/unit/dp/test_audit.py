@@ -11,8 +11,7 @@ norm-exponential mechanisms (d = 1) or N(0, (σ/2)²) for the Gaussian ones, wit
 derived here by hand (the tests also pin the calibration to them). The objective-perturbation
 mechanisms calibrate their objective at ε₁ = ε − ε_r (:mod:`tests.unit.dp._budget`), ε_r paying
 for the certified release's noise Z (:mod:`service.dp.optimize.certified`); on this pair Z moves z
-by
-E‖Z‖·n(λ + Δ)/2 ≈ 7·10⁻⁵ on average and the 2⁻³² release grid by ≤ 6·10⁻⁹, far below the
+by E‖Z‖·n(λ + Δ)/2 ≈ 7·10⁻⁵ on average and the 2⁻³² release grid by ≤ 6·10⁻⁹, far below the
 noise scale s ≈ 0.5.
 
 Thresholds. The events are {z > t} for t ∈ {1, 1 + s/2, 1 + s} (Laplace) or

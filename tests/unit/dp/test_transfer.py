@@ -1,6 +1,5 @@
 """Hypothesis transfer (``service.dp.multisite.transfer``): η = 0 is objective perturbation, a large
-η
-returns the source model, η moves the fit towards the source, bad input is refused.
+η returns the source model, η moves the fit towards the source, bad input is refused.
 
 PST-H (feature groups): the centres reproduce the source's group scores on the group's scale,
 η = 0 is PST-F with the same noise, a large η puts the low-level models on their centres, the

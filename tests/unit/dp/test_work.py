@@ -1,6 +1,5 @@
 """A job's estimated work (service.dp.analysis.work), in row-feature passes, computed by hand; and
-the
-submission's refusal of a job over the cap names the estimate only when it is the caller's."""
+the submission's refusal of a job over the cap names the estimate only when it is the caller's."""
 
 from __future__ import annotations
 
