@@ -63,8 +63,8 @@ where u is what sites broadcast. Per ``perturbation``:
   coefficient, whose exact-minimiser sensitivity 2/(B_pμ̂_p) exceeds Δ_p by at most a
   factor 1 + 4u. Whether a step *can* answer must not depend on the data: a coordinator
   that sees a refusal learns a noise-free bit. So before solving, the site checks the public
-  certificate floor F (:func:`service.dp.optimize.certified.certificate_floor`: an upper bound on
-  the proved bound at the double nearest the exact minimiser, from B_p, d, c, μ_p and
+  certificate floor F (:func:`service.dp.optimize.certified_failure.certificate_floor`: an upper
+  bound on the proved bound at the double nearest the exact minimiser, from B_p, d, c, μ_p and
   ‖2N(λ_p − η·centre)‖/B_p only) against half the stopping bound, and refuses the step when it
   is above: a decision from public inputs alone, the same on neighbouring datasets (issue 25;
   an honest coordinator's broadcasts stay far below it; a malicious one sending broadcasts of
@@ -154,7 +154,7 @@ from service.dp.federated.admm_calibration import (
 )
 from service.dp.noise import lattice
 from service.dp.noise.rounding import UNIT_ROUNDOFF, norm_up
-from service.dp.optimize import certified
+from service.dp.optimize import certified, certified_failure
 from service.dp.optimize.solvers import DEFAULT_TOLERANCE, solve_erm
 
 #: the protocol's interface (NAME, calibrate, run) and its calibration's public names, which
@@ -282,7 +282,7 @@ class ADMMSite(Site):
             ).coef
         # a step that cannot be certified is refused from public inputs alone (module
         # docstring): never a failure that depends on the rows
-        floor = certified.certificate_floor(
+        floor = certified_failure.certificate_floor(
             n=self.n,
             d=self.d,
             loss=self._loss,

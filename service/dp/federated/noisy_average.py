@@ -16,9 +16,9 @@ Protocol (one communication round):
 
    (τ₀ = :func:`service.dp.optimize.certified.tolerance` with L = 0 and 4096 rows, its value for any
    n_k ≥ 4096 and an upper bound on it for smaller n_k; F =
-   :func:`service.dp.optimize.certified.certificate_floor` at b = 0 for 2⁴⁰ rows, a public bound on
-   the certificate at the double nearest w*_k, so a point meeting τ exists on every site with a
-   factor 2 to spare). τ reveals no site's size.
+   :func:`service.dp.optimize.certified_failure.certificate_floor` at b = 0 for 2⁴⁰ rows, a public
+   bound on the certificate at the double nearest w*_k, so a point meeting τ exists on every site
+   with a factor 2 to spare). τ reveals no site's size.
    λ-strong convexity gives ‖ŵ_k − w*_k‖ ≤ τ/λ for the exact minimiser w*_k. When the bound
    is not met the job fails and nothing is released. ŵ_k is never stored or released.
 2. The aggregator (the service itself, the trusted party of scenario 2) receives the K
@@ -84,7 +84,7 @@ from service.dp.federated._common import (
 )
 from service.dp.noise import lattice
 from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma
-from service.dp.optimize import certified
+from service.dp.optimize import certified, certified_failure
 
 __all__ = [
     "NAME",
@@ -139,7 +139,8 @@ _ROWS_BOUND = 2**40
 def tolerance(d: int, loss: Loss, regularization: float) -> float:
     """τ = max(τ₀, 2F), the same for every site: τ₀ = :func:`certified.tolerance` with L = 0
     and ``certified.BLOCK_ROWS`` rows (≥ its value for any n_k), F =
-    :func:`certified.certificate_floor` at b = 0 for 2⁴⁰ rows (≥ its value for any n_k ≤ 2⁴⁰):
+    :func:`certified_failure.certificate_floor` at b = 0 for 2⁴⁰ rows (≥ its value for any n_k ≤
+    2⁴⁰):
     a point meeting τ exists on every site, with a factor 2 to spare; τ reveals no n_k."""
     base = certified.tolerance(
         n=certified.BLOCK_ROWS,
@@ -148,7 +149,7 @@ def tolerance(d: int, loss: Loss, regularization: float) -> float:
         strong_convexity=regularization,
         linear_bound=0.0,
     )
-    floor = certified.certificate_floor(
+    floor = certified_failure.certificate_floor(
         n=_ROWS_BOUND, d=d, loss=loss, strong_convexity=regularization, noise_norm=0.0
     )
     return max(base, 2.0 * floor)

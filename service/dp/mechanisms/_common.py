@@ -22,7 +22,7 @@ from service.dp.core.validation import (
 )
 from service.dp.noise import draws as noise
 from service.dp.noise import lattice
-from service.dp.optimize import certified
+from service.dp.optimize import certified, certified_failure
 
 __all__ = [
     "base_details",
@@ -180,17 +180,19 @@ def certificate_failure(
     mechanism: str,
 ) -> dict[str, Any]:
     """The ``certificate_failure`` record of an objective-perturbation-style calibration
-    (:func:`service.dp.optimize.certified.failure_details`: the noise norm beyond which no double
-    may meet the certificate and the probability of exceeding it, for the calibration's
+    (:func:`service.dp.optimize.certified_failure.failure_details`: the noise norm beyond which no
+    double may meet the certificate and the probability of exceeding it, for the calibration's
     norm-exponential ``beta`` or Gaussian ``sigma``), after refusing (422, before any charge)
     a request for which that probability is above 10⁻³⁰ or no certifiable point is
     guaranteed even without noise
-    (:func:`service.dp.optimize.certified.check_failure_probability`)."""
+    (:func:`service.dp.optimize.certified_failure.check_failure_probability`)."""
     if details["noise"] == "gaussian":
-        tail = partial(certified.gaussian_tail_log10, problem.d, float(details["sigma"]))
+        tail = partial(certified_failure.gaussian_tail_log10, problem.d, float(details["sigma"]))
     else:
-        tail = partial(certified.norm_exponential_tail_log10, problem.d, float(details["beta"]))
-    failure = certified.failure_details(
+        tail = partial(
+            certified_failure.norm_exponential_tail_log10, problem.d, float(details["beta"])
+        )
+    failure = certified_failure.failure_details(
         n=problem.n,
         d=problem.d,
         loss=loss,
@@ -199,5 +201,5 @@ def certificate_failure(
         centre_norm=0.0,
         log10_tail=tail,
     )
-    certified.check_failure_probability(failure, mechanism)
+    certified_failure.check_failure_probability(failure, mechanism)
     return failure

@@ -62,7 +62,7 @@ from service.dp.mechanisms._common import (
     report,
     require_smooth_loss,
 )
-from service.dp.optimize import certified
+from service.dp.optimize import certified, certified_failure
 
 __all__ = ["MECHANISM", "GaussianObjectivePerturbation", "compute_slack", "gop_sigma"]
 
@@ -146,7 +146,7 @@ class GaussianObjectivePerturbation:
                 f"≤ ε̃ = {epsilon_tilde:.6g} (noise) + {eps_objective - epsilon_tilde:.6g} "
                 f"(Jacobian) + ε_r = {certificate.epsilon:.6g} (release) except when ‖η‖ "
                 f"exceeds its χ²_{d} quantile, probability δ; {certificate.describe()}. "
-                f"{certified.failure_sentence(failure)}"
+                f"{certified_failure.failure_sentence(failure)}"
             ),
         )
 

@@ -82,7 +82,7 @@ from service.dp.mechanisms._common import (
     report,
     require_smooth_loss,
 )
-from service.dp.optimize import certified
+from service.dp.optimize import certified, certified_failure
 
 __all__ = [
     "MECHANISM",
@@ -208,7 +208,7 @@ class GeneralizedObjectivePerturbation:
                 f"{jacobian_epsilon:.6g} + noise part ε_n = {epsilon_noise:.6g} (Kifer et al. "
                 f"2012 objective perturbation, replace-one neighbours) + release part ε_r = "
                 f"{certificate.epsilon:.6g}: {certificate.describe()}; {how}. "
-                f"{certified.failure_sentence(failure)}"
+                f"{certified_failure.failure_sentence(failure)}"
             ),
         )
 

@@ -39,8 +39,8 @@ for the released doubles.
 
 When the certificate can fail (issue 25 §3; ``certificate_failure``). A double meeting τ
 exists whenever ‖b‖ ≤ T = n·q*(1 − 2ρ_b), q* the largest ‖b̂‖/n with
-:func:`service.dp.optimize.certified.certificate_floor` ≤ τ (public: n, d, the loss, λ + Δ, τ). ‖b‖
-exceeds T with probability p ≤ Q(d, βT) (Gamma(d, 1/β) tail), recorded as
+:func:`service.dp.optimize.certified_failure.certificate_floor` ≤ τ (public: n, d, the loss, λ + Δ,
+τ). ‖b‖ exceeds T with probability p ≤ Q(d, βT) (Gamma(d, 1/β) tail), recorded as
 ``log10_probability_bound``: below 10⁻⁴⁵ for every (n ≥ 10, d, λ, ε) sampled in
 tests/unit/dp/test_certified_stopping.py, usually 10⁻¹⁰⁰⁰ or less. Calibration refuses
 (422, before any charge) a request with no such T (the Huber loss with d ≤ 3 and λ + Δ ≲ 10⁻⁵:
@@ -71,7 +71,7 @@ from service.dp.mechanisms._common import (
     require_smooth_loss,
 )
 from service.dp.noise.rounding import norm_up
-from service.dp.optimize import certified
+from service.dp.optimize import certified, certified_failure
 
 __all__ = ["MECHANISM", "ObjectivePerturbation", "run_certified", "with_centre"]
 
@@ -132,7 +132,7 @@ class ObjectivePerturbation:
                 f"Alg. 2 with the determinant lemma, "
                 f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
                 f"ε_r = {certificate.epsilon:.6g}: {certificate.describe()}; no δ is spent. "
-                f"{certified.failure_sentence(failure)}"
+                f"{certified_failure.failure_sentence(failure)}"
             ),
         )
 
@@ -169,14 +169,16 @@ def with_centre(
     details.update(plan.details())
     if "certificate_failure" in details:  # the same record, for the centred objective
         d = int(details["d"])
-        failure = certified.failure_details(
+        failure = certified_failure.failure_details(
             n=int(details["n"]),
             d=d,
             loss=get_loss(str(details["loss"]), h=float(details.get("huber_h", 0.5))),
             strong_convexity=plan.strong_convexity,
             tolerance=plan.tolerance,
             centre_norm=shift,
-            log10_tail=partial(certified.norm_exponential_tail_log10, d, float(details["beta"])),
+            log10_tail=partial(
+                certified_failure.norm_exponential_tail_log10, d, float(details["beta"])
+            ),
         )
         details.update(failure)
     return replace(calibration, details=details)

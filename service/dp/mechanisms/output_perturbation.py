@@ -27,9 +27,9 @@ check of the solver's own gradient norm is not enough: it is itself rounded). τ
     τ = max(τ₀, 2F),  τ₀ = 10⁻¹⁰ + 8(min(n, 4096) + d)u + 4c·γ_d/λ
 
 (τ₀ = :func:`service.dp.optimize.certified.tolerance` with L = 0; F =
-:func:`service.dp.optimize.certified.certificate_floor` at b = 0, a public bound on the certificate
-at the double nearest w*, so a point meeting τ exists for every dataset, with a factor 2 to spare;
-F > τ₀/2 only where the margin terms ∝ c/λ dominate τ₀: λ ≲ 10⁻⁶ with few features, the
+:func:`service.dp.optimize.certified_failure.certificate_floor` at b = 0, a public bound on the
+certificate at the double nearest w*, so a point meeting τ exists for every dataset, with a factor 2
+to spare; F > τ₀/2 only where the margin terms ∝ c/λ dominate τ₀: λ ≲ 10⁻⁶ with few features, the
 Huber loss with d ≤ 4)
 (u = 2⁻⁵³, γ_d = du/(1 − du)). For λ-strongly convex J_D,
 λ‖ŵ_D − w*_D‖² ≤ ⟨∇J_D(ŵ_D) − ∇J_D(w*_D), ŵ_D − w*_D⟩ ≤ τ‖ŵ_D − w*_D‖, so
@@ -69,7 +69,7 @@ from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCall
 from service.dp.data.clipping import round_up, scale_for
 from service.dp.mechanisms._common import base_details, check_common, release, report
 from service.dp.noise import lattice
-from service.dp.optimize import certified
+from service.dp.optimize import certified, certified_failure
 
 __all__ = ["MECHANISM", "OutputPerturbation"]
 
@@ -89,7 +89,7 @@ class OutputPerturbation:
         base = certified.tolerance(
             n=n, d=d, c=float(loss.c), strong_convexity=lam, linear_bound=0.0
         )
-        floor = certified.certificate_floor(
+        floor = certified_failure.certificate_floor(
             n=n, d=d, loss=loss, strong_convexity=lam, noise_norm=0.0
         )
         tau = max(base, 2.0 * floor)

@@ -35,7 +35,7 @@ __all__ = ["ENCLOSURE_RELATIVE", "Enclosure", "gaussian_enclosure", "norm_expone
 
 #: every fast-path coordinate of an enclosure is within this fraction of ‖ŷ‖/√d (the others
 #: take the decimal path, 2⁻⁶⁰ relative), so its radius is at most 2⁻³⁹‖value‖
-#: (:func:`service.dp.optimize.certified.certificate_floor` relies on it)
+#: (:func:`service.dp.optimize.certified_failure.certificate_floor` relies on it)
 ENCLOSURE_RELATIVE: Final[float] = 2.0**-40
 
 
