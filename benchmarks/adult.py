@@ -3,9 +3,9 @@
 ``load_adult(split)`` parses the published file exactly as shipped: no header, a space after
 every comma, ``?`` for missing, and in the test file a leading comment line and labels ending
 with ``.``. ``design(split)`` applies the public spec in ``datasets/adult/spec.json`` through
-``service.dp.preprocessing``: rows with a missing value are dropped, numeric columns are clamped
-to their declared bounds, categorical columns are one-hot encoded against the declared lists,
-an intercept is added and each row is brought into the unit ball.
+``service.dp.data.preprocessing``: rows with a missing value are dropped, numeric columns are
+clamped to their declared bounds, categorical columns are one-hot encoded against the declared
+lists, an intercept is added and each row is brought into the unit ball.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 from numpy.typing import NDArray
 
-from service.dp.preprocessing import (
+from service.dp.data.preprocessing import (
     CategoricalFeature,
     NumericFeature,
     PreprocessingSpec,

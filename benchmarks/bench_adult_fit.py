@@ -92,15 +92,15 @@ def privfit_fit(
 
 def gradient_norm(X: FloatArray, y: FloatArray, w: FloatArray, lam: float) -> float:
     """‖∇J(w)‖ of the non-private logistic objective: how close w is to the exact minimiser."""
-    from service.dp.losses import LogisticLoss
-    from service.dp.solvers import erm_gradient
+    from service.dp.core.losses import LogisticLoss
+    from service.dp.optimize.solvers import erm_gradient
 
     return float(np.linalg.norm(erm_gradient(X, y, LogisticLoss(), w, regularization=lam)))
 
 
 def validation_seconds(X: FloatArray, y: FloatArray) -> float:
     """Wall-clock seconds of ``service.dp.fit``'s input check on (X, y)."""
-    from service.dp.validation import validate_design
+    from service.dp.core.validation import validate_design
 
     _, seconds, _ = timed(lambda: validate_design(X, y))
     return seconds

@@ -4,10 +4,10 @@ Two mechanisms, each with the old and the new sampler, on Adult's train split (n
 d = 106, logistic loss, λ = 10⁻³, ε = 1):
 
 * ``output_perturbation``: old = ŵ + θ·gammaincinv(d, U)·g/‖g‖ (52-bit U) rounded to 2⁻³²;
-  new = the exact grid release of :mod:`service.dp.lattice`.
+  new = the exact grid release of :mod:`service.dp.noise.lattice`.
 * ``objective_perturbation``: old = the same inverse-CDF norm inside the objective, the
   solver's answer rounded to 2⁻³²; new = the certified minimiser release of
-  :mod:`service.dp.certified` (the noise enclosed with a proved radius, the solver's answer
+  :mod:`service.dp.optimize.certified` (the noise enclosed with a proved radius, the solver's answer
   certified by a proved gradient bound, then an exact grid release of the small noise that
   covers the certified distance).
 
@@ -19,12 +19,12 @@ Gradient releases (issue 19 §1, second part), same data:
 
 * ``dp_sgd`` (one epoch, b = 50: 603 updates): old = the noisy mean gradient ḡ + z with z a
   numpy draw (the pre-lattice ``update_noise``), not on the grid; new = the exact grid release
-  of :class:`service.dp.lattice.NormExponentialBlock` (fast path with its rigorous bound,
+  of :class:`service.dp.noise.lattice.NormExponentialBlock` (fast path with its rigorous bound,
   decimal path near cell boundaries); "decimal only" = the same release with the fast path
   switched off (what the exact sampler alone would cost).
 * ``distributed_lasso`` (Adult train split into K = 3 sites, T = 200 rounds, ε = 1,
   δ = 10⁻⁵): old = the clipped sum + a numpy N(0, σ²) draw; new = the exact Gaussian grid
-  release per site and round (:class:`service.dp.lattice.GaussianBlock`, 32 rounds drawn at
+  release per site and round (:class:`service.dp.noise.lattice.GaussianBlock`, 32 rounds drawn at
   once).
 
 Run from the repository root::
@@ -50,13 +50,15 @@ import service.dp as dp
 from benchmarks import float_samplers
 from benchmarks._common import environment, limit_threads, load_average, median, timed
 from benchmarks.adult import design
-from service.dp import certified, lattice, noise
+from service.dp.core.losses import LogisticLoss
+from service.dp.data.prepared import prepare_design
 from service.dp.federated import federated_fit
-from service.dp.losses import LogisticLoss
 from service.dp.mechanisms import objective_perturbation
 from service.dp.mechanisms._common import problem_loss
-from service.dp.prepared import prepare_design
-from service.dp.solvers import minimize_erm
+from service.dp.noise import draws as noise
+from service.dp.noise import lattice
+from service.dp.optimize import certified
+from service.dp.optimize.solvers import minimize_erm
 
 FloatArray = NDArray[np.float64]
 LAMBDA = 1e-3

@@ -82,8 +82,8 @@ def tuning(
     name: str, data: tuple[FloatArray, ...], repeats: int, rng: np.random.Generator
 ) -> tuple[list[list[object]], dict[str, Any]]:
     from service.dp import fit
-    from service.dp.prepared import PreparedDesign, prepare_design
-    from service.dp.selection import tune
+    from service.dp.analysis.selection import tune
+    from service.dp.data.prepared import PreparedDesign, prepare_design
 
     X, y, Xte, yte = data
     prepared = prepare_design(X, y)
@@ -123,7 +123,7 @@ def tuning(
 
 def evaluation(repeats: int, rng: np.random.Generator) -> tuple[list[list[object]], Any]:
     from service.dp import fit
-    from service.dp.evaluation import evaluate
+    from service.dp.analysis.evaluation import evaluate
 
     X, y, Xte, yte = adult()
     model = fit(X, y, MECHANISM, epsilon=1.0, regularization=DEFAULT_LAMBDA, rng=rng)
@@ -162,7 +162,7 @@ def evaluation(repeats: int, rng: np.random.Generator) -> tuple[list[list[object
 
 def planner(repeats: int, rng: np.random.Generator) -> tuple[list[list[object]], Any]:
     from service.dp import fit
-    from service.dp.planning import simulate_accuracy
+    from service.dp.analysis.planning import simulate_accuracy
 
     X, y, Xte, yte = adult()
     order = np.random.default_rng(1).permutation(X.shape[0])

@@ -1,7 +1,7 @@
 """The float samplers of PrivFit's earlier versions, kept only as the baseline that
 ``bench_float_safe`` times the exact lattice samplers against. Nothing in ``service`` uses them:
 a value drawn by inverse CDF in doubles is not an exact release (docs/privacy.md, "Floating
-point"), so every release goes through :mod:`service.dp.lattice`."""
+point"), so every release goes through :mod:`service.dp.noise.lattice`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from service.dp.noise import uniforms
+from service.dp.noise.draws import uniforms
 
 __all__ = [
     "full_precision_uniforms",
@@ -123,7 +123,7 @@ def norm_exponential_vector(
     so the achievable norms are dense in the tail (relative spacing ~2⁻⁵²) rather than the
     sparse θ·P⁻¹(d, 1 − j·2⁻⁵²) of a 52-bit inverse CDF (issue 19 §1). What this does and does
     not prove is stated in docs/privacy.md ("Floating point"): vectors *released* with noise
-    use :mod:`service.dp.lattice`, which is exact; noise that enters an objective keeps the
+    use :mod:`service.dp.noise.lattice`, which is exact; noise that enters an objective keeps the
     continuous proof, realised to double precision, without a proof for the doubles.
     """
     _check_scale("beta", beta)

@@ -2,8 +2,9 @@
 
 Adult's train split is shuffled once (public seed) and cut into a coordinator holdout of
 ``HOLDOUT`` rows and N equal, disjoint sites; the test split only evaluates. The functions are
-the ones behind ``POST /v1/studies/{id}/aggregations`` (``service.dp.aggregation`` and
-``service.dp.transfer``) and the fits behind ``POST /v1/datasets/{id}/fits`` (``service.dp.fit``).
+the ones behind ``POST /v1/studies/{id}/aggregations`` (``service.dp.multisite.aggregation`` and
+``service.dp.multisite.transfer``) and the fits behind ``POST /v1/datasets/{id}/fits``
+(``service.dp.fit``).
 
 (d) DP at the sites (seed 000 §5.3): N = 10 sites fit objective perturbation at ε; the
     coordinator averages them (Alg. 4, nothing charged) or runs the feature method (Alg. 5,
@@ -95,7 +96,7 @@ def fit_coef(
 def experiment_d(
     data: Data, eps_grid: Sequence[float], repeats: int
 ) -> tuple[dict[str, Any], list[str]]:
-    from service.dp.aggregation import average_coefficients, feature_fit
+    from service.dp.multisite.aggregation import average_coefficients, feature_fit
 
     (Xh, yh), sites = split(data, N_D)
     cells: dict[float, dict[str, list[float]]] = {}
@@ -156,7 +157,11 @@ def experiment_d(
 
 def experiment_e(data: Data, n_grid: Sequence[int]) -> tuple[dict[str, Any], list[str]]:
     from service.dp import fit
-    from service.dp.aggregation import average_coefficients, linear_meta_design, linear_meta_scale
+    from service.dp.multisite.aggregation import (
+        average_coefficients,
+        linear_meta_design,
+        linear_meta_scale,
+    )
 
     cells: dict[int, dict[str, float]] = {}
     for n_sites in n_grid:
@@ -191,7 +196,7 @@ def experiment_e(data: Data, n_grid: Sequence[int]) -> tuple[dict[str, Any], lis
 def experiment_f(
     data: Data, sizes: Sequence[int], etas: Sequence[float], repeats: int
 ) -> tuple[dict[str, Any], list[str]]:
-    from service.dp.transfer import transfer_fit
+    from service.dp.multisite.transfer import transfer_fit
 
     order = np.random.default_rng(SPLIT_SEED + 1).permutation(data.X.shape[0])
     src = order[:SOURCE_ROWS]
@@ -261,7 +266,7 @@ def experiment_g(
 ) -> tuple[dict[str, Any], list[str]]:
     from benchmarks.reproduce_papers import EXPERT_IMPORTANCE, feature_groups
     from service.dp import LinearModel, fit
-    from service.dp.transfer import stacked_transfer_fit, transfer_fit
+    from service.dp.multisite.transfer import stacked_transfer_fit, transfer_fit
 
     groups, labels = feature_groups(data.names)
     expert = [EXPERT_IMPORTANCE[g] for g in labels]

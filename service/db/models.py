@@ -349,7 +349,7 @@ class Study(Base):
     """Several sites learning together: a coordinator, members and a shared feature spec.
 
     ``spec`` is the normalised label + features every contribution must match;
-    ``preprocessing`` is the :class:`service.dp.preprocessing.PreprocessingSpec` it encodes.
+    ``preprocessing`` is the :class:`service.dp.data.preprocessing.PreprocessingSpec` it encodes.
     """
 
     __tablename__ = "study"

@@ -1,7 +1,7 @@
 """PrivFit's DP core: pure numerics (numpy/scipy only) behind two entry points.
 
 * :func:`fit` validates the data and parameters, calibrates the mechanism, draws its noise
-  and solves: it returns a :class:`~service.dp.base.FitResult` with the released model, the
+  and solves: it returns a :class:`~service.dp.core.base.FitResult` with the released model, the
   (ε, δ) spent and every calibration number.
 * :func:`calibrate` is the dry run: the same calibration from public quantities only
   (n, d, ε, δ, loss, λ, parameters), touching no data and drawing no noise.
@@ -10,10 +10,10 @@ Preconditions the privacy proofs rely on are enforced here, never assumed (docs/
 X real, finite, every row of L2 norm ≤ 1; y in {−1, +1}; ε finite > 0 and 0 ≤ δ < 1 (except
 for ``non_private``); λ > 0. Violations raise ``ValueError`` (:class:`PrivacyParameterError`)
 with a message naming the rule, never quoting data values. Non-convergence of the solver
-raises :class:`~service.dp.solvers.ConvergenceError`.
+raises :class:`~service.dp.optimize.solvers.ConvergenceError`.
 
 Randomness: with ``rng=None`` every noise draw comes from the operating system's CSPRNG
-(:mod:`service.dp.noise`); a ``numpy.random.Generator`` is for tests and explicit test mode,
+(:mod:`service.dp.noise.draws`); a ``numpy.random.Generator`` is for tests and explicit test mode,
 and the result is then marked ``seeded``.
 """
 
@@ -27,14 +27,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from service.dp import preprocessing, projection
-from service.dp.accounting import (
+from service.dp.core.accounting import (
     PrivacyCost,
     check_epsilon_delta,
     ledger_floor,
     shown_as_requested,
 )
-from service.dp.base import (
+from service.dp.core.base import (
     Calibration,
     FitResult,
     FittedModel,
@@ -43,17 +42,18 @@ from service.dp.base import (
     Problem,
     ProgressCallback,
 )
-from service.dp.losses import LOSSES
-from service.dp.mechanisms import MECHANISMS, get_mechanism
-from service.dp.prepared import PreparedDesign, prepare_design, using
-from service.dp.solvers import ConvergenceError
-from service.dp.validation import (
+from service.dp.core.losses import LOSSES
+from service.dp.core.validation import (
     PrivacyParameterError,
     check_dimensions,
     check_regularization,
     positive_float_param,
     validate_design,
 )
+from service.dp.data import preprocessing, projection
+from service.dp.data.prepared import PreparedDesign, prepare_design, using
+from service.dp.mechanisms import MECHANISMS, get_mechanism
+from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
     "MECHANISMS",
@@ -109,7 +109,8 @@ def fit(
     ignores ``epsilon``.
 
     ``X`` may be a :class:`PreparedDesign` (then ``y`` is None): the data was checked when it
-    was prepared and the solver reuses its working copy across fits (:mod:`service.dp.prepared`).
+    was prepared and the solver reuses its working copy across fits
+    (:mod:`service.dp.data.prepared`).
     """
     _check_rng(rng)
     if isinstance(X, PreparedDesign):
@@ -194,7 +195,8 @@ def as_charged(
     """The calibration as quoted and charged: a mechanism that spends exactly the (ε, δ) it was
     calibrated with (the ledger amounts of :func:`make_problem`) reports the requested values,
     which the ledger charges as the same whole units (issue 19 §4), and so do the details'
-    ε (δ) figures equal to them at any depth (:func:`~service.dp.accounting.shown_as_requested`)
+    ε (δ) figures equal to them at any depth
+    (:func:`~service.dp.core.accounting.shown_as_requested`)
     — conservative, the request is ≥ what was used; ``epsilon_calibrated`` and
     ``delta_calibrated`` record the doubles the noise used."""
     if problem.mechanism in NON_PRIVATE_MECHANISMS:

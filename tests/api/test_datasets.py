@@ -325,7 +325,7 @@ def test_scale_row_norm_divides_by_the_public_constant(
     X, _ = load_design(uow_factory, response.json()["id"])
     # M = √(3 features + intercept) = 2, from the spec alone.
     # Rows that land on the unit sphere are scaled by 1 − (a few ulps) so that ‖x‖ ≤ 1 holds
-    # in exact arithmetic (service.dp.validation): within 1e-14 of the exact division.
+    # in exact arithmetic (service.dp.core.validation): within 1e-14 of the exact division.
     np.testing.assert_allclose(X, RAW_X / 2.0, rtol=0, atol=1e-14)
 
 

@@ -1,6 +1,6 @@
 """Fair use of workers between sites (issue 26 §4), through the HTTP API.
 
-* A job whose estimated work (row-feature passes, ``service.dp.work``) exceeds
+* A job whose estimated work (row-feature passes, ``service.dp.analysis.work``) exceeds
   ``PRIVFIT_MAX_JOB_WORK`` is a 422 ``job-too-large`` before anything is charged or stored;
   the dry run quotes as before.
 * Two worker threads, share ½: site A queues three DP-SGD fits that would run for many

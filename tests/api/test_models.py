@@ -9,7 +9,7 @@ What is checked, on a small synthetic dataset fitted through the API:
   tells the truth: seeded fits repeat, CSPRNG fits do not) and the software version. A
   ``non_private`` fit's record says there is no DP.
 * ``POST /v1/models/{id}/predict``: each score equals the coefficients dotted with the row as
-  this test preprocesses it itself (``service.dp.preprocessing`` built from the declared spec);
+  this test preprocesses it itself (``service.dp.data.preprocessing`` built from the declared spec);
   a probability only for the logistic loss; a bad row is a 422 naming row and column that quotes
   no value.
 * ``GET /v1/models/{id}/export``: self-contained JSON that the README's scikit-learn code (run
@@ -37,7 +37,7 @@ from pydantic import SecretStr
 from service.api.schemas.problem import PROBLEM_MEDIA_TYPE, PROBLEM_TYPE_BASE
 from service.domain.models import export as export_module
 from service.domain.randomness import Randomness
-from service.dp.preprocessing import CategoricalFeature, NumericFeature, PreprocessingSpec
+from service.dp.data.preprocessing import CategoricalFeature, NumericFeature, PreprocessingSpec
 from service.settings import Settings
 from tests.conftest import ADMIN_KEY, SiteHandle
 

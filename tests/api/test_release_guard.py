@@ -24,10 +24,11 @@ from service.domain.jobs.lifecycle import (
     check_release,
 )
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT
-from service.dp import FitResult, multisite
+from service.dp import FitResult
 from service.dp import fit as dp_fit
-from service.dp.accounting import PrivacyCost
+from service.dp.core.accounting import PrivacyCost
 from service.dp.federated import federated_fit
+from service.dp.multisite import methods as multisite
 from service.runtime.worker import run_job
 from tests.api._studies import contribute, create_study, fit_model, upload_dataset
 from tests.api.conftest import HeldRunner

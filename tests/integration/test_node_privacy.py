@@ -61,7 +61,7 @@ from numpy.typing import NDArray
 from service.db.uow import UnitOfWorkFactory
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
 from service.domain.nodes.remote_fit import RemoteParty, _Link
-from service.dp.accounting import gaussian_zcdp, zcdp_to_dp, zcdp_to_dp_cks
+from service.dp.core.accounting import gaussian_zcdp, zcdp_to_dp, zcdp_to_dp_cks
 from service.dp.federated import calibrate_problem, make_federated_problem
 from service.dp.federated._common import FederatedCalibration, FederatedProblem, RoundClock
 from service.dp.federated.gaussian_rounds import grid_scale
@@ -73,7 +73,7 @@ from service.dp.federated.parties import (
     run_parties,
     site_generator,
 )
-from service.dp.lattice import GRID
+from service.dp.noise.lattice import GRID
 from tests.integration._nodes import (
     ROWS,
     D,

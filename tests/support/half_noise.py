@@ -1,10 +1,10 @@
 """A mutant for checking the tests' power: every lattice sampler draws half its noise.
 
 Load it as a pytest plugin, ``pytest -p tests.support.half_noise tests/unit/dp``, and the
-tests that pin a mechanism's noise law must fail: :class:`service.dp.lattice.GaussianBlock`
-draws N(0, (σ/2)²) for σ, :class:`~service.dp.lattice.NormExponentialBlock` draws
+tests that pin a mechanism's noise law must fail: :class:`service.dp.noise.lattice.GaussianBlock`
+draws N(0, (σ/2)²) for σ, :class:`~service.dp.noise.lattice.NormExponentialBlock` draws
 ∝ exp(−2β‖x‖) for β (so its releases, enclosures and DP-SGD's blocks carry half the noise),
-and :func:`~service.dp.lattice.laplace_release` draws Laplace(b/2) for b. The service reaches
+and :func:`~service.dp.noise.lattice.laplace_release` draws Laplace(b/2) for b. The service reaches
 the samplers through the module (``lattice.GaussianBlock(...)``), so replacing the module's
 attributes before the tests import anything mutates every mechanism.
 """
@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from service.dp import lattice
+from service.dp.noise import lattice
 
 _GaussianBlock = lattice.GaussianBlock
 _NormExponentialBlock = lattice.NormExponentialBlock

@@ -16,7 +16,7 @@ from service.domain.ranges import (
     MIN_REGULARIZATION,
 )
 from service.dp import MECHANISMS
-from service.dp.losses import LOSSES
+from service.dp.core.losses import LOSSES
 
 __all__ = ["BudgetLeft", "FitCost", "FitCreate", "FitQuoteRead", "RegularizationCandidates"]
 

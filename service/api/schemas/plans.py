@@ -15,7 +15,7 @@ from service.domain.ranges import (
     MIN_EPSILON,
     MIN_REGULARIZATION,
 )
-from service.dp.planning import MAX_SIMULATED_FITS
+from service.dp.analysis.planning import MAX_SIMULATED_FITS
 
 __all__ = ["PlanCreate", "PlanRead"]
 

@@ -25,7 +25,7 @@ from service.domain.studies.aggregations import (
     TransferRequest,
 )
 from service.domain.studies.membership import MAX_MEMBERS, StudySpecInput, StudyView
-from service.dp.aggregation import FeatureMechanism, MetaFeatureKind
+from service.dp.multisite.aggregation import FeatureMechanism, MetaFeatureKind
 
 __all__ = [
     "AggregationCreate",

@@ -37,8 +37,8 @@ from service.domain.datasets.spec import DatasetSpec
 from service.domain.errors import NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.ledger.budgets import BudgetStatus, DatasetDeletedError, budget_status
-from service.dp.prepared import PreparedDesign, prepare_design
-from service.dp.preprocessing import PreprocessingSpec
+from service.dp.data.prepared import PreparedDesign, prepare_design
+from service.dp.data.preprocessing import PreprocessingSpec
 
 __all__ = [
     "DatasetPage",

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
-from service.dp.preprocessing import (
+from service.dp.data.preprocessing import (
     PreprocessingSpec,
 )
 

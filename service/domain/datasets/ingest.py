@@ -53,7 +53,7 @@ from service.domain.datasets.spec import (
     LabelValuesError,
     MissingValuesError,
 )
-from service.dp.preprocessing import (
+from service.dp.data.preprocessing import (
     CategoricalFeature,
     NumericFeature,
 )

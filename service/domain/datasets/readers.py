@@ -33,7 +33,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from service.domain.datasets.spec import DatasetFileError, DatasetSpec, DatasetTooWideError
-from service.dp.preprocessing import (
+from service.dp.data.preprocessing import (
     NumericFeature,
 )
 

@@ -1,5 +1,5 @@
 """The public dataset spec: label classes, features with public bounds or categories, budget
-caps and the missing-value policy → a :class:`~service.dp.preprocessing.PreprocessingSpec`.
+caps and the missing-value policy → a :class:`~service.dp.data.preprocessing.PreprocessingSpec`.
 
 * **Data-independent preprocessing.** The spec declares the label column and its two
   classes (positive and negative; any other label value is refused), every feature column
@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 
 from service.domain.errors import InvalidInputError
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
-from service.dp.preprocessing import (
+from service.dp.data.preprocessing import (
     CategoricalFeature,
     Feature,
     NumericFeature,
@@ -191,7 +191,7 @@ class DatasetSpec:
 
 
 def _label_text(value: str | int | bool) -> str:
-    """The text a label value is compared by (the rule of ``service.dp.preprocessing``)."""
+    """The text a label value is compared by (the rule of ``service.dp.data.preprocessing``)."""
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, int):

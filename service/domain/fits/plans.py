@@ -4,7 +4,7 @@ Spends nothing and reads no private data: the target dataset contributes only it
 d and spec. When the request names a reference dataset, that dataset must be one the caller
 owns, uploaded with ``allow_non_private`` (its rows are not protected, so reading them is not
 a release) and encoded like the target (same features and preprocessing); anything else is a
-422. The numerics are in :mod:`service.dp.planning`.
+422. The numerics are in :mod:`service.dp.analysis.planning`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from service.domain.access.principal import Principal
 from service.domain.datasets.catalog import get_owned_dataset, read_design
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS
-from service.dp.planning import (
+from service.dp.analysis.planning import (
     MAX_SIMULATED_FITS,
     GridPoint,
     plan_point,

@@ -36,7 +36,7 @@ from service.domain.ledger import budgets
 from service.domain.ranges import calibrated, check_calibration
 from service.domain.records.base import json_safe
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, calibrate
-from service.dp.work import fit_work
+from service.dp.analysis.work import fit_work
 
 __all__ = [
     "FitQuote",

@@ -1,13 +1,13 @@
 """Privately tuned fits (issue 16 item 2): a fit whose ``regularization`` is a list of
 candidates, ``{"candidates": [λ₁, …, λ_k]}``, and/or, for ``dp_sgd``, whose step size
 ``params.eta`` is one, ``{"candidates": [η₁, …, η_l]}``. The candidates are the grid Λ × H
-(:func:`service.dp.selection.grid`; a single λ or η is an axis of one value).
+(:func:`service.dp.analysis.selection.grid`; a single λ or η is an axis of one value).
 
-The job (kind ``tuned_fit``) runs :func:`service.dp.selection.tune`: grid point i is fitted on
-the i-th of k + 1 disjoint parts at the request's full (ε, δ), the held-out part's error counts
+The job (kind ``tuned_fit``) runs :func:`service.dp.analysis.selection.tune`: grid point i is fitted
+on the i-th of k + 1 disjoint parts at the request's full (ε, δ), the held-out part's error counts
 choose one with the exponential mechanism at ε, and only the chosen model is released. The
 total cost is the request's (ε, δ) by parallel composition (derivation in
-:mod:`service.dp.selection`); it is charged with the job, like a fit.
+:mod:`service.dp.analysis.selection`); it is charged with the job, like a fit.
 
 Validation before anything is spent: each list has 1 to :data:`MAX_CANDIDATES` distinct valid
 values, the grid has at most :data:`MAX_CANDIDATES` points, η candidates only for ``dp_sgd``,
@@ -49,9 +49,9 @@ from service.domain.ledger import budgets
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.domain.records.base import fit_privacy_record, json_safe, software_version
 from service.dp import NON_PRIVATE_MECHANISMS, Calibration, FitResult
-from service.dp.prepared import PreparedDesign
-from service.dp.selection import MAX_CANDIDATES, Setting, grid, part_size, tune
-from service.dp.work import evaluation_work, fit_work
+from service.dp.analysis.selection import MAX_CANDIDATES, Setting, grid, part_size, tune
+from service.dp.analysis.work import evaluation_work, fit_work
+from service.dp.data.prepared import PreparedDesign
 
 __all__ = [
     "MAX_CANDIDATES",
@@ -144,7 +144,7 @@ def _check_values(
 def _check(dataset: Dataset, request: TunedFitRequest) -> tuple[float, float, Calibration, float]:
     """422 for a bad candidate list or grid; else the cost (max over the grid, parallel
     composition), the first grid point's calibration at the part size and the estimated work
-    (:mod:`service.dp.work`: every grid point's fit on its part, and scoring the held-out
+    (:mod:`service.dp.analysis.work`: every grid point's fit on its part, and scoring the held-out
     part once per candidate)."""
     if request.candidates is not None:
         _check_values(
@@ -324,7 +324,8 @@ def _stored_request(params: Mapping[str, Any]) -> TunedFitRequest:
 def run_tuned_fit_job(
     uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobContext
 ) -> Release:
-    """The worker: :func:`service.dp.selection.tune`, then the chosen model and its record."""
+    """The worker: :func:`service.dp.analysis.selection.tune`, then the chosen model and its
+    record."""
     params = job.params
     row = job.live_dataset()
     facts = dataset_facts(row)

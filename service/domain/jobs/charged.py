@@ -10,7 +10,7 @@ once, here, in :func:`submit_charged_job`:
    (charged once, even once a dataset is gone) when it is the same request, and a key reused
    for a different request is a 422;
 3. ``draft.price()``: everything public is validated and calibrated; a 422 here spends nothing;
-   so is a job whose estimated work (``Pricing.work``, :mod:`service.dp.work`) exceeds the
+   so is a job whose estimated work (``Pricing.work``, :mod:`service.dp.analysis.work`) exceeds the
    runner's cap (``PRIVFIT_MAX_JOB_WORK``: 422 ``job-too-large``);
 4. one transaction: the ``queued`` job, its audit event, one charge per dataset (one
    conditional UPDATE each, in dataset-id order, all or none: a shortfall is a 409 and nothing
@@ -160,7 +160,7 @@ class Pricing:
     used_contributions: Sequence[str] = ()
     #: The calibration that set the cost, for a dry run's quote (single-dataset jobs).
     calibration: Calibration | None = None
-    #: The job's estimated work in row-feature passes (:mod:`service.dp.work`), held to the
+    #: The job's estimated work in row-feature passes (:mod:`service.dp.analysis.work`), held to the
     #: runner's cap before anything is charged.
     work: float = 0.0
     #: Whether the estimate may be shown to the caller (False when it is computed from

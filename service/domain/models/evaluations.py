@@ -6,7 +6,7 @@
    live, with the model's spec (same encoded features, same preprocessing, same label) —
    otherwise 422 — and ε in range. Nothing is spent;
 2. one transaction: the queued job (kind ``evaluate``) and the ε charge on the *evaluation*
-   dataset's ledger (δ = 0: the release is pure ε-DP, see :mod:`service.dp.evaluation`);
+   dataset's ledger (δ = 0: the release is pure ε-DP, see :mod:`service.dp.analysis.evaluation`);
 3. hand the job to the runner. The worker draws the noise; the result is stored as an
    ``evaluation`` row whose id is the job's id.
 
@@ -44,9 +44,9 @@ from service.domain.ledger import budgets
 from service.domain.models.catalog import get_model
 from service.domain.ranges import MAX_EPSILON, MIN_EPSILON
 from service.domain.records.base import json_safe, software_version
-from service.dp.evaluation import DEFAULT_BINS, epsilon_split_note, evaluate
-from service.dp.models import model_from_dict
-from service.dp.work import evaluation_work
+from service.dp.analysis.evaluation import DEFAULT_BINS, epsilon_split_note, evaluate
+from service.dp.analysis.work import evaluation_work
+from service.dp.core.models import model_from_dict
 
 __all__ = [
     "EVALUATION_KIND",

@@ -26,7 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.domain.records.base import json_safe
-from service.dp.preprocessing import PreprocessingSpec
+from service.dp.data.preprocessing import PreprocessingSpec
 
 __all__ = [
     "CLASSES",

@@ -26,7 +26,7 @@ from numpy.typing import NDArray
 from scipy.special import expit
 
 from service.dp import FittedModel, LinearModel
-from service.dp.preprocessing import CategoricalFeature, NumericFeature, PreprocessingSpec
+from service.dp.data.preprocessing import CategoricalFeature, NumericFeature, PreprocessingSpec
 
 __all__ = [
     "MAX_ABS_SCORE",

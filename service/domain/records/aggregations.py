@@ -296,7 +296,7 @@ def transfer_privacy_record(
             "within_job": within_job
             or "objective perturbation on the target dataset with the regulariser "
             "(η/2)‖w − w₀‖² centred on the average w₀ of the source models (public, "
-            "post-processed); the same ε bound holds (see service.dp.transfer)",
+            "post-processed); the same ε bound holds (see service.dp.multisite.transfer)",
             "across_datasets": "parallel across datasets; sequential (ε and δ add) on the "
             f"{role} dataset when a source model was fitted on it",
             "across_jobs": f"this job's (ε, δ) was charged to the {role} dataset's ledger and "

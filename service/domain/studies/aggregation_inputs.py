@@ -15,7 +15,7 @@ from service.domain.errors import (
     InvalidInputError,
 )
 from service.domain.ids import refuse_duplicates
-from service.dp.aggregation import (
+from service.dp.multisite.aggregation import (
     average_coefficients,
     normalised_weights,
 )

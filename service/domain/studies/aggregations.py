@@ -1,7 +1,8 @@
 """Aggregations: the coordinator combines a study's contributed models (issue 5 item 3).
 
 ``average`` (seed 000, Alg. 4) is the (optionally weighted) average of the contributed
-coefficient vectors, :func:`service.dp.aggregation.average_coefficients`. It reads no data, so
+coefficient vectors, :func:`service.dp.multisite.aggregation.average_coefficients`. It reads no
+data, so
 it is cheap: it runs inside the request and its job is stored already ``succeeded`` (kind
 ``aggregate``), naming a model (``source = 'aggregate'``) that every member of the study reads.
 
@@ -19,7 +20,7 @@ the job runs on the job runner like a single-dataset fit
 (:func:`.charged_aggregations.run_aggregation_job`, registered in :mod:`service.runtime.worker`):
 progress, cancellation, recovery, the release guard and the ledger rules are the same.
 :func:`submit_aggregation` takes any of the three requests; :func:`quote_aggregation` is the
-dry run of all three. The charged methods are registered in :mod:`service.dp.multisite`;
+dry run of all three. The charged methods are registered in :mod:`service.dp.multisite.methods`;
 their jobs are built in :mod:`.charged_aggregations`.
 """
 

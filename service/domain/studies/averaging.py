@@ -1,8 +1,8 @@
 """``average``: the study's contributed models averaged (seed 000, Alg. 4).
 
 The (optionally weighted) average of the contributed coefficient vectors
-(:func:`service.dp.aggregation.average_coefficients`). It reads no data, so it runs inside the
-request and its job is stored already ``succeeded`` (kind ``aggregate``), naming a model
+(:func:`service.dp.multisite.aggregation.average_coefficients`). It reads no data, so it runs inside
+the request and its job is stored already ``succeeded`` (kind ``aggregate``), naming a model
 (``source = 'aggregate'``) that every member of the study reads. Averaging released models is
 post-processing: nothing new is charged, and the record (:mod:`service.domain.records.aggregations`)
 composes the inputs' own guarantees. Stacked models are not one weight vector: averaging them

@@ -3,7 +3,7 @@
 
 :func:`charged_draft` turns a request into the job the one charged-job contract submits
 (:func:`service.domain.jobs.charged.submit_charged_job`): the source models and the dataset
-are checked, and the job is priced by the method's calibration (:mod:`service.dp.multisite`)
+are checked, and the job is priced by the method's calibration (:mod:`service.dp.multisite.methods`)
 on the dataset's public n and d. :func:`run_aggregation_job` is the worker's half: it reads
 the sources and the dataset, fits, and returns the model with its privacy record.
 """
@@ -43,19 +43,19 @@ from service.domain.records.base import (
 from service.domain.studies.aggregation_inputs import SourceInput, average_inputs, select_inputs
 from service.domain.studies.membership import StudyFacts, require_matching, visible_study
 from service.domain.studies.transfer_groups import check_group_budgets, resolve_groups
-from service.dp.aggregation import (
+from service.dp.analysis.work import solve_work
+from service.dp.core.base import Calibration
+from service.dp.core.models import META_FEATURES
+from service.dp.multisite.aggregation import (
     FEATURE_MECHANISMS,
     META_FEATURE_KINDS,
 )
-from service.dp.base import Calibration
-from service.dp.models import META_FEATURES
-from service.dp.multisite import (
+from service.dp.multisite.methods import (
     CHARGED_AGGREGATIONS,
     ChargedAggregation,
     feature_method,
     transfer_method,
 )
-from service.dp.work import solve_work
 
 
 @dataclass(frozen=True, slots=True)

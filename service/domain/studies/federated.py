@@ -74,6 +74,7 @@ from service.domain.records.federated import (
     public_composition,
 )
 from service.domain.studies.membership import StudyFacts, visible_study
+from service.dp.analysis.work import federated_work
 from service.dp.federated import (
     FEDERATED_PROTOCOLS,
     FederatedCalibration,
@@ -81,7 +82,6 @@ from service.dp.federated import (
     federated_fit,
 )
 from service.dp.federated.parties import REMOTE_PROTOCOLS
-from service.dp.work import federated_work
 
 __all__ = [
     "MAX_FEDERATED_DATASETS",

@@ -10,7 +10,7 @@ from service.domain.errors import (
     InvalidInputError,
 )
 from service.domain.ranges import MIN_EPSILON
-from service.dp.preprocessing import CategoricalFeature, PreprocessingSpec
+from service.dp.data.preprocessing import CategoricalFeature, PreprocessingSpec
 
 
 def resolve_groups(

@@ -17,9 +17,9 @@ its rows); a coordinator sees only the d-vectors the protocol lets cross. Protoc
 
 Entry points: :func:`federated_calibrate` (the dry run: public quantities only, no data, no
 noise) and :func:`federated_fit`. Invalid inputs raise ``ValueError``
-(:class:`~service.dp.validation.PrivacyParameterError`) naming the rule; a failing site step
+(:class:`~service.dp.core.validation.PrivacyParameterError`) naming the rule; a failing site step
 propagates unchanged (with a note naming the site) and nothing is released; solver
-non-convergence raises :class:`~service.dp.solvers.ConvergenceError`.
+non-convergence raises :class:`~service.dp.optimize.solvers.ConvergenceError`.
 """
 
 from __future__ import annotations
@@ -32,13 +32,20 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from service.dp.accounting import (
+from service.dp.core.accounting import (
     PrivacyCost,
     check_epsilon_delta,
     ledger_floor,
     shown_as_requested,
 )
-from service.dp.base import ProgressCallback
+from service.dp.core.base import ProgressCallback
+from service.dp.core.validation import (
+    PrivacyParameterError,
+    check_dimensions,
+    check_regularization,
+    positive_float_param,
+    validate_design,
+)
 from service.dp.federated import admm, distributed_lasso, noisy_average, psgd
 from service.dp.federated._common import (
     FEDERATED_PROTOCOLS,
@@ -49,13 +56,6 @@ from service.dp.federated._common import (
     RoundClock,
 )
 from service.dp.mechanisms._common import release
-from service.dp.validation import (
-    PrivacyParameterError,
-    check_dimensions,
-    check_regularization,
-    positive_float_param,
-    validate_design,
-)
 
 __all__ = [
     "FEDERATED_PROTOCOLS",
@@ -125,7 +125,7 @@ def calibrate_problem(problem: FederatedProblem) -> FederatedCalibration:
     :func:`federated_fit` uses; a node and the coordinator both compute it).
 
     The noise is calibrated with the ledger floor of the offered (ε, δ) (issue 19 §4,
-    :func:`service.dp.accounting.ledger_floor`: the largest doubles ≤ both the request and
+    :func:`service.dp.core.accounting.ledger_floor`: the largest doubles ≤ both the request and
     the decimal the ledger charges), and the costs are reported as requested, which is what
     every dataset is charged: a per-site cost equal to the floor is shown as the request
     (conservative), and ``epsilon_calibrated`` / ``delta_calibrated`` record the doubles the

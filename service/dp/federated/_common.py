@@ -29,11 +29,11 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp.accounting import PrivacyCost
-from service.dp.base import LinearModel, ProgressCallback
-from service.dp.losses import Loss, get_loss
-from service.dp.solvers import ConvergenceError
-from service.dp.validation import PrivacyParameterError
+from service.dp.core.accounting import PrivacyCost
+from service.dp.core.base import LinearModel, ProgressCallback
+from service.dp.core.losses import Loss, get_loss
+from service.dp.core.validation import PrivacyParameterError
+from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
     "FEDERATED_PROTOCOLS",

@@ -36,7 +36,7 @@ where u is what sites broadcast. Per ``perturbation``:
   quantities); its stationarity condition is a bijection ε ↔ f_p(t+1); a changed record
   moves ε by ≤ 2 (|l′| ≤ 1, ‖x‖ ≤ 1) — a factor ≤ e^{2ζ} = e^{α̂} in the noise density — and
   the Jacobian ratio is ≤ (1 + c/(λB_p + NΦ_p + 2NηN_p))² ≤ e^{α − α̂}: α per iteration.
-  In floating point (issue 19 §1, :mod:`service.dp.certified`) that argument is about the
+  In floating point (issue 19 §1, :mod:`service.dp.optimize.certified`) that argument is about the
   exact minimiser for a real ε_p, so each round runs it at α₁ = α − α_r (every formula above
   with α₁ for α; ``alpha_objective``): ε_p is the real noise of exact uniforms, known as
   doubles within a proved radius; the site's solve is certified within r = τ/μ_p of the exact
@@ -58,13 +58,13 @@ where u is what sites broadcast. Per ``perturbation``:
   ζ_p = α/(Δ_p(1 + S)) makes each broadcast α-DP, where the factor 1 + S accounts for the
   local solve stopping at ‖∇‖ ≤ S/B_p (S = ``SOLVER_SLACK``; see Gaussian primal
   perturbation below). That stopping test is a *proved* bound on the gradient of the step
-  objective the site minimises (:func:`service.dp.certified.gradient_bound`, IEEE
+  objective the site minimises (:func:`service.dp.optimize.certified.gradient_bound`, IEEE
   arithmetic), at (1 − 10⁻⁹)·S/B_p: the 10⁻⁹·S covers the rounding of the step's ridge
   coefficient, whose exact-minimiser sensitivity 2/(B_pμ̂_p) exceeds Δ_p by at most a
   factor 1 + 4u. Whether a step *can* answer must not depend on the data: a coordinator
   that sees a refusal learns a noise-free bit. So before solving, the site checks the public
-  certificate floor F (:func:`service.dp.certified.certificate_floor`: an upper bound on the
-  proved bound at the double nearest the exact minimiser, from B_p, d, c, μ_p and
+  certificate floor F (:func:`service.dp.optimize.certified_failure.certificate_floor`: an upper
+  bound on the proved bound at the double nearest the exact minimiser, from B_p, d, c, μ_p and
   ‖2N(λ_p − η·centre)‖/B_p only) against half the stopping bound, and refuses the step when it
   is above: a decision from public inputs alone, the same on neighbouring datasets (issue 25;
   an honest coordinator's broadcasts stay far below it; a malicious one sending broadcasts of
@@ -101,7 +101,7 @@ in closed form √ρ = √(ln(1/δ) + ε) − √(ln(1/δ))); ρ_r = ρ/T; σ_p 
 site's ρ is the same, so every dataset is charged exactly the (ε, δ) offered. A Gaussian DVP
 is not offered: the noise shift that explains a changed record, Σl′-terms at the released f,
 depends on f, so the step has no fixed L2 sensitivity to calibrate. The draws come from
-the exact Gaussian lattice release (:func:`service.dp.lattice.gaussian_release`).
+the exact Gaussian lattice release (:func:`service.dp.noise.lattice.gaussian_release`).
 
 Gaussian defaults (from λ, the loss's c, K and the graph only; no site size, so they reveal
 none).
@@ -124,46 +124,47 @@ the centralised minimiser fastest after 50 and 100 iterations among multipliers 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
-from service.dp import certified, lattice
-from service.dp.accounting import (
-    CompositionChoice,
-    PrivacyCost,
-    gaussian_zcdp,
-    zcdp_compose,
-    zcdp_to_dp,
-    zcdp_to_dp_cks,
-)
+from service.dp.core.losses import Loss
 from service.dp.federated._common import (
     FederatedCalibration,
     FederatedProblem,
     FloatArray,
     RoundClock,
     Site,
-    choice_param,
-    finite,
-    int_param,
     site_generators,
     site_round,
 )
-from service.dp.federated.gaussian_rounds import CONVERSIONS, max_rho
-from service.dp.losses import Loss
-from service.dp.mechanisms.dp_sgd import per_step_epsilon
-from service.dp.rounding import UNIT_ROUNDOFF, norm_up
-from service.dp.solvers import DEFAULT_TOLERANCE, solve_erm
-from service.dp.validation import PrivacyParameterError, check_known_params
+from service.dp.federated.admm_calibration import (
+    DEFAULT_ITERATIONS,
+    DEFAULT_PERTURBATION,
+    NAME,
+    PERTURBATIONS,
+    SOLVER_SLACK,
+    calibrate,
+    default_penalty,
+    gaussian_default_penalty,
+    neighbours_from_params,
+    per_iteration_alpha,
+)
+from service.dp.noise import lattice
+from service.dp.noise.rounding import UNIT_ROUNDOFF, norm_up
+from service.dp.optimize import certified, certified_failure
+from service.dp.optimize.solvers import DEFAULT_TOLERANCE, solve_erm
 
+#: the protocol's interface (NAME, calibrate, run) and its calibration's public names, which
+#: live in :mod:`.admm_calibration`
 __all__ = [
     "DEFAULT_ITERATIONS",
     "DEFAULT_PERTURBATION",
     "NAME",
     "PERTURBATIONS",
+    "SOLVER_SLACK",
     "ADMMSite",
     "calibrate",
     "coordinate",
@@ -175,38 +176,6 @@ __all__ = [
     "run",
     "run_parties",
 ]
-
-NAME = "admm"
-ALLOWED_PARAMS = (
-    "perturbation",
-    "iterations",
-    "penalty",
-    "topology",
-    "adjacency",
-    "delta_prime",
-    "noise",
-    "zcdp_conversion",
-)
-PERTURBATIONS = ("none", "dual", "primal")
-#: Noise laws: the paper's ∝ exp(−ζ‖b‖) ("laplace", pure ε per iteration, composed) or
-#: Gaussian primal perturbation accounted in zCDP ("gaussian", module docstring).
-NOISES = ("laplace", "gaussian")
-DEFAULT_NOISE = "laplace"
-#: Gaussian PVP: the local solve may stop at ‖∇‖ ≤ SOLVER_SLACK/B_p, which moves the released
-#: minimiser by ≤ SOLVER_SLACK·Δ_p/2; the sensitivity charged is Δ_p(1 + SOLVER_SLACK).
-SOLVER_SLACK = 1e-4
-TOPOLOGIES = ("complete", "ring")
-DEFAULT_PERTURBATION = "dual"
-#: 50 iterations: the paper's runs go to t = 100; every iteration costs α, so fewer, larger
-#: steps are cheaper in privacy. A non-private run on Adult (10 sites, λ = 10⁻³) ends within
-#: 4·10⁻³ of the centralised minimiser (whose norm is ≈ 7.7) with the default penalty.
-DEFAULT_ITERATIONS = 50
-MAX_ITERATIONS = 10_000
-#: Gaussian PVP defaults (module docstring, "Gaussian defaults").
-GAUSSIAN_ITERATIONS = 4
-GAUSSIAN_PENALTY_FACTOR = 0.2
-#: Multiplier of the default penalty (module docstring).
-PENALTY_FACTOR = 0.3
 
 
 class ADMMSite(Site):
@@ -222,8 +191,8 @@ class ADMMSite(Site):
     never of another site's rows); what makes a broadcast private is a stopping test that
     holds at whatever point the solver stops: DVP releases a point *proved* within r of the
     exact minimiser of the round's objective, with noise covering any point of that ball
-    (:mod:`service.dp.certified`), and PVP stops at a *proved* ‖∇‖ ≤ S/B_p, which bounds the
-    distance to the exact minimiser on either neighbouring dataset (module docstring). Both
+    (:mod:`service.dp.optimize.certified`), and PVP stops at a *proved* ‖∇‖ ≤ S/B_p, which bounds
+    the distance to the exact minimiser on either neighbouring dataset (module docstring). Both
     tests are the same with or without the warm start, so each broadcast's guarantee given
     the public history, and the composition over rounds, are unchanged.
     """
@@ -265,7 +234,8 @@ class ADMMSite(Site):
         ``zeta`` ζ_p of the norm-exponential noise; with ``sigma`` (Gaussian PVP)
         ε_p ~ N(0, σ²I) instead. PVP's solve must reach a *proved* ‖∇‖ ≤ ``gradient_bound``
         (the slack its sensitivity accounts for); DVP's release spends ``release_epsilon``
-        (α_r) on the noise that covers its certified distance (:mod:`service.dp.certified`)."""
+        (α_r) on the noise that covers its certified distance
+        (:mod:`service.dp.optimize.certified`)."""
         N, B, eta = self._total, self.n, self._penalty
         degree = len(neighbour_broadcasts)
         centre = np.zeros(self.d)
@@ -284,7 +254,7 @@ class ADMMSite(Site):
             return self._send(self._broadcast)
         solved = self._solve(linear, ridge, gradient_bound)
         self._warm = solved
-        # the primal broadcast leaves the site: an exact grid release (service.dp.lattice),
+        # the primal broadcast leaves the site: an exact grid release (service.dp.noise.lattice),
         # post-processing of solved + noise, so its guarantee holds for the doubles sent
         if perturbation == "primal" and sigma is not None:
             out = lattice.gaussian_release(solved, sigma=sigma, rng=rng)
@@ -312,7 +282,7 @@ class ADMMSite(Site):
             ).coef
         # a step that cannot be certified is refused from public inputs alone (module
         # docstring): never a failure that depends on the rows
-        floor = certified.certificate_floor(
+        floor = certified_failure.certificate_floor(
             n=self.n,
             d=self.d,
             loss=self._loss,
@@ -404,406 +374,6 @@ class ADMMParty(Protocol):
     ) -> FloatArray: ...
 
     def dual_update(self, neighbour_broadcasts: Sequence[FloatArray]) -> None: ...
-
-
-# ----------------------------------------------------------------------------- topology
-
-
-def neighbours_from_params(params: Mapping[str, Any], sites: int) -> list[list[int]]:
-    """The graph as sorted neighbour lists, from ``topology`` (``"complete"``, the default,
-    or ``"ring"``) or an explicit ``adjacency``: a list of K neighbour lists, or a K×K 0/1
-    matrix (recognised as such when every row has K entries, all 0 or 1). The graph must be
-    symmetric, without self-loops and connected."""
-    K = sites
-    if "adjacency" in params:
-        if "topology" in params:
-            raise PrivacyParameterError("give either topology or adjacency, not both")
-        graph = _parse_adjacency(params["adjacency"], K)
-    else:
-        topology = choice_param(params, "topology", "complete", TOPOLOGIES)
-        if topology == "complete":
-            graph = [[j for j in range(K) if j != p] for p in range(K)]
-        else:
-            graph = [sorted({(p - 1) % K, (p + 1) % K} - {p}) for p in range(K)]
-    _check_connected(graph)
-    return graph
-
-
-def _parse_adjacency(value: object, K: int) -> list[list[int]]:
-    if not isinstance(value, list | tuple) or len(value) != K:
-        raise PrivacyParameterError(
-            f"adjacency must list the neighbours of each of the {K} sites (or be a {K}×{K} "
-            "0/1 matrix)"
-        )
-    rows: list[list[int]] = []
-    for p, row in enumerate(value):
-        if not isinstance(row, list | tuple) or any(
-            isinstance(v, bool) or not isinstance(v, int | np.integer) for v in row
-        ):
-            raise PrivacyParameterError(f"adjacency row {p} must be a list of integers")
-        rows.append([int(v) for v in row])
-    if K > 1 and all(len(r) == K and all(v in (0, 1) for v in r) for r in rows):
-        rows = [[j for j, v in enumerate(r) if v == 1] for r in rows]
-    graph: list[list[int]] = []
-    for p, row in enumerate(rows):
-        if any(not 0 <= j < K for j in row):
-            raise PrivacyParameterError(f"adjacency row {p} names a site outside 0..{K - 1}")
-        if p in row:
-            raise PrivacyParameterError(f"adjacency: site {p} cannot be its own neighbour")
-        if len(set(row)) != len(row):
-            raise PrivacyParameterError(f"adjacency row {p} repeats a neighbour")
-        graph.append(sorted(row))
-    for p, row in enumerate(graph):
-        for j in row:
-            if p not in graph[j]:
-                raise PrivacyParameterError(
-                    f"adjacency must be symmetric: site {p} lists {j} but {j} does not list {p}"
-                )
-    return graph
-
-
-def _check_connected(graph: list[list[int]]) -> None:
-    seen = {0}
-    stack = [0]
-    while stack:
-        for j in graph[stack.pop()]:
-            if j not in seen:
-                seen.add(j)
-                stack.append(j)
-    if len(seen) != len(graph):
-        raise PrivacyParameterError(
-            "the site graph must be connected (ADMM reaches consensus only on a connected graph)"
-        )
-
-
-def default_penalty(regularization: float, c: float, sites: int, mean_degree: float) -> float:
-    """η = 0.3·√(λ(c + λ))/(2K·N̄) (module docstring); N̄ = 1 for a single site."""
-    degree = mean_degree if mean_degree > 0.0 else 1.0
-    return (
-        PENALTY_FACTOR * math.sqrt(regularization * (c + regularization)) / (2.0 * sites * degree)
-    )
-
-
-# ----------------------------------------------------------------------------- composition
-
-
-def per_iteration_alpha(
-    epsilon: float, iterations: int, delta_prime: float | None
-) -> tuple[float, CompositionChoice | None]:
-    """The largest per-iteration α whose T-fold composition (the tighter of basic and, when
-    δ′ is given, advanced) is ≤ ε; with the composition bounds at that α."""
-    return per_step_epsilon(epsilon, iterations, delta_prime)
-
-
-# ----------------------------------------------------------------------------- calibration
-
-
-def calibrate(problem: FederatedProblem) -> FederatedCalibration:
-    """Graph, penalty, per-iteration α and its composition, and ζ (and Φ) per site."""
-    params = problem.params
-    check_known_params(params, ALLOWED_PARAMS, NAME)
-    law = choice_param(params, "noise", DEFAULT_NOISE, NOISES)
-    gaussian = law == "gaussian"
-    perturbation = choice_param(
-        params, "perturbation", "primal" if gaussian else DEFAULT_PERTURBATION, PERTURBATIONS
-    )
-    if gaussian:
-        _check_gaussian_request(problem, perturbation)
-    elif "zcdp_conversion" in params:
-        raise PrivacyParameterError('zcdp_conversion applies only to noise "gaussian"')
-    K, N, d, lam = problem.sites, problem.total, problem.d, problem.regularization
-    graph = neighbours_from_params(params, K)
-    degrees = [len(row) for row in graph]
-    mean_degree = sum(degrees) / K
-    loss = problem.loss_object()
-    c = loss.c
-    default_T = GAUSSIAN_ITERATIONS if gaussian else DEFAULT_ITERATIONS
-    T = int_param(params, "iterations", default_T, minimum=1, maximum=MAX_ITERATIONS)
-    if "penalty" in params:
-        penalty = _positive(params["penalty"], "penalty")
-    elif gaussian:
-        penalty = gaussian_default_penalty(lam, c, K, mean_degree)
-    else:
-        penalty = default_penalty(lam, c, K, mean_degree)
-    delta_prime = params.get("delta_prime")
-    private = perturbation != "none"
-    if delta_prime is not None:
-        if not private:
-            raise PrivacyParameterError("delta_prime applies only to a private perturbation")
-        delta_prime = _positive(delta_prime, "delta_prime")
-        if not delta_prime < 1.0:
-            raise PrivacyParameterError(f"delta_prime must be < 1, got {delta_prime!r}")
-        if delta_prime > problem.delta:
-            raise PrivacyParameterError(
-                f"delta_prime ({delta_prime:g}) is spent on every dataset and must not exceed "
-                f"the delta offered ({problem.delta:g})"
-            )
-    details: dict[str, Any] = {
-        "protocol": NAME,
-        "perturbation": perturbation,
-        "K": K,
-        "N": N,
-        "d": d,
-        "loss": loss.name,
-        "c": finite(c),
-        "lipschitz": 1.0,
-        "regularization": finite(lam),
-        "C_R_over_B_p": finite(1.0 / N),
-        "penalty": finite(penalty),
-        "penalty_default": "penalty" not in params,
-        "iterations": T,
-        "iterations_default": "iterations" not in params,
-        "neighbours": graph,
-        "noise": law,
-    }
-    if loss.name == "huber":
-        details["huber_h"] = finite(problem.huber_h)
-    if gaussian:
-        return _calibrate_gaussian(problem, details, degrees)
-    sites: list[dict[str, Any]] = []
-    if not private:
-        details.update(epsilon=None, delta=0.0, guarantee="none")
-        for n, deg in zip(problem.site_sizes, degrees, strict=True):
-            sites.append({"n": n, "degree": deg, "Phi": 0.0, "zeta": None})
-        details["sites"] = sites
-        return FederatedCalibration(
-            protocol=NAME,
-            site_costs=tuple(PrivacyCost(0.0, 0.0) for _ in problem.site_sizes),
-            private=False,
-            details=details,
-            composition=(
-                f"no differential privacy: {T} iterations of non-private consensus ADMM "
-                "broadcast deterministic functions of the data"
-            ),
-            rounds=T,
-            notes=("not differentially private: ADMM without perturbation",),
-        )
-    eps = problem.epsilon
-    alpha, choice = per_iteration_alpha(eps, T, delta_prime)
-    basic_total = PrivacyCost(T * alpha, 0.0)
-    if choice is not None and choice.method == "advanced":
-        cost, method = choice.advanced, "advanced"
-    else:
-        cost, method = basic_total, "basic"
-    details.update(
-        epsilon=finite(eps),
-        delta=finite(problem.delta),
-        alpha=finite(alpha),
-        composition_method=method,
-        basic_total={"epsilon": finite(basic_total.epsilon), "delta": 0.0},
-        advanced_total=(
-            None
-            if choice is None
-            else {
-                "epsilon": finite(choice.advanced.epsilon),
-                "delta": finite(choice.advanced.delta),
-            }
-        ),
-        delta_prime=None if delta_prime is None else finite(delta_prime),
-    )
-    for n, deg in zip(problem.site_sizes, degrees, strict=True):
-        strong = lam * n + 2.0 * N * penalty * deg
-        entry: dict[str, Any] = {"n": n, "degree": deg}
-        if perturbation == "dual":
-            # the certified release (service.dp.certified) takes α_r of each round's α; the
-            # step objective runs at α₁ = α − α_r
-            alpha_1, alpha_r = certified.split_epsilon(
-                alpha, certified.release_share(n, certified.base_tolerance(n, d))
-            )
-            kappa = c / strong
-            alpha_bar = 2.0 * math.log1p(kappa)
-            if alpha_bar <= alpha_1 / 2.0:
-                phi, alpha_hat, branch = 0.0, alpha_1 - alpha_bar, "no_Phi"
-            else:
-                # ≥ 0 in exact arithmetic on this branch; max() absorbs rounding (more ridge
-                # only tightens the Jacobian bound)
-                phi = max(
-                    0.0,
-                    c / (N * math.expm1(alpha_1 / 4.0)) - lam * n / N - 2.0 * penalty * deg,
-                )
-                alpha_hat, branch = alpha_1 / 2.0, "Phi"
-            zeta = alpha_hat / 2.0
-            entry.update(
-                kappa=finite(kappa),
-                alpha_bar=finite(alpha_bar),
-                branch=branch,
-                Phi=finite(phi),
-                alpha_objective=finite(alpha_1),
-                alpha_hat=finite(alpha_hat),
-                zeta=finite(zeta),
-                jacobian_epsilon=finite(2.0 * math.log1p(c / (strong + N * phi))),
-                release_epsilon=finite(alpha_r),
-            )
-        else:
-            # the solve's slack S/B_p moves each minimiser by ≤ SΔ_p/2 (as for Gaussian PVP)
-            sensitivity = (2.0 / strong) * (1.0 + SOLVER_SLACK)
-            zeta = alpha / sensitivity
-            entry.update(
-                Phi=0.0,
-                sensitivity_exact_minimiser=finite(2.0 / strong),
-                sensitivity=finite(sensitivity),
-                gradient_bound=finite(SOLVER_SLACK / n),
-                zeta=finite(zeta),
-            )
-        entry["expected_noise_norm"] = finite(d / zeta)
-        sites.append(entry)
-    details["sites"] = sites
-    name = (
-        "dual variable perturbation (DVP)"
-        if perturbation == "dual"
-        else ("primal variable perturbation (PVP)")
-    )
-    theorem = 1 if perturbation == "dual" else 2
-    if choice is None:
-        how = f"basic composition: T·α = {T}·{alpha:.6g} = {cost.epsilon:.6g}"
-    else:
-        how = choice.describe(T)
-    return FederatedCalibration(
-        protocol=NAME,
-        site_costs=tuple(cost for _ in problem.site_sizes),
-        private=True,
-        details=details,
-        composition=(
-            f"{name}: each of the T = {T} broadcasts of a site is α = {alpha:.6g}-DP for its "
-            f"dataset given the public history (Zhang & Zhu 2017, Thm {theorem}); "
-            f"{how}; charged {cost} per dataset"
-        ),
-        rounds=T,
-        notes=(
-            "every intermediate broadcast is treated as released; the per-iteration guarantee "
-            "of the paper is composed over all iterations",
-        ),
-    )
-
-
-def gaussian_default_penalty(
-    regularization: float, c: float, sites: int, mean_degree: float
-) -> float:
-    """η = 0.2·√(λ(c + λ))/(2K·N̄) (module docstring, "Gaussian defaults")."""
-    degree = mean_degree if mean_degree > 0.0 else 1.0
-    return (
-        GAUSSIAN_PENALTY_FACTOR
-        * math.sqrt(regularization * (c + regularization))
-        / (2.0 * sites * degree)
-    )
-
-
-def _check_gaussian_request(problem: FederatedProblem, perturbation: str) -> None:
-    if perturbation != "primal":
-        raise PrivacyParameterError(
-            'noise "gaussian" is offered for primal perturbation only (perturbation "primal", '
-            "its default): a Gaussian dual perturbation has no per-round L2 sensitivity to "
-            "calibrate, since the noise shift that explains a changed record depends on the "
-            "released model"
-        )
-    if "delta_prime" in problem.params:
-        raise PrivacyParameterError(
-            'delta_prime applies to noise "laplace" only; noise "gaussian" composes in zCDP '
-            "and is converted at the delta offered"
-        )
-    if not problem.delta > 0.0:
-        raise PrivacyParameterError(
-            'noise "gaussian" needs delta > 0: zCDP converts to (epsilon, delta)-DP only for '
-            "delta > 0"
-        )
-
-
-def _calibrate_gaussian(
-    problem: FederatedProblem, details: dict[str, Any], degrees: Sequence[int]
-) -> FederatedCalibration:
-    """σ_p per site so that T rounds are ρ-zCDP with ρ the largest total whose conversion
-    is ≤ ε at the δ offered (module docstring, "Gaussian primal perturbation")."""
-    params = problem.params
-    conversion = choice_param(params, "zcdp_conversion", "cks", CONVERSIONS)
-    eps, delta = problem.epsilon, problem.delta
-    T = int(details["iterations"])
-    N, lam, penalty = problem.total, problem.regularization, float(details["penalty"])
-    rho_total = max_rho(eps, delta, conversion)
-    rho_round = rho_total / T
-    while zcdp_compose([rho_round] * T) > rho_total:  # rounding: T rounds stay within ρ
-        rho_round = math.nextafter(rho_round, 0.0)
-    convert = zcdp_to_dp_cks if conversion == "cks" else zcdp_to_dp
-    sites: list[dict[str, Any]] = []
-    rho_spent = 0.0
-    for n, deg in zip(problem.site_sizes, degrees, strict=True):
-        delta_p = 2.0 / (lam * n + 2.0 * N * penalty * deg)
-        sensitivity = delta_p * (1.0 + SOLVER_SLACK)
-        sigma = sensitivity / math.sqrt(2.0 * rho_round)
-        while gaussian_zcdp(sensitivity, sigma) > rho_round:  # rounding: never less noise
-            sigma = math.nextafter(sigma, math.inf)
-        rho_spent = max(rho_spent, zcdp_compose([gaussian_zcdp(sensitivity, sigma)] * T))
-        sites.append(
-            {
-                "n": n,
-                "degree": deg,
-                "Phi": 0.0,
-                "zeta": None,
-                "sensitivity_exact_minimiser": finite(delta_p),
-                "sensitivity": finite(sensitivity),
-                "gradient_bound": finite(SOLVER_SLACK / n),
-                "sigma": finite(sigma),
-                "expected_noise_norm": finite(sigma * _chi_mean(problem.d)),
-            }
-        )
-    # ρ_spent ≤ ρ_total, whose conversion max_rho checked to be ≤ ε
-    achieved = convert(rho_total, delta)
-    if rho_spent > rho_total or achieved.epsilon > eps:
-        raise ArithmeticError("zCDP calibration exceeded the offered epsilon")
-    details.update(
-        epsilon=finite(eps),
-        delta=finite(delta),
-        alpha=None,
-        composition_method="zcdp",
-        basic_total=None,
-        advanced_total=None,
-        delta_prime=None,
-        zcdp_conversion=conversion,
-        rho_total=finite(rho_total),
-        rho_per_round=finite(rho_round),
-        epsilon_spent=finite(achieved.epsilon),
-        epsilon_bun_steinke=finite(zcdp_to_dp(rho_total, delta).epsilon),
-        solver_slack=SOLVER_SLACK,
-        sites=sites,
-    )
-    how = (
-        "Canonne–Kamath–Steinke 2020 (Cor. 13)"
-        if conversion == "cks"
-        else "Bun–Steinke 2016 (Prop. 1.3: ε = ρ + 2√(ρ ln(1/δ)))"
-    )
-    cost = PrivacyCost(eps, delta)
-    return FederatedCalibration(
-        protocol=NAME,
-        site_costs=tuple(cost for _ in problem.site_sizes),
-        private=True,
-        details=details,
-        composition=(
-            f"Gaussian primal variable perturbation: each of the T = {T} broadcasts of a site "
-            f"is its exact local step's minimiser plus N(0, σ²I), σ calibrated to the step's "
-            f"L2 sensitivity so that every broadcast is ρ = {rho_round:.6g}-zCDP for its "
-            f"dataset given the public history; T rounds compose to ρ ≤ {rho_total:.6g}, "
-            f"converted with {how} to (ε = {achieved.epsilon:.6g}, δ = {delta:g}); charged "
-            f"{cost} per dataset"
-        ),
-        rounds=T,
-        notes=(
-            "every intermediate broadcast is treated as released; the rounds are composed in "
-            "zCDP and converted to (epsilon, delta) once",
-        ),
-    )
-
-
-def _chi_mean(d: int) -> float:
-    """E‖z‖ for z ~ N(0, I_d): √2·Γ((d + 1)/2)/Γ(d/2)."""
-    return math.sqrt(2.0) * math.exp(math.lgamma((d + 1) / 2.0) - math.lgamma(d / 2.0))
-
-
-def _positive(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PrivacyParameterError(f"{name} must be a number")
-    out = float(value)
-    if not math.isfinite(out) or out <= 0.0:
-        raise PrivacyParameterError(f"{name} must be a finite number > 0, got {value!r}")
-    return out
 
 
 # ----------------------------------------------------------------------------- running

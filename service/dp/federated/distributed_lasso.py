@@ -30,7 +30,7 @@ non-private use, charges nothing and labels the model so.
 DP variant (``noise=True``, the default; seed 001 §5.1.1's suggested fix). Each per-example
 gradient is clipped to norm C (``clip``): ĝ_j = (vᵀx_j − y_j)x_j · min(1, C/‖(vᵀx_j − y_j)x_j‖),
 and site k returns the exact grid point γ·round((Σ_j ĝ_j + Z)/γ), Z ~ N(0, σ_k² I_d),
-γ = 2⁻³² (:class:`service.dp.lattice.GaussianBlock`: the cell of the real-valued sum is
+γ = 2⁻³² (:class:`service.dp.noise.lattice.GaussianBlock`: the cell of the real-valued sum is
 sampled exactly). Replacing one record changes the clipped sum by at most 2C (L2 sensitivity)
 in exact arithmetic, and by at most Δ_k = 2C + 2E(n_k) as computed in doubles (below); with
 σ_k ≥ σ·Δ_k/(2C) one round is ρ₁ = Δ_k²/(2σ_k²) ≤ (2C)²/(2σ²)-zCDP for site k's dataset
@@ -39,7 +39,7 @@ P_D[O] = P[S(D) + Z ∈ C(O)] with C(O) a data-independent union of cells, so th
 divergences of the release are at most those of S(D) + Z against S(D′) + Z (data processing).
 
 Floating point (issue 19 §1). The sum S = fl(Σ_j â_j x_j) is what the site computes
-(:mod:`service.dp.clipping`): each multiplier is clipped against a rigorous upper bound of
+(:mod:`service.dp.data.clipping`): each multiplier is clipped against a rigorous upper bound of
 ‖x_j‖ to slightly less than C, so every exact term has norm < C; the matrix–vector product
 (any order, FMA or not) is within E(n) = γ_n·n·C + √d·n·2⁻¹⁰⁷⁴ of the exact sum (γ_n =
 nu/(1 − nu), u = 2⁻⁵³); the two neighbouring datasets' computed sums are therefore at most
@@ -73,8 +73,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.dp import clipping
-from service.dp.accounting import PrivacyCost
+from service.dp.core.accounting import PrivacyCost
+from service.dp.core.validation import (
+    PrivacyParameterError,
+    check_known_params,
+    positive_float_param,
+)
+from service.dp.data import clipping
 from service.dp.federated._common import (
     FederatedCalibration,
     FederatedProblem,
@@ -96,11 +101,6 @@ from service.dp.federated.gaussian_rounds import (
     calibrate_rounds,
     max_rho,
     site_noise,
-)
-from service.dp.validation import (
-    PrivacyParameterError,
-    check_known_params,
-    positive_float_param,
 )
 
 __all__ = [

@@ -3,7 +3,7 @@
 In both protocols a site answers each round's public query point v_t with the exact grid
 release γ·round((S(v_t) + Z)/γ), Z ~ N(0, σ_k² I_d), γ = 2⁻³² (:class:`lattice.GaussianBlock`:
 the cell of the real-valued sum is sampled exactly), where S is a sum over the site's rows of
-per-example gradients clipped to norm below C (:mod:`service.dp.clipping`). The argument:
+per-example gradients clipped to norm below C (:mod:`service.dp.data.clipping`). The argument:
 
 * Sensitivity. Replacing one record changes the exact clipped sum by at most 2C, and the sum
   as computed in doubles by at most Δ_k = 2C + 2E(n_k) (:func:`clipping.sum_sensitivity`),
@@ -42,15 +42,16 @@ from typing import Any, Final
 import numpy as np
 from scipy import optimize
 
-from service.dp import clipping, lattice
-from service.dp.accounting import (
+from service.dp.core.accounting import (
     PrivacyCost,
     gaussian_zcdp,
     zcdp_compose,
     zcdp_to_dp,
     zcdp_to_dp_cks,
 )
+from service.dp.data import clipping
 from service.dp.federated._common import FloatArray
+from service.dp.noise import lattice
 
 __all__ = [
     "CONVERSIONS",
@@ -71,15 +72,15 @@ CONVERSIONS: Final[tuple[str, ...]] = ("cks", "bun_steinke")
 FLOAT_MARGIN_NOTE: Final[str] = (
     "each site's clipped gradient sum is computed in doubles: its sensitivity as computed is "
     "2C + 2E(n_k) ≤ 2C(1 + n_k²·2^-53·(1 + …)), E the worst-case rounding of a sum of n_k rows "
-    "(service.dp.clipping); site k adds N(0, σ_k²I) with σ_k = σ·(1 + that margin), so each "
+    "(service.dp.data.clipping); site k adds N(0, σ_k²I) with σ_k = σ·(1 + that margin), so each "
     "round costs every site exactly the ρ shown. σ_k is not shown: it depends on n_k"
 )
 
 #: What a calibration records about the sites' answers (the ``release`` detail).
 GRADIENT_RELEASE: Final[str] = (
     "each site's noisy gradient sum is an exact grid release γ·round((S + Z)/γ), γ = 2^-32, "
-    "Z ~ N(0, σ²I) (service.dp.lattice), with σ calibrated to the sensitivity of the sum as "
-    "computed in floating point (service.dp.clipping); the coordinator's steps are "
+    "Z ~ N(0, σ²I) (service.dp.noise.lattice), with σ calibrated to the sensitivity of the sum as "
+    "computed in floating point (service.dp.data.clipping); the coordinator's steps are "
     "post-processing, so the guarantee holds for the released doubles"
 )
 

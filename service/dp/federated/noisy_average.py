@@ -9,16 +9,16 @@ Protocol (one communication round):
 1. Site k computes, inside its own computation, a double ŵ_k with a *proved* bound
    ‖∇J_k(ŵ_k)‖ ≤ τ on the real-arithmetic gradient of its local objective
    J_k(w) = (1/n_k) Σ_{j∈D_k} l(y_j wᵀx_j) + (λ/2)‖w‖²
-   (:func:`service.dp.certified.certified_erm`; a float check of the solver's own gradient
+   (:func:`service.dp.optimize.certified.certified_erm`; a float check of the solver's own gradient
    norm is not enough). τ is public and the same for every site:
 
        τ = max(τ₀, 2F),  τ₀ = 10⁻¹⁰ + 8(4096 + d)u + 4c·γ_d/λ
 
-   (τ₀ = :func:`service.dp.certified.tolerance` with L = 0 and 4096 rows, its value for any
+   (τ₀ = :func:`service.dp.optimize.certified.tolerance` with L = 0 and 4096 rows, its value for any
    n_k ≥ 4096 and an upper bound on it for smaller n_k; F =
-   :func:`service.dp.certified.certificate_floor` at b = 0 for 2⁴⁰ rows, a public bound on the
-   certificate at the double nearest w*_k, so a point meeting τ exists on every site with a
-   factor 2 to spare). τ reveals no site's size.
+   :func:`service.dp.optimize.certified_failure.certificate_floor` at b = 0 for 2⁴⁰ rows, a public
+   bound on the certificate at the double nearest w*_k, so a point meeting τ exists on every site
+   with a factor 2 to spare). τ reveals no site's size.
    λ-strong convexity gives ‖ŵ_k − w*_k‖ ≤ τ/λ for the exact minimiser w*_k. When the bound
    is not met the job fails and nothing is released. ŵ_k is never stored or released.
 2. The aggregator (the service itself, the trusted party of scenario 2) receives the K
@@ -49,7 +49,7 @@ Privacy, per dataset. p_D(v)/p_D′(v) = exp(−β‖v − m̂_D‖)/exp(−β�
 exactly ε for the smallest site and less for larger ones; ε_i is what is charged to site i.
 No δ is spent. The other sites' data are fixed under a change to D_i (parallel composition
 over disjoint datasets). The released vector is the exact grid point γ·round((m̂ + b)/γ),
-γ = 2⁻³², with b's law sampled exactly (:mod:`service.dp.lattice`): post-processing of
+γ = 2⁻³², with b's law sampled exactly (:mod:`service.dp.noise.lattice`): post-processing of
 m̂ + b, so the bound holds for the doubles released (issue 19 §1). The trust assumption
 — the aggregator sees the local minimisers — is met because the aggregator is the
 service, and nothing but w_priv leaves it.
@@ -69,9 +69,10 @@ from typing import Protocol
 
 import numpy as np
 
-from service.dp import certified, lattice
-from service.dp.accounting import PrivacyCost
-from service.dp.clipping import round_up, scale_for
+from service.dp.core.accounting import PrivacyCost
+from service.dp.core.losses import Loss
+from service.dp.core.validation import check_known_params
+from service.dp.data.clipping import round_up, scale_for
 from service.dp.federated._common import (
     FederatedCalibration,
     FederatedProblem,
@@ -81,9 +82,9 @@ from service.dp.federated._common import (
     finite,
     site_round,
 )
-from service.dp.losses import Loss
-from service.dp.rounding import KAPPA, UNIT_ROUNDOFF, gamma
-from service.dp.validation import check_known_params
+from service.dp.noise import lattice
+from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma
+from service.dp.optimize import certified, certified_failure
 
 __all__ = [
     "NAME",
@@ -138,7 +139,8 @@ _ROWS_BOUND = 2**40
 def tolerance(d: int, loss: Loss, regularization: float) -> float:
     """τ = max(τ₀, 2F), the same for every site: τ₀ = :func:`certified.tolerance` with L = 0
     and ``certified.BLOCK_ROWS`` rows (≥ its value for any n_k), F =
-    :func:`certified.certificate_floor` at b = 0 for 2⁴⁰ rows (≥ its value for any n_k ≤ 2⁴⁰):
+    :func:`certified_failure.certificate_floor` at b = 0 for 2⁴⁰ rows (≥ its value for any n_k ≤
+    2⁴⁰):
     a point meeting τ exists on every site, with a factor 2 to spare; τ reveals no n_k."""
     base = certified.tolerance(
         n=certified.BLOCK_ROWS,
@@ -147,7 +149,7 @@ def tolerance(d: int, loss: Loss, regularization: float) -> float:
         strong_convexity=regularization,
         linear_bound=0.0,
     )
-    floor = certified.certificate_floor(
+    floor = certified_failure.certificate_floor(
         n=_ROWS_BOUND, d=d, loss=loss, strong_convexity=regularization, noise_norm=0.0
     )
     return max(base, 2.0 * floor)

@@ -11,10 +11,10 @@ query point v_t to every site; site k answers with the exact grid release
     A_k(v_t) = γ·round((S_k(v_t) + Z_{k,t})/γ),   S_k(v) = Σ_{j∈D_k} â_j x_j,
     â_j = l′(y_j vᵀx_j)·y_j clipped so that |â_j|·‖x_j‖ < C = L,   Z_{k,t} ~ N(0, σ_k² I_d),
 
-fresh in every round (γ = 2⁻³², :class:`service.dp.lattice.GaussianBlock`); the coordinator
+fresh in every round (γ = 2⁻³², :class:`service.dp.noise.lattice.GaussianBlock`); the coordinator
 forms g_t = (1/N) Σ_k A_k(v_t) + λ v_t and takes a gradient step (schedules below). The clip
 never binds in exact arithmetic (|l′| ≤ 1, ‖x‖ ≤ 1); it makes every term's norm provably < C
-as computed (:mod:`service.dp.clipping`). The released model is the average of the iterates
+as computed (:mod:`service.dp.data.clipping`). The released model is the average of the iterates
 of the second half (Polyak–Ruppert tail averaging), rounded to the release grid.
 
 Privacy, toward any coordinator (honest, curious or malicious) — the node's own guarantee:
@@ -68,8 +68,10 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
-from service.dp import clipping
-from service.dp.accounting import PrivacyCost
+from service.dp.core.accounting import PrivacyCost
+from service.dp.core.losses import Loss
+from service.dp.core.validation import PrivacyParameterError, check_known_params
+from service.dp.data import clipping
 from service.dp.federated._common import (
     FederatedCalibration,
     FederatedProblem,
@@ -90,8 +92,6 @@ from service.dp.federated.gaussian_rounds import (
     calibrate_rounds,
     site_noise,
 )
-from service.dp.losses import Loss
-from service.dp.validation import PrivacyParameterError, check_known_params
 
 __all__ = [
     "DEFAULT_ITERATIONS",

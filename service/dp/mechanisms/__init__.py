@@ -1,12 +1,13 @@
 """Registry of PrivFit's single-dataset fit mechanisms (docs/design.md §3), keyed by their API name.
 
-Every entry implements :class:`service.dp.base.Mechanism`; its module docstring states the
+Every entry implements :class:`service.dp.core.base.Mechanism`; its module docstring states the
 mechanism's mathematics and privacy argument.
 """
 
 from __future__ import annotations
 
-from service.dp.base import Mechanism
+from service.dp.core.base import Mechanism
+from service.dp.core.validation import PrivacyParameterError
 from service.dp.mechanisms import (
     dp_sgd,
     gaussian_objective,
@@ -16,7 +17,6 @@ from service.dp.mechanisms import (
     output_perturbation,
     stacking,
 )
-from service.dp.validation import PrivacyParameterError
 
 __all__ = ["MECHANISMS", "get_mechanism"]
 

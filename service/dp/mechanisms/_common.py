@@ -11,16 +11,18 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from service.dp import certified, lattice, noise
-from service.dp.accounting import check_epsilon_delta
-from service.dp.base import Calibration, LinearModel, Problem, ProgressCallback
-from service.dp.losses import Loss, get_loss
-from service.dp.validation import (
+from service.dp.core.accounting import check_epsilon_delta
+from service.dp.core.base import Calibration, LinearModel, Problem, ProgressCallback
+from service.dp.core.losses import Loss, get_loss
+from service.dp.core.validation import (
     PrivacyParameterError,
     check_dimensions,
     check_known_params,
     check_regularization,
 )
+from service.dp.noise import draws as noise
+from service.dp.noise import lattice
+from service.dp.optimize import certified, certified_failure
 
 __all__ = [
     "base_details",
@@ -146,10 +148,10 @@ def certified_minimiser(
     centre: NDArray[np.float64] | None = None,
     centre_weight: float = 0.0,
 ) -> NDArray[np.float64]:
-    """The certified release (:mod:`service.dp.certified`) of an objective-perturbation-style
-    calibration: its noise (``noise``: the norm-exponential law with ``beta`` or the Gaussian
-    with ``sigma``) enclosed, its extra ridge ``Delta``, its ``certified_release`` plan, and an
-    optional public centre w₀ with weight η."""
+    """The certified release (:mod:`service.dp.optimize.certified`) of an
+    objective-perturbation-style calibration: its noise (``noise``: the norm-exponential law with
+    ``beta`` or the Gaussian with ``sigma``) enclosed, its extra ridge ``Delta``, its
+    ``certified_release`` plan, and an optional public centre w₀ with weight η."""
     details = calibration.details
     if details["noise"] == "gaussian":
         b = lattice.gaussian_enclosure(problem.d, sigma=float(details["sigma"]), rng=rng)
@@ -178,16 +180,19 @@ def certificate_failure(
     mechanism: str,
 ) -> dict[str, Any]:
     """The ``certificate_failure`` record of an objective-perturbation-style calibration
-    (:func:`service.dp.certified.failure_details`: the noise norm beyond which no double may
-    meet the certificate and the probability of exceeding it, for the calibration's
+    (:func:`service.dp.optimize.certified_failure.failure_details`: the noise norm beyond which no
+    double may meet the certificate and the probability of exceeding it, for the calibration's
     norm-exponential ``beta`` or Gaussian ``sigma``), after refusing (422, before any charge)
     a request for which that probability is above 10⁻³⁰ or no certifiable point is
-    guaranteed even without noise (:func:`service.dp.certified.check_failure_probability`)."""
+    guaranteed even without noise
+    (:func:`service.dp.optimize.certified_failure.check_failure_probability`)."""
     if details["noise"] == "gaussian":
-        tail = partial(certified.gaussian_tail_log10, problem.d, float(details["sigma"]))
+        tail = partial(certified_failure.gaussian_tail_log10, problem.d, float(details["sigma"]))
     else:
-        tail = partial(certified.norm_exponential_tail_log10, problem.d, float(details["beta"]))
-    failure = certified.failure_details(
+        tail = partial(
+            certified_failure.norm_exponential_tail_log10, problem.d, float(details["beta"])
+        )
+    failure = certified_failure.failure_details(
         n=problem.n,
         d=problem.d,
         loss=loss,
@@ -196,5 +201,5 @@ def certificate_failure(
         centre_norm=0.0,
         log10_tail=tail,
     )
-    certified.check_failure_probability(failure, mechanism)
+    certified_failure.check_failure_probability(failure, mechanism)
     return failure

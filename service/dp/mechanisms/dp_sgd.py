@@ -12,8 +12,8 @@ updates
 
 with fresh noise z_t of density ν(z) ∝ exp(−β‖z‖) (‖z‖ ~ Gamma(shape d, scale 1/β),
 direction uniform on the sphere; E‖z‖ = d/β), o_t the noisy mini-batch gradient released on
-the grid γ = 2⁻³² *exactly* (:class:`service.dp.lattice.NormExponentialBlock`, "Floating point"
-below) and Π_R the optional projection onto the ball of radius R. Step sizes, t counting
+the grid γ = 2⁻³² *exactly* (:class:`service.dp.noise.lattice.NormExponentialBlock`, "Floating
+point" below) and Π_R the optional projection onto the ball of radius R. Step sizes, t counting
 updates from 1 across passes: ``constant`` η_t = η, ``inverse_sqrt`` η_t = η/√t (SCS13 and
 seed 001 use η = 1), ``inverse`` η_t = 1/(λt).
 The released model is the last iterate, rounded to the public grid.
@@ -58,10 +58,10 @@ tighter (always for E = 1, and whenever ε_pass is large, so an offered δ is th
 Floating point (issue 19 §1). The guarantee above is for the doubles the service computes,
 not only for the real-valued mechanism:
 
-* the released o_t is sampled exactly (:mod:`service.dp.lattice`: the cell of the real
+* the released o_t is sampled exactly (:mod:`service.dp.noise.lattice`: the cell of the real
   ḡ_t + z_t, z_t's law evaluated with rigorous error bounds), so the density argument applies
   to the output as computed;
-* the centre ḡ_t is what the code computes (:mod:`service.dp.clipping`): each per-example
+* the centre ḡ_t is what the code computes (:mod:`service.dp.data.clipping`): each per-example
   multiplier is clipped against a rigorous upper bound of ‖x_i‖ to slightly less than 1, so
   every exact clipped term has norm < 1; the matrix–vector sum (any BLAS order, FMA or not) is
   within E(|B|) = γ_|B|·|B| + √d·|B|·2⁻¹⁰⁷⁴ of the exact sum (γ_k = ku/(1 − ku), u = 2⁻⁵³),
@@ -72,7 +72,7 @@ not only for the real-valued mechanism:
   in the computed values (each dataset's computed mean within the bracket of its exact mean);
 * the iterate w_{t−1} and the permutation are the same in both worlds (post-processing of the
   releases; data-independent), and an unchanged record's clipped gradient is the same double
-  in both (:mod:`service.dp.clipping`, "Assumption").
+  in both (:mod:`service.dp.data.clipping`, "Assumption").
 
 The margin Δ/(2/b_min) − 1 is ≈ 3·10⁻¹³ for b = 50, d = 106 (reported as ``float_margin``);
 the charged (ε, δ) is unchanged — the margin only lowers β.
@@ -96,19 +96,21 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize
 
-from service.dp import clipping, lattice, noise
-from service.dp.accounting import (
+from service.dp.core.accounting import (
     CompositionChoice,
     PrivacyCost,
     advanced_composition,
     best_composition,
 )
-from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
-from service.dp.losses import Loss
+from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.losses import Loss
+from service.dp.core.validation import PrivacyParameterError
+from service.dp.data import clipping
+from service.dp.data.projection import MAX_SEED, PROJECTION_KINDS, RandomProjection
 from service.dp.mechanisms._common import base_details, check_common, release, report
-from service.dp.projection import MAX_SEED, PROJECTION_KINDS, RandomProjection
-from service.dp.solvers import ConvergenceError
-from service.dp.validation import PrivacyParameterError
+from service.dp.noise import draws as noise
+from service.dp.noise import lattice
+from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
     "DEFAULT_BATCH_SIZE",
@@ -139,8 +141,8 @@ CLIP = 1.0
 #: What a calibration records about the released gradients (the ``release`` detail).
 GRADIENT_RELEASE = (
     "each update's noisy mini-batch gradient is an exact grid release γ·round((ḡ + z)/γ), "
-    "γ = 2^-32 (service.dp.lattice), with β calibrated to the sensitivity of the mean as "
-    "computed in floating point (service.dp.clipping); the optimiser's steps are "
+    "γ = 2^-32 (service.dp.noise.lattice), with β calibrated to the sensitivity of the mean as "
+    "computed in floating point (service.dp.data.clipping); the optimiser's steps are "
     "post-processing, so the guarantee holds for the released doubles"
 )
 
@@ -244,7 +246,7 @@ def release_sensitivity(sizes: NDArray[np.int64], dim: int, scale: int) -> Fract
 
 def gradient_sensitivity(sizes: NDArray[np.int64], dim: int) -> Fraction:
     """Δ: the largest L2 change of a computed clipped mini-batch mean under replace-one, over
-    the batch sizes of a pass (:func:`service.dp.clipping.mean_sensitivity`, exact)."""
+    the batch sizes of a pass (:func:`service.dp.data.clipping.mean_sensitivity`, exact)."""
     return max(clipping.mean_sensitivity(int(b), dim, CLIP) for b in np.unique(sizes))
 
 
@@ -364,7 +366,7 @@ class DPSGD:
                 "the mean of clipped gradients is computed in doubles: the sensitivity of the "
                 "computed mean is at most 2/b_min·(1 + float_margin) (clip to slightly less "
                 "than 1 against rigorous row-norm bounds, plus the worst-case rounding of the "
-                "sum and the division; service.dp.clipping), and β = ε_pass/that"
+                "sum and the division; service.dp.data.clipping), and β = ε_pass/that"
             ),
             release=GRADIENT_RELEASE,
             release_grid=scale * lattice.GRID,
@@ -509,7 +511,7 @@ def _sgd(
                 Xb = Z[idx]
                 yb = y[idx]
                 lp = loss.derivative(yb * (Xb @ w))
-                # the per-example gradient l′·y·x clipped to norm < 1 (service.dp.clipping)
+                # the per-example gradient l′·y·x clipped to norm < 1 (service.dp.data.clipping)
                 grad = clipping.clipped_mean(lp * yb, Xb, caps[idx])
                 # the exact point of the grid sγ for grad + z (s a power of two: exact)
                 released = s * block.release(j - start, grad / s)

@@ -37,8 +37,8 @@ Huber: as for objective perturbation, the change of variables holds almost every
 
 Release in floating point (issue 19 §1): the argument above is about the exact minimiser
 for a real b; PrivFit runs it at ε₁ = ε − ε_r (``epsilon_objective``) and releases the
-certified minimiser of :mod:`service.dp.certified` (``certified_release``): (ε₁ + ε_r, δ)-DP
-for the released doubles.
+certified minimiser of :mod:`service.dp.optimize.certified` (``certified_release``): (ε₁ + ε_r,
+δ)-DP for the released doubles.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
-from service.dp import certified
-from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.validation import PrivacyParameterError
 from service.dp.mechanisms._common import (
     base_details,
     certificate_failure,
@@ -62,7 +62,7 @@ from service.dp.mechanisms._common import (
     report,
     require_smooth_loss,
 )
-from service.dp.validation import PrivacyParameterError
+from service.dp.optimize import certified, certified_failure
 
 __all__ = ["MECHANISM", "GaussianObjectivePerturbation", "compute_slack", "gop_sigma"]
 
@@ -146,7 +146,7 @@ class GaussianObjectivePerturbation:
                 f"≤ ε̃ = {epsilon_tilde:.6g} (noise) + {eps_objective - epsilon_tilde:.6g} "
                 f"(Jacobian) + ε_r = {certificate.epsilon:.6g} (release) except when ‖η‖ "
                 f"exceeds its χ²_{d} quantile, probability δ; {certificate.describe()}. "
-                f"{certified.failure_sentence(failure)}"
+                f"{certified_failure.failure_sentence(failure)}"
             ),
         )
 

@@ -58,7 +58,7 @@ exists (the same argument as CMS11's Huber corollary).
 
 Release in floating point (issue 19 §1): the argument above is about the exact minimiser
 for a real b; PrivFit runs it at ε₁ = ε − ε_r (``epsilon_objective``) and releases the
-certified minimiser of :mod:`service.dp.certified` (``certified_release``): (ε₁ + ε_r)-DP
+certified minimiser of :mod:`service.dp.optimize.certified` (``certified_release``): (ε₁ + ε_r)-DP
 for the released doubles.
 """
 
@@ -70,8 +70,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, special, stats
 
-from service.dp import certified
-from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.validation import PrivacyParameterError, nonnegative_float_param
 from service.dp.mechanisms._common import (
     base_details,
     certificate_failure,
@@ -82,7 +82,7 @@ from service.dp.mechanisms._common import (
     report,
     require_smooth_loss,
 )
-from service.dp.validation import PrivacyParameterError, nonnegative_float_param
+from service.dp.optimize import certified, certified_failure
 
 __all__ = [
     "MECHANISM",
@@ -208,7 +208,7 @@ class GeneralizedObjectivePerturbation:
                 f"{jacobian_epsilon:.6g} + noise part ε_n = {epsilon_noise:.6g} (Kifer et al. "
                 f"2012 objective perturbation, replace-one neighbours) + release part ε_r = "
                 f"{certificate.epsilon:.6g}: {certificate.describe()}; {how}. "
-                f"{certified.failure_sentence(failure)}"
+                f"{certified_failure.failure_sentence(failure)}"
             ),
         )
 

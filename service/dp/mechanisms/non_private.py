@@ -16,9 +16,9 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.mechanisms._common import base_details, check_common, release, report
-from service.dp.solvers import minimize_erm
+from service.dp.optimize.solvers import minimize_erm
 
 __all__ = ["MECHANISM", "NonPrivate"]
 

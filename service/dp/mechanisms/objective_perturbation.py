@@ -34,13 +34,13 @@ Jacobian, left ε′ ≈ 0 just above 2 ln(1 + c/(nλ)) = ε: at n = 789, λ = 0
 
 Release in floating point (issue 19 §1): the argument above is about the exact minimiser
 for a real b; PrivFit runs it at ε₁ = ε − ε_r (``epsilon_objective``) and releases the
-certified minimiser of :mod:`service.dp.certified` (``certified_release``): (ε₁ + ε_r)-DP
+certified minimiser of :mod:`service.dp.optimize.certified` (``certified_release``): (ε₁ + ε_r)-DP
 for the released doubles.
 
 When the certificate can fail (issue 25 §3; ``certificate_failure``). A double meeting τ
 exists whenever ‖b‖ ≤ T = n·q*(1 − 2ρ_b), q* the largest ‖b̂‖/n with
-:func:`service.dp.certified.certificate_floor` ≤ τ (public: n, d, the loss, λ + Δ, τ). ‖b‖
-exceeds T with probability p ≤ Q(d, βT) (Gamma(d, 1/β) tail), recorded as
+:func:`service.dp.optimize.certified_failure.certificate_floor` ≤ τ (public: n, d, the loss, λ + Δ,
+τ). ‖b‖ exceeds T with probability p ≤ Q(d, βT) (Gamma(d, 1/β) tail), recorded as
 ``log10_probability_bound``: below 10⁻⁴⁵ for every (n ≥ 10, d, λ, ε) sampled in
 tests/unit/dp/test_certified_stopping.py, usually 10⁻¹⁰⁰⁰ or less. Calibration refuses
 (422, before any charge) a request with no such T (the Huber loss with d ≤ 3 and λ + Δ ≲ 10⁻⁵:
@@ -58,9 +58,8 @@ from functools import partial
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp import certified
-from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
-from service.dp.losses import get_loss
+from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.losses import get_loss
 from service.dp.mechanisms._common import (
     base_details,
     certificate_failure,
@@ -71,7 +70,8 @@ from service.dp.mechanisms._common import (
     report,
     require_smooth_loss,
 )
-from service.dp.rounding import norm_up
+from service.dp.noise.rounding import norm_up
+from service.dp.optimize import certified, certified_failure
 
 __all__ = ["MECHANISM", "ObjectivePerturbation", "run_certified", "with_centre"]
 
@@ -132,7 +132,7 @@ class ObjectivePerturbation:
                 f"Alg. 2 with the determinant lemma, "
                 f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
                 f"ε_r = {certificate.epsilon:.6g}: {certificate.describe()}; no δ is spent. "
-                f"{certified.failure_sentence(failure)}"
+                f"{certified_failure.failure_sentence(failure)}"
             ),
         )
 
@@ -169,14 +169,16 @@ def with_centre(
     details.update(plan.details())
     if "certificate_failure" in details:  # the same record, for the centred objective
         d = int(details["d"])
-        failure = certified.failure_details(
+        failure = certified_failure.failure_details(
             n=int(details["n"]),
             d=d,
             loss=get_loss(str(details["loss"]), h=float(details.get("huber_h", 0.5))),
             strong_convexity=plan.strong_convexity,
             tolerance=plan.tolerance,
             centre_norm=shift,
-            log10_tail=partial(certified.norm_exponential_tail_log10, d, float(details["beta"])),
+            log10_tail=partial(
+                certified_failure.norm_exponential_tail_log10, d, float(details["beta"])
+            ),
         )
         details.update(failure)
     return replace(calibration, details=details)
@@ -194,7 +196,7 @@ def run_certified(
 ) -> NDArray[np.float64]:
     """The certified release of ``argmin J + bᵀw/n + (Δ/2)‖w‖² + (η/2)‖w − w₀‖²`` with the
     noise β, Δ and release plan of an objective-perturbation ``calibration``
-    (:mod:`service.dp.certified`; with a centre w₀, pass the calibration through
+    (:mod:`service.dp.optimize.certified`; with a centre w₀, pass the calibration through
     :func:`with_centre`)."""
     loss = check_common(problem, ())
     require_smooth_loss(loss, ObjectivePerturbation.name)

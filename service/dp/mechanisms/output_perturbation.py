@@ -19,17 +19,17 @@ p_D(v)/p_D′(v) ≤ exp(β‖ŵ_D − ŵ_D′‖) ≤ exp(βS) = e^ε. The nois
 ‖b‖ ~ Gamma(d, 1/β) with a uniform direction; E‖b‖ = d/β = dS/ε.
 
 Stopping on a proved bound (issue 25 §4). The solver's answer ŵ_D is released only when
-:func:`service.dp.certified.certified_erm` has *proved*, in IEEE-754 arithmetic, that the
+:func:`service.dp.optimize.certified.certified_erm` has *proved*, in IEEE-754 arithmetic, that the
 real-arithmetic gradient satisfies ‖∇J_D(ŵ_D)‖ ≤ τ (the certified release's bound on the
 margins, the loss derivatives, the blocked gradient sum and every later rounding; a float
 check of the solver's own gradient norm is not enough: it is itself rounded). τ is public:
 
     τ = max(τ₀, 2F),  τ₀ = 10⁻¹⁰ + 8(min(n, 4096) + d)u + 4c·γ_d/λ
 
-(τ₀ = :func:`service.dp.certified.tolerance` with L = 0; F =
-:func:`service.dp.certified.certificate_floor` at b = 0, a public bound on the certificate at
-the double nearest w*, so a point meeting τ exists for every dataset, with a factor 2 to spare;
-F > τ₀/2 only where the margin terms ∝ c/λ dominate τ₀: λ ≲ 10⁻⁶ with few features, the
+(τ₀ = :func:`service.dp.optimize.certified.tolerance` with L = 0; F =
+:func:`service.dp.optimize.certified_failure.certificate_floor` at b = 0, a public bound on the
+certificate at the double nearest w*, so a point meeting τ exists for every dataset, with a factor 2
+to spare; F > τ₀/2 only where the margin terms ∝ c/λ dominate τ₀: λ ≲ 10⁻⁶ with few features, the
 Huber loss with d ≤ 4)
 (u = 2⁻⁵³, γ_d = du/(1 − du)). For λ-strongly convex J_D,
 λ‖ŵ_D − w*_D‖² ≤ ⟨∇J_D(ŵ_D) − ∇J_D(w*_D), ŵ_D − w*_D⟩ ≤ τ‖ŵ_D − w*_D‖, so
@@ -39,7 +39,7 @@ the released centre moves by at most
     S = 2/(nλ) + 2τ/λ
 
 between neighbours. β is the largest double with β·S ≤ ε in exact rational arithmetic
-(:func:`service.dp.clipping.scale_for`), so the guarantee holds for the model actually
+(:func:`service.dp.data.clipping.scale_for`), so the guarantee holds for the model actually
 computed, not only for the exact minimiser. Whatever the solver does (it is deterministic, but
 any ŵ_D within τ/λ of w*_D would do: the density of ŵ_D + b is a mixture of centres within S
 of every centre of the neighbour's mixture), p_D(v) ≤ e^{βS}p_D′(v).
@@ -53,7 +53,7 @@ fails").
 
 Release in floating point (issue 19 §1). What leaves the service is the grid point
 γ·round((ŵ + b)/γ), γ = 2⁻³², clamped to ±2²⁰, with b's law sampled *exactly* (uniform bits
-drawn lazily, rigorous interval arithmetic: :mod:`service.dp.lattice`). It is post-processing
+drawn lazily, rigorous interval arithmetic: :mod:`service.dp.noise.lattice`). It is post-processing
 of the continuous ŵ + b, so the bound above holds for the released doubles with no δ and no
 ε adjustment; every grid point is reachable from every dataset.
 """
@@ -65,10 +65,11 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp import certified, lattice
-from service.dp.base import Calibration, FittedModel, Problem, ProgressCallback
-from service.dp.clipping import round_up, scale_for
+from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.data.clipping import round_up, scale_for
 from service.dp.mechanisms._common import base_details, check_common, release, report
+from service.dp.noise import lattice
+from service.dp.optimize import certified, certified_failure
 
 __all__ = ["MECHANISM", "OutputPerturbation"]
 
@@ -88,7 +89,7 @@ class OutputPerturbation:
         base = certified.tolerance(
             n=n, d=d, c=float(loss.c), strong_convexity=lam, linear_bound=0.0
         )
-        floor = certified.certificate_floor(
+        floor = certified_failure.certificate_floor(
             n=n, d=d, loss=loss, strong_convexity=lam, noise_norm=0.0
         )
         tau = max(base, 2.0 * floor)

@@ -1,7 +1,7 @@
 """``stacking_samples`` (PST-S) and ``stacking_features`` (PST-F): privacy-preserving stacking
 (Yao et al. 2019, seed 003 Algs. 2 and 3; docs/design.md §3).
 
-Both mechanisms release a :class:`~service.dp.models.StackedModel`: K low-level linear
+Both mechanisms release a :class:`~service.dp.core.models.StackedModel`: K low-level linear
 models and one high-level linear model on their meta-features. The base mechanism at every
 level is PLR, i.e. PrivFit's ``objective_perturbation`` (Chaudhuri et al. 2011, seed 003
 Alg. 1), called as a black box: each call is ε_call-DP with respect to the rows it is given.
@@ -50,10 +50,11 @@ for uniform q_k and for other q_k differs only in how the Jacobian slack is appo
 release costs max(Σ_k ε_k, ε) = ε (Thm 4), no δ.
 
 PST-H on the target (seed 003 Alg. 4 step 3, :meth:`StackingFeatures.run_transfer`, called by
-:func:`service.dp.transfer.stacked_transfer_fit`): the same plan, row split and calibration,
+:func:`service.dp.multisite.transfer.stacked_transfer_fit`): the same plan, row split and
+calibration,
 with low-level model k's objective given the extra term (η/2)‖w − u_k‖² around a public centre
 u_k. The cost is PST-F's (ε in total); the proof that the extra term changes nothing is in
-:mod:`service.dp.transfer`.
+:mod:`service.dp.multisite.transfer`.
 """
 
 from __future__ import annotations
@@ -67,8 +68,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp import noise
-from service.dp.base import Calibration, FittedModel, LinearModel, Problem, ProgressCallback
+from service.dp.core.base import Calibration, FittedModel, LinearModel, Problem, ProgressCallback
+from service.dp.core.models import META_FEATURES, StackedModel, meta_features
+from service.dp.core.validation import PrivacyParameterError
+from service.dp.data.projection import clip_rows
 from service.dp.mechanisms._common import (
     base_details,
     check_common,
@@ -77,9 +80,7 @@ from service.dp.mechanisms._common import (
 )
 from service.dp.mechanisms.objective_perturbation import MECHANISM as _PLR
 from service.dp.mechanisms.objective_perturbation import run_certified, with_centre
-from service.dp.models import META_FEATURES, StackedModel, meta_features
-from service.dp.projection import clip_rows
-from service.dp.validation import PrivacyParameterError
+from service.dp.noise import draws as noise
 
 __all__ = [
     "DEFAULT_HIGH_LEVEL_FRACTION",
@@ -263,7 +264,8 @@ class _Stacking:
     def _plan(self, problem: Problem, *, transfer_strength: float = 0.0) -> _Plan:
         """Sizes, budgets and calibrations. ``transfer_strength`` η > 0 (PST-H) calibrates
         every low level at strong convexity λ + η: its objective carries the public term
-        (η/2)‖w − u_k‖², whose Hessian ηI enters the Jacobian bound (``service.dp.transfer``);
+        (η/2)‖w − u_k‖², whose Hessian ηI enters the Jacobian bound
+        (``service.dp.multisite.transfer``);
         the low-level problems keep ridge λ for the solve."""
         p = problem.params
         n_high = round(float(p["high_level_fraction"]) * problem.n)
@@ -595,7 +597,7 @@ class StackingFeatures(_Stacking):
 
         The calibration is :meth:`calibrate` with the same η (ε in total): u_k is public and
         the Hessian of the extra term is ηI, so each low level is calibrated at strong
-        convexity λ + η (the full argument is in :mod:`service.dp.transfer`). η = 0 is
+        convexity λ + η (the full argument is in :mod:`service.dp.multisite.transfer`). η = 0 is
         :meth:`run`.
         """
         problem = self.validate_params(problem)

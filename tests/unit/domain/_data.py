@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp.preprocessing import CategoricalFeature, NumericFeature, PreprocessingSpec
-from service.dp.projection import RandomProjection
+from service.dp.data.preprocessing import CategoricalFeature, NumericFeature, PreprocessingSpec
+from service.dp.data.projection import RandomProjection
 
 COLORS = ("red", "green", "blue")
 

@@ -21,8 +21,8 @@ from service.domain.models.predict import predict_rows
 from service.domain.randomness import Randomness
 from service.domain.records.base import DatasetRef, fit_privacy_record
 from service.dp import fit
-from service.dp.models import StackedModel, model_from_dict
-from service.dp.preprocessing import PreprocessingSpec
+from service.dp.core.models import StackedModel, model_from_dict
+from service.dp.data.preprocessing import PreprocessingSpec
 from tests.unit.domain import _data
 
 LABEL = {"column": "bought", "positive": "yes"}

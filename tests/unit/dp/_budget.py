@@ -3,11 +3,11 @@
 Objective perturbation and its relatives (``objective_perturbation``,
 ``generalized_objective_perturbation``, ``gaussian_objective_perturbation``, hypothesis
 transfer and the stacking levels built on ``objective_perturbation``) release the certified
-minimiser of :mod:`service.dp.certified`: the perturbed objective runs at ε₁ and a small
+minimiser of :mod:`service.dp.optimize.certified`: the perturbed objective runs at ε₁ and a small
 release noise, which covers the certified distance between the solver's answer and the exact
 minimiser, runs at ε_r, with ε₁ + ε_r ≤ ε (adaptive composition).
 
-The split (``service.dp.certified.split``, ``split_epsilon``, ``release_share``,
+The split (``service.dp.optimize.certified.split``, ``split_epsilon``, ``release_share``,
 ``base_tolerance``). With u = 2⁻⁵³ the part of the certificate's tolerance that depends on
 n and d only is
 

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import optimize, stats
 
-from service.dp import accounting as acc
-from service.dp.accounting import PrivacyCost
+from service.dp.core import accounting as acc
+from service.dp.core.accounting import PrivacyCost
 
 
 @pytest.mark.parametrize(
@@ -252,7 +252,7 @@ def test_federated_protocols_calibrate_with_the_ledger_floor(protocol: str) -> N
 def test_evaluation_and_tuning_noise_use_the_ledger_floor(monkeypatch: pytest.MonkeyPatch) -> None:
     import numpy as np
 
-    from service.dp import evaluation, selection
+    from service.dp.analysis import evaluation, selection
 
     scales: list[object] = []
     real = evaluation.noise_scale
@@ -276,7 +276,7 @@ def test_evaluation_and_tuning_noise_use_the_ledger_floor(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(selection, "exponential_mechanism", spy)
     from service.dp import fit
-    from service.dp.prepared import prepare_design
+    from service.dp.data.prepared import prepare_design
 
     rng = np.random.default_rng(0)
     X = rng.uniform(-0.5, 0.5, (60, 2))

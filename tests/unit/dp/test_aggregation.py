@@ -9,14 +9,14 @@ import pytest
 from numpy.typing import NDArray
 
 from service.dp import fit
-from service.dp.aggregation import (
+from service.dp.multisite.aggregation import (
     average_coefficients,
     feature_fit,
     linear_meta_design,
     linear_meta_scale,
     normalised_weights,
 )
-from service.dp.noise import RELEASE_GRID
+from service.dp.noise.draws import RELEASE_GRID
 
 
 def test_unweighted_average_of_known_vectors() -> None:

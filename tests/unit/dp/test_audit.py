@@ -10,8 +10,8 @@ by 1 between the neighbours: D has mean 1, D′ mean 0, and z − mean is Laplac
 norm-exponential mechanisms (d = 1) or N(0, (σ/2)²) for the Gaussian ones, with ε_n, σ and Δ
 derived here by hand (the tests also pin the calibration to them). The objective-perturbation
 mechanisms calibrate their objective at ε₁ = ε − ε_r (:mod:`tests.unit.dp._budget`), ε_r paying
-for the certified release's noise Z (:mod:`service.dp.certified`); on this pair Z moves z by
-E‖Z‖·n(λ + Δ)/2 ≈ 7·10⁻⁵ on average and the 2⁻³² release grid by ≤ 6·10⁻⁹, far below the
+for the certified release's noise Z (:mod:`service.dp.optimize.certified`); on this pair Z moves z
+by E‖Z‖·n(λ + Δ)/2 ≈ 7·10⁻⁵ on average and the 2⁻³² release grid by ≤ 6·10⁻⁹, far below the
 noise scale s ≈ 0.5.
 
 Thresholds. The events are {z > t} for t ∈ {1, 1 + s/2, 1 + s} (Laplace) or
@@ -57,7 +57,7 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from service.dp.base import Calibration, Problem
+from service.dp.core.base import Calibration, Problem
 from service.dp.mechanisms import get_mechanism
 from tests.unit.dp._audit import audit_tests, epsilon_lower_bound
 from tests.unit.dp._budget import objective_budget

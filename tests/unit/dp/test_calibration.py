@@ -2,7 +2,7 @@
 code under test), plus the names every mechanism must expose.
 
 The objective-perturbation mechanisms calibrate their objective at ε₁ = ε − ε_r, ε_r the
-certified release's share (:mod:`service.dp.certified`); ε₁ is derived by hand in
+certified release's share (:mod:`service.dp.optimize.certified`); ε₁ is derived by hand in
 :mod:`tests.unit.dp._budget` and its numbers are shown in ``test_budget_split_is_hand_derived``."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ U = 2.0**-53
 
 
 def _gamma(k: int) -> float:
-    """γ_k = ku/(1 − ku), taken up by κ = 1 + 2⁻²⁰ as service.dp.rounding does."""
+    """γ_k = ku/(1 − ku), taken up by κ = 1 + 2⁻²⁰ as service.dp.noise.rounding does."""
     return k * U / (1 - k * U) * (1 + 2.0**-20)
 
 

@@ -1,4 +1,4 @@
-"""The certified minimiser release (service.dp.certified): the proved error bounds hold
+"""The certified minimiser release (service.dp.optimize.certified): the proved error bounds hold
 against 50-digit decimal arithmetic, the public numbers are the hand-derived ones, the release
 noise has the hand-derived law, and a model is never released without its certificate."""
 
@@ -14,9 +14,10 @@ from numpy.typing import NDArray
 from scipy import stats
 
 from service.dp import calibrate as dp_calibrate
-from service.dp import certified, lattice
-from service.dp.losses import HuberLoss, LogisticLoss, Loss
-from service.dp.solvers import ConvergenceError, SolverResult, solve_erm
+from service.dp.core.losses import HuberLoss, LogisticLoss, Loss
+from service.dp.noise import lattice
+from service.dp.optimize import certified
+from service.dp.optimize.solvers import ConvergenceError, SolverResult, solve_erm
 from tests.unit.dp._budget import objective_budget, release_budget
 
 FloatArray = NDArray[np.float64]

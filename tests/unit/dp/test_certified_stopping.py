@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from service.dp import calibrate, certified, lattice, make_problem
-from service.dp.base import Problem
+from service.dp import calibrate, make_problem
+from service.dp.core.base import Problem
+from service.dp.core.losses import HuberLoss, LogisticLoss, Loss
+from service.dp.core.validation import PrivacyParameterError
 from service.dp.federated import federated_calibrate, federated_fit, noisy_average
-from service.dp.losses import HuberLoss, LogisticLoss, Loss
 from service.dp.mechanisms.output_perturbation import MECHANISM as OUTPUT_PERTURBATION
-from service.dp.solvers import ConvergenceError, SolverResult, solve_erm
-from service.dp.validation import PrivacyParameterError
+from service.dp.noise import lattice
+from service.dp.optimize import certified, certified_failure
+from service.dp.optimize.solvers import ConvergenceError, SolverResult, solve_erm
 from tests.unit.dp.federated._data import make_sites
 
 FloatArray = NDArray[np.float64]
@@ -173,7 +175,7 @@ def test_certificate_floor_is_the_hand_derived_one() -> None:
     tail: u·1.01 + (2u + γ₂)μW + u‖p‖ + 2u‖p‖ with ‖p‖ = 1.01 + μW = 2.01:
     1.01u + 4u + 2.01u + 4.02u = 11.04u; e = 164.14u;
     F = (c + μ)u·s/μ + 2e = 3.5u + 328.28u = 331.8u = 3.684e-14."""
-    got = certified.certificate_floor(
+    got = certified_failure.certificate_floor(
         n=100, d=4, loss=LogisticLoss(), strong_convexity=0.1, noise_norm=0.0
     )
     assert got == pytest.approx(331.8 * U, rel=2e-3)
@@ -190,13 +192,13 @@ def test_certificate_floor_bounds_the_proved_bound_near_the_minimiser(
     X, y = _data(300, 4, seed=21)
     b_hat = np.random.default_rng(22).normal(size=4) * scale
     noise = lattice.Enclosure(
-        value=b_hat, radius=certified.NOISE_RADIUS_RATIO * float(np.linalg.norm(b_hat))
+        value=b_hat, radius=certified_failure.NOISE_RADIUS_RATIO * float(np.linalg.norm(b_hat))
     )
     w = solve_erm(X, y, loss, regularization=0.02, linear=b_hat, tol=1e-15).coef
     bound = certified.gradient_bound(
         X, y, loss, w, regularization=0.02, extra_regularization=0.0, noise=noise
     )
-    floor = certified.certificate_floor(
+    floor = certified_failure.certificate_floor(
         n=300,
         d=4,
         loss=loss,
@@ -209,35 +211,37 @@ def test_certificate_floor_bounds_the_proved_bound_near_the_minimiser(
 def test_feasible_noise_norm_is_where_the_floor_meets_tau() -> None:
     terms: dict[str, Any] = {"n": 1000, "d": 4, "loss": LogisticLoss(), "strong_convexity": 0.01}
     tau = certified.tolerance(n=1000, d=4, c=0.25, strong_convexity=0.01, linear_bound=0.07)
-    q = certified.feasible_noise_norm(tolerance=tau, **terms)
-    assert certified.certificate_floor(noise_norm=q, **terms) <= tau
-    assert certified.certificate_floor(noise_norm=q * (1 + 1e-6), **terms) > tau
+    q = certified_failure.feasible_noise_norm(tolerance=tau, **terms)
+    assert certified_failure.certificate_floor(noise_norm=q, **terms) <= tau
+    assert certified_failure.certificate_floor(noise_norm=q * (1 + 1e-6), **terms) > tau
     # F is affine in q
-    f0, f1, f2 = (certified.certificate_floor(noise_norm=x, **terms) for x in (0.0, q, 2 * q))
+    f0, f1, f2 = (
+        certified_failure.certificate_floor(noise_norm=x, **terms) for x in (0.0, q, 2 * q)
+    )
     assert f2 - f1 == pytest.approx(f1 - f0, rel=1e-9)
     # no room at all: −1
-    assert certified.feasible_noise_norm(tolerance=f0 / 2, **terms) == -1.0
+    assert certified_failure.feasible_noise_norm(tolerance=f0 / 2, **terms) == -1.0
 
 
 def test_tail_bounds_are_the_hand_derived_ones() -> None:
     # d = 1: ‖b‖ ~ Exp(β), P[‖b‖ > t] = e^{−βt} exactly: log₁₀ = −βt/ln 10 (underflows as a
     # probability at βt = 5000, so the log-space bound is used; it is exact for d = 1)
-    assert certified.norm_exponential_tail_log10(1, 2.0, 2500.0) == pytest.approx(
+    assert certified_failure.norm_exponential_tail_log10(1, 2.0, 2500.0) == pytest.approx(
         -5000 / math.log(10), abs=1e-6
     )
     # d = 2: Q(2, x) = (1 + x)e^{−x}; at x = 10: 11e^{−10} = 4.994e-4
-    assert 10.0 ** certified.norm_exponential_tail_log10(2, 1.0, 10.0) == pytest.approx(
+    assert 10.0 ** certified_failure.norm_exponential_tail_log10(2, 1.0, 10.0) == pytest.approx(
         11 * math.exp(-10), rel=1e-8
     )
     # d = 2, x = 3000: the bound ln(x²/(x − 1)) − x is above ln(1 + x) − x by ln(1 + 1/(x² − 1))
     exact = (math.log(3001.0) - 3000.0) / math.log(10)
-    got = certified.norm_exponential_tail_log10(2, 1.0, 3000.0)
+    got = certified_failure.norm_exponential_tail_log10(2, 1.0, 3000.0)
     assert exact <= got <= exact + 1e-6
     # Gaussian: exp(−(t/σ − √d)²/2): σ = 1, d = 4, t = 12 → e^{−50}
-    assert certified.gaussian_tail_log10(4, 1.0, 12.0) == pytest.approx(-50 / math.log(10))
-    assert certified.gaussian_tail_log10(4, 1.0, 1.0) == 0.0
-    assert certified.probability_text(math.log10(3.2e-20)) == "≤ 3.2e-20"
-    assert certified.probability_text(-4342.3) == "≤ 10^-4342"
+    assert certified_failure.gaussian_tail_log10(4, 1.0, 12.0) == pytest.approx(-50 / math.log(10))
+    assert certified_failure.gaussian_tail_log10(4, 1.0, 1.0) == 0.0
+    assert certified_failure.probability_text(math.log10(3.2e-20)) == "≤ 3.2e-20"
+    assert certified_failure.probability_text(-4342.3) == "≤ 10^-4342"
 
 
 def test_enclosure_radius_is_at_most_2_to_the_minus_39_of_the_noise() -> None:
@@ -245,9 +249,13 @@ def test_enclosure_radius_is_at_most_2_to_the_minus_39_of_the_noise() -> None:
     for d in (1, 2, 5):
         for _ in range(300):
             got = lattice.norm_exponential_enclosure(d, beta=3.0, rng=rng)
-            assert got.radius <= certified.NOISE_RADIUS_RATIO * float(np.linalg.norm(got.value))
+            assert got.radius <= certified_failure.NOISE_RADIUS_RATIO * float(
+                np.linalg.norm(got.value)
+            )
             got = lattice.gaussian_enclosure(d, sigma=2.0, rng=rng)
-            assert got.radius <= certified.NOISE_RADIUS_RATIO * float(np.linalg.norm(got.value))
+            assert got.radius <= certified_failure.NOISE_RADIUS_RATIO * float(
+                np.linalg.norm(got.value)
+            )
 
 
 def test_objective_perturbation_records_when_its_certificate_can_fail() -> None:
@@ -259,7 +267,7 @@ def test_objective_perturbation_records_when_its_certificate_can_fail() -> None:
     beta = cal.details["beta"]
     assert got["noise_norm_threshold"] > 100 * 34 / beta
     assert got["log10_probability_bound"] == pytest.approx(
-        certified.norm_exponential_tail_log10(4, beta, got["noise_norm_threshold"])
+        certified_failure.norm_exponential_tail_log10(4, beta, got["noise_norm_threshold"])
     )
     assert got["log10_probability_bound"] < -1000
     assert got["probability"].startswith("≤ 10^-")
@@ -343,7 +351,7 @@ def test_output_perturbation_tolerance_covers_twice_the_floor() -> None:
     cal = calibrate(
         "output_perturbation", n=300, d=1, epsilon=1.0, regularization=1e-6, loss="huber"
     )
-    floor = certified.certificate_floor(
+    floor = certified_failure.certificate_floor(
         n=300, d=1, loss=HuberLoss(h=0.5), strong_convexity=1e-6, noise_norm=0.0
     )
     base = certified.tolerance(n=300, d=1, c=1.0, strong_convexity=1e-6, linear_bound=0.0)

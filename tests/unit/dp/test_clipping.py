@@ -1,4 +1,4 @@
-"""service.dp.clipping: the row-norm bounds, the clip and the summation error bound hold in
+"""service.dp.data.clipping: the row-norm bounds, the clip and the summation error bound hold in
 exact (rational) arithmetic for the doubles the code computes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from service.dp import clipping
+from service.dp.data import clipping
 
 
 def _exact_sq_norm(row: np.ndarray) -> Fraction:

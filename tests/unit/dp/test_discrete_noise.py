@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.dp import discrete_noise as dn
+from service.dp.noise import discrete as dn
 
 N = 6000
 P_MIN = 1e-4

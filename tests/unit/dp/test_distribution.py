@@ -5,7 +5,7 @@ from ``calibrate()``, so a wrong calibration fails here too; each law is also ch
 reject the same noise at half and at twice the scale (the tests have power).
 
 The objective-perturbation mechanisms calibrate their objective at ε₁ = ε − ε_r, ε_r paying
-for the certified release's noise Z (:mod:`service.dp.certified`, ε₁ derived by hand in
+for the certified release's noise Z (:mod:`service.dp.optimize.certified`, ε₁ derived by hand in
 :mod:`tests.unit.dp._budget`). The recovered b then also carries n(λ + Δ)·Z and the 2⁻³² grid's
 rounding: here E‖n(λ + Δ)Z‖ ≤ 5·10⁻³ against E‖b‖ ≥ 14, invisible to the KS tests."""
 
@@ -17,8 +17,8 @@ from numpy.typing import NDArray
 from scipy import stats
 
 from service.dp import calibrate, fit
-from service.dp.base import Calibration, Problem
-from service.dp.losses import get_loss
+from service.dp.core.base import Calibration, Problem
+from service.dp.core.losses import get_loss
 from service.dp.mechanisms import get_mechanism
 from tests.unit.dp._budget import objective_budget
 

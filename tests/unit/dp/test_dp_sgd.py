@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.dp import lattice
-from service.dp.base import Calibration, LinearModel, Problem
-from service.dp.losses import get_loss
+from service.dp.core.base import Calibration, LinearModel, Problem
+from service.dp.core.losses import get_loss
+from service.dp.data.projection import RandomProjection
 from service.dp.mechanisms import dp_sgd
 from service.dp.mechanisms.dp_sgd import (
     MECHANISM,
@@ -24,8 +24,8 @@ from service.dp.mechanisms.dp_sgd import (
     release_sensitivity,
     split_epsilon,
 )
-from service.dp.projection import RandomProjection
-from service.dp.solvers import ConvergenceError, minimize_erm
+from service.dp.noise import lattice
+from service.dp.optimize.solvers import ConvergenceError, minimize_erm
 from tests.unit.dp._audit import epsilon_lower_bound
 
 
@@ -100,7 +100,7 @@ def test_calibration_matches_the_hand_derivation(
 
 
 def _hand_mean_sensitivity(b: int, d: int) -> Fraction:
-    """Δ_mean(b) for C = 1, written out from the derivation (service.dp.clipping, step 4):
+    """Δ_mean(b) for C = 1, written out from the derivation (service.dp.data.clipping, step 4):
     2/b + 2[(E + u(b + E))/b + ⌈√d⌉η/2], E = γ_b·b + ⌈√d⌉·b·η, γ_b = bu/(1 − bu)."""
     u, eta = Fraction(1, 2**53), Fraction(1, 2**1074)
     root = math.isqrt(d) + (0 if math.isqrt(d) ** 2 == d else 1)
@@ -178,7 +178,7 @@ def problem_updates(problem: Problem) -> int:
 def test_clipping_holds_in_floating_point_for_rows_at_the_bound() -> None:
     # rows of norm exactly 1 (as preprocessing produces) and |l′| = 1 (Huber in its linear
     # part): each clipped term has exact norm < 1, so the mean of the batch has norm < 1
-    from service.dp import clipping
+    from service.dp.data import clipping
 
     rng = np.random.default_rng(4)
     X = rng.standard_normal((50, 106))

@@ -1,4 +1,4 @@
-"""Noise enclosures (service.dp.lattice): the doubles and radius enclose the real noise vector
+"""Noise enclosures (service.dp.noise.lattice): the doubles and radius enclose the real noise vector
 the uniforms define (checked against the decimal path on the same uniforms), the decimal
 fallback agrees with the fast path, and the laws are the hand-derived ones."""
 
@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.dp import lattice as L
+from service.dp.noise import lattice as L
+from service.dp.noise.lattice import enclosure, exact
+from service.dp.noise.lattice.fast import _Block
 
 
 def _distance(value: np.ndarray, unit: float, intervals: list[tuple[Decimal, Decimal]]) -> float:
@@ -32,14 +34,16 @@ def test_norm_exponential_enclosure_holds_the_real_vector(d: int, beta: float) -
     for seed in range(3):
         got = L.norm_exponential_enclosure(d, beta=beta, rng=np.random.default_rng(seed))
         # the same uniforms (same seed, same order of draws) on the decimal path
-        unit = L._unit_near(d / beta)
+        unit = enclosure._unit_near(d / beta)
         block = L.NormExponentialBlock(
             1, d, beta=beta * unit * 2.0**L.GRID_EXPONENT, rng=np.random.default_rng(seed)
         )
         pairs = block._pair_uniforms(0)
-        radial = L._Uniform.many(block._radial[0])
-        evaluate = L._norm_exponential_evaluator(pairs, radial, d, block.beta)
-        boxes = L._decimal_intervals(block._bits, [u for p in pairs for u in p] + radial, evaluate)
+        radial = exact._Uniform.many(block._radial[0])
+        evaluate = exact._norm_exponential_evaluator(pairs, radial, d, block.beta)
+        boxes = enclosure._decimal_intervals(
+            block._bits, [u for p in pairs for u in p] + radial, evaluate
+        )
         assert _distance(got.value, unit, boxes) <= got.radius
         # and the radius is tight: relative 10⁻¹² of the noise
         assert got.radius <= 1e-12 * float(np.linalg.norm(got.value))
@@ -49,11 +53,11 @@ def test_norm_exponential_enclosure_holds_the_real_vector(d: int, beta: float) -
 def test_gaussian_enclosure_holds_the_real_vector(d: int, sigma: float) -> None:
     for seed in range(3):
         got = L.gaussian_enclosure(d, sigma=sigma, rng=np.random.default_rng(seed))
-        unit = L._unit_near(sigma)
+        unit = enclosure._unit_near(sigma)
         block = L.GaussianBlock(1, d, sigma=sigma / unit * L.GRID, rng=np.random.default_rng(seed))
         pairs = block._pair_uniforms(0)
-        evaluate = L._gaussian_evaluator(pairs, 2 * len(pairs), block.sigma)
-        boxes = L._decimal_intervals(block._bits, [u for p in pairs for u in p], evaluate)
+        evaluate = exact._gaussian_evaluator(pairs, 2 * len(pairs), block.sigma)
+        boxes = enclosure._decimal_intervals(block._bits, [u for p in pairs for u in p], evaluate)
         assert _distance(got.value, unit, boxes[:d]) <= got.radius
         assert got.radius <= 1e-12 * sigma * math.sqrt(d)
 
@@ -63,13 +67,13 @@ def test_the_decimal_fallback_agrees_with_the_fast_path(monkeypatch: pytest.Monk
     coordinate there gives a value within both radii of the fast one."""
     fast = L.norm_exponential_enclosure(9, beta=0.7, rng=np.random.default_rng(11))
     gauss_fast = L.gaussian_enclosure(5, sigma=2.0, rng=np.random.default_rng(12))
-    original = L._enclose
+    original = enclosure._enclose
 
-    def all_open(block: L._Block, unit: float, intervals):  # type: ignore[no-untyped-def]
+    def all_open(block: _Block, unit: float, intervals):  # type: ignore[no-untyped-def]
         block._err[0, :] = np.inf
         return original(block, unit, intervals)
 
-    monkeypatch.setattr(L, "_enclose", all_open)
+    monkeypatch.setattr(enclosure, "_enclose", all_open)
     slow = L.norm_exponential_enclosure(9, beta=0.7, rng=np.random.default_rng(11))
     assert float(np.linalg.norm(slow.value - fast.value)) <= slow.radius + fast.radius
     assert slow.radius <= 1e-15 * float(np.linalg.norm(slow.value))

@@ -1,4 +1,4 @@
-"""Private evaluation numerics (:mod:`service.dp.evaluation`): the exact discrete Laplace
+"""Private evaluation numerics (:mod:`service.dp.analysis.evaluation`): the exact discrete Laplace
 sampler against its hand-derived law, the released statistics, and interval coverage."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.dp.evaluation import (
+from service.dp.analysis.evaluation import (
     bootstrap_intervals,
     confusion_counts,
     discrete_laplace_pmf,

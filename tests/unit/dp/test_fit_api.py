@@ -10,11 +10,11 @@ import pytest
 from numpy.typing import NDArray
 
 import service.dp as dp
-from service.dp.base import Calibration, FitResult, LinearModel, Problem
-from service.dp.losses import LogisticLoss, Loss
+from service.dp.core.base import Calibration, FitResult, LinearModel, Problem
+from service.dp.core.losses import LogisticLoss, Loss
+from service.dp.core.validation import PrivacyParameterError
 from service.dp.mechanisms import _common
-from service.dp.solvers import minimize_erm
-from service.dp.validation import PrivacyParameterError
+from service.dp.optimize.solvers import minimize_erm
 
 OWN = (
     "non_private",
@@ -85,7 +85,7 @@ def test_row_norm_tolerance() -> None:
 def test_rows_within_the_tolerance_are_scaled_into_the_unit_ball_exactly() -> None:
     from fractions import Fraction
 
-    from service.dp.validation import validate_design
+    from service.dp.core.validation import validate_design
 
     rng = np.random.default_rng(4)
     X = rng.normal(size=(400, 37))

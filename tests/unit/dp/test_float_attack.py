@@ -1,13 +1,13 @@
 """The floating-point attack of issue 19 §1 against the old sampler, and the exact grid release.
 
-Old sampler (kept here, as it was in ``service.dp.noise`` and used by output perturbation):
+Old sampler (kept here, as it was in ``service.dp.noise.draws`` and used by output perturbation):
 b = θ·gammaincinv(d, U)·g/‖g‖ with U = (k + ½)·2⁻⁵² from a 52-bit CSPRNG word k, released as
 round((ŵ + b)/γ)·γ, γ = 2⁻³². In the upper tail consecutive reachable norms are θ·ln((j+½)/(j−½))
 ≈ θ/j apart (j = 2⁵² − k), far more than γ, so the released set under a centre w and the set
 under w′ = w + Δ barely overlap there: an output reachable under one is impossible under the
 other, and the mechanism is at best (ε, δ)-DP with δ ≥ the probability of those outputs.
 
-New release (:mod:`service.dp.lattice`): the cell round((w + X)/γ) of the *real* X is sampled
+New release (:mod:`service.dp.noise.lattice`): the cell round((w + X)/γ) of the *real* X is sampled
 exactly; its law is P_w(o) = ∫_{cell o} p(x − w) dx, positive everywhere, and
 P_w(o)/P_w′(o) ≤ e^{β‖w − w′‖} cell by cell. The tests check that pmf, derived by hand, at the
 very outputs of the attack, and check by chi-square that the sampler follows it.
@@ -22,8 +22,10 @@ import numpy as np
 import pytest
 from scipy import integrate, special, stats
 
-from service.dp import lattice, noise
 from service.dp.mechanisms.output_perturbation import MECHANISM as OUTPUT_PERTURBATION
+from service.dp.noise import draws as noise
+from service.dp.noise import lattice
+from service.dp.noise.lattice import exact
 
 GAMMA = 2.0**-32
 EPS = 1.0
@@ -134,7 +136,7 @@ def test_the_exact_release_keeps_every_attack_output_within_e_eps() -> None:
 
 
 def test_output_perturbation_releases_through_the_exact_grid_sampler() -> None:
-    from service.dp.base import Problem
+    from service.dp.core.base import Problem
 
     problem = Problem("output_perturbation", 50, 1, EPS, 0.0, "logistic", 0.1)
     cal = OUTPUT_PERTURBATION.calibrate(problem)
@@ -224,15 +226,15 @@ def test_exact_release_follows_the_cell_pmf_in_two_dimensions() -> None:
 def test_refinement_keeps_the_law(monkeypatch: pytest.MonkeyPatch) -> None:
     """With noise of ~2³² cells and 32-bit first draws, nearly every coordinate needs more bits;
     the norm must still be Gamma(d, 1/β) (KS, law derived in the module docstring)."""
-    monkeypatch.setattr(lattice, "_FIRST_WORDS", 1)
+    monkeypatch.setattr(exact, "_FIRST_WORDS", 1)
     refinements = [0]
-    original = lattice._Sampler.refine_all
+    original = exact._Sampler.refine_all
 
-    def counting(self: lattice._Sampler) -> None:
+    def counting(self: exact._Sampler) -> None:
         refinements[0] += 1
         original(self)
 
-    monkeypatch.setattr(lattice._Sampler, "refine_all", counting)
+    monkeypatch.setattr(exact._Sampler, "refine_all", counting)
     rng = np.random.default_rng(3)
     d, beta = 3, 0.5
     norms = [

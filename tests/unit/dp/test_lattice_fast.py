@@ -1,4 +1,4 @@
-"""The fast path of service.dp.lattice: its error bounds hold (against 60-digit decimal
+"""The fast path of service.dp.noise.lattice: its error bounds hold (against 60-digit decimal
 arithmetic), it returns the cells the decimal path returns on the same uniforms, and the
 blocks release each noise vector once."""
 
@@ -11,7 +11,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from service.dp import lattice, rounding
+from service.dp.noise import lattice, rounding
+from service.dp.noise.lattice import fast
 
 GAMMA = 2.0**-32
 
@@ -25,11 +26,11 @@ def _decimal_ln(x: float) -> Decimal:
 def test_the_ln2_split_and_the_mantissa_threshold() -> None:
     with localcontext() as ctx:
         ctx.prec = 60
-        split = Decimal(lattice._LN2_HI) + Decimal(lattice._LN2_LO)
+        split = Decimal(fast._LN2_HI) + Decimal(fast._LN2_LO)
         assert abs(split - Decimal(2).ln()) <= Decimal(2) ** -86
-        assert (lattice._LN2_HI * 2.0**32).is_integer()  # 32 bits: e·_LN2_HI is exact
-        assert Decimal(lattice._SQRT_HALF) > Decimal(1) / Decimal(2).sqrt()
-        assert Decimal(lattice._SQRT_HALF) - Decimal(1) / Decimal(2).sqrt() < Decimal(2) ** -53
+        assert (fast._LN2_HI * 2.0**32).is_integer()  # 32 bits: e·_LN2_HI is exact
+        assert Decimal(fast._SQRT_HALF) > Decimal(1) / Decimal(2).sqrt()
+        assert Decimal(fast._SQRT_HALF) - Decimal(1) / Decimal(2).sqrt() < Decimal(2) ** -53
 
 
 def test_the_logarithm_stays_within_its_bound() -> None:
@@ -38,14 +39,14 @@ def test_the_logarithm_stays_within_its_bound() -> None:
         [
             rng.random(4000),
             1.0 - rng.random(500) * 1e-9,  # near 1: ln x ≈ x − 1, the relative bound matters
-            lattice._SQRT_HALF * (1.0 + (rng.random(500) - 0.5) * 1e-12),  # the mantissa switch
+            fast._SQRT_HALF * (1.0 + (rng.random(500) - 0.5) * 1e-12),  # the mantissa switch
             rng.random(500) * 2.0**-40,
             np.exp(-rng.random(500) * 700.0),
             [1.0, 0.5, 2.0**-64, 2.0**-1000, np.nextafter(1.0, 0.0)],
         ]
     )
     x = x[x > 0.0]
-    values, bounds = lattice._ln(x)
+    values, bounds = fast._ln(x)
     worst = 0.0
     for xi, li, bi in zip(x.tolist(), values.tolist(), bounds.tolist(), strict=True):
         error = abs(Decimal(li) - _decimal_ln(xi))
@@ -77,7 +78,7 @@ def test_norm_exponential_fast_cells_are_the_exact_cells(
     decided_any = 0
     for j in range(150):
         centre = np.random.default_rng(j).standard_normal(dim) * scale
-        cells, decided = lattice._fast_cells(centre, block._y[j], block._bound[j])
+        cells, decided = fast._fast_cells(centre, block._y[j], block._bound[j])
         exact = block._exact(j, centre)
         np.testing.assert_array_equal((cells * GAMMA)[decided], exact[decided])
         decided_any += int(decided.all())
@@ -90,7 +91,7 @@ def test_gaussian_fast_cells_are_the_exact_cells(dim: int, sigma: float) -> None
     undecided = 0
     for j in range(150):
         centre = np.random.default_rng(j).standard_normal(dim) * 50.0
-        cells, decided = lattice._fast_cells(centre, block._y[j], block._bound[j])
+        cells, decided = fast._fast_cells(centre, block._y[j], block._bound[j])
         exact = block._exact(j, centre)
         np.testing.assert_array_equal((cells * GAMMA)[decided], exact[decided])
         undecided += int((~decided).sum())
@@ -106,17 +107,17 @@ def test_coordinates_near_a_cell_boundary_go_to_the_decimal_path() -> None:
     for j in range(20):
         y = block._y[j]
         centre = (0.5 - (y - np.floor(y))) * GAMMA  # ŷ + centre/γ ≈ an integer + ½
-        _, decided = lattice._fast_cells(centre, y, block._bound[j])
+        _, decided = fast._fast_cells(centre, y, block._bound[j])
         assert not decided.any()
         np.testing.assert_array_equal(block.release(j, centre), block._exact(j, centre))
 
 
 def test_thirty_two_bit_first_draws_still_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(lattice, "_FIRST_WORDS", 1)
+    monkeypatch.setattr("service.dp.noise.lattice.exact._FIRST_WORDS", 1)
     block = lattice.NormExponentialBlock(50, 4, beta=2.0**20, rng=np.random.default_rng(2))
     for j in range(50):
         centre = np.full(4, 0.1)
-        cells, decided = lattice._fast_cells(centre, block._y[j], block._bound[j])
+        cells, decided = fast._fast_cells(centre, block._y[j], block._bound[j])
         np.testing.assert_array_equal((cells * GAMMA)[decided], block._exact(j, centre)[decided])
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.dp import noise
+from service.dp.noise import draws as noise
 
 N = 4000
 #: A KS p-value below this fails the test (seeded runs are deterministic; the CSPRNG ones
@@ -75,7 +75,7 @@ def test_csprng_draws_differ() -> None:
 
 
 def test_no_float_sampler_is_left_to_release_with() -> None:
-    # every release is an exact lattice point (service.dp.lattice); the inverse-CDF samplers
+    # every release is an exact lattice point (service.dp.noise.lattice); the inverse-CDF samplers
     # of earlier versions are gone from the service (issue 25 §2)
     for name in ("gaussian", "laplace", "gamma", "uniform_direction", "norm_exponential_vector"):
         assert not hasattr(noise, name), name

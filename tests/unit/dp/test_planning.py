@@ -1,4 +1,4 @@
-"""The planner's numerics (:mod:`service.dp.planning`): bounds and the target answer."""
+"""The planner's numerics (:mod:`service.dp.analysis.planning`): bounds and the target answer."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from service.dp import calibrate
-from service.dp.planning import GridPoint, excess_risk_bound, plan_point, smallest_epsilon
+from service.dp.analysis.planning import GridPoint, excess_risk_bound, plan_point, smallest_epsilon
 
 
 def test_objective_perturbation_bound_uses_the_coefficient_shift() -> None:

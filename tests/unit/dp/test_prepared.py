@@ -11,7 +11,7 @@ import pytest
 from numpy.typing import NDArray
 
 import service.dp as dp
-from service.dp.prepared import active_design, using
+from service.dp.data.prepared import active_design, using
 
 
 def _data(n: int = 2_000, d: int = 20, seed: int = 0) -> tuple[NDArray[Any], NDArray[Any]]:

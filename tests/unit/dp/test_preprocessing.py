@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from service.dp.preprocessing import (
+from service.dp.data.preprocessing import (
     CategoricalFeature,
     NumericFeature,
     PreprocessingSpec,
     labels_from_column,
 )
-from service.dp.projection import RandomProjection
+from service.dp.data.projection import RandomProjection
 
 
 def _spec(**kwargs: object) -> PreprocessingSpec:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from service.dp.projection import MAX_SEED, RandomProjection, clip_rows, jl_dimension
+from service.dp.data.projection import MAX_SEED, RandomProjection, clip_rows, jl_dimension
 
 
 def test_matrix_is_a_deterministic_function_of_the_public_parameters() -> None:

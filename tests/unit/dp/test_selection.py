@@ -1,4 +1,5 @@
-"""Private tuning (:mod:`service.dp.selection`): the split, the exponential mechanism's law,
+"""Private tuning (:mod:`service.dp.analysis.selection`): the split, the exponential mechanism's
+law,
 the grid of λ × η, and that tuning picks a good λ (or DP-SGD step size) when the data allow it."""
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ import pytest
 from scipy import stats
 
 from service.dp import fit as dp_fit
-from service.dp.prepared import PreparedDesign, prepare_design
-from service.dp.selection import (
+from service.dp.analysis.selection import (
     MAX_CANDIDATES,
     Setting,
     exponential_mechanism,
@@ -19,6 +19,7 @@ from service.dp.selection import (
     split_parts,
     tune,
 )
+from service.dp.data.prepared import PreparedDesign, prepare_design
 
 
 def test_parts_are_disjoint_and_cover_the_rows() -> None:

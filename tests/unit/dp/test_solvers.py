@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from service.dp import solvers
-from service.dp.losses import HuberLoss, LogisticLoss
-from service.dp.solvers import ConvergenceError, erm_gradient, erm_objective, solve_erm
+from service.dp.core.losses import HuberLoss, LogisticLoss
+from service.dp.optimize import solvers
+from service.dp.optimize.solvers import ConvergenceError, erm_gradient, erm_objective, solve_erm
 
 
 def _data(n: int, d: int, seed: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:

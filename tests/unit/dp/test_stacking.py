@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from scipy import special
 
-from service.dp.base import LinearModel, Problem
+from service.dp.core.base import LinearModel, Problem
+from service.dp.core.models import StackedModel, meta_features, model_from_dict
 from service.dp.mechanisms.objective_perturbation import MECHANISM as PLR
 from service.dp.mechanisms.stacking import (
     STACKING_FEATURES,
@@ -22,7 +23,6 @@ from service.dp.mechanisms.stacking import (
     split_budget,
     split_rows,
 )
-from service.dp.models import StackedModel, meta_features, model_from_dict
 from tests.unit.dp._audit import epsilon_lower_bound
 
 

@@ -1,5 +1,5 @@
-"""Hypothesis transfer (``service.dp.transfer``): η = 0 is objective perturbation, a large η
-returns the source model, η moves the fit towards the source, bad input is refused.
+"""Hypothesis transfer (``service.dp.multisite.transfer``): η = 0 is objective perturbation, a large
+η returns the source model, η moves the fit towards the source, bad input is refused.
 
 PST-H (feature groups): the centres reproduce the source's group scores on the group's scale,
 η = 0 is PST-F with the same noise, a large η puts the low-level models on their centres, the
@@ -16,16 +16,16 @@ import pytest
 from numpy.typing import NDArray
 
 from service.dp import FitResult, fit, make_problem
-from service.dp.accounting import ledger_amount, to_units
+from service.dp.core.accounting import ledger_amount, to_units
+from service.dp.core.models import StackedModel
 from service.dp.mechanisms.stacking import STACKING_FEATURES
-from service.dp.models import StackedModel
-from service.dp.noise import RELEASE_GRID
-from service.dp.transfer import (
+from service.dp.multisite.transfer import (
     group_centres,
     stacked_transfer_calibration,
     stacked_transfer_fit,
     transfer_fit,
 )
+from service.dp.noise.draws import RELEASE_GRID
 from tests.unit.dp._budget import objective_budget
 
 

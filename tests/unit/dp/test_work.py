@@ -1,5 +1,5 @@
-"""A job's estimated work (service.dp.work), in row-feature passes, computed by hand; and the
-submission's refusal of a job over the cap names the estimate only when it is the caller's."""
+"""A job's estimated work (service.dp.analysis.work), in row-feature passes, computed by hand; and
+the submission's refusal of a job over the cap names the estimate only when it is the caller's."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 
 from service.domain.jobs.charged import JobTooLargeError
 from service.dp import calibrate
-from service.dp.work import (
+from service.dp.analysis.work import (
     SOLVE_PASSES,
     UPDATE_ROWS,
     dp_sgd_work,

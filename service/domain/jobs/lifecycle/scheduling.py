@@ -50,8 +50,8 @@ class ApiProcessScheduler(JobScheduler, Protocol):
 @runtime_checkable
 class WorkCappedScheduler(JobScheduler, Protocol):
     """A runner that refuses jobs whose estimated work (row-feature passes,
-    :mod:`service.dp.work`) exceeds ``max_job_work`` (``PRIVFIT_MAX_JOB_WORK``; None: no cap),
-    so that no single job can hold a worker for hours. The check is made at submission,
+    :mod:`service.dp.analysis.work`) exceeds ``max_job_work`` (``PRIVFIT_MAX_JOB_WORK``; None: no
+    cap), so that no single job can hold a worker for hours. The check is made at submission,
     before anything is charged (:func:`service.domain.jobs.charged.submit_charged_job`)."""
 
     max_job_work: float | None

@@ -2,7 +2,7 @@
 ζ = α̂/2 and the Φ-branch fix, PVP's sensitivity, topologies; non-private ADMM reaches the
 centralised minimiser.
 
-DVP releases each round's broadcast as a certified minimiser (:mod:`service.dp.certified`):
+DVP releases each round's broadcast as a certified minimiser (:mod:`service.dp.optimize.certified`):
 per site p the round's α is split into α_r = fl(α·κ_p) for the release noise and
 α₁ = α − α_r for the step objective, κ_p = min(½, √(B_pτ₀)/(1 + √(B_pτ₀))),
 τ₀ = 10⁻¹⁰ + 8(min(B_p, 4096) + d)u; every DVP formula (ᾱ_p ≤ α₁/2, Φ_p, α̂_p, ζ_p) runs at
@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.dp.accounting import PrivacyCost, advanced_composition
+from service.dp.core.accounting import PrivacyCost, advanced_composition
+from service.dp.core.losses import LogisticLoss
 from service.dp.federated import federated_calibrate, federated_fit
-from service.dp.losses import LogisticLoss
-from service.dp.solvers import erm_gradient, minimize_erm
+from service.dp.optimize.solvers import erm_gradient, minimize_erm
 from tests.unit.dp._budget import objective_budget, release_budget
 from tests.unit.dp.federated._data import make_sites, pooled
 
@@ -368,7 +368,7 @@ def test_dvp_round_release_noise_is_hand_derived(monkeypatch: pytest.MonkeyPatch
     α = 1 (T = 1): α₁ from tests/unit/dp/_budget, the Φ branch (ᾱ = 2 ln 1.5 > α₁/2):
     Φ = c/(N(e^{α₁/4} − 1)) − λ, ζ = α₁/4; the step's ridge is (N/B)Φ = Φ, so μ = λ + Φ;
     L = (d + 10√d + 10)/ζ/B; τ = (1 + L)(1e-10 + 8(100 + 5)u + γ₅/μ₋); β_r = α_r/(2τ/μ₋)."""
-    from service.dp import certified
+    from service.dp.optimize import certified
 
     plans: list[certified.CertifiedRelease] = []
     original = certified.release_minimiser

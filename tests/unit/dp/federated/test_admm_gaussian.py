@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.dp.accounting import zcdp_to_dp_cks
+from service.dp.core.accounting import zcdp_to_dp_cks
+from service.dp.core.losses import LogisticLoss
 from service.dp.federated import admm, federated_calibrate, federated_fit
 from service.dp.federated.distributed_lasso import max_rho
-from service.dp.losses import LogisticLoss
-from service.dp.solvers import minimize_erm
+from service.dp.optimize.solvers import minimize_erm
 from tests.unit.dp.federated._data import make_sites, pooled
 
 LN_1E5 = math.log(1e5)  # ln(1/δ) at δ = 1e-5: 11.512925…

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from service.dp import certified
 from service.dp.federated import federated_fit
+from service.dp.optimize import certified
 
 from ._data import make_sites
 

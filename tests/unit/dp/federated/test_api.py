@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from service.dp.core.losses import LogisticLoss
+from service.dp.core.validation import PrivacyParameterError
 from service.dp.federated import (
     FEDERATED_PROTOCOLS,
     FederatedCalibration,
@@ -24,9 +26,7 @@ from service.dp.federated import (
     psgd,
 )
 from service.dp.federated._common import RoundClock
-from service.dp.losses import LogisticLoss
-from service.dp.solvers import ConvergenceError
-from service.dp.validation import PrivacyParameterError
+from service.dp.optimize.solvers import ConvergenceError
 from tests.unit.dp.federated._data import make_sites
 
 #: One small configuration per protocol (and per variant) for the generic checks.

@@ -13,7 +13,7 @@ import pytest
 from scipy import stats
 from sklearn.linear_model import Lasso
 
-from service.dp import clipping
+from service.dp.data import clipping
 from service.dp.federated import federated_calibrate, federated_fit
 from service.dp.federated.distributed_lasso import LassoSite, soft_threshold
 from tests.unit.dp.federated._data import make_sites, pooled
@@ -21,7 +21,7 @@ from tests.unit.dp.federated._data import make_sites, pooled
 
 def _cks_epsilon_by_grid(rho: float, delta: float) -> float:
     """Canonne–Kamath–Steinke (Cor. 13) ε of ρ-zCDP, minimised over a dense grid of Rényi
-    orders α = 1 + e^t (independent of ``service.dp.accounting``)."""
+    orders α = 1 + e^t (independent of ``service.dp.core.accounting``)."""
     am1 = np.exp(np.linspace(-12.0, 12.0, 400_001))
     alpha = 1.0 + am1
     eps = alpha * rho + (np.log(1.0 / delta) + am1 * np.log(am1 / alpha) - np.log(alpha)) / am1
@@ -44,7 +44,7 @@ def _cal(eps: float, delta: float, **params: Any) -> Any:
 def _hand_sensitivity(n: int, d: int, clip: float) -> Fraction:
     """Δ = 2C + 2E(n), E(n) = γ_n·n·C + ⌈√d⌉·n·2⁻¹⁰⁷⁴, γ_n = nu/(1 − nu), u = 2⁻⁵³: the
     sensitivity of a clipped gradient sum of n rows as computed in doubles
-    (service.dp.clipping, written out independently)."""
+    (service.dp.data.clipping, written out independently)."""
     u, eta = Fraction(1, 2**53), Fraction(1, 2**1074)
     root = math.isqrt(d) + (0 if math.isqrt(d) ** 2 == d else 1)
     gamma = n * u / (1 - n * u)

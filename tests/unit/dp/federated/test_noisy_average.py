@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from service.dp.core.losses import HuberLoss, LogisticLoss
 from service.dp.federated import federated_calibrate, federated_fit
-from service.dp.losses import HuberLoss, LogisticLoss
-from service.dp.solvers import minimize_erm
+from service.dp.optimize.solvers import minimize_erm
 from tests.unit.dp.federated._data import make_sites
 
 U = 2.0**-53

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from service.dp import clipping
-from service.dp.accounting import gaussian_zcdp, zcdp_to_dp, zcdp_to_dp_cks
+from service.dp.core.accounting import gaussian_zcdp, zcdp_to_dp, zcdp_to_dp_cks
+from service.dp.core.losses import LogisticLoss
+from service.dp.core.validation import PrivacyParameterError
+from service.dp.data import clipping
 from service.dp.federated import federated_calibrate, federated_fit, psgd
-from service.dp.losses import LogisticLoss
-from service.dp.solvers import minimize_erm
-from service.dp.validation import PrivacyParameterError
+from service.dp.optimize.solvers import minimize_erm
 from tests.unit.dp.federated._data import make_sites, pooled
 
 GAMMA = 2.0**-32
@@ -33,7 +33,7 @@ def _cal(eps: float, delta: float, **params: Any) -> Any:
 def _hand_sensitivity(n: int, d: int) -> Fraction:
     """Δ = 2C + 2E(n) for C = L = 1, E(n) = γ_n·n + ⌈√d⌉·n·2⁻¹⁰⁷⁴, γ_n = nu/(1 − nu),
     u = 2⁻⁵³: the sensitivity of the gradient sum of n rows as computed in doubles (written out
-    independently of service.dp.clipping)."""
+    independently of service.dp.data.clipping)."""
     u, eta = Fraction(1, 2**53), Fraction(1, 2**1074)
     root = math.isqrt(d) + (0 if math.isqrt(d) ** 2 == d else 1)
     gamma = n * u / (1 - n * u)

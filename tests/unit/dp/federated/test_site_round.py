@@ -21,7 +21,7 @@ import pytest
 
 from service.dp.federated import _common, admm, distributed_lasso, federated_fit, noisy_average
 from service.dp.federated._common import FloatArray, RoundClock, site_round
-from service.dp.solvers import ConvergenceError
+from service.dp.optimize.solvers import ConvergenceError
 
 from ._data import make_sites
 

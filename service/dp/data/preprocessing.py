@@ -22,7 +22,7 @@ row-norm step ‖x‖² ≤ (#numeric + #categorical + intercept) =: M². Then
   as they are; the others are projected onto the sphere);
 * ``row_norm="scale"``: x ↦ x / M, with the public constant M from the spec alone.
 
-Optionally a public :class:`~service.dp.projection.RandomProjection` R (k × d) follows,
+Optionally a public :class:`~service.dp.data.projection.RandomProjection` R (k × d) follows,
 x ↦ Rx, and every projected row is clipped to norm ≤ 1 again.
 
 Missing or non-finite values (None, NaN, ±inf) and non-numbers in numeric columns raise
@@ -40,7 +40,7 @@ from typing import Any, Literal, cast
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from service.dp.projection import RandomProjection, clip_rows
+from service.dp.data.projection import RandomProjection, clip_rows
 
 __all__ = [
     "CategoricalFeature",

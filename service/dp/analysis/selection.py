@@ -36,11 +36,11 @@ from typing import Any, Final, Generic, TypeVar
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp.accounting import ledger_floor
-from service.dp.base import FitResult
-from service.dp.discrete_noise import bernoulli_exp, randbelow
-from service.dp.noise import uniforms
-from service.dp.prepared import PreparedDesign, prepare_design
+from service.dp.core.accounting import ledger_floor
+from service.dp.core.base import FitResult
+from service.dp.data.prepared import PreparedDesign, prepare_design
+from service.dp.noise.discrete import bernoulli_exp, randbelow
+from service.dp.noise.draws import uniforms
 
 __all__ = [
     "MAX_CANDIDATES",

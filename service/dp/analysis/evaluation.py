@@ -37,7 +37,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp.accounting import ledger_floor
+from service.dp.core.accounting import ledger_floor
 
 __all__ = [
     "CELLS",

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from scipy import optimize
 
-from service.dp.validation import PrivacyParameterError
+from service.dp.core.validation import PrivacyParameterError
 
 __all__ = [
     "DELTA_UNITS_PER_ONE",

@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 
 from service.dp import calibrate
 from service.dp import fit as dp_fit
-from service.dp.prepared import prepare_design
+from service.dp.data.prepared import prepare_design
 
 __all__ = [
     "BOUND_MECHANISMS",

@@ -1,6 +1,7 @@
 """Uniform draws for PrivFit's randomised choices, and the release grid.
 
-Every noisy value PrivFit releases is an exact lattice point drawn by :mod:`service.dp.lattice`
+Every noisy value PrivFit releases is an exact lattice point drawn by
+:mod:`service.dp.noise.lattice`
 from its own random bits (docs/privacy.md, "Floating point"); no float sampler takes part in a
 release (the float samplers of earlier versions live on only in ``benchmarks/float_samplers.py``,
 as the baseline the exact samplers are timed against). What stays here:

@@ -64,9 +64,9 @@ from numpy.typing import NDArray
 from scipy import linalg, optimize, special
 from scipy.sparse.linalg import LinearOperator, cg
 
-from service.dp.losses import LogisticLoss, Loss
-from service.dp.prepared import active_design
-from service.dp.rounding import UNIT_ROUNDOFF, gamma, norm_up
+from service.dp.core.losses import LogisticLoss, Loss
+from service.dp.data.prepared import active_design
+from service.dp.noise.rounding import UNIT_ROUNDOFF, gamma, norm_up
 
 __all__ = [
     "DEFAULT_TOLERANCE",
@@ -142,7 +142,7 @@ class ConvergenceError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class FinalPass:
     """What the float64 pass at the returned point computed, with proved error bounds, so
-    that :func:`service.dp.certified.gradient_bound_from_pass` can bound the true gradient
+    that :func:`service.dp.optimize.certified.gradient_bound_from_pass` can bound the true gradient
     there without another pass over X.
 
     * ``margins`` ẑ with |ẑ_i − y_i x_iᵀw| ≤ ``margin_error`` for the returned double w: a
@@ -580,7 +580,7 @@ def _build(
 def _with_float32_copy(obj: _Objective) -> _Objective:
     """``obj`` with the float32 copy of X and y, plus what is taken from each block of the
     copy while it is in cache: Xᵀy and a contiguous copy of every ``_STRIDE``-th row. When
-    (X, y) are the arrays of the :class:`~service.dp.prepared.PreparedDesign` being fitted,
+    (X, y) are the arrays of the :class:`~service.dp.data.prepared.PreparedDesign` being fitted,
     the copy made by its first fit is reused (it depends on X and y only)."""
     design = active_design(obj.X, obj.y)
     if design is None:

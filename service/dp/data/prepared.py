@@ -11,7 +11,8 @@ and lets the solver reuse the working copy it made on the first fit.
 Nothing about privacy changes: the arrays are the ones that were checked (made read-only, so
 they cannot change underneath), every fit still draws fresh noise, and the working copy is a
 deterministic function of (X, y) that only ever enters Newton *directions*
-(:mod:`service.dp.solvers`); a fit on a prepared design returns bit for bit what ``fit(X, y)``
+(:mod:`service.dp.optimize.solvers`); a fit on a prepared design returns bit for bit what ``fit(X,
+y)``
 returns with the same noise.
 """
 
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from service.dp.validation import validate_design
+from service.dp.core.validation import validate_design
 
 __all__ = ["PreparedDesign", "active_design", "prepare_design", "using"]
 

@@ -2,15 +2,15 @@
 
 Each method is built from a job's stored parameters (so a worker needs nothing else) and
 gives its calibration from public quantities — (n, d, number of source models) → the
-:class:`~service.dp.base.Calibration` — and its fit — (X, y, source coefficient vectors,
-rng) → the :class:`~service.dp.base.FitResult`. The source models are released models, so
+:class:`~service.dp.core.base.Calibration` — and its fit — (X, y, source coefficient vectors,
+rng) → the :class:`~service.dp.core.base.FitResult`. The source models are released models, so
 using them is post-processing; the cost is the mechanism's on the fitted dataset alone.
 
 * ``transfer`` — hypothesis transfer (seed 003, PST-F): objective perturbation with the
-  regulariser (η/2)‖w − w₀‖² centred on the sources' average (:mod:`service.dp.transfer`); with
-  feature groups, PST-H (:data:`PST_H_WITHIN_JOB`).
+  regulariser (η/2)‖w − w₀‖² centred on the sources' average (:mod:`service.dp.multisite.transfer`);
+  with feature groups, PST-H (:data:`PST_H_WITHIN_JOB`).
 * ``feature`` — the feature method (seed 000, Alg. 5): a DP meta-level fit on the site models'
-  outputs (:func:`service.dp.aggregation.feature_fit`).
+  outputs (:func:`service.dp.multisite.aggregation.feature_fit`).
 
 A new method is one entry in :data:`CHARGED_AGGREGATIONS` (params → :class:`ChargedAggregation`)
 plus its request schema.
@@ -25,12 +25,16 @@ from typing import Any
 import numpy as np
 
 from service.dp import calibrate as dp_calibrate
-from service.dp.aggregation import (
+from service.dp.core.base import Calibration, FitResult
+from service.dp.multisite.aggregation import (
     average_coefficients,
     feature_fit,
 )
-from service.dp.base import Calibration, FitResult
-from service.dp.transfer import stacked_transfer_calibration, stacked_transfer_fit, transfer_fit
+from service.dp.multisite.transfer import (
+    stacked_transfer_calibration,
+    stacked_transfer_fit,
+    transfer_fit,
+)
 
 FitCompute = Callable[[Any, Any, list[Any], np.random.Generator | None], FitResult]
 
@@ -51,7 +55,8 @@ class ChargedAggregation:
     compute: FitCompute
 
 
-#: What the record says a PST-H job does and costs (docs/design.md §3; service.dp.transfer).
+#: What the record says a PST-H job does and costs (docs/design.md §3;
+# service.dp.multisite.transfer).
 PST_H_WITHIN_JOB = (
     "PST-H (seed 003 Alg. 4, target side): the target's rows are split at random, "
     "independently of the data, into a low-level and a high-level part; low-level model k is "
@@ -102,14 +107,14 @@ def transfer_method(p: Mapping[str, Any]) -> ChargedAggregation:
         base_mechanism="objective_perturbation",
         within_job="objective perturbation on the target dataset with the regulariser "
         "(η/2)‖w − w₀‖² centred on the average w₀ of the source models (public, "
-        "post-processed); the same ε bound holds (see service.dp.transfer)",
+        "post-processed); the same ε bound holds (see service.dp.multisite.transfer)",
         calibrate=calibrate,
         compute=compute,
     )
 
 
 def pst_h_method(p: Mapping[str, Any]) -> ChargedAggregation:
-    """``transfer`` with feature groups: PST-H on the target (service.dp.transfer)."""
+    """``transfer`` with feature groups: PST-H on the target (service.dp.multisite.transfer)."""
     groups = [[int(j) for j in g] for g in p["feature_groups"]]
     importance = None if p.get("importance") is None else [float(v) for v in p["importance"]]
     meta = str(p.get("meta_features") or "sigmoid")
@@ -193,7 +198,7 @@ def feature_method(p: Mapping[str, Any]) -> ChargedAggregation:
         base_mechanism=mechanism,
         within_job=f"{mechanism} on the holdout rows mapped through the site models "
         f"({meta} meta-features, scaled into the unit ball by a factor from the public site "
-        "models only); the site models are post-processed (see service.dp.aggregation)",
+        "models only); the site models are post-processed (see service.dp.multisite.aggregation)",
         calibrate=calibrate,
         compute=compute,
     )

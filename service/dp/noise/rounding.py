@@ -2,8 +2,8 @@
 
 u = 2⁻⁵³ (round to nearest), γ_k = ku/(1 − ku) (Higham: the relative error of k operations),
 an upper bound on a computed ℓ₂ norm, and compensated sums with their bound. Used by
-:mod:`service.dp.lattice`, :mod:`service.dp.certified` and the solver's
-:class:`~service.dp.solvers.FinalPass`.
+:mod:`service.dp.noise.lattice`, :mod:`service.dp.optimize.certified` and the solver's
+:class:`~service.dp.optimize.solvers.FinalPass`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Released models beyond a single weight vector, and JSON (de)serialisation of every model.
 
-:class:`~service.dp.base.LinearModel` scores x ↦ wᵀx. :class:`StackedModel` is the two-level
+:class:`~service.dp.core.base.LinearModel` scores x ↦ wᵀx. :class:`StackedModel` is the two-level
 model of privacy-preserving stacking (seed 003, PST-S and PST-F):
 
     a_k(x) = w_kᵀ x_(k)                         (low-level model k on its columns G_k,
@@ -30,8 +30,8 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from service.dp.base import FittedModel, LinearModel
-from service.dp.projection import clip_rows
+from service.dp.core.base import FittedModel, LinearModel
+from service.dp.data.projection import clip_rows
 
 __all__ = [
     "META_FEATURES",

@@ -92,7 +92,7 @@ source data really spent, never the seed's per-model ε_src.
 
 Release in floating point (issue 19 §1): the argument above is about the exact minimiser
 for a real b; PrivFit runs it at ε₁ = ε − ε_r (``epsilon_objective``) and releases the
-certified minimiser of :mod:`service.dp.certified` (``certified_release``): (ε₁ + ε_r)-DP
+certified minimiser of :mod:`service.dp.optimize.certified` (``certified_release``): (ε₁ + ε_r)-DP
 for the released doubles.
 The public centre adds η‖w₀‖ to the certificate's bound L
 (``objective_perturbation.with_centre``).
@@ -109,11 +109,11 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from service.dp import as_charged, make_problem
-from service.dp.base import Calibration, FitResult, Problem, ProgressCallback
+from service.dp.core.base import Calibration, FitResult, Problem, ProgressCallback
+from service.dp.core.validation import PrivacyParameterError, validate_design
 from service.dp.mechanisms._common import release, report
 from service.dp.mechanisms.objective_perturbation import run_certified, with_centre
 from service.dp.mechanisms.stacking import STACKING_FEATURES
-from service.dp.validation import PrivacyParameterError, validate_design
 
 __all__ = [
     "MAX_TRANSFER_STRENGTH",
@@ -174,7 +174,7 @@ def transfer_fit(
         epsilon,
         0.0,
     )
-    # the public centre enlarges the certificate's bound L by η‖w₀‖ (service.dp.certified)
+    # the public centre enlarges the certificate's bound L by η‖w₀‖ (service.dp.optimize.certified)
     calibration = with_centre(calibration, w0, eta)
     details = dict(calibration.details)
     details.update(
@@ -349,7 +349,7 @@ def stacked_transfer_fit(
 
     ``feature_groups`` are disjoint, non-empty lists of column indices; ``importance`` the
     public q_k (> 0, Σ = 1; default uniform); the other options are ``stacking_features``'s.
-    Releases a :class:`~service.dp.models.StackedModel` (method ``features``). Raises
+    Releases a :class:`~service.dp.core.models.StackedModel` (method ``features``). Raises
     :class:`PrivacyParameterError` for bad parameters or a source of the wrong length, and
     ``ConvergenceError`` when a solver does not reach the exact minimiser.
     """
