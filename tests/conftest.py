@@ -318,7 +318,7 @@ POSTGRES_SMOKE: dict[str, tuple[str, ...]] = {
         "test_member_contributes_an_owned_model_and_everyone_in_the_study_sees_it",
     ),
     "tests/api/test_tenancy.py": (
-        "test_the_matrix_covers_every_route_of_the_three_resources",
+        "test_the_matrix_covers_every_operation_on_site_data",
         "test_tenancy_matrix[postgres-datasets.list-other]",
     ),
     "tests/api/test_tuned_fits.py": ("test_a_tuned_fit_charges_once_and_records_the_choice",),
