@@ -323,8 +323,10 @@ def test_another_sites_job_starts_while_one_site_fills_the_queue(
     runner.submit("quick-B-1")
     assert runner.notify_when_done("sleep-A-3", lambda _: heard.set())  # waiting: still known
     wait_for(lambda: (tmp_path / "quick-B-1.done").exists())
+    # B's job wrote its file just before the runner saw it end: wait for that, not a moment
+    wait_for(lambda: runner.active == 3)  # A-1 running, A-2 and A-3 waiting for A's slot
     assert not (tmp_path / "sleep-A-2.started").exists()
-    assert runner.active == 3  # A-1 running, A-2 and A-3 waiting for A's slot
+    assert runner.waiting_sites() == ["A", "A"]
     (tmp_path / "release").touch()
     for index in (1, 2, 3):
         wait_for(lambda index=index: (tmp_path / f"sleep-A-{index}.done").exists())  # type: ignore[misc]
