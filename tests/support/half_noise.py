@@ -5,8 +5,9 @@ tests that pin a mechanism's noise law must fail: :class:`service.dp.noise.latti
 draws N(0, (σ/2)²) for σ, :class:`~service.dp.noise.lattice.NormExponentialBlock` draws
 ∝ exp(−2β‖x‖) for β (so its releases, enclosures and DP-SGD's blocks carry half the noise),
 and :func:`~service.dp.noise.lattice.laplace_release` draws Laplace(b/2) for b. The service reaches
-the samplers through the module (``lattice.GaussianBlock(...)``), so replacing the module's
-attributes before the tests import anything mutates every mechanism.
+the samplers through the package (``lattice.GaussianBlock(...)``) and the lattice's own layers
+through their modules (``fast``'s releases, ``enclosure``'s blocks), so the plugin replaces the
+names in the package and in every layer that holds them, before the tests import anything.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from service.dp.noise import lattice
+from service.dp.noise.lattice import enclosure, exact, fast
 
 _GaussianBlock = lattice.GaussianBlock
 _NormExponentialBlock = lattice.NormExponentialBlock
@@ -43,6 +45,12 @@ def half_laplace_release(
     return _laplace_release(centre, scale=scale / 2.0, rng=rng)
 
 
-lattice.GaussianBlock = HalfGaussianBlock  # type: ignore[misc]
-lattice.NormExponentialBlock = HalfNormExponentialBlock  # type: ignore[misc]
-lattice.laplace_release = half_laplace_release
+_MUTANTS: dict[str, object] = {
+    "GaussianBlock": HalfGaussianBlock,
+    "NormExponentialBlock": HalfNormExponentialBlock,
+    "laplace_release": half_laplace_release,
+}
+for _module in (lattice, fast, exact, enclosure):
+    for _name, _mutant in _MUTANTS.items():
+        if _name in vars(_module):
+            setattr(_module, _name, _mutant)
