@@ -164,13 +164,11 @@ class Site:
         self._X = X
         self._y = y
 
-    def _send(self, vector: FloatArray, *, with_bound: bool = False) -> FloatArray:
-        """The message a site returns: a fresh, finite float64 d-vector and nothing else (with
-        ``with_bound``, d + 1 numbers: the vector and a proved error bound on it)."""
+    def _send(self, vector: FloatArray) -> FloatArray:
+        """The message a site returns: a fresh, finite float64 d-vector and nothing else."""
         out = np.array(vector, dtype=np.float64, copy=True)
-        length = self.d + 1 if with_bound else self.d
-        if out.shape != (length,):
-            raise ValueError(f"site {self.index} may only send a vector of length {length}")
+        if out.shape != (self.d,):
+            raise ValueError(f"site {self.index} may only send a vector of length {self.d}")
         if not bool(np.all(np.isfinite(out))):
             raise ConvergenceError(
                 f"site {self.index}'s local step produced a non-finite vector; nothing was released"

@@ -57,7 +57,7 @@ the part of τ that depends on n and d only (so the split is a function of n and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
@@ -76,7 +76,6 @@ __all__ = [
     "base_tolerance",
     "certified_erm",
     "certified_solve",
-    "combine_shares",
     "exp_enclosure",
     "gaussian_quantile",
     "gradient_bound",
@@ -87,7 +86,6 @@ __all__ = [
     "plan",
     "release_minimiser",
     "release_share",
-    "site_share",
     "split",
     "split_epsilon",
     "tolerance",
@@ -347,48 +345,6 @@ def _bound_from_loss_sum(
         + UNIT_ROUNDOFF * (norm_up(p1) + norm_up(grad))
     )
     return float(norm_up(grad) + error * KAPPA)
-
-
-def site_share(
-    X: FloatArray, y: FloatArray, loss: Loss, w: FloatArray, noise: lattice.Enclosure
-) -> tuple[FloatArray, float]:
-    """A site's share of N·∇J̃ in a federated objective, t + b_k (its loss gradient sum and
-    its real noise share), as doubles with a proved bound on the error:
-    e_t + e_b + u‖t̂ + b̂‖ (one more addition), times κ."""
-    t, e_t = loss_gradient_sum(X, y, loss, w)
-    share = t + noise.value
-    return share, (e_t + noise.radius + UNIT_ROUNDOFF * norm_up(share)) * KAPPA
-
-
-def combine_shares(
-    shares: Sequence[FloatArray],
-    errors: Sequence[float],
-    *,
-    total: int,
-    regularization: float,
-    w: FloatArray,
-) -> tuple[FloatArray, float]:
-    """ĝ = (Σ_k s_k)/N + μ̂w, the gradient of J̃(w) = (1/N)Σ_all l + (μ/2)‖w‖² + (Σ_k b_k)ᵀw/N
-    from the sites' shares (:func:`site_share`), and a proved upper bound on ‖∇J̃(w)‖: the
-    sites' errors Σe_k/N; the sum of K vectors (componentwise γ_{K−1}Σ_k|s_kj|, in ℓ₂
-    ≤ γ_{K−1}Σ‖s_k‖)/N; the division u‖â‖; μ̂ = the double for the real μ (γ₂μ̂‖w‖) and the
-    product u‖v‖; the last addition u‖ĝ‖."""
-    w = np.asarray(w, dtype=np.float64)
-    summed = np.zeros_like(w)
-    for s in shares:
-        summed += s
-    a = summed / total
-    v = regularization * w
-    grad: FloatArray = a + v
-    spread = gamma(max(len(shares) - 1, 0)) * sum(norm_up(s) for s in shares)
-    error = (
-        (math.fsum(errors) * (1.0 + 4.0 * UNIT_ROUNDOFF) + spread) / total
-        + UNIT_ROUNDOFF * norm_up(a)
-        + gamma(2) * regularization * norm_up(w)
-        + UNIT_ROUNDOFF * norm_up(v)
-        + UNIT_ROUNDOFF * norm_up(grad)
-    )
-    return grad, float(norm_up(grad) + error * KAPPA)
 
 
 # ---- the public plan ------------------------------------------------------------------------

@@ -268,15 +268,11 @@ def _crossing_arrays(log: list[Any]) -> list[np.ndarray]:
     return arrays
 
 
-def _check_only_vectors_crossed(log: list[Any], d: int, *, with_bound: bool = False) -> None:
-    """Only d-vectors crossed (and, ``with_bound``, d + 1 numbers: a share and its proved
-    error bound, which must then appear)."""
+def _check_only_vectors_crossed(log: list[Any], d: int) -> None:
+    """Only d-vectors crossed."""
     arrays = _crossing_arrays(log)
     assert arrays, "no message crossed"
-    shapes = {array.shape for array in arrays}
-    assert shapes <= {(d,), (d + 1,)} if with_bound else shapes == {(d,)}
-    if with_bound:
-        assert (d + 1,) in shapes
+    assert {array.shape for array in arrays} == {(d,)}
 
 
 def test_coordinators_see_only_d_vectors() -> None:
