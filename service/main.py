@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from importlib.metadata import PackageNotFoundError, version
-from typing import TextIO
+from typing import Final, TextIO
 
 import anyio.to_thread
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
 
 from service.api.console import install_console
@@ -56,6 +56,21 @@ from service.runtime.queue_runner import QueueJobRunner
 from service.runtime.runner import JobRunner
 from service.runtime.worker import build_runner
 from service.settings import Settings, get_settings
+
+#: Every router of the API, in the order the app includes them.
+ROUTERS: Final[tuple[APIRouter, ...]] = (
+    ops.router,
+    sites.router,
+    datasets.router,
+    fits.router,
+    jobs.router,
+    models.router,
+    evaluations.router,
+    plans.router,
+    studies.router,
+    nodes.router,
+    audit.router,
+)
 
 __all__ = ["announce_admin_key", "app", "create_app"]
 
@@ -196,23 +211,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_docs(app, persist_authorization=settings.docs_persist_authorization)
     install_console(app)
     # Routers carry their full prefix (see service.api.routes): include them without one.
-    routers = (
-        ops.router,
-        sites.router,
-        datasets.router,
-        fits.router,
-        jobs.router,
-        models.router,
-        evaluations.router,
-        plans.router,
-        studies.router,
-        nodes.router,
-        audit.router,
-    )
-    for router in routers:
+    for router in ROUTERS:
         app.include_router(router)
     routes = RouteTable(
-        route for router in routers for route in router.routes if isinstance(route, APIRoute)
+        route for router in ROUTERS for route in router.routes if isinstance(route, APIRoute)
     )
 
     # Added last = outermost. In order: the request id (every answer below carries it), the
