@@ -18,6 +18,7 @@ from service.domain.records.base import (
 from service.dp.federated import (
     FederatedCalibration,
 )
+from service.dp.federated.gaussian_rounds import PUBLIC_DETAILS as GAUSSIAN_ROUNDS_PUBLIC
 
 #: Calibration numbers that depend on no site's size, per protocol: only these are shown to
 #: the coordinator and stored in the record every member reads. β of the noisy average
@@ -40,35 +41,23 @@ _PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
             "mean_rounding_bound",
         }
     ),
-    "psgd": frozenset(
-        {
-            "protocol",
-            "K",
-            "d",
-            "epsilon",
-            "delta",
-            "loss",
-            "c",
-            "lipschitz",
-            "clip",
-            "regularization",
-            "zcdp_conversion",
-            "sensitivity",
-            "rho_per_round",
-            "rho_total",
-            "sigma",
-            "epsilon_spent",
-            "epsilon_bun_steinke",
-            "expected_noise_norm_per_site",
-            "iterations",
-            "step_size",
-            "smoothness_bound",
-            "momentum",
-            "averaging_from",
-            "float_margin_note",
-            "release",
-        }
-    ),
+    "psgd": GAUSSIAN_ROUNDS_PUBLIC
+    | {
+        "protocol",
+        "K",
+        "d",
+        "epsilon",
+        "delta",
+        "loss",
+        "c",
+        "lipschitz",
+        "regularization",
+        "iterations",
+        "step_size",
+        "smoothness_bound",
+        "momentum",
+        "averaging_from",
+    },
     "admm": frozenset(
         {
             "protocol",
@@ -101,34 +90,21 @@ _PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
             "solver_slack",
         }
     ),
-    "distributed_lasso": frozenset(
-        {
-            "protocol",
-            "K",
-            "d",
-            "loss",
-            "l1",
-            "iterations",
-            "step_size",
-            "accelerated",
-            "noise",
-            "epsilon",
-            "delta",
-            "clip",
-            "clip_applied",
-            "sensitivity",
-            "zcdp_conversion",
-            "rho_per_round",
-            "rho_total",
-            "sigma",
-            "epsilon_spent",
-            "epsilon_bun_steinke",
-            "expected_noise_norm_per_site",
-            # fixed texts: how the floating-point margin and the exact release work
-            "float_margin_note",
-            "release",
-        }
-    ),
+    "distributed_lasso": GAUSSIAN_ROUNDS_PUBLIC
+    | {
+        "protocol",
+        "K",
+        "d",
+        "loss",
+        "l1",
+        "iterations",
+        "step_size",
+        "accelerated",
+        "noise",
+        "epsilon",
+        "delta",
+        "clip_applied",
+    },
 }
 
 

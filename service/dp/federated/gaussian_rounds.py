@@ -58,6 +58,7 @@ __all__ = [
     "FLOAT_MARGIN_NOTE",
     "GRADIENT_RELEASE",
     "NOISE_BLOCK",
+    "PUBLIC_DETAILS",
     "GaussianRounds",
     "NoiseStream",
     "calibrate_rounds",
@@ -82,6 +83,25 @@ GRADIENT_RELEASE: Final[str] = (
     "Z ~ N(0, σ²I) (service.dp.noise.lattice), with σ calibrated to the sensitivity of the sum as "
     "computed in floating point (service.dp.data.clipping); the coordinator's steps are "
     "post-processing, so the guarantee holds for the released doubles"
+)
+
+#: The calibration details of Gaussian rounds that depend on no site's size (functions of ε, δ,
+#: T, C and d only): what a federated record may show every member. σ_k and the margins, under
+#: ``details["sites"]``, depend on n_k and are not among them.
+PUBLIC_DETAILS: Final[frozenset[str]] = frozenset(
+    {
+        "zcdp_conversion",
+        "clip",
+        "sensitivity",
+        "rho_per_round",
+        "rho_total",
+        "sigma",
+        "epsilon_spent",
+        "epsilon_bun_steinke",
+        "expected_noise_norm_per_site",
+        "float_margin_note",
+        "release",
+    }
 )
 
 #: A site draws the noise of this many rounds at once (:class:`lattice.GaussianBlock`).
