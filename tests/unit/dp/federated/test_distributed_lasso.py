@@ -16,7 +16,7 @@ from sklearn.linear_model import Lasso
 from service.dp.data import clipping
 from service.dp.federated import federated_calibrate, federated_fit
 from service.dp.federated.distributed_lasso import LassoSite, soft_threshold
-from tests.unit.dp.federated._data import make_sites, pooled
+from tests.unit.dp.federated._data import hand_sum_sensitivity, make_sites, pooled
 
 
 def _cks_epsilon_by_grid(rho: float, delta: float) -> float:
@@ -39,16 +39,6 @@ def _cal(eps: float, delta: float, **params: Any) -> Any:
         regularization=0.01,
         **params,
     )
-
-
-def _hand_sensitivity(n: int, d: int, clip: float) -> Fraction:
-    """Δ = 2C + 2E(n), E(n) = γ_n·n·C + ⌈√d⌉·n·2⁻¹⁰⁷⁴, γ_n = nu/(1 − nu), u = 2⁻⁵³: the
-    sensitivity of a clipped gradient sum of n rows as computed in doubles
-    (service.dp.data.clipping, written out independently)."""
-    u, eta = Fraction(1, 2**53), Fraction(1, 2**1074)
-    root = math.isqrt(d) + (0 if math.isqrt(d) ** 2 == d else 1)
-    gamma = n * u / (1 - n * u)
-    return 2 * Fraction(clip) + 2 * (gamma * n * Fraction(clip) + root * n * eta)
 
 
 def test_bun_steinke_sigma_by_hand() -> None:
@@ -75,7 +65,7 @@ def test_each_site_scales_sigma_by_its_floating_point_margin(clip: float) -> Non
     det = cal.details
     sigma = Fraction(det["sigma"])
     for site, n in zip(det["sites"], (300, 500), strict=True):
-        delta = _hand_sensitivity(n, 6, clip)
+        delta = hand_sum_sensitivity(n, 6, clip)
         margin = float(delta / (2 * Fraction(clip)) - 1)
         assert margin == pytest.approx(n * n * 2.0**-53, rel=1e-2)  # ≈ n²u
         assert site["n"] == n

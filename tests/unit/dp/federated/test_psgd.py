@@ -17,9 +17,9 @@ from service.dp.core.accounting import gaussian_zcdp, zcdp_to_dp, zcdp_to_dp_cks
 from service.dp.core.losses import LogisticLoss
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data import clipping
-from service.dp.federated import federated_calibrate, federated_fit, psgd
+from service.dp.federated import federated_calibrate, federated_fit, gaussian_rounds, psgd
 from service.dp.optimize.solvers import minimize_erm
-from tests.unit.dp.federated._data import make_sites, pooled
+from tests.unit.dp.federated._data import hand_sum_sensitivity, make_sites, pooled
 
 GAMMA = 2.0**-32
 
@@ -28,16 +28,6 @@ def _cal(eps: float, delta: float, **params: Any) -> Any:
     return federated_calibrate(
         "psgd", site_sizes=(300, 500), d=6, epsilon=eps, delta=delta, regularization=0.01, **params
     )
-
-
-def _hand_sensitivity(n: int, d: int) -> Fraction:
-    """Δ = 2C + 2E(n) for C = L = 1, E(n) = γ_n·n + ⌈√d⌉·n·2⁻¹⁰⁷⁴, γ_n = nu/(1 − nu),
-    u = 2⁻⁵³: the sensitivity of the gradient sum of n rows as computed in doubles (written out
-    independently of service.dp.data.clipping)."""
-    u, eta = Fraction(1, 2**53), Fraction(1, 2**1074)
-    root = math.isqrt(d) + (0 if math.isqrt(d) ** 2 == d else 1)
-    gamma = n * u / (1 - n * u)
-    return 2 + 2 * (gamma * n + root * n * eta)
 
 
 def test_bun_steinke_sigma_by_hand() -> None:
@@ -62,12 +52,30 @@ def test_each_site_scales_sigma_by_its_floating_point_margin() -> None:
     det = cal.details
     sigma = Fraction(det["sigma"])
     for site, n in zip(det["sites"], (300, 500), strict=True):
-        delta = _hand_sensitivity(n, 6)
+        delta = hand_sum_sensitivity(n, 6, 1.0)
         own = Fraction(site["sigma"])
         assert own >= sigma * delta / 2  # Δ_k/σ_k ≤ 2/σ: each answer costs at most ρ₁
         assert Fraction(math.nextafter(site["sigma"], 0.0)) < sigma * delta / 2
         assert float(delta**2 / (2 * own**2)) <= det["rho_per_round"] * (1 + 1e-15)
     assert str(det["sites"][1]["sigma"]) not in cal.composition
+
+
+def test_very_noisy_answers_use_a_scaled_grid_and_pay_its_subnormal_term() -> None:
+    # ε = 1e-3 over T = 50: σ = 2/√(2ρ/50) ≈ 2.885·10⁴ (CKS), so the grid is sγ with s the
+    # smallest power of two with σ_k/s ≤ 16: s = 2¹¹ = 2048 (σ_k/2¹⁰ ≈ 28 > 16, σ_k/2¹¹ ≈ 14). The
+    # centre S/s may be subnormal, moving each coordinate by ≤ s·2⁻¹⁰⁷⁵, so Δ_k gains
+    # 2s⌈√d⌉2⁻¹⁰⁷⁵ (d = 6: ⌈√6⌉ = 3) on top of 2C + 2E(n)
+    cal = _cal(1e-3, 1e-5, iterations=50)
+    sigma = Fraction(cal.details["sigma"])
+    for site, n in zip(cal.details["sites"], (300, 500), strict=True):
+        own = site["sigma"]
+        assert own == pytest.approx(2.885e4, rel=1e-3)
+        assert gaussian_rounds.grid_scale(own) == 2048
+        delta = hand_sum_sensitivity(n, 6, 1.0) + 2 * 2048 * 3 * Fraction(1, 2**1075)
+        assert Fraction(site["sensitivity"]) >= delta
+        assert Fraction(own) >= sigma * delta / 2  # each answer still costs at most ρ₁
+    assert gaussian_rounds.grid_scale(16.0) == 1
+    assert gaussian_rounds.grid_scale(16.5) == 2
 
 
 @pytest.mark.parametrize(("eps", "delta", "T"), [(1.0, 1e-5, 50), (0.3, 1e-6, 7)])
