@@ -29,38 +29,13 @@ non-private use, charges nothing and labels the model so.
 
 DP variant (``noise=True``, the default; seed 001 §5.1.1's suggested fix). Each per-example
 gradient is clipped to norm C (``clip``): ĝ_j = (vᵀx_j − y_j)x_j · min(1, C/‖(vᵀx_j − y_j)x_j‖),
-and site k returns the exact grid point γ·round((Σ_j ĝ_j + Z)/γ), Z ~ N(0, σ_k² I_d),
-γ = 2⁻³² (:class:`service.dp.noise.lattice.GaussianBlock`: the cell of the real-valued sum is
-sampled exactly). Replacing one record changes the clipped sum by at most 2C (L2 sensitivity)
-in exact arithmetic, and by at most Δ_k = 2C + 2E(n_k) as computed in doubles (below); with
-σ_k ≥ σ·Δ_k/(2C) one round is ρ₁ = Δ_k²/(2σ_k²) ≤ (2C)²/(2σ²)-zCDP for site k's dataset
-(Gaussian mechanism, Bun & Steinke Prop. 1.6): for every set O of grid points
-P_D[O] = P[S(D) + Z ∈ C(O)] with C(O) a data-independent union of cells, so the Rényi
-divergences of the release are at most those of S(D) + Z against S(D′) + Z (data processing).
-
-Floating point (issue 19 §1). The sum S = fl(Σ_j â_j x_j) is what the site computes
-(:mod:`service.dp.data.clipping`): each multiplier is clipped against a rigorous upper bound of
-‖x_j‖ to slightly less than C, so every exact term has norm < C; the matrix–vector product
-(any order, FMA or not) is within E(n) = γ_n·n·C + √d·n·2⁻¹⁰⁷⁴ of the exact sum (γ_n =
-nu/(1 − nu), u = 2⁻⁵³); the two neighbouring datasets' computed sums are therefore at most
-Δ_k = 2C + 2E(n_k) apart. The query point v_t is the same in both worlds (post-processing of
-released answers), and the coordinator's ISTA/FISTA steps in doubles are post-processing.
-The margin Δ_k/(2C) − 1 ≈ n_k²u (≈ 10⁻⁷ for 30 000 rows) depends on the site's row count,
-which no other party may learn (docs/design.md §2), so it does not enter the public σ: the
-calibration shows σ and ρ for the exact-arithmetic sensitivity 2C, and each site k scales its
-own noise to σ_k = σ·Δ_k/(2C) (``details["sites"][k]``, hidden with the sizes), which keeps
-every site's per-round cost at exactly the ρ₁ shown. The charged (ε, δ) is unchanged.
-
-The T rounds are adaptively composed: ρ = T·ρ₁ (the query point v_t is post-processing of
-earlier noisy answers and of the other, disjoint datasets). ρ-zCDP ⇒ (ε(ρ, δ), δ)-DP with
-the conversion ``zcdp_conversion``:
-
-* ``"cks"`` (default): Canonne, Kamath & Steinke 2020, the tighter one
-  (``accounting.zcdp_to_dp_cks``); the largest ρ with ε(ρ, δ) ≤ ε is found by root finding.
-* ``"bun_steinke"``: ε = ρ + 2√(ρ ln(1/δ)), inverted in closed form
-  ρ = (√(ln(1/δ) + ε) − √(ln(1/δ)))².
-
-Then σ = 2C/√(2ρ₁) = √2·C/√(ρ/T), and site k uses σ_k = σ·Δ_k/(2C). Each site is charged
+and site k returns the exact grid release of Σ_j ĝ_j + Z, Z ~ N(0, σ_k² I_d), in every round.
+The argument — sensitivity 2C exactly and Δ_k = 2C + 2E(n_k) as computed in doubles at every
+query point, each site's own σ_k = σ·Δ_k/(2C) kept out of the record (it depends on n_k), the
+exact lattice release, adaptive zCDP composition of the T rounds (ρ = Tρ₁) and the conversion
+``zcdp_conversion`` (``"cks"``, the default, or ``"bun_steinke"``) — is the one of
+:mod:`service.dp.federated.gaussian_rounds`, which PSGD's answers share. The coordinator's
+ISTA/FISTA steps in doubles are post-processing. σ = 2C/√(2ρ/T); each site is charged
 (ε(Tρ₁, δ), δ) ≤ (ε, δ).
 """
 
