@@ -265,6 +265,9 @@ class Job(Base):
         ForeignKey("dataset.id", ondelete="RESTRICT"), index=True
     )
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    #: The typed plan fixed at submission (:mod:`service.dp.core.plan`, JSON form): the worker
+    #: runs exactly this plan; NULL for jobs without one (submitted before plans were stored).
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     status: Mapped[str] = mapped_column(String(16), default="queued")
     progress: Mapped[float] = mapped_column(Float, default=0.0)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)

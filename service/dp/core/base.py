@@ -20,6 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.core.plan import Plan
+
 __all__ = [
     "Calibration",
     "FitResult",
@@ -69,6 +71,8 @@ class Calibration:
     details: Mapping[str, Any]
     expected_noise_norm: float | None = None
     composition: str = "single release"
+    #: The typed plan ``run`` executes (:mod:`service.dp.core.plan`); ``details`` is its record.
+    plan: Plan | None = None
 
 
 @runtime_checkable
