@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -14,6 +14,7 @@ from scipy import special
 from service.dp.core.accounting import check_epsilon_delta
 from service.dp.core.base import Calibration, LinearModel, Problem, ProgressCallback
 from service.dp.core.losses import Loss, get_loss
+from service.dp.core.plan import Plan, plan_kind
 from service.dp.core.validation import (
     PrivacyParameterError,
     check_dimensions,
@@ -25,17 +26,24 @@ from service.dp.noise import lattice
 from service.dp.optimize import certified, certified_failure
 
 __all__ = [
+    "Inputs",
+    "MechanismPlan",
+    "ObjectivePlan",
     "base_details",
     "certificate_failure",
     "certified_minimiser",
     "check_common",
     "chi_mean",
     "jacobian_slack",
+    "noise_enclosure",
     "problem_loss",
     "release",
     "report",
+    "require_plan",
     "require_smooth_loss",
 ]
+
+P = TypeVar("P", bound=Plan)
 
 
 def problem_loss(problem: Problem) -> Loss:
@@ -67,21 +75,95 @@ def require_smooth_loss(loss: Loss, mechanism: str) -> None:
         )
 
 
+@plan_kind("erm_inputs")
+@dataclass(frozen=True, slots=True)
+class Inputs(Plan):
+    """The public inputs of one single-dataset fit, as its plan was calibrated: n, d, the
+    (ε, δ) the mechanism was calibrated with (the ledger amounts of ``make_problem``), the loss
+    (with its curvature bound c and Huber width) and λ. Every mechanism's plan starts with
+    them and its record shows them (:meth:`details`)."""
+
+    n: int
+    d: int
+    epsilon: float
+    delta: float
+    loss: str
+    huber_h: float
+    c: float
+    regularization: float
+
+    @classmethod
+    def of(cls, problem: Problem) -> Inputs:
+        loss = problem_loss(problem)
+        return cls(
+            n=int(problem.n),
+            d=int(problem.d),
+            epsilon=float(problem.epsilon),
+            delta=float(problem.delta),
+            loss=loss.name,
+            huber_h=float(problem.huber_h),
+            c=float(loss.c),
+            regularization=float(problem.regularization),
+        )
+
+    def loss_function(self) -> Loss:
+        """The loss object (Huber with width ``huber_h``)."""
+        return get_loss(self.loss, h=self.huber_h)
+
+    def details(self) -> dict[str, Any]:
+        """The public inputs every calibration reports."""
+        details: dict[str, Any] = {
+            "n": self.n,
+            "d": self.d,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "loss": self.loss,
+            "c": self.c,
+            "lipschitz": 1.0,
+            "regularization": self.regularization,
+        }
+        if self.loss == "huber":
+            details["huber_h"] = self.huber_h
+        return details
+
+
+@dataclass(frozen=True, slots=True)
+class MechanismPlan(Plan):
+    """The typed plan of one single-dataset mechanism (``mechanism``): everything ``run``
+    needs, decided by ``calibrate`` from public quantities. :meth:`calibration` renders the
+    :class:`Calibration` (totals, record, composition) from the plan alone, so a plan stored
+    at submission and rebuilt by the worker gives the very record the quote showed."""
+
+    mechanism: ClassVar[str] = ""
+
+    inputs: Inputs
+
+    def calibration(self) -> Calibration:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectivePlan(MechanismPlan):
+    """What the objective-perturbation-style mechanisms share: the noise law of b (``noise``:
+    ``"norm_exponential"`` with ``beta`` or ``"gaussian"`` with ``sigma``), the extra ridge
+    Δ and the effective ridge λ + Δ, the objective's budget ε₁ and Jacobian part, the
+    certified release plan (ε_r, τ, β_r) and when its certificate can fail."""
+
+    noise: str
+    beta: float | None
+    sigma: float | None
+    Delta: float
+    effective_regularization: float
+    epsilon_objective: float
+    jacobian_epsilon: float
+    certificate: certified.CertifiedRelease
+    failure: certified_failure.CertificateFailure
+
+
 def base_details(problem: Problem, loss: Loss) -> dict[str, Any]:
-    """The public inputs every calibration reports."""
-    details: dict[str, Any] = {
-        "n": problem.n,
-        "d": problem.d,
-        "epsilon": float(problem.epsilon),
-        "delta": float(problem.delta),
-        "loss": loss.name,
-        "c": float(loss.c),
-        "lipschitz": 1.0,
-        "regularization": float(problem.regularization),
-    }
-    if loss.name == "huber":
-        details["huber_h"] = float(problem.huber_h)
-    return details
+    """The public inputs every calibration reports (:meth:`Inputs.details`)."""
+    del loss
+    return Inputs.of(problem).details()
 
 
 def jacobian_slack(
@@ -137,34 +219,50 @@ def report(progress: ProgressCallback | None, fraction: float) -> None:
         progress(fraction)
 
 
+def require_plan(calibration: Calibration, kind: type[P]) -> P:
+    """The typed plan a ``run`` executes: ``calibration.plan``, which must be a ``kind``
+    (a calibration from this mechanism's ``calibrate`` or rebuilt from a stored plan)."""
+    plan = calibration.plan
+    if not isinstance(plan, kind):
+        raise ValueError(
+            f"the calibration carries no {kind.kind} plan "
+            f"(got {type(plan).kind if plan is not None else 'none'})"
+        )
+    return plan
+
+
+def noise_enclosure(plan: ObjectivePlan, rng: np.random.Generator | None) -> lattice.Enclosure:
+    """A draw of the plan's objective noise b (norm-exponential with β, or Gaussian with σ),
+    known as doubles with a proved enclosure (:mod:`service.dp.noise.lattice`)."""
+    d = plan.inputs.d
+    if plan.noise == "gaussian":
+        return lattice.gaussian_enclosure(d, sigma=float(plan.sigma), rng=rng)
+    return lattice.norm_exponential_enclosure(d, beta=float(plan.beta), rng=rng)
+
+
 def certified_minimiser(
     X: NDArray[np.float64],
     y: NDArray[np.float64],
-    loss: Loss,
-    problem: Problem,
-    calibration: Calibration,
+    plan: ObjectivePlan,
     *,
+    regularization: float,
     rng: np.random.Generator | None,
     centre: NDArray[np.float64] | None = None,
     centre_weight: float = 0.0,
 ) -> NDArray[np.float64]:
     """The certified release (:mod:`service.dp.optimize.certified`) of an
-    objective-perturbation-style calibration: its noise (``noise``: the norm-exponential law with
-    ``beta`` or the Gaussian with ``sigma``) enclosed, its extra ridge ``Delta``, its
-    ``certified_release`` plan, and an optional public centre w₀ with weight η."""
-    details = calibration.details
-    if details["noise"] == "gaussian":
-        b = lattice.gaussian_enclosure(problem.d, sigma=float(details["sigma"]), rng=rng)
-    else:
-        b = lattice.norm_exponential_enclosure(problem.d, beta=float(details["beta"]), rng=rng)
+    objective-perturbation-style plan: its noise enclosed, its extra ridge Δ, its certified
+    release plan, and an optional public centre w₀ with weight η. ``regularization`` is the
+    ridge λ of the objective solved: the plan's own λ, except for a centred objective whose
+    plan was calibrated at λ + η (transfer), which solves λ and adds η through the centre."""
     return certified.release_minimiser(
         X,
         y,
-        loss,
-        regularization=problem.regularization,
-        extra_regularization=float(details["Delta"]),
-        noise=b,
-        release=certified.CertifiedRelease.from_details(details),
+        plan.inputs.loss_function(),
+        regularization=regularization,
+        extra_regularization=plan.Delta,
+        noise=noise_enclosure(plan, rng),
+        release=plan.certificate,
         rng=rng,
         centre=centre,
         centre_weight=centre_weight,
@@ -172,34 +270,35 @@ def certified_minimiser(
 
 
 def certificate_failure(
-    problem: Problem,
-    loss: Loss,
-    details: Mapping[str, Any],
+    inputs: Inputs,
+    plan_noise: tuple[str, float | None, float | None],
     certificate: certified.CertifiedRelease,
     *,
     mechanism: str,
-) -> dict[str, Any]:
-    """The ``certificate_failure`` record of an objective-perturbation-style calibration
-    (:func:`service.dp.optimize.certified_failure.failure_details`: the noise norm beyond which no
-    double may meet the certificate and the probability of exceeding it, for the calibration's
-    norm-exponential ``beta`` or Gaussian ``sigma``), after refusing (422, before any charge)
-    a request for which that probability is above 10⁻³⁰ or no certifiable point is
+    centre_norm: float = 0.0,
+    check: bool = True,
+) -> certified_failure.CertificateFailure:
+    """When the certified release of an objective-perturbation-style plan can fail
+    (:func:`service.dp.optimize.certified_failure.failure_plan`: the noise norm beyond which no
+    double may meet the certificate and the probability of exceeding it, for the noise
+    ``plan_noise`` = (law, β, σ)), after refusing (422, before any charge; unless ``check`` is
+    False) a request for which that probability is above 10⁻³⁰ or no certifiable point is
     guaranteed even without noise
     (:func:`service.dp.optimize.certified_failure.check_failure_probability`)."""
-    if details["noise"] == "gaussian":
-        tail = partial(certified_failure.gaussian_tail_log10, problem.d, float(details["sigma"]))
+    law, beta, sigma = plan_noise
+    if law == "gaussian":
+        tail = partial(certified_failure.gaussian_tail_log10, inputs.d, float(sigma or 0.0))
     else:
-        tail = partial(
-            certified_failure.norm_exponential_tail_log10, problem.d, float(details["beta"])
-        )
-    failure = certified_failure.failure_details(
-        n=problem.n,
-        d=problem.d,
-        loss=loss,
+        tail = partial(certified_failure.norm_exponential_tail_log10, inputs.d, float(beta or 0.0))
+    failure = certified_failure.failure_plan(
+        n=inputs.n,
+        d=inputs.d,
+        loss=inputs.loss_function(),
         strong_convexity=certificate.strong_convexity,
         tolerance=certificate.tolerance,
-        centre_norm=0.0,
+        centre_norm=centre_norm,
         log10_tail=tail,
     )
-    certified_failure.check_failure_probability(failure, mechanism)
+    if check:
+        certified_failure.check_failure_probability(failure.details(), mechanism)
     return failure

@@ -44,27 +44,39 @@ certified minimiser of :mod:`service.dp.optimize.certified` (``certified_release
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.mechanisms._common import (
-    base_details,
+    Inputs,
+    ObjectivePlan,
     certificate_failure,
     certified_minimiser,
     check_common,
     chi_mean,
     jacobian_slack,
+    problem_loss,
     release,
     report,
+    require_plan,
     require_smooth_loss,
 )
 from service.dp.optimize import certified, certified_failure
 
-__all__ = ["MECHANISM", "GaussianObjectivePerturbation", "compute_slack", "gop_sigma"]
+__all__ = [
+    "MECHANISM",
+    "GaussianObjectivePerturbation",
+    "GaussianObjectivePlan",
+    "compute_slack",
+    "gop_sigma",
+]
 
 
 def compute_slack(epsilon: float, regularization: float, n: int, c: float) -> tuple[float, float]:
@@ -80,22 +92,85 @@ def gop_sigma(d: int, epsilon_tilde: float, delta: float) -> tuple[float, float]
     return (math.sqrt(q) + math.sqrt(q + 2.0 * epsilon_tilde)) / epsilon_tilde, q
 
 
+@plan_kind("gaussian_objective_perturbation")
+@dataclass(frozen=True, slots=True)
+class GaussianObjectivePlan(ObjectivePlan):
+    """GOP's plan (module docstring): Δ, ε̃ = ε₁ − ε_J, the χ²_d quantile q and the Gaussian
+    σ* of the objective's noise, the split ε = ε₁ + ε_r and the certified release."""
+
+    mechanism = "gaussian_objective_perturbation"
+
+    epsilon_tilde: float
+    chi2_quantile: float
+
+    @property
+    def expected_noise_norm(self) -> float:
+        return float(self.sigma) * chi_mean(self.inputs.d)
+
+    def details(self) -> dict[str, Any]:
+        n, sigma, epsilon_tilde = self.inputs.n, float(self.sigma), self.epsilon_tilde
+        expected = self.expected_noise_norm
+        details = self.inputs.details()
+        details.update(
+            noise="gaussian",
+            branch="no_extra_regularization" if self.Delta == 0.0 else "extra_regularization",
+            epsilon_objective=self.epsilon_objective,
+            epsilon_tilde=epsilon_tilde,
+            Delta=self.Delta,
+            effective_regularization=self.effective_regularization,
+            jacobian_epsilon=self.jacobian_epsilon,
+            chi2_quantile=self.chi2_quantile,
+            sigma=sigma,
+            noise_norm_threshold=(sigma * sigma * epsilon_tilde - 2.0) / 2.0,
+            gradient_sensitivity=2.0,
+            expected_noise_norm=expected,
+            expected_coef_shift_bound=expected / (n * self.effective_regularization),
+        )
+        details.update(self.certificate.details())
+        details.update(self.failure.details())
+        return details
+
+    def calibration(self) -> Calibration:
+        eps, delta, d = self.inputs.epsilon, self.inputs.delta, self.inputs.d
+        return Calibration(
+            epsilon=eps,
+            delta=delta,
+            details=self.details(),
+            expected_noise_norm=self.expected_noise_norm,
+            composition=(
+                f"single release, (ε = {eps:g}, δ = {delta:g}): Gaussian objective perturbation "
+                f"(Rajkumar & Agarwal 2012, Alg. 4, tight Jacobian) with σ* = {self.sigma:.6g}; "
+                f"the privacy loss is "
+                f"≤ ε̃ = {self.epsilon_tilde:.6g} (noise) + "
+                f"{self.epsilon_objective - self.epsilon_tilde:.6g} "
+                f"(Jacobian) + ε_r = {self.certificate.epsilon:.6g} (release) except when ‖η‖ "
+                f"exceeds its χ²_{d} quantile, probability δ; {self.certificate.describe()}. "
+                f"{certified_failure.failure_sentence(self.failure.details())}"
+            ),
+            plan=self,
+        )
+
+
 class GaussianObjectivePerturbation:
     """(ε, δ)-DP Gaussian objective perturbation (GOP)."""
 
     name = "gaussian_objective_perturbation"
 
     def validate_params(self, problem: Problem) -> Problem:
-        self.calibrate(problem)
-        return problem
-
-    def calibrate(self, problem: Problem) -> Calibration:
         loss = check_common(problem, ())
         require_smooth_loss(loss, self.name)
         if not problem.delta > 0.0:
             raise PrivacyParameterError(
                 f"{self.name} is (ε, δ)-DP and needs 0 < delta < 1; got delta = {problem.delta!r}"
             )
+        return problem
+
+    def calibrate(self, problem: Problem) -> Calibration:
+        return self.plan(problem).calibration()
+
+    def plan(self, problem: Problem) -> GaussianObjectivePlan:
+        """The plan of a validated problem (:meth:`validate_params`), from public numbers."""
+        loss = problem_loss(problem)
         n, d, lam, eps, delta, c = (
             problem.n,
             problem.d,
@@ -114,40 +189,22 @@ class GaussianObjectivePerturbation:
         extra, epsilon_tilde = compute_slack(eps_objective, lam, n, c)
         sigma, q = gop_sigma(d, epsilon_tilde, delta)
         effective = lam + extra
-        expected = sigma * chi_mean(d)
-        details = base_details(problem, loss)
-        details.update(
+        inputs = Inputs.of(problem)
+        return GaussianObjectivePlan(
+            inputs=inputs,
             noise="gaussian",
-            branch="no_extra_regularization" if extra == 0.0 else "extra_regularization",
-            epsilon_objective=eps_objective,
-            epsilon_tilde=epsilon_tilde,
-            Delta=extra,
-            effective_regularization=effective,
-            jacobian_epsilon=math.log1p(c / (n * effective)),
-            chi2_quantile=q,
+            beta=None,
             sigma=sigma,
-            noise_norm_threshold=(sigma * sigma * epsilon_tilde - 2.0) / 2.0,
-            gradient_sensitivity=2.0,
-            expected_noise_norm=expected,
-            expected_coef_shift_bound=expected / (n * effective),
-        )
-        details.update(certificate.details())
-        failure = certificate_failure(problem, loss, details, certificate, mechanism=self.name)
-        details.update(failure)
-        return Calibration(
-            epsilon=float(eps),
-            delta=float(delta),
-            details=details,
-            expected_noise_norm=expected,
-            composition=(
-                f"single release, (ε = {eps:g}, δ = {delta:g}): Gaussian objective perturbation "
-                f"(Rajkumar & Agarwal 2012, Alg. 4, tight Jacobian) with σ* = {sigma:.6g}; the "
-                f"privacy loss is "
-                f"≤ ε̃ = {epsilon_tilde:.6g} (noise) + {eps_objective - epsilon_tilde:.6g} "
-                f"(Jacobian) + ε_r = {certificate.epsilon:.6g} (release) except when ‖η‖ "
-                f"exceeds its χ²_{d} quantile, probability δ; {certificate.describe()}. "
-                f"{certified_failure.failure_sentence(failure)}"
+            Delta=float(extra),
+            effective_regularization=effective,
+            epsilon_objective=eps_objective,
+            jacobian_epsilon=math.log1p(c / (n * effective)),
+            certificate=certificate,
+            failure=certificate_failure(
+                inputs, ("gaussian", None, sigma), certificate, mechanism=self.name
             ),
+            epsilon_tilde=epsilon_tilde,
+            chi2_quantile=q,
         )
 
     def run(
@@ -160,10 +217,10 @@ class GaussianObjectivePerturbation:
         rng: np.random.Generator | None,
         progress: ProgressCallback | None,
     ) -> FittedModel:
-        loss = check_common(problem, ())
-        require_smooth_loss(loss, self.name)
+        del problem  # the plan holds the objective
+        plan = require_plan(calibration, GaussianObjectivePlan)
         report(progress, 0.0)
-        coef = certified_minimiser(X, y, loss, problem, calibration, rng=rng)
+        coef = certified_minimiser(X, y, plan, regularization=plan.inputs.regularization, rng=rng)
         model = release(coef)
         report(progress, 1.0)
         return model

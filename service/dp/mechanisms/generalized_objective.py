@@ -65,21 +65,27 @@ for the released doubles.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, special, stats
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError, nonnegative_float_param
 from service.dp.mechanisms._common import (
-    base_details,
+    Inputs,
+    ObjectivePlan,
     certificate_failure,
     certified_minimiser,
     check_common,
     chi_mean,
+    problem_loss,
     release,
     report,
+    require_plan,
     require_smooth_loss,
 )
 from service.dp.optimize import certified, certified_failure
@@ -87,6 +93,7 @@ from service.dp.optimize import certified, certified_failure
 __all__ = [
     "MECHANISM",
     "GeneralizedObjectivePerturbation",
+    "GeneralizedObjectivePlan",
     "gaussian_sigma",
     "gaussian_tail_quantile",
 ]
@@ -110,18 +117,106 @@ def gaussian_sigma(epsilon_noise: float, u: float) -> float:
     return (u + math.sqrt(u * u + 2.0 * epsilon_noise)) / epsilon_noise
 
 
+@plan_kind("generalized_objective_perturbation")
+@dataclass(frozen=True, slots=True)
+class GeneralizedObjectivePlan(ObjectivePlan):
+    """KST12's plan (module docstring): Δ_K (``kifer_Delta``; Δ = Δ_K/n), the noise budget
+    ε_n = ε₁ − ε_J, the norm-exponential β = ε_n/2 (δ = 0) or the Gaussian σ with its tail
+    quantile u (δ > 0), the split ε = ε₁ + ε_r and the certified release."""
+
+    mechanism = "generalized_objective_perturbation"
+
+    kifer_Delta: float
+    noise_epsilon: float
+    gaussian_tail_quantile: float | None
+
+    @property
+    def expected_noise_norm(self) -> float:
+        if self.noise == "gaussian":
+            return float(self.sigma) * chi_mean(self.inputs.d)
+        return self.inputs.d / float(self.beta)
+
+    def details(self) -> dict[str, Any]:
+        n, d, lam = self.inputs.n, self.inputs.d, self.inputs.regularization
+        details = self.inputs.details()
+        details.update(
+            kifer_Delta=self.kifer_Delta,
+            Delta=self.Delta,
+            effective_regularization=self.effective_regularization,
+            epsilon_objective=self.epsilon_objective,
+            jacobian_epsilon=self.jacobian_epsilon,
+            noise_epsilon=self.noise_epsilon,
+            gradient_sensitivity=2.0,
+        )
+        if self.noise == "gaussian":
+            details.update(
+                variant="gaussian",
+                noise="gaussian",
+                sigma=self.sigma,
+                gaussian_tail_quantile=self.gaussian_tail_quantile,
+            )
+        else:
+            beta = float(self.beta)
+            details.update(
+                variant="pure",
+                noise="norm_exponential",
+                beta=beta,
+                noise_norm_distribution=f"Gamma(shape={d}, scale={1.0 / beta!r})",
+            )
+        expected = self.expected_noise_norm
+        details.update(
+            expected_noise_norm=expected,
+            expected_coef_shift_bound=expected / (n * lam + self.kifer_Delta),
+        )
+        details.update(self.certificate.details())
+        details.update(self.failure.details())
+        return details
+
+    def calibration(self) -> Calibration:
+        eps, delta = self.inputs.epsilon, self.inputs.delta
+        if self.noise == "gaussian":
+            how = (
+                f"Gaussian noise σ = {self.sigma:.6g}; the privacy loss exceeds ε with "
+                f"probability at most δ = {delta:g}"
+            )
+        else:
+            how = f"noise ∝ exp(−β‖b‖), β = ε_n/2 = {self.beta:.6g}; no δ is spent"
+        return Calibration(
+            epsilon=eps,
+            delta=delta,
+            details=self.details(),
+            expected_noise_norm=self.expected_noise_norm,
+            composition=(
+                f"single release, ε = {eps:g} = Jacobian part ln(1 + c/(nλ + Δ_K)) = "
+                f"{self.jacobian_epsilon:.6g} + noise part ε_n = {self.noise_epsilon:.6g} "
+                f"(Kifer et al. 2012 objective perturbation, replace-one neighbours) + release "
+                f"part ε_r = {self.certificate.epsilon:.6g}: {self.certificate.describe()}; "
+                f"{how}. {certified_failure.failure_sentence(self.failure.details())}"
+            ),
+            plan=self,
+        )
+
+
 class GeneralizedObjectivePerturbation:
     """KST12 objective perturbation: ε-DP (δ = 0) or (ε, δ)-DP with Gaussian noise (δ > 0)."""
 
     name = "generalized_objective_perturbation"
 
     def validate_params(self, problem: Problem) -> Problem:
-        self.calibrate(problem)
+        loss = check_common(problem, _PARAMS)
+        require_smooth_loss(loss, self.name)
+        if "kifer_Delta" in problem.params:
+            nonnegative_float_param(problem.params, "kifer_Delta", 0.0)
         return problem
 
     def calibrate(self, problem: Problem) -> Calibration:
-        loss = check_common(problem, _PARAMS)
-        require_smooth_loss(loss, self.name)
+        return self.plan(problem).calibration()
+
+    def plan(self, problem: Problem) -> GeneralizedObjectivePlan:
+        """The plan of a validated problem (:meth:`validate_params`), from public numbers;
+        :class:`PrivacyParameterError` when ``kifer_Delta`` leaves the noise no budget or the
+        certificate may fail too often."""
+        loss = problem_loss(problem)
         n, d, lam, eps, delta = (
             problem.n,
             problem.d,
@@ -157,59 +252,26 @@ class GeneralizedObjectivePerturbation:
                 f"ε = {eps_objective:g}; use kifer_Delta ≥ {2.0 * c / eps_objective:g} "
                 "(Kifer et al.'s 2c/ε)"
             )
-        details = base_details(problem, loss)
-        details.update(
-            kifer_Delta=kifer_delta,
+        if delta == 0.0:
+            law, beta, sigma, u = "norm_exponential", epsilon_noise / 2.0, None, None
+        else:
+            u = gaussian_tail_quantile(d, delta)
+            law, beta, sigma = "gaussian", None, gaussian_sigma(epsilon_noise, u)
+        inputs = Inputs.of(problem)
+        return GeneralizedObjectivePlan(
+            inputs=inputs,
+            noise=law,
+            beta=beta,
+            sigma=sigma,
             Delta=kifer_delta / n,
             effective_regularization=lam + kifer_delta / n,
             epsilon_objective=eps_objective,
             jacobian_epsilon=jacobian_epsilon,
+            certificate=certificate,
+            failure=certificate_failure(inputs, (law, beta, sigma), certificate, mechanism=self.name),
+            kifer_Delta=kifer_delta,
             noise_epsilon=epsilon_noise,
-            gradient_sensitivity=2.0,
-        )
-        if delta == 0.0:
-            beta = epsilon_noise / 2.0
-            expected = d / beta
-            details.update(
-                variant="pure",
-                noise="norm_exponential",
-                beta=beta,
-                noise_norm_distribution=f"Gamma(shape={d}, scale={1.0 / beta!r})",
-            )
-            how = f"noise ∝ exp(−β‖b‖), β = ε_n/2 = {beta:.6g}; no δ is spent"
-        else:
-            u = gaussian_tail_quantile(d, delta)
-            sigma = gaussian_sigma(epsilon_noise, u)
-            expected = sigma * chi_mean(d)
-            details.update(
-                variant="gaussian",
-                noise="gaussian",
-                sigma=sigma,
-                gaussian_tail_quantile=u,
-            )
-            how = (
-                f"Gaussian noise σ = {sigma:.6g}; the privacy loss exceeds ε with probability "
-                f"at most δ = {delta:g}"
-            )
-        details.update(
-            expected_noise_norm=expected,
-            expected_coef_shift_bound=expected / (n * lam + kifer_delta),
-        )
-        details.update(certificate.details())
-        failure = certificate_failure(problem, loss, details, certificate, mechanism=self.name)
-        details.update(failure)
-        return Calibration(
-            epsilon=float(eps),
-            delta=float(delta),
-            details=details,
-            expected_noise_norm=expected,
-            composition=(
-                f"single release, ε = {eps:g} = Jacobian part ln(1 + c/(nλ + Δ_K)) = "
-                f"{jacobian_epsilon:.6g} + noise part ε_n = {epsilon_noise:.6g} (Kifer et al. "
-                f"2012 objective perturbation, replace-one neighbours) + release part ε_r = "
-                f"{certificate.epsilon:.6g}: {certificate.describe()}; {how}. "
-                f"{certified_failure.failure_sentence(failure)}"
-            ),
+            gaussian_tail_quantile=u,
         )
 
     def run(
@@ -222,10 +284,10 @@ class GeneralizedObjectivePerturbation:
         rng: np.random.Generator | None,
         progress: ProgressCallback | None,
     ) -> FittedModel:
-        loss = check_common(problem, _PARAMS)
-        require_smooth_loss(loss, self.name)
+        del problem  # the plan holds the objective
+        plan = require_plan(calibration, GeneralizedObjectivePlan)
         report(progress, 0.0)
-        coef = certified_minimiser(X, y, loss, problem, calibration, rng=rng)
+        coef = certified_minimiser(X, y, plan, regularization=plan.inputs.regularization, rng=rng)
         model = release(coef)
         report(progress, 1.0)
         return model

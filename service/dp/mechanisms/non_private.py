@@ -12,15 +12,48 @@ perturbation.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
-from service.dp.mechanisms._common import base_details, check_common, release, report
+from service.dp.core.plan import plan_kind
+from service.dp.mechanisms._common import (
+    Inputs,
+    MechanismPlan,
+    check_common,
+    release,
+    report,
+    require_plan,
+)
 from service.dp.optimize.solvers import minimize_erm
 
-__all__ = ["MECHANISM", "NonPrivate"]
+__all__ = ["MECHANISM", "NonPrivate", "NonPrivatePlan"]
+
+
+@plan_kind("non_private")
+@dataclass(frozen=True, slots=True)
+class NonPrivatePlan(MechanismPlan):
+    """The exact minimiser of the inputs' objective: no noise, no privacy (ε = ∞)."""
+
+    mechanism = "non_private"
+
+    def details(self) -> dict[str, Any]:
+        details = self.inputs.details()
+        details.update(epsilon=math.inf, delta=0.0, guarantee="none", noise="none")
+        return details
+
+    def calibration(self) -> Calibration:
+        return Calibration(
+            epsilon=math.inf,
+            delta=0.0,
+            details=self.details(),
+            expected_noise_norm=0.0,
+            composition="no differential privacy: the exact minimiser is released without noise",
+            plan=self,
+        )
 
 
 class NonPrivate:
@@ -33,16 +66,7 @@ class NonPrivate:
         return problem
 
     def calibrate(self, problem: Problem) -> Calibration:
-        loss = check_common(problem, (), private=False)
-        details = base_details(problem, loss)
-        details.update(epsilon=math.inf, delta=0.0, guarantee="none", noise="none")
-        return Calibration(
-            epsilon=math.inf,
-            delta=0.0,
-            details=details,
-            expected_noise_norm=0.0,
-            composition="no differential privacy: the exact minimiser is released without noise",
-        )
+        return NonPrivatePlan(inputs=Inputs.of(problem)).calibration()
 
     def run(
         self,
@@ -54,10 +78,12 @@ class NonPrivate:
         rng: np.random.Generator | None,
         progress: ProgressCallback | None,
     ) -> FittedModel:
-        del calibration, rng  # nothing to calibrate, nothing random
-        loss = check_common(problem, (), private=False)
+        del problem, rng  # the plan holds the objective; nothing is random
+        plan = require_plan(calibration, NonPrivatePlan)
         report(progress, 0.0)
-        coef = minimize_erm(X, y, loss, regularization=problem.regularization)
+        coef = minimize_erm(
+            X, y, plan.inputs.loss_function(), regularization=plan.inputs.regularization
+        )
         report(progress, 1.0)
         return release(coef)
 

@@ -52,28 +52,95 @@ Below T a failure needs the solver not to converge (docs/privacy.md).
 
 from __future__ import annotations
 
-from dataclasses import replace
-from functools import partial
+from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
-from service.dp.core.losses import get_loss
+from service.dp.core.plan import plan_kind
 from service.dp.mechanisms._common import (
-    base_details,
+    Inputs,
+    ObjectivePlan,
     certificate_failure,
     certified_minimiser,
     check_common,
     jacobian_slack,
+    problem_loss,
     release,
     report,
+    require_plan,
     require_smooth_loss,
 )
 from service.dp.noise.rounding import norm_up
 from service.dp.optimize import certified, certified_failure
 
-__all__ = ["MECHANISM", "ObjectivePerturbation", "run_certified", "with_centre"]
+__all__ = [
+    "MECHANISM",
+    "ObjectivePerturbation",
+    "ObjectivePerturbationPlan",
+    "run_certified",
+    "with_centre",
+]
+
+
+@plan_kind("objective_perturbation")
+@dataclass(frozen=True, slots=True)
+class ObjectivePerturbationPlan(ObjectivePlan):
+    """Objective perturbation's plan (module docstring): the norm-exponential noise rate
+    β = ε′/2 with ε′ = ε₁ − ε_J, Δ, λ + Δ, the split ε = ε₁ + ε_r and the certified
+    release."""
+
+    mechanism = "objective_perturbation"
+
+    epsilon_prime: float
+
+    @property
+    def expected_noise_norm(self) -> float:
+        return self.inputs.d / float(self.beta)
+
+    def details(self) -> dict[str, Any]:
+        d, n, beta = self.inputs.d, self.inputs.n, float(self.beta)
+        expected = self.expected_noise_norm
+        details = self.inputs.details()
+        details.update(
+            delta=0.0,
+            noise="norm_exponential",
+            branch="no_extra_regularization" if self.Delta == 0.0 else "extra_regularization",
+            epsilon_objective=self.epsilon_objective,
+            epsilon_prime=self.epsilon_prime,
+            Delta=self.Delta,
+            effective_regularization=self.effective_regularization,
+            beta=beta,
+            gradient_sensitivity=2.0,
+            noise_epsilon=2.0 * beta,
+            jacobian_epsilon=self.jacobian_epsilon,
+            noise_norm_distribution=f"Gamma(shape={d}, scale={1.0 / beta!r})",
+            expected_noise_norm=expected,
+            expected_coef_shift_bound=expected / (n * self.effective_regularization),
+        )
+        details.update(self.certificate.details())
+        details.update(self.failure.details())
+        return details
+
+    def calibration(self) -> Calibration:
+        eps, extra = self.inputs.epsilon, self.Delta
+        return Calibration(
+            epsilon=eps,
+            delta=0.0,
+            details=self.details(),
+            expected_noise_norm=self.expected_noise_norm,
+            composition=(
+                f"single release, ε = {eps:g} = noise part ε′ = {self.epsilon_prime:.6g} + "
+                f"Jacobian part ln(1 + c/(n(λ+Δ))) = {self.jacobian_epsilon:.6g} (Chaudhuri et "
+                f"al. 2011, Alg. 2 with the determinant lemma, "
+                f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
+                f"ε_r = {self.certificate.epsilon:.6g}: {self.certificate.describe()}; no δ is "
+                f"spent. {certified_failure.failure_sentence(self.failure.details())}"
+            ),
+            plan=self,
+        )
 
 
 class ObjectivePerturbation:
@@ -87,8 +154,11 @@ class ObjectivePerturbation:
         return problem
 
     def calibrate(self, problem: Problem) -> Calibration:
-        loss = check_common(problem, ())
-        require_smooth_loss(loss, self.name)
+        return self.plan(problem).calibration()
+
+    def plan(self, problem: Problem) -> ObjectivePerturbationPlan:
+        """The plan of a validated problem (:meth:`validate_params`), from public numbers."""
+        loss = problem_loss(problem)
         n, d, lam, eps, c = problem.n, problem.d, problem.regularization, problem.epsilon, loss.c
 
         def public(budget: float) -> tuple[float, float]:
@@ -97,43 +167,22 @@ class ObjectivePerturbation:
 
         eps_objective, certificate = certified.split(eps, n=n, d=d, c=c, public=public)
         extra, epsilon_prime, jacobian_epsilon = jacobian_slack(eps_objective, lam, n, c)
-        branch = "no_extra_regularization" if extra == 0.0 else "extra_regularization"
         beta = epsilon_prime / 2.0
-        effective = lam + extra
-        expected = d / beta
-        details = base_details(problem, loss)
-        details.update(
-            delta=0.0,
+        inputs = Inputs.of(problem)
+        return ObjectivePerturbationPlan(
+            inputs=inputs,
             noise="norm_exponential",
-            branch=branch,
-            epsilon_objective=eps_objective,
-            epsilon_prime=epsilon_prime,
-            Delta=extra,
-            effective_regularization=effective,
             beta=beta,
-            gradient_sensitivity=2.0,
-            noise_epsilon=2.0 * beta,
+            sigma=None,
+            Delta=float(extra),
+            effective_regularization=lam + extra,
+            epsilon_objective=eps_objective,
             jacobian_epsilon=jacobian_epsilon,
-            noise_norm_distribution=f"Gamma(shape={d}, scale={1.0 / beta!r})",
-            expected_noise_norm=expected,
-            expected_coef_shift_bound=expected / (n * effective),
-        )
-        details.update(certificate.details())
-        failure = certificate_failure(problem, loss, details, certificate, mechanism=self.name)
-        details.update(failure)
-        return Calibration(
-            epsilon=float(eps),
-            delta=0.0,
-            details=details,
-            expected_noise_norm=expected,
-            composition=(
-                f"single release, ε = {eps:g} = noise part ε′ = {epsilon_prime:.6g} + Jacobian "
-                f"part ln(1 + c/(n(λ+Δ))) = {jacobian_epsilon:.6g} (Chaudhuri et al. 2011, "
-                f"Alg. 2 with the determinant lemma, "
-                f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
-                f"ε_r = {certificate.epsilon:.6g}: {certificate.describe()}; no δ is spent. "
-                f"{certified_failure.failure_sentence(failure)}"
+            certificate=certificate,
+            failure=certificate_failure(
+                inputs, ("norm_exponential", beta, None), certificate, mechanism=self.name
             ),
+            epsilon_prime=epsilon_prime,
         )
 
     def run(
@@ -146,10 +195,12 @@ class ObjectivePerturbation:
         rng: np.random.Generator | None,
         progress: ProgressCallback | None,
     ) -> FittedModel:
-        loss = check_common(problem, ())
-        require_smooth_loss(loss, self.name)
+        del problem  # the plan holds the objective
+        plan = require_plan(calibration, ObjectivePerturbationPlan)
         report(progress, 0.0)
-        model = release(run_certified(X, y, problem, calibration, rng=rng))
+        model = release(
+            certified_minimiser(X, y, plan, regularization=plan.inputs.regularization, rng=rng)
+        )
         report(progress, 1.0)
         return model
 
@@ -161,27 +212,24 @@ def with_centre(
     learning, PST-H; η already counted in its strong convexity): the certificate's public
     bound L grows by η‖w₀‖, which only enlarges τ and the release noise (same ε_r); the
     ``certificate_failure`` record is recomputed with the centre (it is not refused here: the
-    centre is known only when the fit runs)."""
-    plan = certified.CertifiedRelease.from_details(calibration.details)
+    centre is known only when the fit runs). The plan changes accordingly and the record is
+    the old one with those two entries replaced."""
+    plan = require_plan(calibration, ObjectivePerturbationPlan)
     shift = centre_weight * norm_up(centre)
-    plan = plan.with_linear_bound(plan.linear_bound + shift)
+    certificate = plan.certificate.with_linear_bound(plan.certificate.linear_bound + shift)
+    failure = certificate_failure(
+        plan.inputs,
+        (plan.noise, plan.beta, plan.sigma),
+        certificate,
+        mechanism=ObjectivePerturbation.name,
+        centre_norm=shift,
+        check=False,
+    )
+    centred = replace(plan, certificate=certificate, failure=failure)
     details = dict(calibration.details)
-    details.update(plan.details())
-    if "certificate_failure" in details:  # the same record, for the centred objective
-        d = int(details["d"])
-        failure = certified_failure.failure_details(
-            n=int(details["n"]),
-            d=d,
-            loss=get_loss(str(details["loss"]), h=float(details.get("huber_h", 0.5))),
-            strong_convexity=plan.strong_convexity,
-            tolerance=plan.tolerance,
-            centre_norm=shift,
-            log10_tail=partial(
-                certified_failure.norm_exponential_tail_log10, d, float(details["beta"])
-            ),
-        )
-        details.update(failure)
-    return replace(calibration, details=details)
+    details.update(certificate.details())
+    details.update(failure.details())
+    return replace(calibration, details=details, plan=centred)
 
 
 def run_certified(
@@ -197,11 +245,17 @@ def run_certified(
     """The certified release of ``argmin J + bᵀw/n + (Δ/2)‖w‖² + (η/2)‖w − w₀‖²`` with the
     noise β, Δ and release plan of an objective-perturbation ``calibration``
     (:mod:`service.dp.optimize.certified`; with a centre w₀, pass the calibration through
-    :func:`with_centre`)."""
-    loss = check_common(problem, ())
-    require_smooth_loss(loss, ObjectivePerturbation.name)
+    :func:`with_centre`). J's ridge is ``problem``'s λ: a centred objective's plan is
+    calibrated at λ + η, of which η comes in through the centre term."""
+    plan = require_plan(calibration, ObjectivePerturbationPlan)
     return certified_minimiser(
-        X, y, loss, problem, calibration, rng=rng, centre=centre, centre_weight=centre_weight
+        X,
+        y,
+        plan,
+        regularization=problem.regularization,
+        rng=rng,
+        centre=centre,
+        centre_weight=centre_weight,
     )
 
 

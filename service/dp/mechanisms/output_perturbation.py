@@ -60,18 +60,88 @@ of the continuous ŵ + b, so the bound above holds for the released doubles with
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.plan import plan_kind
 from service.dp.data.clipping import round_up, scale_for
-from service.dp.mechanisms._common import base_details, check_common, release, report
+from service.dp.mechanisms._common import (
+    Inputs,
+    MechanismPlan,
+    check_common,
+    problem_loss,
+    release,
+    report,
+    require_plan,
+)
 from service.dp.noise import lattice
 from service.dp.optimize import certified, certified_failure
 
-__all__ = ["MECHANISM", "OutputPerturbation"]
+__all__ = ["MECHANISM", "OutputPerturbation", "OutputPerturbationPlan"]
+
+
+@plan_kind("output_perturbation")
+@dataclass(frozen=True, slots=True)
+class OutputPerturbationPlan(MechanismPlan):
+    """Output perturbation's plan: the certificate's tolerance τ (and its floor F), the
+    sensitivity S = 2/(nλ) + 2τ/λ with its two terms (each rounded up) and the
+    norm-exponential noise rate β = ε/S of the released minimiser."""
+
+    mechanism = "output_perturbation"
+
+    tolerance: float
+    floor: float
+    sensitivity: float
+    sensitivity_exact_minimiser: float
+    distance_to_exact_minimiser_bound: float
+    sensitivity_certificate_term: float
+    beta: float
+
+    @property
+    def expected_noise_norm(self) -> float:
+        return self.inputs.d / self.beta
+
+    def details(self) -> dict[str, Any]:
+        d, beta = self.inputs.d, self.beta
+        details = self.inputs.details()
+        details.update(
+            delta=0.0,
+            noise="norm_exponential",
+            sensitivity=self.sensitivity,
+            sensitivity_exact_minimiser=self.sensitivity_exact_minimiser,
+            certificate_tolerance=self.tolerance,
+            certificate_floor=self.floor,
+            distance_to_exact_minimiser_bound=self.distance_to_exact_minimiser_bound,
+            sensitivity_certificate_term=self.sensitivity_certificate_term,
+            beta=beta,
+            noise_norm_distribution=f"Gamma(shape={d}, scale={1.0 / beta!r})",
+            expected_noise_norm=self.expected_noise_norm,
+            release=lattice.RELEASE_NOTE,
+        )
+        return details
+
+    def calibration(self) -> Calibration:
+        eps, beta, tau = self.inputs.epsilon, self.beta, self.tolerance
+        return Calibration(
+            epsilon=eps,
+            delta=0.0,
+            details=self.details(),
+            expected_noise_norm=self.expected_noise_norm,
+            composition=(
+                f"single release, ε = {eps:g}: noise ∝ exp(−β‖b‖) with β = ε/S = {beta:.6g} "
+                f"added to a minimiser whose gradient is proved (in IEEE arithmetic) to be at "
+                f"most τ = {tau:.6g}, so within τ/λ of the exact one; its L2 sensitivity is "
+                f"S = 2/(nλ) + 2τ/λ = {self.sensitivity:.10g} (Chaudhuri et al. 2011, Thm 6, "
+                f"plus twice the distance τ/λ to the exact minimiser); no δ is spent. If the "
+                f"certificate is not met the job fails and nothing is released"
+            ),
+            plan=self,
+        )
 
 
 class OutputPerturbation:
@@ -84,7 +154,7 @@ class OutputPerturbation:
         return problem
 
     def calibrate(self, problem: Problem) -> Calibration:
-        loss = check_common(problem, ())
+        loss = problem_loss(problem)
         n, lam, eps, d = problem.n, problem.regularization, problem.epsilon, problem.d
         base = certified.tolerance(
             n=n, d=d, c=float(loss.c), strong_convexity=lam, linear_bound=0.0
@@ -96,38 +166,17 @@ class OutputPerturbation:
         # S = 2/(nλ) + 2τ/λ in exact rational arithmetic (τ and λ the doubles used)
         exact = Fraction(2) / (n * Fraction(lam))
         slack = 2 * Fraction(tau) / Fraction(lam)
-        sensitivity = round_up(exact + slack)
-        beta = scale_for(eps, exact + slack)
-        expected = d / beta
-        details = base_details(problem, loss)
-        details.update(
-            delta=0.0,
-            noise="norm_exponential",
-            sensitivity=sensitivity,
+        plan = OutputPerturbationPlan(
+            inputs=Inputs.of(problem),
+            tolerance=float(tau),
+            floor=float(floor),
+            sensitivity=round_up(exact + slack),
             sensitivity_exact_minimiser=round_up(exact),
-            certificate_tolerance=tau,
-            certificate_floor=floor,
             distance_to_exact_minimiser_bound=round_up(Fraction(tau) / Fraction(lam)),
             sensitivity_certificate_term=round_up(slack),
-            beta=beta,
-            noise_norm_distribution=f"Gamma(shape={d}, scale={1.0 / beta!r})",
-            expected_noise_norm=expected,
-            release=lattice.RELEASE_NOTE,
+            beta=float(scale_for(eps, exact + slack)),
         )
-        return Calibration(
-            epsilon=float(eps),
-            delta=0.0,
-            details=details,
-            expected_noise_norm=expected,
-            composition=(
-                f"single release, ε = {eps:g}: noise ∝ exp(−β‖b‖) with β = ε/S = {beta:.6g} "
-                f"added to a minimiser whose gradient is proved (in IEEE arithmetic) to be at "
-                f"most τ = {tau:.6g}, so within τ/λ of the exact one; its L2 sensitivity is "
-                f"S = 2/(nλ) + 2τ/λ = {sensitivity:.10g} (Chaudhuri et al. 2011, Thm 6, plus "
-                f"twice the distance τ/λ to the exact minimiser); no δ is spent. If the "
-                f"certificate is not met the job fails and nothing is released"
-            ),
-        )
+        return plan.calibration()
 
     def run(
         self,
@@ -139,23 +188,22 @@ class OutputPerturbation:
         rng: np.random.Generator | None,
         progress: ProgressCallback | None,
     ) -> FittedModel:
-        loss = check_common(problem, ())
-        beta = float(calibration.details["beta"])
-        tau = float(calibration.details["certificate_tolerance"])
+        del problem  # the plan holds the objective
+        plan = require_plan(calibration, OutputPerturbationPlan)
         report(progress, 0.0)
         coef = certified.certified_erm(
             X,
             y,
-            loss,
-            regularization=problem.regularization,
-            tolerance=tau,
+            plan.inputs.loss_function(),
+            regularization=plan.inputs.regularization,
+            tolerance=plan.tolerance,
             failure=(
                 "the minimiser could not be certified to the tolerance the sensitivity "
                 "assumes; no model was released"
             ),
         )
         report(progress, 0.9)
-        model = release(lattice.norm_exponential_release(coef, beta=beta, rng=rng))
+        model = release(lattice.norm_exponential_release(coef, beta=plan.beta, rng=rng))
         report(progress, 1.0)
         return model
 

@@ -66,6 +66,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.losses import HuberLoss, LogisticLoss, Loss
+from service.dp.core.plan import Plan, plan_kind
 from service.dp.noise import lattice
 from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, compensated_row_sums, gamma, norm_up
 from service.dp.optimize.solvers import ConvergenceError, FinalPass, solve_erm
@@ -394,10 +395,12 @@ def split_epsilon(epsilon: float, share: float) -> tuple[float, float]:
     return objective, release
 
 
+@plan_kind("certified_release")
 @dataclass(frozen=True, slots=True)
-class CertifiedRelease:
-    """The public numbers of one certified release (module docstring). Built by :func:`plan`;
-    stored in a calibration's details (``certified_release``) and rebuilt from them."""
+class CertifiedRelease(Plan):
+    """The public numbers of one certified release (module docstring), a typed plan
+    (:mod:`service.dp.core.plan`) nested in the plans of the mechanisms that use it. Built by
+    :func:`plan`; :meth:`details` is its record (``certified_release``)."""
 
     n: int
     d: int
@@ -445,7 +448,8 @@ class CertifiedRelease:
 
     @classmethod
     def from_details(cls, details: Mapping[str, Any]) -> CertifiedRelease:
-        """Rebuild from a calibration's details (recomputed, so they cannot drift)."""
+        """Rebuild from a record's details (recomputed, so they cannot drift); the mechanisms
+        carry the typed plan itself instead."""
         got = details["certified_release"]
         return plan(
             n=int(got["n"]),

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from scipy import special
 
 from service.dp.core.losses import HuberLoss, LogisticLoss, Loss
+from service.dp.core.plan import Plan, plan_kind
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.noise import lattice
 from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma
@@ -23,11 +25,13 @@ from service.dp.optimize.certified import _DEGREE, _LN2_LO, _TINY, BLOCK_ROWS
 
 __all__ = [
     "MAX_FAILURE_LOG10",
+    "CertificateFailure",
     "NOISE_RADIUS_RATIO",
     "certificate_floor",
     "check_failure_probability",
     "derivative_error_bound",
     "failure_details",
+    "failure_plan",
     "failure_sentence",
     "feasible_noise_norm",
     "gaussian_tail_log10",
@@ -179,6 +183,60 @@ def probability_text(log10_p: float) -> str:
     return f"≤ 10^{math.ceil(log10_p)}"
 
 
+@plan_kind("certificate_failure")
+@dataclass(frozen=True, slots=True)
+class CertificateFailure(Plan):
+    """When a certified release can fail (:func:`failure_plan`): the noise norm T above which
+    no double may meet the certificate and log₁₀ of a bound on P[‖b‖ > T]; part of the
+    typed plan of every objective-perturbation-style mechanism. :meth:`details` is its record."""
+
+    noise_norm_threshold: float
+    log10_probability_bound: float
+
+    def details(self) -> dict[str, Any]:
+        return {
+            "certificate_failure": {
+                "noise_norm_threshold": self.noise_norm_threshold,
+                "log10_probability_bound": self.log10_probability_bound,
+                "probability": probability_text(self.log10_probability_bound),
+                "note": (
+                    "a double meeting the certificate exists whenever ‖b‖ ≤ "
+                    "noise_norm_threshold; the noise exceeds it with the probability shown, "
+                    "which is not charged as δ; below it a failure (nothing released, charge "
+                    "kept) needs the solver not to converge, which the guarantee does not cover"
+                ),
+            }
+        }
+
+
+def failure_plan(
+    *,
+    n: int,
+    d: int,
+    loss: Loss,
+    strong_convexity: float,
+    tolerance: float,
+    centre_norm: float,
+    log10_tail: Callable[[float], float],
+) -> CertificateFailure:
+    """When the certificate can fail: the noise norm T = n·q*(1 − ρ_b) above which no double
+    may meet it (:func:`feasible_noise_norm`; ‖b̂‖ ≤ ‖b‖/(1 − ρ_b)) and an upper bound on
+    P[‖b‖ > T] from ``log10_tail``. Below T a failure needs the solver not to converge
+    (docs/privacy.md)."""
+    q = feasible_noise_norm(
+        n=n,
+        d=d,
+        loss=loss,
+        strong_convexity=strong_convexity,
+        tolerance=tolerance,
+        centre_norm=centre_norm,
+    )
+    threshold = n * q * (1.0 - 2.0 * NOISE_RADIUS_RATIO)
+    return CertificateFailure(
+        noise_norm_threshold=float(threshold), log10_probability_bound=float(log10_tail(threshold))
+    )
+
+
 def failure_details(
     *,
     n: int,
@@ -189,33 +247,16 @@ def failure_details(
     centre_norm: float,
     log10_tail: Callable[[float], float],
 ) -> dict[str, Any]:
-    """The record of when the certificate can fail: the noise norm T = n·q*(1 − ρ_b) above
-    which no double may meet it (:func:`feasible_noise_norm`; ‖b̂‖ ≤ ‖b‖/(1 − ρ_b)) and an
-    upper bound on P[‖b‖ > T] from ``log10_tail``. Below T a failure needs the solver not to
-    converge (docs/privacy.md)."""
-    q = feasible_noise_norm(
+    """The record of :func:`failure_plan` (``{"certificate_failure": {...}}``)."""
+    return failure_plan(
         n=n,
         d=d,
         loss=loss,
         strong_convexity=strong_convexity,
         tolerance=tolerance,
         centre_norm=centre_norm,
-    )
-    threshold = n * q * (1.0 - 2.0 * NOISE_RADIUS_RATIO)
-    log10_p = log10_tail(threshold)
-    return {
-        "certificate_failure": {
-            "noise_norm_threshold": threshold,
-            "log10_probability_bound": log10_p,
-            "probability": probability_text(log10_p),
-            "note": (
-                "a double meeting the certificate exists whenever ‖b‖ ≤ noise_norm_threshold; "
-                "the noise exceeds it with the probability shown, which is not charged as δ; "
-                "below it a failure (nothing released, charge kept) needs the solver not to "
-                "converge, which the guarantee does not cover"
-            ),
-        }
-    }
+        log10_tail=log10_tail,
+    ).details()
 
 
 #: a request whose certificate can fail with a larger (public) probability is refused
