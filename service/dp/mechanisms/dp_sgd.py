@@ -88,7 +88,7 @@ original rows: coefᵀx = wᵀ(Px). Folding is post-processing.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Final
 
@@ -104,10 +104,18 @@ from service.dp.core.accounting import (
 )
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.losses import Loss
+from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data import clipping
 from service.dp.data.projection import MAX_SEED, PROJECTION_KINDS, RandomProjection
-from service.dp.mechanisms._common import base_details, check_common, release, report
+from service.dp.mechanisms._common import (
+    Inputs,
+    MechanismPlan,
+    check_common,
+    release,
+    report,
+    require_plan,
+)
 from service.dp.noise import draws as noise
 from service.dp.noise import lattice
 from service.dp.optimize.solvers import ConvergenceError
@@ -117,6 +125,7 @@ __all__ = [
     "DPSGD",
     "MECHANISM",
     "SCHEDULES",
+    "DPSGDPlan",
     "batch_sizes",
     "gradient_sensitivity",
     "per_step_epsilon",
@@ -273,6 +282,129 @@ def _positive_float(params: dict[str, Any], name: str, default: float | None) ->
     return out
 
 
+@plan_kind("dp_sgd")
+@dataclass(frozen=True, slots=True)
+class DPSGDPlan(MechanismPlan):
+    """DP-SGD's plan (module docstring): the passes and mini-batches, ε per pass and the
+    composition that gives the total (basic, or advanced with δ′ = δ), the noise rate
+    β = ε_pass/Δ for the sensitivity Δ of the mean as computed, the release grid's scale, the
+    step sizes, the radius and the optional projection."""
+
+    mechanism = "dp_sgd"
+
+    epochs: int
+    batch_size: int
+    batches_per_epoch: int
+    min_batch_size: int
+    max_batch_size: int
+    epsilon_per_epoch: float
+    spent_epsilon: float
+    spent_delta: float
+    composition_method: str
+    basic_epsilon: float
+    advanced_epsilon: float | None
+    advanced_delta: float | None
+    noise_dimension: int
+    release_scale: int
+    beta: float
+    gradient_sensitivity: float
+    gradient_sensitivity_exact_arithmetic: float
+    float_margin: float
+    schedule: str
+    eta: float | None
+    radius: float | None
+    projection_dim: int | None
+    projection_kind: str | None
+    projection_seed: int | None
+
+    @property
+    def expected_noise_norm(self) -> float:
+        return self.noise_dimension / self.beta
+
+    def details(self) -> dict[str, Any]:
+        dim, beta = self.noise_dimension, self.beta
+        details = self.inputs.details()
+        details.update(
+            delta=self.spent_delta,
+            epsilon=self.spent_epsilon,
+            epsilon_requested=self.inputs.epsilon,
+            delta_offered=self.inputs.delta,
+            composition_method=self.composition_method,
+            basic_total={"epsilon": self.basic_epsilon, "delta": 0.0},
+            advanced_total=(
+                None
+                if self.advanced_epsilon is None
+                else {"epsilon": self.advanced_epsilon, "delta": self.advanced_delta}
+            ),
+            epochs=self.epochs,
+            epsilon_per_epoch=self.epsilon_per_epoch,
+            batch_size=self.batch_size,
+            batches_per_epoch=self.batches_per_epoch,
+            min_batch_size=self.min_batch_size,
+            max_batch_size=self.max_batch_size,
+            updates=self.epochs * self.batches_per_epoch,
+            clip=CLIP,
+            clip_applied=math.nextafter(CLIP, 0.0),
+            gradient_sensitivity=self.gradient_sensitivity,
+            gradient_sensitivity_exact_arithmetic=self.gradient_sensitivity_exact_arithmetic,
+            float_margin=self.float_margin,
+            float_margin_note=(
+                "the mean of clipped gradients is computed in doubles: the sensitivity of the "
+                "computed mean is at most 2/b_min·(1 + float_margin) (clip to slightly less "
+                "than 1 against rigorous row-norm bounds, plus the worst-case rounding of the "
+                "sum and the division; service.dp.data.clipping), and β = ε_pass/that"
+            ),
+            release=GRADIENT_RELEASE,
+            release_grid=self.release_scale * lattice.GRID,
+            release_scale=self.release_scale,
+            beta=beta,
+            noise="norm_exponential",
+            noise_dimension=dim,
+            noise_norm_distribution=f"Gamma(shape={dim}, scale={1.0 / beta!r})",
+            expected_noise_norm_per_update=self.expected_noise_norm,
+            schedule=self.schedule,
+            eta=self.eta,
+            radius=self.radius,
+            projection_dim=self.projection_dim,
+            projection_kind=self.projection_kind,
+        )
+        return details
+
+    def calibration(self) -> Calibration:
+        epochs, eps_pass = self.epochs, self.epsilon_per_epoch
+        spent, spent_delta = self.spent_epsilon, self.spent_delta
+        delta_prime = self.inputs.delta if self.inputs.delta > 0.0 else None
+        if self.composition_method == "advanced":
+            over = (
+                f"{epochs} passes of ε_pass = {eps_pass:.6g} by advanced composition with "
+                f"δ′ = {spent_delta:g} (Dwork, Rothblum & Vadhan 2010) = ({spent:.6g}, "
+                f"{spent_delta:g}); basic composition would give {epochs * eps_pass:.6g}"
+            )
+        else:
+            over = f"{epochs} pass(es) × ε_pass = {eps_pass:.6g} (basic composition) = {spent:.6g}"
+            if delta_prime is not None:
+                over += (
+                    f"; advanced composition with δ′ = {delta_prime:g} would not be tighter, so "
+                    "the δ offered is not spent"
+                )
+        return Calibration(
+            epsilon=spent,
+            delta=spent_delta,
+            details=self.details(),
+            expected_noise_norm=self.expected_noise_norm,
+            composition=(
+                f"{over}; within a pass the {self.batches_per_epoch} updates use disjoint "
+                f"mini-batches of ≥ {self.min_batch_size} rows (parallel composition), each "
+                f"update ε_pass-DP with noise ∝ exp(−β‖z‖), β = ε_pass/Δ = {self.beta:.6g} with "
+                f"Δ = 2/b_min·(1 + {self.float_margin:.2g}) the sensitivity of the mean as "
+                "computed in floating point (Song, Chaudhuri & Sarwate 2013); each noisy "
+                "gradient is released exactly on the 2^-32 grid"
+                + ("" if spent_delta > 0.0 else "; no δ is spent")
+            ),
+            plan=self,
+        )
+
+
 class DPSGD:
     """ε-DP mini-batch SGD with noisy updates (Song, Chaudhuri & Sarwate 2013)."""
 
@@ -316,12 +448,14 @@ class DPSGD:
         return replace(problem, params=params)
 
     def calibrate(self, problem: Problem) -> Calibration:
-        problem = self.validate_params(problem)
-        loss = check_common(problem, _PARAMS)
+        return self.plan(problem).calibration()
+
+    def plan(self, problem: Problem) -> DPSGDPlan:
+        """The plan of a validated problem (:meth:`validate_params` normalised its options),
+        from public numbers."""
         p = problem.params
         n, epochs, b = problem.n, int(p["epochs"]), int(p["batch_size"])
         sizes = batch_sizes(n, b)
-        m = int(sizes.size)
         b_min = int(sizes.min())
         delta_prime = float(problem.delta) if problem.delta > 0.0 else None
         eps_pass, choice = per_step_epsilon(problem.epsilon, epochs, delta_prime)
@@ -334,80 +468,33 @@ class DPSGD:
         scale = release_scale(dim, clipping.scale_for(eps_pass, gradient_sensitivity(sizes, dim)))
         sensitivity = release_sensitivity(sizes, dim, scale)
         exact_sensitivity = Fraction(2 * CLIP) / b_min
-        beta = clipping.scale_for(eps_pass, sensitivity)
-        margin = float(sensitivity / exact_sensitivity - 1)
-        expected = dim / beta
-        details = base_details(problem, loss)
-        details.update(
-            delta=spent_delta,
-            epsilon=spent,
-            epsilon_requested=float(problem.epsilon),
-            delta_offered=float(problem.delta),
-            composition_method=method,
-            basic_total={"epsilon": float(Fraction(eps_pass) * epochs), "delta": 0.0},
-            advanced_total=(
-                None
-                if choice is None
-                else {"epsilon": choice.advanced.epsilon, "delta": choice.advanced.delta}
-            ),
+        eta = p.get("eta")
+        return DPSGDPlan(
+            inputs=Inputs.of(problem),
             epochs=epochs,
-            epsilon_per_epoch=eps_pass,
             batch_size=b,
-            batches_per_epoch=m,
+            batches_per_epoch=int(sizes.size),
             min_batch_size=b_min,
             max_batch_size=int(sizes.max()),
-            updates=epochs * m,
-            clip=CLIP,
-            clip_applied=math.nextafter(CLIP, 0.0),
+            epsilon_per_epoch=eps_pass,
+            spent_epsilon=float(spent),
+            spent_delta=float(spent_delta),
+            composition_method=method,
+            basic_epsilon=float(Fraction(eps_pass) * epochs),
+            advanced_epsilon=None if choice is None else float(choice.advanced.epsilon),
+            advanced_delta=None if choice is None else float(choice.advanced.delta),
+            noise_dimension=dim,
+            release_scale=scale,
+            beta=clipping.scale_for(eps_pass, sensitivity),
             gradient_sensitivity=clipping.round_up(sensitivity),
             gradient_sensitivity_exact_arithmetic=float(exact_sensitivity),
-            float_margin=margin,
-            float_margin_note=(
-                "the mean of clipped gradients is computed in doubles: the sensitivity of the "
-                "computed mean is at most 2/b_min·(1 + float_margin) (clip to slightly less "
-                "than 1 against rigorous row-norm bounds, plus the worst-case rounding of the "
-                "sum and the division; service.dp.data.clipping), and β = ε_pass/that"
-            ),
-            release=GRADIENT_RELEASE,
-            release_grid=scale * lattice.GRID,
-            release_scale=scale,
-            beta=beta,
-            noise="norm_exponential",
-            noise_dimension=dim,
-            noise_norm_distribution=f"Gamma(shape={dim}, scale={1.0 / beta!r})",
-            expected_noise_norm_per_update=expected,
-            schedule=p["schedule"],
-            eta=p.get("eta"),
+            float_margin=float(sensitivity / exact_sensitivity - 1),
+            schedule=str(p["schedule"]),
+            eta=None if eta is None else float(eta),
             radius=p["radius"],
             projection_dim=k,
             projection_kind=p.get("projection_kind"),
-        )
-        if method == "advanced":
-            over = (
-                f"{epochs} passes of ε_pass = {eps_pass:.6g} by advanced composition with "
-                f"δ′ = {spent_delta:g} (Dwork, Rothblum & Vadhan 2010) = ({spent:.6g}, "
-                f"{spent_delta:g}); basic composition would give {epochs * eps_pass:.6g}"
-            )
-        else:
-            over = f"{epochs} pass(es) × ε_pass = {eps_pass:.6g} (basic composition) = {spent:.6g}"
-            if delta_prime is not None:
-                over += (
-                    f"; advanced composition with δ′ = {delta_prime:g} would not be tighter, so "
-                    "the δ offered is not spent"
-                )
-        return Calibration(
-            epsilon=spent,
-            delta=spent_delta,
-            details=details,
-            expected_noise_norm=expected,
-            composition=(
-                f"{over}; within a pass the {m} updates use disjoint mini-batches of ≥ "
-                f"{b_min} rows (parallel composition), each update ε_pass-DP with noise "
-                f"∝ exp(−β‖z‖), β = ε_pass/Δ = {beta:.6g} with Δ = 2/b_min·(1 + {margin:.2g}) "
-                "the sensitivity of the mean as computed in floating point (Song, Chaudhuri & "
-                "Sarwate 2013); each noisy gradient is released exactly on the 2^-32 grid"
-                + ("" if spent_delta > 0.0 else "; no δ is spent")
-            ),
+            projection_seed=p.get("projection_seed"),
         )
 
     def run(
@@ -420,28 +507,22 @@ class DPSGD:
         rng: np.random.Generator | None,
         progress: ProgressCallback | None,
     ) -> FittedModel:
-        problem = self.validate_params(problem)
-        loss = check_common(problem, _PARAMS)
-        p = problem.params
+        del problem  # the plan holds the objective and every option
+        plan = require_plan(calibration, DPSGDPlan)
+        n, d = plan.inputs.n, plan.inputs.d
         X = np.ascontiguousarray(X, dtype=np.float64)
         y = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
-        if X.shape != (problem.n, problem.d) or y.shape[0] != problem.n:
+        if X.shape != (n, d) or y.shape[0] != n:
             raise ValueError("X and y do not match the problem's n and d")
-        beta = float(calibration.details["beta"])
-        scale = int(calibration.details.get("release_scale", 1))
         report(progress, 0.0)
 
         projection: RandomProjection | None = None
-        if p["projection_dim"] is not None:
-            seed = p["projection_seed"]
-            if seed is None:
-                projection = RandomProjection.create(
-                    problem.d, int(p["projection_dim"]), kind=p["projection_kind"], rng=rng
-                )
+        if plan.projection_dim is not None:
+            kind = str(plan.projection_kind)
+            if plan.projection_seed is None:
+                projection = RandomProjection.create(d, plan.projection_dim, kind=kind, rng=rng)
             else:
-                projection = RandomProjection(
-                    problem.d, int(p["projection_dim"]), int(seed), p["projection_kind"]
-                )
+                projection = RandomProjection(d, plan.projection_dim, plan.projection_seed, kind)
             Z = np.ascontiguousarray(projection.project(X))
         else:
             Z = X
@@ -452,15 +533,15 @@ class DPSGD:
             w = _sgd(
                 Z,
                 y,
-                loss,
-                lam=problem.regularization,
-                epochs=int(p["epochs"]),
-                sizes=batch_sizes(problem.n, int(p["batch_size"])),
-                beta=beta,
-                scale=scale,
-                schedule=str(p["schedule"]),
-                eta=float(p["eta"]) if p.get("eta") is not None else 0.0,
-                radius=p["radius"],
+                plan.inputs.loss_function(),
+                lam=plan.inputs.regularization,
+                epochs=plan.epochs,
+                sizes=batch_sizes(n, plan.batch_size),
+                beta=plan.beta,
+                scale=plan.release_scale,
+                schedule=plan.schedule,
+                eta=plan.eta if plan.eta is not None else 0.0,
+                radius=plan.radius,
                 rng=rng,
                 progress=progress,
             )

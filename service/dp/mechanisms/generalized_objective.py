@@ -268,7 +268,9 @@ class GeneralizedObjectivePerturbation:
             epsilon_objective=eps_objective,
             jacobian_epsilon=jacobian_epsilon,
             certificate=certificate,
-            failure=certificate_failure(inputs, (law, beta, sigma), certificate, mechanism=self.name),
+            failure=certificate_failure(
+                inputs, (law, beta, sigma), certificate, mechanism=self.name
+            ),
             kifer_Delta=kifer_delta,
             noise_epsilon=epsilon_noise,
             gaussian_tail_quantile=u,

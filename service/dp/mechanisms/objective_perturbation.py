@@ -80,6 +80,7 @@ __all__ = [
     "MECHANISM",
     "ObjectivePerturbation",
     "ObjectivePerturbationPlan",
+    "centred_plan",
     "run_certified",
     "with_centre",
 ]
@@ -205,16 +206,14 @@ class ObjectivePerturbation:
         return model
 
 
-def with_centre(
-    calibration: Calibration, centre: NDArray[np.float64], centre_weight: float
-) -> Calibration:
-    """The calibration for an objective with the public term (η/2)‖w − w₀‖² (transfer
-    learning, PST-H; η already counted in its strong convexity): the certificate's public
-    bound L grows by η‖w₀‖, which only enlarges τ and the release noise (same ε_r); the
-    ``certificate_failure`` record is recomputed with the centre (it is not refused here: the
-    centre is known only when the fit runs). The plan changes accordingly and the record is
-    the old one with those two entries replaced."""
-    plan = require_plan(calibration, ObjectivePerturbationPlan)
+def centred_plan(
+    plan: ObjectivePerturbationPlan, centre: NDArray[np.float64], centre_weight: float
+) -> ObjectivePerturbationPlan:
+    """The plan for an objective with the public term (η/2)‖w − w₀‖² (transfer learning,
+    PST-H; η already counted in its strong convexity): the certificate's public bound L grows
+    by η‖w₀‖, which only enlarges τ and the release noise (same ε_r), and when the
+    certificate can fail is recomputed with the centre (not refused here: the centre is known
+    only when the fit runs)."""
     shift = centre_weight * norm_up(centre)
     certificate = plan.certificate.with_linear_bound(plan.certificate.linear_bound + shift)
     failure = certificate_failure(
@@ -225,10 +224,20 @@ def with_centre(
         centre_norm=shift,
         check=False,
     )
-    centred = replace(plan, certificate=certificate, failure=failure)
+    return replace(plan, certificate=certificate, failure=failure)
+
+
+def with_centre(
+    calibration: Calibration, centre: NDArray[np.float64], centre_weight: float
+) -> Calibration:
+    """The calibration of :func:`centred_plan`: the record is the old one with its
+    ``certified_release`` and ``certificate_failure`` entries replaced."""
+    centred = centred_plan(
+        require_plan(calibration, ObjectivePerturbationPlan), centre, centre_weight
+    )
     details = dict(calibration.details)
-    details.update(certificate.details())
-    details.update(failure.details())
+    details.update(centred.certificate.details())
+    details.update(centred.failure.details())
     return replace(calibration, details=details, plan=centred)
 
 

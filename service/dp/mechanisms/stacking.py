@@ -68,18 +68,22 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp.core.base import Calibration, FittedModel, LinearModel, Problem, ProgressCallback
+from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.models import META_FEATURES, StackedModel, meta_features
+from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data.projection import clip_rows
 from service.dp.mechanisms._common import (
-    base_details,
+    Inputs,
+    MechanismPlan,
+    certified_minimiser,
     check_common,
     release,
     report,
+    require_plan,
 )
 from service.dp.mechanisms.objective_perturbation import MECHANISM as _PLR
-from service.dp.mechanisms.objective_perturbation import run_certified, with_centre
+from service.dp.mechanisms.objective_perturbation import ObjectivePerturbationPlan, centred_plan
 from service.dp.noise import draws as noise
 
 __all__ = [
@@ -88,7 +92,10 @@ __all__ = [
     "STACKING_FEATURES",
     "STACKING_SAMPLES",
     "StackingFeatures",
+    "StackingFeaturesPlan",
+    "StackingPlan",
     "StackingSamples",
+    "StackingSamplesPlan",
     "split_budget",
     "split_rows",
 ]
@@ -133,41 +140,113 @@ def _block_sizes(n: int, k: int) -> list[int]:
     return [q + 1] * r + [q] * (k - r)
 
 
-def _centred_plr(
-    X: FloatArray,
-    y: FloatArray,
-    problem: Problem,
-    calibration: Calibration,
-    *,
-    centre: FloatArray,
-    centre_weight: float,
-    rng: np.random.Generator | None,
-) -> FloatArray:
-    """The base mechanism's certified release with the extra public term (η/2)‖w − u‖²: the
-    noise b, Δ and ε_r of ``calibration`` (the certificate's public bound grows by η‖u‖,
-    :func:`~service.dp.mechanisms.objective_perturbation.with_centre`), the release of
-    argmin J + bᵀw/n + (Δ/2)‖w‖² + (η/2)‖w − u‖²."""
-    centred = with_centre(calibration, centre, centre_weight)
-    coef = run_certified(
-        X, y, problem, centred, rng=rng, centre=centre, centre_weight=centre_weight
-    )
-    return release(coef).coef
-
-
 @dataclass(frozen=True, slots=True)
-class _Plan:
-    """Everything public about one stacking fit: sizes, groups, budgets, sub-calibrations."""
+class StackingPlan(MechanismPlan):
+    """Everything public about one stacking fit: the split of the rows (n_h high-level rows,
+    the low-level blocks), the column groups and importance weights (PST-F), the options of
+    the high level, the transfer strength η (PST-H; 0 otherwise), and the plan of every
+    base-mechanism fit (objective perturbation: K low levels and the high level)."""
 
     n_high: int
     low_sizes: tuple[int, ...]
     groups: tuple[tuple[int, ...], ...] | None
     importance: tuple[float, ...] | None
-    low_problems: tuple[Problem, ...]
-    low_calibrations: tuple[Calibration, ...]
-    high_problem: Problem
-    high_calibration: Calibration
-    epsilon: float
-    composition: str
+    high_level_fraction: float
+    meta_features: str
+    high_level_intercept: bool
+    high_level_regularization: float
+    transfer_strength: float
+    low_level: tuple[ObjectivePerturbationPlan, ...]
+    high_level: ObjectivePerturbationPlan
+
+    @property
+    def low_level_epsilon(self) -> float:
+        """PST-S: disjoint blocks, parallel composition (max); PST-F: the same rows,
+        sequential composition (the exact sum of the ε_k)."""
+        if self.groups is None:
+            return max(p.inputs.epsilon for p in self.low_level)
+        return float(sum((Fraction(p.inputs.epsilon) for p in self.low_level), Fraction(0)))
+
+    @property
+    def epsilon(self) -> float:
+        """max(low level, high level): D^l and D^h are disjoint."""
+        return max(self.low_level_epsilon, self.high_level.inputs.epsilon)
+
+    def _low_text(self) -> str:
+        eps = self.inputs.epsilon
+        if self.groups is None:
+            sizes = self.low_sizes
+            return (
+                f"low level: {len(self.low_level)} objective-perturbation fits with ε = "
+                f"{eps:g} each on disjoint blocks of {min(sizes)}–{max(sizes)} rows of D^l "
+                "(parallel composition)"
+            )
+        budgets = [p.inputs.epsilon for p in self.low_level]
+        return (
+            f"low level: {len(self.groups)} objective-perturbation fits on disjoint column "
+            f"groups of the same {self.inputs.n - self.n_high} rows of D^l with ε_k = q_k·ε = "
+            f"{', '.join(f'{e:.6g}' for e in budgets)} (sequential composition: Σ_k ε_k ≤ "
+            f"{eps:g})"
+        )
+
+    def details(self) -> dict[str, Any]:
+        details = self.inputs.details()
+        details.update(
+            delta=0.0,
+            epsilon=self.epsilon,
+            method="samples" if self.groups is None else "features",
+            n_models=len(self.low_level),
+            rows_high_level=self.n_high,
+            rows_low_level=self.inputs.n - self.n_high,
+            low_level_rows=list(self.low_sizes),
+            feature_groups=None if self.groups is None else [list(g) for g in self.groups],
+            importance=None if self.importance is None else list(self.importance),
+            low_level_epsilon=[p.inputs.epsilon for p in self.low_level],
+            high_level_epsilon=self.high_level.inputs.epsilon,
+            meta_features=self.meta_features,
+            high_level_intercept=self.high_level_intercept,
+            high_level_regularization=self.high_level_regularization,
+            meta_scale=1.0 / math.sqrt(self.high_level.inputs.d),
+            low_level=[p.details() for p in self.low_level],
+            high_level=self.high_level.details(),
+        )
+        return details
+
+    def calibration(self) -> Calibration:
+        low_eps, high_eps, spent = (
+            self.low_level_epsilon,
+            self.high_level.inputs.epsilon,
+            self.epsilon,
+        )
+        return Calibration(
+            epsilon=spent,
+            delta=0.0,
+            details=self.details(),
+            expected_noise_norm=None,
+            composition=(
+                f"{self._low_text()}; high level: objective perturbation with ε = "
+                f"{high_eps:g} on the {self.n_high} rows of D^h; D^l and D^h are disjoint "
+                f"(random split independent of the data), so parallel composition gives "
+                f"max({low_eps:.6g}, {high_eps:.6g}) = {spent:.6g} in total; no δ is spent"
+            ),
+            plan=self,
+        )
+
+
+@plan_kind("stacking_samples")
+@dataclass(frozen=True, slots=True)
+class StackingSamplesPlan(StackingPlan):
+    """PST-S's plan (``groups`` and ``importance`` None)."""
+
+    mechanism = "stacking_samples"
+
+
+@plan_kind("stacking_features")
+@dataclass(frozen=True, slots=True)
+class StackingFeaturesPlan(StackingPlan):
+    """PST-F's (and PST-H's) plan."""
+
+    mechanism = "stacking_features"
 
 
 def _int(value: object, name: str, low: int, high: int) -> int:
@@ -257,20 +336,22 @@ class _Stacking:
         tuple[tuple[int, ...], ...] | None,
         tuple[float, ...] | None,
         list[Problem],
-        str,
     ]:
         raise NotImplementedError
 
-    def _plan(self, problem: Problem, *, transfer_strength: float = 0.0) -> _Plan:
-        """Sizes, budgets and calibrations. ``transfer_strength`` η > 0 (PST-H) calibrates
-        every low level at strong convexity λ + η: its objective carries the public term
+    plan_class: type[StackingPlan] = StackingPlan
+
+    def plan(self, problem: Problem, *, transfer_strength: float = 0.0) -> StackingPlan:
+        """Sizes, budgets and the base mechanism's plans, for a validated problem
+        (:meth:`validate_params`). ``transfer_strength`` η > 0 (PST-H) calibrates every low
+        level at strong convexity λ + η: its objective carries the public term
         (η/2)‖w − u_k‖², whose Hessian ηI enters the Jacobian bound
-        (``service.dp.multisite.transfer``);
-        the low-level problems keep ridge λ for the solve."""
+        (``service.dp.multisite.transfer``); the low levels still solve with ridge λ (the
+        stacking plan's own λ)."""
         p = problem.params
         n_high = round(float(p["high_level_fraction"]) * problem.n)
         n_low = problem.n - n_high
-        low_sizes, groups, importance, low_problems, low_text = self._low_level(problem, n_low)
+        low_sizes, groups, importance, low_problems = self._low_level(problem, n_low)
         K = len(low_problems)
         d_high = K + (1 if p["high_level_intercept"] else 0)
         high_problem = self._sub_problem(
@@ -280,71 +361,31 @@ class _Stacking:
             epsilon=problem.epsilon,
             lam=float(p["high_level_regularization"]),
         )
-        low_cal = tuple(
-            _PLR.calibrate(
+        low_plans = tuple(
+            _PLR.plan(
                 replace(sp, regularization=sp.regularization + transfer_strength)
                 if transfer_strength > 0.0
                 else sp
             )
             for sp in low_problems
         )
-        high_cal = _PLR.calibrate(high_problem)
-        if groups is None:  # PST-S: disjoint blocks → parallel
-            low_eps = max(c.epsilon for c in low_cal)
-        else:  # PST-F: same rows → sequential
-            low_eps = float(sum((Fraction(c.epsilon) for c in low_cal), Fraction(0)))
-        spent = max(low_eps, high_cal.epsilon)
-        composition = (
-            f"{low_text}; high level: objective perturbation with ε = {high_cal.epsilon:g} on "
-            f"the {n_high} rows of D^h; D^l and D^h are disjoint (random split independent of "
-            f"the data), so parallel composition gives max({low_eps:.6g}, "
-            f"{high_cal.epsilon:.6g}) = {spent:.6g} in total; no δ is spent"
-        )
-        return _Plan(
+        return self.plan_class(
+            inputs=Inputs.of(problem),
             n_high=n_high,
             low_sizes=low_sizes,
             groups=groups,
             importance=importance,
-            low_problems=tuple(low_problems),
-            low_calibrations=low_cal,
-            high_problem=high_problem,
-            high_calibration=high_cal,
-            epsilon=spent,
-            composition=composition,
+            high_level_fraction=float(p["high_level_fraction"]),
+            meta_features=str(p["meta_features"]),
+            high_level_intercept=bool(p["high_level_intercept"]),
+            high_level_regularization=float(p["high_level_regularization"]),
+            transfer_strength=float(transfer_strength),
+            low_level=low_plans,
+            high_level=_PLR.plan(high_problem),
         )
 
     def calibrate(self, problem: Problem, *, transfer_strength: float = 0.0) -> Calibration:
-        problem = self.validate_params(problem)
-        loss = check_common(problem, self.allowed)
-        plan = self._plan(problem, transfer_strength=transfer_strength)
-        p = problem.params
-        details = base_details(problem, loss)
-        details.update(
-            delta=0.0,
-            epsilon=plan.epsilon,
-            method=self.method,
-            n_models=len(plan.low_problems),
-            rows_high_level=plan.n_high,
-            rows_low_level=problem.n - plan.n_high,
-            low_level_rows=list(plan.low_sizes),
-            feature_groups=None if plan.groups is None else [list(g) for g in plan.groups],
-            importance=None if plan.importance is None else list(plan.importance),
-            low_level_epsilon=[c.epsilon for c in plan.low_calibrations],
-            high_level_epsilon=plan.high_calibration.epsilon,
-            meta_features=p["meta_features"],
-            high_level_intercept=p["high_level_intercept"],
-            high_level_regularization=p["high_level_regularization"],
-            meta_scale=1.0 / math.sqrt(plan.high_problem.d),
-            low_level=[dict(c.details) for c in plan.low_calibrations],
-            high_level=dict(plan.high_calibration.details),
-        )
-        return Calibration(
-            epsilon=plan.epsilon,
-            delta=0.0,
-            details=details,
-            expected_noise_norm=None,
-            composition=plan.composition,
-        )
+        return self.plan(problem, transfer_strength=transfer_strength).calibration()
 
     # ---- running --------------------------------------------------------------------------
 
@@ -358,38 +399,33 @@ class _Stacking:
         rng: np.random.Generator | None,
         progress: ProgressCallback | None,
     ) -> FittedModel:
-        problem = self.validate_params(problem)
-        check_common(problem, self.allowed)
-        X = np.ascontiguousarray(X, dtype=np.float64)
-        y = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
-        if X.shape != (problem.n, problem.d) or y.shape[0] != problem.n:
-            raise ValueError("X and y do not match the problem's n and d")
-        plan = self._plan(problem)
-        # a charged calibration (service.dp.as_charged) shows the request; the plan's ε is the
-        # double it was calibrated with
-        if plan.epsilon != calibration.details.get("epsilon_calibrated", calibration.epsilon):
-            raise ValueError("the calibration does not belong to this problem")
-        return self._run_levels(X, y, problem, plan, rng=rng, progress=progress)
+        del problem  # the plan holds every option
+        plan = require_plan(calibration, self.plan_class)
+        if plan.transfer_strength != 0.0:
+            raise ValueError("a transfer plan runs through run_transfer, with its centres")
+        X, y = _checked(X, y, plan)
+        return self._run_levels(X, y, plan, rng=rng, progress=progress)
 
     def _run_levels(
         self,
         X: NDArray[np.float64],
         y: NDArray[np.float64],
-        problem: Problem,
-        plan: _Plan,
+        plan: StackingPlan,
         *,
         rng: np.random.Generator | None,
         progress: ProgressCallback | None,
         centres: Sequence[FloatArray] | None = None,
-        centre_weight: float = 0.0,
     ) -> StackedModel:
-        """Draw the row split, fit the K low-level models (centred on ``centres`` with weight η
-        = ``centre_weight`` when given, see :meth:`StackingFeatures.run_transfer`), then the
-        high level. Without centres every low-level fit is the base mechanism's own ``run``."""
-        p = problem.params
-        K = len(plan.low_problems)
+        """Draw the row split, fit the K low-level models (centred on ``centres`` with weight
+        η = the plan's ``transfer_strength`` when given, see
+        :meth:`StackingFeatures.run_transfer`), then the high level; every fit is the base
+        mechanism's certified release of its own plan."""
+        n = plan.inputs.n
+        K = len(plan.low_level)
+        lam = plan.inputs.regularization
+        eta = plan.transfer_strength
         report(progress, 0.0)
-        high_rows, low_rows = split_rows(problem.n, plan.n_high, rng)
+        high_rows, low_rows = split_rows(n, plan.n_high, rng)
         coefs: list[FloatArray] = []
         bounds = np.concatenate([[0], np.cumsum(plan.low_sizes)]).astype(np.intp)
         for k in range(K):
@@ -401,48 +437,58 @@ class _Stacking:
                 Xk = clip_rows(X[np.ix_(low_rows, np.asarray(plan.groups[k], np.intp))])
                 yk = y[low_rows]
             if centres is None:
-                model = _PLR.run(
-                    Xk, yk, plan.low_problems[k], plan.low_calibrations[k], rng=rng, progress=None
-                )
-                if not isinstance(model, LinearModel):
-                    raise TypeError("the base mechanism must release a linear model")
-                coefs.append(model.coef)
+                coef = certified_minimiser(Xk, yk, plan.low_level[k], regularization=lam, rng=rng)
             else:
-                coefs.append(
-                    _centred_plr(
-                        Xk,
-                        yk,
-                        plan.low_problems[k],
-                        plan.low_calibrations[k],
-                        centre=centres[k],
-                        centre_weight=centre_weight,
-                        rng=rng,
-                    )
+                # the extra public term (η/2)‖w − u‖²: the certificate's bound grows by η‖u‖
+                centred = centred_plan(plan.low_level[k], centres[k], eta)
+                coef = certified_minimiser(
+                    Xk,
+                    yk,
+                    centred,
+                    regularization=lam,
+                    rng=rng,
+                    centre=centres[k],
+                    centre_weight=eta,
                 )
+            coefs.append(release(coef).coef)
             report(progress, (k + 1) / (K + 1))
         M = meta_features(
             X[high_rows],
             coefs,
             plan.groups,
-            kind=str(p["meta_features"]),
-            intercept=bool(p["high_level_intercept"]),
+            kind=plan.meta_features,
+            intercept=plan.high_level_intercept,
         )
-        high = _PLR.run(
-            M, y[high_rows], plan.high_problem, plan.high_calibration, rng=rng, progress=None
+        high = release(
+            certified_minimiser(
+                M,
+                y[high_rows],
+                plan.high_level,
+                regularization=plan.high_level.inputs.regularization,
+                rng=rng,
+            )
         )
-        if not isinstance(high, LinearModel):
-            raise TypeError("the base mechanism must release a linear model")
         stacked = StackedModel(
             method="samples" if plan.groups is None else "features",
             low_level=tuple(coefs),
             high_level=high.coef,
             groups=plan.groups,
-            n_features=problem.d,
-            meta_features=p["meta_features"],
-            high_level_intercept=bool(p["high_level_intercept"]),
+            n_features=plan.inputs.d,
+            meta_features=plan.meta_features,
+            high_level_intercept=plan.high_level_intercept,
         )
         report(progress, 1.0)
         return stacked
+
+
+def _checked(
+    X: NDArray[np.float64], y: NDArray[np.float64], plan: StackingPlan
+) -> tuple[FloatArray, FloatArray]:
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    y = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
+    if X.shape != (plan.inputs.n, plan.inputs.d) or y.shape[0] != plan.inputs.n:
+        raise ValueError("X and y do not match the problem's n and d")
+    return X, y
 
 
 class StackingSamples(_Stacking):
@@ -451,6 +497,7 @@ class StackingSamples(_Stacking):
     name = "stacking_samples"
     method = "samples"
     allowed = _SAMPLES_PARAMS
+    plan_class = StackingSamplesPlan
 
     def _own_params(self, problem: Problem, common: dict[str, Any]) -> dict[str, Any]:
         n_low = problem.n - int(common["_n_high"])
@@ -469,7 +516,6 @@ class StackingSamples(_Stacking):
         tuple[tuple[int, ...], ...] | None,
         tuple[float, ...] | None,
         list[Problem],
-        str,
     ]:
         K = int(problem.params["n_models"])
         sizes = _block_sizes(n_low, K)
@@ -479,11 +525,7 @@ class StackingSamples(_Stacking):
             )
             for s in sizes
         ]
-        text = (
-            f"low level: {K} objective-perturbation fits with ε = {problem.epsilon:g} each on "
-            f"disjoint blocks of {min(sizes)}–{max(sizes)} rows of D^l (parallel composition)"
-        )
-        return tuple(sizes), None, None, subs, text
+        return tuple(sizes), None, None, subs
 
 
 class StackingFeatures(_Stacking):
@@ -493,6 +535,7 @@ class StackingFeatures(_Stacking):
     name = "stacking_features"
     method = "features"
     allowed = _FEATURES_PARAMS
+    plan_class = StackingFeaturesPlan
 
     def _own_params(self, problem: Problem, _common: dict[str, Any]) -> dict[str, Any]:
         raw = problem.params
@@ -562,7 +605,6 @@ class StackingFeatures(_Stacking):
         tuple[tuple[int, ...], ...] | None,
         tuple[float, ...] | None,
         list[Problem],
-        str,
     ]:
         groups = tuple(tuple(int(j) for j in g) for g in problem.params["feature_groups"])
         q = tuple(float(v) for v in problem.params["importance"])
@@ -571,13 +613,7 @@ class StackingFeatures(_Stacking):
             self._sub_problem(problem, n=n_low, d=len(g), epsilon=e_k, lam=problem.regularization)
             for g, e_k in zip(groups, budgets, strict=True)
         ]
-        text = (
-            f"low level: {len(groups)} objective-perturbation fits on disjoint column groups "
-            f"of the same {n_low} rows of D^l with ε_k = q_k·ε = "
-            f"{', '.join(f'{e:.6g}' for e in budgets)} (sequential composition: Σ_k ε_k ≤ "
-            f"{problem.epsilon:g})"
-        )
-        return (n_low,), groups, q, subs, text
+        return (n_low,), groups, q, subs
 
     def run_transfer(
         self,
@@ -600,20 +636,14 @@ class StackingFeatures(_Stacking):
         convexity λ + η (the full argument is in :mod:`service.dp.multisite.transfer`). η = 0 is
         :meth:`run`.
         """
-        problem = self.validate_params(problem)
-        check_common(problem, self.allowed)
-        X = np.ascontiguousarray(X, dtype=np.float64)
-        y = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
-        if X.shape != (problem.n, problem.d) or y.shape[0] != problem.n:
-            raise ValueError("X and y do not match the problem's n and d")
+        del problem  # the plan holds every option
+        plan = require_plan(calibration, StackingFeaturesPlan)
+        X, y = _checked(X, y, plan)
         eta = float(transfer_strength)
         if not math.isfinite(eta) or eta < 0.0:
             raise PrivacyParameterError("transfer_strength must be a finite number ≥ 0")
-        plan = self._plan(problem, transfer_strength=eta)
-        # a charged calibration (service.dp.as_charged) shows the request; the plan's ε is the
-        # double it was calibrated with
-        if plan.epsilon != calibration.details.get("epsilon_calibrated", calibration.epsilon):
-            raise ValueError("the calibration does not belong to this problem")
+        if plan.transfer_strength != eta:
+            raise ValueError("the calibration does not belong to this transfer strength")
         assert plan.groups is not None
         if len(centres) != len(plan.groups):
             raise PrivacyParameterError(
@@ -627,9 +657,7 @@ class StackingFeatures(_Stacking):
                     f"the centre of feature group {k} must hold {len(g)} finite weights"
                 )
             us.append(arr)
-        return self._run_levels(
-            X, y, problem, plan, rng=rng, progress=progress, centres=us, centre_weight=eta
-        )
+        return self._run_levels(X, y, plan, rng=rng, progress=progress, centres=us)
 
 
 STACKING_SAMPLES = StackingSamples()

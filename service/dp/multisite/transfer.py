@@ -319,6 +319,7 @@ def stacked_transfer_calibration(
         delta=0.0,
         details=details,
         expected_noise_norm=None,
+        plan=base.plan,
         composition=(
             base.composition
             + f"; every low-level objective also has (η/2)‖w − u_k‖² with η = {eta:g} around a "
@@ -387,7 +388,7 @@ def stacked_transfer_fit(
     )
     groups = problem.params["feature_groups"]
     centres = group_centres(w0, groups)
-    eta = float(calibration.details["transfer_strength"])
+    eta = _strength(transfer_strength)
     model = STACKING_FEATURES.run_transfer(
         Xf,
         yf,

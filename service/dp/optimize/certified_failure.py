@@ -25,8 +25,8 @@ from service.dp.optimize.certified import _DEGREE, _LN2_LO, _TINY, BLOCK_ROWS
 
 __all__ = [
     "MAX_FAILURE_LOG10",
-    "CertificateFailure",
     "NOISE_RADIUS_RATIO",
+    "CertificateFailure",
     "certificate_floor",
     "check_failure_probability",
     "derivative_error_bound",

@@ -59,6 +59,7 @@ from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, Problem
 from service.dp.mechanisms import get_mechanism
+from service.dp.optimize import certified
 from tests.unit.dp._audit import audit_tests, epsilon_lower_bound
 from tests.unit.dp._budget import objective_budget
 
@@ -289,18 +290,26 @@ def _audit(case: Case, cal: Calibration, seed: int) -> float:
 
 
 def _scaled_noise(cal: Calibration, scale: float, *, release: bool = False) -> Calibration:
-    """The calibration with the noise scale multiplied by ``scale`` (β divided by it); with
-    ``release`` the certified release's noise Z too (β_r = ε_r/(2r) ∝ ε_r, so ε_r divided)."""
+    """The calibration whose plan has the noise scale multiplied by ``scale`` (β divided by
+    it); with ``release`` the certified release's noise Z too (β_r = ε_r/(2r) ∝ ε_r, so ε_r
+    divided). ``run`` reads only the plan."""
+    plan: Any = cal.plan
     changes: dict[str, Any]
-    if "sigma" in cal.details:
-        changes = {"sigma": float(cal.details["sigma"]) * scale}
+    if getattr(plan, "sigma", None) is not None:
+        changes = {"sigma": float(plan.sigma) * scale}
     else:
-        changes = {"beta": float(cal.details["beta"]) / scale}
-    if release and "certified_release" in cal.details:
-        plan = dict(cal.details["certified_release"])
-        plan["epsilon"] = float(plan["epsilon"]) / scale
-        changes["certified_release"] = plan
-    return dataclasses.replace(cal, details={**cal.details, **changes})
+        changes = {"beta": float(plan.beta) / scale}
+    if release and hasattr(plan, "certificate"):
+        cert = plan.certificate
+        changes["certificate"] = certified.plan(
+            n=cert.n,
+            d=cert.d,
+            c=cert.c,
+            strong_convexity=cert.strong_convexity,
+            linear_bound=cert.linear_bound,
+            epsilon=cert.epsilon / scale,
+        )
+    return dataclasses.replace(cal, plan=dataclasses.replace(plan, **changes))
 
 
 def test_the_pair_releases_the_hand_derived_means() -> None:

@@ -297,7 +297,7 @@ def test_released_gradient_follows_the_exact_cell_probabilities() -> None:
     problem = _problem(1, 1, 1.0, loss="huber", lam=1e-300, batch_size=1, schedule="constant")
     cal = MECHANISM.calibrate(problem)
     beta_cells = 0.35
-    cal = replace(cal, details={**cal.details, "beta": beta_cells * 2.0**32})
+    cal = replace(cal, plan=replace(cal.plan, beta=beta_cells * 2.0**32))  # run reads the plan
     rng = np.random.default_rng(17)
     draws = 5000
     released = np.array(
@@ -487,7 +487,7 @@ def _one_update_statistic(
     beta = cal.details["beta"]
     assert beta == pytest.approx(AUDIT_EPS / 2, rel=1e-12)
     assert beta < AUDIT_EPS / 2
-    cal = replace(cal, details={**cal.details, "beta": beta / noise_scale})
+    cal = replace(cal, plan=replace(cal.plan, beta=beta / noise_scale))  # run reads the plan
     rng = np.random.default_rng(seed)
     y = np.array([y_value])
     w = np.array(

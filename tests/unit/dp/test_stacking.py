@@ -405,14 +405,14 @@ def _audit_outputs(
 
 
 def _halve_the_low_level_noise(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every objective-perturbation sub-calibration with β × 2 (half the noise)."""
-    original = type(PLR).calibrate
+    """Every objective-perturbation sub-plan with β × 2 (half the noise)."""
+    original = type(PLR).plan
 
     def weakened(self: Any, problem: Problem) -> Any:
-        cal = original(self, problem)
-        return dataclasses.replace(cal, details={**cal.details, "beta": 2 * cal.details["beta"]})
+        plan = original(self, problem)
+        return dataclasses.replace(plan, beta=2 * plan.beta)
 
-    monkeypatch.setattr(type(PLR), "calibrate", weakened)
+    monkeypatch.setattr(type(PLR), "plan", weakened)
 
 
 def _pst_f_bound(seed: int) -> float:
