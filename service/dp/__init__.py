@@ -43,6 +43,7 @@ from service.dp.core.base import (
     ProgressCallback,
 )
 from service.dp.core.losses import LOSSES
+from service.dp.core.plan import Plan, PlanMismatchError
 from service.dp.core.validation import (
     PrivacyParameterError,
     check_dimensions,
@@ -53,6 +54,7 @@ from service.dp.core.validation import (
 from service.dp.data import preprocessing, projection
 from service.dp.data.prepared import PreparedDesign, prepare_design, using
 from service.dp.mechanisms import MECHANISMS, get_mechanism
+from service.dp.mechanisms._common import Inputs, MechanismPlan
 from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
@@ -64,6 +66,8 @@ __all__ = [
     "FittedModel",
     "LinearModel",
     "Mechanism",
+    "Plan",
+    "PlanMismatchError",
     "PreparedDesign",
     "PrivacyCost",
     "PrivacyParameterError",
@@ -73,6 +77,7 @@ __all__ = [
     "fit",
     "get_mechanism",
     "make_problem",
+    "planned",
     "prepare_design",
     "preprocessing",
     "projection",
@@ -95,6 +100,7 @@ def fit(
     regularization: float,
     rng: np.random.Generator | None = None,
     progress: ProgressCallback | None = None,
+    plan: Plan | None = None,
     **params: Any,
 ) -> FitResult:
     """Fit ``mechanism`` on (X, y) at (ε, δ) and return the released model and its cost.
@@ -111,6 +117,13 @@ def fit(
     ``X`` may be a :class:`PreparedDesign` (then ``y`` is None): the data was checked when it
     was prepared and the solver reuses its working copy across fits
     (:mod:`service.dp.data.prepared`).
+
+    ``plan`` runs a typed plan fixed earlier (the job's, stored at submission;
+    :mod:`service.dp.core.plan`) instead of calibrating afresh: the parameters are still
+    validated, the plan must be the mechanism's own and hold the same public inputs (n, d,
+    ε, δ, loss, λ; otherwise :class:`PlanMismatchError`), and the calibration and record are
+    rendered from it. Whether it is the plan these parameters give is the caller's check
+    (:func:`~service.dp.core.plan.require_same_plan` against :func:`calibrate`'s ``plan``).
     """
     _check_rng(rng)
     if isinstance(X, PreparedDesign):
@@ -118,12 +131,24 @@ def fit(
             raise ValueError("y must be None when X is a PreparedDesign (it holds its labels)")
         with using(X):
             return _fit(
-                X.X, X.y, mechanism, epsilon, delta, loss, regularization, rng, progress, params
+                X.X,
+                X.y,
+                mechanism,
+                epsilon,
+                delta,
+                loss,
+                regularization,
+                rng,
+                progress,
+                params,
+                plan,
             )
     if y is None:
         raise ValueError("y is required unless X is a PreparedDesign")
     Xf, yf = validate_design(X, y)
-    return _fit(Xf, yf, mechanism, epsilon, delta, loss, regularization, rng, progress, params)
+    return _fit(
+        Xf, yf, mechanism, epsilon, delta, loss, regularization, rng, progress, params, plan
+    )
 
 
 def _fit(
@@ -137,6 +162,7 @@ def _fit(
     rng: np.random.Generator | None,
     progress: ProgressCallback | None,
     params: Mapping[str, Any],
+    plan: Plan | None = None,
 ) -> FitResult:
     """:func:`fit` on checked float64 arrays."""
     mech, problem = make_problem(
@@ -149,7 +175,7 @@ def _fit(
         regularization=regularization,
         params=params,
     )
-    calibration = mech.calibrate(problem)
+    calibration = mech.calibrate(problem) if plan is None else planned(mech, problem, plan)
     model = mech.run(Xf, yf, problem, calibration, rng=rng, progress=progress)
     calibration = as_charged(calibration, problem, epsilon, delta)
     return FitResult(
@@ -187,6 +213,19 @@ def calibrate(
         params=params,
     )
     return as_charged(mech.calibrate(problem), problem, epsilon, delta)
+
+
+def planned(mech: Mechanism, problem: Problem, plan: Plan) -> Calibration:
+    """The calibration of a plan fixed earlier, for ``mech`` on the validated ``problem``:
+    :class:`PlanMismatchError` unless it is that mechanism's plan for the same public inputs
+    (a cheap consistency check, not a re-derivation)."""
+    if not isinstance(plan, MechanismPlan) or plan.mechanism != mech.name:
+        raise PlanMismatchError(f"a {type(plan).kind} plan cannot run the mechanism {mech.name}")
+    if plan.inputs != Inputs.of(problem):
+        raise PlanMismatchError(
+            f"the {type(plan).kind} plan was made for other public inputs (n, d, ε, δ, loss, λ)"
+        )
+    return plan.calibration()
 
 
 def as_charged(

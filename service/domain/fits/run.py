@@ -1,5 +1,11 @@
 """The worker's half of a single-dataset fit: read the design, run the mechanism, and return
-the model with its privacy record (registered in :mod:`service.runtime.worker`)."""
+the model with its privacy record (registered in :mod:`service.runtime.worker`).
+
+The job runs the typed plan stored at submission (``job.plan``, :mod:`service.dp.core.plan`):
+the worker rebuilds it, re-derives the plan from the job's params and the dataset's public
+n, d only as a check (:func:`checked_plan`; a difference fails the job ``plan-mismatch``
+before any data is read or noise drawn), and hands the stored plan to ``service.dp.fit``. A
+job stored without a plan (older rows) is calibrated afresh, as before."""
 
 from __future__ import annotations
 
@@ -18,7 +24,8 @@ from service.domain.records.base import (
     json_safe,
     software_version,
 )
-from service.dp import NON_PRIVATE_MECHANISMS
+from service.dp import NON_PRIVATE_MECHANISMS, Plan, PlanMismatchError, calibrate
+from service.dp.core.plan import plan_from_json, require_same_plan
 
 
 def fit_kwargs(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -41,15 +48,23 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
         raise LookupError("fit job without a dataset")
     params = job.params
     row = job.live_dataset()
+    mechanism = str(params["mechanism"])
+    kwargs = fit_kwargs(params)
+    planned: dict[str, Any] = {}
+    if job.plan is not None:
+        planned["plan"] = checked_plan(
+            job.plan, mechanism, n=int(row.n_rows), d=int(row.n_features), kwargs=kwargs
+        )
     dataset = dataset_facts(row)
     design = read_design(uow_factory, row)
     result = context.fit(
         design,
         None,
-        str(params["mechanism"]),
+        mechanism,
         rng=context.randomness.generator(job.id),
         progress=context.progress,
-        **fit_kwargs(params),
+        **planned,
+        **kwargs,
     )
     record = fit_privacy_record(
         result,
@@ -76,6 +91,24 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
         job_id=job.id,
     )
     return Release(model=model, spent={job.dataset_id: spent})
+
+
+def checked_plan(
+    stored: Mapping[str, Any], mechanism: str, *, n: int, d: int, kwargs: Mapping[str, Any]
+) -> Plan:
+    """The plan stored at submission, rebuilt, once the plan re-derived from the job's params
+    and the public n, d agrees with it exactly (:func:`require_same_plan`);
+    :class:`PlanMismatchError` otherwise, or when the stored form cannot be read."""
+    try:
+        plan = plan_from_json(stored)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PlanMismatchError(
+            f"the plan stored at submission cannot be read ({type(exc).__name__})"
+        ) from None
+    derived = calibrate(mechanism, n=n, d=d, **dict(kwargs)).plan
+    if derived is None:
+        raise PlanMismatchError(f"{mechanism} derives no plan to check the stored one against")
+    return require_same_plan(plan, derived)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,7 @@ from service.domain.ranges import calibrated, check_calibration
 from service.domain.records.base import json_safe
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, calibrate
 from service.dp.analysis.work import fit_work
+from service.dp.core.plan import plan_to_json
 
 __all__ = [
     "FitQuote",
@@ -174,7 +175,8 @@ def submit_fit(
 ) -> SubmittedJob:
     """Validate, charge and enqueue a fit (:func:`submit_charged_job`): the caller's own
     dataset, charged the calibration's (ε, δ); a retry gets its job back even once the
-    dataset is gone."""
+    dataset is gone. The job stores the calibration's typed plan (``job.plan``), which
+    the worker checks and runs."""
 
     def draft(u: UnitOfWork) -> JobDraft:
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
@@ -198,6 +200,8 @@ def submit_fit(
                     int(dataset.n_features),
                     calibration.details,
                 ),
+                # the worker runs exactly this plan (service.domain.fits.run)
+                plan=None if calibration.plan is None else plan_to_json(calibration.plan),
             )
 
         return JobDraft(kind="fit", dataset_id=dataset.id, params=request.to_params(), price=price)

@@ -166,6 +166,10 @@ class Pricing:
     #: Whether the estimate may be shown to the caller (False when it is computed from
     #: another site's row counts, e.g. a federated fit's).
     work_is_public: bool = True
+    #: The typed plan fixed at submission, in its JSON form (:func:`service.dp.core.plan.
+    #: plan_to_json`): stored on the job (``job.plan``), and the worker runs exactly it. None
+    #: for jobs whose use case stores none.
+    plan: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +333,7 @@ def submit_charged_job(
                     params=json_safe(dict(drafted.params)),
                     status="queued",
                     idempotency_key=idempotency_key,
+                    plan=None if pricing.plan is None else dict(pricing.plan),
                 )
             )
             if context is not None:

@@ -23,7 +23,7 @@ from service.domain.errors import NotFoundError
 from service.domain.jobs.lifecycle.problems import PublicJobError, job_problem
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
 from service.domain.randomness import Randomness
-from service.dp import ConvergenceError, FitResult
+from service.dp import ConvergenceError, FitResult, PlanMismatchError
 from service.dp import fit as dp_fit
 
 logger = logging.getLogger(__name__)
@@ -132,6 +132,10 @@ class ClaimedJob:
     #: claimed job is never refunded, so they cannot change afterwards). Privacy records
     #: state these as what was charged; :func:`check_release` holds the run to them.
     charges: Mapping[str, Charged] = field(default_factory=dict)
+    #: The typed plan stored at submission (JSON form, :mod:`service.dp.core.plan`), or None
+    #: for a job stored without one (submitted before plans were stored, or of a kind that
+    #: stores none).
+    plan: Mapping[str, Any] | None = None
 
     def live_dataset(self) -> Dataset:
         """The job's dataset as the claim read it; NotFound when it is gone or deleted."""
@@ -253,6 +257,7 @@ def execute_job(
             params=dict(job.params),
             dataset=dataset,
             charges=charges,
+            plan=None if job.plan is None else dict(job.plan),
         )
     context = JobContext(
         randomness=randomness,
@@ -289,6 +294,10 @@ def execute_job(
     except PublicJobError as exc:
         logger.warning("job %s failed: %s", job_id, exc.detail)
         _finish(uow_factory, job_id, "failed", exc.slug, exc.problem())
+        return JobOutcome("failed")
+    except PlanMismatchError as exc:
+        logger.error("job %s: nothing released, its stored plan does not hold: %s", job_id, exc)
+        _finish(uow_factory, job_id, "failed", "plan-mismatch")
         return JobOutcome("failed")
     except ConvergenceError:
         _finish(uow_factory, job_id, "failed", "did-not-converge")

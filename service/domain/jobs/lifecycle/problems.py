@@ -33,6 +33,12 @@ _PROBLEMS: Final[dict[str, tuple[str, str]]] = {
         "the ledger charged for this job, so nothing was released; the budget stays spent. "
         "Quote the job id when reporting it",
     ),
+    "plan-mismatch": (
+        "Plan changed since submission",
+        "the calibration fixed and charged when the job was submitted is not the one the "
+        "service derives for it now, so the job was not run and no model was released; the "
+        "budget stays spent. Quote the job id when reporting it",
+    ),
     "job-failed": (
         "Job failed",
         "the job failed unexpectedly; no model was released and the budget stays spent. Quote "
