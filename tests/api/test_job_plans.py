@@ -35,9 +35,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "objective_huber": fit_body(
         "objective_perturbation", epsilon=0.5, loss="huber", params={"h": 0.3}
     ),
-    "generalized_gaussian": fit_body(
-        "generalized_objective_perturbation", epsilon=0.5, delta=1e-6
-    ),
+    "generalized_gaussian": fit_body("generalized_objective_perturbation", epsilon=0.5, delta=1e-6),
     "dp_sgd": fit_body("dp_sgd", epsilon=0.6, params={"epochs": 2, "batch_size": 20}),
     "stacking_features": fit_body(
         "stacking_features", epsilon=0.5, params={"feature_groups": [[0, 1], [2, 3, 4], [5]]}
