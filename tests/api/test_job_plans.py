@@ -109,7 +109,8 @@ def test_the_job_holds_its_plan_and_the_worker_runs_it(
     stored = _stored_plan(app, job_id)
     assert stored is not None
     assert stored["kind"] == body["mechanism"]
-    assert stored["inputs"]["n"] == N and stored["inputs"]["d"] == D
+    assert stored["inputs"]["n"] == N
+    assert stored["inputs"]["d"] == D
     # the plan the public numbers give, independently of the submission path
     expected = calibrate(
         body["mechanism"],

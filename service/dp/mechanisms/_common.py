@@ -159,6 +159,20 @@ class ObjectivePlan(MechanismPlan):
     certificate: certified.CertifiedRelease
     failure: certified_failure.CertificateFailure
 
+    @property
+    def noise_beta(self) -> float:
+        """β of the norm-exponential law (ValueError for a Gaussian plan)."""
+        if self.noise != "norm_exponential" or self.beta is None:
+            raise ValueError(f"a {type(self).kind} plan with {self.noise} noise has no β")
+        return self.beta
+
+    @property
+    def noise_sigma(self) -> float:
+        """σ of the Gaussian law (ValueError for a norm-exponential plan)."""
+        if self.noise != "gaussian" or self.sigma is None:
+            raise ValueError(f"a {type(self).kind} plan with {self.noise} noise has no σ")
+        return self.sigma
+
 
 def base_details(problem: Problem, loss: Loss) -> dict[str, Any]:
     """The public inputs every calibration reports (:meth:`Inputs.details`)."""
@@ -236,8 +250,8 @@ def noise_enclosure(plan: ObjectivePlan, rng: np.random.Generator | None) -> lat
     known as doubles with a proved enclosure (:mod:`service.dp.noise.lattice`)."""
     d = plan.inputs.d
     if plan.noise == "gaussian":
-        return lattice.gaussian_enclosure(d, sigma=float(plan.sigma), rng=rng)
-    return lattice.norm_exponential_enclosure(d, beta=float(plan.beta), rng=rng)
+        return lattice.gaussian_enclosure(d, sigma=plan.noise_sigma, rng=rng)
+    return lattice.norm_exponential_enclosure(d, beta=plan.noise_beta, rng=rng)
 
 
 def certified_minimiser(

@@ -107,7 +107,12 @@ from service.dp.core.losses import Loss
 from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data import clipping
-from service.dp.data.projection import MAX_SEED, PROJECTION_KINDS, RandomProjection
+from service.dp.data.projection import (
+    MAX_SEED,
+    PROJECTION_KINDS,
+    ProjectionKind,
+    RandomProjection,
+)
 from service.dp.mechanisms._common import (
     Inputs,
     MechanismPlan,
@@ -314,7 +319,7 @@ class DPSGDPlan(MechanismPlan):
     eta: float | None
     radius: float | None
     projection_dim: int | None
-    projection_kind: str | None
+    projection_kind: ProjectionKind | None
     projection_seed: int | None
 
     @property
@@ -518,7 +523,7 @@ class DPSGD:
 
         projection: RandomProjection | None = None
         if plan.projection_dim is not None:
-            kind = str(plan.projection_kind)
+            kind: ProjectionKind = plan.projection_kind or "gaussian"
             if plan.projection_seed is None:
                 projection = RandomProjection.create(d, plan.projection_dim, kind=kind, rng=rng)
             else:

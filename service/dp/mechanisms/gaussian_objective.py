@@ -105,10 +105,10 @@ class GaussianObjectivePlan(ObjectivePlan):
 
     @property
     def expected_noise_norm(self) -> float:
-        return float(self.sigma) * chi_mean(self.inputs.d)
+        return self.noise_sigma * chi_mean(self.inputs.d)
 
     def details(self) -> dict[str, Any]:
-        n, sigma, epsilon_tilde = self.inputs.n, float(self.sigma), self.epsilon_tilde
+        n, sigma, epsilon_tilde = self.inputs.n, self.noise_sigma, self.epsilon_tilde
         expected = self.expected_noise_norm
         details = self.inputs.details()
         details.update(
@@ -139,8 +139,8 @@ class GaussianObjectivePlan(ObjectivePlan):
             expected_noise_norm=self.expected_noise_norm,
             composition=(
                 f"single release, (ε = {eps:g}, δ = {delta:g}): Gaussian objective perturbation "
-                f"(Rajkumar & Agarwal 2012, Alg. 4, tight Jacobian) with σ* = {self.sigma:.6g}; "
-                f"the privacy loss is "
+                f"(Rajkumar & Agarwal 2012, Alg. 4, tight Jacobian) with "
+                f"σ* = {self.noise_sigma:.6g}; the privacy loss is "
                 f"≤ ε̃ = {self.epsilon_tilde:.6g} (noise) + "
                 f"{self.epsilon_objective - self.epsilon_tilde:.6g} "
                 f"(Jacobian) + ε_r = {self.certificate.epsilon:.6g} (release) except when ‖η‖ "

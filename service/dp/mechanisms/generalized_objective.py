@@ -133,8 +133,8 @@ class GeneralizedObjectivePlan(ObjectivePlan):
     @property
     def expected_noise_norm(self) -> float:
         if self.noise == "gaussian":
-            return float(self.sigma) * chi_mean(self.inputs.d)
-        return self.inputs.d / float(self.beta)
+            return self.noise_sigma * chi_mean(self.inputs.d)
+        return self.inputs.d / self.noise_beta
 
     def details(self) -> dict[str, Any]:
         n, d, lam = self.inputs.n, self.inputs.d, self.inputs.regularization
@@ -156,7 +156,7 @@ class GeneralizedObjectivePlan(ObjectivePlan):
                 gaussian_tail_quantile=self.gaussian_tail_quantile,
             )
         else:
-            beta = float(self.beta)
+            beta = self.noise_beta
             details.update(
                 variant="pure",
                 noise="norm_exponential",
@@ -176,11 +176,11 @@ class GeneralizedObjectivePlan(ObjectivePlan):
         eps, delta = self.inputs.epsilon, self.inputs.delta
         if self.noise == "gaussian":
             how = (
-                f"Gaussian noise σ = {self.sigma:.6g}; the privacy loss exceeds ε with "
+                f"Gaussian noise σ = {self.noise_sigma:.6g}; the privacy loss exceeds ε with "
                 f"probability at most δ = {delta:g}"
             )
         else:
-            how = f"noise ∝ exp(−β‖b‖), β = ε_n/2 = {self.beta:.6g}; no δ is spent"
+            how = f"noise ∝ exp(−β‖b‖), β = ε_n/2 = {self.noise_beta:.6g}; no δ is spent"
         return Calibration(
             epsilon=eps,
             delta=delta,

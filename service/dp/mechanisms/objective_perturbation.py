@@ -99,10 +99,10 @@ class ObjectivePerturbationPlan(ObjectivePlan):
 
     @property
     def expected_noise_norm(self) -> float:
-        return self.inputs.d / float(self.beta)
+        return self.inputs.d / self.noise_beta
 
     def details(self) -> dict[str, Any]:
-        d, n, beta = self.inputs.d, self.inputs.n, float(self.beta)
+        d, n, beta = self.inputs.d, self.inputs.n, self.noise_beta
         expected = self.expected_noise_norm
         details = self.inputs.details()
         details.update(

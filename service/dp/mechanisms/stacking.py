@@ -69,7 +69,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
-from service.dp.core.models import META_FEATURES, StackedModel, meta_features
+from service.dp.core.models import META_FEATURES, MetaFeatureKind, StackedModel, meta_features
 from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data.projection import clip_rows
@@ -152,7 +152,7 @@ class StackingPlan(MechanismPlan):
     groups: tuple[tuple[int, ...], ...] | None
     importance: tuple[float, ...] | None
     high_level_fraction: float
-    meta_features: str
+    meta_features: MetaFeatureKind
     high_level_intercept: bool
     high_level_regularization: float
     transfer_strength: float
@@ -376,7 +376,7 @@ class _Stacking:
             groups=groups,
             importance=importance,
             high_level_fraction=float(p["high_level_fraction"]),
-            meta_features=str(p["meta_features"]),
+            meta_features=p["meta_features"],
             high_level_intercept=bool(p["high_level_intercept"]),
             high_level_regularization=float(p["high_level_regularization"]),
             transfer_strength=float(transfer_strength),

@@ -19,6 +19,7 @@ from service.dp.data.projection import RandomProjection
 from service.dp.mechanisms import dp_sgd
 from service.dp.mechanisms.dp_sgd import (
     MECHANISM,
+    DPSGDPlan,
     batch_sizes,
     gradient_sensitivity,
     release_sensitivity,
@@ -51,6 +52,12 @@ def _fit(
     model = MECHANISM.run(X, y, problem, cal, rng=rng, progress=kw.get("progress"))
     assert isinstance(model, LinearModel)
     return model, cal
+
+
+def _plan(cal: Calibration) -> DPSGDPlan:
+    """The typed plan ``run`` reads."""
+    assert isinstance(cal.plan, DPSGDPlan)
+    return cal.plan
 
 
 def _coef(model: object) -> np.ndarray:
@@ -297,7 +304,7 @@ def test_released_gradient_follows_the_exact_cell_probabilities() -> None:
     problem = _problem(1, 1, 1.0, loss="huber", lam=1e-300, batch_size=1, schedule="constant")
     cal = MECHANISM.calibrate(problem)
     beta_cells = 0.35
-    cal = replace(cal, plan=replace(cal.plan, beta=beta_cells * 2.0**32))  # run reads the plan
+    cal = replace(cal, plan=replace(_plan(cal), beta=beta_cells * 2.0**32))  # run reads the plan
     rng = np.random.default_rng(17)
     draws = 5000
     released = np.array(
@@ -487,7 +494,7 @@ def _one_update_statistic(
     beta = cal.details["beta"]
     assert beta == pytest.approx(AUDIT_EPS / 2, rel=1e-12)
     assert beta < AUDIT_EPS / 2
-    cal = replace(cal, plan=replace(cal.plan, beta=beta / noise_scale))  # run reads the plan
+    cal = replace(cal, plan=replace(_plan(cal), beta=beta / noise_scale))  # run reads the plan
     rng = np.random.default_rng(seed)
     y = np.array([y_value])
     w = np.array(

@@ -146,7 +146,7 @@ def test_a_run_from_the_stored_plan_is_bit_identical(case: tuple[Any, ...]) -> N
     plan = _calibration(case).plan
     assert plan is not None
     stored = plan_from_json(json.loads(json.dumps(plan_to_json(plan))))
-    kwargs: dict[str, Any] = dict(epsilon=eps, delta=delta, loss=loss, regularization=lam)
+    kwargs: dict[str, Any] = {"epsilon": eps, "delta": delta, "loss": loss, "regularization": lam}
     fresh = dp.fit(X, y, mechanism, rng=np.random.default_rng(9), **kwargs, **params)
     original = dp.fit(X, y, mechanism, rng=np.random.default_rng(9), plan=plan, **kwargs, **params)
     rebuilt = dp.fit(X, y, mechanism, rng=np.random.default_rng(9), plan=stored, **kwargs, **params)
@@ -165,7 +165,7 @@ def test_a_tampered_plan_is_refused_naming_what_changed() -> None:
     plan = _calibration(PROBLEMS[4]).plan  # objective perturbation
     assert isinstance(plan, objective_perturbation.ObjectivePerturbationPlan)
     assert require_same_plan(plan, plan_from_json(plan_to_json(plan))) == plan
-    weaker = dataclasses.replace(plan, beta=2.0 * float(plan.beta))
+    weaker = dataclasses.replace(plan, beta=2.0 * plan.noise_beta)
     with pytest.raises(PlanMismatchError, match=r"in: beta$"):
         require_same_plan(weaker, plan)
     nested = dataclasses.replace(
@@ -187,7 +187,7 @@ def test_a_tampered_plan_is_refused_naming_what_changed() -> None:
 def test_fit_refuses_a_plan_for_another_mechanism_or_other_inputs() -> None:
     X, y = _data(60, 3)
     plan = _calibration(PROBLEMS[4]).plan  # objective perturbation, n = 60, d = 3, ε = 1
-    kwargs: dict[str, Any] = dict(epsilon=1.0, regularization=0.01)
+    kwargs: dict[str, Any] = {"epsilon": 1.0, "regularization": 0.01}
     with pytest.raises(PlanMismatchError, match="cannot run"):
         dp.fit(X, y, "output_perturbation", plan=plan, **kwargs)
     with pytest.raises(PlanMismatchError, match="other public inputs"):

@@ -410,7 +410,7 @@ def _halve_the_low_level_noise(monkeypatch: pytest.MonkeyPatch) -> None:
 
     def weakened(self: Any, problem: Problem) -> Any:
         plan = original(self, problem)
-        return dataclasses.replace(plan, beta=2 * plan.beta)
+        return dataclasses.replace(plan, beta=2 * plan.noise_beta)
 
     monkeypatch.setattr(type(PLR), "plan", weakened)
 
