@@ -3,10 +3,14 @@
 A mechanism is split in two steps so that the service can quote a cost without touching data:
 
 1. ``calibrate(problem) -> Calibration``: pure arithmetic on public quantities (n, d, ε, δ,
-   loss constants, λ, parameters). It returns the (ε, δ) actually spent after any internal
-   composition, the noise parameters (β, ε′, Δ, σ, …) and the expected noise norm. A dry run
-   calls only this.
-2. ``run(X, y, calibration, rng, progress) -> FittedModel``: draws the noise and solves.
+   loss constants, λ, parameters) of a problem ``validate_params`` has checked and
+   normalised (once, in :func:`service.dp.make_problem`). It decides a typed, frozen plan
+   (``Calibration.plan``, :mod:`service.dp.core.plan`: the noise law and its parameters β,
+   ε′, Δ, σ, …, the release plan, the ε split) and renders from it the (ε, δ) actually spent
+   after any internal composition, the record (``details``) and the expected noise norm. A
+   dry run calls only this.
+2. ``run(X, y, problem, calibration, rng, progress) -> FittedModel``: draws the noise and
+   solves, reading only ``calibration.plan`` (a plan stored with a job runs as stored).
 
 ``service.dp.fit`` chains the two and wraps the outcome in a :class:`FitResult`.
 """

@@ -29,7 +29,6 @@ __all__ = [
     "Inputs",
     "MechanismPlan",
     "ObjectivePlan",
-    "base_details",
     "certificate_failure",
     "certified_minimiser",
     "check_common",
@@ -172,12 +171,6 @@ class ObjectivePlan(MechanismPlan):
         if self.noise != "gaussian" or self.sigma is None:
             raise ValueError(f"a {type(self).kind} plan with {self.noise} noise has no σ")
         return self.sigma
-
-
-def base_details(problem: Problem, loss: Loss) -> dict[str, Any]:
-    """The public inputs every calibration reports (:meth:`Inputs.details`)."""
-    del loss
-    return Inputs.of(problem).details()
 
 
 def jacobian_slack(
