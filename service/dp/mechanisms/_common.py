@@ -262,13 +262,15 @@ def certified_minimiser(
     release plan, and an optional public centre w₀ with weight η. ``regularization`` is the
     ridge λ of the objective solved: the plan's own λ, except for a centred objective whose
     plan was calibrated at λ + η (transfer), which solves λ and adds η through the centre."""
+    loss = plan.inputs.loss_function()
+    noise = noise_enclosure(plan, rng)
     return certified.release_minimiser(
         X,
         y,
-        plan.inputs.loss_function(),
+        loss,
         regularization=regularization,
         extra_regularization=plan.Delta,
-        noise=noise_enclosure(plan, rng),
+        noise=noise,
         release=plan.certificate,
         rng=rng,
         centre=centre,

@@ -515,6 +515,8 @@ class DPSGD:
         del problem  # the plan holds the objective and every option
         plan = require_plan(calibration, DPSGDPlan)
         n, d = plan.inputs.n, plan.inputs.d
+        loss = plan.inputs.loss_function()
+        sizes = batch_sizes(n, plan.batch_size)
         X = np.ascontiguousarray(X, dtype=np.float64)
         y = np.ascontiguousarray(y, dtype=np.float64).reshape(-1)
         if X.shape != (n, d) or y.shape[0] != n:
@@ -538,10 +540,10 @@ class DPSGD:
             w = _sgd(
                 Z,
                 y,
-                plan.inputs.loss_function(),
+                loss,
                 lam=plan.inputs.regularization,
                 epochs=plan.epochs,
-                sizes=batch_sizes(n, plan.batch_size),
+                sizes=sizes,
                 beta=plan.beta,
                 scale=plan.release_scale,
                 schedule=plan.schedule,

@@ -80,10 +80,9 @@ class NonPrivate:
     ) -> FittedModel:
         del problem, rng  # the plan holds the objective; nothing is random
         plan = require_plan(calibration, NonPrivatePlan)
+        loss = plan.inputs.loss_function()
         report(progress, 0.0)
-        coef = minimize_erm(
-            X, y, plan.inputs.loss_function(), regularization=plan.inputs.regularization
-        )
+        coef = minimize_erm(X, y, loss, regularization=plan.inputs.regularization)
         report(progress, 1.0)
         return release(coef)
 

@@ -190,11 +190,12 @@ class OutputPerturbation:
     ) -> FittedModel:
         del problem  # the plan holds the objective
         plan = require_plan(calibration, OutputPerturbationPlan)
+        loss = plan.inputs.loss_function()
         report(progress, 0.0)
         coef = certified.certified_erm(
             X,
             y,
-            plan.inputs.loss_function(),
+            loss,
             regularization=plan.inputs.regularization,
             tolerance=plan.tolerance,
             failure=(
