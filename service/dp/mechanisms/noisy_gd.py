@@ -100,11 +100,11 @@ from service.dp.mechanisms._common import base_details, check_common, chi_mean, 
 __all__ = [
     "DEFAULT_ITERATIONS",
     "MAX_ITERATIONS",
-    "MIN_DEFAULT_ITERATIONS",
-    "STEP_NOISE",
     "MAX_MOMENTUM",
     "MECHANISM",
+    "MIN_DEFAULT_ITERATIONS",
     "SCHEDULES",
+    "STEP_NOISE",
     "NoisyGD",
     "NoisyGDPlan",
     "default_iterations",
@@ -381,6 +381,7 @@ class NoisyGD:
         rng: np.random.Generator | None,
         progress: ProgressCallback | None,
     ) -> FittedModel:
+        del problem  # everything the run needs is in the plan
         plan = calibration.plan
         if not isinstance(plan, NoisyGDPlan):
             raise TypeError(f"{NAME} runs a NoisyGDPlan, got {type(plan).__name__}")

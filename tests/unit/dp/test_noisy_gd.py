@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -141,9 +142,7 @@ def test_noise_actually_added_covers_the_floating_point_sensitivity() -> None:
 def test_the_default_number_of_steps_follows_the_public_rule() -> None:
     # T = min(100, max(10, ⌊(τμn/(2√d))²⌋)), τ = 0.1; Adult's n = 30162, d = 106
     # ε = 0.1: (0.1·0.0325207840562039·30162/(2√106))² = 22.64… → 22
-    cal = calibrate(
-        "noisy_gd", n=30162, d=106, epsilon=0.1, delta=1e-5, regularization=1e-3
-    )
+    cal = calibrate("noisy_gd", n=30162, d=106, epsilon=0.1, delta=1e-5, regularization=1e-3)
     assert cal.details["iterations"] == 22
     # ε = 1: (0.1·0.268051·30162/(2√106))² ≈ 1538 → the cap, 100
     cal = calibrate("noisy_gd", n=30162, d=106, epsilon=1.0, delta=1e-5, regularization=1e-3)
@@ -166,11 +165,9 @@ def test_the_plan_round_trips_and_run_reads_only_the_plan() -> None:
     cal = MECH.calibrate(problem)
     assert isinstance(cal.plan, NoisyGDPlan)
     assert plan_from_json(plan_to_json(cal.plan)) == cal.plan
-    assert (cal.plan.momentum, cal.plan.step) == (
-        # logistic c = 1/4, λ = 0.01: L_J = 0.26, κ = 26, m = (√26 − 1)/(√26 + 1) = 0.67208
-        pytest.approx(0.6720784389125772, rel=1e-15),
-        pytest.approx(1.0 / 0.26, rel=1e-15),
-    )
+    # logistic c = 1/4, λ = 0.01: L_J = 0.26, κ = 26, m = (√26 − 1)/(√26 + 1) = 0.67208
+    assert cal.plan.momentum == pytest.approx(0.6720784389125772, rel=1e-15)
+    assert cal.plan.step == pytest.approx(1.0 / 0.26, rel=1e-15)
     rng = np.random.default_rng(0)
     X = rng.normal(size=(40, 3))
     X /= np.maximum(1.0, np.linalg.norm(X, axis=1))[:, None]
@@ -195,8 +192,10 @@ def test_progress_reaches_one_and_the_fit_reports_the_request() -> None:
         progress=seen.append, iterations=4,
     )  # fmt: skip
     assert (res.epsilon, res.delta) == (0.3, 1e-6)
-    assert seen[0] == 0.0 and seen[-1] == 1.0 and seen == sorted(seen)
-    assert res.coef is not None and res.coef.shape == (4,)
+    assert (seen[0], seen[-1]) == (0.0, 1.0)
+    assert seen == sorted(seen)
+    assert res.coef is not None
+    assert res.coef.shape == (4,)
     assert np.all(res.coef * 2.0**32 == np.round(res.coef * 2.0**32))
 
 
@@ -210,9 +209,9 @@ def test_progress_reaches_one_and_the_fit_reports_the_request() -> None:
         ({"batch_size": 10}, "batch_size"),
     ],
 )
-def test_bad_requests_are_refused_before_any_data(changes: dict[str, object], message: str) -> None:
+def test_bad_requests_are_refused_before_any_data(changes: dict[str, Any], message: str) -> None:
     params = {k: v for k, v in changes.items() if k != "delta"}
-    delta = float(changes.get("delta", 1e-5))  # type: ignore[arg-type]
+    delta = float(changes.get("delta", 1e-5))
     with pytest.raises(PrivacyParameterError, match=message):
         calibrate("noisy_gd", n=100, d=3, epsilon=1.0, delta=delta, regularization=0.1, **params)
 
@@ -309,13 +308,17 @@ def test_the_audit_pair_releases_the_hand_derived_means() -> None:
     cal = MECH.calibrate(_audit_problem())
     assert float(cal.details["sigma"]) == pytest.approx(SIGMA_AUDIT, rel=1e-5)
     quiet = dataclasses.replace(
-        cal, plan=dataclasses.replace(cal.plan, sigma_added=1e-9)  # type: ignore[type-var]
+        cal,
+        plan=dataclasses.replace(cal.plan, sigma_added=1e-9),  # type: ignore[type-var]
     )
     plan = quiet.plan
     assert isinstance(plan, NoisyGDPlan)
     for y, expected in ((Y_D, 0.0), (Y_D_PRIME, 2.0)):
-        w = MECH.run(X_PAIR, y, _audit_problem(), quiet, rng=np.random.default_rng(0), progress=None)
-        assert -4.0 * w.coef[0] / plan.step == pytest.approx(expected, abs=1e-6)  # type: ignore[attr-defined]
+        w = MECH.run(
+            X_PAIR, y, _audit_problem(), quiet, rng=np.random.default_rng(0), progress=None
+        )
+        released = -4.0 * w.coef[0] / plan.step  # type: ignore[attr-defined]
+        assert released == pytest.approx(expected, abs=1e-6)
 
 
 def _audit_statistic(cal: Calibration, y: np.ndarray, seed: int) -> np.ndarray:
