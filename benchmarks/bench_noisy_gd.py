@@ -18,6 +18,8 @@ Run from the repository root::
 
     PYTHONPATH=. .venv/bin/python -m benchmarks.bench_noisy_gd --json out.json   # ~20 min, 1 core
     PYTHONPATH=. .venv/bin/python -m benchmarks.bench_noisy_gd --quick           # smoke run
+    PYTHONPATH=. .venv/bin/python -m benchmarks.bench_noisy_gd --sweep-iterations 10 25 50 100 200
+        # noisy_gd alone at λ = 10⁻³ for each T, next to the public rule's T (10 runs a cell)
 """
 
 from __future__ import annotations
@@ -100,6 +102,60 @@ def run(
     return out
 
 
+def sweep(
+    *,
+    epsilons: Sequence[float],
+    lam: float,
+    iterations: Sequence[int],
+    repeats: int,
+    seed: int = 29,
+) -> str:
+    """noisy_gd's accuracy at λ for each requested T and for the public rule's T (the table
+    behind ``noisy_gd.default_iterations``)."""
+    from benchmarks.adult import design
+    from service.dp import calibrate, fit, prepare_design
+
+    X, y, _ = design("train")
+    Xte, yte, _ = design("test")
+    prepared = prepare_design(X, y)
+    n, d = X.shape
+    rng = np.random.default_rng(seed)
+    rows = []
+    for eps in epsilons:
+        rule = int(
+            calibrate("noisy_gd", n=n, d=d, epsilon=eps, delta=DELTA, regularization=lam).details[
+                "iterations"
+            ]
+        )
+        row = [repr(eps), str(rule)]
+        for T in iterations:
+            accs = [
+                accuracy(
+                    Xte
+                    @ np.asarray(
+                        fit(
+                            prepared,
+                            None,
+                            "noisy_gd",
+                            epsilon=eps,
+                            delta=DELTA,
+                            regularization=lam,
+                            rng=rng,
+                            iterations=T,
+                        ).coef
+                    ),
+                    yte,
+                )
+                for _ in range(repeats)
+            ]
+            row.append("{:.4f} ± {:.4f}".format(*mean_se(accs)))
+        print(" | ".join(row), flush=True)
+        rows.append(row)
+    head = f"noisy_gd on Adult, λ = {lam:g}, δ = {DELTA:g}, {repeats} runs per cell"
+    table = markdown_table(["ε", "rule's T", *[f"T = {T}" for T in iterations]], rows)
+    return head + "\n\n" + table
+
+
 def report(raw: dict[str, Any]) -> str:
     lambdas = list(raw["lambdas"])
     first = raw["lambdas"][lambdas[0]]
@@ -151,11 +207,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the raw results here")
     parser.add_argument("--from-json", type=Path, default=None, help="only report this file")
     parser.add_argument("--threads", type=int, default=1, help="native threads (0: default)")
+    parser.add_argument(
+        "--sweep-iterations", type=int, nargs="+", default=None, help="only noisy_gd, these T"
+    )
     args = parser.parse_args(argv)
     if args.from_json is not None:
         print(report(json.loads(args.from_json.read_text(encoding="utf-8"))))
         return 0
     controller = limit_threads(args.threads or None)
+    if args.sweep_iterations:
+        print(
+            sweep(
+                epsilons=args.epsilons or EPSILONS,
+                lam=(args.lambdas or (1e-3,))[0],
+                iterations=args.sweep_iterations,
+                repeats=args.repeats or 10,
+            )
+        )
+        return 0
     started, load_before = time.perf_counter(), load_average()
     raw = run(
         epsilons=args.epsilons or ((0.1, 1.0) if args.quick else EPSILONS),

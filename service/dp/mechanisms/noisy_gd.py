@@ -56,7 +56,9 @@ space), z = √T/μ, then raise z by relative steps until the PLD accountant rep
 The fit is therefore (ε_PLD, δ)-DP with ε_PLD ≤ ε, and the ledger charges exactly the request
 (ε, δ). The records also show what zCDP would need: ρ = T/(2z²) converted by Canonne–Kamath–
 Steinke (the federated protocols' accountant, :func:`gaussian_rounds.calibrate_rounds`);
-the GDP/PLD σ is a few percent to ~15 % smaller (``sigma_zcdp``, ``sigma_saving``).
+the GDP/PLD σ is 7–10 % smaller on Adult's requests (``sigma_zcdp``, ``sigma_saving``;
+dp-accounting's RDP accountant is no tighter than zCDP for a Gaussian, whose Rényi curve is
+exactly linear in the order).
 
 Steps (public; they decide utility, never privacy). J is λ-strongly convex with a
 (c + λ)-Lipschitz gradient: step 1/(c + λ); ``"nesterov"`` (default) adds the momentum
