@@ -105,6 +105,7 @@ __all__ = [
     "MAX_MOMENTUM",
     "MECHANISM",
     "MIN_DEFAULT_ITERATIONS",
+    "MIN_DELTA",
     "SCHEDULES",
     "STEP_NOISE",
     "NoisyGD",
@@ -133,8 +134,17 @@ STEP_NOISE: Final[float] = 0.1
 CLIP: Final[float] = 1.0
 #: Momentum cap of the Nesterov schedule (noise amplification 1/(1 − m) ≤ 10), as PSGD.
 MAX_MOMENTUM: Final[float] = 0.9
-#: dp-accounting's PLD discretisation (its default; pessimistic, so only tightness depends on it).
-PLD_DISCRETISATION: Final[float] = 1e-4
+#: dp-accounting's PLD discretisation, relative to ε: the interval is this times ε. Pessimistic
+#: rounding keeps any interval valid; only tightness (connect-the-dots: measured within 10⁻⁸ of
+#: the exact ε) and time (the loss range over the interval) depend on it. A fixed interval fails
+#: at both ends: 10⁻⁴ is coarser than ε = 10⁻⁶ and takes minutes at ε = 1000; 10⁻¹⁰ at
+#: ε = 10⁻⁶ breaks the accountant's numerics (it reports 5.5ε).
+PLD_RELATIVE_DISCRETISATION: Final[float] = 1e-3
+#: The smallest δ accepted: a tenth of the ledger's δ unit (a request below 10⁻¹⁵ is charged
+#: 10⁻¹⁵ anyway), far above the mass the PLD accountant truncates (e⁻⁵⁰ ≈ 2·10⁻²²).
+MIN_DELTA: Final[float] = 1e-16
+#: Most z increases the calibration tries before refusing (it needs one or two).
+_MAX_PLD_STEPS: Final[int] = 60
 
 ACCOUNTING_NOTE: Final[str] = (
     "T adaptive Gaussian releases of a sum of sensitivity 2C with noise multiplier z = σ/(2C) "
@@ -179,15 +189,14 @@ def gdp_mu(epsilon: float, delta: float) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def pld_epsilon(multiplier: float, rounds: int, delta: float) -> float:
+def pld_epsilon(multiplier: float, rounds: int, delta: float, interval: float = 1e-4) -> float:
     """ε at δ of ``rounds`` Gaussian releases with noise multiplier z (σ over the L2 sensitivity),
-    by dp-accounting's PLD accountant (pessimistic estimate: an upper bound)."""
+    by dp-accounting's PLD accountant (pessimistic estimate: an upper bound; ∞ when δ is below
+    the mass it truncates), privacy losses discretised on ``interval``."""
     from dp_accounting import dp_event  # lazily: the accountant is only needed to calibrate
     from dp_accounting.pld import pld_privacy_accountant
 
-    accountant = pld_privacy_accountant.PLDAccountant(
-        value_discretization_interval=PLD_DISCRETISATION
-    )
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=interval)
     accountant.compose(dp_event.GaussianDpEvent(multiplier), rounds)
     return float(accountant.get_epsilon(delta))
 
@@ -210,9 +219,15 @@ def noise_multiplier(epsilon: float, delta: float, rounds: int) -> NoiseMultipli
     r the relative excess of ε_PLD (at least 10⁻⁹, growing) until ε_PLD(z, T, δ) ≤ ε."""
     mu = gdp_mu(epsilon, delta)
     z = math.sqrt(rounds) / mu
+    interval = PLD_RELATIVE_DISCRETISATION * epsilon
     steps, floor = 0, 1e-9
-    while (eps_pld := pld_epsilon(z, rounds, delta)) > epsilon:
-        z *= 1.0 + max((eps_pld - epsilon) / epsilon, floor)
+    while (eps_pld := pld_epsilon(z, rounds, delta, interval)) > epsilon:
+        if not math.isfinite(eps_pld) or steps >= _MAX_PLD_STEPS:
+            raise PrivacyParameterError(
+                f"{NAME}: the PLD accountant cannot certify (ε = {epsilon:g}, δ = {delta:g}) "
+                "(δ is below the probability mass it truncates); ask for a larger delta"
+            )
+        z *= 1.0 + min(max((eps_pld - epsilon) / epsilon, floor), 1.0)
         floor *= 2.0
         steps += 1
     final_mu = math.sqrt(rounds) / z
@@ -276,9 +291,10 @@ class NoisyGD:
 
     def calibrate(self, problem: Problem) -> Calibration:
         loss = check_common(problem, ALLOWED_PARAMS)
-        if not problem.delta > 0.0:
+        if not problem.delta >= MIN_DELTA:
             raise PrivacyParameterError(
-                f"{NAME} is (ε, δ)-DP (Gaussian noise) and needs 0 < delta < 1; "
+                f"{NAME} is (ε, δ)-DP (Gaussian noise) and needs {MIN_DELTA:g} ≤ delta < 1 "
+                "(the ledger charges any δ below 1e-15 as 1e-15); "
                 f"got delta = {problem.delta!r}"
             )
         rule = "iterations" not in problem.params
@@ -299,7 +315,13 @@ class NoisyGD:
             raise PrivacyParameterError(str(exc)) from exc
         if rule:
             iterations = default_iterations(n, d, gdp_mu(float(eps), float(delta)))
-        found = noise_multiplier(float(eps), float(delta), iterations)
+        try:
+            found = noise_multiplier(float(eps), float(delta), iterations)
+        except (MemoryError, OverflowError, FloatingPointError) as exc:
+            raise PrivacyParameterError(
+                f"{NAME}: the accountant cannot calibrate (ε = {eps:g}, δ = {delta:g}, "
+                f"T = {iterations}) ({type(exc).__name__})"
+            ) from exc
         sigma = 2.0 * CLIP * found.multiplier
         own = site_noise(n, d, CLIP, sigma)
         zcdp = calibrate_rounds(eps, delta, rounds=iterations, clip=CLIP, conversion="cks")

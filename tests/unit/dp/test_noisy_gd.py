@@ -139,6 +139,18 @@ def test_noise_actually_added_covers_the_floating_point_sensitivity() -> None:
     assert plan.sigma_added == added
 
 
+@pytest.mark.parametrize(
+    ("epsilon", "delta"), [(1e-6, 1e-5), (1000.0, 1e-5), (0.5, 1e-15), (1000.0, 0.99)]
+)
+def test_the_accountant_holds_at_the_ends_of_the_ranges(epsilon: float, delta: float) -> None:
+    """ε from 10⁻⁶ to 1000 (the API's range) and δ down to the ledger's unit: the closed form
+    and the PLD both stay within the request (the PLD's interval scales with ε)."""
+    cal = calibrate("noisy_gd", n=1000, d=10, epsilon=epsilon, delta=delta, regularization=0.01)
+    assert float(cal.details["epsilon_pld"]) <= epsilon
+    assert float(cal.details["delta_at_epsilon_exact_gdp"]) <= delta
+    assert float(cal.details["delta_at_epsilon_exact_gdp"]) > 0.5 * delta
+
+
 def test_the_default_number_of_steps_follows_the_public_rule() -> None:
     # T = min(100, max(10, ⌊(τμn/(2√d))²⌋)), τ = 0.1; Adult's n = 30162, d = 106
     # ε = 0.1: (0.1·0.0325207840562039·30162/(2√106))² = 22.64… → 22
@@ -203,6 +215,7 @@ def test_progress_reaches_one_and_the_fit_reports_the_request() -> None:
     ("changes", "message"),
     [
         ({"delta": 0.0}, "delta"),
+        ({"delta": 1e-17}, "delta"),
         ({"iterations": 0}, "iterations"),
         ({"iterations": 1.5}, "iterations"),
         ({"step_size": "adam"}, "step_size"),
