@@ -193,6 +193,26 @@ def test_the_plan_round_trips_and_run_reads_only_the_plan() -> None:
         MECH.run(X, y, problem, dataclasses.replace(cal, plan=None), rng=None, progress=None)
 
 
+def test_a_fresh_process_derives_the_very_same_plan() -> None:
+    """The worker re-derives the plan and must agree exactly with the one stored at submission
+    (:func:`service.dp.core.plan.require_same_plan`): the PLD accountant is deterministic."""
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import json; from service.dp import calibrate; from service.dp.core.plan import "
+        "plan_to_json; c = calibrate('noisy_gd', n=30162, d=106, epsilon=0.5, delta=1e-5, "
+        "regularization=1e-3); print(json.dumps(plan_to_json(c.plan)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    here = calibrate("noisy_gd", n=30162, d=106, epsilon=0.5, delta=1e-5, regularization=1e-3)
+    assert here.plan is not None
+    assert plan_from_json(json.loads(out.stdout)) == here.plan
+
+
 def test_progress_reaches_one_and_the_fit_reports_the_request() -> None:
     rng = np.random.default_rng(1)
     X = rng.normal(size=(60, 4)) / 3.0
