@@ -48,11 +48,13 @@ with the exact curve (Balle & Wang 2018, Thm 8)
 The accountant of record is Google's ``dp-accounting`` privacy-loss-distribution accountant
 (``dp_accounting.pld.PLDAccountant``, ``GaussianDpEvent(z)`` composed T times; add-or-remove
 neighbouring with sensitivity 1 is the pair above): its *pessimistic* discretisation is an
-upper bound on the composed privacy loss (Koskela et al. / Doroshenko et al. 2022; truncated
-mass is added to δ), so ε_PLD(z, T, δ) ≥ the exact ε. Calibration (:func:`noise_multiplier`):
-start from the largest μ with δ(ε) ≤ δ by the closed form above (computed with log Φ, in log
-space), z = √T/μ, then raise z by relative steps until the PLD accountant reports
-ε_PLD(z, T, δ) ≤ ε (usually one or two steps: the pessimistic PLD is within ~10⁻³ of exact).
+upper bound on the composed privacy loss (Doroshenko, Ghazi, Kamath, Kumar & Manurangsi 2022,
+"connect the dots"; truncated mass is added to δ), so ε_PLD(z, T, δ) ≥ the exact ε. Its loss
+grid is 10⁻³·ε wide (:data:`PLD_RELATIVE_DISCRETISATION`), and δ must be ≥ :data:`MIN_DELTA`.
+Calibration (:func:`noise_multiplier`): start from the largest μ with δ(ε) ≤ δ by the closed
+form above (computed with log Φ, in log space), z = √T/μ, then raise z by relative steps until
+the PLD accountant reports ε_PLD(z, T, δ) ≤ ε (none or one step: measured within 10⁻⁶ of the
+exact ε, usually 10⁻⁸).
 The fit is therefore (ε_PLD, δ)-DP with ε_PLD ≤ ε, and the ledger charges exactly the request
 (ε, δ). The records also show what zCDP would need: ρ = T/(2z²) converted by Canonne–Kamath–
 Steinke (the federated protocols' accountant, :func:`gaussian_rounds.calibrate_rounds`);
