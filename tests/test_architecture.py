@@ -1,6 +1,7 @@
 """Import rules of docs/design.md §1, checked on the source with ``ast`` (no imports executed).
 
-* ``service.dp`` imports only the standard library, numpy, scipy and ``service.dp`` itself;
+* ``service.dp`` imports only the standard library, numpy, scipy, Google's ``dp_accounting``
+  (noisy_gd's privacy accountant, pure numerics) and ``service.dp`` itself;
 * only ``service.api`` (and ``service.main``, the composition root that builds the FastAPI app)
   imports FastAPI or Starlette;
 * only ``service.db`` imports SQLAlchemy or Alembic (all SQL lives there);
@@ -20,7 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-DP_ALLOWED_THIRD_PARTY = {"numpy", "scipy"}
+DP_ALLOWED_THIRD_PARTY = {"numpy", "scipy", "dp_accounting"}
 WEB_FRAMEWORKS = {"fastapi", "starlette"}
 DATABASE_LIBRARIES = {"sqlalchemy", "alembic", "psycopg", "psycopg2", "sqlite3"}
 
@@ -65,7 +66,7 @@ def in_package(name: str, package: str) -> bool:
 
 
 def dp_rule(module: str, name: str) -> bool:
-    """service.dp: only the standard library, numpy, scipy and service.dp itself."""
+    """service.dp: only the standard library, numpy, scipy, dp_accounting and service.dp."""
     if not in_package(module, "service.dp"):
         return False
     if top(name) == "service":

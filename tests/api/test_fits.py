@@ -7,6 +7,7 @@ spent). Every refusal leaves the ledger and the job list exactly as they were.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -52,6 +53,7 @@ MECHANISM_BODIES: dict[str, dict[str, Any]] = {
         loss="huber",
         params={"epochs": 3, "batch_size": 10, "schedule": "constant", "eta": 0.5, "h": 0.5},
     ),
+    "noisy_gd": fit_body("noisy_gd", epsilon=0.5, delta=1e-5, params={"iterations": 20}),
     "stacking_samples": fit_body(
         "stacking_samples", epsilon=0.5, params={"n_models": 3, "high_level_fraction": 0.4}
     ),
@@ -164,6 +166,26 @@ def test_dp_sgd_charges_what_its_epochs_really_spend(client: TestClient, site: S
     assert budget(client, site.headers, dataset["id"])["epsilon_spent"] == pytest.approx(
         spent, abs=1e-9
     )
+
+
+def test_noisy_gd_charges_exactly_the_request(client: TestClient, site: SiteHandle) -> None:
+    """The PLD accountant lands at ε_PLD ≤ ε: the ledger records the request itself, and the
+    model's record names the accountant and the numbers it found."""
+    dataset = upload(client, site.headers)
+    body = fit_body("noisy_gd", epsilon=0.7, delta=1e-6, params={"iterations": 10})
+
+    response = client.post(f"/v1/datasets/{dataset['id']}/fits", json=body, headers=site.headers)
+
+    assert response.status_code == 202, response.text
+    assert response.json()["charges"][0]["epsilon"] == 0.7
+    assert response.json()["charges"][0]["delta"] == 1e-6
+    finished = wait_job(client, site.headers, response.json()["id"])
+    assert finished["status"] == "succeeded", finished
+    state = budget(client, site.headers, dataset["id"])
+    assert (state["epsilon_spent"], state["delta_spent"]) == (0.7, 1e-6)
+    model = client.get(f"/v1/models/{finished['model_id']}", headers=site.headers).json()
+    assert model["privacy"]["mechanism"] == "noisy_gd"
+    assert "dp_accounting" in json.dumps(model)
 
 
 def test_non_private_needs_a_dataset_that_allows_it(client: TestClient, site: SiteHandle) -> None:
@@ -287,6 +309,9 @@ BAD_BODIES: dict[str, dict[str, Any]] = {
     "kifer Delta too small": fit_body(
         "generalized_objective_perturbation", epsilon=0.01, params={"kifer_Delta": 0.0}
     ),
+    "noisy_gd without delta": fit_body("noisy_gd", delta=0.0),
+    "noisy_gd zero iterations": fit_body("noisy_gd", delta=1e-5, params={"iterations": 0}),
+    "noisy_gd unknown schedule": fit_body("noisy_gd", delta=1e-5, params={"step_size": "adam"}),
     "dp_sgd zero epochs": fit_body("dp_sgd", params={"epochs": 0}),
     "dp_sgd batch larger than n": fit_body("dp_sgd", params={"batch_size": N + 1}),
     "dp_sgd eta with inverse schedule": fit_body(

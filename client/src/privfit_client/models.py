@@ -1764,7 +1764,7 @@ class FitCreate(BaseModel):
     mechanism: Annotated[
         str,
         Field(
-            description="The fit mechanism: one of `dp_sgd`, `gaussian_objective_perturbation`, `generalized_objective_perturbation`, `non_private`, `objective_perturbation`, `output_perturbation`, `stacking_features`, `stacking_samples`.",
+            description="The fit mechanism: one of `dp_sgd`, `gaussian_objective_perturbation`, `generalized_objective_perturbation`, `noisy_gd`, `non_private`, `objective_perturbation`, `output_perturbation`, `stacking_features`, `stacking_samples`.",
             max_length=64,
             min_length=1,
             title="Mechanism",

@@ -10,6 +10,8 @@ estimate reveals nothing about the data.
   k, plus the one projection n·d·k): E·(n + m·U)·d′ (+ n·d·k), where U =
   :data:`UPDATE_ROWS` counts each update's fixed cost (the exact noise release, the step)
   as that many rows.
+* ``noisy_gd``: T full-batch steps, each a pass over the design plus one exact noise release
+  (counted as U rows): T·(n + U)·d.
 * every other mechanism is one certified convex solve: :data:`SOLVE_PASSES` passes, n·d each.
 * a federated protocol: its rounds over the hosted datasets' rows, one pass (PSGD, the
   distributed Lasso) or one local solve (ADMM, the noisy average's one round) per round, and
@@ -62,7 +64,8 @@ def dp_sgd_work(
 
 def fit_work(mechanism: str, n: int, d: int, details: Mapping[str, Any]) -> float:
     """RFP of one fit of ``mechanism`` on n rows and d features, from its calibration's
-    ``details`` (for DP-SGD: ``epochs``, ``batches_per_epoch``, ``noise_dimension``)."""
+    ``details`` (for DP-SGD: ``epochs``, ``batches_per_epoch``, ``noise_dimension``; for
+    noisy_gd: ``iterations``)."""
     if mechanism == "dp_sgd":
         return dp_sgd_work(
             n,
@@ -71,6 +74,8 @@ def fit_work(mechanism: str, n: int, d: int, details: Mapping[str, Any]) -> floa
             batches_per_epoch=int(details["batches_per_epoch"]),
             dimension=int(details.get("noise_dimension") or d),
         )
+    if mechanism == "noisy_gd":
+        return float(details["iterations"]) * (n + UPDATE_ROWS) * d
     return solve_work(n, d)
 
 

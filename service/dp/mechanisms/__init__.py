@@ -12,6 +12,7 @@ from service.dp.mechanisms import (
     dp_sgd,
     gaussian_objective,
     generalized_objective,
+    noisy_gd,
     non_private,
     objective_perturbation,
     output_perturbation,
@@ -29,6 +30,7 @@ MECHANISMS: dict[str, Mechanism] = {
         generalized_objective.MECHANISM,
         gaussian_objective.MECHANISM,
         dp_sgd.MECHANISM,
+        noisy_gd.MECHANISM,
         stacking.STACKING_SAMPLES,
         stacking.STACKING_FEATURES,
     )

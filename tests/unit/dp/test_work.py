@@ -55,6 +55,14 @@ def test_dp_sgd_reads_its_calibration() -> None:
     assert fit_work("dp_sgd", 30_162, 106, default.details) == (30_162 + 603 * 64) * 106
 
 
+def test_noisy_gd_counts_one_pass_and_one_release_per_step() -> None:
+    details = calibrate(
+        "noisy_gd", n=1000, d=5, epsilon=1.0, delta=1e-5, regularization=0.01, iterations=30
+    ).details
+    # T·(n + U)·d = 30·(1000 + 64)·5
+    assert fit_work("noisy_gd", 1000, 5, details) == 30 * 1064 * 5
+
+
 def test_evaluation_is_one_pass() -> None:
     assert evaluation_work(15_060, 106) == 15_060 * 106
 

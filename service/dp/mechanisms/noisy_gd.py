@@ -1,0 +1,461 @@
+"""``noisy_gd``: full-batch noisy gradient descent with Gaussian noise and tight (PLD) accounting,
+(ε, δ)-DP with δ > 0 (issue 28 §3).
+
+Objective: J(w) = (1/n) Σ_i l(y_i wᵀx_i) + (λ/2)‖w‖², l convex with |l′| ≤ L = 1 and
+0 ≤ l″ ≤ c (logistic c = 1/4, Huber c = 1/(2h)), ‖x_i‖ ≤ 1, y_i ∈ {−1, +1}, λ > 0.
+
+Each of T steps (T = ``iterations``, public) releases the clipped gradient SUM at the current
+query point v_t plus Gaussian noise, on the exact lattice:
+
+    A_t = γ·round((S(v_t) + Z_t)/γ),   S(v) = Σ_i â_i x_i,   â_i = l′(y_i vᵀx_i)·y_i clipped
+    so that |â_i|·‖x_i‖ < C = L = 1,   Z_t ~ N(0, σ_n² I_d) fresh,
+
+(γ = 2⁻³², :class:`service.dp.federated.gaussian_rounds.NoiseStream`, the machinery PSGD and
+the distributed Lasso use), then forms g_t = A_t/n + λv_t and takes a gradient step
+(schedules below). The released model is the average of the iterates of the second half
+(Polyak–Ruppert tail averaging), rounded to the release grid. It is the single-dataset
+counterpart of :mod:`service.dp.federated.psgd` (one site that is also its own coordinator)
+with a tighter accountant.
+
+Sensitivity (replace-one neighbours D, D′ differing in record i). For every query point v the
+terms of the records j ≠ i are the same doubles in both sums, and record i's clipped term has
+norm < C in both, so ‖S_D(v) − S_D′(v)‖ ≤ ‖â_i x_i‖ + ‖â′_i x′_i‖ < 2C = 2·max|l′| = 2 in exact
+arithmetic; as computed in doubles (any BLAS order) the sums move by at most
+Δ_n = 2C + 2E(n) (:func:`service.dp.data.clipping.sum_sensitivity`, E(n) the proved rounding
+bound), whatever v is. The noise is added at σ_n, the smallest double ≥ σ·Δ_n/(2C)
+(:func:`~service.dp.federated.gaussian_rounds.site_noise`, which also covers the subnormal
+term of a scaled grid), so Δ_n/σ_n ≤ 2C/σ = 1/z exactly: every step is a Gaussian mechanism
+whose noise multiplier (σ over the sensitivity of the released sum) is at least z = σ/(2C).
+The query point v_t is a function of the earlier releases only (post-processing), so the T
+releases are an adaptive composition of T such mechanisms.
+
+Which law is released. The lattice sampler (:mod:`service.dp.noise.lattice.exact`) returns,
+exactly, the grid cell of S + Z for the *real-valued continuous* Gaussian Z (lazy uniform bits,
+Marsaglia's polar method evaluated in rigorous interval arithmetic): the output is a
+deterministic, data-independent function of S + Z (the cell map and the public clamp), i.e.
+post-processing of the continuous Gaussian mechanism. Its privacy is therefore bounded by the
+continuous Gaussian's; no discrete Gaussian (Canonne, Kamath & Steinke 2020) enters, and an
+accountant for the continuous Gaussian applies to the released doubles as they are.
+
+Accounting (tight). One step with multiplier z is dominated, for every adaptive choice of
+v_t and every pair D, D′, by the pair (N(0, z²), N(1, z²)) (a multivariate Gaussian shift of
+norm ≤ 1/z reduces to its direction). T adaptive compositions of μ₁-GDP mechanisms are exactly
+√T·μ₁-GDP (Dong, Roth & Su 2022, Cor. 3.3; μ₁ = 1/z), and μ-GDP is (ε, δ(ε))-DP for every ε
+with the exact curve (Balle & Wang 2018, Thm 8)
+
+    δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2),   μ = √T/z.
+
+The accountant of record is Google's ``dp-accounting`` privacy-loss-distribution accountant
+(``dp_accounting.pld.PLDAccountant``, ``GaussianDpEvent(z)`` composed T times; add-or-remove
+neighbouring with sensitivity 1 is the pair above): its *pessimistic* discretisation is an
+upper bound on the composed privacy loss (Doroshenko, Ghazi, Kamath, Kumar & Manurangsi 2022,
+"connect the dots"; truncated mass is added to δ), so ε_PLD(z, T, δ) ≥ the exact ε. Its loss
+grid is 10⁻³·ε wide (:data:`PLD_RELATIVE_DISCRETISATION`), and δ must be ≥ :data:`MIN_DELTA`.
+Calibration (:func:`noise_multiplier`): start from the largest μ with δ(ε) ≤ δ by the closed
+form above (computed with log Φ, in log space), z = √T/μ, then raise z by relative steps until
+the PLD accountant reports ε_PLD(z, T, δ) ≤ ε (none or one step: measured within 10⁻⁶ of the
+exact ε, usually 10⁻⁸).
+The fit is therefore (ε_PLD, δ)-DP with ε_PLD ≤ ε, and the ledger charges exactly the request
+(ε, δ). The records also show what zCDP would need: ρ = T/(2z²) converted by Canonne–Kamath–
+Steinke (the federated protocols' accountant, :func:`gaussian_rounds.calibrate_rounds`);
+the GDP/PLD σ is 7–10 % smaller on Adult's requests (``sigma_zcdp``, ``sigma_saving``;
+dp-accounting's RDP accountant is no tighter than zCDP for a Gaussian, whose Rényi curve is
+exactly linear in the order).
+
+Steps (public; they decide utility, never privacy). J is λ-strongly convex with a
+(c + λ)-Lipschitz gradient: step 1/(c + λ); ``"nesterov"`` (default) adds the momentum
+(√κ − 1)/(√κ + 1), κ = (c + λ)/λ, capped at :data:`MAX_MOMENTUM` (as PSGD); ``"constant"``
+is plain gradient descent. T: σ grows like √T while the tail average over T/2 iterates
+divides the noise's variance by about as much, so T mainly buys convergence until one step's
+noise drowns the gradient; unless ``iterations`` is given, T follows the public rule of
+:func:`default_iterations` (n, d, ε, δ only), measured on Adult
+(``benchmarks/bench_noisy_gd.py``).
+
+Every step's answer is released with fresh noise and there is no stopping test, no
+certificate and no data-dependent failure after the charge: the model is post-processing of
+the T releases.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import optimize, special
+
+from service.dp.core.base import Calibration, FittedModel, LinearModel, Problem, ProgressCallback
+from service.dp.core.losses import get_loss
+from service.dp.core.plan import Plan, plan_kind
+from service.dp.core.validation import PrivacyParameterError
+from service.dp.data import clipping
+from service.dp.federated._common import choice_param, int_param
+from service.dp.federated.gaussian_rounds import (
+    GRADIENT_RELEASE,
+    NoiseStream,
+    calibrate_rounds,
+    site_noise,
+)
+from service.dp.mechanisms._common import base_details, check_common, chi_mean, release, report
+
+__all__ = [
+    "DEFAULT_ITERATIONS",
+    "MAX_ITERATIONS",
+    "MAX_MOMENTUM",
+    "MECHANISM",
+    "MIN_DEFAULT_ITERATIONS",
+    "MIN_DELTA",
+    "SCHEDULES",
+    "STEP_NOISE",
+    "NoisyGD",
+    "NoisyGDPlan",
+    "default_iterations",
+    "descend",
+    "gdp_delta",
+    "gdp_mu",
+    "noise_multiplier",
+    "pld_epsilon",
+]
+
+FloatArray = NDArray[np.float64]
+
+NAME: Final[str] = "noisy_gd"
+ALLOWED_PARAMS: Final[tuple[str, ...]] = ("iterations", "step_size")
+SCHEDULES: Final[tuple[str, ...]] = ("nesterov", "constant")
+#: Bounds of the public rule for T (:func:`default_iterations`) and of a requested T.
+MIN_DEFAULT_ITERATIONS: Final[int] = 10
+DEFAULT_ITERATIONS: Final[int] = 100
+MAX_ITERATIONS: Final[int] = 10_000
+#: τ of the rule: the largest expected noise norm in one step's mean gradient, E‖Z‖/n ≈ σ√d/n
+#: (measured on Adult, benchmarks/bench_noisy_gd.py: more steps than that drown the gradient).
+STEP_NOISE: Final[float] = 0.1
+#: The clip C of each term (|l′| ≤ 1 and ‖x‖ ≤ 1): the sum's sensitivity is 2C.
+CLIP: Final[float] = 1.0
+#: Momentum cap of the Nesterov schedule (noise amplification 1/(1 − m) ≤ 10), as PSGD.
+MAX_MOMENTUM: Final[float] = 0.9
+#: dp-accounting's PLD discretisation, relative to ε: the interval is this times ε. Pessimistic
+#: rounding keeps any interval valid; only tightness (connect-the-dots: measured within 10⁻⁸ of
+#: the exact ε) and time (the loss range over the interval) depend on it. A fixed interval fails
+#: at both ends: 10⁻⁴ is coarser than ε = 10⁻⁶ and takes minutes at ε = 1000; 10⁻¹⁰ at
+#: ε = 10⁻⁶ breaks the accountant's numerics (it reports 5.5ε).
+PLD_RELATIVE_DISCRETISATION: Final[float] = 1e-3
+#: The smallest δ accepted: a tenth of the ledger's δ unit (a request below 10⁻¹⁵ is charged
+#: 10⁻¹⁵ anyway), far above the mass the PLD accountant truncates (e⁻⁵⁰ ≈ 2·10⁻²²).
+MIN_DELTA: Final[float] = 1e-16
+#: Most z increases the calibration tries before refusing (it needs one or two).
+_MAX_PLD_STEPS: Final[int] = 60
+
+ACCOUNTING_NOTE: Final[str] = (
+    "T adaptive Gaussian releases of a sum of sensitivity 2C with noise multiplier z = σ/(2C) "
+    "are exactly (√T/z)-GDP (Dong, Roth & Su 2022); σ is the smallest found with dp-accounting's "
+    "pessimistic PLD (PLDAccountant, GaussianDpEvent(z) composed T times) giving ε_PLD ≤ ε at δ, "
+    "cross-checked by the closed-form GDP curve δ(ε) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2); the "
+    "lattice release is post-processing of the continuous Gaussian, so the bound applies to it"
+)
+
+
+# ------------------------------------------------------------------ accounting
+
+
+def gdp_delta(epsilon: float, mu: float) -> float:
+    """δ(ε) of μ-GDP (Balle & Wang 2018, Thm 8): Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2), evaluated
+    as e^a(1 − e^{ε + b − a}) with a, b the log Φ terms (no cancellation in the tails)."""
+    if not (mu > 0.0 and math.isfinite(mu)):
+        raise ValueError(f"mu must be a finite number > 0, got {mu!r}")
+    a = float(special.log_ndtr(-epsilon / mu + mu / 2.0))
+    b = float(special.log_ndtr(-epsilon / mu - mu / 2.0))
+    gap = epsilon + b - a  # < 0: the second term is the smaller
+    if gap >= 0.0:
+        return 0.0
+    return math.exp(a) * -math.expm1(gap)
+
+
+def gdp_mu(epsilon: float, delta: float) -> float:
+    """The largest μ (to ~10⁻¹² relative) with :func:`gdp_delta` (ε, μ) ≤ δ; δ(ε) increases
+    with μ, so this is a bracketed root, then stepped down until the inequality holds."""
+
+    def excess(log_mu: float) -> float:
+        return math.log(max(gdp_delta(epsilon, math.exp(log_mu)), 1e-300)) - math.log(delta)
+
+    lo, hi = math.log(1e-8), math.log(1e3)
+    while excess(lo) > 0.0:
+        lo -= 5.0
+    log_mu = float(optimize.brentq(excess, lo, hi, xtol=1e-13, rtol=1e-13))
+    mu = math.exp(log_mu)
+    while gdp_delta(epsilon, mu) > delta:
+        mu *= 1.0 - 1e-12
+    return mu
+
+
+@functools.lru_cache(maxsize=256)
+def pld_epsilon(multiplier: float, rounds: int, delta: float, interval: float = 1e-4) -> float:
+    """ε at δ of ``rounds`` Gaussian releases with noise multiplier z (σ over the L2 sensitivity),
+    by dp-accounting's PLD accountant (pessimistic estimate: an upper bound; ∞ when δ is below
+    the mass it truncates), privacy losses discretised on ``interval``."""
+    from dp_accounting import dp_event  # lazily: the accountant is only needed to calibrate
+    from dp_accounting.pld import pld_privacy_accountant
+
+    accountant = pld_privacy_accountant.PLDAccountant(value_discretization_interval=interval)
+    accountant.compose(dp_event.GaussianDpEvent(multiplier), rounds)
+    return float(accountant.get_epsilon(delta))
+
+
+@dataclass(frozen=True, slots=True)
+class NoiseMultiplier:
+    """z for T steps within (ε, δ) and what the accountants say of it."""
+
+    multiplier: float
+    mu: float
+    epsilon_pld: float
+    delta_gdp: float
+    pld_steps: int
+
+
+@functools.lru_cache(maxsize=256)
+def noise_multiplier(epsilon: float, delta: float, rounds: int) -> NoiseMultiplier:
+    """The smallest z found with T Gaussian releases of multiplier z (ε, δ)-DP by dp-accounting's
+    PLD (module docstring): z₀ = √T/μ(ε, δ) from the exact GDP curve, then z ← z·(1 + r) with
+    r the relative excess of ε_PLD (at least 10⁻⁹, growing) until ε_PLD(z, T, δ) ≤ ε."""
+    mu = gdp_mu(epsilon, delta)
+    z = math.sqrt(rounds) / mu
+    interval = PLD_RELATIVE_DISCRETISATION * epsilon
+    steps, floor = 0, 1e-9
+    while (eps_pld := pld_epsilon(z, rounds, delta, interval)) > epsilon:
+        if not math.isfinite(eps_pld) or steps >= _MAX_PLD_STEPS:
+            raise PrivacyParameterError(
+                f"{NAME}: the PLD accountant cannot certify (ε = {epsilon:g}, δ = {delta:g}) "
+                "(δ is below the probability mass it truncates); ask for a larger delta"
+            )
+        z *= 1.0 + min(max((eps_pld - epsilon) / epsilon, floor), 1.0)
+        floor *= 2.0
+        steps += 1
+    final_mu = math.sqrt(rounds) / z
+    return NoiseMultiplier(
+        multiplier=z,
+        mu=final_mu,
+        epsilon_pld=eps_pld,
+        delta_gdp=gdp_delta(epsilon, final_mu),
+        pld_steps=steps,
+    )
+
+
+def default_iterations(n: int, d: int, mu: float) -> int:
+    """T from public quantities: the largest T in [10, 100] whose per-step noise in the mean
+    gradient, E‖Z_t‖/n ≈ σ√d/n with σ = 2C·√T/μ (μ the GDP parameter the whole fit may
+    spend, :func:`gdp_mu`, which does not depend on T), stays ≤ τ = :data:`STEP_NOISE`:
+    2√(T d)/(μ n) ≤ τ ⇔ T ≤ (τ μ n/(2√d))². A tiny budget gets few, less noisy steps; a large
+    one the cap (beyond it more steps mostly cost time: σ ∝ √T and the tail average cancels
+    the rest)."""
+    bound = (STEP_NOISE * mu * n / (2.0 * CLIP * math.sqrt(d))) ** 2
+    return int(min(DEFAULT_ITERATIONS, max(MIN_DEFAULT_ITERATIONS, math.floor(bound))))
+
+
+# ------------------------------------------------------------------ the plan
+
+
+@plan_kind("noisy_gd")
+@dataclass(frozen=True, slots=True)
+class NoisyGDPlan(Plan):
+    """Everything ``run`` does, fixed by ``calibrate`` from public quantities: the problem's
+    shape and objective, T, the public σ (for the exact sensitivity 2C) and σ_n, the noise
+    actually added (with the floating-point margin), the step, the momentum, and where the
+    tail average starts."""
+
+    n: int
+    d: int
+    loss: str
+    huber_h: float
+    regularization: float
+    clip: float
+    iterations: int
+    noise_multiplier: float
+    sigma: float
+    sigma_added: float
+    step: float
+    momentum: float
+    average_from: int
+
+
+# ------------------------------------------------------------------ the mechanism
+
+
+class NoisyGD:
+    """(ε, δ)-DP full-batch noisy gradient descent (module docstring)."""
+
+    name = NAME
+
+    def validate_params(self, problem: Problem) -> Problem:
+        self.calibrate(problem)
+        return problem
+
+    def calibrate(self, problem: Problem) -> Calibration:
+        loss = check_common(problem, ALLOWED_PARAMS)
+        if not problem.delta >= MIN_DELTA:
+            raise PrivacyParameterError(
+                f"{NAME} is (ε, δ)-DP (Gaussian noise) and needs {MIN_DELTA:g} ≤ delta < 1 "
+                "(the ledger charges any δ below 1e-15 as 1e-15); "
+                f"got delta = {problem.delta!r}"
+            )
+        rule = "iterations" not in problem.params
+        iterations = int_param(
+            problem.params, "iterations", DEFAULT_ITERATIONS, minimum=1, maximum=MAX_ITERATIONS
+        )
+        schedule = choice_param(problem.params, "step_size", "nesterov", SCHEDULES)
+        n, d, lam, eps, delta = (
+            problem.n,
+            problem.d,
+            problem.regularization,
+            problem.epsilon,
+            problem.delta,
+        )
+        try:
+            clipping.sum_error_bound(n, d, CLIP)
+        except ValueError as exc:
+            raise PrivacyParameterError(str(exc)) from exc
+        if rule:
+            iterations = default_iterations(n, d, gdp_mu(float(eps), float(delta)))
+        try:
+            found = noise_multiplier(float(eps), float(delta), iterations)
+        except (MemoryError, OverflowError, FloatingPointError) as exc:
+            raise PrivacyParameterError(
+                f"{NAME}: the accountant cannot calibrate (ε = {eps:g}, δ = {delta:g}, "
+                f"T = {iterations}) ({type(exc).__name__})"
+            ) from exc
+        sigma = 2.0 * CLIP * found.multiplier
+        own = site_noise(n, d, CLIP, sigma)
+        zcdp = calibrate_rounds(eps, delta, rounds=iterations, clip=CLIP, conversion="cks")
+        smooth = loss.c + lam
+        kappa = smooth / lam
+        momentum = 0.0
+        if schedule == "nesterov":
+            momentum = min((math.sqrt(kappa) - 1.0) / (math.sqrt(kappa) + 1.0), MAX_MOMENTUM)
+        plan = NoisyGDPlan(
+            n=n,
+            d=d,
+            loss=loss.name,
+            huber_h=float(problem.huber_h),
+            regularization=float(lam),
+            clip=CLIP,
+            iterations=iterations,
+            noise_multiplier=found.multiplier,
+            sigma=sigma,
+            sigma_added=float(own["sigma"]),
+            step=1.0 / smooth,
+            momentum=momentum,
+            average_from=iterations // 2,
+        )
+        expected = float(own["sigma"]) * chi_mean(d)
+        details: dict[str, Any] = base_details(problem, loss)
+        details.update(
+            noise="gaussian",
+            iterations=iterations,
+            iterations_rule=(
+                f"T = min({DEFAULT_ITERATIONS}, max({MIN_DEFAULT_ITERATIONS}, ⌊(τμn/(2C√d))²⌋)), "
+                f"τ = {STEP_NOISE:g}: the most steps whose mean-gradient noise σ√d/n is ≤ τ"
+                if rule
+                else "requested"
+            ),
+            step_size=schedule,
+            clip=CLIP,
+            sensitivity=2.0 * CLIP,
+            sensitivity_as_computed=float(own["sensitivity"]),
+            float_margin=float(own["float_margin"]),
+            noise_multiplier=found.multiplier,
+            sigma=sigma,
+            sigma_added=float(own["sigma"]),
+            gdp_mu=found.mu,
+            accountant="dp_accounting.pld (pessimistic PLD), Gaussian composed T times",
+            epsilon_pld=found.epsilon_pld,
+            delta_at_epsilon_exact_gdp=found.delta_gdp,
+            sigma_zcdp=zcdp.sigma,
+            epsilon_zcdp_at_sigma=_zcdp_epsilon(found.multiplier, iterations, float(delta)),
+            sigma_saving=1.0 - sigma / zcdp.sigma,
+            accounting=ACCOUNTING_NOTE,
+            smoothness_bound=smooth,
+            step=plan.step,
+            momentum=momentum,
+            averaging_from=plan.average_from,
+            expected_noise_norm=expected,
+            release=GRADIENT_RELEASE.replace("each site's", "the").replace("coordinator", "fit"),
+        )
+        return Calibration(
+            epsilon=float(eps),
+            delta=float(delta),
+            details=details,
+            expected_noise_norm=expected,
+            composition=(
+                f"{iterations} full-batch gradient-sum releases (sensitivity 2C = {2 * CLIP:g}) "
+                f"with Gaussian noise σ = {sigma:.6g} (noise multiplier z = "
+                f"{found.multiplier:.6g}), exactly on the 2^-32 grid: adaptive composition is "
+                f"μ-GDP with μ = √T/z = {found.mu:.6g}; dp-accounting's PLD gives ε = "
+                f"{found.epsilon_pld:.6g} ≤ {eps:g} at δ = {delta:g} (zCDP with the "
+                f"Canonne–Kamath–Steinke conversion would need σ = {zcdp.sigma:.6g})"
+            ),
+            plan=plan,
+        )
+
+    def run(
+        self,
+        X: FloatArray,
+        y: FloatArray,
+        problem: Problem,
+        calibration: Calibration,
+        *,
+        rng: np.random.Generator | None,
+        progress: ProgressCallback | None,
+    ) -> FittedModel:
+        del problem  # everything the run needs is in the plan
+        plan = calibration.plan
+        if not isinstance(plan, NoisyGDPlan):
+            raise TypeError(f"{NAME} runs a NoisyGDPlan, got {type(plan).__name__}")
+        if X.shape != (plan.n, plan.d):
+            raise ValueError("the data does not have the shape the plan was calibrated for")
+        report(progress, 0.0)
+        coef = descend(X, y, plan, rng=rng, progress=progress)
+        model: LinearModel = release(coef)
+        report(progress, 1.0)
+        return model
+
+
+def descend(
+    X: FloatArray,
+    y: FloatArray,
+    plan: NoisyGDPlan,
+    *,
+    rng: np.random.Generator | None,
+    progress: ProgressCallback | None = None,
+) -> FloatArray:
+    """The T steps of the plan and the tail average of the iterates (module docstring)."""
+    loss = get_loss(plan.loss, h=plan.huber_h)
+    caps = clipping.clip_caps(clipping.row_norm_bounds(X), plan.clip)
+    noise = NoiseStream(plan.d)
+    lam, n = plan.regularization, plan.n
+    w = np.zeros(plan.d)
+    query = w.copy()
+    tail = np.zeros(plan.d)
+    count = 0
+    for t in range(plan.iterations):
+        slopes = loss.derivative(y * (X @ query)) * y
+        answer = noise.release(clipping.clipped_sum(slopes, X, caps), plan.sigma_added, rng)
+        w_next = query - plan.step * (answer / n + lam * query)
+        query = w_next + plan.momentum * (w_next - w) if plan.momentum else w_next
+        w = w_next
+        if t >= plan.average_from:
+            tail += w
+            count += 1
+        report(progress, (t + 1) / (plan.iterations + 1))
+    out: FloatArray = tail / count
+    return out
+
+
+def _zcdp_epsilon(multiplier: float, rounds: int, delta: float) -> float:
+    """ε at δ of ρ = T/(2z²)-zCDP, Canonne–Kamath–Steinke conversion (for the record)."""
+    from service.dp.core.accounting import zcdp_to_dp_cks
+
+    return float(zcdp_to_dp_cks(rounds / (2.0 * multiplier * multiplier), delta).epsilon)
+
+
+MECHANISM = NoisyGD()
