@@ -88,8 +88,7 @@ from numpy.typing import NDArray
 from scipy import optimize, special
 
 from service.dp.core.base import Calibration, FittedModel, LinearModel, Problem, ProgressCallback
-from service.dp.core.losses import get_loss
-from service.dp.core.plan import Plan, plan_kind
+from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data import clipping
 from service.dp.federated._common import choice_param, int_param
@@ -99,7 +98,15 @@ from service.dp.federated.gaussian_rounds import (
     calibrate_rounds,
     site_noise,
 )
-from service.dp.mechanisms._common import base_details, check_common, chi_mean, release, report
+from service.dp.mechanisms._common import (
+    Inputs,
+    MechanismPlan,
+    check_common,
+    chi_mean,
+    problem_loss,
+    release,
+    report,
+)
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -258,25 +265,92 @@ def default_iterations(n: int, d: int, mu: float) -> int:
 
 @plan_kind("noisy_gd")
 @dataclass(frozen=True, slots=True)
-class NoisyGDPlan(Plan):
-    """Everything ``run`` does, fixed by ``calibrate`` from public quantities: the problem's
-    shape and objective, T, the public σ (for the exact sensitivity 2C) and σ_n, the noise
-    actually added (with the floating-point margin), the step, the momentum, and where the
-    tail average starts."""
+class NoisyGDPlan(MechanismPlan):
+    """Everything ``run`` does, fixed by ``calibrate`` from public quantities: the inputs
+    (n, d, ε, δ, loss, λ), T and whether the public rule chose it, the public σ (for the exact
+    sensitivity 2C) and σ_n, the noise actually added (with the floating-point margin), the
+    step, the momentum, where the tail average starts, and the accountant's figures the record
+    shows."""
 
-    n: int
-    d: int
-    loss: str
-    huber_h: float
-    regularization: float
+    mechanism = NAME
+
     clip: float
     iterations: int
+    iterations_by_rule: bool
+    schedule: str
     noise_multiplier: float
+    gdp_mu: float
+    epsilon_pld: float
+    delta_gdp: float
     sigma: float
     sigma_added: float
+    sensitivity_as_computed: float
+    float_margin: float
+    sigma_zcdp: float
     step: float
     momentum: float
     average_from: int
+
+    @property
+    def expected_noise_norm(self) -> float:
+        return self.sigma_added * chi_mean(self.inputs.d)
+
+    def details(self) -> dict[str, Any]:
+        inputs = self.inputs
+        details = inputs.details()
+        details.update(
+            noise="gaussian",
+            iterations=self.iterations,
+            iterations_rule=(
+                f"T = min({DEFAULT_ITERATIONS}, max({MIN_DEFAULT_ITERATIONS}, ⌊(τμn/(2C√d))²⌋)), "
+                f"τ = {STEP_NOISE:g}: the most steps whose mean-gradient noise σ√d/n is ≤ τ"
+                if self.iterations_by_rule
+                else "requested"
+            ),
+            step_size=self.schedule,
+            clip=self.clip,
+            sensitivity=2.0 * self.clip,
+            sensitivity_as_computed=self.sensitivity_as_computed,
+            float_margin=self.float_margin,
+            noise_multiplier=self.noise_multiplier,
+            sigma=self.sigma,
+            sigma_added=self.sigma_added,
+            gdp_mu=self.gdp_mu,
+            accountant="dp_accounting.pld (pessimistic PLD), Gaussian composed T times",
+            epsilon_pld=self.epsilon_pld,
+            delta_at_epsilon_exact_gdp=self.delta_gdp,
+            sigma_zcdp=self.sigma_zcdp,
+            epsilon_zcdp_at_sigma=_zcdp_epsilon(
+                self.noise_multiplier, self.iterations, inputs.delta
+            ),
+            sigma_saving=1.0 - self.sigma / self.sigma_zcdp,
+            accounting=ACCOUNTING_NOTE,
+            smoothness_bound=inputs.c + inputs.regularization,
+            step=self.step,
+            momentum=self.momentum,
+            averaging_from=self.average_from,
+            expected_noise_norm=self.expected_noise_norm,
+            release=GRADIENT_RELEASE.replace("each site's", "the").replace("coordinator", "fit"),
+        )
+        return details
+
+    def calibration(self) -> Calibration:
+        eps, delta = self.inputs.epsilon, self.inputs.delta
+        return Calibration(
+            epsilon=float(eps),
+            delta=float(delta),
+            details=self.details(),
+            expected_noise_norm=self.expected_noise_norm,
+            composition=(
+                f"{self.iterations} full-batch gradient-sum releases (sensitivity 2C = "
+                f"{2 * self.clip:g}) with Gaussian noise σ = {self.sigma:.6g} (noise multiplier "
+                f"z = {self.noise_multiplier:.6g}), exactly on the 2^-32 grid: adaptive "
+                f"composition is μ-GDP with μ = √T/z = {self.gdp_mu:.6g}; dp-accounting's PLD "
+                f"gives ε = {self.epsilon_pld:.6g} ≤ {eps:g} at δ = {delta:g} (zCDP with the "
+                f"Canonne–Kamath–Steinke conversion would need σ = {self.sigma_zcdp:.6g})"
+            ),
+            plan=self,
+        )
 
 
 # ------------------------------------------------------------------ the mechanism
@@ -288,11 +362,12 @@ class NoisyGD:
     name = NAME
 
     def validate_params(self, problem: Problem) -> Problem:
+        check_common(problem, ALLOWED_PARAMS)
         self.calibrate(problem)
         return problem
 
     def calibrate(self, problem: Problem) -> Calibration:
-        loss = check_common(problem, ALLOWED_PARAMS)
+        loss = problem_loss(problem)
         if not problem.delta >= MIN_DELTA:
             raise PrivacyParameterError(
                 f"{NAME} is (ε, δ)-DP (Gaussian noise) and needs {MIN_DELTA:g} ≤ delta < 1 "
@@ -333,69 +408,25 @@ class NoisyGD:
         if schedule == "nesterov":
             momentum = min((math.sqrt(kappa) - 1.0) / (math.sqrt(kappa) + 1.0), MAX_MOMENTUM)
         plan = NoisyGDPlan(
-            n=n,
-            d=d,
-            loss=loss.name,
-            huber_h=float(problem.huber_h),
-            regularization=float(lam),
+            inputs=Inputs.of(problem),
             clip=CLIP,
             iterations=iterations,
+            iterations_by_rule=rule,
+            schedule=schedule,
             noise_multiplier=found.multiplier,
+            gdp_mu=found.mu,
+            epsilon_pld=found.epsilon_pld,
+            delta_gdp=found.delta_gdp,
             sigma=sigma,
             sigma_added=float(own["sigma"]),
+            sensitivity_as_computed=float(own["sensitivity"]),
+            float_margin=float(own["float_margin"]),
+            sigma_zcdp=float(zcdp.sigma),
             step=1.0 / smooth,
             momentum=momentum,
             average_from=iterations // 2,
         )
-        expected = float(own["sigma"]) * chi_mean(d)
-        details: dict[str, Any] = base_details(problem, loss)
-        details.update(
-            noise="gaussian",
-            iterations=iterations,
-            iterations_rule=(
-                f"T = min({DEFAULT_ITERATIONS}, max({MIN_DEFAULT_ITERATIONS}, ⌊(τμn/(2C√d))²⌋)), "
-                f"τ = {STEP_NOISE:g}: the most steps whose mean-gradient noise σ√d/n is ≤ τ"
-                if rule
-                else "requested"
-            ),
-            step_size=schedule,
-            clip=CLIP,
-            sensitivity=2.0 * CLIP,
-            sensitivity_as_computed=float(own["sensitivity"]),
-            float_margin=float(own["float_margin"]),
-            noise_multiplier=found.multiplier,
-            sigma=sigma,
-            sigma_added=float(own["sigma"]),
-            gdp_mu=found.mu,
-            accountant="dp_accounting.pld (pessimistic PLD), Gaussian composed T times",
-            epsilon_pld=found.epsilon_pld,
-            delta_at_epsilon_exact_gdp=found.delta_gdp,
-            sigma_zcdp=zcdp.sigma,
-            epsilon_zcdp_at_sigma=_zcdp_epsilon(found.multiplier, iterations, float(delta)),
-            sigma_saving=1.0 - sigma / zcdp.sigma,
-            accounting=ACCOUNTING_NOTE,
-            smoothness_bound=smooth,
-            step=plan.step,
-            momentum=momentum,
-            averaging_from=plan.average_from,
-            expected_noise_norm=expected,
-            release=GRADIENT_RELEASE.replace("each site's", "the").replace("coordinator", "fit"),
-        )
-        return Calibration(
-            epsilon=float(eps),
-            delta=float(delta),
-            details=details,
-            expected_noise_norm=expected,
-            composition=(
-                f"{iterations} full-batch gradient-sum releases (sensitivity 2C = {2 * CLIP:g}) "
-                f"with Gaussian noise σ = {sigma:.6g} (noise multiplier z = "
-                f"{found.multiplier:.6g}), exactly on the 2^-32 grid: adaptive composition is "
-                f"μ-GDP with μ = √T/z = {found.mu:.6g}; dp-accounting's PLD gives ε = "
-                f"{found.epsilon_pld:.6g} ≤ {eps:g} at δ = {delta:g} (zCDP with the "
-                f"Canonne–Kamath–Steinke conversion would need σ = {zcdp.sigma:.6g})"
-            ),
-            plan=plan,
-        )
+        return plan.calibration()
 
     def run(
         self,
@@ -411,7 +442,7 @@ class NoisyGD:
         plan = calibration.plan
         if not isinstance(plan, NoisyGDPlan):
             raise TypeError(f"{NAME} runs a NoisyGDPlan, got {type(plan).__name__}")
-        if X.shape != (plan.n, plan.d):
+        if X.shape != (plan.inputs.n, plan.inputs.d):
             raise ValueError("the data does not have the shape the plan was calibrated for")
         report(progress, 0.0)
         coef = descend(X, y, plan, rng=rng, progress=progress)
@@ -429,13 +460,14 @@ def descend(
     progress: ProgressCallback | None = None,
 ) -> FloatArray:
     """The T steps of the plan and the tail average of the iterates (module docstring)."""
-    loss = get_loss(plan.loss, h=plan.huber_h)
+    loss = plan.inputs.loss_function()
     caps = clipping.clip_caps(clipping.row_norm_bounds(X), plan.clip)
-    noise = NoiseStream(plan.d)
-    lam, n = plan.regularization, plan.n
-    w = np.zeros(plan.d)
+    d = plan.inputs.d
+    noise = NoiseStream(d)
+    lam, n = plan.inputs.regularization, plan.inputs.n
+    w = np.zeros(d)
     query = w.copy()
-    tail = np.zeros(plan.d)
+    tail = np.zeros(d)
     count = 0
     for t in range(plan.iterations):
         slopes = loss.derivative(y * (X @ query)) * y

@@ -73,6 +73,8 @@ PROBLEMS: list[tuple[str, int, int, float, float, str, float, dict[str, Any]]] =
         {"batch_size": 6, "projection_dim": 2, "projection_seed": 11},
     ),
     ("dp_sgd", 60, 4, 1.0, 0.0, "logistic", 0.01, {"batch_size": 6, "projection_dim": 2}),
+    ("noisy_gd", 60, 3, 1.0, 1e-5, "logistic", 0.01, {"iterations": 5}),
+    ("noisy_gd", 80, 4, 0.5, 1e-6, "huber", 1e-3, {"h": 0.4, "step_size": "constant"}),
     ("stacking_samples", 80, 3, 1.0, 0.0, "logistic", 0.01, {"n_models": 3}),
     (
         "stacking_features",
