@@ -186,7 +186,7 @@ def output_lambda(n: int, d: int, epsilon: float, c: float, norm: float) -> floa
     # g(0) = −q < 0, g is negative on (0, √(p/(3a))] (it decreases there), so the root lies
     # above lo = √(p/(3a)), and g(hi) > 0 for hi = √(2p/a) + (2q/a)^(1/3).
     lo = math.sqrt(p / (3.0 * a))
-    hi = math.sqrt(2.0 * p / a) + (2.0 * q / a) ** (1.0 / 3.0)
+    hi = math.sqrt(2.0 * p / a) + float(math.pow(2.0 * q / a, 1.0 / 3.0))
     while hi - lo > 1e-12 * hi:
         mid = 0.5 * (lo + hi)
         if g(mid) > 0.0:
