@@ -55,7 +55,8 @@ Minimising the sum of the bias, estimation and noise bounds over λ:
   on its increasing part (to relative 1e-12);
 * ``non_private``: no noise term, λ* = 2/(R√n).
 
-Every λ* decreases as n or ε grows (m₂ decreases in ε; in the cubic the negative coefficients
+Every λ* (for ``generalized_objective_perturbation`` the total λ* = λ + Δ) decreases as n or
+ε grows (m₂ decreases in ε; in the cubic the negative coefficients
 shrink), and grows with d. DP-SGD (whose excess risk depends on the step sizes and epochs as
 much as on λ) and the stacking mechanisms have no rule here: ``auto`` refuses them
 (:data:`AUTO_MECHANISMS`).
