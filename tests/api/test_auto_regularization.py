@@ -15,9 +15,9 @@ from tests.unit.jobs._flow import budget, fit_body, toy_csv, upload
 
 PROBLEM_JSON = "application/problem+json"
 WAIT = {"Prefer": "wait=30"}
-#: The calibrated constant R of service/dp/analysis/regularization.py, restated here so a
-#: change of it is a deliberate change of this test.
-R = 30.0
+#: The calibrated constants R and A of service/dp/analysis/regularization.py, restated here
+#: so a change of them is a deliberate change of this test.
+R, A = 10.0, 0.01
 
 
 @pytest.fixture
@@ -31,9 +31,9 @@ def _without_lambda(mechanism: str = "objective_perturbation", **fields: Any) ->
 
 
 def _objective_lambda(n: int, d: int, epsilon: float) -> float:
-    """By hand: λ = √(4n + 2m₂)/(nR), m₂ = 4d(d + 1)/ε² (Gamma(d, 2/ε) noise norm)."""
+    """By hand: λ = √(4An + 2m₂)/(nR), m₂ = 4d(d + 1)/ε² (Gamma(d, 2/ε) noise norm)."""
     m2 = 4.0 * d * (d + 1) / epsilon**2
-    return math.sqrt(4.0 * n + 2.0 * m2) / (n * R)
+    return math.sqrt(4.0 * A * n + 2.0 * m2) / (n * R)
 
 
 def _dry(client: TestClient, site: SiteHandle, dataset_id: str, body: dict[str, Any]) -> Any:
@@ -72,8 +72,8 @@ def test_an_omitted_lambda_is_chosen_by_the_rule_and_recorded(
         "epsilon": 0.5,
         "delta": 0.0,
     }
-    assert rule["constants"] == {"R": R}
-    assert "√(4n + 2m₂)" in rule["formula"]
+    assert rule["constants"] == {"R": R, "A": A}
+    assert "√(4A·n + 2m₂)" in rule["formula"]
     assert quote["calibration"]["regularization"] == pytest.approx(expected, rel=1e-12)
     assert quote["calibration"]["regularization_rule"] == rule
     assert quote["cost"] == {"epsilon": 0.5, "delta": 0.0}
@@ -121,7 +121,7 @@ def test_output_perturbation_auto_solves_its_cubic(client: TestClient, site: Sit
     assert quote.status_code == 200, quote.text
     lam = quote.json()["regularization"]
     # the rule's λ is the positive root of (R²/2)λ³ − pλ − q (by hand)
-    p = 2.0 / n + 2.0 * d * (d + 1) / (n * n * eps * eps)
+    p = 2.0 * A / n + 2.0 * d * (d + 1) / (n * n * eps * eps)
     q = 4.0 * c * (d + 1) / (n * n * eps * eps)
     assert R * R / 2 * lam**3 - p * lam - q == pytest.approx(0.0, abs=1e-9 * q)
     assert quote.json()["calibration"]["regularization"] == lam

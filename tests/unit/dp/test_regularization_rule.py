@@ -15,25 +15,26 @@ from service.domain import ranges
 from service.dp.analysis import regularization as rule
 from service.dp.analysis.regularization import AUTO_MECHANISMS, auto_regularization
 
-R = 30.0  # the calibrated constant, restated: changing it must be deliberate
+R, A = 10.0, 0.01  # the calibrated constants, restated: changing them must be deliberate
 
 
 def test_the_calibrated_constant_and_the_bounds_are_the_services() -> None:
     assert rule.NORM_CONSTANT == R
+    assert rule.ESTIMATION_WEIGHT == A
     assert rule.LAMBDA_BOUNDS == (ranges.MIN_REGULARIZATION, ranges.MAX_REGULARIZATION)
 
 
 def test_objective_perturbation_by_hand() -> None:
-    # n = 10_000, d = 9, ε = 1: m₂ = 4·9·10/1 = 360; λ = √(40_000 + 720)/(10_000·30)
-    #                                                = √40_720/300_000 = 201.792…/300_000
+    # n = 10_000, d = 9, ε = 1: m₂ = 4·9·10/1 = 360;
+    # λ = √(4·0.01·10_000 + 720)/(10_000·10) = √1120/100_000 = 33.466…/100_000
     choice = auto_regularization("objective_perturbation", n=10_000, d=9, epsilon=1.0)
-    assert choice.regularization == pytest.approx(math.sqrt(40_720.0) / 300_000.0, rel=1e-14)
-    assert choice.regularization == pytest.approx(6.7264e-4, rel=1e-4)
+    assert choice.regularization == pytest.approx(math.sqrt(1120.0) / 100_000.0, rel=1e-14)
+    assert choice.regularization == pytest.approx(3.3466e-4, rel=1e-4)
     assert choice.terms["m2"] == 360.0
     assert not choice.clamped
-    # n = 100, d = 1, ε = 0.1: m₂ = 4·1·2/0.01 = 800; λ = √(400 + 1600)/(100·30) = √2000/3000
+    # n = 100, d = 1, ε = 0.1: m₂ = 4·1·2/0.01 = 800; λ = √(4 + 1600)/(100·10) = √1604/1000
     small = auto_regularization("objective_perturbation", n=100, d=1, epsilon=0.1)
-    assert small.regularization == pytest.approx(math.sqrt(2000.0) / 3000.0, rel=1e-14)
+    assert small.regularization == pytest.approx(math.sqrt(1604.0) / 1000.0, rel=1e-14)
 
 
 def test_huber_changes_nothing_for_objective_but_enters_output_perturbation() -> None:
@@ -52,8 +53,8 @@ def test_huber_changes_nothing_for_objective_but_enters_output_perturbation() ->
 
 def test_output_perturbation_root_by_hand() -> None:
     # Choose n, d, ε so that the cubic (R²/2)λ³ − pλ − q has a known root. With n = 1000, d = 4,
-    # ε = 1, c = 1/4: p = 2/1000 + 2·4·5/10⁶ = 0.00204, q = 4·0.25·5/10⁶ = 5e-6, a = 450.
-    a, p, q = 450.0, 0.00204, 5e-6
+    # ε = 1, c = 1/4: p = 2·0.01/1000 + 2·4·5/10⁶ = 6e-5, q = 4·0.25·5/10⁶ = 5e-6, a = 50.
+    a, p, q = 50.0, 6e-5, 5e-6
     lam = auto_regularization("output_perturbation", n=1000, d=4, epsilon=1.0).regularization
     assert a * lam**3 - p * lam - q == pytest.approx(0.0, abs=1e-12 * q)
     # the unique positive root of the same cubic, found independently
@@ -68,7 +69,7 @@ def test_gaussian_objective_by_hand() -> None:
     n, d, eps, delta = 20_000, 10, 0.5, 1e-6
     q = float(stats.chi2.isf(delta, d))
     sigma = (math.sqrt(q) + math.sqrt(q + 2 * eps)) / eps
-    expected = math.sqrt(4 * n + 2 * d * sigma**2) / (n * R)
+    expected = math.sqrt(4 * A * n + 2 * d * sigma**2) / (n * R)
     got = auto_regularization(
         "gaussian_objective_perturbation", n=n, d=d, epsilon=eps, delta=delta
     ).regularization
@@ -78,7 +79,7 @@ def test_gaussian_objective_by_hand() -> None:
 def test_generalized_objective_subtracts_its_own_extra_regularisation() -> None:
     n, d, eps = 20_000, 10, 0.5
     # δ = 0: Gamma noise, m₂ = 4d(d+1)/ε²; Δ = Δ_K/n with Δ_K = 2c/ε = 1 (c = 1/4)
-    total = math.sqrt(4 * n + 2 * 4 * d * (d + 1) / eps**2) / (n * R)
+    total = math.sqrt(4 * A * n + 2 * 4 * d * (d + 1) / eps**2) / (n * R)
     got = auto_regularization("generalized_objective_perturbation", n=n, d=d, epsilon=eps)
     assert got.regularization == pytest.approx(total - 1.0 / n, rel=1e-12)
     # δ > 0: the Gaussian σ = (u + √(u² + 2ε))/ε with min(4Φ̄(u), P[χ²₂ > u²]) = δ
@@ -90,7 +91,7 @@ def test_generalized_objective_subtracts_its_own_extra_regularisation() -> None:
         bound = min(4 * float(special.ndtr(-u)), float(stats.chi2.sf(u * u, 2)))
         lo, hi = (u, hi) if bound > delta else (lo, u)
     sigma = (u + math.sqrt(u * u + 2 * eps)) / eps
-    expected = math.sqrt(4 * n + 2 * d * sigma**2) / (n * R) - 1.0 / n
+    expected = math.sqrt(4 * A * n + 2 * d * sigma**2) / (n * R) - 1.0 / n
     gauss = auto_regularization(
         "generalized_objective_perturbation", n=n, d=d, epsilon=eps, delta=delta
     )
@@ -98,9 +99,9 @@ def test_generalized_objective_subtracts_its_own_extra_regularisation() -> None:
 
 
 def test_non_private_by_hand() -> None:
-    # λ = 2/(R√n): n = 40_000 → 2/(30·200) = 1/3000
+    # λ = 2√A/(R√n): n = 40_000 → 2·0.1/(10·200) = 1e-4
     got = auto_regularization("non_private", n=40_000, d=50, epsilon=None).regularization
-    assert got == pytest.approx(1 / 3000, rel=1e-14)
+    assert got == pytest.approx(1e-4, rel=1e-14)
 
 
 @pytest.mark.parametrize("mechanism", sorted(AUTO_MECHANISMS - {"non_private"}))
@@ -126,8 +127,8 @@ def test_more_epsilon_or_more_rows_means_less_regularisation(mechanism: str) -> 
 def test_clamping_to_the_service_range() -> None:
     # ε at the service's floor, one row and d = 1000: far above the ceiling 10⁶
     huge = auto_regularization("objective_perturbation", n=1, d=1000, epsilon=1e-6)
-    # by hand: √(4 + 2·4·1000·1001·10¹²)/30 = √(8.008e18 + 4)/30 ≈ 9.43e7 > 10⁶
-    assert huge.unclamped == pytest.approx(math.sqrt(4 + 8 * 1000 * 1001 * 1e12) / 30, rel=1e-12)
+    # by hand: √(0.04 + 2·4·1000·1001·10¹²)/10 = √(8.008e18 + 0.04)/10 ≈ 2.83e8 > 10⁶
+    assert huge.unclamped == pytest.approx(math.sqrt(0.04 + 8 * 1000 * 1001 * 1e12) / 10, rel=1e-12)
     assert huge.clamped
     assert huge.regularization == ranges.MAX_REGULARIZATION
     # Kifer's extra Δ larger than the rule's total: clamped up to the floor
@@ -156,7 +157,7 @@ def test_the_record_names_rule_inputs_and_constants() -> None:
         "epsilon": 0.2,
         "delta": 0.0,
     }
-    assert record["constants"] == {"R": R}
+    assert record["constants"] == {"R": R, "A": A}
     assert record["regularization"] == record["unclamped"]
 
 
