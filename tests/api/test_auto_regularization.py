@@ -174,3 +174,52 @@ def test_auto_refusals_are_422_and_charge_nothing(
         assert response.status_code == 422, response.text
         assert response.headers["content-type"].startswith(PROBLEM_JSON)
     _untouched(client, site, dataset["id"])
+
+
+def test_a_plan_with_auto_gives_the_rules_lambda_at_each_epsilon(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers)
+    n, d = dataset["n_rows"], dataset["n_features"]
+    body = {
+        "mechanism": "objective_perturbation",
+        "epsilons": [0.1, 1.0],
+        "regularizations": ["auto", 0.01],
+    }
+    response = client.post(f"/v1/datasets/{dataset['id']}/plans", json=body, headers=site.headers)
+    assert response.status_code == 200, response.text
+    points = response.json()["points"]
+    auto = [p for p in points if "regularization_rule" in p]
+    assert [p["epsilon"] for p in auto] == [0.1, 1.0]
+    for point in auto:
+        assert point["regularization"] == pytest.approx(
+            _objective_lambda(n, d, point["epsilon"]), rel=1e-12
+        )
+        assert point["regularization_rule"]["inputs"]["epsilon"] == point["epsilon"]
+    assert sorted(p["regularization"] for p in points if "regularization_rule" not in p) == [
+        0.01,
+        0.01,
+    ]
+    svg = client.post(
+        f"/v1/datasets/{dataset['id']}/plans",
+        json=body,
+        headers={**site.headers, "Accept": "image/svg+xml"},
+    )
+    assert svg.status_code == 200, svg.text
+    assert "λ = auto" in svg.text
+    assert "λ = 0.01" in svg.text
+    assert budget(client, site.headers, dataset["id"])["charges"] == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"mechanism": "dp_sgd", "epsilons": [0.5], "regularizations": ["auto"]},
+        {"mechanism": "objective_perturbation", "epsilons": [0.5], "regularizations": ["Auto"]},
+    ],
+)
+def test_bad_auto_plans_are_422(client: TestClient, site: SiteHandle, body: dict[str, Any]) -> None:
+    dataset = upload(client, site.headers)
+    response = client.post(f"/v1/datasets/{dataset['id']}/plans", json=body, headers=site.headers)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
