@@ -223,3 +223,20 @@ def test_bad_auto_plans_are_422(client: TestClient, site: SiteHandle, body: dict
     response = client.post(f"/v1/datasets/{dataset['id']}/plans", json=body, headers=site.headers)
     assert response.status_code == 422, response.text
     assert response.headers["content-type"].startswith(PROBLEM_JSON)
+
+
+def test_an_auto_fit_retried_with_its_key_is_charged_once(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers)
+    url = f"/v1/datasets/{dataset['id']}/fits"
+    headers = {**site.headers, "Idempotency-Key": "auto-lambda-1", **WAIT}
+    first = client.post(url, json=_without_lambda(epsilon=0.5), headers=headers)
+    assert first.status_code == 201, first.text
+    # omitted and "auto" are the same request: the same λ, so the same job
+    again = client.post(url, json=fit_body(epsilon=0.5, regularization="auto"), headers=headers)
+    assert again.status_code in (200, 201, 202), again.text
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["id"] == first.json()["id"]
+    state = budget(client, site.headers, dataset["id"])
+    assert [c["job_id"] for c in state["charges"]] == [first.json()["id"]]
