@@ -63,7 +63,8 @@ COLUMNS = (
 
 def _unit_rows(X: FloatArray) -> FloatArray:
     X = np.hstack([X, np.ones((X.shape[0], 1))])
-    return X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+    out: FloatArray = X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+    return out
 
 
 def _split(X: FloatArray, y: FloatArray, seed: int = 0) -> Split:
@@ -155,8 +156,8 @@ def run_dataset(
         t0 = time.time()
         auto = auto_regularization(MECHANISM, n=n, d=d, epsilon=eps).regularization
         cols: dict[str, list[float]] = {c: [] for c in COLUMNS}
-        grid_acc = {lam: [] for lam in grid}
-        dpl_acc = {lam: [] for lam in grid}
+        grid_acc: dict[float, list[float]] = {lam: [] for lam in grid}
+        dpl_acc: dict[float, list[float]] = {lam: [] for lam in grid}
         for _ in range(reps):
             seed = int(rng.integers(2**31))
 

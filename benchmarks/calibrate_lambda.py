@@ -109,16 +109,13 @@ def main() -> None:
         saved = json.loads(OUT.read_text())
         report(saved["cells"], saved["repetitions"], saved["seconds"], quick=False)
         return
+    dims: tuple[int, ...] = (10, 30, 100)
+    sizes: tuple[int, ...] = (1000, 10_000, 30_000)
+    epsilons: tuple[float, ...] = (0.05, 0.1, 0.5, 1.0)
+    signals: tuple[float, ...] = (2.0, 4.0)
+    reps = args.reps
     if args.quick:
         dims, sizes, epsilons, signals, reps = (10, 30), (2000,), (0.1, 1.0), (3.0,), 2
-    else:
-        dims, sizes, epsilons, signals, reps = (
-            (10, 30, 100),
-            (1000, 10_000, 30_000),
-            (0.05, 0.1, 0.5, 1.0),
-            (2.0, 4.0),
-            args.reps,
-        )
     rng = np.random.default_rng(20281)
     cells: list[dict[str, Any]] = []
     start = time.time()
