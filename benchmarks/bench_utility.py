@@ -218,13 +218,13 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 repetitions, 2 ε")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--datasets", nargs="*", default=list(DATASETS))
     parser.add_argument("--json", type=Path, default=None)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     limit_threads(1)
     epsilons = (0.1, 1.0) if args.quick else EPSILONS
     reps = 2 if args.quick else args.reps
@@ -240,7 +240,8 @@ def main() -> None:
         args.json.write_text(
             json.dumps({"rows": rows, "reps": reps, "environment": environment()}, indent=1)
         )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
