@@ -87,12 +87,14 @@ bench: $(VENV)/.installed-bench ## Benchmarks in benchmarks/ (minutes; not part 
 	$(BIN)/python -m benchmarks.reproduce_papers
 	$(BIN)/python -m benchmarks.bench_upload
 	$(BIN)/python -m benchmarks.bench_fit_job
+	$(BIN)/python -m benchmarks.bench_utility
 
 bench-quick: $(VENV)/.installed-bench ## Smoke run of the benchmarks
 	$(BIN)/python -m benchmarks.bench_adult_fit --quick
 	$(BIN)/python -m benchmarks.reproduce_papers --quick
 	$(BIN)/python -m benchmarks.bench_upload --sizes 20 --repeats 1 --modes testclient
 	$(BIN)/python -m benchmarks.bench_fit_job --quick
+	$(BIN)/python -m benchmarks.bench_utility --quick
 
 lock: $(VENV)/.installed-dev ## Regenerate requirements.lock (the image's pinned, hashed dependencies) from pyproject.toml
 	$(VENV)/bin/uv pip compile pyproject.toml --extra redis --generate-hashes --python-version 3.11 \

@@ -13,7 +13,7 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
-from service.api.plan_svg import HEIGHT, WIDTH, plan_curves
+from service.api.plan_svg import HEIGHT, WIDTH, curve_label, plan_curves
 
 __all__ = ["DPI", "plan_png"]
 
@@ -47,7 +47,7 @@ def plan_png(plan: Mapping[str, Any]) -> bytes:
             curve.values,
             color=curve.colour,
             linewidth=2,
-            label=f"λ = {curve.regularization:g}",
+            label=curve_label(curve),
         )
     axes.set_xlim(*c.x_range)
     axes.set_ylim(*c.y_range)

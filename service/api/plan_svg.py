@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-__all__ = ["COLOURS", "HEIGHT", "WIDTH", "PlanCurves", "plan_curves", "plan_svg"]
+__all__ = ["COLOURS", "HEIGHT", "WIDTH", "PlanCurves", "curve_label", "plan_curves", "plan_svg"]
 
 WIDTH, HEIGHT = 640, 400
 _W, _H, _L, _R, _T, _B = WIDTH, HEIGHT, 70, 20, 40, 50
@@ -24,7 +24,7 @@ COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 class Curve:
     """One λ's line: its points in ε order, with the 10–90 % band when simulated."""
 
-    regularization: float
+    regularization: float | str
     colour: str
     epsilons: tuple[float, ...]
     values: tuple[float, ...]
@@ -46,6 +46,12 @@ class PlanCurves:
     curves: tuple[Curve, ...]
 
 
+def curve_label(curve: Curve) -> str:
+    """ "λ = 0.001", or "λ = auto" for the rule's λ (one per ε)."""
+    lam = curve.regularization
+    return f"λ = {lam}" if isinstance(lam, str) else f"λ = {lam:g}"
+
+
 def plan_curves(plan: Mapping[str, Any]) -> PlanCurves:
     """The curves of ``plan`` (the JSON of :meth:`service.domain.fits.plans.Plan.to_dict`)."""
     points: Sequence[Mapping[str, Any]] = plan["points"]
@@ -65,9 +71,16 @@ def plan_curves(plan: Mapping[str, Any]) -> PlanCurves:
     if x_hi <= x_lo:
         x_lo, x_hi = x_lo / 2, x_hi * 2
     curves = []
-    lambdas = sorted({float(p["regularization"]) for p in points})
-    for i, lam in enumerate(lambdas):
-        idx = [j for j, p in enumerate(points) if float(p["regularization"]) == lam]
+
+    def key(p: Mapping[str, Any]) -> float | str:
+        # λ chosen by the public rule changes with ε: one "auto" curve
+        return "auto" if p.get("regularization_rule") else float(p["regularization"])
+
+    keys = [key(p) for p in points]
+    lambdas = sorted({k for k in keys if not isinstance(k, str)})
+    lambdas_and_auto: list[float | str] = [*lambdas, *(["auto"] if "auto" in keys else [])]
+    for i, lam in enumerate(lambdas_and_auto):
+        idx = [j for j, k in enumerate(keys) if k == lam]
         idx = [j for j in idx if math.isfinite(values[j]) and (not y_log or values[j] > 0)]
         curves.append(
             Curve(
@@ -144,7 +157,7 @@ def plan_svg(plan: Mapping[str, Any]) -> str:
         )
         parts.append(
             f'<text x="{_W - _R - 4}" y="{_T + 14 * (i + 1)}" text-anchor="end" '
-            f'fill="{curve.colour}">λ = {curve.regularization:g}</text>'
+            f'fill="{curve.colour}">{curve_label(curve)}</text>'
         )
     parts.append("</svg>")
     return "\n".join(parts)

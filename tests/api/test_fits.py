@@ -298,7 +298,11 @@ BAD_BODIES: dict[str, dict[str, Any]] = {
     "delta one": fit_body(delta=1.0),
     "delta negative": fit_body(delta=-1e-9),
     "regularization zero": fit_body(regularization=0.0),
-    "regularization missing": {k: v for k, v in fit_body().items() if k != "regularization"},
+    "regularization missing for dp_sgd (no auto rule)": {
+        k: v for k, v in fit_body("dp_sgd").items() if k != "regularization"
+    },
+    "regularization auto for stacking": fit_body("stacking_samples", regularization="auto"),
+    "regularization text": fit_body(regularization="automatic"),
     "unknown loss": fit_body(loss="squared"),
     "unknown param": fit_body(params={"noise_multiplier": 1.0}),
     "unknown body field": {**fit_body(), "seed": 7},

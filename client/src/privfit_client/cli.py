@@ -253,7 +253,9 @@ def fit(
     mechanism: Annotated[str, typer.Option(help="DP mechanism.")] = "objective_perturbation",
     epsilon: Annotated[float | None, typer.Option(help="ε to spend.")] = None,
     delta: Annotated[float, typer.Option(help="δ to spend.")] = 0.0,
-    regularization: Annotated[float, typer.Option(help="λ (L2).")] = 1e-3,
+    regularization: Annotated[
+        str, typer.Option(help="λ (L2), or auto: chosen from public quantities at no cost.")
+    ] = "auto",
     loss: Annotated[str, typer.Option(help="logistic or huber.")] = "logistic",
     param: Annotated[
         list[str] | None, typer.Option(help="Mechanism parameter NAME=VALUE (repeatable).")
@@ -266,7 +268,7 @@ def fit(
     options: dict[str, Any] = {
         "epsilon": epsilon,
         "delta": delta,
-        "regularization": regularization,
+        "regularization": regularization if regularization == "auto" else float(regularization),
         "loss": loss,
         "params": _params(param or []),
     }

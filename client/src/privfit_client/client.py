@@ -262,16 +262,20 @@ class Client:
         epsilon: float | None,
         delta: float,
         loss: str,
-        regularization: float | Sequence[float],
+        regularization: float | Sequence[float] | str,
         params: Mapping[str, Any] | None,
     ) -> FitCreate:
+        if isinstance(regularization, str) and regularization != "auto":
+            raise ValueError('regularization is a number, a list of candidates or "auto"')
         return FitCreate(
             mechanism=mechanism,
             epsilon=epsilon,
             delta=delta,
             loss=loss,
             regularization=(
-                regularization
+                "auto"
+                if isinstance(regularization, str)
+                else regularization
                 if isinstance(regularization, (int, float))
                 else RegularizationCandidates(candidates=[float(c) for c in regularization])
             ),
@@ -284,7 +288,7 @@ class Client:
         mechanism: str = "objective_perturbation",
         *,
         epsilon: float | None,
-        regularization: float | Sequence[float],
+        regularization: float | Sequence[float] | str = "auto",
         delta: float = 0.0,
         loss: str = "logistic",
         params: Mapping[str, Any] | None = None,
@@ -293,8 +297,11 @@ class Client:
     ) -> Job:
         """Charge the dataset's budget and queue a fit; returns the job (``job.wait()``).
 
-        A list of ``regularization`` values asks PrivFit to choose one privately within the
-        same (ε, δ) (the model's privacy record names the choice); for ``dp_sgd``,
+        ``regularization="auto"`` (the default) lets the service choose λ from public
+        quantities (n, d, ε, δ, the loss and the mechanism) at no privacy cost; the model's
+        record shows the rule and the value. A list of ``regularization`` values asks PrivFit
+        to choose one privately within the same (ε, δ) (the model's privacy record names the
+        choice); for ``dp_sgd``,
         ``params={"eta": {"candidates": [...]}}`` does the same for the step size, alone or
         over the grid λ × η (at most 10 points).
 
@@ -317,7 +324,7 @@ class Client:
         mechanism: str = "objective_perturbation",
         *,
         epsilon: float | None,
-        regularization: float | Sequence[float],
+        regularization: float | Sequence[float] | str = "auto",
         delta: float = 0.0,
         loss: str = "logistic",
         params: Mapping[str, Any] | None = None,

@@ -548,7 +548,7 @@ FitCreateRegularization = TypeAliasType(
     Annotated[
         float,
         Field(
-            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ).',
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
             ge=1e-10,
             le=1000000.0,
             title="Regularization",
@@ -586,6 +586,20 @@ class FitQuoteRead(BaseModel):
     private: Annotated[
         bool, Field(description="False for `non_private`: no DP, nothing charged.", title="Private")
     ]
+    regularization: Annotated[
+        float | None,
+        Field(
+            description='The λ the fit would use (the chosen one for `"auto"`; None for a privately tuned fit, whose λ is chosen when it runs).',
+            title="Regularization",
+        ),
+    ] = None
+    regularization_rule: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description='For `"auto"`: the rule that chose λ (name, formula, public inputs, constants, the value before and after clamping).',
+            title="Regularization Rule",
+        ),
+    ] = None
 
 
 class Health(BaseModel):
@@ -991,7 +1005,13 @@ class PlanCreate(BaseModel):
         ),
     ] = None
     regularizations: Annotated[
-        list[float] | None, Field(max_length=40, min_length=1, title="Regularizations")
+        list[float | Literal["auto"]] | None,
+        Field(
+            description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by fits without a λ (its record is on the point as `regularization_rule`).',
+            max_length=40,
+            min_length=1,
+            title="Regularizations",
+        ),
     ] = [0.001]
     repeats: Annotated[
         int | None,
@@ -1778,12 +1798,12 @@ class FitCreate(BaseModel):
         ),
     ] = None
     regularization: Annotated[
-        FitCreateRegularization | RegularizationCandidates,
+        FitCreateRegularization | RegularizationCandidates | Literal["auto"] | None,
         Field(
-            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ).',
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
             title="Regularization",
         ),
-    ]
+    ] = None
 
 
 class JobList(BaseModel):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
 from service.api.schemas.base import RequestModel, ResponseModel
-from service.domain.fits.submit import FitQuote, FitRequest
+from service.domain.errors import InvalidInputError
+from service.domain.fits.submit import AUTO, FitQuote, FitRequest
 from service.domain.fits.tuning import MAX_CANDIDATES, TunedFitRequest, step_size_candidates
 from service.domain.ranges import (
     MAX_EPSILON,
@@ -48,7 +49,7 @@ class FitCreate(RequestModel):
                     "epsilon": 0.5,
                     "delta": 0.0,
                     "loss": "logistic",
-                    "regularization": 0.001,
+                    "regularization": "auto",
                     "params": {},
                 }
             ]
@@ -80,10 +81,18 @@ class FitCreate(RequestModel):
             Field(ge=MIN_REGULARIZATION, le=MAX_REGULARIZATION, allow_inf_nan=False),
         ]
         | RegularizationCandidates
+        | Literal["auto"]
+        | None
     ) = Field(
+        default=None,
         description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from "
         f'{MIN_REGULARIZATION:g} to {MAX_REGULARIZATION:g}; or `{{"candidates": [...]}}` '
-        "to let PrivFit choose λ privately within the same (ε, δ).",
+        'to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the '
+        "default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, "
+        "the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, "
+        "which costs no privacy; the chosen λ and the rule appear in the calibration as "
+        "`regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor "
+        "together with step-size candidates (422).",
     )
     params: dict[str, Any] = Field(
         default_factory=dict,
@@ -95,17 +104,23 @@ class FitCreate(RequestModel):
         f"{MAX_CANDIDATES} points.",
     )
 
+    @property
+    def auto_regularization(self) -> bool:
+        """λ is to be chosen by the public rule (``"auto"``, or omitted)."""
+        return self.regularization is None or self.regularization == AUTO
+
     def to_domain(self) -> FitRequest:
         if isinstance(self.regularization, RegularizationCandidates) or isinstance(
             self.params.get("eta"), dict
         ):
             raise TypeError("a fit with candidates is a TunedFitRequest: use to_tuned()")
+        regularization = self.regularization
         return FitRequest(
             mechanism=self.mechanism,
             epsilon=self.epsilon,
             delta=self.delta,
             loss=self.loss,
-            regularization=self.regularization,
+            regularization=AUTO if regularization is None else regularization,
             params=self.params,
         )
 
@@ -121,10 +136,18 @@ class FitCreate(RequestModel):
         )
         if lambdas is None and step_sizes is None:
             return None
+        if self.auto_regularization:
+            raise InvalidInputError(
+                "regularization 'auto' (or omitted) cannot be combined with step-size "
+                "candidates: give a numeric λ or λ candidates",
+                errors=[{"loc": ["body", "regularization"], "msg": "auto with candidates"}],
+            )
         params = dict(self.params)
         if step_sizes is not None:
             del params["eta"]
         regularization = self.regularization
+        if regularization is None or isinstance(regularization, str):  # pragma: no cover
+            raise TypeError("unreachable: auto was refused above")
         base = FitRequest(
             mechanism=self.mechanism,
             epsilon=self.epsilon,
@@ -170,6 +193,16 @@ class FitQuoteRead(ResponseModel):
         description="The calibration: every noise parameter, named as in the papers."
     )
     budget: BudgetLeft
+    regularization: float | None = Field(
+        default=None,
+        description='The λ the fit would use (the chosen one for `"auto"`; None for a '
+        "privately tuned fit, whose λ is chosen when it runs).",
+    )
+    regularization_rule: dict[str, Any] | None = Field(
+        default=None,
+        description='For `"auto"`: the rule that chose λ (name, formula, public inputs, '
+        "constants, the value before and after clamping).",
+    )
 
     @classmethod
     def from_quote(cls, quote: FitQuote) -> FitQuoteRead:
@@ -184,5 +217,9 @@ class FitQuoteRead(ResponseModel):
                 remaining_epsilon=quote.remaining_epsilon,
                 remaining_delta=quote.remaining_delta,
                 sufficient=quote.affordable,
+            ),
+            regularization=quote.regularization,
+            regularization_rule=(
+                None if quote.regularization_rule is None else dict(quote.regularization_rule)
             ),
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -42,7 +42,13 @@ class PlanCreate(RequestModel):
 
     mechanism: str = Field(min_length=1, max_length=64)
     epsilons: list[float] = Field(min_length=1, max_length=MAX_GRID)
-    regularizations: list[float] = Field(default=[1e-3], min_length=1, max_length=MAX_GRID)
+    regularizations: list[float | Literal["auto"]] = Field(
+        default=[1e-3],
+        min_length=1,
+        max_length=MAX_GRID,
+        description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by '
+        "fits without a λ (its record is on the point as `regularization_rule`).",
+    )
     delta: float = Field(default=0.0, ge=0.0, lt=1.0)
     loss: str = Field(default="logistic", max_length=16)
     params: dict[str, Any] = Field(default_factory=dict)
@@ -68,6 +74,8 @@ class PlanCreate(RequestModel):
             ("regularizations", self.regularizations, MIN_REGULARIZATION, MAX_REGULARIZATION),
         ):
             for i, v in enumerate(values):
+                if isinstance(v, str):  # "auto"
+                    continue
                 if not lo <= v <= hi:
                     raise InvalidInputError(
                         f"{name}[{i}] must be between {lo:g} and {hi:g}",

@@ -10,7 +10,7 @@ a release) and encoded like the target (same features and preprocessing); anythi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.datasets.catalog import get_owned_dataset, read_design
 from service.domain.errors import InvalidInputError, NotFoundError
+from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS
 from service.dp.analysis.planning import (
     MAX_SIMULATED_FITS,
@@ -27,6 +28,7 @@ from service.dp.analysis.planning import (
     simulate_accuracy,
     smallest_epsilon,
 )
+from service.dp.analysis.regularization import auto_regularization
 
 __all__ = ["MAX_GRID", "Plan", "PlanRequest", "make_plan"]
 
@@ -36,11 +38,13 @@ MAX_GRID = 40
 
 @dataclass(frozen=True, slots=True)
 class PlanRequest:
-    """A plan: the mechanism, the grid, an optional public reference and target."""
+    """A plan: the mechanism, the grid, an optional public reference and target.
+    ``regularizations`` may hold ``"auto"``: at each ε, the λ of the public rule
+    (:mod:`service.dp.analysis.regularization`), recorded on the point."""
 
     mechanism: str
     epsilons: Sequence[float]
-    regularizations: Sequence[float]
+    regularizations: Sequence[float | str]
     delta: float = 0.0
     loss: str = "logistic"
     params: Mapping[str, Any] = field(default_factory=dict)
@@ -90,8 +94,28 @@ def _grid(request: PlanRequest, n: int, d: int) -> list[GridPoint]:
     if len(request.epsilons) * len(request.regularizations) > MAX_GRID:
         raise _invalid(f"at most {MAX_GRID} (ε, λ) points per plan", ["body", "epsilons"])
     points = []
+    auto = "auto" in request.regularizations
+    numeric = sorted({float(v) for v in request.regularizations if v != "auto"})
     for eps in sorted(set(request.epsilons)):
-        for lam in sorted(set(request.regularizations)):
+        lambdas: list[tuple[float, Mapping[str, Any] | None]] = [(lam, None) for lam in numeric]
+        if auto:
+            try:
+                choice = auto_regularization(
+                    request.mechanism,
+                    n=n,
+                    d=d,
+                    epsilon=eps,
+                    delta=request.delta,
+                    loss=request.loss,
+                    params=request.params,
+                    bounds=(MIN_REGULARIZATION, MAX_REGULARIZATION),
+                )
+            except ValueError as exc:
+                raise _invalid(
+                    f"regularization 'auto': {exc}", ["body", "regularizations"]
+                ) from exc
+            lambdas.append((choice.regularization, choice.record()))
+        for lam, rule in lambdas:
             try:
                 point = plan_point(
                     request.mechanism,
@@ -105,7 +129,7 @@ def _grid(request: PlanRequest, n: int, d: int) -> list[GridPoint]:
                 )
             except (ValueError, TypeError, ArithmeticError) as exc:
                 raise _invalid(f"invalid plan parameters: {exc}", ["body"]) from exc
-            points.append(point)
+            points.append(point if rule is None else replace(point, regularization_rule=rule))
     return points
 
 
@@ -187,6 +211,7 @@ def make_plan(
                     expected_noise_norm=point.expected_noise_norm,
                     excess_risk_bound=point.excess_risk_bound,
                     accuracies=accuracies,
+                    regularization_rule=point.regularization_rule,
                 )
             )
         points = simulated

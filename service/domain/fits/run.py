@@ -74,6 +74,9 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
         charged=charged_amounts(job),
         version=software_version(),
     )
+    rule = params.get("regularization_rule")
+    if rule is not None:  # λ chosen by the public rule at submission (docs: regularization)
+        record["calibration"]["regularization_rule"] = json_safe(rule)
     private = result.mechanism not in NON_PRIVATE_MECHANISMS
     spent = (float(result.epsilon), float(result.delta)) if private else (0.0, 0.0)
     model = Model(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.db.models import Dataset
@@ -33,43 +33,105 @@ from service.domain.jobs.charged import (
 )
 from service.domain.jobs.lifecycle import JobScheduler
 from service.domain.ledger import budgets
-from service.domain.ranges import calibrated, check_calibration
+from service.domain.ranges import (
+    MAX_REGULARIZATION,
+    MIN_REGULARIZATION,
+    calibrated,
+    check_calibration,
+)
 from service.domain.records.base import json_safe
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, calibrate
+from service.dp.analysis.regularization import auto_regularization
 from service.dp.analysis.work import fit_work
 from service.dp.core.plan import plan_to_json
 
 __all__ = [
+    "AUTO",
     "FitQuote",
     "FitRequest",
     "quote_fit",
+    "resolve_regularization",
     "submit_fit",
 ]
+
+#: The ``regularization`` value (and the meaning of an omitted one) that lets PrivFit choose
+#: λ from public quantities (:mod:`service.dp.analysis.regularization`).
+AUTO = "auto"
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
 class FitRequest:
-    """A fit as requested (already well-formed; the mechanism's rules are checked here)."""
+    """A fit as requested (already well-formed; the mechanism's rules are checked here).
+
+    ``regularization`` is a λ or :data:`AUTO`; :func:`resolve_regularization` turns ``AUTO``
+    into the λ of the public rule for the dataset's n and d, and keeps the rule's record in
+    ``regularization_rule`` (shown in the job's params, the quote's and the model's
+    calibration)."""
 
     mechanism: str
     epsilon: float | None
     delta: float = 0.0
     loss: str = "logistic"
-    regularization: float = 1e-3
+    regularization: float | str = 1e-3
     params: Mapping[str, Any] = field(default_factory=dict)
+    regularization_rule: Mapping[str, Any] | None = None
+
+    @property
+    def lam(self) -> float:
+        """The numeric λ (after :func:`resolve_regularization`)."""
+        if isinstance(self.regularization, str):
+            raise TypeError("regularization 'auto' must be resolved against the dataset first")
+        return float(self.regularization)
 
     def to_params(self) -> dict[str, Any]:
         """The JSON stored as the job's ``params``."""
-        return {
+        out = {
             "mechanism": self.mechanism,
             "epsilon": None if self.epsilon is None else float(self.epsilon),
             "delta": float(self.delta),
             "loss": self.loss,
-            "regularization": float(self.regularization),
+            "regularization": (
+                self.regularization if isinstance(self.regularization, str) else self.lam
+            ),
             "params": json_safe(dict(self.params)),
         }
+        if self.regularization_rule is not None:
+            out["regularization_rule"] = json_safe(dict(self.regularization_rule))
+        return out
+
+
+def resolve_regularization(request: FitRequest, *, n: int, d: int) -> FitRequest:
+    """``request`` with ``regularization="auto"`` replaced by the public rule's λ for (n, d,
+    ε, δ, loss, mechanism) and its record (unchanged for a numeric λ). The λ is a function of
+    public quantities only, so choosing it costs nothing; a mechanism without a rule, or
+    inputs the rule refuses, is a 422 (before anything is charged)."""
+    if request.regularization != AUTO:
+        return request
+    if request.mechanism not in MECHANISMS:
+        return request  # _calibrate names the unknown mechanism
+    if request.epsilon is None and request.mechanism not in NON_PRIVATE_MECHANISMS:
+        return request  # _calibrate asks for ε
+    try:
+        choice = auto_regularization(
+            request.mechanism,
+            n=int(n),
+            d=int(d),
+            epsilon=request.epsilon,
+            delta=request.delta,
+            loss=request.loss,
+            params=request.params,
+            bounds=(MIN_REGULARIZATION, MAX_REGULARIZATION),
+        )
+    except ValueError as exc:
+        raise InvalidInputError(
+            f"regularization 'auto': {exc}",
+            errors=[{"loc": ["body", "regularization"], "msg": str(exc)}],
+        ) from exc
+    return replace(
+        request, regularization=choice.regularization, regularization_rule=choice.record()
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +148,8 @@ class FitQuote:
     calibration: dict[str, Any]
     remaining_epsilon: float
     remaining_delta: float
+    regularization: float | None = None
+    regularization_rule: Mapping[str, Any] | None = None
 
     @property
     def affordable(self) -> bool:
@@ -93,6 +157,8 @@ class FitQuote:
 
 
 def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
+    """The calibration of a resolved ``request`` (:func:`resolve_regularization`), with the
+    λ rule's record as ``regularization_rule`` when λ was chosen by it."""
     if request.mechanism not in MECHANISMS:
         raise InvalidInputError(
             f"unknown mechanism {request.mechanism!r}; choose one of "
@@ -119,7 +185,7 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
             epsilon=math.inf if request.epsilon is None else request.epsilon,
             delta=request.delta,
             loss=request.loss,
-            regularization=request.regularization,
+            regularization=request.lam,
             **dict(request.params),
         ),
     )
@@ -130,6 +196,10 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
             details=calibration.details,
             noise_norm=calibration.expected_noise_norm,
         )
+    if request.regularization_rule is not None:
+        details = dict(calibration.details)
+        details["regularization_rule"] = dict(request.regularization_rule)
+        calibration = replace(calibration, details=details)
     return calibration
 
 
@@ -148,6 +218,7 @@ def quote_fit(
     with uow:
         dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
+    request = resolve_regularization(request, n=dataset.n_rows, d=dataset.n_features)
     calibration = _calibrate(dataset, request)
     epsilon, delta = _cost(request, calibration)
     return FitQuote(
@@ -160,6 +231,8 @@ def quote_fit(
         calibration=json_safe(dict(calibration.details)),
         remaining_epsilon=remaining_epsilon,
         remaining_delta=remaining_delta,
+        regularization=request.lam,
+        regularization_rule=request.regularization_rule,
     )
 
 
@@ -180,9 +253,11 @@ def submit_fit(
 
     def draft(u: UnitOfWork) -> JobDraft:
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
+        # public n and d: the same λ for a retry with the same key
+        resolved = resolve_regularization(request, n=dataset.n_rows, d=dataset.n_features)
 
         def price() -> Pricing:
-            calibration = _calibrate(require_live(dataset), request)
+            calibration = _calibrate(require_live(dataset), resolved)
             epsilon, delta = _cost(request, calibration)
             return Pricing(
                 mechanism=request.mechanism,
@@ -204,7 +279,7 @@ def submit_fit(
                 plan=None if calibration.plan is None else plan_to_json(calibration.plan),
             )
 
-        return JobDraft(kind="fit", dataset_id=dataset.id, params=request.to_params(), price=price)
+        return JobDraft(kind="fit", dataset_id=dataset.id, params=resolved.to_params(), price=price)
 
     return submit_charged_job(
         uow,

@@ -74,6 +74,8 @@ class GridPoint:
     expected_noise_norm: float | None
     excess_risk_bound: float | None
     accuracies: tuple[float, ...] = ()
+    #: When λ was chosen by the public rule (``"auto"``): the rule's record.
+    regularization_rule: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -84,6 +86,8 @@ class GridPoint:
             "expected_noise_norm": self.expected_noise_norm,
             "excess_risk_bound": self.excess_risk_bound,
         }
+        if self.regularization_rule is not None:
+            out["regularization_rule"] = dict(self.regularization_rule)
         if self.accuracies:
             acc = np.asarray(self.accuracies)
             out["simulated_accuracy"] = {
