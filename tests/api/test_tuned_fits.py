@@ -24,12 +24,15 @@ def _body(candidates: Any, **fields: Any) -> dict[str, Any]:
     return {**fit_body("output_perturbation", epsilon=1.0, **fields), "regularization": candidates}
 
 
+CMS_CHOICE = {"selection": "cms", "requested_selection": "cms", "selection_reason": "requested"}
+
+
 def test_a_tuned_fit_charges_once_and_records_the_choice(
     client: TestClient, site: SiteHandle
 ) -> None:
     dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
     candidates = [1e-3, 1e-2, 1e-1]
-    body = _body({"candidates": candidates})
+    body = _body({"candidates": candidates}) | {"selection": "cms"}
     dry = client.post(
         f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
     )
@@ -41,6 +44,7 @@ def test_a_tuned_fit_charges_once_and_records_the_choice(
         "grid": [{"regularization": c} for c in candidates],
         "part_size": 150,
         "parts": 4,
+        **CMS_CHOICE,
     }
     # calibrated at the part size: n = 150
     assert quote["calibration"]["n"] == 150
@@ -94,10 +98,17 @@ def test_bad_candidate_lists_are_422_and_charge_nothing(
 
 def test_too_many_candidates_for_the_rows_is_422(client: TestClient, site: SiteHandle) -> None:
     dataset = upload(client, site.headers, raw=toy_csv(n=15, seed=1))
-    body = _body({"candidates": [1e-3 * (i + 1) for i in range(10)]})
+    body = _body({"candidates": [1e-3 * (i + 1) for i in range(10)]}) | {"selection": "cms"}
     response = client.post(f"/v1/datasets/{dataset['id']}/fits", json=body, headers=site.headers)
     assert response.status_code == 422, response.text
     assert budget(client, site.headers, dataset["id"])["charges"] == []
+    # random repetition fits every candidate on all 15 rows: auto chooses it
+    body["selection"] = "auto"
+    dry = client.post(
+        f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
+    )
+    assert dry.status_code == 200, dry.text
+    assert dry.json()["calibration"]["tuning"]["selection"] == "papernot_steinke"
 
 
 def test_a_non_private_mechanism_cannot_be_tuned(client: TestClient, site: SiteHandle) -> None:
@@ -118,7 +129,7 @@ def test_dp_sgd_step_sizes_and_lambdas_are_tuned_over_their_grid(
 ) -> None:
     dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
     etas, lambdas = [0.1, 1.0], [1e-3, 1e-2]
-    body = _sgd_body({"candidates": etas}, {"candidates": lambdas})
+    body = _sgd_body({"candidates": etas}, {"candidates": lambdas}) | {"selection": "cms"}
     grid = [{"regularization": lam, "eta": eta} for lam in lambdas for eta in etas]
     dry = client.post(
         f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
@@ -132,6 +143,7 @@ def test_dp_sgd_step_sizes_and_lambdas_are_tuned_over_their_grid(
         "grid": grid,
         "part_size": 120,
         "parts": 5,
+        **CMS_CHOICE,
     }
     # Each grid point is calibrated at the part size m = 120: batch size 50 gives ⌊120/50⌋ = 2
     # batches of 60 rows, so b_min = 60 and β = ε·b_min/2 = 30 (E‖z‖ = d/β).
@@ -171,7 +183,9 @@ def test_dp_sgd_step_sizes_and_lambdas_are_tuned_over_their_grid(
 
 def test_step_sizes_alone_keep_the_single_lambda(client: TestClient, site: SiteHandle) -> None:
     dataset = upload(client, site.headers, raw=toy_csv(n=300, seed=2))
-    body = _sgd_body({"candidates": [0.05, 0.5, 2.0]}, 0.02, schedule="constant")
+    body = _sgd_body({"candidates": [0.05, 0.5, 2.0]}, 0.02, schedule="constant") | {
+        "selection": "cms"
+    }
     response = client.post(
         f"/v1/datasets/{dataset['id']}/fits", json=body, headers={**site.headers, **WAIT}
     )
