@@ -247,3 +247,110 @@ def test_bad_step_size_candidates_are_422_and_charge_nothing(
         assert response.headers["content-type"].startswith(PROBLEM_JSON)
     assert budget(client, site.headers, dataset["id"])["charges"] == []
     assert client.get("/v1/jobs", headers=site.headers).json()["total"] == 0
+
+
+# --- random repetition (issue 28 item 2) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("selection", "delta", "eta"), [("papernot_steinke", 0.0, 0.5), ("liu_talwar", 1e-6, 1.0)]
+)
+def test_random_repetition_charges_exactly_the_request_and_releases_one_model(
+    client: TestClient, site: SiteHandle, selection: str, delta: float, eta: float
+) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
+    candidates = [1e-3, 1e-2, 1e-1]
+    body = _body({"candidates": candidates}, delta=delta) | {"selection": selection}
+    dry = client.post(
+        f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
+    )
+    assert dry.status_code == 200, dry.text
+    quote = dry.json()
+    assert quote["cost"] == {"epsilon": 1.0, "delta": delta}
+    tuning = quote["calibration"]["tuning"]
+    assert (tuning["selection"], tuning["selection_reason"]) == (selection, "requested")
+    # k = 3: μ = max(10, 6·3) = 18 runs on average; ε₀ = ε/(2 + η) (the pure bound is the
+    # tighter one at ε = 1, δ ≤ 1e-6); the score takes min(½, 283/(600·ε₀)) = ½ of it
+    assert tuning["repetitions"]["eta"] == eta
+    assert tuning["repetitions"]["mean"] == pytest.approx(18.0, rel=1e-8)
+    assert tuning["repetitions"]["released"] is False
+    eps0 = 1.0 / (2 + eta)
+    assert tuning["per_repetition"]["epsilon"] == pytest.approx(eps0)
+    assert tuning["per_repetition"]["score_epsilon"] == pytest.approx(eps0 / 2)
+    assert tuning["per_repetition"]["fit_epsilon"] == pytest.approx(eps0 / 2)
+    assert tuning["accounting"]["used"] == "pure"
+    assert tuning["accounting"]["epsilon"] <= 1.0
+    # each candidate is calibrated on all 600 rows
+    assert quote["calibration"]["n"] == 600
+
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=body, headers={**site.headers, **WAIT}
+    )
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert (job["kind"], job["status"]) == ("tuned_fit", "succeeded"), job
+    assert job["charges"] == [
+        {"dataset_id": dataset["id"], "epsilon": 1.0, "delta": delta, "state": "charged"}
+    ]
+    account = budget(client, site.headers, dataset["id"])
+    assert account["epsilon_spent"] == pytest.approx(1.0)
+    assert len(account["charges"]) == 1
+    models = client.get("/v1/models", headers=site.headers).json()
+    assert models["total"] == 1
+    model = client.get(f"/v1/models/{job['model_id']}", headers=site.headers).json()
+    assert model["privacy"]["epsilon"] == 1.0
+    assert model["privacy"]["delta"] == delta
+    record = model["privacy"]["tuning"]
+    assert record["selection"] == selection
+    assert record["chosen_regularization"] == candidates[record["chosen_index"]]
+    assert record["repetitions"]["released"] is False
+    # the number of runs is nowhere in the record
+    assert "runs" not in {key for key in record if key != "repetitions"}
+    assert set(record["repetitions"]) == {"law", "eta", "gamma", "mean", "pmf", "released", "why"}
+
+
+def test_auto_keeps_cms_for_a_mechanism_that_needs_delta(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
+    body = {
+        **fit_body("gaussian_objective_perturbation", epsilon=1.0, delta=1e-5),
+        "regularization": {"candidates": [1e-2, 1e-1]},
+    }
+    dry = client.post(
+        f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
+    )
+    assert dry.status_code == 200, dry.text
+    tuning = dry.json()["calibration"]["tuning"]
+    assert tuning["selection"] == "cms"
+    assert "δ > 0" in tuning["selection_reason"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # an unknown method
+        _body({"candidates": [1e-3, 1e-2]}) | {"selection": "best"},
+        # a selection without candidates
+        fit_body("output_perturbation", epsilon=1.0) | {"selection": "cms"},
+        # random repetition fits at δ = 0: not possible for a mechanism that needs δ > 0
+        {
+            **fit_body("gaussian_objective_perturbation", epsilon=1.0, delta=1e-5),
+            "regularization": {"candidates": [1e-2, 1e-1]},
+            "selection": "papernot_steinke",
+        },
+        _body({"candidates": [1e-3, 1e-2]}) | {"selection": None, "extra": 1},
+    ],
+)
+def test_bad_selections_are_422_and_charge_nothing(
+    client: TestClient, site: SiteHandle, body: dict[str, Any]
+) -> None:
+    dataset = upload(client, site.headers)
+    for query in ("?dry_run=true", ""):
+        response = client.post(
+            f"/v1/datasets/{dataset['id']}/fits{query}", json=body, headers=site.headers
+        )
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    assert budget(client, site.headers, dataset["id"])["charges"] == []
+    assert client.get("/v1/jobs", headers=site.headers).json()["total"] == 0
