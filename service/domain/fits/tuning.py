@@ -322,7 +322,7 @@ def _check_cms(
         costs.append((float(calibration.epsilon), float(calibration.delta)))
         work += fit_work(request.base.mechanism, m, d, calibration.details)
     assert first is not None
-    selection_epsilon = float(request.base.epsilon)
+    selection_epsilon = float(request.base.epsilon or 0.0)
     epsilon = max(max(c[0] for c in costs), selection_epsilon)
     delta = max(c[1] for c in costs)
     return epsilon, delta, first, work
