@@ -102,13 +102,14 @@ def test_too_many_candidates_for_the_rows_is_422(client: TestClient, site: SiteH
     response = client.post(f"/v1/datasets/{dataset['id']}/fits", json=body, headers=site.headers)
     assert response.status_code == 422, response.text
     assert budget(client, site.headers, dataset["id"])["charges"] == []
-    # random repetition fits every candidate on all 15 rows: auto chooses it
+    # random repetition fits every candidate on all 15 rows: auto chooses it (k = 10: the
+    # geometric law)
     body["selection"] = "auto"
     dry = client.post(
         f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
     )
     assert dry.status_code == 200, dry.text
-    assert dry.json()["calibration"]["tuning"]["selection"] == "papernot_steinke"
+    assert dry.json()["calibration"]["tuning"]["selection"] == "liu_talwar"
 
 
 def test_a_non_private_mechanism_cannot_be_tuned(client: TestClient, site: SiteHandle) -> None:

@@ -219,6 +219,11 @@ def _check(dataset: Dataset, request: TunedFitRequest) -> _Checked:
     if choice.method in REPETITION_SELECTIONS:
         assert repetition is not None
         assert plan is not None
+        if plan.method != choice.method:  # auto chose the other law: its own ε_t
+            plan = repetition_plan(
+                choice.method, k=len(settings), n=n, epsilon=epsilon, delta=delta
+            )
+            repetition = _check_repetition(dataset, request, settings, plan)
         return _Checked(*repetition, choice=choice, plan=plan)
     cost_epsilon, cost_delta, first, work = _check_cms(dataset, request)
     return _Checked(cost_epsilon, cost_delta, first, work, choice=choice, plan=None)

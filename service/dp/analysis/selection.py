@@ -290,6 +290,11 @@ REPETITION_ETA: Final[dict[str, float]] = {"papernot_steinke": 0.5, "liu_talwar"
 RUNS_PER_CANDIDATE: Final[float] = 6.0
 MIN_RUNS: Final[float] = 10.0
 MAX_RUNS: Final[float] = 40.0
+#: ``auto`` uses PS22's η = ½ law while it misses a given candidate with probability at most
+#: this (k ≤ 3 at μ = 6k), Liu–Talwar's geometric law (fewer misses, 3ε₀ instead of 2.5ε₀)
+#: beyond: on Adult (benchmarks/RESULTS.md, bench_selection) the geometric law was 1.4 points
+#: better at ε = 0.5 with k = 7 and within 0.3 points elsewhere.
+MAX_MISS: Final[float] = 0.15
 #: CMS is kept when its candidates are already nearly non-private: the noise proxy
 #: 2d/(m·λ_min·ε) (the norm of output perturbation's noise on a part of m rows) at most this.
 NEGLIGIBLE_NOISE: Final[float] = 0.01
@@ -356,8 +361,10 @@ def choose_selection(
        :data:`NEGLIGIBLE_NOISE` (huge n). Then both methods release a near-exact model, and CMS
        tries every candidate surely, on a held-out part, for k fits of m rows instead of about
        μ fits of n rows.
-    3. Otherwise PS22 when its fits are at least as well calibrated as CMS's, n·ε_t ≥ m·ε
-       (k ≥ 2 in practice), else CMS (a single candidate).
+    3. Otherwise random repetition when its fits are at least as well calibrated as CMS's,
+       n·ε_t ≥ m·ε (k ≥ 2 in practice), else CMS (a single candidate). Its law: PS22's η = ½
+       when it misses a given candidate with probability G(1 − 1/k) ≤ :data:`MAX_MISS`, else
+       Liu–Talwar's geometric law.
     """
     if requested not in SELECTIONS:
         raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}")
@@ -376,13 +383,17 @@ def choose_selection(
             f"CMS's fits are nearly non-private: 2d/(m·λ_min·ε) = {proxy:.3g} ≤ "
             f"{NEGLIGIBLE_NOISE:g} with m = {m}",
         )
-    plan = repetition_plan("papernot_steinke", k=k, n=n, epsilon=epsilon, delta=delta)
+    miss = repetition_law("papernot_steinke", k).miss_probability(k)
+    method = "papernot_steinke" if miss <= MAX_MISS else "liu_talwar"
+    plan = repetition_plan(method, k=k, n=n, epsilon=epsilon, delta=delta)
     if n * plan.train_epsilon >= m * epsilon:
         return SelectionChoice(
-            "papernot_steinke",
+            method,
             requested,
             f"n·ε_t = {n * plan.train_epsilon:.4g} ≥ m·ε = {m * epsilon:.4g}: fits on all rows "
-            "at ε_t are better calibrated than CMS's on one part in k + 1",
+            "at ε_t are better calibrated than CMS's on one part in k + 1; the η = ½ law "
+            f"misses a given candidate with probability {miss:.3f} "
+            f"({'≤' if miss <= MAX_MISS else '>'} {MAX_MISS:g})",
         )
     return SelectionChoice(
         "cms",

@@ -214,9 +214,13 @@ def test_the_plan_splits_the_run_budget_between_fit_and_score() -> None:
 
 def test_auto_chooses_by_public_quantities() -> None:
     common: dict[str, Any] = {"d": 106, "delta": 0.0, "repetition_possible": True}
-    # Adult-sized, k = 7: n·ε_t ≈ 30 000·0.39 ≫ m·ε = 3770
-    pick = choose_selection("auto", k=7, n=30_162, epsilon=1.0, min_regularization=1e-4, **common)
+    # Adult-sized, k = 3: n·ε_t ≈ 30 000·0.39 ≫ m·ε = 7540, and the η = ½ law with μ = 18
+    # misses a given candidate with probability 0.1499 ≤ 0.15
+    pick = choose_selection("auto", k=3, n=30_162, epsilon=1.0, min_regularization=1e-4, **common)
     assert pick.method == "papernot_steinke"
+    # k = 7 (μ = 40): the η = ½ law misses with probability 0.207; the geometric one is used
+    pick = choose_selection("auto", k=7, n=30_162, epsilon=1.0, min_regularization=1e-4, **common)
+    assert pick.method == "liu_talwar"
     # huge n, large λ: CMS's own noise 2·106/(25e6·0.1·1) ≈ 8.5e-5 is negligible
     assert (
         choose_selection(
