@@ -57,10 +57,11 @@ minimised over λ̂ ∈ :data:`ORDERS` ∪ {∞} (at λ̂ = ∞ the bracket is �
     ε(δ) = min_λ  ε_A(λ) + ln(1 − 1/λ) − (ln δ + ln λ)/(λ − 1).
 
 Pure DP (δ = 0): letting λ, λ̂ → ∞ in Thm 2 gives ε_A = (2 + η)·ε₀ (PS22's pure-DP corollary;
-for η = 1 Liu & Talwar's 3ε₀ bound for random stopping). The reported total is the smaller of the pure bound
-and, when δ > 0, the RDP conversion — each is a valid (ε, δ) guarantee. These are the formulas of
-Google's ``dp-accounting`` (``RepeatAndSelectDpEvent`` in its RDP accountant, with the inner
-event the binary randomized response): the tests check them against it.
+for η = 1 Liu & Talwar's 3ε₀ bound for random stopping). The reported total is the smaller of
+the pure bound and, when δ > 0, the RDP conversion — each is a valid (ε, δ) guarantee. These
+are the formulas of Google's ``dp-accounting`` (``RepeatAndSelectDpEvent`` in its RDP
+accountant, with the inner event the binary randomized response): the tests check them
+against it.
 
 **Per-repetition budget.** :func:`solve_budget` finds the largest ε₀ with total(ε₀) ≤ ε (the
 total is increasing in ε₀): ε₀ = ε/(2 + η) when δ = 0 (rounded down in exact arithmetic), else
