@@ -566,14 +566,17 @@ def _run_repetition(
     facts: DatasetFacts,
     rng: np.random.Generator | None,
 ) -> Release:
-    """Random repetition (:func:`service.dp.analysis.repetition.repeat_and_select`). No progress
-    is reported between runs: it would reveal the number of runs K, which is not released."""
+    """Random repetition (:func:`service.dp.analysis.repetition.repeat_and_select`). Progress
+    stays 0 until the job ends (a fraction of runs done would reveal the number of runs K, which
+    is not released); a cancel is still checked before each run."""
     plan = checked.plan
     assert plan is not None
     settings = request.settings()
     base = request.base
 
     def fit_one(full: PreparedDesign, setting: Setting) -> FitResult:
+        # a constant 0: checks for a cancel (throttled by time) without showing the run count
+        context.progress(0.0)
         return context.fit(
             full,
             None,
