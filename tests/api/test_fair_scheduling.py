@@ -110,10 +110,31 @@ def test_tuned_fits_count_every_candidate(capped: TestClient, engine: Engine) ->
         **LONG_FIT,
         "regularization": {"candidates": [0.01, 0.1, 1.0]},
         "params": {"epochs": 2_000, "batch_size": 1},
+        "selection": "cms",
     }
     response = capped.post(f"/v1/datasets/{dataset}/fits", json=tuned, headers=site.headers)
     body = assert_problem(response, 422, "job-too-large")
     assert body["work"] == pytest.approx(3 * (2_000 * (50 + 50 * 64) * 6 + 50 * 6))
+    assert spent(engine) == (0, 0)
+
+
+def test_random_repetition_counts_its_expected_runs_on_all_rows(
+    capped: TestClient, engine: Engine
+) -> None:
+    site = create_site(capped, "repeating hospital")
+    dataset = new_dataset(capped, site, long_rows(200))
+    # Liu–Talwar with k = 3: μ = 18 runs on average, each a fit on all 200 rows
+    # (2,000 passes of 200 one-row updates, d = 6) and a scoring pass: 18·(2000·(200 + 200·64)·6
+    # + 200·6); the number of runs itself is random and never shown
+    tuned = {
+        **LONG_FIT,
+        "regularization": {"candidates": [0.01, 0.1, 1.0]},
+        "params": {"epochs": 2_000, "batch_size": 1},
+        "selection": "liu_talwar",
+    }
+    response = capped.post(f"/v1/datasets/{dataset}/fits", json=tuned, headers=site.headers)
+    body = assert_problem(response, 422, "job-too-large")
+    assert body["work"] == pytest.approx(18 * (2_000 * (200 + 200 * 64) * 6 + 200 * 6))
     assert spent(engine) == (0, 0)
 
 

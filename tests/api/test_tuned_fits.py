@@ -24,12 +24,15 @@ def _body(candidates: Any, **fields: Any) -> dict[str, Any]:
     return {**fit_body("output_perturbation", epsilon=1.0, **fields), "regularization": candidates}
 
 
+CMS_CHOICE = {"selection": "cms", "requested_selection": "cms", "selection_reason": "requested"}
+
+
 def test_a_tuned_fit_charges_once_and_records_the_choice(
     client: TestClient, site: SiteHandle
 ) -> None:
     dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
     candidates = [1e-3, 1e-2, 1e-1]
-    body = _body({"candidates": candidates})
+    body = _body({"candidates": candidates}) | {"selection": "cms"}
     dry = client.post(
         f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
     )
@@ -41,6 +44,7 @@ def test_a_tuned_fit_charges_once_and_records_the_choice(
         "grid": [{"regularization": c} for c in candidates],
         "part_size": 150,
         "parts": 4,
+        **CMS_CHOICE,
     }
     # calibrated at the part size: n = 150
     assert quote["calibration"]["n"] == 150
@@ -94,10 +98,18 @@ def test_bad_candidate_lists_are_422_and_charge_nothing(
 
 def test_too_many_candidates_for_the_rows_is_422(client: TestClient, site: SiteHandle) -> None:
     dataset = upload(client, site.headers, raw=toy_csv(n=15, seed=1))
-    body = _body({"candidates": [1e-3 * (i + 1) for i in range(10)]})
+    body = _body({"candidates": [1e-3 * (i + 1) for i in range(10)]}) | {"selection": "cms"}
     response = client.post(f"/v1/datasets/{dataset['id']}/fits", json=body, headers=site.headers)
     assert response.status_code == 422, response.text
     assert budget(client, site.headers, dataset["id"])["charges"] == []
+    # random repetition fits every candidate on all 15 rows: auto chooses it (k = 10: the
+    # geometric law)
+    body["selection"] = "auto"
+    dry = client.post(
+        f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
+    )
+    assert dry.status_code == 200, dry.text
+    assert dry.json()["calibration"]["tuning"]["selection"] == "liu_talwar"
 
 
 def test_a_non_private_mechanism_cannot_be_tuned(client: TestClient, site: SiteHandle) -> None:
@@ -118,7 +130,7 @@ def test_dp_sgd_step_sizes_and_lambdas_are_tuned_over_their_grid(
 ) -> None:
     dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
     etas, lambdas = [0.1, 1.0], [1e-3, 1e-2]
-    body = _sgd_body({"candidates": etas}, {"candidates": lambdas})
+    body = _sgd_body({"candidates": etas}, {"candidates": lambdas}) | {"selection": "cms"}
     grid = [{"regularization": lam, "eta": eta} for lam in lambdas for eta in etas]
     dry = client.post(
         f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
@@ -132,6 +144,7 @@ def test_dp_sgd_step_sizes_and_lambdas_are_tuned_over_their_grid(
         "grid": grid,
         "part_size": 120,
         "parts": 5,
+        **CMS_CHOICE,
     }
     # Each grid point is calibrated at the part size m = 120: batch size 50 gives ⌊120/50⌋ = 2
     # batches of 60 rows, so b_min = 60 and β = ε·b_min/2 = 30 (E‖z‖ = d/β).
@@ -171,7 +184,9 @@ def test_dp_sgd_step_sizes_and_lambdas_are_tuned_over_their_grid(
 
 def test_step_sizes_alone_keep_the_single_lambda(client: TestClient, site: SiteHandle) -> None:
     dataset = upload(client, site.headers, raw=toy_csv(n=300, seed=2))
-    body = _sgd_body({"candidates": [0.05, 0.5, 2.0]}, 0.02, schedule="constant")
+    body = _sgd_body({"candidates": [0.05, 0.5, 2.0]}, 0.02, schedule="constant") | {
+        "selection": "cms"
+    }
     response = client.post(
         f"/v1/datasets/{dataset['id']}/fits", json=body, headers={**site.headers, **WAIT}
     )
@@ -222,6 +237,113 @@ def test_step_sizes_alone_keep_the_single_lambda(client: TestClient, site: SiteH
     ],
 )
 def test_bad_step_size_candidates_are_422_and_charge_nothing(
+    client: TestClient, site: SiteHandle, body: dict[str, Any]
+) -> None:
+    dataset = upload(client, site.headers)
+    for query in ("?dry_run=true", ""):
+        response = client.post(
+            f"/v1/datasets/{dataset['id']}/fits{query}", json=body, headers=site.headers
+        )
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    assert budget(client, site.headers, dataset["id"])["charges"] == []
+    assert client.get("/v1/jobs", headers=site.headers).json()["total"] == 0
+
+
+# --- random repetition (issue 28 item 2) -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("selection", "delta", "eta"), [("papernot_steinke", 0.0, 0.5), ("liu_talwar", 1e-6, 1.0)]
+)
+def test_random_repetition_charges_exactly_the_request_and_releases_one_model(
+    client: TestClient, site: SiteHandle, selection: str, delta: float, eta: float
+) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
+    candidates = [1e-3, 1e-2, 1e-1]
+    body = _body({"candidates": candidates}, delta=delta) | {"selection": selection}
+    dry = client.post(
+        f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
+    )
+    assert dry.status_code == 200, dry.text
+    quote = dry.json()
+    assert quote["cost"] == {"epsilon": 1.0, "delta": delta}
+    tuning = quote["calibration"]["tuning"]
+    assert (tuning["selection"], tuning["selection_reason"]) == (selection, "requested")
+    # k = 3: μ = max(10, 6·3) = 18 runs on average; ε₀ = ε/(2 + η) (the pure bound is the
+    # tighter one at ε = 1, δ ≤ 1e-6); the score takes min(½, 283/(600·ε₀)) = ½ of it
+    assert tuning["repetitions"]["eta"] == eta
+    assert tuning["repetitions"]["mean"] == pytest.approx(18.0, rel=1e-8)
+    assert tuning["repetitions"]["released"] is False
+    eps0 = 1.0 / (2 + eta)
+    assert tuning["per_repetition"]["epsilon"] == pytest.approx(eps0)
+    assert tuning["per_repetition"]["score_epsilon"] == pytest.approx(eps0 / 2)
+    assert tuning["per_repetition"]["fit_epsilon"] == pytest.approx(eps0 / 2)
+    assert tuning["accounting"]["used"] == "pure"
+    assert tuning["accounting"]["epsilon"] <= 1.0
+    # each candidate is calibrated on all 600 rows
+    assert quote["calibration"]["n"] == 600
+
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=body, headers={**site.headers, **WAIT}
+    )
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert (job["kind"], job["status"]) == ("tuned_fit", "succeeded"), job
+    assert job["charges"] == [
+        {"dataset_id": dataset["id"], "epsilon": 1.0, "delta": delta, "state": "charged"}
+    ]
+    account = budget(client, site.headers, dataset["id"])
+    assert account["epsilon_spent"] == pytest.approx(1.0)
+    assert len(account["charges"]) == 1
+    models = client.get("/v1/models", headers=site.headers).json()
+    assert models["total"] == 1
+    model = client.get(f"/v1/models/{job['model_id']}", headers=site.headers).json()
+    assert model["privacy"]["epsilon"] == 1.0
+    assert model["privacy"]["delta"] == delta
+    record = model["privacy"]["tuning"]
+    assert record["selection"] == selection
+    assert record["chosen_regularization"] == candidates[record["chosen_index"]]
+    assert record["repetitions"]["released"] is False
+    # the number of runs is nowhere in the record
+    assert "runs" not in {key for key in record if key != "repetitions"}
+    assert set(record["repetitions"]) == {"law", "eta", "gamma", "mean", "pmf", "released", "why"}
+
+
+def test_auto_keeps_cms_for_a_mechanism_that_needs_delta(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
+    body = {
+        **fit_body("gaussian_objective_perturbation", epsilon=1.0, delta=1e-5),
+        "regularization": {"candidates": [1e-2, 1e-1]},
+    }
+    dry = client.post(
+        f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
+    )
+    assert dry.status_code == 200, dry.text
+    tuning = dry.json()["calibration"]["tuning"]
+    assert tuning["selection"] == "cms"
+    assert "δ > 0" in tuning["selection_reason"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # an unknown method
+        _body({"candidates": [1e-3, 1e-2]}) | {"selection": "best"},
+        # a selection without candidates
+        fit_body("output_perturbation", epsilon=1.0) | {"selection": "cms"},
+        # random repetition fits at δ = 0: not possible for a mechanism that needs δ > 0
+        {
+            **fit_body("gaussian_objective_perturbation", epsilon=1.0, delta=1e-5),
+            "regularization": {"candidates": [1e-2, 1e-1]},
+            "selection": "papernot_steinke",
+        },
+        _body({"candidates": [1e-3, 1e-2]}) | {"selection": None, "extra": 1},
+    ],
+)
+def test_bad_selections_are_422_and_charge_nothing(
     client: TestClient, site: SiteHandle, body: dict[str, Any]
 ) -> None:
     dataset = upload(client, site.headers)

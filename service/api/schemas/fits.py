@@ -94,6 +94,18 @@ class FitCreate(RequestModel):
         "`regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor "
         "together with step-size candidates (422).",
     )
+    selection: Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None = Field(
+        default=None,
+        description="How candidates are chosen privately (only with candidates; default "
+        "`auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i "
+        "of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), "
+        "`papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a "
+        "uniformly drawn candidate fitted on all rows, the best by a noisy training error "
+        "released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a "
+        "geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the "
+        "smallest λ); the quote and the record show the method, the reason and the "
+        "per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+    )
     params: dict[str, Any] = Field(
         default_factory=dict,
         description="The mechanism's own options (e.g. `h`, the Huber width; `epochs`, "
@@ -135,6 +147,12 @@ class FitCreate(RequestModel):
             else None
         )
         if lambdas is None and step_sizes is None:
+            if self.selection is not None:
+                raise InvalidInputError(
+                    "selection applies to candidates only: give regularization or step-size "
+                    "candidates",
+                    errors=[{"loc": ["body", "selection"], "msg": "no candidates to select"}],
+                )
             return None
         if self.auto_regularization:
             raise InvalidInputError(
@@ -160,7 +178,12 @@ class FitCreate(RequestModel):
             ),
             params=params,
         )
-        return TunedFitRequest(base=base, candidates=lambdas, step_sizes=step_sizes)
+        return TunedFitRequest(
+            base=base,
+            candidates=lambdas,
+            step_sizes=step_sizes,
+            selection=self.selection or "auto",
+        )
 
 
 class FitCost(ResponseModel):

@@ -1,13 +1,25 @@
-"""Privately tuned fits (issue 16 item 2): a fit whose ``regularization`` is a list of
-candidates, ``{"candidates": [λ₁, …, λ_k]}``, and/or, for ``dp_sgd``, whose step size
+"""Privately tuned fits (issue 16 item 2, issue 28 item 2): a fit whose ``regularization`` is a
+list of candidates, ``{"candidates": [λ₁, …, λ_k]}``, and/or, for ``dp_sgd``, whose step size
 ``params.eta`` is one, ``{"candidates": [η₁, …, η_l]}``. The candidates are the grid Λ × H
 (:func:`service.dp.analysis.selection.grid`; a single λ or η is an axis of one value).
 
-The job (kind ``tuned_fit``) runs :func:`service.dp.analysis.selection.tune`: grid point i is fitted
-on the i-th of k + 1 disjoint parts at the request's full (ε, δ), the held-out part's error counts
-choose one with the exponential mechanism at ε, and only the chosen model is released. The
-total cost is the request's (ε, δ) by parallel composition (derivation in
-:mod:`service.dp.analysis.selection`); it is charged with the job, like a fit.
+``selection`` (``auto`` by default) chooses how, by
+:func:`service.dp.analysis.selection.choose_selection` from public quantities (k, n, d, ε, δ,
+the smallest λ, whether the mechanism runs at δ = 0); the quote and the record show the method
+and the reason.
+
+* ``cms`` — :func:`service.dp.analysis.selection.tune`: grid point i is fitted on the i-th of
+  k + 1 disjoint parts at the request's full (ε, δ), the held-out part's error counts choose one
+  with the exponential mechanism at ε. The total is the request's (ε, δ) by parallel
+  composition (derivation in :mod:`service.dp.analysis.selection`).
+* ``papernot_steinke`` / ``liu_talwar`` — random repetition
+  (:mod:`service.dp.analysis.repetition`): a random number K of runs, each fitting a uniformly
+  drawn grid point on **all** rows at (ε_t, 0) and scoring it by a noisy training error count at
+  ε_s; the best run is released. ε₀ = ε_t + ε_s is solved so that the accounted total is ≤ the
+  request's (ε, δ). K is not released (nor shown as progress).
+
+In both cases only the chosen model is released and the request's (ε, δ) is charged with the
+job, like a fit.
 
 Validation before anything is spent: each list has 1 to :data:`MAX_CANDIDATES` distinct valid
 values, the grid has at most :data:`MAX_CANDIDATES` points, η candidates only for ``dp_sgd``,
@@ -19,8 +31,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+import numpy as np
 
 from service.db.models import Dataset, Model, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
@@ -28,7 +42,7 @@ from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import get_owned_dataset, read_design, require_live
 from service.domain.errors import InvalidInputError
-from service.domain.fits.run import dataset_facts
+from service.domain.fits.run import DatasetFacts, dataset_facts
 from service.domain.fits.submit import FitQuote, FitRequest
 from service.domain.fits.submit import _calibrate as calibrate_fit
 from service.domain.jobs.charged import (
@@ -49,7 +63,19 @@ from service.domain.ledger import budgets
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.domain.records.base import fit_privacy_record, json_safe, software_version
 from service.dp import NON_PRIVATE_MECHANISMS, Calibration, FitResult
-from service.dp.analysis.selection import MAX_CANDIDATES, Setting, grid, part_size, tune
+from service.dp.analysis.repetition import RepetitionPlan, repeat_and_select
+from service.dp.analysis.selection import (
+    MAX_CANDIDATES,
+    REPETITION_SELECTIONS,
+    SELECTIONS,
+    SelectionChoice,
+    Setting,
+    choose_selection,
+    grid,
+    part_size,
+    repetition_plan,
+    tune,
+)
 from service.dp.analysis.work import evaluation_work, fit_work
 from service.dp.data.prepared import PreparedDesign
 
@@ -102,9 +128,12 @@ class TunedFitRequest:
     base: FitRequest
     candidates: tuple[float, ...] | None
     step_sizes: tuple[float, ...] | None = None
+    #: ``auto``, ``cms``, ``papernot_steinke`` or ``liu_talwar``
+    selection: str = "auto"
 
     def to_params(self) -> dict[str, Any]:
         params = self.base.to_params()
+        params["selection"] = self.selection
         if self.candidates is not None:
             params["regularization"] = {"candidates": [float(c) for c in self.candidates]}
         if self.step_sizes is not None:
@@ -141,11 +170,107 @@ def _check_values(
         raise _invalid(f"each candidate must be {rule}", loc)
 
 
-def _check(dataset: Dataset, request: TunedFitRequest) -> tuple[float, float, Calibration, float]:
-    """422 for a bad candidate list or grid; else the cost (max over the grid, parallel
-    composition), the first grid point's calibration at the part size and the estimated work
-    (:mod:`service.dp.analysis.work`: every grid point's fit on its part, and scoring the held-out
-    part once per candidate)."""
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """What validation found: the cost, the first grid point's calibration, the estimated work,
+    the method chosen and, for random repetition, its plan."""
+
+    epsilon: float
+    delta: float
+    calibration: Calibration
+    work: float
+    choice: SelectionChoice
+    plan: RepetitionPlan | None
+
+
+def _check(dataset: Dataset, request: TunedFitRequest) -> _Checked:
+    """422 for a bad candidate list, grid or selection; else what :class:`_Checked` holds."""
+    _check_candidates(request)
+    settings = request.settings()
+    n, d = int(dataset.n_rows), int(dataset.n_features)
+    epsilon = float(request.base.epsilon or 0.0)
+    delta = float(request.base.delta)
+    plan: RepetitionPlan | None = None
+    repetition: tuple[float, float, Calibration, float] | None = None
+    if request.selection != "cms":
+        try:
+            plan = repetition_plan(
+                "liu_talwar" if request.selection == "liu_talwar" else "papernot_steinke",
+                k=len(settings),
+                n=n,
+                epsilon=epsilon,
+                delta=delta,
+            )
+            repetition = _check_repetition(dataset, request, settings, plan)
+        except InvalidInputError:
+            if request.selection in REPETITION_SELECTIONS:
+                raise
+            plan, repetition = None, None
+    choice = choose_selection(
+        request.selection,
+        k=len(settings),
+        n=n,
+        d=d,
+        epsilon=epsilon,
+        delta=delta,
+        min_regularization=min(s.regularization for s in settings),
+        repetition_possible=repetition is not None,
+    )
+    if choice.method in REPETITION_SELECTIONS:
+        assert repetition is not None
+        assert plan is not None
+        if plan.method != choice.method:  # auto chose the other law: its own ε_t
+            plan = repetition_plan(
+                choice.method, k=len(settings), n=n, epsilon=epsilon, delta=delta
+            )
+            repetition = _check_repetition(dataset, request, settings, plan)
+        return _Checked(*repetition, choice=choice, plan=plan)
+    cost_epsilon, cost_delta, first, work = _check_cms(dataset, request)
+    return _Checked(cost_epsilon, cost_delta, first, work, choice=choice, plan=None)
+
+
+def _check_repetition(
+    dataset: Dataset, request: TunedFitRequest, settings: Sequence[Setting], plan: RepetitionPlan
+) -> tuple[float, float, Calibration, float]:
+    """Random repetition: every grid point calibrated on all n rows at (ε_t, 0) (a mechanism
+    that needs δ > 0 is a 422 here); the charge is the request's (ε, δ); the work is the
+    expected number of runs μ times a fit and a scoring pass on n rows (an expectation: K is
+    random and not released)."""
+    n, d = int(dataset.n_rows), int(dataset.n_features)
+    first: Calibration | None = None
+    fit_works = []
+    for setting in settings:
+        try:
+            calibration = calibrate_fit(
+                dataset,
+                FitRequest(
+                    mechanism=request.base.mechanism,
+                    epsilon=plan.train_epsilon,
+                    delta=0.0,
+                    loss=request.base.loss,
+                    regularization=setting.regularization,
+                    params=request.setting_params(setting),
+                ),
+            )
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"{plan.method} selection fits each candidate at δ = 0 with ε_t = "
+                f"{plan.train_epsilon:.6g}: {exc}",
+                errors=[{"loc": ["body", "selection"], "msg": "not possible for this request"}],
+            ) from exc
+        if calibration.delta != 0.0:
+            raise _invalid(
+                f"{plan.method} selection needs a mechanism that runs at δ = 0",
+                ["body", "selection"],
+            )
+        first = first or calibration
+        fit_works.append(fit_work(request.base.mechanism, n, d, calibration.details))
+    assert first is not None
+    work = plan.law.mean * (max(fit_works) + evaluation_work(n, d))
+    return float(request.base.epsilon or 0.0), float(request.base.delta), first, work
+
+
+def _check_candidates(request: TunedFitRequest) -> None:
     if request.candidates is not None:
         _check_values(
             request.candidates,
@@ -166,6 +291,16 @@ def _check(dataset: Dataset, request: TunedFitRequest) -> tuple[float, float, Ca
             "private tuning needs a private mechanism and an epsilon",
             errors=[{"loc": ["body", "mechanism"], "msg": "not a private mechanism"}],
         )
+    if request.selection not in SELECTIONS:
+        raise _invalid(f"selection must be one of {', '.join(SELECTIONS)}", ["body", "selection"])
+
+
+def _check_cms(
+    dataset: Dataset, request: TunedFitRequest
+) -> tuple[float, float, Calibration, float]:
+    """CMS: the cost (max over the grid, parallel composition), the first grid point's
+    calibration at the part size and the estimated work (:mod:`service.dp.analysis.work`: every
+    grid point's fit on its part, and scoring the held-out part once per candidate)."""
     settings = request.settings()
     m = part_size(int(dataset.n_rows), len(settings))
     if m < 2:
@@ -192,10 +327,18 @@ def _check(dataset: Dataset, request: TunedFitRequest) -> tuple[float, float, Ca
         costs.append((float(calibration.epsilon), float(calibration.delta)))
         work += fit_work(request.base.mechanism, m, d, calibration.details)
     assert first is not None
-    selection_epsilon = float(request.base.epsilon)
+    selection_epsilon = float(request.base.epsilon or 0.0)
     epsilon = max(max(c[0] for c in costs), selection_epsilon)
     delta = max(c[1] for c in costs)
     return epsilon, delta, first, work
+
+
+def _choice_record(choice: SelectionChoice) -> dict[str, str]:
+    return {
+        "selection": choice.method,
+        "requested_selection": choice.requested,
+        "selection_reason": choice.reason,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,26 +364,42 @@ def quote_tuned_fit(
     with uow:
         dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
-    epsilon, delta, calibration, _ = _check(dataset, request)
+    checked = _check(dataset, request)
+    calibration = checked.calibration
     details = json_safe(dict(calibration.details))
     settings = request.settings()
-    details["tuning"] = {
+    common: dict[str, Any] = {
         "candidates": list(request.regularizations),
         **(
             {} if request.step_sizes is None else {"step_size_candidates": list(request.step_sizes)}
         ),
         "grid": [s.to_dict() for s in settings],
-        "part_size": part_size(int(dataset.n_rows), len(settings)),
-        "parts": len(settings) + 1,
     }
+    if checked.plan is None:
+        details["tuning"] = common | {
+            "part_size": part_size(int(dataset.n_rows), len(settings)),
+            "parts": len(settings) + 1,
+        }
+        composition = (
+            "parallel over k + 1 disjoint parts: each grid point's fit at (ε, δ) on "
+            "its part, the exponential-mechanism choice at ε on the held-out part"
+        )
+    else:
+        details["tuning"] = common | json_safe(checked.plan.record())
+        composition = (
+            "random repetition: a random number of runs (mean "
+            f"{checked.plan.law.mean:.4g}, not released), each a uniformly drawn grid point "
+            "fitted on all rows at (ε_t, 0) and scored at ε_s; the best run is released "
+            "(Papernot and Steinke 2022 Thm 2)"
+        )
+    details["tuning"] |= _choice_record(checked.choice)
     return FitQuote(
         mechanism=request.base.mechanism,
-        epsilon=epsilon,
-        delta=delta,
+        epsilon=checked.epsilon,
+        delta=checked.delta,
         private=True,
         expected_noise_norm=calibration.expected_noise_norm,
-        composition="parallel over k + 1 disjoint parts: each grid point's fit at (ε, δ) on "
-        "its part, the exponential-mechanism choice at ε on the held-out part",
+        composition=composition,
         calibration=details,
         remaining_epsilon=remaining_epsilon,
         remaining_delta=remaining_delta,
@@ -264,7 +423,8 @@ def submit_tuned_fit(
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
 
         def price() -> Pricing:
-            epsilon, delta, _, work = _check(require_live(dataset), request)
+            checked = _check(require_live(dataset), request)
+            epsilon, delta, work = checked.epsilon, checked.delta, checked.work
             return Pricing(
                 mechanism=request.base.mechanism,
                 charges=[DatasetCharge(dataset.id, dataset.owner_site_id, epsilon, delta)],
@@ -275,6 +435,7 @@ def submit_tuned_fit(
                     "epsilon": epsilon,
                     "delta": delta,
                     "candidates": list(request.regularizations),
+                    "selection": checked.choice.method,
                     **(
                         {}
                         if request.step_sizes is None
@@ -318,7 +479,11 @@ def _stored_request(params: Mapping[str, Any]) -> TunedFitRequest:
         regularization=lambdas[0] if lambdas else float(regularization),
         params=options,
     )
-    return TunedFitRequest(base=base, candidates=lambdas, step_sizes=step_sizes)
+    # jobs stored before issue 28 have no "selection": they were CMS
+    selection = str(params.get("selection", "cms"))
+    return TunedFitRequest(
+        base=base, candidates=lambdas, step_sizes=step_sizes, selection=selection
+    )
 
 
 def run_tuned_fit_job(
@@ -353,6 +518,9 @@ def run_tuned_fit_job(
         context.progress(done[0] / (len(settings) + 1))
         return result
 
+    checked = _check(row, request)
+    if checked.plan is not None:
+        return _run_repetition(job, context, design, request, checked, facts, rng)
     tuned = tune(design, settings, epsilon=epsilon, fit_one=fit_one, rng=rng)
     record = fit_privacy_record(
         tuned.result,
@@ -362,22 +530,95 @@ def run_tuned_fit_job(
         charged=charged_amounts(job),
         version=software_version(),
     )
-    record["tuning"] = tuned.record(epsilon, delta)
-    model = Model(
+    record["tuning"] = tuned.record(epsilon, delta) | _choice_record(checked.choice)
+    model = _model(job, tuned.result, record, facts, str(params["loss"]))
+    # Parallel composition: every candidate and the selection read disjoint parts at (ε, δ).
+    return Release(
+        model=model, spent={str(job.dataset_id): (tuned.result.epsilon, tuned.result.delta)}
+    )
+
+
+def _model(
+    job: ClaimedJob, result: FitResult, record: dict[str, Any], facts: DatasetFacts, loss: str
+) -> Model:
+    return Model(
         id=new_id(),
         owner_site_id=job.owner_site_id,
         source="fit",
-        mechanism=tuned.result.mechanism,
-        loss=str(params["loss"]),
+        mechanism=result.mechanism,
+        loss=loss,
         feature_names=facts.feature_names,
         preprocessing=facts.preprocessing,
-        body=json_safe(tuned.result.model.to_dict()),
+        body=json_safe(result.model.to_dict()),
         label=facts.label,
         privacy=record,
         dataset_id=job.dataset_id,
         job_id=job.id,
     )
-    # Parallel composition: every candidate and the selection read disjoint parts at (ε, δ).
-    return Release(
-        model=model, spent={str(job.dataset_id): (tuned.result.epsilon, tuned.result.delta)}
+
+
+def _run_repetition(
+    job: ClaimedJob,
+    context: JobContext,
+    design: PreparedDesign,
+    request: TunedFitRequest,
+    checked: _Checked,
+    facts: DatasetFacts,
+    rng: np.random.Generator | None,
+) -> Release:
+    """Random repetition (:func:`service.dp.analysis.repetition.repeat_and_select`). Progress
+    stays 0 until the job ends (a fraction of runs done would reveal the number of runs K, which
+    is not released); a cancel is still checked before each run."""
+    plan = checked.plan
+    assert plan is not None
+    settings = request.settings()
+    base = request.base
+
+    def fit_one(full: PreparedDesign, setting: Setting) -> FitResult:
+        # a constant 0: checks for a cancel (throttled by time) without showing the run count
+        context.progress(0.0)
+        return context.fit(
+            full,
+            None,
+            base.mechanism,
+            rng=rng,
+            epsilon=plan.train_epsilon,
+            delta=0.0,
+            loss=base.loss,
+            regularization=setting.regularization,
+            **request.setting_params(setting),
+        )
+
+    chosen = repeat_and_select(design, settings, plan=plan, fit_one=fit_one, rng=rng)
+    if chosen.result.delta != 0.0 or chosen.result.epsilon > plan.train_epsilon:
+        raise RuntimeError("a run spent more than its (ε_t, 0)")
+    spent_delta = plan.delta if plan.accounting == "rdp" else 0.0
+    total = replace(chosen.result, epsilon=plan.epsilon, delta=plan.delta)
+    record = fit_privacy_record(
+        total,
+        datasets=[facts.ref],
+        randomness=context.randomness,
+        job_id=job.id,
+        charged=charged_amounts(job),
+        version=software_version(),
     )
+    setting = settings[chosen.chosen]
+    record["tuning"] = (
+        {
+            "candidates": list(request.regularizations),
+            **(
+                {}
+                if request.step_sizes is None
+                else {"step_size_candidates": list(request.step_sizes)}
+            ),
+            "grid": [s.to_dict() for s in settings],
+            "chosen_index": chosen.chosen,
+            "chosen_regularization": setting.regularization,
+            **({} if setting.eta is None else {"chosen_eta": setting.eta}),
+        }
+        | json_safe(plan.record())
+        | _choice_record(checked.choice)
+    )
+    record["tuning"]["fit_details"] = json_safe(dict(chosen.result.details))
+    model = _model(job, chosen.result, record, facts, base.loss)
+    return Release(model=model, spent={str(job.dataset_id): (plan.accounted_epsilon, spent_delta)})

@@ -31,11 +31,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import product
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, Literal, TypeVar, overload
 
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.analysis.repetition import (
+    RepetitionLaw,
+    RepetitionPlan,
+    RepetitionResult,
+    repeat_and_select,
+)
 from service.dp.core.accounting import ledger_floor
 from service.dp.core.base import FitResult
 from service.dp.data.prepared import PreparedDesign, prepare_design
@@ -44,11 +50,18 @@ from service.dp.noise.draws import uniforms
 
 __all__ = [
     "MAX_CANDIDATES",
+    "REPETITION_SELECTIONS",
+    "SELECTIONS",
+    "SelectionChoice",
     "Setting",
     "TuningResult",
+    "choose_selection",
+    "expected_runs",
     "exponential_mechanism",
     "grid",
     "part_size",
+    "repetition_law",
+    "repetition_plan",
     "split_parts",
     "tune",
 ]
@@ -178,6 +191,7 @@ def exponential_mechanism(
             return index, tuple(float(p) for p in probs)
 
 
+@overload
 def tune(
     design: PreparedDesign,
     candidates: Sequence[C],
@@ -185,9 +199,56 @@ def tune(
     epsilon: float,
     fit_one: Callable[[PreparedDesign, C], FitResult],
     rng: np.random.Generator | None,
-) -> TuningResult[C]:
-    """CMS 2011 private tuning (module docstring); ``fit_one(part, candidate)`` runs the
-    mechanism at (ε, δ) with the candidate's setting (a λ, or a :class:`Setting`) on a part."""
+    method: Literal["cms"] = "cms",
+    delta: float = 0.0,
+    fit_at: Callable[[PreparedDesign, C, float], FitResult] | None = None,
+) -> TuningResult[C]: ...
+
+
+@overload
+def tune(
+    design: PreparedDesign,
+    candidates: Sequence[C],
+    *,
+    epsilon: float,
+    fit_one: Callable[[PreparedDesign, C], FitResult],
+    rng: np.random.Generator | None,
+    method: str,
+    delta: float = 0.0,
+    fit_at: Callable[[PreparedDesign, C, float], FitResult] | None = None,
+) -> TuningResult[C] | RepetitionResult[C]: ...
+
+
+def tune(
+    design: PreparedDesign,
+    candidates: Sequence[C],
+    *,
+    epsilon: float,
+    fit_one: Callable[[PreparedDesign, C], FitResult],
+    rng: np.random.Generator | None,
+    method: str = "cms",
+    delta: float = 0.0,
+    fit_at: Callable[[PreparedDesign, C, float], FitResult] | None = None,
+) -> TuningResult[C] | RepetitionResult[C]:
+    """Private selection among ``candidates`` within (ε, δ).
+
+    ``method="cms"`` (the default): CMS 2011 private tuning (module docstring);
+    ``fit_one(part, candidate)`` runs the mechanism at (ε, δ) with the candidate's setting (a λ,
+    or a :class:`Setting`) on a part. ``"papernot_steinke"`` / ``"liu_talwar"``: random
+    repetition (:mod:`service.dp.analysis.repetition`), where ``fit_at(design, candidate, ε_t)``
+    runs the mechanism at (ε_t, 0) on all rows. ``"auto"``: :func:`choose_selection` with the
+    candidates' smallest λ (candidates that are λs or :class:`Setting` values)."""
+    if method != "cms":
+        return _tune_by_repetition(
+            design,
+            candidates,
+            epsilon=epsilon,
+            delta=delta,
+            method=method,
+            fit_at=fit_at,
+            rng=rng,
+            fit_one=fit_one,
+        )
     k = len(candidates)
     if not 1 <= k <= MAX_CANDIDATES:
         raise ValueError(f"between 1 and {MAX_CANDIDATES} candidates")
@@ -214,3 +275,178 @@ def tune(
         candidates=tuple(candidates),
         part_sizes=tuple(int(p.size) for p in parts),
     )
+
+
+# --- choosing the selection method (issue 28 item 2) -------------------------------------------
+
+#: The selection methods a tuned fit may ask for; ``auto`` applies :func:`choose_selection`.
+SELECTIONS: Final[tuple[str, ...]] = ("auto", "cms", "papernot_steinke", "liu_talwar")
+#: The random-repetition methods (:mod:`service.dp.analysis.repetition`).
+REPETITION_SELECTIONS: Final[frozenset[str]] = frozenset({"papernot_steinke", "liu_talwar"})
+#: η of each random-repetition method: PS22's truncated negative binomial at η = 1/2 (pure
+#: cost 2.5·ε₀) and Liu–Talwar's geometric law, η = 1 (3·ε₀).
+REPETITION_ETA: Final[dict[str, float]] = {"papernot_steinke": 0.5, "liu_talwar": 1.0}
+#: The mean number of runs μ = clamp(RUNS_PER_CANDIDATE·k, MIN_RUNS, MAX_RUNS).
+RUNS_PER_CANDIDATE: Final[float] = 6.0
+MIN_RUNS: Final[float] = 10.0
+MAX_RUNS: Final[float] = 40.0
+#: ``auto`` uses PS22's η = ½ law while it misses a given candidate with probability at most
+#: this (k ≤ 3 at μ = 6k), Liu–Talwar's geometric law (fewer misses, 3ε₀ instead of 2.5ε₀)
+#: beyond: on Adult (benchmarks/RESULTS.md, bench_selection) the geometric law was 1.4 points
+#: better at ε = 0.5 with k = 7 and within 0.3 points elsewhere.
+MAX_MISS: Final[float] = 0.15
+#: CMS is kept when its candidates are already nearly non-private: the noise proxy
+#: 2d/(m·λ_min·ε) (the norm of output perturbation's noise on a part of m rows) at most this.
+NEGLIGIBLE_NOISE: Final[float] = 0.01
+
+
+def expected_runs(k: int) -> float:
+    """μ, the mean number of runs for k candidates (public; :data:`RUNS_PER_CANDIDATE`)."""
+    return min(MAX_RUNS, max(MIN_RUNS, RUNS_PER_CANDIDATE * k))
+
+
+def repetition_law(method: str, k: int) -> RepetitionLaw:
+    """The law of K for a random-repetition ``method`` and k candidates: η from
+    :data:`REPETITION_ETA`, γ solved (bisection on the closed-form mean, decreasing in γ) so
+    that E[K] = :func:`expected_runs` (k) to a relative 1e−9."""
+    eta = REPETITION_ETA[method]
+    target = expected_runs(k)
+    if eta == 1.0:
+        return RepetitionLaw(eta, 1.0 / target)
+    low, high = 1e-12, 1.0 - 1e-12  # mean(low) > target > mean(high)
+    while high - low > 1e-9 * low:
+        mid = (low + high) / 2.0
+        if RepetitionLaw(eta, mid).mean > target:
+            low = mid
+        else:
+            high = mid
+    return RepetitionLaw(eta, high)
+
+
+def repetition_plan(method: str, *, k: int, n: int, epsilon: float, delta: float) -> RepetitionPlan:
+    """The full public plan (law, ε₀ = ε_t + ε_s, accounting) of a random-repetition method."""
+    law = repetition_law(method, k)
+    return RepetitionPlan.build(method, law, n=n, epsilon=epsilon, delta=delta)
+
+
+@dataclass(frozen=True, slots=True)
+class SelectionChoice:
+    """The method chosen for a tuned fit and why (shown in quotes and records)."""
+
+    method: str
+    requested: str
+    reason: str
+
+
+def choose_selection(
+    requested: str,
+    *,
+    k: int,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    min_regularization: float,
+    repetition_possible: bool,
+) -> SelectionChoice:
+    """The selection method from public quantities only (k, n, d, ε, δ, the smallest λ, and
+    whether the mechanism runs at δ = 0, which random repetition needs).
+
+    ``auto``'s rule. Every candidate's noise scales, for output and objective perturbation, as
+    1/(rows · ε of its fit) (noise norm 2d/(mλε)). CMS fits each candidate on m = ⌊n/(k+1)⌋ rows
+    at ε; random repetition on n rows at ε_t (PS22 at η = ½: ε_t ≈ 0.4·ε less the score's share).
+
+    1. CMS when random repetition cannot run (a mechanism that needs δ > 0).
+    2. CMS when its candidates are already nearly non-private: 2d/(m·λ_min·ε) ≤
+       :data:`NEGLIGIBLE_NOISE` (huge n). Then both methods release a near-exact model, and CMS
+       tries every candidate surely, on a held-out part, for k fits of m rows instead of about
+       μ fits of n rows.
+    3. Otherwise random repetition when its fits are at least as well calibrated as CMS's,
+       n·ε_t ≥ m·ε (k ≥ 2 in practice), else CMS (a single candidate). Its law: PS22's η = ½
+       when it misses a given candidate with probability G(1 − 1/k) ≤ :data:`MAX_MISS`, else
+       Liu–Talwar's geometric law.
+    """
+    if requested not in SELECTIONS:
+        raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}")
+    if requested != "auto":
+        return SelectionChoice(requested, requested, "requested")
+    m = part_size(n, k)
+    if not repetition_possible:
+        return SelectionChoice(
+            "cms", requested, "the mechanism needs δ > 0: random repetition runs fits at δ = 0"
+        )
+    proxy = 2.0 * d / (max(m, 1) * min_regularization * epsilon)
+    if proxy <= NEGLIGIBLE_NOISE:
+        return SelectionChoice(
+            "cms",
+            requested,
+            f"CMS's fits are nearly non-private: 2d/(m·λ_min·ε) = {proxy:.3g} ≤ "
+            f"{NEGLIGIBLE_NOISE:g} with m = {m}",
+        )
+    miss = repetition_law("papernot_steinke", k).miss_probability(k)
+    method = "papernot_steinke" if miss <= MAX_MISS else "liu_talwar"
+    plan = repetition_plan(method, k=k, n=n, epsilon=epsilon, delta=delta)
+    if n * plan.train_epsilon >= m * epsilon:
+        return SelectionChoice(
+            method,
+            requested,
+            f"n·ε_t = {n * plan.train_epsilon:.4g} ≥ m·ε = {m * epsilon:.4g}: fits on all rows "
+            "at ε_t are better calibrated than CMS's on one part in k + 1; the η = ½ law "
+            f"misses a given candidate with probability {miss:.3f} "
+            f"({'≤' if miss <= MAX_MISS else '>'} {MAX_MISS:g})",
+        )
+    return SelectionChoice(
+        "cms",
+        requested,
+        f"n·ε_t = {n * plan.train_epsilon:.4g} < m·ε = {m * epsilon:.4g}",
+    )
+
+
+def _regularization_of(candidate: object) -> float:
+    if isinstance(candidate, Setting):
+        return candidate.regularization
+    if isinstance(candidate, int | float):
+        return float(candidate)
+    raise ValueError("auto selection needs candidates that are λs or Settings")
+
+
+def _tune_by_repetition(
+    design: PreparedDesign,
+    candidates: Sequence[C],
+    *,
+    epsilon: float,
+    delta: float,
+    method: str,
+    fit_at: Callable[[PreparedDesign, C, float], FitResult] | None,
+    fit_one: Callable[[PreparedDesign, C], FitResult],
+    rng: np.random.Generator | None,
+) -> TuningResult[C] | RepetitionResult[C]:
+    k = len(candidates)
+    if not 1 <= k <= MAX_CANDIDATES:
+        raise ValueError(f"between 1 and {MAX_CANDIDATES} candidates")
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError("private selection needs a finite ε > 0")
+    if method == "auto":
+        method = choose_selection(
+            "auto",
+            k=k,
+            n=design.n,
+            d=int(design.X.shape[1]),
+            epsilon=epsilon,
+            delta=delta,
+            min_regularization=min(_regularization_of(c) for c in candidates),
+            repetition_possible=fit_at is not None,
+        ).method
+        if method == "cms":
+            return tune(design, candidates, epsilon=epsilon, fit_one=fit_one, rng=rng)
+    if method not in REPETITION_SELECTIONS:
+        raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}")
+    if fit_at is None:
+        raise ValueError("random repetition needs fit_at(design, candidate, ε_t)")
+    plan = repetition_plan(method, k=k, n=design.n, epsilon=epsilon, delta=delta)
+    fit = fit_at
+
+    def fit_all_rows(full: PreparedDesign, candidate: C) -> FitResult:
+        return fit(full, candidate, plan.train_epsilon)
+
+    return repeat_and_select(design, candidates, plan=plan, fit_one=fit_all_rows, rng=rng)
