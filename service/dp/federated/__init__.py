@@ -25,7 +25,7 @@ non-convergence raises :class:`~service.dp.optimize.solvers.ConvergenceError`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -39,6 +39,7 @@ from service.dp.core.accounting import (
     shown_as_requested,
 )
 from service.dp.core.base import ProgressCallback
+from service.dp.core.plan import Plan, PlanMismatchError, require_same_plan
 from service.dp.core.validation import (
     PrivacyParameterError,
     check_dimensions,
@@ -55,6 +56,7 @@ from service.dp.federated._common import (
     FloatArray,
     RoundClock,
 )
+from service.dp.federated.protocol import FederatedProtocol
 from service.dp.mechanisms._common import release
 
 __all__ = [
@@ -70,14 +72,11 @@ __all__ = [
 #: Default width of the Huber-smoothed hinge (as ``service.dp.fit``'s ``h``).
 DEFAULT_HUBER_H = 0.5
 
-_Calibrate = Callable[[FederatedProblem], FederatedCalibration]
-_Run = Callable[..., FloatArray]
-
-_PROTOCOLS: dict[str, tuple[_Calibrate, _Run]] = {
-    noisy_average.NAME: (noisy_average.calibrate, noisy_average.run),
-    psgd.NAME: (psgd.calibrate, psgd.run),
-    admm.NAME: (admm.calibrate, admm.run),
-    distributed_lasso.NAME: (distributed_lasso.calibrate, distributed_lasso.run),
+_PROTOCOLS: dict[str, FederatedProtocol[Any]] = {
+    noisy_average.NAME: noisy_average.PROTOCOL,
+    psgd.NAME: psgd.PROTOCOL,
+    admm.NAME: admm.PROTOCOL,
+    distributed_lasso.NAME: distributed_lasso.PROTOCOL,
 }
 
 #: Losses each protocol accepts.
@@ -130,7 +129,7 @@ def calibrate_problem(problem: FederatedProblem) -> FederatedCalibration:
     every dataset is charged: a per-site cost equal to the floor is shown as the request
     (conservative), and ``epsilon_calibrated`` / ``delta_calibrated`` record the doubles the
     noise used."""
-    calibrate = _PROTOCOLS[problem.protocol][0]
+    calibrate = _PROTOCOLS[problem.protocol].calibrate
     if not math.isfinite(problem.epsilon):  # a non-private variant: nothing is calibrated
         return calibrate(problem)
     params = dict(problem.params)
@@ -168,6 +167,7 @@ def federated_fit(
     regularization: float,
     rng: np.random.Generator | None = None,
     progress: ProgressCallback | None = None,
+    plan: Plan | None = None,
     **params: Any,
 ) -> FederatedResult:
     """Run ``protocol`` over the sites' (X, y) and return the released model and its record.
@@ -176,6 +176,11 @@ def federated_fit(
     everywhere). ``progress(fraction)`` is called once per communication round and may raise
     to abort: the exception propagates unchanged and nothing is returned. ``rng`` None uses
     the operating system's CSPRNG; a generator marks the result ``seeded``.
+
+    ``plan``: the plan fixed when the fit was accepted (a job's stored plan). The calibration
+    is then re-derived here only as a check that must agree
+    (:func:`~service.dp.core.plan.require_same_plan`: :class:`PlanMismatchError`, before any
+    site step runs, when it does not) and the stored plan is what runs.
     """
     if rng is not None and not isinstance(rng, np.random.Generator):
         raise PrivacyParameterError(
@@ -193,10 +198,13 @@ def federated_fit(
         regularization=regularization,
         params=params,
     )
-    run = _PROTOCOLS[problem.protocol][1]
     calibration = calibrate_problem(problem)
+    if plan is not None:
+        if calibration.plan is None:  # pragma: no cover - every protocol returns its plan
+            raise PlanMismatchError(f"{problem.protocol}'s calibration carries no plan")
+        calibration = replace(calibration, plan=require_same_plan(plan, calibration.plan))
     clock = RoundClock(calibration.rounds, progress)
-    coef = run(data, problem, calibration, rng=rng, clock=clock)
+    coef = _PROTOCOLS[problem.protocol].run(data, problem, calibration, rng=rng, clock=clock)
     return FederatedResult(
         protocol=problem.protocol,
         model=release(coef),
