@@ -180,6 +180,9 @@ class JobDraft:
     #: The job must run on a thread of the API process (it uses that process's memory, e.g.
     #: the site nodes' task exchange), not wherever the runner runs its other jobs.
     needs_api_process: bool = False
+    #: The typed plan fixed at submission, in its JSON form (:func:`service.dp.core.plan.
+    #: plan_to_json`), stored on the job: the worker runs it (re-deriving it only as a check).
+    plan: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +332,7 @@ def submit_charged_job(
                     params=json_safe(dict(drafted.params)),
                     status="queued",
                     idempotency_key=idempotency_key,
+                    plan=drafted.plan,
                 )
             )
             if context is not None:

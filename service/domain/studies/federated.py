@@ -57,6 +57,7 @@ from service.domain.jobs.lifecycle import (
     ClaimedJob,
     JobContext,
     JobScheduler,
+    PublicJobError,
     Release,
     charged_amounts,
     runs_jobs_in_the_api_process,
@@ -75,6 +76,7 @@ from service.domain.records.federated import (
 )
 from service.domain.studies.membership import StudyFacts, visible_study
 from service.dp.analysis.work import federated_work
+from service.dp.core.plan import PlanMismatchError, plan_from_json, plan_to_json
 from service.dp.federated import (
     FEDERATED_PROTOCOLS,
     FederatedCalibration,
@@ -493,6 +495,20 @@ def _job_params(
     return params
 
 
+def _stored_plan(
+    calibration: FederatedCalibration, participants: Sequence[_Participant | _RemoteParticipant]
+) -> dict[str, Any] | None:
+    """The plan the job will run, fixed now (JSON form), for a fit over hosted datasets only.
+
+    A fit with parties on nodes stores none: its plan depends on the nodes' row counts, which
+    the coordinator learns only when the job runs (and never stores); it is derived once then
+    and sent to every node, which re-derives it and requires equality
+    (:mod:`service.domain.nodes.remote_fit`)."""
+    if _has_remote(participants) or calibration.plan is None:
+        return None
+    return plan_to_json(calibration.plan)
+
+
 def submit_federated_fit(
     uow: UnitOfWork,
     *,
@@ -561,6 +577,7 @@ def submit_federated_fit(
             params=params,
             price=price,
             needs_api_process=reaches_nodes(params),
+            plan=_stored_plan(calibration, participants),
         )
 
     return submit_charged_job(
@@ -574,6 +591,16 @@ def submit_federated_fit(
 
 
 # --- the worker ------------------------------------------------------------------------------
+
+
+def plan_changed(exc: PlanMismatchError) -> PublicJobError:
+    """The job's failure when the plan re-derived at run time differs from the stored one (a
+    defect, never a silent re-calibration): public numbers' names only, nothing released."""
+    return PublicJobError(
+        "plan-mismatch",
+        "The fit's plan changed after submission",
+        f"{exc} No site step ran and no model was released; the charges stay.",
+    )
 
 
 def run_federated_job(
@@ -608,17 +635,22 @@ def run_federated_job(
     context.progress(0.0)
     sites = [load_design(uow_factory, dataset_id) for dataset_id in dataset_ids]
     epsilon = params.get("epsilon")
-    result = federated_fit(
-        sites,
-        str(params["protocol"]),
-        epsilon=_PROBE_EPSILON if epsilon is None else float(epsilon),
-        delta=float(params["delta"]),
-        loss=str(params["loss"]),
-        regularization=float(params["regularization"]),
-        rng=context.randomness.generator(job.id),
-        progress=context.progress,
-        **dict(params.get("params") or {}),
-    )
+    try:
+        result = federated_fit(
+            sites,
+            str(params["protocol"]),
+            epsilon=_PROBE_EPSILON if epsilon is None else float(epsilon),
+            delta=float(params["delta"]),
+            loss=str(params["loss"]),
+            regularization=float(params["regularization"]),
+            rng=context.randomness.generator(job.id),
+            progress=context.progress,
+            # the plan fixed at submission runs; the fit re-derives it only as a check
+            plan=None if job.plan is None else plan_from_json(job.plan),
+            **dict(params.get("params") or {}),
+        )
+    except PlanMismatchError as exc:
+        raise plan_changed(exc) from None
     record = federated_privacy_record(
         result.calibration,
         datasets=owners,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar, cast
 
 import numpy as np
 
@@ -144,7 +144,7 @@ class FederatedProtocol(ABC, Generic[PlanT]):
         raise ValueError(f"{self.name} cannot run over separate parties")
 
     def plan(self, calibration: FederatedCalibration) -> PlanT:
-        return plan_of(calibration, self.plan_type)  # type: ignore[arg-type]
+        return cast(PlanT, plan_of(calibration, self.plan_type))
 
     def local_party(
         self,

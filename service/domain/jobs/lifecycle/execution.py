@@ -132,6 +132,9 @@ class ClaimedJob:
     #: claimed job is never refunded, so they cannot change afterwards). Privacy records
     #: state these as what was charged; :func:`check_release` holds the run to them.
     charges: Mapping[str, Charged] = field(default_factory=dict)
+    #: The typed plan stored at submission (JSON form; None for a job without one): the
+    #: handler runs it and re-derives it only as a check that must agree.
+    plan: dict[str, Any] | None = None
 
     def live_dataset(self) -> Dataset:
         """The job's dataset as the claim read it; NotFound when it is gone or deleted."""
@@ -253,6 +256,7 @@ def execute_job(
             params=dict(job.params),
             dataset=dataset,
             charges=charges,
+            plan=None if job.plan is None else dict(job.plan),
         )
     context = JobContext(
         randomness=randomness,
