@@ -18,7 +18,11 @@ Order of a federated fit (the same ledger rules as a single fit, docs/design.md 
    budget *and* the study's grant on it — all or none
    (:func:`service.domain.ledger.budgets.charge_many`); a
    shortfall is a 409 naming the dataset; commit before any noise is drawn;
-3. the runner runs :func:`run_federated_job`. Progress is reported per round and a cancel is
+   The job stores the protocol's typed plan (:mod:`service.dp.core.plan`; a fit with parties
+   on nodes stores none: its plan needs the nodes' sizes, learnt when it runs);
+3. the runner runs :func:`run_federated_job`, which runs the stored plan (re-deriving it only
+   as a check: a different one fails the job with ``plan-mismatch`` before any site step).
+   Progress is reported per round and a cancel is
    honoured at the next round; a failure in any site's step fails the whole job and releases
    nothing. The budget stays spent once the job has started; a job cancelled while queued is
    refunded (dataset and grant alike).
