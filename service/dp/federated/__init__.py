@@ -19,7 +19,9 @@ Entry points: :func:`federated_calibrate` (the dry run: public quantities only, 
 noise) and :func:`federated_fit`. A calibration carries the protocol's typed, frozen plan
 (``FederatedCalibration.plan``; its ``details`` are the record rendered from it), which is
 what a run executes; a fit given the plan fixed at submission re-derives it only as a check.
-The protocols share one run skeleton (:mod:`.protocol`) and supply their own steps. Invalid inputs raise ``ValueError``
+The protocols share one run skeleton (:mod:`.protocol`) and supply their own steps.
+
+Invalid inputs raise ``ValueError``
 (:class:`~service.dp.core.validation.PrivacyParameterError`) naming the rule; a failing site step
 propagates unchanged (with a note naming the site) and nothing is released; solver
 non-convergence raises :class:`~service.dp.optimize.solvers.ConvergenceError`.

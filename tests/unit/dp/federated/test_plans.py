@@ -159,7 +159,12 @@ def test_a_run_reads_the_plan_not_the_record(case: tuple[Any, ...]) -> None:
     """The record with every per-site number and the protocol's noise scale blanked: the run
     is unchanged (it never reads ``details``)."""
     problem, cal = _calibration(case)
-    blank: dict[str, Any] = {"sites": [{} for _ in SIZES], "sigma": None, "beta": None, "penalty": None}
+    blank: dict[str, Any] = {
+        "sites": [{} for _ in SIZES],
+        "sigma": None,
+        "beta": None,
+        "penalty": None,
+    }
     tampered = dataclasses.replace(cal, details={**cal.details, **blank})
     module = MODULES[case[0]]
     data = make_sites(SIZES, D, seed=4)
