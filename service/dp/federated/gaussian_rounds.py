@@ -200,12 +200,15 @@ class RoundsPlan(Plan):
 @dataclass(frozen=True, slots=True)
 class GaussianSitePlan(Plan):
     """One site's answers (:func:`site_plan`): its size n_k, the sensitivity Δ_k of its sum as
-    computed (rounded up), the floating-point margin Δ_k/(2C) − 1 and its own σ_k."""
+    computed (rounded up), the floating-point margin Δ_k/(2C) − 1, its own σ_k and the grid
+    scale s = :func:`grid_scale` (σ_k) its releases lie on (not in the record: a function of
+    σ_k, which :class:`NoiseStream` recomputes)."""
 
     n: int
     sensitivity: float
     float_margin: float
     sigma: float
+    grid_scale: int = 1
 
     def record(self) -> dict[str, Any]:
         return {
@@ -285,6 +288,7 @@ def site_plan(n: int, d: int, clip: float, sigma: float) -> GaussianSitePlan:
         sensitivity=clipping.round_up(exact),
         float_margin=float(exact / (2 * Fraction(clip)) - 1),
         sigma=own,
+        grid_scale=grid_scale(own),
     )
 
 
