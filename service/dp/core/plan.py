@@ -87,7 +87,7 @@ def _encode(value: Any) -> Any:
 def plan_to_json(plan: Plan) -> dict[str, Any]:
     """The plan as a JSON-ready dict ``{"kind": ..., field: value, ...}`` (exact floats)."""
     out: dict[str, Any] = {"kind": type(plan).kind}
-    for field in dataclasses.fields(plan):  # type: ignore[arg-type]
+    for field in dataclasses.fields(plan):
         out[field.name] = _encode(getattr(plan, field.name))
     return out
 
@@ -132,8 +132,9 @@ def require_same_plan(stored: Plan, derived: Plan) -> Plan:
         return stored
     differ = [
         field.name
-        for field in dataclasses.fields(stored)  # type: ignore[arg-type]
-        if type(stored) is type(derived) and getattr(stored, field.name) != getattr(derived, field.name)
+        for field in dataclasses.fields(stored)
+        if type(stored) is type(derived)
+        and getattr(stored, field.name) != getattr(derived, field.name)
     ]
     raise PlanMismatchError(
         f"the plan stored at submission ({type(stored).kind}) differs from the one re-derived "
