@@ -26,6 +26,7 @@ from service.domain.nodes.exchange import NodeExchange
 from service.domain.nodes.remote_fit import RemoteParty, _Link
 from service.dp.federated import _common, admm, distributed_lasso, make_federated_problem
 from service.dp.federated import calibrate_problem as calibrate
+from service.dp.federated import protocol as skeleton
 from service.dp.federated._common import RoundClock
 
 D = 106
@@ -73,14 +74,18 @@ def _round_seconds(protocol: str, K: int, rounds: int, step: float, parallel: bo
         t.start()
     parties = [RemoteParty(_Link(exchange, f"c{k}", "job", k, {}), D) for k in range(K)]
     module = admm if protocol == admm.NAME else distributed_lasso
-    original = module.site_round
+    # the shared round skeleton asks every site of a round; ADMM's dual updates are its own
+    patched = (skeleton, admm)
+    originals = [m.site_round for m in patched]
     if not parallel:
-        module.site_round = _in_turn  # type: ignore[attr-defined]
+        for m in patched:
+            m.site_round = _in_turn  # type: ignore[attr-defined]
     try:
         clock = RoundClock(rounds, None)
         module.run_parties(parties, problem, calibration, rng=None, clock=clock)
     finally:
-        module.site_round = original  # type: ignore[attr-defined]
+        for m, original in zip(patched, originals, strict=True):
+            m.site_round = original  # type: ignore[attr-defined]
         stop.set()
         for t in nodes:
             t.join()

@@ -480,10 +480,19 @@ def _audit_statistic(
     return out
 
 
-def _half_sigma(cal: FederatedCalibration) -> FederatedCalibration:
+def _site_0_sigma(cal: FederatedCalibration, factor: float) -> FederatedCalibration:
+    """The calibration with site 0's σ times ``factor``, in its plan (what the node's steps
+    read) and its record alike."""
     sites = [dict(s) for s in cal.details["sites"]]
-    sites[0]["sigma"] = 0.5 * float(sites[0]["sigma"])
-    return dataclasses.replace(cal, details={**cal.details, "sites": sites})
+    sites[0]["sigma"] = factor * float(sites[0]["sigma"])
+    planned = list(cal.plan.sites)  # type: ignore[union-attr]
+    planned[0] = dataclasses.replace(planned[0], sigma=factor * planned[0].sigma)
+    plan = dataclasses.replace(cal.plan, sites=tuple(planned))  # type: ignore[type-var]
+    return dataclasses.replace(cal, details={**cal.details, "sites": sites}, plan=plan)
+
+
+def _half_sigma(cal: FederatedCalibration) -> FederatedCalibration:
+    return _site_0_sigma(cal, 0.5)
 
 
 def test_the_audit_pair_gives_the_hand_derived_means_and_noise() -> None:
@@ -493,13 +502,7 @@ def test_the_audit_pair_gives_the_hand_derived_means_and_noise() -> None:
     assert float(cal.details["sigma"]) == pytest.approx(sigma, rel=1e-6)
     # the node's own σ_k: σ times its two-row sum's floating-point margin (≈ 4u)
     assert float(cal.details["sites"][0]["sigma"]) == pytest.approx(sigma, rel=1e-12)
-    quiet = dataclasses.replace(
-        cal,
-        details={
-            **cal.details,
-            "sites": [{**cal.details["sites"][0], "sigma": 1e-9 * sigma}],
-        },
-    )
+    quiet = _site_0_sigma(cal, 1e-9 * sigma / float(cal.details["sites"][0]["sigma"]))
     assert _audit_statistic(problem, quiet, AUDIT_Y_D, 0, 1)[0] == pytest.approx(1.0, abs=1e-6)
     assert _audit_statistic(problem, quiet, AUDIT_Y_D_PRIME, 0, 1)[0] == pytest.approx(
         0.0, abs=1e-6

@@ -880,6 +880,13 @@ class NodeTaskRead(BaseModel):
 
     contribution_id: Annotated[str, Field(title="Contribution Id")]
     job_id: Annotated[str, Field(title="Job Id")]
+    plan: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="`prepare` only: the job's public plan (every number its steps use, from the terms and the sizes); the node re-derives it and refuses the job unless equal.",
+            title="Plan",
+        ),
+    ] = None
     seq: Annotated[int, Field(title="Seq")]
     sizes: Annotated[list[int] | None, Field(title="Sizes")] = None
     step: Annotated[str, Field(title="Step")]

@@ -83,6 +83,13 @@ class NodeTaskRead(ResponseModel):
     terms: dict[str, Any]
     vectors: list[list[float]]
     sizes: list[int] | None = None
+    plan: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "`prepare` only: the job's public plan (every number its steps use, from the "
+            "terms and the sizes); the node re-derives it and refuses the job unless equal."
+        ),
+    )
 
 
 class TaskResultIn(RequestModel):

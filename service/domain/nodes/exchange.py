@@ -51,6 +51,9 @@ class NodeTask:
     terms: Mapping[str, Any]
     vectors: list[list[float]] = field(default_factory=list)
     sizes: list[int] | None = None
+    #: ``prepare`` only: the job's public plan (JSON form), which the node re-derives from
+    #: the terms and the sizes and must find equal before it runs any step.
+    plan: dict[str, Any] | None = None
 
     def to_message(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -64,6 +67,8 @@ class NodeTask:
         }
         if self.sizes is not None:
             out["sizes"] = self.sizes
+        if self.plan is not None:
+            out["plan"] = self.plan
         return out
 
 

@@ -13,10 +13,11 @@ The node is the authority on its data's budget. For every task it:
    rounds, ε, δ, loss, λ, party index, K, seed), a job id it did not accept, a sequence
    number it has already seen (a replay), a step the protocol does not have, more noisy
    rounds than accepted, and steps before ``prepare``;
-4. ``prepare`` carries the sizes: the node builds the same calibration as the coordinator,
-   checks its own size and that its cost is within what it charged, and builds its party
-   over its own rows;
-5. runs the step with :func:`service.dp.federated.parties.perform_step`: its own calibration,
+4. ``prepare`` carries the sizes and the coordinator's plan: the node derives the plan once
+   from the accepted terms and the sizes, refuses unless the coordinator's is equal (it never
+   takes a noise scale it was sent), checks its own size and that its cost is within what it
+   charged, and builds its party over its own rows;
+5. runs the step with :func:`service.dp.federated.parties.perform_step`: its own plan,
    its own noise (the CSPRNG; the job seed only when this node runs in test mode).
 
 Refusals carry a reason (no data) that the coordinator records on its job; the node records
@@ -46,6 +47,7 @@ from service.domain.errors import BudgetExhaustedError, DomainError
 from service.domain.ledger import budgets
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
 from service.domain.randomness import Randomness
+from service.dp.core.plan import PlanMismatchError, plan_from_json, require_same_plan
 from service.dp.federated import (
     FederatedCalibration,
     calibrate_problem,
@@ -308,7 +310,11 @@ def _live(uow_factory: UnitOfWorkFactory, state: NodeState, task: Mapping[str, A
 
 
 def _prepare(
-    uow_factory: UnitOfWorkFactory, state: NodeState, live: _LiveJob, sizes: object
+    uow_factory: UnitOfWorkFactory,
+    state: NodeState,
+    live: _LiveJob,
+    sizes: object,
+    plan: object = None,
 ) -> None:
     terms = live.terms
     if live.party is not None:
@@ -327,6 +333,7 @@ def _prepare(
         calibration = calibrate_problem(problem)
     except ValueError as exc:
         raise Refusal(f"invalid terms: {exc}") from None
+    _check_plan(plan, calibration)
     cost = calibration.site_costs[terms["index"]]
     if (
         not calibration.private
@@ -344,6 +351,22 @@ def _prepare(
     live.rng = site_generator(
         None if seed is None else int(seed), int(terms["index"]), int(terms["sites"])
     )
+
+
+def _check_plan(sent: object, calibration: FederatedCalibration) -> None:
+    """The coordinator's plan, when ``prepare`` carries one, must equal the node's own
+    derivation from the accepted terms and the sizes: the node runs its own plan either way and
+    never a noise scale (or anything else) it was sent."""
+    if sent is None:
+        return
+    if not isinstance(sent, Mapping) or calibration.plan is None:
+        raise Refusal("the job's plan must be an object")
+    try:
+        require_same_plan(plan_from_json(sent), calibration.plan)
+    except PlanMismatchError as exc:
+        raise Refusal(f"the coordinator's plan differs from this node's: {exc}") from None
+    except (AttributeError, IndexError, KeyError, TypeError, ValueError):
+        raise Refusal("the job's plan cannot be read") from None
 
 
 def _step(live: _LiveJob, step: str, vectors: object) -> dict[str, Any]:
@@ -414,7 +437,7 @@ def handle_task(
             return _join(uow_factory, state, task)
         live = _live(uow_factory, state, task)
         if step == "prepare":
-            _prepare(uow_factory, state, live, task.get("sizes"))
+            _prepare(uow_factory, state, live, task.get("sizes"), task.get("plan"))
             return {}
         if step in ("finish", "abort"):
             finished = step == "finish"

@@ -14,8 +14,10 @@ threads or with processes, runs it there while other jobs go to its pool; a runn
    mechanism), the coordinator's database, logs and responses never hold them. The nodes are
    asked one after another, in party order: a node that refuses stops the job before the
    nodes after it charge anything.
-2. ``prepare``: every node gets the sizes, builds the same calibration and checks that its
-   own cost is within what it charged.
+2. ``prepare``: every node gets the sizes and the job's public plan (calibrated once, here,
+   with the real sizes), re-derives the plan from the terms and the sizes and refuses the job
+   unless it is equal (a node never takes a noise scale from the coordinator), and checks that
+   its own cost is within what it charged. Its steps then read that plan.
 3. the protocol's coordinator (:func:`service.dp.federated.parties.run_parties`) runs round by
    round over local parties (hosted datasets) and :class:`RemoteParty` proxies, each step of a
    node being one task carrying only public state.
@@ -67,6 +69,7 @@ from service.domain.randomness import Randomness
 from service.domain.records.base import json_safe
 from service.domain.records.federated import federated_privacy_record
 from service.domain.studies.membership import StudyFacts
+from service.dp.core.plan import plan_to_json
 from service.dp.federated import calibrate_problem, make_federated_problem
 from service.dp.federated._common import (
     FederatedCalibration,
@@ -151,7 +154,11 @@ class _Link:
     seq: int = 0
 
     def task(
-        self, step: str, vectors: Sequence[FloatArray] = (), sizes: list[int] | None = None
+        self,
+        step: str,
+        vectors: Sequence[FloatArray] = (),
+        sizes: list[int] | None = None,
+        plan: dict[str, Any] | None = None,
     ) -> NodeTask:
         """The link's next task (its sequence number the next one)."""
         self.seq += 1
@@ -164,6 +171,7 @@ class _Link:
             terms=self.terms,
             vectors=[[float(x) for x in np.asarray(v, dtype=np.float64)] for v in vectors],
             sizes=sizes,
+            plan=plan,
         )
 
     def ask(
@@ -172,9 +180,10 @@ class _Link:
         vectors: Sequence[FloatArray] = (),
         sizes: list[int] | None = None,
         *,
+        plan: dict[str, Any] | None = None,
         deadline: float | None = None,
     ) -> dict[str, Any]:
-        task = self.task(step, vectors, sizes)
+        task = self.task(step, vectors, sizes, plan)
         deadline = task_deadline() if deadline is None else deadline
         try:
             answer = self.exchange.ask(task, deadline=deadline)
@@ -387,8 +396,12 @@ def _run_protocol(
         regularization=float(params["regularization"]),
         params=dict(params.get("params") or {}),
     )
+    # the job's one calibration with the real sizes (the stored submission-time one used
+    # placeholders for the nodes' sizes): its plan runs here and is sent to every node, which
+    # re-derives it from the terms and the sizes and refuses the job unless it is equal
     calibration = calibrate_problem(problem)
-    _ask_every_node(links, "prepare", sizes=sizes)
+    plan = None if calibration.plan is None else plan_to_json(calibration.plan)
+    _ask_every_node(links, "prepare", sizes=sizes, plan=plan)
     parties: list[Any] = []
     for k, entry in enumerate(order):
         if k in links:

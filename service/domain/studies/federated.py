@@ -18,7 +18,11 @@ Order of a federated fit (the same ledger rules as a single fit, docs/design.md 
    budget *and* the study's grant on it — all or none
    (:func:`service.domain.ledger.budgets.charge_many`); a
    shortfall is a 409 naming the dataset; commit before any noise is drawn;
-3. the runner runs :func:`run_federated_job`. Progress is reported per round and a cancel is
+   The job stores the protocol's typed plan (:mod:`service.dp.core.plan`; a fit with parties
+   on nodes stores none: its plan needs the nodes' sizes, learnt when it runs);
+3. the runner runs :func:`run_federated_job`, which runs the stored plan (re-deriving it only
+   as a check: a different one fails the job with ``plan-mismatch`` before any site step).
+   Progress is reported per round and a cancel is
    honoured at the next round; a failure in any site's step fails the whole job and releases
    nothing. The budget stays spent once the job has started; a job cancelled while queued is
    refunded (dataset and grant alike).
@@ -57,6 +61,7 @@ from service.domain.jobs.lifecycle import (
     ClaimedJob,
     JobContext,
     JobScheduler,
+    PublicJobError,
     Release,
     charged_amounts,
     runs_jobs_in_the_api_process,
@@ -75,6 +80,7 @@ from service.domain.records.federated import (
 )
 from service.domain.studies.membership import StudyFacts, visible_study
 from service.dp.analysis.work import federated_work
+from service.dp.core.plan import PlanMismatchError, plan_from_json, plan_to_json
 from service.dp.federated import (
     FEDERATED_PROTOCOLS,
     FederatedCalibration,
@@ -493,6 +499,20 @@ def _job_params(
     return params
 
 
+def _stored_plan(
+    calibration: FederatedCalibration, participants: Sequence[_Participant | _RemoteParticipant]
+) -> dict[str, Any] | None:
+    """The plan the job will run, fixed now (JSON form), for a fit over hosted datasets only.
+
+    A fit with parties on nodes stores none: its plan depends on the nodes' row counts, which
+    the coordinator learns only when the job runs (and never stores); it is derived once then
+    and sent to every node, which re-derives it and requires equality
+    (:mod:`service.domain.nodes.remote_fit`)."""
+    if _has_remote(participants) or calibration.plan is None:
+        return None
+    return plan_to_json(calibration.plan)
+
+
 def submit_federated_fit(
     uow: UnitOfWork,
     *,
@@ -553,6 +573,7 @@ def submit_federated_fit(
                 ),
                 # computed from other sites' row counts: the caller sees only the cap
                 work_is_public=False,
+                plan=_stored_plan(calibration, participants),
             )
 
         return JobDraft(
@@ -574,6 +595,16 @@ def submit_federated_fit(
 
 
 # --- the worker ------------------------------------------------------------------------------
+
+
+def plan_changed(exc: PlanMismatchError) -> PublicJobError:
+    """The job's failure when the plan re-derived at run time differs from the stored one (a
+    defect, never a silent re-calibration): public numbers' names only, nothing released."""
+    return PublicJobError(
+        "plan-mismatch",
+        "The fit's plan changed after submission",
+        f"{exc} No site step ran and no model was released; the charges stay.",
+    )
 
 
 def run_federated_job(
@@ -608,17 +639,22 @@ def run_federated_job(
     context.progress(0.0)
     sites = [load_design(uow_factory, dataset_id) for dataset_id in dataset_ids]
     epsilon = params.get("epsilon")
-    result = federated_fit(
-        sites,
-        str(params["protocol"]),
-        epsilon=_PROBE_EPSILON if epsilon is None else float(epsilon),
-        delta=float(params["delta"]),
-        loss=str(params["loss"]),
-        regularization=float(params["regularization"]),
-        rng=context.randomness.generator(job.id),
-        progress=context.progress,
-        **dict(params.get("params") or {}),
-    )
+    try:
+        result = federated_fit(
+            sites,
+            str(params["protocol"]),
+            epsilon=_PROBE_EPSILON if epsilon is None else float(epsilon),
+            delta=float(params["delta"]),
+            loss=str(params["loss"]),
+            regularization=float(params["regularization"]),
+            rng=context.randomness.generator(job.id),
+            progress=context.progress,
+            # the plan fixed at submission runs; the fit re-derives it only as a check
+            plan=None if job.plan is None else plan_from_json(job.plan),
+            **dict(params.get("params") or {}),
+        )
+    except PlanMismatchError as exc:
+        raise plan_changed(exc) from None
     record = federated_privacy_record(
         result.calibration,
         datasets=owners,

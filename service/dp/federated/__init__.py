@@ -16,7 +16,12 @@ its rows); a coordinator sees only the d-vectors the protocol lets cross. Protoc
   not DP without noise, or (ε, δ)-DP with clipped gradients and Gaussian noise (zCDP).
 
 Entry points: :func:`federated_calibrate` (the dry run: public quantities only, no data, no
-noise) and :func:`federated_fit`. Invalid inputs raise ``ValueError``
+noise) and :func:`federated_fit`. A calibration carries the protocol's typed, frozen plan
+(``FederatedCalibration.plan``; its ``details`` are the record rendered from it), which is
+what a run executes; a fit given the plan fixed at submission re-derives it only as a check.
+The protocols share one run skeleton (:mod:`.protocol`) and supply their own steps.
+
+Invalid inputs raise ``ValueError``
 (:class:`~service.dp.core.validation.PrivacyParameterError`) naming the rule; a failing site step
 propagates unchanged (with a note naming the site) and nothing is released; solver
 non-convergence raises :class:`~service.dp.optimize.solvers.ConvergenceError`.
@@ -25,7 +30,7 @@ non-convergence raises :class:`~service.dp.optimize.solvers.ConvergenceError`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -39,6 +44,7 @@ from service.dp.core.accounting import (
     shown_as_requested,
 )
 from service.dp.core.base import ProgressCallback
+from service.dp.core.plan import Plan, PlanMismatchError, require_same_plan
 from service.dp.core.validation import (
     PrivacyParameterError,
     check_dimensions,
@@ -55,6 +61,7 @@ from service.dp.federated._common import (
     FloatArray,
     RoundClock,
 )
+from service.dp.federated.protocol import FederatedProtocol
 from service.dp.mechanisms._common import release
 
 __all__ = [
@@ -70,14 +77,11 @@ __all__ = [
 #: Default width of the Huber-smoothed hinge (as ``service.dp.fit``'s ``h``).
 DEFAULT_HUBER_H = 0.5
 
-_Calibrate = Callable[[FederatedProblem], FederatedCalibration]
-_Run = Callable[..., FloatArray]
-
-_PROTOCOLS: dict[str, tuple[_Calibrate, _Run]] = {
-    noisy_average.NAME: (noisy_average.calibrate, noisy_average.run),
-    psgd.NAME: (psgd.calibrate, psgd.run),
-    admm.NAME: (admm.calibrate, admm.run),
-    distributed_lasso.NAME: (distributed_lasso.calibrate, distributed_lasso.run),
+_PROTOCOLS: dict[str, FederatedProtocol[Any]] = {
+    noisy_average.NAME: noisy_average.PROTOCOL,
+    psgd.NAME: psgd.PROTOCOL,
+    admm.NAME: admm.PROTOCOL,
+    distributed_lasso.NAME: distributed_lasso.PROTOCOL,
 }
 
 #: Losses each protocol accepts.
@@ -130,7 +134,7 @@ def calibrate_problem(problem: FederatedProblem) -> FederatedCalibration:
     every dataset is charged: a per-site cost equal to the floor is shown as the request
     (conservative), and ``epsilon_calibrated`` / ``delta_calibrated`` record the doubles the
     noise used."""
-    calibrate = _PROTOCOLS[problem.protocol][0]
+    calibrate = _PROTOCOLS[problem.protocol].calibrate
     if not math.isfinite(problem.epsilon):  # a non-private variant: nothing is calibrated
         return calibrate(problem)
     params = dict(problem.params)
@@ -168,6 +172,7 @@ def federated_fit(
     regularization: float,
     rng: np.random.Generator | None = None,
     progress: ProgressCallback | None = None,
+    plan: Plan | None = None,
     **params: Any,
 ) -> FederatedResult:
     """Run ``protocol`` over the sites' (X, y) and return the released model and its record.
@@ -176,6 +181,11 @@ def federated_fit(
     everywhere). ``progress(fraction)`` is called once per communication round and may raise
     to abort: the exception propagates unchanged and nothing is returned. ``rng`` None uses
     the operating system's CSPRNG; a generator marks the result ``seeded``.
+
+    ``plan``: the plan fixed when the fit was accepted (a job's stored plan). The calibration
+    is then re-derived here only as a check that must agree
+    (:func:`~service.dp.core.plan.require_same_plan`: :class:`PlanMismatchError`, before any
+    site step runs, when it does not) and the stored plan is what runs.
     """
     if rng is not None and not isinstance(rng, np.random.Generator):
         raise PrivacyParameterError(
@@ -193,10 +203,13 @@ def federated_fit(
         regularization=regularization,
         params=params,
     )
-    run = _PROTOCOLS[problem.protocol][1]
     calibration = calibrate_problem(problem)
+    if plan is not None:
+        if calibration.plan is None:  # pragma: no cover - every protocol returns its plan
+            raise PlanMismatchError(f"{problem.protocol}'s calibration carries no plan")
+        calibration = replace(calibration, plan=require_same_plan(plan, calibration.plan))
     clock = RoundClock(calibration.rounds, progress)
-    coef = run(data, problem, calibration, rng=rng, clock=clock)
+    coef = _PROTOCOLS[problem.protocol].run(data, problem, calibration, rng=rng, clock=clock)
     return FederatedResult(
         protocol=problem.protocol,
         model=release(coef),

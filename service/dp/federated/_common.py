@@ -32,6 +32,7 @@ from numpy.typing import NDArray
 from service.dp.core.accounting import PrivacyCost
 from service.dp.core.base import LinearModel, ProgressCallback
 from service.dp.core.losses import Loss, get_loss
+from service.dp.core.plan import Plan
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.optimize.solvers import ConvergenceError
 
@@ -45,6 +46,7 @@ __all__ = [
     "Site",
     "bool_param",
     "choice_param",
+    "exactly",
     "finite",
     "int_param",
     "site_call",
@@ -113,7 +115,9 @@ class FederatedCalibration:
     None, lists and dicts of those); per-site numbers, which include the public site sizes,
     are under ``details["sites"]``. ``composition`` says how each per-dataset total arises,
     ``rounds`` is the number of communication rounds, ``notes`` the assumptions the privacy
-    record must state.
+    record must state. ``plan`` is the protocol's typed, frozen plan
+    (:mod:`service.dp.core.plan`): what a run executes; ``details`` is its record (rendered from
+    it, ε and δ shown as requested) and is never read back by a run.
     """
 
     protocol: str
@@ -123,6 +127,7 @@ class FederatedCalibration:
     composition: str
     rounds: int
     notes: tuple[str, ...] = ()
+    plan: Plan | None = None
 
     @property
     def guarantee(self) -> str:
@@ -297,6 +302,13 @@ def bool_param(params: Mapping[str, Any], name: str, default: bool) -> bool:
     if not isinstance(value, bool | np.bool_):
         raise PrivacyParameterError(f"{name} must be true or false, got {value!r}")
     return bool(value)
+
+
+def exactly(points: list[FloatArray], count: int) -> list[FloatArray]:
+    """``points`` when a step got exactly ``count`` public vectors (``ValueError`` otherwise)."""
+    if len(points) != count:
+        raise ValueError(f"this step takes {count} public vectors, got {len(points)}")
+    return points
 
 
 def finite(value: float) -> float:

@@ -125,8 +125,7 @@ the centralised minimiser fastest after 50 and 100 iterations among multipliers 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import partial
-from typing import Protocol
+from typing import Any, Final, Protocol
 
 import numpy as np
 
@@ -137,7 +136,7 @@ from service.dp.federated._common import (
     FloatArray,
     RoundClock,
     Site,
-    site_generators,
+    exactly,
     site_round,
 )
 from service.dp.federated.admm_calibration import (
@@ -146,12 +145,15 @@ from service.dp.federated.admm_calibration import (
     NAME,
     PERTURBATIONS,
     SOLVER_SLACK,
+    ADMMPlan,
+    ADMMSitePlan,
     calibrate,
     default_penalty,
     gaussian_default_penalty,
     neighbours_from_params,
     per_iteration_alpha,
 )
+from service.dp.federated.protocol import Coordinator, FederatedProtocol, run_rounds
 from service.dp.noise import lattice
 from service.dp.noise.rounding import UNIT_ROUNDOFF, norm_up
 from service.dp.optimize import certified, certified_failure
@@ -164,7 +166,9 @@ __all__ = [
     "DEFAULT_PERTURBATION",
     "NAME",
     "PERTURBATIONS",
+    "PROTOCOL",
     "SOLVER_SLACK",
+    "ADMMPlan",
     "ADMMSite",
     "calibrate",
     "coordinate",
@@ -379,6 +383,63 @@ class ADMMParty(Protocol):
 # ----------------------------------------------------------------------------- running
 
 
+class _Network(Coordinator):
+    """The network: delivers each site's broadcasts to its neighbours for T iterations (a
+    round of local steps, then a round of dual updates on the new broadcasts) and returns the
+    average of the final broadcasts. It sees only broadcasts."""
+
+    def __init__(
+        self,
+        graph: Sequence[Sequence[int]],
+        *,
+        d: int,
+        iterations: int,
+        perturbation: str,
+        phis: Sequence[float],
+        zetas: Sequence[float],
+        sigmas: Sequence[float | None] | None = None,
+        gradient_bounds: Sequence[float | None] | None = None,
+        release_epsilons: Sequence[float | None] | None = None,
+    ) -> None:
+        super().__init__(iterations)
+        self._graph = [list(row) for row in graph]
+        self._perturbation = perturbation
+        self._phis, self._zetas = list(phis), list(zetas)
+        self._sigmas = sigmas
+        self._gradient_bounds = gradient_bounds
+        self._release_epsilons = release_epsilons
+        self._broadcasts: list[FloatArray] = [np.zeros(d) for _ in self._graph]
+
+    def ask(self, t: int, k: int, party: ADMMParty, rng: np.random.Generator | None) -> Any:
+        del t
+        heard = self._broadcasts
+        return party.local_step(
+            [heard[j] for j in self._graph[k]],
+            perturbation=self._perturbation,
+            extra=self._phis[k],
+            zeta=self._zetas[k],
+            rng=rng,
+            sigma=None if self._sigmas is None else self._sigmas[k],
+            gradient_bound=None if self._gradient_bounds is None else self._gradient_bounds[k],
+            release_epsilon=(None if self._release_epsilons is None else self._release_epsilons[k]),
+        )
+
+    def combine(self, t: int, answers: list[Any], parties: Sequence[Any]) -> None:
+        del t
+        graph = self._graph
+
+        def dual_update(p: int, site: ADMMParty) -> None:
+            site.dual_update([answers[j] for j in graph[p]])
+
+        site_round(parties, dual_update)
+        self._broadcasts = answers
+
+    def result(self, rng: np.random.Generator | None) -> FloatArray:
+        del rng
+        averaged: FloatArray = np.mean(np.stack(self._broadcasts), axis=0)
+        return averaged
+
+
 def coordinate(
     sites: Sequence[ADMMParty],
     graph: Sequence[Sequence[int]],
@@ -394,93 +455,95 @@ def coordinate(
     gradient_bounds: Sequence[float | None] | None = None,
     release_epsilons: Sequence[float | None] | None = None,
 ) -> FloatArray:
-    """The network: delivers each site's broadcasts to its neighbours for T iterations and
-    returns the average of the final broadcasts. It sees only broadcasts."""
-    broadcasts = [np.zeros(d) for _ in sites]
-    rngs = site_generators(rng, len(sites))
+    """The network (:class:`_Network`) over ``sites``: T iterations, then the average of the
+    final broadcasts."""
+    network = _Network(
+        graph,
+        d=d,
+        iterations=iterations,
+        perturbation=perturbation,
+        phis=phis,
+        zetas=zetas,
+        sigmas=sigmas,
+        gradient_bounds=gradient_bounds,
+        release_epsilons=release_epsilons,
+    )
+    return run_rounds(network, sites, rng=rng, clock=clock)
 
-    def local_step(p: int, site: ADMMParty, heard: Sequence[FloatArray]) -> FloatArray:
-        return site.local_step(
-            [heard[j] for j in graph[p]],
-            perturbation=perturbation,
-            extra=phis[p],
-            zeta=zetas[p],
-            rng=rngs[p],
-            sigma=None if sigmas is None else sigmas[p],
-            gradient_bound=None if gradient_bounds is None else gradient_bounds[p],
-            release_epsilon=None if release_epsilons is None else release_epsilons[p],
+
+def _local_step_numbers(own: ADMMSitePlan) -> dict[str, Any]:
+    """Site p's calibrated numbers for its local step, from its plan."""
+    return {
+        "extra": own.phi,
+        "zeta": 0.0 if own.zeta is None else own.zeta,
+        "sigma": own.sigma,
+        "gradient_bound": own.gradient_bound,
+        "release_epsilon": own.release_epsilon,
+    }
+
+
+class ADMM(FederatedProtocol[ADMMPlan]):
+    """ADMM's own steps within the shared skeleton (:mod:`.protocol`)."""
+
+    name = NAME
+    plan_type = ADMMPlan
+    steps = ("local_step", "dual_update")
+
+    def calibrate(self, problem: FederatedProblem) -> FederatedCalibration:
+        return calibrate(problem)
+
+    def party(
+        self, problem: FederatedProblem, plan: ADMMPlan, index: int, X: FloatArray, y: FloatArray
+    ) -> ADMMSite:
+        return ADMMSite(
+            index,
+            X,
+            y,
+            loss=problem.loss_object(),
+            regularization=plan.regularization,
+            total=plan.total,
+            penalty=plan.penalty,
         )
 
-    def dual_update(p: int, site: ADMMParty, heard: Sequence[FloatArray]) -> None:
-        site.dual_update([heard[j] for j in graph[p]])
+    def coordinator(self, problem: FederatedProblem, plan: ADMMPlan) -> Coordinator:
+        del problem
+        sites = plan.sites
+        return _Network(
+            plan.neighbours,
+            d=plan.d,
+            iterations=plan.iterations,
+            perturbation=plan.perturbation,
+            phis=[s.phi for s in sites],
+            zetas=[0.0 if s.zeta is None else s.zeta for s in sites],
+            sigmas=[s.sigma for s in sites],
+            gradient_bounds=[s.gradient_bound for s in sites],
+            release_epsilons=[s.release_epsilon for s in sites],
+        )
 
-    for _ in range(iterations):
-        new = site_round(sites, partial(local_step, heard=broadcasts))
-        site_round(sites, partial(dual_update, heard=new))
-        broadcasts = new
-        clock.tick()
-    averaged: FloatArray = np.mean(np.stack(broadcasts), axis=0)
-    return averaged
-
-
-def party(
-    problem: FederatedProblem,
-    calibration: FederatedCalibration,
-    index: int,
-    X: FloatArray,
-    y: FloatArray,
-) -> ADMMSite:
-    """Site ``index`` of this fit, holding (X, y): the in-process fit and a node build it alike."""
-    return ADMMSite(
-        index,
-        X,
-        y,
-        loss=problem.loss_object(),
-        regularization=problem.regularization,
-        total=problem.total,
-        penalty=float(calibration.details["penalty"]),
-    )
-
-
-def run_parties(
-    parties: Sequence[ADMMParty],
-    problem: FederatedProblem,
-    calibration: FederatedCalibration,
-    *,
-    rng: np.random.Generator | None,
-    clock: RoundClock,
-) -> FloatArray:
-    """The network over ``parties`` (local :class:`ADMMSite` objects or proxies of sites that
-    run elsewhere), with the calibration's numbers."""
-    det = calibration.details
-    per_site = det["sites"]
-    return coordinate(
-        parties,
-        det["neighbours"],
-        d=problem.d,
-        iterations=int(det["iterations"]),
-        perturbation=str(det["perturbation"]),
-        phis=[float(s["Phi"]) for s in per_site],
-        zetas=[0.0 if s["zeta"] is None else float(s["zeta"]) for s in per_site],
-        rng=rng,
-        clock=clock,
-        sigmas=[float(s["sigma"]) if "sigma" in s else None for s in per_site],
-        gradient_bounds=[
-            float(s["gradient_bound"]) if "gradient_bound" in s else None for s in per_site
-        ],
-        release_epsilons=[
-            float(s["release_epsilon"]) if "release_epsilon" in s else None for s in per_site
-        ],
-    )
+    def perform(
+        self,
+        site: Any,
+        plan: ADMMPlan,
+        step: str,
+        points: list[FloatArray],
+        rng: np.random.Generator | None,
+    ) -> FloatArray | None:
+        assert isinstance(site, ADMMSite)
+        exactly(points, len(plan.neighbours[site.index]))
+        if step == "dual_update":
+            site.dual_update(points)
+            return None
+        return site.local_step(
+            points,
+            perturbation=plan.perturbation,
+            rng=rng,
+            **_local_step_numbers(plan.sites[site.index]),
+        )
 
 
-def run(
-    data: Sequence[tuple[FloatArray, FloatArray]],
-    problem: FederatedProblem,
-    calibration: FederatedCalibration,
-    *,
-    rng: np.random.Generator | None,
-    clock: RoundClock,
-) -> FloatArray:
-    sites = [party(problem, calibration, k, X, y) for k, (X, y) in enumerate(data)]
-    return run_parties(sites, problem, calibration, rng=rng, clock=clock)
+PROTOCOL: Final[ADMM] = ADMM()
+#: Site ``index`` of a fit, holding (X, y): the in-process fit and a node build it alike.
+party = PROTOCOL.local_party
+#: The network over local :class:`ADMMSite` objects or proxies of sites on nodes.
+run_parties = PROTOCOL.run_parties
+run = PROTOCOL.run

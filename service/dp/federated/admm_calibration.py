@@ -13,7 +13,8 @@ from public quantities only (the protocol and its privacy argument: :mod:`.admm`
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -27,6 +28,7 @@ from service.dp.core.accounting import (
     zcdp_to_dp_cks,
 )
 from service.dp.core.losses import Loss
+from service.dp.core.plan import Plan, plan_kind
 from service.dp.core.validation import PrivacyParameterError, check_known_params
 from service.dp.federated._common import (
     FederatedCalibration,
@@ -53,6 +55,8 @@ __all__ = [
     "PERTURBATIONS",
     "SOLVER_SLACK",
     "TOPOLOGIES",
+    "ADMMPlan",
+    "ADMMSitePlan",
     "calibrate",
     "default_penalty",
     "gaussian_default_penalty",
@@ -198,16 +202,190 @@ class _Request(NamedTuple):
     loss: Loss
 
 
+@plan_kind("federated.admm_site")
+@dataclass(frozen=True, slots=True)
+class ADMMSitePlan(Plan):
+    """Site p's numbers for its broadcasts. ``variant`` is ``"none"``, ``"dual"`` (DVP: ζ_p,
+    Φ_p and the certified release's α_r), ``"primal"`` (PVP with noise ∝ exp(−ζ‖b‖)) or
+    ``"gaussian"`` (Gaussian PVP: σ_p); the fields another variant does not use are None."""
+
+    variant: str
+    n: int
+    degree: int
+    phi: float
+    zeta: float | None = None
+    kappa: float | None = None
+    alpha_bar: float | None = None
+    branch: str | None = None
+    alpha_objective: float | None = None
+    alpha_hat: float | None = None
+    jacobian_epsilon: float | None = None
+    release_epsilon: float | None = None
+    sensitivity_exact_minimiser: float | None = None
+    sensitivity: float | None = None
+    gradient_bound: float | None = None
+    sigma: float | None = None
+    expected_noise_norm: float | None = None
+
+    def record(self) -> dict[str, Any]:
+        """The site's entry of ``details["sites"]`` (the keys its variant has, in order)."""
+        keys = {
+            "none": ("Phi", "zeta"),
+            "dual": (
+                "kappa",
+                "alpha_bar",
+                "branch",
+                "Phi",
+                "alpha_objective",
+                "alpha_hat",
+                "zeta",
+                "jacobian_epsilon",
+                "release_epsilon",
+                "expected_noise_norm",
+            ),
+            "primal": (
+                "Phi",
+                "sensitivity_exact_minimiser",
+                "sensitivity",
+                "gradient_bound",
+                "zeta",
+                "expected_noise_norm",
+            ),
+            "gaussian": (
+                "Phi",
+                "zeta",
+                "sensitivity_exact_minimiser",
+                "sensitivity",
+                "gradient_bound",
+                "sigma",
+                "expected_noise_norm",
+            ),
+        }[self.variant]
+        out: dict[str, Any] = {"n": self.n, "degree": self.degree}
+        for key in keys:
+            value = getattr(self, "phi" if key == "Phi" else key)
+            out[key] = finite(value) if isinstance(value, float) else value
+        return out
+
+
+@plan_kind("federated.admm")
+@dataclass(frozen=True, slots=True)
+class ADMMPlan(Plan):
+    """What ADMM's calibration fixed: the graph, η, T and every site's noise, with the
+    composition (per-iteration α; or zCDP for Gaussian PVP; or none)."""
+
+    perturbation: str
+    noise: str
+    d: int
+    loss: str
+    c: float
+    huber_h: float | None
+    regularization: float
+    penalty: float
+    penalty_default: bool
+    iterations: int
+    iterations_default: bool
+    neighbours: tuple[tuple[int, ...], ...]
+    sites: tuple[ADMMSitePlan, ...]
+    #: None for ``perturbation: "none"``
+    epsilon: float | None = None
+    delta: float = 0.0
+    # noise "laplace": the per-iteration α and its composition
+    alpha: float | None = None
+    composition_method: str | None = None
+    basic_total_epsilon: float | None = None
+    advanced_total: tuple[float, float] | None = None
+    delta_prime: float | None = None
+    # noise "gaussian": the zCDP accounting
+    zcdp_conversion: str | None = None
+    rho_total: float | None = None
+    rho_per_round: float | None = None
+    epsilon_spent: float | None = None
+    epsilon_bun_steinke: float | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(site.n for site in self.sites)
+
+    @property
+    def private(self) -> bool:
+        return self.perturbation != "none"
+
+    def record(self) -> dict[str, Any]:
+        """The calibration's ``details``: every number under the papers' names."""
+        N = self.total
+        details: dict[str, Any] = {
+            "protocol": NAME,
+            "perturbation": self.perturbation,
+            "K": len(self.sites),
+            "N": N,
+            "d": self.d,
+            "loss": self.loss,
+            "c": finite(self.c),
+            "lipschitz": 1.0,
+            "regularization": finite(self.regularization),
+            "C_R_over_B_p": finite(1.0 / N),
+            "penalty": finite(self.penalty),
+            "penalty_default": self.penalty_default,
+            "iterations": self.iterations,
+            "iterations_default": self.iterations_default,
+            "neighbours": [list(row) for row in self.neighbours],
+            "noise": self.noise,
+        }
+        if self.huber_h is not None:
+            details["huber_h"] = finite(self.huber_h)
+        if self.epsilon is None:
+            details.update(epsilon=None, delta=0.0, guarantee="none")
+        elif self.noise == "gaussian":
+            details.update(
+                epsilon=finite(self.epsilon),
+                delta=finite(self.delta),
+                alpha=None,
+                composition_method="zcdp",
+                basic_total=None,
+                advanced_total=None,
+                delta_prime=None,
+                zcdp_conversion=self.zcdp_conversion,
+                rho_total=finite(_number(self.rho_total)),
+                rho_per_round=finite(_number(self.rho_per_round)),
+                epsilon_spent=finite(_number(self.epsilon_spent)),
+                epsilon_bun_steinke=finite(_number(self.epsilon_bun_steinke)),
+                solver_slack=SOLVER_SLACK,
+            )
+        else:
+            advanced = self.advanced_total
+            details.update(
+                epsilon=finite(self.epsilon),
+                delta=finite(self.delta),
+                alpha=finite(_number(self.alpha)),
+                composition_method=self.composition_method,
+                basic_total={"epsilon": finite(_number(self.basic_total_epsilon)), "delta": 0.0},
+                advanced_total=(
+                    None
+                    if advanced is None
+                    else {"epsilon": finite(advanced[0]), "delta": finite(advanced[1])}
+                ),
+                delta_prime=None if self.delta_prime is None else finite(self.delta_prime),
+            )
+        details["sites"] = [site.record() for site in self.sites]
+        return details
+
+
+def _number(value: float | None) -> float:
+    if value is None:
+        raise ValueError("the plan lacks a number its variant needs")
+    return value
+
+
 def calibrate(problem: FederatedProblem) -> FederatedCalibration:
     """Graph, penalty, per-iteration α and its composition, and ζ (and Φ) per site; or σ per
     site for Gaussian PVP; or no noise for ``perturbation: "none"``."""
     request = _read_request(problem)
-    details = _public_details(problem, request)
     if request.law == "gaussian":
-        return _calibrate_gaussian(problem, details, request.degrees)
+        return _calibrate_gaussian(problem, request)
     if request.perturbation == "none":
-        return _calibrate_non_private(problem, details, request)
-    return _calibrate_laplace(problem, details, request)
+        return _calibrate_non_private(problem, request)
+    return _calibrate_laplace(problem, request)
 
 
 def _read_request(problem: FederatedProblem) -> _Request:
@@ -252,59 +430,51 @@ def _read_request(problem: FederatedProblem) -> _Request:
     return _Request(law, perturbation, graph, degrees, T, penalty, delta_prime, loss)
 
 
-def _public_details(problem: FederatedProblem, request: _Request) -> dict[str, Any]:
-    """The calibration record's entries common to every variant."""
+def _public_fields(problem: FederatedProblem, request: _Request) -> dict[str, Any]:
+    """The plan's fields common to every variant."""
     loss, params = request.loss, problem.params
-    details: dict[str, Any] = {
-        "protocol": NAME,
+    return {
         "perturbation": request.perturbation,
-        "K": problem.sites,
-        "N": problem.total,
+        "noise": request.law,
         "d": problem.d,
         "loss": loss.name,
-        "c": finite(loss.c),
-        "lipschitz": 1.0,
-        "regularization": finite(problem.regularization),
-        "C_R_over_B_p": finite(1.0 / problem.total),
-        "penalty": finite(request.penalty),
+        "c": float(loss.c),
+        "huber_h": float(problem.huber_h) if loss.name == "huber" else None,
+        "regularization": problem.regularization,
+        "penalty": request.penalty,
         "penalty_default": "penalty" not in params,
         "iterations": request.iterations,
         "iterations_default": "iterations" not in params,
-        "neighbours": request.graph,
-        "noise": request.law,
+        "neighbours": tuple(tuple(row) for row in request.graph),
     }
-    if loss.name == "huber":
-        details["huber_h"] = finite(problem.huber_h)
-    return details
 
 
-def _calibrate_non_private(
-    problem: FederatedProblem, details: dict[str, Any], request: _Request
-) -> FederatedCalibration:
+def _calibrate_non_private(problem: FederatedProblem, request: _Request) -> FederatedCalibration:
     """``perturbation: "none"``: nothing charged, nothing guaranteed."""
     T = request.iterations
-    details.update(epsilon=None, delta=0.0, guarantee="none")
-    details["sites"] = [
-        {"n": n, "degree": deg, "Phi": 0.0, "zeta": None}
-        for n, deg in zip(problem.site_sizes, request.degrees, strict=True)
-    ]
+    plan = ADMMPlan(
+        **_public_fields(problem, request),
+        sites=tuple(
+            ADMMSitePlan(variant="none", n=n, degree=deg, phi=0.0)
+            for n, deg in zip(problem.site_sizes, request.degrees, strict=True)
+        ),
+    )
     return FederatedCalibration(
         protocol=NAME,
         site_costs=tuple(PrivacyCost(0.0, 0.0) for _ in problem.site_sizes),
         private=False,
-        details=details,
+        details=plan.record(),
         composition=(
             f"no differential privacy: {T} iterations of non-private consensus ADMM "
             "broadcast deterministic functions of the data"
         ),
         rounds=T,
         notes=("not differentially private: ADMM without perturbation",),
+        plan=plan,
     )
 
 
-def _calibrate_laplace(
-    problem: FederatedProblem, details: dict[str, Any], request: _Request
-) -> FederatedCalibration:
+def _calibrate_laplace(problem: FederatedProblem, request: _Request) -> FederatedCalibration:
     """DVP or PVP with noise ∝ exp(−ζ‖b‖): the per-iteration α whose T-fold composition is
     ≤ ε, and each site's ζ (and Φ) making one broadcast α-DP (Zhang & Zhu 2017, Thms 1–2)."""
     T, perturbation, delta_prime = request.iterations, request.perturbation, request.delta_prime
@@ -315,26 +485,24 @@ def _calibrate_laplace(
         cost, method = choice.advanced, "advanced"
     else:
         cost, method = basic_total, "basic"
-    details.update(
-        epsilon=finite(eps),
-        delta=finite(problem.delta),
-        alpha=finite(alpha),
+    plan = ADMMPlan(
+        **_public_fields(problem, request),
+        sites=tuple(
+            _laplace_site(problem, request, alpha, n, deg)
+            for n, deg in zip(problem.site_sizes, request.degrees, strict=True)
+        ),
+        epsilon=eps,
+        delta=problem.delta,
+        alpha=alpha,
         composition_method=method,
-        basic_total={"epsilon": finite(basic_total.epsilon), "delta": 0.0},
+        basic_total_epsilon=float(basic_total.epsilon),
         advanced_total=(
             None
             if choice is None
-            else {
-                "epsilon": finite(choice.advanced.epsilon),
-                "delta": finite(choice.advanced.delta),
-            }
+            else (float(choice.advanced.epsilon), float(choice.advanced.delta))
         ),
-        delta_prime=None if delta_prime is None else finite(delta_prime),
+        delta_prime=delta_prime,
     )
-    details["sites"] = [
-        _laplace_site(problem, request, alpha, n, deg)
-        for n, deg in zip(problem.site_sizes, request.degrees, strict=True)
-    ]
     name = (
         "dual variable perturbation (DVP)"
         if perturbation == "dual"
@@ -349,7 +517,7 @@ def _calibrate_laplace(
         protocol=NAME,
         site_costs=tuple(cost for _ in problem.site_sizes),
         private=True,
-        details=details,
+        details=plan.record(),
         composition=(
             f"{name}: each of the T = {T} broadcasts of a site is α = {alpha:.6g}-DP for its "
             f"dataset given the public history (Zhang & Zhu 2017, Thm {theorem}); "
@@ -360,18 +528,18 @@ def _calibrate_laplace(
             "every intermediate broadcast is treated as released; the per-iteration guarantee "
             "of the paper is composed over all iterations",
         ),
+        plan=plan,
     )
 
 
 def _laplace_site(
     problem: FederatedProblem, request: _Request, alpha: float, n: int, deg: int
-) -> dict[str, Any]:
+) -> ADMMSitePlan:
     """One site's noise for an α-DP broadcast: DVP's ζ = α̂/2 with its Φ branch (after the
     certified release's share α_r), or PVP's ζ = α/Δ_p with the solver's slack."""
     N, d, lam, c = problem.total, problem.d, problem.regularization, request.loss.c
     penalty = request.penalty
     strong = lam * n + 2.0 * N * penalty * deg
-    entry: dict[str, Any] = {"n": n, "degree": deg}
     if request.perturbation == "dual":
         # the certified release (service.dp.optimize.certified) takes α_r of each round's α;
         # the step objective runs at α₁ = α − α_r
@@ -391,30 +559,35 @@ def _laplace_site(
             )
             alpha_hat, branch = alpha_1 / 2.0, "Phi"
         zeta = alpha_hat / 2.0
-        entry.update(
+        return ADMMSitePlan(
+            variant="dual",
+            n=n,
+            degree=deg,
             kappa=finite(kappa),
             alpha_bar=finite(alpha_bar),
             branch=branch,
-            Phi=finite(phi),
+            phi=finite(phi),
             alpha_objective=finite(alpha_1),
             alpha_hat=finite(alpha_hat),
             zeta=finite(zeta),
             jacobian_epsilon=finite(2.0 * math.log1p(c / (strong + N * phi))),
             release_epsilon=finite(alpha_r),
+            expected_noise_norm=finite(d / zeta),
         )
-    else:
-        # the solve's slack S/B_p moves each minimiser by ≤ SΔ_p/2 (as for Gaussian PVP)
-        sensitivity = (2.0 / strong) * (1.0 + SOLVER_SLACK)
-        zeta = alpha / sensitivity
-        entry.update(
-            Phi=0.0,
-            sensitivity_exact_minimiser=finite(2.0 / strong),
-            sensitivity=finite(sensitivity),
-            gradient_bound=finite(SOLVER_SLACK / n),
-            zeta=finite(zeta),
-        )
-    entry["expected_noise_norm"] = finite(d / zeta)
-    return entry
+    # the solve's slack S/B_p moves each minimiser by ≤ SΔ_p/2 (as for Gaussian PVP)
+    sensitivity = (2.0 / strong) * (1.0 + SOLVER_SLACK)
+    zeta = alpha / sensitivity
+    return ADMMSitePlan(
+        variant="primal",
+        n=n,
+        degree=deg,
+        phi=0.0,
+        sensitivity_exact_minimiser=finite(2.0 / strong),
+        sensitivity=finite(sensitivity),
+        gradient_bound=finite(SOLVER_SLACK / n),
+        zeta=finite(zeta),
+        expected_noise_norm=finite(d / zeta),
+    )
 
 
 def gaussian_default_penalty(
@@ -449,22 +622,20 @@ def _check_gaussian_request(problem: FederatedProblem, perturbation: str) -> Non
         )
 
 
-def _calibrate_gaussian(
-    problem: FederatedProblem, details: dict[str, Any], degrees: Sequence[int]
-) -> FederatedCalibration:
+def _calibrate_gaussian(problem: FederatedProblem, request: _Request) -> FederatedCalibration:
     """σ_p per site so that T rounds are ρ-zCDP with ρ the largest total whose conversion
     is ≤ ε at the δ offered (:mod:`.admm`, "Gaussian primal perturbation")."""
     params = problem.params
     conversion = choice_param(params, "zcdp_conversion", "cks", CONVERSIONS)
     eps, delta = problem.epsilon, problem.delta
-    T = int(details["iterations"])
-    N, lam, penalty = problem.total, problem.regularization, float(details["penalty"])
+    T, degrees = request.iterations, request.degrees
+    N, lam, penalty = problem.total, problem.regularization, request.penalty
     rho_total = max_rho(eps, delta, conversion)
     rho_round = rho_total / T
     while zcdp_compose([rho_round] * T) > rho_total:  # rounding: T rounds stay within ρ
         rho_round = math.nextafter(rho_round, 0.0)
     convert = zcdp_to_dp_cks if conversion == "cks" else zcdp_to_dp
-    sites: list[dict[str, Any]] = []
+    sites: list[ADMMSitePlan] = []
     rho_spent = 0.0
     for n, deg in zip(problem.site_sizes, degrees, strict=True):
         delta_p = 2.0 / (lam * n + 2.0 * N * penalty * deg)
@@ -474,37 +645,32 @@ def _calibrate_gaussian(
             sigma = math.nextafter(sigma, math.inf)
         rho_spent = max(rho_spent, zcdp_compose([gaussian_zcdp(sensitivity, sigma)] * T))
         sites.append(
-            {
-                "n": n,
-                "degree": deg,
-                "Phi": 0.0,
-                "zeta": None,
-                "sensitivity_exact_minimiser": finite(delta_p),
-                "sensitivity": finite(sensitivity),
-                "gradient_bound": finite(SOLVER_SLACK / n),
-                "sigma": finite(sigma),
-                "expected_noise_norm": finite(sigma * _chi_mean(problem.d)),
-            }
+            ADMMSitePlan(
+                variant="gaussian",
+                n=n,
+                degree=deg,
+                phi=0.0,
+                sensitivity_exact_minimiser=finite(delta_p),
+                sensitivity=finite(sensitivity),
+                gradient_bound=finite(SOLVER_SLACK / n),
+                sigma=finite(sigma),
+                expected_noise_norm=finite(sigma * _chi_mean(problem.d)),
+            )
         )
     # ρ_spent ≤ ρ_total, whose conversion max_rho checked to be ≤ ε
     achieved = convert(rho_total, delta)
     if rho_spent > rho_total or achieved.epsilon > eps:
         raise ArithmeticError("zCDP calibration exceeded the offered epsilon")
-    details.update(
-        epsilon=finite(eps),
-        delta=finite(delta),
-        alpha=None,
-        composition_method="zcdp",
-        basic_total=None,
-        advanced_total=None,
-        delta_prime=None,
+    plan = ADMMPlan(
+        **_public_fields(problem, request),
+        sites=tuple(sites),
+        epsilon=eps,
+        delta=delta,
         zcdp_conversion=conversion,
-        rho_total=finite(rho_total),
-        rho_per_round=finite(rho_round),
-        epsilon_spent=finite(achieved.epsilon),
-        epsilon_bun_steinke=finite(zcdp_to_dp(rho_total, delta).epsilon),
-        solver_slack=SOLVER_SLACK,
-        sites=sites,
+        rho_total=rho_total,
+        rho_per_round=rho_round,
+        epsilon_spent=float(achieved.epsilon),
+        epsilon_bun_steinke=float(zcdp_to_dp(rho_total, delta).epsilon),
     )
     how = (
         "Canonne–Kamath–Steinke 2020 (Cor. 13)"
@@ -516,7 +682,7 @@ def _calibrate_gaussian(
         protocol=NAME,
         site_costs=tuple(cost for _ in problem.site_sizes),
         private=True,
-        details=details,
+        details=plan.record(),
         composition=(
             f"Gaussian primal variable perturbation: each of the T = {T} broadcasts of a site "
             f"is its exact local step's minimiser plus N(0, σ²I), σ calibrated to the step's "
@@ -530,6 +696,7 @@ def _calibrate_gaussian(
             "every intermediate broadcast is treated as released; the rounds are composed in "
             "zCDP and converted to (epsilon, delta) once",
         ),
+        plan=plan,
     )
 
 

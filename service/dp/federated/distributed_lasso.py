@@ -43,12 +43,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import partial
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 import numpy as np
 
 from service.dp.core.accounting import PrivacyCost
+from service.dp.core.plan import Plan, plan_kind
 from service.dp.core.validation import (
     PrivacyParameterError,
     check_known_params,
@@ -63,25 +64,29 @@ from service.dp.federated._common import (
     Site,
     bool_param,
     choice_param,
+    exactly,
     finite,
     int_param,
-    site_generators,
-    site_round,
 )
 from service.dp.federated.gaussian_rounds import (
     CONVERSIONS,
     FLOAT_MARGIN_NOTE,
     GRADIENT_RELEASE,
+    GaussianSitePlan,
     NoiseStream,
+    RoundsPlan,
     calibrate_rounds,
     max_rho,
-    site_noise,
+    site_plan,
 )
+from service.dp.federated.protocol import Coordinator, FederatedProtocol, run_rounds
 
 __all__ = [
     "CONVERSIONS",
     "DEFAULT_ITERATIONS",
     "NAME",
+    "PROTOCOL",
+    "LassoPlan",
     "LassoSite",
     "calibrate",
     "coordinate",
@@ -166,6 +171,67 @@ def soft_threshold(a: FloatArray, tau: float) -> FloatArray:
     return out
 
 
+@plan_kind("federated.distributed_lasso")
+@dataclass(frozen=True, slots=True)
+class LassoPlan(Plan):
+    """What the Lasso's calibration fixed (module docstring): T, the step, FISTA or ISTA and, for
+    the DP variant (``noise`` not None), the clip C, the Gaussian rounds and each site's σ_k."""
+
+    sizes: tuple[int, ...]
+    d: int
+    l1: float
+    iterations: int
+    step_size: float
+    accelerated: bool
+    #: None for the variant without noise (not DP)
+    noise: RoundsPlan | None
+    epsilon: float | None
+    delta: float
+    clip: float | None
+    #: each site's Gaussian answers (empty without noise)
+    sites: tuple[GaussianSitePlan, ...]
+
+    def record(self) -> dict[str, Any]:
+        """The calibration's ``details``: every number under the papers' names."""
+        details: dict[str, Any] = {
+            "protocol": NAME,
+            "K": len(self.sizes),
+            "N": sum(self.sizes),
+            "d": self.d,
+            "loss": "squared",
+            "l1": finite(self.l1),
+            "iterations": self.iterations,
+            "step_size": finite(self.step_size),
+            "accelerated": self.accelerated,
+            "noise": self.noise is not None,
+            "sites": [{"n": n} for n in self.sizes],
+        }
+        if self.noise is None or self.clip is None or self.epsilon is None:
+            details.update(epsilon=None, delta=0.0, guarantee="none", clip=None, sigma=None)
+            return details
+        rounds = self.noise
+        # each site's own σ_k for the sensitivity of its sum as computed in doubles (hidden
+        # with the site sizes: the margin is a function of n_k)
+        details["sites"] = [site.record() for site in self.sites]
+        details.update(
+            epsilon=finite(self.epsilon),
+            delta=finite(self.delta),
+            clip=finite(self.clip),
+            clip_applied=math.nextafter(self.clip, 0.0),
+            sensitivity=finite(rounds.sensitivity),
+            zcdp_conversion=rounds.zcdp_conversion,
+            rho_per_round=finite(rounds.rho_per_round),
+            rho_total=finite(rounds.rho_total),
+            sigma=finite(rounds.sigma),
+            epsilon_spent=finite(rounds.epsilon_spent),
+            epsilon_bun_steinke=finite(rounds.epsilon_bun_steinke),
+            expected_noise_norm_per_site=finite(rounds.sigma * math.sqrt(self.d)),
+            float_margin_note=FLOAT_MARGIN_NOTE,
+            release=GRADIENT_RELEASE,
+        )
+        return details
+
+
 def calibrate(problem: FederatedProblem) -> FederatedCalibration:
     """Step, rounds, and for the DP variant σ from the zCDP budget (module docstring)."""
     params = problem.params
@@ -179,30 +245,29 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
             f"for rows of norm ≤ 1), got {step!r}"
         )
     accelerated = bool_param(params, "accelerated", not noisy)
-    K, N, d, lam1 = problem.sites, problem.total, problem.d, problem.regularization
-    details: dict[str, Any] = {
-        "protocol": NAME,
-        "K": K,
-        "N": N,
-        "d": d,
-        "loss": "squared",
-        "l1": finite(lam1),
-        "iterations": T,
-        "step_size": finite(step),
-        "accelerated": accelerated,
-        "noise": noisy,
-        "sites": [{"n": n} for n in problem.site_sizes],
-    }
+    d, lam1 = problem.d, problem.regularization
     if not noisy:
         for key in ("clip", "zcdp_conversion"):
             if key in params:
                 raise PrivacyParameterError(f"{key} applies only with noise=true")
-        details.update(epsilon=None, delta=0.0, guarantee="none", clip=None, sigma=None)
+        plan = LassoPlan(
+            sizes=problem.site_sizes,
+            d=d,
+            l1=lam1,
+            iterations=T,
+            step_size=step,
+            accelerated=accelerated,
+            noise=None,
+            epsilon=None,
+            delta=0.0,
+            clip=None,
+            sites=(),
+        )
         return FederatedCalibration(
             protocol=NAME,
             site_costs=tuple(PrivacyCost(0.0, 0.0) for _ in problem.site_sizes),
             private=False,
-            details=details,
+            details=plan.record(),
             composition=(
                 f"no differential privacy: the sites share their exact squared-loss gradients "
                 f"in each of {T} rounds"
@@ -212,6 +277,7 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
                 "not differentially private: exact gradients are shared (Li et al. distributed "
                 "Lasso without noise); allowed only when every dataset allows non-private use",
             ),
+            plan=plan,
         )
     if not problem.delta > 0.0:
         raise PrivacyParameterError(
@@ -224,30 +290,24 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
     rounds = calibrate_rounds(eps, delta, rounds=T, clip=clip, conversion=conversion)
     sigma, sensitivity, achieved = rounds.sigma, rounds.sensitivity, rounds.achieved
     rho_round, rho_total = rounds.rho_per_round, rounds.rho_total
-    # each site's own σ_k for the sensitivity of its sum as computed in doubles (hidden with
-    # the site sizes: the margin is a function of n_k)
-    details["sites"] = [site_noise(n, d, clip, sigma) for n in problem.site_sizes]
-    details.update(
-        epsilon=finite(eps),
-        delta=finite(delta),
-        clip=finite(clip),
-        clip_applied=math.nextafter(clip, 0.0),
-        sensitivity=finite(sensitivity),
-        zcdp_conversion=conversion,
-        rho_per_round=finite(rho_round),
-        rho_total=finite(rho_total),
-        sigma=finite(sigma),
-        epsilon_spent=finite(achieved.epsilon),
-        epsilon_bun_steinke=finite(rounds.epsilon_bun_steinke),
-        expected_noise_norm_per_site=finite(sigma * math.sqrt(d)),
-        float_margin_note=FLOAT_MARGIN_NOTE,
-        release=GRADIENT_RELEASE,
+    plan = LassoPlan(
+        sizes=problem.site_sizes,
+        d=d,
+        l1=lam1,
+        iterations=T,
+        step_size=step,
+        accelerated=accelerated,
+        noise=rounds.plan(conversion),
+        epsilon=eps,
+        delta=delta,
+        clip=clip,
+        sites=tuple(site_plan(n, d, clip, sigma) for n in problem.site_sizes),
     )
     return FederatedCalibration(
         protocol=NAME,
         site_costs=tuple(achieved for _ in problem.site_sizes),
         private=True,
-        details=details,
+        details=plan.record(),
         composition=(
             f"{T} rounds, each a Gaussian mechanism on the site's clipped gradient sum "
             f"(sensitivity 2C = {sensitivity:g}, σ = {sigma:.6g}; each site scales its σ by its "
@@ -261,7 +321,113 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
             "the sites' noisy gradients are treated as released in every round; the model is "
             "post-processing of them",
         ),
+        plan=plan,
     )
+
+
+class _Coordinator(Coordinator):
+    """ISTA/FISTA on the sum of the sites' answers; sees only those answers. ``sigmas[k]``
+    is site k's noise scale (None: no noise)."""
+
+    def __init__(
+        self,
+        *,
+        total: int,
+        d: int,
+        l1: float,
+        step: float,
+        iterations: int,
+        accelerated: bool,
+        clip: float | None,
+        sigmas: Sequence[float] | None,
+    ) -> None:
+        super().__init__(iterations)
+        self._total, self._d, self._l1, self._step = total, d, l1, step
+        self._accelerated, self._clip = accelerated, clip
+        self._sigmas = None if sigmas is None else list(sigmas)
+        self._w = np.zeros(d)
+        self._query = self._w.copy()
+        self._s = 1.0
+
+    def ask(self, t: int, k: int, party: GradientSharer, rng: np.random.Generator | None) -> Any:
+        del t
+        sigma = None if self._sigmas is None else self._sigmas[k]
+        return party.gradient_sum(self._query, clip=self._clip, sigma=sigma, rng=rng)
+
+    def combine(self, t: int, answers: list[Any], parties: Sequence[Any]) -> None:
+        del t, parties
+        total = np.zeros(self._d)
+        for answer in answers:  # every site at once; summed in site order afterwards
+            total += answer
+        step, query = self._step, self._query
+        w_next = soft_threshold(query - step * total / self._total, step * self._l1)
+        if self._accelerated:
+            s = self._s
+            s_next = (1.0 + math.sqrt(1.0 + 4.0 * s * s)) / 2.0
+            self._query = w_next + ((s - 1.0) / s_next) * (w_next - self._w)
+            self._s = s_next
+        else:
+            self._query = w_next
+        self._w = w_next
+
+    def result(self, rng: np.random.Generator | None) -> FloatArray:
+        del rng
+        return self._w
+
+
+class DistributedLasso(FederatedProtocol[LassoPlan]):
+    """The Lasso's own steps within the shared skeleton (:mod:`.protocol`)."""
+
+    name = NAME
+    plan_type = LassoPlan
+    steps = ("gradient_sum",)
+
+    def calibrate(self, problem: FederatedProblem) -> FederatedCalibration:
+        return calibrate(problem)
+
+    def party(
+        self, problem: FederatedProblem, plan: LassoPlan, index: int, X: FloatArray, y: FloatArray
+    ) -> LassoSite:
+        """The Lasso site needs nothing of the problem or plan beyond its rows."""
+        del problem, plan
+        return LassoSite(index, X, y)
+
+    def coordinator(self, problem: FederatedProblem, plan: LassoPlan) -> Coordinator:
+        del problem
+        noisy = plan.noise is not None
+        return _Coordinator(
+            total=sum(plan.sizes),
+            d=plan.d,
+            l1=plan.l1,
+            step=plan.step_size,
+            iterations=plan.iterations,
+            accelerated=plan.accelerated,
+            clip=plan.clip if noisy else None,
+            sigmas=[site.sigma for site in plan.sites] if noisy else None,
+        )
+
+    def perform(
+        self,
+        site: Any,
+        plan: LassoPlan,
+        step: str,
+        points: list[FloatArray],
+        rng: np.random.Generator | None,
+    ) -> FloatArray | None:
+        del step  # the Lasso's one step
+        assert isinstance(site, LassoSite)
+        (point,) = exactly(points, 1)
+        noisy = plan.noise is not None
+        return site.gradient_sum(
+            point,
+            clip=plan.clip if noisy else None,
+            # the party's own σ_k: σ scaled by its sum's floating-point margin (gaussian_rounds)
+            sigma=plan.sites[site.index].sigma if noisy else None,
+            rng=rng,
+        )
+
+
+PROTOCOL: Final[DistributedLasso] = DistributedLasso()
 
 
 def coordinate(
@@ -280,79 +446,21 @@ def coordinate(
 ) -> FloatArray:
     """ISTA/FISTA on the sum of the sites' answers; sees only those answers. ``sigmas[k]``
     is site k's noise scale (None: no noise)."""
-    w = np.zeros(d)
-    query = w.copy()
-    s = 1.0
-    rngs = site_generators(rng, len(sites))
-
-    def gradient_sum(k: int, site: GradientSharer, point: FloatArray) -> FloatArray:
-        sigma = None if sigmas is None else sigmas[k]
-        return site.gradient_sum(point, clip=clip, sigma=sigma, rng=rngs[k])
-
-    for _ in range(iterations):
-        answers = np.zeros(d)
-        # every site at once; summed in site order afterwards
-        for answer in site_round(sites, partial(gradient_sum, point=query)):
-            answers += answer
-        w_next = soft_threshold(query - step * answers / total, step * l1)
-        if accelerated:
-            s_next = (1.0 + math.sqrt(1.0 + 4.0 * s * s)) / 2.0
-            query = w_next + ((s - 1.0) / s_next) * (w_next - w)
-            s = s_next
-        else:
-            query = w_next
-        w = w_next
-        clock.tick()
-    return w
-
-
-def party(
-    problem: FederatedProblem,
-    calibration: FederatedCalibration,
-    index: int,
-    X: FloatArray,
-    y: FloatArray,
-) -> LassoSite:
-    """Site ``index`` of this fit, holding (X, y): the in-process fit and a node build it alike
-    (the Lasso site needs nothing of the problem or calibration beyond its rows)."""
-    del problem, calibration
-    return LassoSite(index, X, y)
-
-
-def run_parties(
-    parties: Sequence[GradientSharer],
-    problem: FederatedProblem,
-    calibration: FederatedCalibration,
-    *,
-    rng: np.random.Generator | None,
-    clock: RoundClock,
-) -> FloatArray:
-    """ISTA/FISTA over ``parties`` (local :class:`LassoSite` objects or proxies of sites that
-    run elsewhere), with the calibration's numbers."""
-    det = calibration.details
-    noisy = bool(det["noise"])
-    return coordinate(
-        parties,
-        total=problem.total,
-        d=problem.d,
-        l1=float(det["l1"]),
-        step=float(det["step_size"]),
-        iterations=int(det["iterations"]),
-        accelerated=bool(det["accelerated"]),
-        clip=float(det["clip"]) if noisy else None,
-        sigmas=[float(site["sigma"]) for site in det["sites"]] if noisy else None,
-        rng=rng,
-        clock=clock,
+    coordinator = _Coordinator(
+        total=total,
+        d=d,
+        l1=l1,
+        step=step,
+        iterations=iterations,
+        accelerated=accelerated,
+        clip=clip,
+        sigmas=sigmas,
     )
+    return run_rounds(coordinator, sites, rng=rng, clock=clock)
 
 
-def run(
-    data: Sequence[tuple[FloatArray, FloatArray]],
-    problem: FederatedProblem,
-    calibration: FederatedCalibration,
-    *,
-    rng: np.random.Generator | None,
-    clock: RoundClock,
-) -> FloatArray:
-    sites = [party(problem, calibration, k, X, y) for k, (X, y) in enumerate(data)]
-    return run_parties(sites, problem, calibration, rng=rng, clock=clock)
+#: Site ``index`` of a fit, holding (X, y): the in-process fit and a node build it alike.
+party = PROTOCOL.local_party
+#: ISTA/FISTA over local :class:`LassoSite` objects or proxies of sites on nodes.
+run_parties = PROTOCOL.run_parties
+run = PROTOCOL.run

@@ -49,8 +49,9 @@ from service.dp.core.accounting import (
     zcdp_to_dp,
     zcdp_to_dp_cks,
 )
+from service.dp.core.plan import Plan, plan_kind
 from service.dp.data import clipping
-from service.dp.federated._common import FloatArray
+from service.dp.federated._common import FloatArray, finite
 from service.dp.noise import lattice
 
 __all__ = [
@@ -60,11 +61,14 @@ __all__ = [
     "NOISE_BLOCK",
     "PUBLIC_DETAILS",
     "GaussianRounds",
+    "GaussianSitePlan",
     "NoiseStream",
+    "RoundsPlan",
     "calibrate_rounds",
     "grid_scale",
     "max_rho",
     "site_noise",
+    "site_plan",
 ]
 
 CONVERSIONS: Final[tuple[str, ...]] = ("cks", "bun_steinke")
@@ -153,6 +157,67 @@ class GaussianRounds:
             "epsilon_bun_steinke": self.epsilon_bun_steinke,
         }
 
+    def plan(self, conversion: str) -> RoundsPlan:
+        """The typed plan of these rounds (what a protocol's plan carries to its run)."""
+        return RoundsPlan(
+            zcdp_conversion=conversion,
+            sensitivity=self.sensitivity,
+            rho_per_round=self.rho_per_round,
+            rho_total=self.rho_total,
+            sigma=self.sigma,
+            epsilon_spent=float(self.achieved.epsilon),
+            epsilon_bun_steinke=self.epsilon_bun_steinke,
+        )
+
+
+@plan_kind("federated.gaussian_rounds")
+@dataclass(frozen=True, slots=True)
+class RoundsPlan(Plan):
+    """T Gaussian rounds as calibrated (:func:`calibrate_rounds`): σ for sensitivity 2C, the
+    per-round and total ρ, and the ε they convert to. No site's size enters it."""
+
+    zcdp_conversion: str
+    sensitivity: float
+    rho_per_round: float
+    rho_total: float
+    sigma: float
+    epsilon_spent: float
+    epsilon_bun_steinke: float
+
+    def record(self) -> dict[str, float]:
+        """The calibration details of these rounds (finite floats, the record's names)."""
+        return {
+            "sensitivity": finite(self.sensitivity),
+            "rho_per_round": finite(self.rho_per_round),
+            "rho_total": finite(self.rho_total),
+            "sigma": finite(self.sigma),
+            "epsilon_spent": finite(self.epsilon_spent),
+            "epsilon_bun_steinke": finite(self.epsilon_bun_steinke),
+        }
+
+
+@plan_kind("federated.gaussian_site")
+@dataclass(frozen=True, slots=True)
+class GaussianSitePlan(Plan):
+    """One site's answers (:func:`site_plan`): its size n_k, the sensitivity Δ_k of its sum as
+    computed (rounded up), the floating-point margin Δ_k/(2C) − 1, its own σ_k and the grid
+    scale s = :func:`grid_scale` (σ_k) its releases lie on (not in the record: a function of
+    σ_k, which :class:`NoiseStream` recomputes)."""
+
+    n: int
+    sensitivity: float
+    float_margin: float
+    sigma: float
+    grid_scale: int = 1
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "sensitivity": self.sensitivity,
+            "float_margin": self.float_margin,
+            "sigma": self.sigma,
+        }
+
 
 def calibrate_rounds(
     epsilon: float, delta: float, *, rounds: int, clip: float, conversion: str
@@ -201,6 +266,11 @@ def _ceil_sqrt(d: int) -> int:
 
 
 def site_noise(n: int, d: int, clip: float, sigma: float) -> dict[str, Any]:
+    """:func:`site_plan`'s record (the per-site entry of a calibration's ``details``)."""
+    return site_plan(n, d, clip, sigma).record()
+
+
+def site_plan(n: int, d: int, clip: float, sigma: float) -> GaussianSitePlan:
     """Site of n rows: Δ_k = 2C + 2E(n) (+ 2s⌈√d⌉2⁻¹⁰⁷⁵ on a scaled grid; the sensitivity of
     its sum as released, rounded up) and σ_k, the smallest double ≥ σ·Δ_k/(2C) (so
     Δ_k/σ_k ≤ 2C/σ exactly): its rounds are ρ₁-zCDP with ρ₁ = (2C)²/(2σ²), the calibrated
@@ -213,12 +283,13 @@ def site_noise(n: int, d: int, clip: float, sigma: float) -> dict[str, Any]:
         if grid_scale(own) <= scale:
             break
         scale = grid_scale(own)
-    return {
-        "n": n,
-        "sensitivity": clipping.round_up(exact),
-        "float_margin": float(exact / (2 * Fraction(clip)) - 1),
-        "sigma": own,
-    }
+    return GaussianSitePlan(
+        n=n,
+        sensitivity=clipping.round_up(exact),
+        float_margin=float(exact / (2 * Fraction(clip)) - 1),
+        sigma=own,
+        grid_scale=grid_scale(own),
+    )
 
 
 class NoiseStream:

@@ -64,13 +64,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol
+from typing import Any, Final, Protocol
 
 import numpy as np
 
 from service.dp.core.accounting import PrivacyCost
-from service.dp.core.losses import Loss
+from service.dp.core.losses import Loss, get_loss
+from service.dp.core.plan import Plan, plan_kind
 from service.dp.core.validation import check_known_params
 from service.dp.data.clipping import round_up, scale_for
 from service.dp.federated._common import (
@@ -80,14 +82,16 @@ from service.dp.federated._common import (
     RoundClock,
     Site,
     finite,
-    site_round,
 )
+from service.dp.federated.protocol import Coordinator, FederatedProtocol, run_rounds
 from service.dp.noise import lattice
 from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma
 from service.dp.optimize import certified, certified_failure
 
 __all__ = [
     "NAME",
+    "PROTOCOL",
+    "NoisyAveragePlan",
     "NoisyAverageSite",
     "aggregate",
     "calibrate",
@@ -171,6 +175,73 @@ def site_sensitivity(
     return (Fraction(2) / (n * lam) + 2 * Fraction(tau) / lam) / sites + 2 * rho
 
 
+@plan_kind("federated.noisy_average_site")
+@dataclass(frozen=True, slots=True)
+class AverageSitePlan(Plan):
+    """Site i: its size n_i, S_i (rounded up) and the ε_i it is charged (≤ ε)."""
+
+    n: int
+    sensitivity: float
+    epsilon: float
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "sensitivity": finite(self.sensitivity),
+            "epsilon": finite(self.epsilon),
+            "delta": 0.0,
+        }
+
+
+@plan_kind("federated.noisy_average")
+@dataclass(frozen=True, slots=True)
+class NoisyAveragePlan(Plan):
+    """What the noisy average's calibration fixed (module docstring): τ, the bounds behind S,
+    β = ε/S and each site's S_i and ε_i."""
+
+    d: int
+    epsilon: float
+    loss: str
+    huber_h: float | None
+    regularization: float
+    certificate_tolerance: float
+    distance_to_exact_minimiser_bound: float
+    mean_rounding_bound: float
+    sensitivity: float
+    sensitivity_exact_minimisers: float
+    beta: float
+    sites: tuple[AverageSitePlan, ...]
+
+    def record(self) -> dict[str, Any]:
+        """The calibration's ``details``: every number under the papers' names."""
+        d, beta = self.d, self.beta
+        details: dict[str, Any] = {
+            "protocol": NAME,
+            "K": len(self.sites),
+            "d": d,
+            "epsilon": finite(self.epsilon),
+            "delta": 0.0,
+            "loss": self.loss,
+            "lipschitz": 1.0,
+            "regularization": finite(self.regularization),
+            "n_min": min(site.n for site in self.sites),
+            "certificate_tolerance": finite(self.certificate_tolerance),
+            "distance_to_exact_minimiser_bound": finite(self.distance_to_exact_minimiser_bound),
+            "mean_rounding_bound": finite(self.mean_rounding_bound),
+            "sensitivity": finite(self.sensitivity),
+            "sensitivity_exact_minimisers": finite(self.sensitivity_exact_minimisers),
+            "beta": finite(beta),
+            "noise": "norm_exponential",
+            "noise_norm_distribution": f"Gamma(shape={d}, scale={1.0 / beta!r})",
+            "expected_noise_norm": finite(d / beta),
+            "release": lattice.RELEASE_NOTE,
+            "sites": [site.record() for site in self.sites],
+        }
+        if self.huber_h is not None:
+            details["huber_h"] = finite(self.huber_h)
+        return details
+
+
 def calibrate(problem: FederatedProblem) -> FederatedCalibration:
     """β = ε/S with S = (2/(n_min λ) + 2τ/λ)/K + 2ρ; per-site ε_i = β·S_i (module
     docstring)."""
@@ -188,43 +259,28 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
         eps if n == n_min else min(eps, round_up(Fraction(beta) * exact[n]))
         for n in problem.site_sizes
     ]
-    details = {
-        "protocol": NAME,
-        "K": K,
-        "d": d,
-        "epsilon": finite(eps),
-        "delta": 0.0,
-        "loss": loss.name,
-        "lipschitz": 1.0,
-        "regularization": finite(lam),
-        "n_min": n_min,
-        "certificate_tolerance": finite(tau),
-        "distance_to_exact_minimiser_bound": finite(round_up(Fraction(tau) / Fraction(lam))),
-        "mean_rounding_bound": finite(round_up(rho)),
-        "sensitivity": finite(round_up(worst)),
-        "sensitivity_exact_minimisers": finite(round_up(Fraction(2) / (K * n_min * Fraction(lam)))),
-        "beta": finite(beta),
-        "noise": "norm_exponential",
-        "noise_norm_distribution": f"Gamma(shape={d}, scale={1.0 / beta!r})",
-        "expected_noise_norm": finite(d / beta),
-        "release": lattice.RELEASE_NOTE,
-        "sites": [
-            {
-                "n": n,
-                "sensitivity": finite(round_up(exact[n])),
-                "epsilon": finite(e),
-                "delta": 0.0,
-            }
+    plan = NoisyAveragePlan(
+        d=d,
+        epsilon=eps,
+        loss=loss.name,
+        huber_h=float(problem.huber_h) if loss.name == "huber" else None,
+        regularization=lam,
+        certificate_tolerance=tau,
+        distance_to_exact_minimiser_bound=round_up(Fraction(tau) / Fraction(lam)),
+        mean_rounding_bound=round_up(rho),
+        sensitivity=round_up(worst),
+        sensitivity_exact_minimisers=round_up(Fraction(2) / (K * n_min * Fraction(lam))),
+        beta=beta,
+        sites=tuple(
+            AverageSitePlan(n=n, sensitivity=round_up(exact[n]), epsilon=float(e))
             for n, e in zip(problem.site_sizes, site_eps, strict=True)
-        ],
-    }
-    if loss.name == "huber":
-        details["huber_h"] = finite(problem.huber_h)
+        ),
+    )
     return FederatedCalibration(
         protocol=NAME,
         site_costs=tuple(PrivacyCost(e, 0.0) for e in site_eps),
         private=True,
-        details=details,
+        details=plan.record(),
         composition=(
             f"one release m̂ + b with b ∝ exp(−β‖b‖), β = ε/S = {beta:.6g}: each site's "
             f"local minimiser is certified (its gradient proved ≤ τ = {tau:.6g}, so within τ/λ "
@@ -239,7 +295,39 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
             "trusted aggregator: the service sees the sites' exact local minimisers inside one "
             "computation and releases only their average plus noise; they are never stored",
         ),
+        plan=plan,
     )
+
+
+class _Aggregator(Coordinator):
+    """The trusted aggregator: one round collecting the K certified local minimisers (each
+    with a proved gradient ≤ τ), then their computed mean fl(fl(Σŵ_k)/K) released with
+    ν(b) ∝ exp(−β‖b‖) noise drawn from the job's own generator."""
+
+    site_streams = False
+
+    def __init__(self, loss: Loss, regularization: float, *, beta: float, tolerance: float) -> None:
+        super().__init__(1)
+        self._loss, self._lam, self._beta, self._tau = loss, regularization, beta, tolerance
+        self._mean: FloatArray | None = None
+
+    def ask(self, t: int, k: int, party: LocalFitter, rng: np.random.Generator | None) -> Any:
+        del t, k, rng  # the sites draw no noise; one round
+        return party.local_minimiser(self._loss, self._lam, self._tau)
+
+    def combine(self, t: int, answers: list[Any], parties: Sequence[Any]) -> None:
+        del t, parties
+        total = np.zeros_like(answers[0])
+        for coef in answers:  # in site order: the sum the rounding bound covers
+            total += coef
+        self._mean = total / len(answers)
+
+    def result(self, rng: np.random.Generator | None) -> FloatArray:
+        assert self._mean is not None
+        released: FloatArray = lattice.norm_exponential_release(
+            self._mean, beta=self._beta, rng=rng
+        )
+        return released
 
 
 def aggregate(
@@ -252,39 +340,48 @@ def aggregate(
     rng: np.random.Generator | None,
     clock: RoundClock,
 ) -> FloatArray:
-    """The trusted aggregator: collects the K certified local minimisers (one round, each
-    with a proved gradient ≤ ``tolerance``), releases their computed mean fl(fl(Σŵ_k)/K)
-    plus ν(b) ∝ exp(−β‖b‖) noise. It never sees a site's rows."""
-    local = site_round(sites, lambda _, site: site.local_minimiser(loss, regularization, tolerance))
-    total = np.zeros_like(local[0])
-    for coef in local:  # in site order: the sum the rounding bound covers
-        total += coef
-    mean = total / len(local)
-    clock.tick()
-    released: FloatArray = lattice.norm_exponential_release(mean, beta=beta, rng=rng)
-    return released
+    """The trusted aggregator (:class:`_Aggregator`) over ``sites``. It never sees a site's
+    rows."""
+    aggregator = _Aggregator(loss, regularization, beta=beta, tolerance=tolerance)
+    return run_rounds(aggregator, sites, rng=rng, clock=clock)
 
 
-def run(
-    data: Sequence[tuple[FloatArray, FloatArray]],
-    problem: FederatedProblem,
-    calibration: FederatedCalibration,
-    *,
-    rng: np.random.Generator | None,
-    clock: RoundClock,
-) -> FloatArray:
-    sites = [NoisyAverageSite(k, X, y) for k, (X, y) in enumerate(data)]
-    beta = float(calibration.details["beta"])
-    tau = float(calibration.details["certificate_tolerance"])
-    for name, value in (("beta", beta), ("certificate_tolerance", tau)):
-        if not math.isfinite(value) or value <= 0.0:
-            raise ValueError(f"{name} must be finite and positive")
-    return aggregate(
-        sites,
-        problem.loss_object(),
-        problem.regularization,
-        beta=beta,
-        tolerance=tau,
-        rng=rng,
-        clock=clock,
-    )
+class NoisyAverage(FederatedProtocol[NoisyAveragePlan]):
+    """The noisy average's own steps within the shared skeleton (:mod:`.protocol`); it is not
+    run over nodes (its sites' answers are exact, the noise is the aggregator's)."""
+
+    name = NAME
+    plan_type = NoisyAveragePlan
+
+    def calibrate(self, problem: FederatedProblem) -> FederatedCalibration:
+        return calibrate(problem)
+
+    def party(
+        self,
+        problem: FederatedProblem,
+        plan: NoisyAveragePlan,
+        index: int,
+        X: FloatArray,
+        y: FloatArray,
+    ) -> NoisyAverageSite:
+        del problem, plan
+        return NoisyAverageSite(index, X, y)
+
+    def coordinator(self, problem: FederatedProblem, plan: NoisyAveragePlan) -> Coordinator:
+        del problem
+        for name, value in (
+            ("beta", plan.beta),
+            ("certificate_tolerance", plan.certificate_tolerance),
+        ):
+            if not math.isfinite(value) or value <= 0.0:
+                raise ValueError(f"{name} must be finite and positive")
+        return _Aggregator(
+            get_loss(plan.loss, h=plan.huber_h if plan.huber_h is not None else 0.5),
+            plan.regularization,
+            beta=plan.beta,
+            tolerance=plan.certificate_tolerance,
+        )
+
+
+PROTOCOL: Final[NoisyAverage] = NoisyAverage()
+run = PROTOCOL.run

@@ -63,13 +63,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from functools import partial
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import numpy as np
 
 from service.dp.core.accounting import PrivacyCost
 from service.dp.core.losses import Loss
+from service.dp.core.plan import Plan, plan_kind
 from service.dp.core.validation import PrivacyParameterError, check_known_params
 from service.dp.data import clipping
 from service.dp.federated._common import (
@@ -79,26 +80,30 @@ from service.dp.federated._common import (
     RoundClock,
     Site,
     choice_param,
+    exactly,
     finite,
     int_param,
-    site_generators,
-    site_round,
 )
 from service.dp.federated.gaussian_rounds import (
     CONVERSIONS,
     FLOAT_MARGIN_NOTE,
     GRADIENT_RELEASE,
+    GaussianSitePlan,
     NoiseStream,
+    RoundsPlan,
     calibrate_rounds,
-    site_noise,
+    site_plan,
 )
+from service.dp.federated.protocol import Coordinator, FederatedProtocol, run_rounds
 
 __all__ = [
     "DEFAULT_ITERATIONS",
     "MAX_ITERATIONS",
     "MAX_MOMENTUM",
     "NAME",
+    "PROTOCOL",
     "SCHEDULES",
+    "PSGDPlan",
     "PSGDSite",
     "calibrate",
     "coordinate",
@@ -150,6 +155,63 @@ class GradientParty(Protocol):
     ) -> FloatArray: ...
 
 
+@plan_kind("federated.psgd")
+@dataclass(frozen=True, slots=True)
+class PSGDPlan(Plan):
+    """What PSGD's calibration fixed (module docstring): the Gaussian rounds (σ for sensitivity
+    2L), each site's own σ_k, T and the step schedule with its public constants."""
+
+    d: int
+    epsilon: float
+    delta: float
+    loss: str
+    c: float
+    huber_h: float | None
+    regularization: float
+    noise: RoundsPlan
+    iterations: int
+    step_size: str
+    smoothness_bound: float
+    #: the Nesterov momentum actually used (0 for the other schedules)
+    momentum: float
+    sites: tuple[GaussianSitePlan, ...]
+
+    @property
+    def total(self) -> int:
+        return sum(site.n for site in self.sites)
+
+    def record(self) -> dict[str, Any]:
+        """The calibration's ``details``: every number under the papers' names."""
+        details: dict[str, Any] = {
+            "protocol": NAME,
+            "K": len(self.sites),
+            "N": self.total,
+            "d": self.d,
+            "epsilon": finite(self.epsilon),
+            "delta": finite(self.delta),
+            "loss": self.loss,
+            "c": finite(self.c),
+            "lipschitz": LIPSCHITZ,
+            "clip": LIPSCHITZ,
+            "regularization": finite(self.regularization),
+            "zcdp_conversion": self.noise.zcdp_conversion,
+            **self.noise.record(),
+            "expected_noise_norm_per_site": finite(self.noise.sigma * math.sqrt(self.d)),
+            "iterations": self.iterations,
+            "step_size": self.step_size,
+            "smoothness_bound": finite(self.smoothness_bound),
+            "z0": finite(1.0 / self.smoothness_bound),
+            "momentum": finite(self.momentum),
+            "averaging_from": self.iterations // 2,
+            "float_margin_note": FLOAT_MARGIN_NOTE,
+            "release": GRADIENT_RELEASE,
+            "sites": [site.record() for site in self.sites],
+        }
+        if self.huber_h is not None:
+            details["huber_h"] = finite(self.huber_h)
+        return details
+
+
 def calibrate(problem: FederatedProblem) -> FederatedCalibration:
     """σ for T Gaussian rounds of sensitivity 2L within (ε, δ), each site's σ_k, and the step
     schedule (module docstring)."""
@@ -165,46 +227,34 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
             f"got delta = {problem.delta!r}"
         )
     loss = problem.loss_object()
-    K, N, d = problem.sites, problem.total, problem.d
+    d = problem.d
     eps, delta, lam, c = problem.epsilon, problem.delta, problem.regularization, loss.c
     rounds = calibrate_rounds(eps, delta, rounds=iterations, clip=LIPSCHITZ, conversion=conversion)
     smooth = c + lam
     kappa = smooth / lam
     momentum = min((math.sqrt(kappa) - 1.0) / (math.sqrt(kappa) + 1.0), MAX_MOMENTUM)
-    details: dict[str, Any] = {
-        "protocol": NAME,
-        "K": K,
-        "N": N,
-        "d": d,
-        "epsilon": finite(eps),
-        "delta": finite(delta),
-        "loss": loss.name,
-        "c": finite(c),
-        "lipschitz": LIPSCHITZ,
-        "clip": LIPSCHITZ,
-        "regularization": finite(lam),
-        "zcdp_conversion": conversion,
-        **{k: finite(v) for k, v in rounds.details().items()},
-        "expected_noise_norm_per_site": finite(rounds.sigma * math.sqrt(d)),
-        "iterations": iterations,
-        "step_size": schedule,
-        "smoothness_bound": finite(smooth),
-        "z0": finite(1.0 / smooth),
-        "momentum": finite(momentum) if schedule == "nesterov" else 0.0,
-        "averaging_from": iterations // 2,
-        "float_margin_note": FLOAT_MARGIN_NOTE,
-        "release": GRADIENT_RELEASE,
-        "sites": [site_noise(n, d, LIPSCHITZ, rounds.sigma) for n in problem.site_sizes],
-    }
-    if loss.name == "huber":
-        details["huber_h"] = finite(problem.huber_h)
+    plan = PSGDPlan(
+        d=d,
+        epsilon=eps,
+        delta=delta,
+        loss=loss.name,
+        c=float(c),
+        huber_h=float(problem.huber_h) if loss.name == "huber" else None,
+        regularization=lam,
+        noise=rounds.plan(conversion),
+        iterations=iterations,
+        step_size=schedule,
+        smoothness_bound=smooth,
+        momentum=momentum if schedule == "nesterov" else 0.0,
+        sites=tuple(site_plan(n, d, LIPSCHITZ, rounds.sigma) for n in problem.site_sizes),
+    )
     achieved = rounds.achieved
     cost = PrivacyCost(float(achieved.epsilon), float(delta))
     return FederatedCalibration(
         protocol=NAME,
         site_costs=tuple(cost for _ in problem.site_sizes),
         private=True,
-        details=details,
+        details=plan.record(),
         composition=(
             f"{iterations} rounds, each site answering every round with a fresh Gaussian "
             f"release of its gradient sum (sensitivity 2L = {rounds.sensitivity:g}, "
@@ -221,7 +271,110 @@ def calibrate(problem: FederatedProblem) -> FederatedCalibration:
             "released toward the coordinator (no secure aggregation is assumed); the model is "
             "post-processing of the answers",
         ),
+        plan=plan,
     )
+
+
+class _Coordinator(Coordinator):
+    """Alg. 1's coordinator: asks every site for its noisy gradient at the query point, steps
+    on the sum of the answers, and tail-averages the iterates of the second half."""
+
+    def __init__(
+        self,
+        *,
+        total: int,
+        d: int,
+        regularization: float,
+        smoothness: float,
+        momentum: float,
+        sigmas: Sequence[float],
+        iterations: int,
+        schedule: str,
+    ) -> None:
+        super().__init__(iterations)
+        self._total, self._d, self._lam = total, d, regularization
+        self._smoothness, self._momentum, self._schedule = smoothness, momentum, schedule
+        self._sigmas = list(sigmas)
+        self._z0 = 1.0 / smoothness
+        self._w = np.zeros(d)
+        self._query = self._w.copy()
+        self._tail_sum = np.zeros(d)
+        self._tail_count = 0
+        self._start_average = iterations // 2
+
+    def ask(self, t: int, k: int, party: GradientParty, rng: np.random.Generator | None) -> Any:
+        """Site k's answer at the round's query point (one task of a round)."""
+        del t
+        return party.noisy_gradient(self._query, self._sigmas[k], rng)
+
+    def combine(self, t: int, answers: list[Any], parties: Sequence[Any]) -> None:
+        del parties
+        total = np.zeros(self._d)
+        for answer in answers:
+            total += answer  # every site asked at once; summed in site order
+        query, lam = self._query, self._lam
+        grad = total / self._total + lam * query
+        step = self._z0 if self._schedule != "decreasing" else 1.0 / (self._smoothness + lam * t)
+        w_next = query - step * grad
+        momentum = self._momentum
+        self._query = w_next + momentum * (w_next - self._w) if momentum else w_next
+        self._w = w_next
+        if t >= self._start_average:
+            self._tail_sum += self._w
+            self._tail_count += 1
+
+    def result(self, rng: np.random.Generator | None) -> FloatArray:
+        del rng
+        averaged: FloatArray = self._tail_sum / self._tail_count
+        return averaged
+
+
+class PSGD(FederatedProtocol[PSGDPlan]):
+    """PSGD's own steps within the shared skeleton (:mod:`.protocol`)."""
+
+    name = NAME
+    plan_type = PSGDPlan
+    steps = ("noisy_gradient",)
+
+    def calibrate(self, problem: FederatedProblem) -> FederatedCalibration:
+        return calibrate(problem)
+
+    def party(
+        self, problem: FederatedProblem, plan: PSGDPlan, index: int, X: FloatArray, y: FloatArray
+    ) -> PSGDSite:
+        del plan
+        return PSGDSite(index, X, y, problem.loss_object())
+
+    def coordinator(self, problem: FederatedProblem, plan: PSGDPlan) -> Coordinator:
+        del problem
+        return _Coordinator(
+            total=plan.total,
+            d=plan.d,
+            regularization=plan.regularization,
+            smoothness=plan.smoothness_bound,
+            momentum=plan.momentum,
+            sigmas=[site.sigma for site in plan.sites],
+            iterations=plan.iterations,
+            schedule=plan.step_size,
+        )
+
+    def perform(
+        self,
+        site: Any,
+        plan: PSGDPlan,
+        step: str,
+        points: list[FloatArray],
+        rng: np.random.Generator | None,
+    ) -> FloatArray | None:
+        del step  # PSGD's one step
+        assert isinstance(site, PSGDSite)
+        (point,) = exactly(points, 1)
+        # the party's own σ_k: σ scaled by its sum's floating-point margin (gaussian_rounds)
+        out: FloatArray = site.noisy_gradient(point, plan.sites[site.index].sigma, rng)
+        return out
+
+
+PROTOCOL: Final[PSGD] = PSGD()
 
 
 def coordinate(
@@ -240,86 +393,21 @@ def coordinate(
 ) -> FloatArray:
     """The coordinator of Alg. 1 over the sites' noisy answers: T steps, then the tail
     average of the iterates (post-processing of the answers only)."""
-    rngs = site_generators(rng, len(sites))
-    z0 = 1.0 / smoothness
-    w = np.zeros(d)
-    query = w.copy()
-    tail_sum = np.zeros(d)
-    tail_count = 0
-    start_average = iterations // 2
-    for t in range(iterations):
-        answers = np.zeros(d)
-        for answer in site_round(sites, partial(_ask, query, sigmas, rngs)):
-            answers += answer  # every site asked at once; summed in site order
-        grad = answers / total + regularization * query
-        step = z0 if schedule != "decreasing" else 1.0 / (smoothness + regularization * t)
-        w_next = query - step * grad
-        query = w_next + momentum * (w_next - w) if momentum else w_next
-        w = w_next
-        if t >= start_average:
-            tail_sum += w
-            tail_count += 1
-        clock.tick()
-    averaged: FloatArray = tail_sum / tail_count
-    return averaged
-
-
-def _ask(
-    query: FloatArray,
-    sigmas: Sequence[float],
-    rngs: Sequence[np.random.Generator | None],
-    k: int,
-    site: GradientParty,
-) -> FloatArray:
-    """Site k's answer at ``query`` (one task of a round)."""
-    return site.noisy_gradient(query, sigmas[k], rngs[k])
-
-
-def party(
-    problem: FederatedProblem,
-    calibration: FederatedCalibration,
-    index: int,
-    X: FloatArray,
-    y: FloatArray,
-) -> PSGDSite:
-    """Site ``index`` of this fit, holding (X, y): the in-process fit and a node build it alike."""
-    del calibration
-    return PSGDSite(index, X, y, problem.loss_object())
-
-
-def run_parties(
-    parties: Sequence[GradientParty],
-    problem: FederatedProblem,
-    calibration: FederatedCalibration,
-    *,
-    rng: np.random.Generator | None,
-    clock: RoundClock,
-) -> FloatArray:
-    """The coordinator over ``parties`` (local :class:`PSGDSite` objects or proxies of sites
-    that run elsewhere), with the calibration's numbers."""
-    det = calibration.details
-    return coordinate(
-        parties,
-        total=problem.total,
-        d=problem.d,
-        regularization=float(det["regularization"]),
-        smoothness=float(det["smoothness_bound"]),
-        momentum=float(det["momentum"]),
-        sigmas=[float(site["sigma"]) for site in det["sites"]],
-        iterations=int(det["iterations"]),
-        schedule=str(det["step_size"]),
-        rng=rng,
-        clock=clock,
+    coordinator = _Coordinator(
+        total=total,
+        d=d,
+        regularization=regularization,
+        smoothness=smoothness,
+        momentum=momentum,
+        sigmas=sigmas,
+        iterations=iterations,
+        schedule=schedule,
     )
+    return run_rounds(coordinator, sites, rng=rng, clock=clock)
 
 
-def run(
-    data: Sequence[tuple[FloatArray, FloatArray]],
-    problem: FederatedProblem,
-    calibration: FederatedCalibration,
-    *,
-    rng: np.random.Generator | None,
-    clock: RoundClock,
-) -> FloatArray:
-    sites = [party(problem, calibration, k, X, y) for k, (X, y) in enumerate(data)]
-    return run_parties(sites, problem, calibration, rng=rng, clock=clock)
+#: Site ``index`` of a fit, holding (X, y): the in-process fit and a node build it alike.
+party = PROTOCOL.local_party
+#: The coordinator over local :class:`PSGDSite` objects or proxies of sites on nodes.
+run_parties = PROTOCOL.run_parties
+run = PROTOCOL.run

@@ -123,13 +123,18 @@ class Case:
 
 
 def _with_details(cal: FederatedCalibration, **changes: Any) -> FederatedCalibration:
-    return dataclasses.replace(cal, details={**cal.details, **changes})
+    """The calibration with its plan (what a run executes) and its record changed alike."""
+    plan = dataclasses.replace(cal.plan, **changes)  # type: ignore[type-var]
+    return dataclasses.replace(cal, details={**cal.details, **changes}, plan=plan)
 
 
 def _with_site_0(cal: FederatedCalibration, key: str, factor: float) -> FederatedCalibration:
     sites = [dict(s) for s in cal.details["sites"]]
     sites[0][key] = float(sites[0][key]) * factor
-    return _with_details(cal, sites=sites)
+    planned = list(cal.plan.sites)  # type: ignore[union-attr]
+    planned[0] = dataclasses.replace(planned[0], **{key: getattr(planned[0], key) * factor})
+    plan = dataclasses.replace(cal.plan, sites=tuple(planned))  # type: ignore[type-var]
+    return dataclasses.replace(cal, details={**cal.details, "sites": sites}, plan=plan)
 
 
 # ρ for (2, 0.05) under CKS; Gaussian ADMM's σ_p = Δ_p(1 + S)/√(2ρ) with Δ_p = 2/(λB_p) = 0.04
