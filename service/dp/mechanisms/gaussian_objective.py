@@ -44,12 +44,14 @@ certified minimiser of :mod:`service.dp.optimize.certified` (``certified_release
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy import stats
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.mechanisms._common import (
     base_details,
@@ -64,8 +66,25 @@ from service.dp.mechanisms._common import (
 )
 from service.dp.optimize import certified, certified_failure
 
-__all__ = ["MECHANISM", "GaussianObjectivePerturbation", "compute_slack", "gop_sigma"]
+__all__ = [
+    "CAPABILITIES",
+    "MECHANISM",
+    "GaussianObjectivePerturbation",
+    "Options",
+    "compute_slack",
+    "gop_sigma",
+]
 
+
+# ---- options and capabilities (service.dp.core.options) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Options(MechanismOptions):
+    """GOP has no options of its own (only the loss's ``h``)."""
+
+
+CAPABILITIES = Capabilities()
 
 def compute_slack(epsilon: float, regularization: float, n: int, c: float) -> tuple[float, float]:
     """computeSlack (seed 002 Procedure 2) made tight: returns (Δ, ε̃) with ε̃ + ε_J = ε,
@@ -84,6 +103,8 @@ class GaussianObjectivePerturbation:
     """(ε, δ)-DP Gaussian objective perturbation (GOP)."""
 
     name = "gaussian_objective_perturbation"
+    options = Options
+    capabilities = CAPABILITIES
 
     def validate_params(self, problem: Problem) -> Problem:
         self.calibrate(problem)

@@ -12,21 +12,36 @@ perturbation.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.mechanisms._common import base_details, check_common, release, report
 from service.dp.optimize.solvers import minimize_erm
 
-__all__ = ["MECHANISM", "NonPrivate"]
+__all__ = ["CAPABILITIES", "MECHANISM", "NonPrivate", "Options"]
 
+
+# ---- options and capabilities (service.dp.core.options) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Options(MechanismOptions):
+    """The exact minimiser has no options of its own (only the loss's ``h``)."""
+
+
+#: No privacy: no (ε, δ), nothing charged, "no DP" in its records.
+CAPABILITIES = Capabilities(private=False)
 
 class NonPrivate:
     """The exact minimiser; no privacy (ε = ∞)."""
 
     name = "non_private"
+    options = Options
+    capabilities = CAPABILITIES
 
     def validate_params(self, problem: Problem) -> Problem:
         check_common(problem, (), private=False)

@@ -63,13 +63,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, LinearModel, Problem, ProgressCallback
 from service.dp.core.models import META_FEATURES, StackedModel, meta_features
+from service.dp.core.options import Capabilities, MechanismOptions, option
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data.projection import clip_rows
 from service.dp.mechanisms._common import (
@@ -83,10 +84,13 @@ from service.dp.mechanisms.objective_perturbation import run_certified, with_cen
 from service.dp.noise import draws as noise
 
 __all__ = [
+    "CAPABILITIES",
     "DEFAULT_HIGH_LEVEL_FRACTION",
     "DEFAULT_N_MODELS",
+    "FeaturesOptions",
     "STACKING_FEATURES",
     "STACKING_SAMPLES",
+    "SamplesOptions",
     "StackingFeatures",
     "StackingSamples",
     "split_budget",
@@ -105,6 +109,67 @@ _COMMON = (
 )
 _SAMPLES_PARAMS = ("n_models", *_COMMON)
 _FEATURES_PARAMS = ("feature_groups", "importance", "n_models", *_COMMON)
+
+# ---- options and capabilities (service.dp.core.options) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _CommonOptions(MechanismOptions):
+    """The high level's options, shared by PST-S and PST-F."""
+
+    high_level_fraction: float = option(
+        DEFAULT_HIGH_LEVEL_FRACTION,
+        "Share of the rows, drawn at random, that train the high-level model (the rest train "
+        "the low-level models).",
+        gt=0.0,
+        lt=1.0,
+    )
+    meta_features: Literal["sigmoid", "centered_sigmoid"] = option(
+        "sigmoid", "The high level's features: the low-level models' scores through σ."
+    )
+    high_level_intercept: bool = option(True, "Whether the high-level model has an intercept.")
+    high_level_regularization: float | None = option(
+        None,
+        "λ of the high-level model.",
+        gt=0.0,
+        computed_default="the fit's `regularization`",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SamplesOptions(_CommonOptions):
+    """PST-S: K low-level models on disjoint row blocks; ``validate_params`` checks K ≤ the
+    low level's rows."""
+
+    n_models: int = option(
+        DEFAULT_N_MODELS, "Number K of low-level models (disjoint row blocks).", ge=1, le=10_000
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FeaturesOptions(_CommonOptions):
+    """PST-F: K low-level models on disjoint column groups; ``validate_params`` checks the
+    groups (disjoint, columns in range) and that the weights sum to 1."""
+
+    feature_groups: list[list[int]] | None = option(
+        None,
+        "Disjoint groups of column indices, one low-level model each (null: `n_models` "
+        "near-equal groups of consecutive columns).",
+    )
+    importance: list[float] | None = option(
+        None,
+        "Public budget shares q_k > 0 of the groups, summing to 1 (null: equal shares).",
+    )
+    n_models: int | None = option(
+        None,
+        f"Number K of groups when `feature_groups` is not given (null: {DEFAULT_N_MODELS}, at "
+        "most d).",
+        ge=1,
+        le=10_000,
+    )
+
+
+CAPABILITIES = Capabilities()
 
 
 def split_budget(epsilon: float, weights: Sequence[float]) -> list[float]:
@@ -450,6 +515,8 @@ class StackingSamples(_Stacking):
 
     name = "stacking_samples"
     method = "samples"
+    options = SamplesOptions
+    capabilities = CAPABILITIES
     allowed = _SAMPLES_PARAMS
 
     def _own_params(self, problem: Problem, common: dict[str, Any]) -> dict[str, Any]:
@@ -492,6 +559,8 @@ class StackingFeatures(_Stacking):
 
     name = "stacking_features"
     method = "features"
+    options = FeaturesOptions
+    capabilities = CAPABILITIES
     allowed = _FEATURES_PARAMS
 
     def _own_params(self, problem: Problem, _common: dict[str, Any]) -> dict[str, Any]:
