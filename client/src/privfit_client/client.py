@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar, overload
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter
 
 from privfit_client._http import RetryPolicy, Session
 from privfit_client._io import DataSource, SpecSource, is_dataframe, load_spec, open_data, records
@@ -87,6 +87,10 @@ PREDICT_BATCH: Final[int] = _max_rows()
 
 ExportFormat = Literal["json", "skops", "onnx"]
 _Aggregation = AverageAggregationIn | FeatureAggregationIn | TransferAggregationIn
+#: Fit and plan bodies are unions discriminated by ``mechanism`` (each variant's ``params`` are
+#: that mechanism's typed options).
+_FIT_CREATE: TypeAdapter[Any] = TypeAdapter(FitCreate)
+_PLAN_CREATE: TypeAdapter[Any] = TypeAdapter(PlanCreate)
 _AGGREGATIONS: Final[dict[str, type[_Aggregation]]] = {
     "average": AverageAggregationIn,
     "feature": FeatureAggregationIn,
@@ -264,19 +268,24 @@ class Client:
         loss: str,
         regularization: float | Sequence[float],
         params: Mapping[str, Any] | None,
-    ) -> FitCreate:
-        return FitCreate(
-            mechanism=mechanism,
-            epsilon=epsilon,
-            delta=delta,
-            loss=loss,
-            regularization=(
-                regularization
-                if isinstance(regularization, (int, float))
-                else RegularizationCandidates(candidates=[float(c) for c in regularization])
-            ),
-            params=dict(params or {}),
+    ) -> BaseModel:
+        # the body's model is the variant of the union FitCreate named by ``mechanism``,
+        # whose ``params`` are that mechanism's typed options
+        body: BaseModel = _FIT_CREATE.validate_python(
+            {
+                "mechanism": mechanism,
+                "epsilon": epsilon,
+                "delta": delta,
+                "loss": loss,
+                "regularization": (
+                    regularization
+                    if isinstance(regularization, (int, float))
+                    else RegularizationCandidates(candidates=[float(c) for c in regularization])
+                ),
+                "params": dict(params or {}),
+            }
         )
+        return body
 
     def fit(
         self,
@@ -393,18 +402,20 @@ class Client:
         svg: bool = False,
     ) -> PlanRead | str:
         """The privacy–utility plan (spends nothing); with ``svg=True`` the picture as SVG."""
-        body = PlanCreate(
-            mechanism=mechanism,
-            epsilons=list(epsilons),
-            regularizations=list(regularizations),
-            reference_dataset_id=reference_dataset_id,
-            repeats=repeats,
-            target_accuracy=target_accuracy,
-            target_probability=target_probability,
-            delta=delta,
-            loss=loss,
-            params=dict(params or {}),
-            seed=seed,
+        body: BaseModel = _PLAN_CREATE.validate_python(
+            {
+                "mechanism": mechanism,
+                "epsilons": list(epsilons),
+                "regularizations": list(regularizations),
+                "reference_dataset_id": reference_dataset_id,
+                "repeats": repeats,
+                "target_accuracy": target_accuracy,
+                "target_probability": target_probability,
+                "delta": delta,
+                "loss": loss,
+                "params": dict(params or {}),
+                "seed": seed,
+            }
         )
         path = f"/v1/datasets/{dataset_id}/plans"
         if svg:

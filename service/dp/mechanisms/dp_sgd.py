@@ -169,8 +169,8 @@ _PARAMS = (
 
 @dataclass(frozen=True, slots=True)
 class Options(MechanismOptions):
-    """DP-SGD's options (module docstring); ``validate_params`` also checks b ≤ n and that
-    ``eta`` and the projection's details come only with what uses them."""
+    """DP-SGD's options. Also checked with the dataset: b ≤ n; `eta` only with a schedule that
+    uses it, `projection_kind` and `projection_seed` only with `projection_dim`."""
 
     epochs: int = option(
         DEFAULT_EPOCHS, "Passes E over the data (each uses every row once).", ge=1, le=MAX_EPOCHS
@@ -204,8 +204,7 @@ class Options(MechanismOptions):
     )
     projection_kind: Literal["gaussian", "achlioptas"] | None = option(
         None,
-        "The projection matrix's entries (with `projection_dim` only).",
-        computed_default="`gaussian` when `projection_dim` is given",
+        "The projection matrix's entries (with `projection_dim` only; omitted: `gaussian`).",
     )
     projection_seed: int | None = option(
         None,

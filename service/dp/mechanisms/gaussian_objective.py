@@ -81,7 +81,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Options(MechanismOptions):
-    """GOP has no options of its own (only the loss's ``h``)."""
+    """GOP has no options of its own (only the loss's `h`)."""
 
 
 CAPABILITIES = Capabilities()

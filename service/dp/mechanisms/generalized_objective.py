@@ -103,7 +103,7 @@ _PARAMS = ("kifer_Delta",)
 
 @dataclass(frozen=True, slots=True)
 class Options(MechanismOptions):
-    """KST12's one option; ``calibrate`` checks that it leaves budget for the noise."""
+    """KST12's one option. Also checked with the dataset: it leaves budget for the noise."""
 
     kifer_Delta: float | None = option(  # noqa: N815 - the paper's Δ, the API's name
         None,

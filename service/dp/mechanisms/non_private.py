@@ -30,7 +30,7 @@ __all__ = ["CAPABILITIES", "MECHANISM", "NonPrivate", "Options"]
 
 @dataclass(frozen=True, slots=True)
 class Options(MechanismOptions):
-    """The exact minimiser has no options of its own (only the loss's ``h``)."""
+    """The exact minimiser has no options of its own (only the loss's `h`)."""
 
 
 #: No privacy: no (ε, δ), nothing charged, "no DP" in its records.

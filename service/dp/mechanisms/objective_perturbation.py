@@ -92,7 +92,7 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Options(MechanismOptions):
-    """Objective perturbation has no options of its own (only the loss's ``h``)."""
+    """Objective perturbation has no options of its own (only the loss's `h`)."""
 
 
 def excess_risk_terms(

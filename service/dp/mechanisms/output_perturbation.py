@@ -83,7 +83,7 @@ __all__ = ["CAPABILITIES", "MECHANISM", "Options", "OutputPerturbation"]
 
 @dataclass(frozen=True, slots=True)
 class Options(MechanismOptions):
-    """Output perturbation has no options of its own (only the loss's ``h``)."""
+    """Output perturbation has no options of its own (only the loss's `h`)."""
 
 
 def excess_risk_terms(

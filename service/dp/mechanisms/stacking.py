@@ -138,7 +138,7 @@ class _CommonOptions(MechanismOptions):
 
 @dataclass(frozen=True, slots=True)
 class SamplesOptions(_CommonOptions):
-    """PST-S: K low-level models on disjoint row blocks; ``validate_params`` checks K ≤ the
+    """PST-S: K low-level models on disjoint row blocks. Also checked with the dataset: K ≤ the
     low level's rows."""
 
     n_models: int = option(
@@ -148,8 +148,8 @@ class SamplesOptions(_CommonOptions):
 
 @dataclass(frozen=True, slots=True)
 class FeaturesOptions(_CommonOptions):
-    """PST-F: K low-level models on disjoint column groups; ``validate_params`` checks the
-    groups (disjoint, columns in range) and that the weights sum to 1."""
+    """PST-F: K low-level models on disjoint column groups. Also checked with the dataset: the
+    groups are disjoint with columns in range, the weights sum to 1."""
 
     feature_groups: list[list[int]] | None = option(
         None,
