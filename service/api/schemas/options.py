@@ -92,21 +92,19 @@ def _json_number(value: float) -> float | int:
 
 
 @cache
-def _build(mechanism: str, options: type[Any], tunable: tuple[str, ...]) -> type[BaseModel]:
+def _build(mechanism: str, options: Any, tunable: tuple[str, ...]) -> type[BaseModel]:
     hints = typing.get_type_hints(options)
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(options):
         spec = option_specs(options)[f.name]
         base, nullable = _without_none(hints[f.name])
         bounds = {k: _json_number(v) for k, v in spec.bounds().items()}
-        tp: Any = Annotated[base, Field(**bounds)] if bounds else base
+        tp: Any = Annotated[base, Field(**bounds)] if bounds else base  # type: ignore[call-overload]
         description = spec.doc
-        extra: dict[str, Any] | None = None
         if spec.computed_default is not None:
             # no fixed default: null is not a value the mechanism takes, and the schema shows
             # the default in words only
             description = f"{description} Default: {spec.computed_default}."
-            extra = {"default": None}
         elif nullable:
             tp = tp | None
         if f.name in tunable:
@@ -120,11 +118,11 @@ def _build(mechanism: str, options: type[Any], tunable: tuple[str, ...]) -> type
             Field(
                 default=f.default,
                 description=description,
-                json_schema_extra=_drop_default if extra is not None else None,
+                json_schema_extra=None if spec.computed_default is None else _drop_default,
             ),
         )
     doc = " ".join((inspect.getdoc(options) or "").split())
-    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(
         options_model_name(mechanism),
         __config__=ConfigDict(extra="forbid", strict=True),
         __doc__=f"The options (`params`) of `{mechanism}`. {doc}".strip(),
@@ -142,7 +140,8 @@ def options_model(mechanism: Mechanism, *, tunable: bool = False) -> type[BaseMo
     """The request schema of ``mechanism``'s options (module docstring); with ``tunable`` its
     ``capabilities.tunable_options`` also take ``{"candidates": [...]}``."""
     names = tuple(mechanism.capabilities.tunable_options) if tunable else ()
-    return _build(mechanism.name, mechanism.options, names)
+    options: Any = mechanism.options  # a class: hashable, as the cache needs
+    return _build(mechanism.name, options, names)
 
 
 def check_params(mechanism: str, params: Mapping[str, Any], *, tunable: bool) -> None:
@@ -157,7 +156,7 @@ def check_params(mechanism: str, params: Mapping[str, Any], *, tunable: bool) ->
         raise ValidationError.from_exception_data(
             "params",
             [
-                {**error, "loc": ("params", *error["loc"])}  # type: ignore[typeddict-item]
+                {**error, "loc": ("params", *error["loc"])}  # type: ignore[typeddict-unknown-key]
                 for error in exc.errors()
             ],
         ) from None
@@ -222,12 +221,12 @@ class MechanismRequest(RequestModel):
 def _variant(
     base: type[MechanismRequest], mechanism: str, options: type[BaseModel]
 ) -> type[MechanismRequest]:
-    model: type[MechanismRequest] = create_model(  # type: ignore[call-overload]
+    model: type[MechanismRequest] = create_model(
         f"{base.__name__}{_camel(mechanism)}",
         __base__=base,
         __doc__=f"{' '.join((inspect.getdoc(base) or '').split())} Mechanism `{mechanism}`.",
         __module__=__name__,
-        mechanism=(Literal[mechanism], Field(description=f"`{mechanism}`.")),
+        mechanism=(Literal[mechanism], Field(description=f"`{mechanism}`.")),  # type: ignore[arg-type]
         params=(
             options,
             Field(

@@ -79,6 +79,7 @@ def step_size_mechanisms() -> tuple[str, ...]:
         )
     )
 
+
 _LAMBDA_LOC = ["body", "regularization", "candidates"]
 _ETA_LOC = ["body", "params", "eta", "candidates"]
 

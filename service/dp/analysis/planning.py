@@ -49,15 +49,14 @@ from service.dp.mechanisms import MECHANISMS
 
 __all__ = [
     "BOUND_MECHANISMS",
-    "bound_mechanisms",
     "MAX_SIMULATED_FITS",
     "GridPoint",
+    "bound_mechanisms",
     "excess_risk_bound",
     "plan_point",
     "simulate_accuracy",
     "smallest_epsilon",
 ]
-
 
 
 def bound_mechanisms() -> frozenset[str]:

@@ -115,13 +115,13 @@ from service.dp.noise import lattice
 from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
-    "DEFAULT_BATCH_SIZE",
     "CAPABILITIES",
+    "DEFAULT_BATCH_SIZE",
     "DPSGD",
     "MECHANISM",
+    "SCHEDULES",
     "UPDATE_ROWS",
     "Options",
-    "SCHEDULES",
     "batch_sizes",
     "gradient_sensitivity",
     "per_step_epsilon",
@@ -233,6 +233,7 @@ def work_estimate(n: int, d: int, details: Mapping[str, Any]) -> float:
 
 
 CAPABILITIES = Capabilities(tunable_options=("eta",), work=work_estimate)
+
 
 def split_epsilon(epsilon: float, parts: int) -> float:
     """The largest float ε_p ≤ ε/parts with parts·ε_p ≤ ε in exact arithmetic."""

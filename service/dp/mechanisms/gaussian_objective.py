@@ -86,6 +86,7 @@ class Options(MechanismOptions):
 
 CAPABILITIES = Capabilities()
 
+
 def compute_slack(epsilon: float, regularization: float, n: int, c: float) -> tuple[float, float]:
     """computeSlack (seed 002 Procedure 2) made tight: returns (Δ, ε̃) with ε̃ + ε_J = ε,
     ε_J = ln(1 + c/(n(λ + Δ))) (see :func:`~service.dp.mechanisms._common.jacobian_slack`)."""

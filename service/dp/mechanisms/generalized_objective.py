@@ -105,7 +105,7 @@ _PARAMS = ("kifer_Delta",)
 class Options(MechanismOptions):
     """KST12's one option. Also checked with the dataset: it leaves budget for the noise."""
 
-    kifer_Delta: float | None = option(  # noqa: N815 - the paper's Δ, the API's name
+    kifer_Delta: float | None = option(
         None,
         "The extra regularisation Δ_K ≥ 2c/ε₁ of KST12 (module docstring).",
         ge=0.0,
@@ -114,6 +114,7 @@ class Options(MechanismOptions):
 
 
 CAPABILITIES = Capabilities()
+
 
 def gaussian_tail_quantile(d: int, delta: float) -> float:
     """The u > 0 with min(4Φ̄(u), P[χ²_k > u²]) = δ, k = min(d, 2) (module docstring)."""

@@ -36,6 +36,7 @@ class Options(MechanismOptions):
 #: No privacy: no (ε, δ), nothing charged, "no DP" in its records.
 CAPABILITIES = Capabilities(private=False)
 
+
 class NonPrivate:
     """The exact minimiser; no privacy (ε = ∞)."""
 

@@ -110,6 +110,7 @@ def excess_risk_terms(
 
 CAPABILITIES = Capabilities(excess_risk=excess_risk_terms, meta_level=True)
 
+
 class ObjectivePerturbation:
     """ε-DP objective perturbation (CMS11 Alg. 2)."""
 

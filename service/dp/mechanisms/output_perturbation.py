@@ -98,6 +98,7 @@ def excess_risk_terms(
 
 CAPABILITIES = Capabilities(excess_risk=excess_risk_terms, meta_level=True)
 
+
 class OutputPerturbation:
     """ε-DP output perturbation (CMS11 Alg. 1) with sensitivity 2/(nλ) + 2τ/λ, τ proved."""
 

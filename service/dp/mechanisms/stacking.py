@@ -87,9 +87,9 @@ __all__ = [
     "CAPABILITIES",
     "DEFAULT_HIGH_LEVEL_FRACTION",
     "DEFAULT_N_MODELS",
-    "FeaturesOptions",
     "STACKING_FEATURES",
     "STACKING_SAMPLES",
+    "FeaturesOptions",
     "SamplesOptions",
     "StackingFeatures",
     "StackingSamples",
@@ -151,12 +151,13 @@ class FeaturesOptions(_CommonOptions):
     """PST-F: K low-level models on disjoint column groups. Also checked with the dataset: the
     groups are disjoint with columns in range, the weights sum to 1."""
 
-    feature_groups: list[list[int]] | None = option(
+    # JSON arrays; the default is None, never a shared list
+    feature_groups: list[list[int]] | None = option(  # noqa: RUF009
         None,
         "Disjoint groups of column indices, one low-level model each (null: `n_models` "
         "near-equal groups of consecutive columns).",
     )
-    importance: list[float] | None = option(
+    importance: list[float] | None = option(  # noqa: RUF009
         None,
         "Public budget shares q_k > 0 of the groups, summing to 1 (null: equal shares).",
     )

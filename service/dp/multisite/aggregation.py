@@ -59,7 +59,6 @@ __all__ = [
 ]
 
 
-
 def meta_level_mechanisms() -> tuple[str, ...]:
     """The registry's mechanisms the feature method offers at the meta level (single release,
     linear output: ``capabilities.meta_level``), by name."""
