@@ -226,19 +226,6 @@ class DatasetGrantIn(BaseModel):
     epsilon_cap: Annotated[float, Field(ge=1e-06, le=1000.0, title="Epsilon Cap")]
 
 
-DpSgdOptionsEta = TypeAliasType(
-    "DpSgdOptionsEta",
-    Annotated[
-        float,
-        Field(
-            description='Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1 (the `inverse` schedule has none). Or `{"candidates": [...]}` (1 to 10 distinct values > 0): PrivFit chooses one privately within the same (ε, δ).',
-            gt=0.0,
-            title="Eta",
-        ),
-    ],
-)
-
-
 DpSgdOptionsProjectionDim = TypeAliasType(
     "DpSgdOptionsProjectionDim",
     Annotated[
@@ -269,6 +256,138 @@ DpSgdOptionsProjectionSeed = TypeAliasType(
 
 DpSgdOptionsRadius = TypeAliasType(
     "DpSgdOptionsRadius",
+    Annotated[
+        float,
+        Field(
+            description="Radius R of the ball the iterates are projected onto (null: no projection).",
+            gt=0.0,
+            title="Radius",
+        ),
+    ],
+)
+
+
+class DpSgdOptions(BaseModel):
+    """
+    The options (`params`) of `dp_sgd`. DP-SGD's options. Also checked with the dataset: b ≤ n; `eta` only with a schedule that uses it, `projection_kind` and `projection_seed` only with `projection_dim`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    batch_size: Annotated[
+        int | None,
+        Field(
+            description="Mini-batch size b (1 ≤ b ≤ n); each pass makes ⌊n/b⌋ noisy updates. Default: min(50, n).",
+            ge=1,
+            title="Batch Size",
+        ),
+    ] = None
+    epochs: Annotated[
+        int | None,
+        Field(
+            description="Passes E over the data (each uses every row once).",
+            ge=1,
+            le=10000,
+            title="Epochs",
+        ),
+    ] = 1
+    eta: Annotated[
+        float | None,
+        Field(
+            description="Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1 (the `inverse` schedule has none).",
+            gt=0.0,
+            title="Eta",
+        ),
+    ] = None
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+    projection_dim: Annotated[
+        DpSgdOptionsProjectionDim | None,
+        Field(
+            description="Dimension k of a public random projection of the rows (null: none); SGD runs in dimension k and the released weights are folded back to d.",
+            title="Projection Dim",
+        ),
+    ] = None
+    projection_kind: Annotated[
+        Literal["gaussian", "achlioptas"] | None,
+        Field(
+            description="The projection matrix's entries (with `projection_dim` only; omitted: `gaussian`).",
+            title="Projection Kind",
+        ),
+    ] = None
+    projection_seed: Annotated[
+        DpSgdOptionsProjectionSeed | None,
+        Field(
+            description="Public seed of the projection matrix (with `projection_dim` only; null: drawn from the CSPRNG).",
+            title="Projection Seed",
+        ),
+    ] = None
+    radius: Annotated[
+        DpSgdOptionsRadius | None,
+        Field(
+            description="Radius R of the ball the iterates are projected onto (null: no projection).",
+            title="Radius",
+        ),
+    ] = None
+    schedule: Annotated[
+        Literal["constant", "inverse_sqrt", "inverse"] | None,
+        Field(
+            description="Step sizes: `constant` η_t = η, `inverse_sqrt` η_t = η/√t, `inverse` η_t = 1/(λt).",
+            title="Schedule",
+        ),
+    ] = "inverse_sqrt"
+
+
+DpSgdTunableOptionsEta = TypeAliasType(
+    "DpSgdTunableOptionsEta",
+    Annotated[
+        float,
+        Field(
+            description='Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1 (the `inverse` schedule has none). Or `{"candidates": [...]}` (1 to 10 distinct values > 0): PrivFit chooses one privately within the same (ε, δ).',
+            gt=0.0,
+            title="Eta",
+        ),
+    ],
+)
+
+
+DpSgdTunableOptionsProjectionDim = TypeAliasType(
+    "DpSgdTunableOptionsProjectionDim",
+    Annotated[
+        int,
+        Field(
+            description="Dimension k of a public random projection of the rows (null: none); SGD runs in dimension k and the released weights are folded back to d.",
+            ge=1,
+            le=1000000,
+            title="Projection Dim",
+        ),
+    ],
+)
+
+
+DpSgdTunableOptionsProjectionSeed = TypeAliasType(
+    "DpSgdTunableOptionsProjectionSeed",
+    Annotated[
+        int,
+        Field(
+            description="Public seed of the projection matrix (with `projection_dim` only; null: drawn from the CSPRNG).",
+            ge=0,
+            le=9007199254740991,
+            title="Projection Seed",
+        ),
+    ],
+)
+
+
+DpSgdTunableOptionsRadius = TypeAliasType(
+    "DpSgdTunableOptionsRadius",
     Annotated[
         float,
         Field(
@@ -1336,6 +1455,49 @@ PlanCreateDpSgdTargetAccuracy = TypeAliasType(
     "PlanCreateDpSgdTargetAccuracy",
     Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
 )
+
+
+class PlanCreateDpSgd(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `dp_sgd`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[Literal["dp_sgd"], Field(description="`dp_sgd`.", title="Mechanism")]
+    params: Annotated[
+        DpSgdOptions | None, Field(description="The options of `dp_sgd` (each optional).")
+    ] = None
+    reference_dataset_id: Annotated[
+        PlanCreateDpSgdReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float] | None, Field(max_length=40, min_length=1, title="Regularizations")
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateDpSgdSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[
+        PlanCreateDpSgdTargetAccuracy | None, Field(title="Target Accuracy")
+    ] = None
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
 
 
 PlanCreateGaussianObjectivePerturbationReferenceDatasetId = TypeAliasType(
@@ -2585,7 +2747,7 @@ class DatasetRead(BaseModel):
     ]
 
 
-class DpSgdOptions(BaseModel):
+class DpSgdTunableOptions(BaseModel):
     """
     The options (`params`) of `dp_sgd`. DP-SGD's options. Also checked with the dataset: b ≤ n; `eta` only with a schedule that uses it, `projection_kind` and `projection_seed` only with `projection_dim`.
     """
@@ -2611,7 +2773,7 @@ class DpSgdOptions(BaseModel):
         ),
     ] = 1
     eta: Annotated[
-        DpSgdOptionsEta | OptionCandidates | None,
+        DpSgdTunableOptionsEta | OptionCandidates | None,
         Field(
             description='Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1 (the `inverse` schedule has none). Or `{"candidates": [...]}` (1 to 10 distinct values > 0): PrivFit chooses one privately within the same (ε, δ).',
             title="Eta",
@@ -2626,7 +2788,7 @@ class DpSgdOptions(BaseModel):
         ),
     ] = 0.5
     projection_dim: Annotated[
-        DpSgdOptionsProjectionDim | None,
+        DpSgdTunableOptionsProjectionDim | None,
         Field(
             description="Dimension k of a public random projection of the rows (null: none); SGD runs in dimension k and the released weights are folded back to d.",
             title="Projection Dim",
@@ -2640,14 +2802,14 @@ class DpSgdOptions(BaseModel):
         ),
     ] = None
     projection_seed: Annotated[
-        DpSgdOptionsProjectionSeed | None,
+        DpSgdTunableOptionsProjectionSeed | None,
         Field(
             description="Public seed of the projection matrix (with `projection_dim` only; null: drawn from the CSPRNG).",
             title="Projection Seed",
         ),
     ] = None
     radius: Annotated[
-        DpSgdOptionsRadius | None,
+        DpSgdTunableOptionsRadius | None,
         Field(
             description="Radius R of the ball the iterates are projected onto (null: no projection).",
             title="Radius",
@@ -2719,7 +2881,7 @@ class FitCreateDpSgd(BaseModel):
     ] = "logistic"
     mechanism: Annotated[Literal["dp_sgd"], Field(description="`dp_sgd`.", title="Mechanism")]
     params: Annotated[
-        DpSgdOptions | None, Field(description="The options of `dp_sgd` (each optional).")
+        DpSgdTunableOptions | None, Field(description="The options of `dp_sgd` (each optional).")
     ] = None
     regularization: Annotated[
         FitCreateDpSgdRegularization | RegularizationCandidates,
@@ -3135,49 +3297,6 @@ class ModelUpload(BaseModel):
 
 class OfferList(BaseModel):
     items: Annotated[list[OfferRead], Field(title="Items")]
-
-
-class PlanCreateDpSgd(BaseModel):
-    """
-    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `dp_sgd`.
-    """
-
-    model_config = ConfigDict(
-        extra="forbid",
-    )
-    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
-    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
-    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
-    mechanism: Annotated[Literal["dp_sgd"], Field(description="`dp_sgd`.", title="Mechanism")]
-    params: Annotated[
-        DpSgdOptions | None, Field(description="The options of `dp_sgd` (each optional).")
-    ] = None
-    reference_dataset_id: Annotated[
-        PlanCreateDpSgdReferenceDatasetId | None,
-        Field(
-            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
-            title="Reference Dataset Id",
-        ),
-    ] = None
-    regularizations: Annotated[
-        list[float] | None, Field(max_length=40, min_length=1, title="Regularizations")
-    ] = [0.001]
-    repeats: Annotated[
-        int | None,
-        Field(
-            description="Simulated fits per grid point (grid × repeats ≤ 200).",
-            ge=2,
-            le=50,
-            title="Repeats",
-        ),
-    ] = 10
-    seed: Annotated[PlanCreateDpSgdSeed | None, Field(title="Seed")] = None
-    target_accuracy: Annotated[
-        PlanCreateDpSgdTargetAccuracy | None, Field(title="Target Accuracy")
-    ] = None
-    target_probability: Annotated[
-        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
-    ] = 0.9
 
 
 class PlanCreateStackingFeatures(BaseModel):

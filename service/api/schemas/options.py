@@ -16,7 +16,8 @@ allows private tuning.
   unknown mechanism is left to the use case, which says which ones exist);
 * its OpenAPI schema (:meth:`MechanismRequest.union_schema`, put in the document by
   ``service.api.openapi_doc``) is a union discriminated by ``mechanism`` with one variant per
-  registered mechanism, ``<Base><Mechanism>``, whose ``params`` is ``<Mechanism>Options``.
+  registered mechanism, ``<Base><Mechanism>``, whose ``params`` is ``<Mechanism>Options``
+  (``<Mechanism>TunableOptions`` where tunable options may be candidates).
 
 The mechanism's own ``validate_params`` stays the authority on the rules that depend on the
 problem or on several options; this layer only refuses earlier, with the option named.
@@ -72,9 +73,10 @@ def _camel(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
 
 
-def options_model_name(mechanism: str) -> str:
-    """``dp_sgd`` → ``DpSgdOptions``: the schema's name of a mechanism's options."""
-    return f"{_camel(mechanism)}Options"
+def options_model_name(mechanism: str, *, tunable: bool = False) -> str:
+    """``dp_sgd`` → ``DpSgdOptions``: the schema's name of a mechanism's options;
+    ``DpSgdTunableOptions`` for the ones whose tunable options also take candidates."""
+    return f"{_camel(mechanism)}{'Tunable' if tunable else ''}Options"
 
 
 def _without_none(tp: Any) -> tuple[Any, bool]:
@@ -123,7 +125,7 @@ def _build(mechanism: str, options: Any, tunable: tuple[str, ...]) -> type[BaseM
         )
     doc = " ".join((inspect.getdoc(options) or "").split())
     model: type[BaseModel] = create_model(
-        options_model_name(mechanism),
+        options_model_name(mechanism, tunable=bool(tunable)),
         __config__=ConfigDict(extra="forbid", strict=True),
         __doc__=f"The options (`params`) of `{mechanism}`. {doc}".strip(),
         __module__=__name__,
