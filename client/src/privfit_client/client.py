@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar, overload
 
 import httpx
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from privfit_client._http import RetryPolicy, Session
 from privfit_client._io import DataSource, SpecSource, is_dataframe, load_spec, open_data, records
@@ -91,6 +91,25 @@ _Aggregation = AverageAggregationIn | FeatureAggregationIn | TransferAggregation
 #: that mechanism's typed options).
 _FIT_CREATE: TypeAdapter[Any] = TypeAdapter(FitCreate)
 _PLAN_CREATE: TypeAdapter[Any] = TypeAdapter(PlanCreate)
+
+
+class _UncheckedBody(BaseModel):
+    """A body the client's models refuse (an unknown mechanism or option), sent as given so
+    that the server answers with its problem (a 422 naming the part)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _by_mechanism(adapter: TypeAdapter[Any], data: dict[str, Any]) -> BaseModel:
+    """The variant of a union discriminated by ``mechanism`` for ``data``, else ``data``
+    unchecked (the server is the judge)."""
+    try:
+        body: BaseModel = adapter.validate_python(data)
+    except ValidationError:
+        return _UncheckedBody(**data)
+    return body
+
+
 _AGGREGATIONS: Final[dict[str, type[_Aggregation]]] = {
     "average": AverageAggregationIn,
     "feature": FeatureAggregationIn,
@@ -271,7 +290,8 @@ class Client:
     ) -> BaseModel:
         # the body's model is the variant of the union FitCreate named by ``mechanism``,
         # whose ``params`` are that mechanism's typed options
-        body: BaseModel = _FIT_CREATE.validate_python(
+        return _by_mechanism(
+            _FIT_CREATE,
             {
                 "mechanism": mechanism,
                 "epsilon": epsilon,
@@ -283,9 +303,8 @@ class Client:
                     else RegularizationCandidates(candidates=[float(c) for c in regularization])
                 ),
                 "params": dict(params or {}),
-            }
+            },
         )
-        return body
 
     def fit(
         self,
@@ -402,7 +421,8 @@ class Client:
         svg: bool = False,
     ) -> PlanRead | str:
         """The privacy–utility plan (spends nothing); with ``svg=True`` the picture as SVG."""
-        body: BaseModel = _PLAN_CREATE.validate_python(
+        body = _by_mechanism(
+            _PLAN_CREATE,
             {
                 "mechanism": mechanism,
                 "epsilons": list(epsilons),
@@ -415,7 +435,7 @@ class Client:
                 "loss": loss,
                 "params": dict(params or {}),
                 "seed": seed,
-            }
+            },
         )
         path = f"/v1/datasets/{dataset_id}/plans"
         if svg:
