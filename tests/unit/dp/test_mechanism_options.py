@@ -104,7 +104,6 @@ def test_fixed_defaults_are_the_ones_the_mechanism_uses(name: str) -> None:
     """A value the schema shows as the default equals what validate_params fills in when the
     option is left out."""
     options = MECHANISMS[name].options
-    specs = option_specs(options)
     used = _problem(name, {}).params
     checked = 0
     for f in dataclasses.fields(options):
