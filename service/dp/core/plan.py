@@ -133,8 +133,7 @@ def require_same_plan(stored: Plan, derived: Plan) -> Plan:
     differ = [
         field.name
         for field in dataclasses.fields(stored)  # type: ignore[arg-type]
-        if type(stored) is type(derived)
-        and getattr(stored, field.name) != getattr(derived, field.name)
+        if type(stored) is type(derived) and getattr(stored, field.name) != getattr(derived, field.name)
     ]
     raise PlanMismatchError(
         f"the plan stored at submission ({type(stored).kind}) differs from the one re-derived "
