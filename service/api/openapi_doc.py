@@ -12,6 +12,9 @@ from pydantic import BaseModel
 
 from service.api.errors import problem_example, problem_responses
 from service.api.schemas.datasets import DatasetCreate
+from service.api.schemas.fits import FitCreate
+from service.api.schemas.options import MechanismRequest
+from service.api.schemas.plans import PlanCreate
 from service.api.schemas.problem import PROBLEM_MEDIA_TYPE
 
 __all__ = ["DESCRIPTION", "TAGS", "build_openapi", "operation_id"]
@@ -152,6 +155,8 @@ def _rate_limited_response(path: str) -> dict[str, Any]:
 #: Request models that no route declares as a body but the document references (the
 #: multipart upload's ``spec`` part is read by hand, so FastAPI never sees its model).
 _EXTRA_SCHEMAS: tuple[type[BaseModel], ...] = (DatasetCreate,)
+#: Request bodies whose ``params`` are typed per mechanism (``_type_mechanism_options``).
+_MECHANISM_REQUESTS: tuple[type[MechanismRequest], ...] = (FitCreate, PlanCreate)
 
 
 def _add_extra_schemas(spec: dict[str, Any]) -> None:
@@ -165,6 +170,20 @@ def _add_extra_schemas(spec: dict[str, Any]) -> None:
         for name, definition in schema.pop("$defs", {}).items():
             schemas.setdefault(name, definition)
         schemas.setdefault(model.__name__, schema)
+
+
+def _type_mechanism_options(spec: dict[str, Any]) -> None:
+    """Replace each request body with a ``mechanism`` and its ``params``
+    (:class:`~service.api.schemas.options.MechanismRequest`) by the union of one variant per
+    registered mechanism, each with that mechanism's typed options."""
+    schemas: dict[str, Any] = spec.setdefault("components", {}).setdefault("schemas", {})
+    for model in _MECHANISM_REQUESTS:
+        if model.__name__ not in schemas:
+            continue
+        union, definitions = model.union_schema("#/components/schemas/{model}")
+        for name, definition in definitions.items():
+            schemas.setdefault(name, definition)
+        schemas[model.__name__] = union
 
 
 def _link(operation_id: str, description: str, **parameters: str) -> dict[str, Any]:
@@ -274,6 +293,7 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
         spec = copy.deepcopy(spec)
         _fix_error_responses(spec)
         _add_extra_schemas(spec)
+        _type_mechanism_options(spec)
         _add_links(spec)
         app.openapi_schema = spec
     return app.openapi_schema

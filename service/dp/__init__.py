@@ -43,6 +43,7 @@ from service.dp.core.base import (
     ProgressCallback,
 )
 from service.dp.core.losses import LOSSES
+from service.dp.core.options import DEFAULT_HUBER_H
 from service.dp.core.plan import Plan, PlanMismatchError
 from service.dp.core.validation import (
     PrivacyParameterError,
@@ -83,10 +84,11 @@ __all__ = [
     "projection",
 ]
 
-#: Mechanisms that promise no privacy, and so take no (ε, δ) (their records say "no DP").
-NON_PRIVATE_MECHANISMS: frozenset[str] = frozenset({"non_private"})
-#: Default width of the Huber-smoothed hinge when ``h`` is not given.
-DEFAULT_HUBER_H = 0.5
+#: Mechanisms that promise no privacy, and so take no (ε, δ) (their records say "no DP"):
+#: the registry's entries whose capabilities say so.
+NON_PRIVATE_MECHANISMS: frozenset[str] = frozenset(
+    name for name, mechanism in MECHANISMS.items() if not mechanism.capabilities.private
+)
 
 
 def fit(
@@ -238,7 +240,7 @@ def as_charged(
     (:func:`~service.dp.core.accounting.shown_as_requested`)
     — conservative, the request is ≥ what was used; ``epsilon_calibrated`` and
     ``delta_calibrated`` record the doubles the noise used."""
-    if problem.mechanism in NON_PRIVATE_MECHANISMS:
+    if not get_mechanism(problem.mechanism).capabilities.private:
         return calibration
     eps, dlt = calibration.epsilon, calibration.delta
     if eps == problem.epsilon:
@@ -273,7 +275,7 @@ def make_problem(
     own = dict(params)
     huber_h = positive_float_param(own, "h", DEFAULT_HUBER_H)
     own.pop("h", None)
-    if mech.name in NON_PRIVATE_MECHANISMS:
+    if not mech.capabilities.private:
         eps, dlt = math.inf, 0.0
     else:
         check_epsilon_delta(epsilon, delta)

@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any, Final, Literal, Self, TypeVar, overload
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from privfit_client._http import RetryPolicy, Session
 from privfit_client._io import DataSource, SpecSource, is_dataframe, load_spec, open_data, records
@@ -87,6 +87,29 @@ PREDICT_BATCH: Final[int] = _max_rows()
 
 ExportFormat = Literal["json", "skops", "onnx"]
 _Aggregation = AverageAggregationIn | FeatureAggregationIn | TransferAggregationIn
+#: Fit and plan bodies are unions discriminated by ``mechanism`` (each variant's ``params`` are
+#: that mechanism's typed options).
+_FIT_CREATE: TypeAdapter[Any] = TypeAdapter(FitCreate)
+_PLAN_CREATE: TypeAdapter[Any] = TypeAdapter(PlanCreate)
+
+
+class _UncheckedBody(BaseModel):
+    """A body the client's models refuse (an unknown mechanism or option), sent as given so
+    that the server answers with its problem (a 422 naming the part)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _by_mechanism(adapter: TypeAdapter[Any], data: dict[str, Any]) -> BaseModel:
+    """The variant of a union discriminated by ``mechanism`` for ``data``, else ``data``
+    unchecked (the server is the judge)."""
+    try:
+        body: BaseModel = adapter.validate_python(data)
+    except ValidationError:
+        return _UncheckedBody(**data)
+    return body
+
+
 _AGGREGATIONS: Final[dict[str, type[_Aggregation]]] = {
     "average": AverageAggregationIn,
     "feature": FeatureAggregationIn,
@@ -264,22 +287,27 @@ class Client:
         loss: str,
         regularization: float | Sequence[float] | str,
         params: Mapping[str, Any] | None,
-    ) -> FitCreate:
+    ) -> BaseModel:
         if isinstance(regularization, str) and regularization != "auto":
             raise ValueError('regularization is a number, a list of candidates or "auto"')
-        return FitCreate(
-            mechanism=mechanism,
-            epsilon=epsilon,
-            delta=delta,
-            loss=loss,
-            regularization=(
-                "auto"
-                if isinstance(regularization, str)
-                else regularization
-                if isinstance(regularization, (int, float))
-                else RegularizationCandidates(candidates=[float(c) for c in regularization])
-            ),
-            params=dict(params or {}),
+        # the body's model is the variant of the union FitCreate named by ``mechanism``,
+        # whose ``params`` are that mechanism's typed options
+        return _by_mechanism(
+            _FIT_CREATE,
+            {
+                "mechanism": mechanism,
+                "epsilon": epsilon,
+                "delta": delta,
+                "loss": loss,
+                "regularization": (
+                    "auto"
+                    if isinstance(regularization, str)
+                    else regularization
+                    if isinstance(regularization, (int, float))
+                    else RegularizationCandidates(candidates=[float(c) for c in regularization])
+                ),
+                "params": dict(params or {}),
+            },
         )
 
     def fit(
@@ -400,18 +428,21 @@ class Client:
         svg: bool = False,
     ) -> PlanRead | str:
         """The privacy–utility plan (spends nothing); with ``svg=True`` the picture as SVG."""
-        body = PlanCreate(
-            mechanism=mechanism,
-            epsilons=list(epsilons),
-            regularizations=list(regularizations),
-            reference_dataset_id=reference_dataset_id,
-            repeats=repeats,
-            target_accuracy=target_accuracy,
-            target_probability=target_probability,
-            delta=delta,
-            loss=loss,
-            params=dict(params or {}),
-            seed=seed,
+        body = _by_mechanism(
+            _PLAN_CREATE,
+            {
+                "mechanism": mechanism,
+                "epsilons": list(epsilons),
+                "regularizations": list(regularizations),
+                "reference_dataset_id": reference_dataset_id,
+                "repeats": repeats,
+                "target_accuracy": target_accuracy,
+                "target_probability": target_probability,
+                "delta": delta,
+                "loss": loss,
+                "params": dict(params or {}),
+                "seed": seed,
+            },
         )
         path = f"/v1/datasets/{dataset_id}/plans"
         if svg:

@@ -226,6 +226,179 @@ class DatasetGrantIn(BaseModel):
     epsilon_cap: Annotated[float, Field(ge=1e-06, le=1000.0, title="Epsilon Cap")]
 
 
+DpSgdOptionsProjectionDim = TypeAliasType(
+    "DpSgdOptionsProjectionDim",
+    Annotated[
+        int,
+        Field(
+            description="Dimension k of a public random projection of the rows (null: none); SGD runs in dimension k and the released weights are folded back to d.",
+            ge=1,
+            le=1000000,
+            title="Projection Dim",
+        ),
+    ],
+)
+
+
+DpSgdOptionsProjectionSeed = TypeAliasType(
+    "DpSgdOptionsProjectionSeed",
+    Annotated[
+        int,
+        Field(
+            description="Public seed of the projection matrix (with `projection_dim` only; null: drawn from the CSPRNG).",
+            ge=0,
+            le=9007199254740991,
+            title="Projection Seed",
+        ),
+    ],
+)
+
+
+DpSgdOptionsRadius = TypeAliasType(
+    "DpSgdOptionsRadius",
+    Annotated[
+        float,
+        Field(
+            description="Radius R of the ball the iterates are projected onto (null: no projection).",
+            gt=0.0,
+            title="Radius",
+        ),
+    ],
+)
+
+
+class DpSgdOptions(BaseModel):
+    """
+    The options (`params`) of `dp_sgd`. DP-SGD's options. Also checked with the dataset: b ≤ n; `eta` only with a schedule that uses it, `projection_kind` and `projection_seed` only with `projection_dim`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    batch_size: Annotated[
+        int | None,
+        Field(
+            description="Mini-batch size b (1 ≤ b ≤ n); each pass makes ⌊n/b⌋ noisy updates. Default: min(50, n).",
+            ge=1,
+            title="Batch Size",
+        ),
+    ] = None
+    epochs: Annotated[
+        int | None,
+        Field(
+            description="Passes E over the data (each uses every row once).",
+            ge=1,
+            le=10000,
+            title="Epochs",
+        ),
+    ] = 1
+    eta: Annotated[
+        float | None,
+        Field(
+            description="Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1 (the `inverse` schedule has none).",
+            gt=0.0,
+            title="Eta",
+        ),
+    ] = None
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+    projection_dim: Annotated[
+        DpSgdOptionsProjectionDim | None,
+        Field(
+            description="Dimension k of a public random projection of the rows (null: none); SGD runs in dimension k and the released weights are folded back to d.",
+            title="Projection Dim",
+        ),
+    ] = None
+    projection_kind: Annotated[
+        Literal["gaussian", "achlioptas"] | None,
+        Field(
+            description="The projection matrix's entries (with `projection_dim` only; omitted: `gaussian`).",
+            title="Projection Kind",
+        ),
+    ] = None
+    projection_seed: Annotated[
+        DpSgdOptionsProjectionSeed | None,
+        Field(
+            description="Public seed of the projection matrix (with `projection_dim` only; null: drawn from the CSPRNG).",
+            title="Projection Seed",
+        ),
+    ] = None
+    radius: Annotated[
+        DpSgdOptionsRadius | None,
+        Field(
+            description="Radius R of the ball the iterates are projected onto (null: no projection).",
+            title="Radius",
+        ),
+    ] = None
+    schedule: Annotated[
+        Literal["constant", "inverse_sqrt", "inverse"] | None,
+        Field(
+            description="Step sizes: `constant` η_t = η, `inverse_sqrt` η_t = η/√t, `inverse` η_t = 1/(λt).",
+            title="Schedule",
+        ),
+    ] = "inverse_sqrt"
+
+
+DpSgdTunableOptionsEta = TypeAliasType(
+    "DpSgdTunableOptionsEta",
+    Annotated[
+        float,
+        Field(
+            description='Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1 (the `inverse` schedule has none). Or `{"candidates": [...]}` (1 to 10 distinct values > 0): PrivFit chooses one privately within the same (ε, δ).',
+            gt=0.0,
+            title="Eta",
+        ),
+    ],
+)
+
+
+DpSgdTunableOptionsProjectionDim = TypeAliasType(
+    "DpSgdTunableOptionsProjectionDim",
+    Annotated[
+        int,
+        Field(
+            description="Dimension k of a public random projection of the rows (null: none); SGD runs in dimension k and the released weights are folded back to d.",
+            ge=1,
+            le=1000000,
+            title="Projection Dim",
+        ),
+    ],
+)
+
+
+DpSgdTunableOptionsProjectionSeed = TypeAliasType(
+    "DpSgdTunableOptionsProjectionSeed",
+    Annotated[
+        int,
+        Field(
+            description="Public seed of the projection matrix (with `projection_dim` only; null: drawn from the CSPRNG).",
+            ge=0,
+            le=9007199254740991,
+            title="Projection Seed",
+        ),
+    ],
+)
+
+
+DpSgdTunableOptionsRadius = TypeAliasType(
+    "DpSgdTunableOptionsRadius",
+    Annotated[
+        float,
+        Field(
+            description="Radius R of the ball the iterates are projected onto (null: no projection).",
+            gt=0.0,
+            title="Radius",
+        ),
+    ],
+)
+
+
 class EvaluationCreate(BaseModel):
     """
     Evaluate a model on a dataset the caller owns, spending ε of that dataset's budget.
@@ -529,8 +702,8 @@ class FitCost(BaseModel):
     epsilon: Annotated[float, Field(title="Epsilon")]
 
 
-FitCreateEpsilon = TypeAliasType(
-    "FitCreateEpsilon",
+FitCreateDpSgdEpsilon = TypeAliasType(
+    "FitCreateDpSgdEpsilon",
     Annotated[
         float,
         Field(
@@ -543,8 +716,232 @@ FitCreateEpsilon = TypeAliasType(
 )
 
 
-FitCreateRegularization = TypeAliasType(
-    "FitCreateRegularization",
+FitCreateDpSgdRegularization = TypeAliasType(
+    "FitCreateDpSgdRegularization",
+    Annotated[
+        float,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            ge=1e-10,
+            le=1000000.0,
+            title="Regularization",
+        ),
+    ],
+)
+
+
+FitCreateGaussianObjectivePerturbationEpsilon = TypeAliasType(
+    "FitCreateGaussianObjectivePerturbationEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateGaussianObjectivePerturbationRegularization = TypeAliasType(
+    "FitCreateGaussianObjectivePerturbationRegularization",
+    Annotated[
+        float,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            ge=1e-10,
+            le=1000000.0,
+            title="Regularization",
+        ),
+    ],
+)
+
+
+FitCreateGeneralizedObjectivePerturbationEpsilon = TypeAliasType(
+    "FitCreateGeneralizedObjectivePerturbationEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateGeneralizedObjectivePerturbationRegularization = TypeAliasType(
+    "FitCreateGeneralizedObjectivePerturbationRegularization",
+    Annotated[
+        float,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            ge=1e-10,
+            le=1000000.0,
+            title="Regularization",
+        ),
+    ],
+)
+
+
+FitCreateNoisyGdEpsilon = TypeAliasType(
+    "FitCreateNoisyGdEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateNoisyGdRegularization = TypeAliasType(
+    "FitCreateNoisyGdRegularization",
+    Annotated[
+        float,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            ge=1e-10,
+            le=1000000.0,
+            title="Regularization",
+        ),
+    ],
+)
+
+
+FitCreateNonPrivateEpsilon = TypeAliasType(
+    "FitCreateNonPrivateEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateNonPrivateRegularization = TypeAliasType(
+    "FitCreateNonPrivateRegularization",
+    Annotated[
+        float,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            ge=1e-10,
+            le=1000000.0,
+            title="Regularization",
+        ),
+    ],
+)
+
+
+FitCreateObjectivePerturbationEpsilon = TypeAliasType(
+    "FitCreateObjectivePerturbationEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateObjectivePerturbationRegularization = TypeAliasType(
+    "FitCreateObjectivePerturbationRegularization",
+    Annotated[
+        float,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            ge=1e-10,
+            le=1000000.0,
+            title="Regularization",
+        ),
+    ],
+)
+
+
+FitCreateOutputPerturbationEpsilon = TypeAliasType(
+    "FitCreateOutputPerturbationEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateOutputPerturbationRegularization = TypeAliasType(
+    "FitCreateOutputPerturbationRegularization",
+    Annotated[
+        float,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            ge=1e-10,
+            le=1000000.0,
+            title="Regularization",
+        ),
+    ],
+)
+
+
+FitCreateStackingFeaturesEpsilon = TypeAliasType(
+    "FitCreateStackingFeaturesEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateStackingFeaturesRegularization = TypeAliasType(
+    "FitCreateStackingFeaturesRegularization",
+    Annotated[
+        float,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            ge=1e-10,
+            le=1000000.0,
+            title="Regularization",
+        ),
+    ],
+)
+
+
+FitCreateStackingSamplesEpsilon = TypeAliasType(
+    "FitCreateStackingSamplesEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateStackingSamplesRegularization = TypeAliasType(
+    "FitCreateStackingSamplesRegularization",
     Annotated[
         float,
         Field(
@@ -598,6 +995,50 @@ class FitQuoteRead(BaseModel):
         Field(
             description='For `"auto"`: the rule that chose λ (name, formula, public inputs, constants, the value before and after clamping).',
             title="Regularization Rule",
+        ),
+    ] = None
+
+
+class GaussianObjectivePerturbationOptions(BaseModel):
+    """
+    The options (`params`) of `gaussian_objective_perturbation`. GOP has no options of its own (only the loss's `h`).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+
+
+class GeneralizedObjectivePerturbationOptions(BaseModel):
+    """
+    The options (`params`) of `generalized_objective_perturbation`. KST12's one option. Also checked with the dataset: it leaves budget for the noise.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+    kifer_Delta: Annotated[
+        float | None,
+        Field(
+            description="The extra regularisation Δ_K ≥ 2c/ε₁ of KST12 (module docstring). Default: 2c/ε₁ (ε₁: the objective's share of ε).",
+            ge=0.0,
+            title="Kifer Delta",
         ),
     ] = None
 
@@ -895,6 +1336,58 @@ class NodeTaskRead(BaseModel):
     vectors: Annotated[list[list[float]], Field(title="Vectors")]
 
 
+class NoisyGdOptions(BaseModel):
+    """
+    The options (`params`) of `noisy_gd`. noisy_gd's options: the number of steps T and the step schedule.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+    iterations: Annotated[
+        int | None,
+        Field(
+            description="Number of full-batch steps T (each one noisy gradient-sum release). Default: min(100, max(10, ⌊(τμn/(2C√d))²⌋)) from public n, d, ε, δ.",
+            ge=1,
+            le=10000,
+            title="Iterations",
+        ),
+    ] = None
+    step_size: Annotated[
+        Literal["nesterov", "constant"] | None,
+        Field(
+            description="Step schedule: step 1/(c + λ) with Nesterov momentum (capped at 0.9), or without.",
+            title="Step Size",
+        ),
+    ] = "nesterov"
+
+
+class NonPrivateOptions(BaseModel):
+    """
+    The options (`params`) of `non_private`. The exact minimiser has no options of its own (only the loss's `h`).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+
+
 class NumericFeatureIn(BaseModel):
     """
     A numeric column; values are clamped to the public bounds [lower, upper].
@@ -919,6 +1412,24 @@ class NumericFeatureIn(BaseModel):
             title="Upper",
         ),
     ] = None
+
+
+class ObjectivePerturbationOptions(BaseModel):
+    """
+    The options (`params`) of `objective_perturbation`. Objective perturbation has no options of its own (only the loss's `h`).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
 
 
 class OfferCreate(BaseModel):
@@ -967,8 +1478,46 @@ class OfferRead(BaseModel):
     withdrawn_at: Annotated[AwareDatetime | None, Field(title="Withdrawn At")]
 
 
-PlanCreateReferenceDatasetId = TypeAliasType(
-    "PlanCreateReferenceDatasetId",
+OptionCandidatesCandidate = TypeAliasType(
+    "OptionCandidatesCandidate", Annotated[float, Field(gt=0.0)]
+)
+
+
+class OptionCandidates(BaseModel):
+    """
+    Candidate values of a tunable option, one of which PrivFit chooses privately within the
+    fit's (ε, δ) (:mod:`service.domain.fits.tuning`).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    candidates: Annotated[
+        list[OptionCandidatesCandidate],
+        Field(description="Distinct values > 0.", max_length=10, min_length=1, title="Candidates"),
+    ]
+
+
+class OutputPerturbationOptions(BaseModel):
+    """
+    The options (`params`) of `output_perturbation`. Output perturbation has no options of its own (only the loss's `h`).
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+
+
+PlanCreateDpSgdReferenceDatasetId = TypeAliasType(
+    "PlanCreateDpSgdReferenceDatasetId",
     Annotated[
         str,
         Field(
@@ -980,20 +1529,20 @@ PlanCreateReferenceDatasetId = TypeAliasType(
 )
 
 
-PlanCreateSeed = TypeAliasType(
-    "PlanCreateSeed", Annotated[int, Field(ge=0, le=9223372036854776000, title="Seed")]
+PlanCreateDpSgdSeed = TypeAliasType(
+    "PlanCreateDpSgdSeed", Annotated[int, Field(ge=0, le=9223372036854775807, title="Seed")]
 )
 
 
-PlanCreateTargetAccuracy = TypeAliasType(
-    "PlanCreateTargetAccuracy", Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")]
+PlanCreateDpSgdTargetAccuracy = TypeAliasType(
+    "PlanCreateDpSgdTargetAccuracy",
+    Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
 )
 
 
-class PlanCreate(BaseModel):
+class PlanCreateDpSgd(BaseModel):
     """
-    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to
-    simulate on and a target accuracy.
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `dp_sgd`.
     """
 
     model_config = ConfigDict(
@@ -1002,10 +1551,12 @@ class PlanCreate(BaseModel):
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
     loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
-    mechanism: Annotated[str, Field(max_length=64, min_length=1, title="Mechanism")]
-    params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
+    mechanism: Annotated[Literal["dp_sgd"], Field(description="`dp_sgd`.", title="Mechanism")]
+    params: Annotated[
+        DpSgdOptions | None, Field(description="The options of `dp_sgd` (each optional).")
+    ] = None
     reference_dataset_id: Annotated[
-        PlanCreateReferenceDatasetId | None,
+        PlanCreateDpSgdReferenceDatasetId | None,
         Field(
             description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
             title="Reference Dataset Id",
@@ -1029,13 +1580,526 @@ class PlanCreate(BaseModel):
             title="Repeats",
         ),
     ] = 10
-    seed: Annotated[PlanCreateSeed | None, Field(title="Seed")] = None
-    target_accuracy: Annotated[PlanCreateTargetAccuracy | None, Field(title="Target Accuracy")] = (
-        None
-    )
+    seed: Annotated[PlanCreateDpSgdSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[
+        PlanCreateDpSgdTargetAccuracy | None, Field(title="Target Accuracy")
+    ] = None
     target_probability: Annotated[
         float | None, Field(gt=0.0, le=1.0, title="Target Probability")
     ] = 0.9
+
+
+PlanCreateGaussianObjectivePerturbationReferenceDatasetId = TypeAliasType(
+    "PlanCreateGaussianObjectivePerturbationReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateGaussianObjectivePerturbationSeed = TypeAliasType(
+    "PlanCreateGaussianObjectivePerturbationSeed",
+    Annotated[int, Field(ge=0, le=9223372036854775807, title="Seed")],
+)
+
+
+PlanCreateGaussianObjectivePerturbationTargetAccuracy = TypeAliasType(
+    "PlanCreateGaussianObjectivePerturbationTargetAccuracy",
+    Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
+)
+
+
+class PlanCreateGaussianObjectivePerturbation(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `gaussian_objective_perturbation`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[
+        Literal["gaussian_objective_perturbation"],
+        Field(description="`gaussian_objective_perturbation`.", title="Mechanism"),
+    ]
+    params: Annotated[
+        GaussianObjectivePerturbationOptions | None,
+        Field(description="The options of `gaussian_objective_perturbation` (each optional)."),
+    ] = None
+    reference_dataset_id: Annotated[
+        PlanCreateGaussianObjectivePerturbationReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float | Literal["auto"]] | None,
+        Field(
+            description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by fits without a λ (its record is on the point as `regularization_rule`).',
+            max_length=40,
+            min_length=1,
+            title="Regularizations",
+        ),
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateGaussianObjectivePerturbationSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[
+        PlanCreateGaussianObjectivePerturbationTargetAccuracy | None, Field(title="Target Accuracy")
+    ] = None
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
+
+
+PlanCreateGeneralizedObjectivePerturbationReferenceDatasetId = TypeAliasType(
+    "PlanCreateGeneralizedObjectivePerturbationReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateGeneralizedObjectivePerturbationSeed = TypeAliasType(
+    "PlanCreateGeneralizedObjectivePerturbationSeed",
+    Annotated[int, Field(ge=0, le=9223372036854775807, title="Seed")],
+)
+
+
+PlanCreateGeneralizedObjectivePerturbationTargetAccuracy = TypeAliasType(
+    "PlanCreateGeneralizedObjectivePerturbationTargetAccuracy",
+    Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
+)
+
+
+class PlanCreateGeneralizedObjectivePerturbation(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `generalized_objective_perturbation`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[
+        Literal["generalized_objective_perturbation"],
+        Field(description="`generalized_objective_perturbation`.", title="Mechanism"),
+    ]
+    params: Annotated[
+        GeneralizedObjectivePerturbationOptions | None,
+        Field(description="The options of `generalized_objective_perturbation` (each optional)."),
+    ] = None
+    reference_dataset_id: Annotated[
+        PlanCreateGeneralizedObjectivePerturbationReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float | Literal["auto"]] | None,
+        Field(
+            description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by fits without a λ (its record is on the point as `regularization_rule`).',
+            max_length=40,
+            min_length=1,
+            title="Regularizations",
+        ),
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateGeneralizedObjectivePerturbationSeed | None, Field(title="Seed")] = (
+        None
+    )
+    target_accuracy: Annotated[
+        PlanCreateGeneralizedObjectivePerturbationTargetAccuracy | None,
+        Field(title="Target Accuracy"),
+    ] = None
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
+
+
+PlanCreateNoisyGdReferenceDatasetId = TypeAliasType(
+    "PlanCreateNoisyGdReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateNoisyGdSeed = TypeAliasType(
+    "PlanCreateNoisyGdSeed", Annotated[int, Field(ge=0, le=9223372036854775807, title="Seed")]
+)
+
+
+PlanCreateNoisyGdTargetAccuracy = TypeAliasType(
+    "PlanCreateNoisyGdTargetAccuracy",
+    Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
+)
+
+
+class PlanCreateNoisyGd(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `noisy_gd`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[Literal["noisy_gd"], Field(description="`noisy_gd`.", title="Mechanism")]
+    params: Annotated[
+        NoisyGdOptions | None, Field(description="The options of `noisy_gd` (each optional).")
+    ] = None
+    reference_dataset_id: Annotated[
+        PlanCreateNoisyGdReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float | Literal["auto"]] | None,
+        Field(
+            description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by fits without a λ (its record is on the point as `regularization_rule`).',
+            max_length=40,
+            min_length=1,
+            title="Regularizations",
+        ),
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateNoisyGdSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[
+        PlanCreateNoisyGdTargetAccuracy | None, Field(title="Target Accuracy")
+    ] = None
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
+
+
+PlanCreateNonPrivateReferenceDatasetId = TypeAliasType(
+    "PlanCreateNonPrivateReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateNonPrivateSeed = TypeAliasType(
+    "PlanCreateNonPrivateSeed", Annotated[int, Field(ge=0, le=9223372036854775807, title="Seed")]
+)
+
+
+PlanCreateNonPrivateTargetAccuracy = TypeAliasType(
+    "PlanCreateNonPrivateTargetAccuracy",
+    Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
+)
+
+
+class PlanCreateNonPrivate(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `non_private`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[
+        Literal["non_private"], Field(description="`non_private`.", title="Mechanism")
+    ]
+    params: Annotated[
+        NonPrivateOptions | None, Field(description="The options of `non_private` (each optional).")
+    ] = None
+    reference_dataset_id: Annotated[
+        PlanCreateNonPrivateReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float | Literal["auto"]] | None,
+        Field(
+            description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by fits without a λ (its record is on the point as `regularization_rule`).',
+            max_length=40,
+            min_length=1,
+            title="Regularizations",
+        ),
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateNonPrivateSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[
+        PlanCreateNonPrivateTargetAccuracy | None, Field(title="Target Accuracy")
+    ] = None
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
+
+
+PlanCreateObjectivePerturbationReferenceDatasetId = TypeAliasType(
+    "PlanCreateObjectivePerturbationReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateObjectivePerturbationSeed = TypeAliasType(
+    "PlanCreateObjectivePerturbationSeed",
+    Annotated[int, Field(ge=0, le=9223372036854775807, title="Seed")],
+)
+
+
+PlanCreateObjectivePerturbationTargetAccuracy = TypeAliasType(
+    "PlanCreateObjectivePerturbationTargetAccuracy",
+    Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
+)
+
+
+class PlanCreateObjectivePerturbation(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `objective_perturbation`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[
+        Literal["objective_perturbation"],
+        Field(description="`objective_perturbation`.", title="Mechanism"),
+    ]
+    params: Annotated[
+        ObjectivePerturbationOptions | None,
+        Field(description="The options of `objective_perturbation` (each optional)."),
+    ] = None
+    reference_dataset_id: Annotated[
+        PlanCreateObjectivePerturbationReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float | Literal["auto"]] | None,
+        Field(
+            description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by fits without a λ (its record is on the point as `regularization_rule`).',
+            max_length=40,
+            min_length=1,
+            title="Regularizations",
+        ),
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateObjectivePerturbationSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[
+        PlanCreateObjectivePerturbationTargetAccuracy | None, Field(title="Target Accuracy")
+    ] = None
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
+
+
+PlanCreateOutputPerturbationReferenceDatasetId = TypeAliasType(
+    "PlanCreateOutputPerturbationReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateOutputPerturbationSeed = TypeAliasType(
+    "PlanCreateOutputPerturbationSeed",
+    Annotated[int, Field(ge=0, le=9223372036854775807, title="Seed")],
+)
+
+
+PlanCreateOutputPerturbationTargetAccuracy = TypeAliasType(
+    "PlanCreateOutputPerturbationTargetAccuracy",
+    Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
+)
+
+
+class PlanCreateOutputPerturbation(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `output_perturbation`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[
+        Literal["output_perturbation"],
+        Field(description="`output_perturbation`.", title="Mechanism"),
+    ]
+    params: Annotated[
+        OutputPerturbationOptions | None,
+        Field(description="The options of `output_perturbation` (each optional)."),
+    ] = None
+    reference_dataset_id: Annotated[
+        PlanCreateOutputPerturbationReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float | Literal["auto"]] | None,
+        Field(
+            description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by fits without a λ (its record is on the point as `regularization_rule`).',
+            max_length=40,
+            min_length=1,
+            title="Regularizations",
+        ),
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateOutputPerturbationSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[
+        PlanCreateOutputPerturbationTargetAccuracy | None, Field(title="Target Accuracy")
+    ] = None
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
+
+
+PlanCreateStackingFeaturesReferenceDatasetId = TypeAliasType(
+    "PlanCreateStackingFeaturesReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateStackingFeaturesSeed = TypeAliasType(
+    "PlanCreateStackingFeaturesSeed",
+    Annotated[int, Field(ge=0, le=9223372036854775807, title="Seed")],
+)
+
+
+PlanCreateStackingFeaturesTargetAccuracy = TypeAliasType(
+    "PlanCreateStackingFeaturesTargetAccuracy",
+    Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
+)
+
+
+PlanCreateStackingSamplesReferenceDatasetId = TypeAliasType(
+    "PlanCreateStackingSamplesReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateStackingSamplesSeed = TypeAliasType(
+    "PlanCreateStackingSamplesSeed",
+    Annotated[int, Field(ge=0, le=9223372036854775807, title="Seed")],
+)
+
+
+PlanCreateStackingSamplesTargetAccuracy = TypeAliasType(
+    "PlanCreateStackingSamplesTargetAccuracy",
+    Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
+)
 
 
 class PlanRead(BaseModel):
@@ -1315,6 +2379,148 @@ class SiteWithKey(BaseModel):
 
     key: IssuedKeyRead
     site: SiteRead
+
+
+StackingFeaturesOptionsNModels = TypeAliasType(
+    "StackingFeaturesOptionsNModels",
+    Annotated[
+        int,
+        Field(
+            description="Number K of groups when `feature_groups` is not given (null: 5, at most d).",
+            ge=1,
+            le=10000,
+            title="N Models",
+        ),
+    ],
+)
+
+
+class StackingFeaturesOptions(BaseModel):
+    """
+    The options (`params`) of `stacking_features`. PST-F: K low-level models on disjoint column groups. Also checked with the dataset: the groups are disjoint with columns in range, the weights sum to 1.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    feature_groups: Annotated[
+        list[list[int]] | None,
+        Field(
+            description="Disjoint groups of column indices, one low-level model each (null: `n_models` near-equal groups of consecutive columns).",
+            title="Feature Groups",
+        ),
+    ] = None
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+    high_level_fraction: Annotated[
+        float | None,
+        Field(
+            description="Share of the rows, drawn at random, that train the high-level model (the rest train the low-level models).",
+            gt=0.0,
+            lt=1.0,
+            title="High Level Fraction",
+        ),
+    ] = 0.5
+    high_level_intercept: Annotated[
+        bool | None,
+        Field(
+            description="Whether the high-level model has an intercept.",
+            title="High Level Intercept",
+        ),
+    ] = True
+    high_level_regularization: Annotated[
+        float | None,
+        Field(
+            description="λ of the high-level model. Default: the fit's `regularization`.",
+            gt=0.0,
+            title="High Level Regularization",
+        ),
+    ] = None
+    importance: Annotated[
+        list[float] | None,
+        Field(
+            description="Public budget shares q_k > 0 of the groups, summing to 1 (null: equal shares).",
+            title="Importance",
+        ),
+    ] = None
+    meta_features: Annotated[
+        Literal["sigmoid", "centered_sigmoid"] | None,
+        Field(
+            description="The high level's features: the low-level models' scores through σ.",
+            title="Meta Features",
+        ),
+    ] = "sigmoid"
+    n_models: Annotated[
+        StackingFeaturesOptionsNModels | None,
+        Field(
+            description="Number K of groups when `feature_groups` is not given (null: 5, at most d).",
+            title="N Models",
+        ),
+    ] = None
+
+
+class StackingSamplesOptions(BaseModel):
+    """
+    The options (`params`) of `stacking_samples`. PST-S: K low-level models on disjoint row blocks. Also checked with the dataset: K ≤ the low level's rows.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+    high_level_fraction: Annotated[
+        float | None,
+        Field(
+            description="Share of the rows, drawn at random, that train the high-level model (the rest train the low-level models).",
+            gt=0.0,
+            lt=1.0,
+            title="High Level Fraction",
+        ),
+    ] = 0.5
+    high_level_intercept: Annotated[
+        bool | None,
+        Field(
+            description="Whether the high-level model has an intercept.",
+            title="High Level Intercept",
+        ),
+    ] = True
+    high_level_regularization: Annotated[
+        float | None,
+        Field(
+            description="λ of the high-level model. Default: the fit's `regularization`.",
+            gt=0.0,
+            title="High Level Regularization",
+        ),
+    ] = None
+    meta_features: Annotated[
+        Literal["sigmoid", "centered_sigmoid"] | None,
+        Field(
+            description="The high level's features: the low-level models' scores through σ.",
+            title="Meta Features",
+        ),
+    ] = "sigmoid"
+    n_models: Annotated[
+        int | None,
+        Field(
+            description="Number K of low-level models (disjoint row blocks).",
+            ge=1,
+            le=10000,
+            title="N Models",
+        ),
+    ] = 5
 
 
 StudyCreateMember = TypeAliasType(
@@ -1733,6 +2939,83 @@ class DatasetRead(BaseModel):
     ]
 
 
+class DpSgdTunableOptions(BaseModel):
+    """
+    The options (`params`) of `dp_sgd`. DP-SGD's options. Also checked with the dataset: b ≤ n; `eta` only with a schedule that uses it, `projection_kind` and `projection_seed` only with `projection_dim`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    batch_size: Annotated[
+        int | None,
+        Field(
+            description="Mini-batch size b (1 ≤ b ≤ n); each pass makes ⌊n/b⌋ noisy updates. Default: min(50, n).",
+            ge=1,
+            title="Batch Size",
+        ),
+    ] = None
+    epochs: Annotated[
+        int | None,
+        Field(
+            description="Passes E over the data (each uses every row once).",
+            ge=1,
+            le=10000,
+            title="Epochs",
+        ),
+    ] = 1
+    eta: Annotated[
+        DpSgdTunableOptionsEta | OptionCandidates | None,
+        Field(
+            description='Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1 (the `inverse` schedule has none). Or `{"candidates": [...]}` (1 to 10 distinct values > 0): PrivFit chooses one privately within the same (ε, δ).',
+            title="Eta",
+        ),
+    ] = None
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+    projection_dim: Annotated[
+        DpSgdTunableOptionsProjectionDim | None,
+        Field(
+            description="Dimension k of a public random projection of the rows (null: none); SGD runs in dimension k and the released weights are folded back to d.",
+            title="Projection Dim",
+        ),
+    ] = None
+    projection_kind: Annotated[
+        Literal["gaussian", "achlioptas"] | None,
+        Field(
+            description="The projection matrix's entries (with `projection_dim` only; omitted: `gaussian`).",
+            title="Projection Kind",
+        ),
+    ] = None
+    projection_seed: Annotated[
+        DpSgdTunableOptionsProjectionSeed | None,
+        Field(
+            description="Public seed of the projection matrix (with `projection_dim` only; null: drawn from the CSPRNG).",
+            title="Projection Seed",
+        ),
+    ] = None
+    radius: Annotated[
+        DpSgdTunableOptionsRadius | None,
+        Field(
+            description="Radius R of the ball the iterates are projected onto (null: no projection).",
+            title="Radius",
+        ),
+    ] = None
+    schedule: Annotated[
+        Literal["constant", "inverse_sqrt", "inverse"] | None,
+        Field(
+            description="Step sizes: `constant` η_t = η, `inverse_sqrt` η_t = η/√t, `inverse` η_t = 1/(λt).",
+            title="Schedule",
+        ),
+    ] = "inverse_sqrt"
+
+
 class EvaluationList(BaseModel):
     """
     A page of a model's evaluations.
@@ -1761,9 +3044,9 @@ class EvaluationQuoteRead(BaseModel):
     warnings: Annotated[list[str], Field(title="Warnings")]
 
 
-class FitCreate(BaseModel):
+class FitCreateDpSgd(BaseModel):
     """
-    A fit of one mechanism on one dataset at a privacy cost (ε, δ).
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `dp_sgd`.
     """
 
     model_config = ConfigDict(
@@ -1779,7 +3062,54 @@ class FitCreate(BaseModel):
         ),
     ] = 0.0
     epsilon: Annotated[
-        FitCreateEpsilon | None,
+        FitCreateDpSgdEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[Literal["dp_sgd"], Field(description="`dp_sgd`.", title="Mechanism")]
+    params: Annotated[
+        DpSgdTunableOptions | None, Field(description="The options of `dp_sgd` (each optional).")
+    ] = None
+    regularization: Annotated[
+        FitCreateDpSgdRegularization | RegularizationCandidates | Literal["auto"] | None,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            title="Regularization",
+        ),
+    ] = None
+    selection: Annotated[
+        Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
+        Field(
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            title="Selection",
+        ),
+    ] = None
+
+
+class FitCreateGaussianObjectivePerturbation(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `gaussian_objective_perturbation`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateGaussianObjectivePerturbationEpsilon | None,
         Field(
             description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
             title="Epsilon",
@@ -1789,23 +3119,376 @@ class FitCreate(BaseModel):
         str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
     ] = "logistic"
     mechanism: Annotated[
-        str,
-        Field(
-            description="The fit mechanism: one of `dp_sgd`, `gaussian_objective_perturbation`, `generalized_objective_perturbation`, `noisy_gd`, `non_private`, `objective_perturbation`, `output_perturbation`, `stacking_features`, `stacking_samples`.",
-            max_length=64,
-            min_length=1,
-            title="Mechanism",
-        ),
+        Literal["gaussian_objective_perturbation"],
+        Field(description="`gaussian_objective_perturbation`.", title="Mechanism"),
     ]
     params: Annotated[
-        dict[str, Any] | None,
-        Field(
-            description='The mechanism\'s own options (e.g. `h`, the Huber width; `epochs`, `batch_size`, `eta` for `dp_sgd`). Unknown options are a 422. For `dp_sgd`, `"eta": {"candidates": [...]}` (1 to 10 distinct step sizes > 0) lets PrivFit choose the step size privately within the same (ε, δ), alone or with λ candidates: the grid λ × η, at most 10 points.',
-            title="Params",
-        ),
+        GaussianObjectivePerturbationOptions | None,
+        Field(description="The options of `gaussian_objective_perturbation` (each optional)."),
     ] = None
     regularization: Annotated[
-        FitCreateRegularization | RegularizationCandidates | Literal["auto"] | None,
+        FitCreateGaussianObjectivePerturbationRegularization
+        | RegularizationCandidates
+        | Literal["auto"]
+        | None,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            title="Regularization",
+        ),
+    ] = None
+    selection: Annotated[
+        Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
+        Field(
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            title="Selection",
+        ),
+    ] = None
+
+
+class FitCreateGeneralizedObjectivePerturbation(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `generalized_objective_perturbation`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateGeneralizedObjectivePerturbationEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[
+        Literal["generalized_objective_perturbation"],
+        Field(description="`generalized_objective_perturbation`.", title="Mechanism"),
+    ]
+    params: Annotated[
+        GeneralizedObjectivePerturbationOptions | None,
+        Field(description="The options of `generalized_objective_perturbation` (each optional)."),
+    ] = None
+    regularization: Annotated[
+        FitCreateGeneralizedObjectivePerturbationRegularization
+        | RegularizationCandidates
+        | Literal["auto"]
+        | None,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            title="Regularization",
+        ),
+    ] = None
+    selection: Annotated[
+        Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
+        Field(
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            title="Selection",
+        ),
+    ] = None
+
+
+class FitCreateNoisyGd(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `noisy_gd`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateNoisyGdEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[Literal["noisy_gd"], Field(description="`noisy_gd`.", title="Mechanism")]
+    params: Annotated[
+        NoisyGdOptions | None, Field(description="The options of `noisy_gd` (each optional).")
+    ] = None
+    regularization: Annotated[
+        FitCreateNoisyGdRegularization | RegularizationCandidates | Literal["auto"] | None,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            title="Regularization",
+        ),
+    ] = None
+    selection: Annotated[
+        Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
+        Field(
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            title="Selection",
+        ),
+    ] = None
+
+
+class FitCreateNonPrivate(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `non_private`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateNonPrivateEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[
+        Literal["non_private"], Field(description="`non_private`.", title="Mechanism")
+    ]
+    params: Annotated[
+        NonPrivateOptions | None, Field(description="The options of `non_private` (each optional).")
+    ] = None
+    regularization: Annotated[
+        FitCreateNonPrivateRegularization | RegularizationCandidates | Literal["auto"] | None,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            title="Regularization",
+        ),
+    ] = None
+    selection: Annotated[
+        Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
+        Field(
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            title="Selection",
+        ),
+    ] = None
+
+
+class FitCreateObjectivePerturbation(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `objective_perturbation`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateObjectivePerturbationEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[
+        Literal["objective_perturbation"],
+        Field(description="`objective_perturbation`.", title="Mechanism"),
+    ]
+    params: Annotated[
+        ObjectivePerturbationOptions | None,
+        Field(description="The options of `objective_perturbation` (each optional)."),
+    ] = None
+    regularization: Annotated[
+        FitCreateObjectivePerturbationRegularization
+        | RegularizationCandidates
+        | Literal["auto"]
+        | None,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            title="Regularization",
+        ),
+    ] = None
+    selection: Annotated[
+        Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
+        Field(
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            title="Selection",
+        ),
+    ] = None
+
+
+class FitCreateOutputPerturbation(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `output_perturbation`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateOutputPerturbationEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[
+        Literal["output_perturbation"],
+        Field(description="`output_perturbation`.", title="Mechanism"),
+    ]
+    params: Annotated[
+        OutputPerturbationOptions | None,
+        Field(description="The options of `output_perturbation` (each optional)."),
+    ] = None
+    regularization: Annotated[
+        FitCreateOutputPerturbationRegularization
+        | RegularizationCandidates
+        | Literal["auto"]
+        | None,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            title="Regularization",
+        ),
+    ] = None
+    selection: Annotated[
+        Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
+        Field(
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            title="Selection",
+        ),
+    ] = None
+
+
+class FitCreateStackingFeatures(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `stacking_features`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateStackingFeaturesEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[
+        Literal["stacking_features"], Field(description="`stacking_features`.", title="Mechanism")
+    ]
+    params: Annotated[
+        StackingFeaturesOptions | None,
+        Field(description="The options of `stacking_features` (each optional)."),
+    ] = None
+    regularization: Annotated[
+        FitCreateStackingFeaturesRegularization | RegularizationCandidates | Literal["auto"] | None,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            title="Regularization",
+        ),
+    ] = None
+    selection: Annotated[
+        Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
+        Field(
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            title="Selection",
+        ),
+    ] = None
+
+
+class FitCreateStackingSamples(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `stacking_samples`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateStackingSamplesEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[
+        Literal["stacking_samples"], Field(description="`stacking_samples`.", title="Mechanism")
+    ]
+    params: Annotated[
+        StackingSamplesOptions | None,
+        Field(description="The options of `stacking_samples` (each optional)."),
+    ] = None
+    regularization: Annotated[
+        FitCreateStackingSamplesRegularization | RegularizationCandidates | Literal["auto"] | None,
         Field(
             description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
             title="Regularization",
@@ -1921,6 +3604,110 @@ class ModelUpload(BaseModel):
 
 class OfferList(BaseModel):
     items: Annotated[list[OfferRead], Field(title="Items")]
+
+
+class PlanCreateStackingFeatures(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `stacking_features`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[
+        Literal["stacking_features"], Field(description="`stacking_features`.", title="Mechanism")
+    ]
+    params: Annotated[
+        StackingFeaturesOptions | None,
+        Field(description="The options of `stacking_features` (each optional)."),
+    ] = None
+    reference_dataset_id: Annotated[
+        PlanCreateStackingFeaturesReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float | Literal["auto"]] | None,
+        Field(
+            description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by fits without a λ (its record is on the point as `regularization_rule`).',
+            max_length=40,
+            min_length=1,
+            title="Regularizations",
+        ),
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateStackingFeaturesSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[
+        PlanCreateStackingFeaturesTargetAccuracy | None, Field(title="Target Accuracy")
+    ] = None
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
+
+
+class PlanCreateStackingSamples(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `stacking_samples`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[
+        Literal["stacking_samples"], Field(description="`stacking_samples`.", title="Mechanism")
+    ]
+    params: Annotated[
+        StackingSamplesOptions | None,
+        Field(description="The options of `stacking_samples` (each optional)."),
+    ] = None
+    reference_dataset_id: Annotated[
+        PlanCreateStackingSamplesReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float | Literal["auto"]] | None,
+        Field(
+            description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by fits without a λ (its record is on the point as `regularization_rule`).',
+            max_length=40,
+            min_length=1,
+            title="Regularizations",
+        ),
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateStackingSamplesSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[
+        PlanCreateStackingSamplesTargetAccuracy | None, Field(title="Target Accuracy")
+    ] = None
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
 
 
 class PredictResponse(BaseModel):
@@ -2046,6 +3833,69 @@ class DatasetList(BaseModel):
     limit: Annotated[int, Field(title="Limit")]
     offset: Annotated[int, Field(title="Offset")]
     total: Annotated[int, Field(title="Total")]
+
+
+FitCreate = TypeAliasType(
+    "FitCreate",
+    Annotated[
+        FitCreateNonPrivate
+        | FitCreateOutputPerturbation
+        | FitCreateObjectivePerturbation
+        | FitCreateGeneralizedObjectivePerturbation
+        | FitCreateGaussianObjectivePerturbation
+        | FitCreateDpSgd
+        | FitCreateNoisyGd
+        | FitCreateStackingSamples
+        | FitCreateStackingFeatures,
+        Field(
+            description="A fit of one mechanism on one dataset at a privacy cost (ε, δ).",
+            discriminator="mechanism",
+            examples=[
+                {
+                    "delta": 0.0,
+                    "epsilon": 0.5,
+                    "loss": "logistic",
+                    "mechanism": "objective_perturbation",
+                    "params": {},
+                    "regularization": "auto",
+                }
+            ],
+            title="FitCreate",
+        ),
+    ],
+)
+
+
+PlanCreate = TypeAliasType(
+    "PlanCreate",
+    Annotated[
+        PlanCreateNonPrivate
+        | PlanCreateOutputPerturbation
+        | PlanCreateObjectivePerturbation
+        | PlanCreateGeneralizedObjectivePerturbation
+        | PlanCreateGaussianObjectivePerturbation
+        | PlanCreateDpSgd
+        | PlanCreateNoisyGd
+        | PlanCreateStackingSamples
+        | PlanCreateStackingFeatures,
+        Field(
+            description="A grid of ε (and λ) for one mechanism; optionally a public reference dataset to\nsimulate on and a target accuracy.",
+            discriminator="mechanism",
+            examples=[
+                {
+                    "epsilons": [0.1, 0.5, 1.0, 2.0],
+                    "mechanism": "objective_perturbation",
+                    "reference_dataset_id": "00000000000000000000000000000000",
+                    "regularizations": [0.001],
+                    "repeats": 10,
+                    "target_accuracy": 0.8,
+                    "target_probability": 0.9,
+                }
+            ],
+            title="PlanCreate",
+        ),
+    ],
+)
 
 
 class StudyList(BaseModel):

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
 from service.api.schemas.base import RequestModel, ResponseModel
+from service.api.schemas.options import MechanismRequest
 from service.domain.errors import InvalidInputError
 from service.domain.fits.submit import AUTO, FitQuote, FitRequest
 from service.domain.fits.tuning import MAX_CANDIDATES, TunedFitRequest, step_size_candidates
@@ -38,23 +39,20 @@ class RegularizationCandidates(RequestModel):
     ] = Field(min_length=1, max_length=MAX_CANDIDATES, description="Distinct λ values.")
 
 
-class FitCreate(RequestModel):
+class FitCreate(MechanismRequest):
     """A fit of one mechanism on one dataset at a privacy cost (ε, δ)."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "mechanism": "objective_perturbation",
-                    "epsilon": 0.5,
-                    "delta": 0.0,
-                    "loss": "logistic",
-                    "regularization": "auto",
-                    "params": {},
-                }
-            ]
+    tunable_params: ClassVar[bool] = True
+    body_examples: ClassVar[list[dict[str, Any]]] = [
+        {
+            "mechanism": "objective_perturbation",
+            "epsilon": 0.5,
+            "delta": 0.0,
+            "loss": "logistic",
+            "regularization": "auto",
+            "params": {},
         }
-    )
+    ]
 
     mechanism: str = Field(
         min_length=1, max_length=64, description=f"The fit mechanism: one of {_MECHANISMS}."
@@ -108,9 +106,9 @@ class FitCreate(RequestModel):
     )
     params: dict[str, Any] = Field(
         default_factory=dict,
-        description="The mechanism's own options (e.g. `h`, the Huber width; `epochs`, "
-        "`batch_size`, `eta` for `dp_sgd`). Unknown options are a 422. For `dp_sgd`, "
-        '`"eta": {"candidates": [...]}` (1 to '
+        description="The mechanism's own options (each mechanism's `<Mechanism>Options`: e.g. "
+        "`h`, the Huber width; `epochs`, `batch_size`, `eta` for `dp_sgd`). Unknown options "
+        'are a 422. For `dp_sgd`, `"eta": {"candidates": [...]}` (1 to '
         f"{MAX_CANDIDATES} distinct step sizes > 0) lets PrivFit choose the step size "
         "privately within the same (ε, δ), alone or with λ candidates: the grid λ × η, at most "
         f"{MAX_CANDIDATES} points.",

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import Field
 
-from service.api.schemas.base import RequestModel, ResponseModel
+from service.api.schemas.base import ResponseModel
+from service.api.schemas.options import MechanismRequest
 from service.domain.errors import InvalidInputError
 from service.domain.fits.plans import MAX_GRID, PlanRequest
 from service.domain.ranges import (
@@ -20,25 +21,21 @@ from service.dp.analysis.planning import MAX_SIMULATED_FITS
 __all__ = ["PlanCreate", "PlanRead"]
 
 
-class PlanCreate(RequestModel):
+class PlanCreate(MechanismRequest):
     """A grid of ε (and λ) for one mechanism; optionally a public reference dataset to
     simulate on and a target accuracy."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "examples": [
-                {
-                    "mechanism": "objective_perturbation",
-                    "epsilons": [0.1, 0.5, 1.0, 2.0],
-                    "regularizations": [0.001],
-                    "reference_dataset_id": "0" * 32,
-                    "repeats": 10,
-                    "target_accuracy": 0.8,
-                    "target_probability": 0.9,
-                }
-            ]
+    body_examples: ClassVar[list[dict[str, Any]]] = [
+        {
+            "mechanism": "objective_perturbation",
+            "epsilons": [0.1, 0.5, 1.0, 2.0],
+            "regularizations": [0.001],
+            "reference_dataset_id": "0" * 32,
+            "repeats": 10,
+            "target_accuracy": 0.8,
+            "target_probability": 0.9,
         }
-    )
+    ]
 
     mechanism: str = Field(min_length=1, max_length=64)
     epsilons: list[float] = Field(min_length=1, max_length=MAX_GRID)

@@ -62,7 +62,7 @@ from service.domain.jobs.lifecycle import (
 from service.domain.ledger import budgets
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.domain.records.base import fit_privacy_record, json_safe, software_version
-from service.dp import NON_PRIVATE_MECHANISMS, Calibration, FitResult
+from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, FitResult
 from service.dp.analysis.repetition import RepetitionPlan, repeat_and_select
 from service.dp.analysis.selection import (
     MAX_CANDIDATES,
@@ -90,8 +90,21 @@ __all__ = [
 ]
 
 TUNED_FIT_KIND = "tuned_fit"
-#: The mechanism whose step size ``params.eta`` may be tuned.
-STEP_SIZE_MECHANISM = "dp_sgd"
+#: The option a step-size candidate list sets; the mechanisms that take one are the registry's
+#: with it in ``capabilities.tunable_options``.
+STEP_SIZE_OPTION = "eta"
+
+
+def step_size_mechanisms() -> tuple[str, ...]:
+    """The mechanisms whose step size ``params.eta`` may be tuned (from the registry)."""
+    return tuple(
+        sorted(
+            name
+            for name, mech in MECHANISMS.items()
+            if STEP_SIZE_OPTION in mech.capabilities.tunable_options
+        )
+    )
+
 
 _LAMBDA_LOC = ["body", "regularization", "candidates"]
 _ETA_LOC = ["body", "params", "eta", "candidates"]
@@ -279,9 +292,10 @@ def _check_candidates(request: TunedFitRequest) -> None:
             f"between {MIN_REGULARIZATION:g} and {MAX_REGULARIZATION:g}",
         )
     if request.step_sizes is not None:
-        if request.base.mechanism != STEP_SIZE_MECHANISM:
+        if request.base.mechanism not in step_size_mechanisms():
             raise _invalid(
-                f"step-size candidates are for {STEP_SIZE_MECHANISM} only", _ETA_LOC[:-1]
+                f"step-size candidates are for {', '.join(step_size_mechanisms())} only",
+                _ETA_LOC[:-1],
             )
         _check_values(request.step_sizes, _ETA_LOC, lambda eta: eta > 0, "a finite number > 0")
     if request.candidates is None and request.step_sizes is None:

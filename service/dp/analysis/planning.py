@@ -18,6 +18,9 @@ any shift Δ: J(w* + Δ) − J(w*) ≤ ((c + λ)/2)‖Δ‖².
   objective by ((c + λ + Δ)/2) d(d + 1)/d² · E[‖b‖/(n(λ + Δ))]² (the calibration's
   ``expected_coef_shift_bound`` is E‖b‖/(n(λ + Δ))).
 
+Which mechanisms have a bound, and their shift and smoothness terms, is read from the
+registry: each mechanism's ``capabilities.excess_risk`` (:mod:`service.dp.core.options`).
+
 E‖b‖² = (d + 1)/d · (E‖b‖)² for a Gamma(d, ·) norm. These are the expected-excess forms of
 the paper's analysis (its Theorems 18 and 26 turn them into sample-complexity statements that
 need the unknown ‖w₀‖); other mechanisms get no bound.
@@ -42,21 +45,29 @@ from numpy.typing import NDArray
 from service.dp import calibrate
 from service.dp import fit as dp_fit
 from service.dp.data.prepared import prepare_design
+from service.dp.mechanisms import MECHANISMS
 
 __all__ = [
     "BOUND_MECHANISMS",
     "MAX_SIMULATED_FITS",
     "GridPoint",
+    "bound_mechanisms",
     "excess_risk_bound",
     "plan_point",
     "simulate_accuracy",
     "smallest_epsilon",
 ]
 
-#: Mechanisms for which :func:`excess_risk_bound` gives a bound.
-BOUND_MECHANISMS: Final[frozenset[str]] = frozenset(
-    {"output_perturbation", "objective_perturbation"}
-)
+
+def bound_mechanisms() -> frozenset[str]:
+    """The registry's mechanisms for which :func:`excess_risk_bound` gives a bound."""
+    return frozenset(
+        name for name, mech in MECHANISMS.items() if mech.capabilities.has_excess_risk_bound
+    )
+
+
+#: Mechanisms for which :func:`excess_risk_bound` gives a bound (the registry's, at import).
+BOUND_MECHANISMS: Final[frozenset[str]] = bound_mechanisms()
 #: At most this many fits per plan (grid size × repeats), to bound a request's work.
 MAX_SIMULATED_FITS: Final[int] = 200
 #: Rows used per simulated fit at most (a larger n is simulated at this size: noted).
@@ -104,18 +115,17 @@ class GridPoint:
 def excess_risk_bound(
     mechanism: str, details: Mapping[str, Any], expected_noise_norm: float | None
 ) -> float | None:
-    """The bound on E[J(w_priv) − J(w*)] of the module docstring, or None."""
-    if mechanism not in BOUND_MECHANISMS or expected_noise_norm is None:
+    """The bound on E[J(w_priv) − J(w*)] of the module docstring, or None: the shift and
+    smoothness come from the mechanism's ``capabilities.excess_risk``."""
+    mech = MECHANISMS.get(mechanism)
+    terms = None if mech is None else mech.capabilities.excess_risk
+    if terms is None or expected_noise_norm is None:
         return None
+    found = terms(details, expected_noise_norm)
+    if found is None:
+        return None
+    shift, smooth = found
     d = int(details["d"])
-    c = float(details["c"])
-    lam = float(details["regularization"])
-    if mechanism == "output_perturbation":
-        shift = float(expected_noise_norm)
-        smooth = c + lam
-    else:
-        shift = float(details.get("expected_coef_shift_bound", math.nan))
-        smooth = c + float(details.get("effective_regularization", lam))
     if not math.isfinite(shift):
         return None
     return smooth / 2.0 * (d + 1) / d * shift**2

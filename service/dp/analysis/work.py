@@ -6,12 +6,12 @@ estimates are functions of what a request and the public dataset facts say (n, d
 batch size, rounds, candidates); they never read a row, so refusing a job because of its
 estimate reveals nothing about the data.
 
-* ``dp_sgd``: E epochs of m = max(1, ⌊n/b⌋) updates in dimension d′ (d, or the projection's
-  k, plus the one projection n·d·k): E·(n + m·U)·d′ (+ n·d·k), where U =
+* a mechanism with its own estimate (its ``capabilities.work``, :mod:`service.dp.core.options`)
+  uses it: ``dp_sgd``'s E epochs of m = max(1, ⌊n/b⌋) updates in dimension d′ (d, or the
+  projection's k, plus the one projection n·d·k) are E·(n + m·U)·d′ (+ n·d·k), where U =
   :data:`UPDATE_ROWS` counts each update's fixed cost (the exact noise release, the step)
   as that many rows.
-* ``noisy_gd``: T full-batch steps, each a pass over the design plus one exact noise release
-  (counted as U rows): T·(n + U)·d.
+  ``noisy_gd``'s T full-batch steps, each a pass and one release, are T·(n + U)·d.
 * every other mechanism is one certified convex solve: :data:`SOLVE_PASSES` passes, n·d each.
 * a federated protocol: its rounds over the hosted datasets' rows, one pass (PSGD, the
   distributed Lasso) or one local solve (ADMM, the noisy average's one round) per round, and
@@ -27,6 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from service.dp.mechanisms import get_mechanism
+from service.dp.mechanisms.dp_sgd import UPDATE_ROWS
+from service.dp.mechanisms.dp_sgd import work_estimate as _dp_sgd_estimate
+
 __all__ = [
     "SOLVE_PASSES",
     "UPDATE_ROWS",
@@ -39,8 +43,6 @@ __all__ = [
 
 #: Passes over the design one certified convex solve is counted as (measured: 3–10).
 SOLVE_PASSES: Final[int] = 20
-#: One DP-SGD update's fixed cost (noise draw, exact release, step), counted in rows.
-UPDATE_ROWS: Final[int] = 64
 #: Protocols whose every round is a local solve at each site (the others: one pass).
 _SOLVE_ROUNDS: Final[frozenset[str]] = frozenset({"admm", "noisy_average"})
 
@@ -55,28 +57,16 @@ def dp_sgd_work(
 ) -> float:
     """RFP of DP-SGD: E·(n + m·U)·d′ with d′ the dimension SGD runs in (``dimension``: the
     projection's k, then plus n·d·k for projecting the rows once)."""
-    run_in = d if dimension is None else dimension
-    work = float(epochs) * (n + batches_per_epoch * UPDATE_ROWS) * run_in
-    if dimension is not None and dimension != d:
-        work += float(n) * d * dimension
-    return work
+    details = {"epochs": epochs, "batches_per_epoch": batches_per_epoch}
+    return _dp_sgd_estimate(n, d, {**details, "noise_dimension": dimension})
 
 
 def fit_work(mechanism: str, n: int, d: int, details: Mapping[str, Any]) -> float:
     """RFP of one fit of ``mechanism`` on n rows and d features, from its calibration's
-    ``details`` (for DP-SGD: ``epochs``, ``batches_per_epoch``, ``noise_dimension``; for
-    noisy_gd: ``iterations``)."""
-    if mechanism == "dp_sgd":
-        return dp_sgd_work(
-            n,
-            d,
-            epochs=int(details["epochs"]),
-            batches_per_epoch=int(details["batches_per_epoch"]),
-            dimension=int(details.get("noise_dimension") or d),
-        )
-    if mechanism == "noisy_gd":
-        return float(details["iterations"]) * (n + UPDATE_ROWS) * d
-    return solve_work(n, d)
+    ``details``: the mechanism's own estimate (``capabilities.work``; DP-SGD's reads
+    ``epochs``, ``batches_per_epoch``, ``noise_dimension``), else one certified solve."""
+    estimate = get_mechanism(mechanism).capabilities.work
+    return solve_work(n, d) if estimate is None else estimate(n, d, details)
 
 
 def evaluation_work(n: int, d: int) -> float:

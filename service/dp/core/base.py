@@ -24,6 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import Plan
 
 __all__ = [
@@ -106,10 +107,18 @@ class Mechanism(Protocol):
 
     ``validate_params`` checks and normalises the mechanism's own options (raising
     ``ValueError`` with a message a user can act on, before any data or budget is touched);
-    ``calibrate`` and ``run`` are described in the module docstring.
+    ``calibrate`` and ``run`` are described in the module docstring. ``options`` is the
+    frozen dataclass of the options it takes and ``capabilities`` what the rest of the
+    service may ask of it (:mod:`service.dp.core.options`).
     """
 
     name: str
+
+    @property
+    def options(self) -> type[MechanismOptions]: ...
+
+    @property
+    def capabilities(self) -> Capabilities: ...
 
     def validate_params(self, problem: Problem) -> Problem: ...
 

@@ -88,9 +88,10 @@ original rows: coefᵀx = wᵀ(Px). Folding is post-processing.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
@@ -104,6 +105,7 @@ from service.dp.core.accounting import (
 )
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.losses import Loss
+from service.dp.core.options import Capabilities, MechanismOptions, option
 from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data import clipping
@@ -126,15 +128,19 @@ from service.dp.noise import lattice
 from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
+    "CAPABILITIES",
     "DEFAULT_BATCH_SIZE",
     "DPSGD",
     "MECHANISM",
     "SCHEDULES",
+    "UPDATE_ROWS",
     "DPSGDPlan",
+    "Options",
     "batch_sizes",
     "gradient_sensitivity",
     "per_step_epsilon",
     "split_epsilon",
+    "work_estimate",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -170,6 +176,77 @@ _PARAMS = (
     "projection_kind",
     "projection_seed",
 )
+
+
+# ---- options and capabilities (service.dp.core.options) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Options(MechanismOptions):
+    """DP-SGD's options. Also checked with the dataset: b ≤ n; `eta` only with a schedule that
+    uses it, `projection_kind` and `projection_seed` only with `projection_dim`."""
+
+    epochs: int = option(
+        DEFAULT_EPOCHS, "Passes E over the data (each uses every row once).", ge=1, le=MAX_EPOCHS
+    )
+    batch_size: int | None = option(
+        None,
+        "Mini-batch size b (1 ≤ b ≤ n); each pass makes ⌊n/b⌋ noisy updates.",
+        ge=1,
+        computed_default=f"min({DEFAULT_BATCH_SIZE}, n)",
+    )
+    schedule: Literal["constant", "inverse_sqrt", "inverse"] = option(
+        "inverse_sqrt",
+        "Step sizes: `constant` η_t = η, `inverse_sqrt` η_t = η/√t, `inverse` η_t = 1/(λt).",
+    )
+    eta: float | None = option(
+        None,
+        "Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for "
+        "`inverse`).",
+        gt=0.0,
+        computed_default=f"{DEFAULT_ETA:g} (the `inverse` schedule has none)",
+    )
+    radius: float | None = option(
+        None, "Radius R of the ball the iterates are projected onto (null: no projection).", gt=0.0
+    )
+    projection_dim: int | None = option(
+        None,
+        "Dimension k of a public random projection of the rows (null: none); SGD runs in "
+        "dimension k and the released weights are folded back to d.",
+        ge=1,
+        le=1_000_000,
+    )
+    projection_kind: Literal["gaussian", "achlioptas"] | None = option(
+        None,
+        "The projection matrix's entries (with `projection_dim` only; omitted: `gaussian`).",
+    )
+    projection_seed: int | None = option(
+        None,
+        "Public seed of the projection matrix (with `projection_dim` only; null: drawn from the "
+        "CSPRNG).",
+        ge=0,
+        le=MAX_SEED,
+    )
+
+
+#: One update's fixed cost (noise draw, exact release, step), counted in rows
+#: (:mod:`service.dp.analysis.work`).
+UPDATE_ROWS: Final[int] = 64
+
+
+def work_estimate(n: int, d: int, details: Mapping[str, Any]) -> float:
+    """Row-feature passes of a fit (:mod:`service.dp.analysis.work`): E·(n + m·U)·d′ with m the
+    calibration's ``batches_per_epoch``, U = :data:`UPDATE_ROWS` and d′ the dimension SGD runs
+    in (``noise_dimension``: the projection's k, then plus n·d·k for projecting the rows once)."""
+    epochs, batches = int(details["epochs"]), int(details["batches_per_epoch"])
+    run_in = int(details.get("noise_dimension") or d)
+    work = float(epochs) * (n + batches * UPDATE_ROWS) * run_in
+    if run_in != d:
+        work += float(n) * d * run_in
+    return work
+
+
+CAPABILITIES = Capabilities(tunable_options=("eta",), work=work_estimate)
 
 
 def split_epsilon(epsilon: float, parts: int) -> float:
@@ -414,6 +491,8 @@ class DPSGD:
     """ε-DP mini-batch SGD with noisy updates (Song, Chaudhuri & Sarwate 2013)."""
 
     name = "dp_sgd"
+    options = Options
+    capabilities = CAPABILITIES
 
     def validate_params(self, problem: Problem) -> Problem:
         check_common(problem, _PARAMS)

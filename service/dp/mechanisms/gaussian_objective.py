@@ -52,6 +52,7 @@ from numpy.typing import NDArray
 from scipy import stats
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.mechanisms._common import (
@@ -71,12 +72,25 @@ from service.dp.mechanisms._common import (
 from service.dp.optimize import certified, certified_failure
 
 __all__ = [
+    "CAPABILITIES",
     "MECHANISM",
     "GaussianObjectivePerturbation",
     "GaussianObjectivePlan",
+    "Options",
     "compute_slack",
     "gop_sigma",
 ]
+
+
+# ---- options and capabilities (service.dp.core.options) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Options(MechanismOptions):
+    """GOP has no options of its own (only the loss's `h`)."""
+
+
+CAPABILITIES = Capabilities()
 
 
 def compute_slack(epsilon: float, regularization: float, n: int, c: float) -> tuple[float, float]:
@@ -155,6 +169,8 @@ class GaussianObjectivePerturbation:
     """(ε, δ)-DP Gaussian objective perturbation (GOP)."""
 
     name = "gaussian_objective_perturbation"
+    options = Options
+    capabilities = CAPABILITIES
 
     def validate_params(self, problem: Problem) -> Problem:
         loss = check_common(problem, ())

@@ -73,6 +73,7 @@ from numpy.typing import NDArray
 from scipy import optimize, special, stats
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.options import Capabilities, MechanismOptions, option
 from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError, nonnegative_float_param
 from service.dp.mechanisms._common import (
@@ -91,14 +92,34 @@ from service.dp.mechanisms._common import (
 from service.dp.optimize import certified, certified_failure
 
 __all__ = [
+    "CAPABILITIES",
     "MECHANISM",
     "GeneralizedObjectivePerturbation",
     "GeneralizedObjectivePlan",
+    "Options",
     "gaussian_sigma",
     "gaussian_tail_quantile",
 ]
 
 _PARAMS = ("kifer_Delta",)
+
+
+# ---- options and capabilities (service.dp.core.options) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Options(MechanismOptions):
+    """KST12's one option. Also checked with the dataset: it leaves budget for the noise."""
+
+    kifer_Delta: float | None = option(
+        None,
+        "The extra regularisation Δ_K ≥ 2c/ε₁ of KST12 (module docstring).",
+        ge=0.0,
+        computed_default="2c/ε₁ (ε₁: the objective's share of ε)",
+    )
+
+
+CAPABILITIES = Capabilities()
 
 
 def gaussian_tail_quantile(d: int, delta: float) -> float:
@@ -201,6 +222,8 @@ class GeneralizedObjectivePerturbation:
     """KST12 objective perturbation: ε-DP (δ = 0) or (ε, δ)-DP with Gaussian noise (δ > 0)."""
 
     name = "generalized_objective_perturbation"
+    options = Options
+    capabilities = CAPABILITIES
 
     def validate_params(self, problem: Problem) -> Problem:
         loss = check_common(problem, _PARAMS)

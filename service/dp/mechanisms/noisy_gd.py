@@ -80,14 +80,16 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 from scipy import optimize, special
 
 from service.dp.core.base import Calibration, FittedModel, LinearModel, Problem, ProgressCallback
+from service.dp.core.options import Capabilities, MechanismOptions, option
 from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data import clipping
@@ -107,8 +109,10 @@ from service.dp.mechanisms._common import (
     release,
     report,
 )
+from service.dp.mechanisms.dp_sgd import UPDATE_ROWS
 
 __all__ = [
+    "CAPABILITIES",
     "DEFAULT_ITERATIONS",
     "MAX_ITERATIONS",
     "MAX_MOMENTUM",
@@ -119,6 +123,7 @@ __all__ = [
     "STEP_NOISE",
     "NoisyGD",
     "NoisyGDPlan",
+    "Options",
     "default_iterations",
     "descend",
     "gdp_delta",
@@ -260,6 +265,38 @@ def default_iterations(n: int, d: int, mu: float) -> int:
     return int(min(DEFAULT_ITERATIONS, max(MIN_DEFAULT_ITERATIONS, math.floor(bound))))
 
 
+# ---- options and capabilities (service.dp.core.options) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Options(MechanismOptions):
+    """noisy_gd's options: the number of steps T and the step schedule."""
+
+    iterations: int | None = option(
+        None,
+        "Number of full-batch steps T (each one noisy gradient-sum release).",
+        ge=1,
+        le=MAX_ITERATIONS,
+        computed_default=(
+            f"min({DEFAULT_ITERATIONS}, max({MIN_DEFAULT_ITERATIONS}, ⌊(τμn/(2C√d))²⌋)) from "
+            "public n, d, ε, δ"
+        ),
+    )
+    step_size: Literal["nesterov", "constant"] = option(
+        "nesterov",
+        "Step schedule: step 1/(c + λ) with Nesterov momentum (capped at 0.9), or without.",
+    )
+
+
+def work_estimate(n: int, d: int, details: Mapping[str, Any]) -> float:
+    """T full-batch steps, each a pass over the design plus one exact noise release (counted
+    as :data:`~service.dp.mechanisms.dp_sgd.UPDATE_ROWS` rows): T·(n + U)·d."""
+    return float(details["iterations"]) * (n + UPDATE_ROWS) * d
+
+
+CAPABILITIES = Capabilities(work=work_estimate)
+
+
 # ------------------------------------------------------------------ the plan
 
 
@@ -360,6 +397,8 @@ class NoisyGD:
     """(ε, δ)-DP full-batch noisy gradient descent (module docstring)."""
 
     name = NAME
+    options = Options
+    capabilities = CAPABILITIES
 
     def validate_params(self, problem: Problem) -> Problem:
         check_common(problem, ALLOWED_PARAMS)

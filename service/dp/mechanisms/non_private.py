@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
 from service.dp.mechanisms._common import (
     Inputs,
@@ -30,7 +31,13 @@ from service.dp.mechanisms._common import (
 )
 from service.dp.optimize.solvers import minimize_erm
 
-__all__ = ["MECHANISM", "NonPrivate", "NonPrivatePlan"]
+__all__ = [
+    "CAPABILITIES",
+    "MECHANISM",
+    "NonPrivate",
+    "NonPrivatePlan",
+    "Options",
+]
 
 
 @plan_kind("non_private")
@@ -56,10 +63,24 @@ class NonPrivatePlan(MechanismPlan):
         )
 
 
+# ---- options and capabilities (service.dp.core.options) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Options(MechanismOptions):
+    """The exact minimiser has no options of its own (only the loss's `h`)."""
+
+
+#: No privacy: no (ε, δ), nothing charged, "no DP" in its records.
+CAPABILITIES = Capabilities(private=False)
+
+
 class NonPrivate:
     """The exact minimiser; no privacy (ε = ∞)."""
 
     name = "non_private"
+    options = Options
+    capabilities = CAPABILITIES
 
     def validate_params(self, problem: Problem) -> Problem:
         check_common(problem, (), private=False)

@@ -52,6 +52,8 @@ Below T a failure needs the solver not to converge (docs/privacy.md).
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -59,6 +61,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
 from service.dp.mechanisms._common import (
     Inputs,
@@ -77,9 +80,11 @@ from service.dp.noise.rounding import norm_up
 from service.dp.optimize import certified, certified_failure
 
 __all__ = [
+    "CAPABILITIES",
     "MECHANISM",
     "ObjectivePerturbation",
     "ObjectivePerturbationPlan",
+    "Options",
     "centred_plan",
     "run_certified",
     "with_centre",
@@ -144,10 +149,36 @@ class ObjectivePerturbationPlan(ObjectivePlan):
         )
 
 
+# ---- options and capabilities (service.dp.core.options) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Options(MechanismOptions):
+    """Objective perturbation has no options of its own (only the loss's `h`)."""
+
+
+def excess_risk_terms(
+    details: Mapping[str, Any], expected_noise_norm: float | None
+) -> tuple[float, float] | None:
+    """The planner's terms (:mod:`service.dp.analysis.planning`): the shift is the
+    calibration's ``expected_coef_shift_bound`` E‖b‖/(n(λ + Δ)), the smoothness c + λ + Δ
+    (``effective_regularization``)."""
+    if expected_noise_norm is None:
+        return None
+    shift = float(details.get("expected_coef_shift_bound", math.nan))
+    lam = float(details.get("effective_regularization", details["regularization"]))
+    return shift, float(details["c"]) + lam
+
+
+CAPABILITIES = Capabilities(excess_risk=excess_risk_terms, meta_level=True)
+
+
 class ObjectivePerturbation:
     """ε-DP objective perturbation (CMS11 Alg. 2)."""
 
     name = "objective_perturbation"
+    options = Options
+    capabilities = CAPABILITIES
 
     def validate_params(self, problem: Problem) -> Problem:
         loss = check_common(problem, ())

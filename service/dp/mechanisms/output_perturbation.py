@@ -60,6 +60,7 @@ of the continuous ŵ + b, so the bound above holds for the released doubles with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -68,6 +69,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
+from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
 from service.dp.data.clipping import round_up, scale_for
 from service.dp.mechanisms._common import (
@@ -82,7 +84,13 @@ from service.dp.mechanisms._common import (
 from service.dp.noise import lattice
 from service.dp.optimize import certified, certified_failure
 
-__all__ = ["MECHANISM", "OutputPerturbation", "OutputPerturbationPlan"]
+__all__ = [
+    "CAPABILITIES",
+    "MECHANISM",
+    "Options",
+    "OutputPerturbation",
+    "OutputPerturbationPlan",
+]
 
 
 @plan_kind("output_perturbation")
@@ -144,10 +152,33 @@ class OutputPerturbationPlan(MechanismPlan):
         )
 
 
+# ---- options and capabilities (service.dp.core.options) ---------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Options(MechanismOptions):
+    """Output perturbation has no options of its own (only the loss's `h`)."""
+
+
+def excess_risk_terms(
+    details: Mapping[str, Any], expected_noise_norm: float | None
+) -> tuple[float, float] | None:
+    """The planner's terms (:mod:`service.dp.analysis.planning`): the released weights are
+    w* + b, so the shift is E‖b‖ (the expected noise norm) and J is (c + λ)-smooth."""
+    if expected_noise_norm is None:
+        return None
+    return float(expected_noise_norm), float(details["c"]) + float(details["regularization"])
+
+
+CAPABILITIES = Capabilities(excess_risk=excess_risk_terms, meta_level=True)
+
+
 class OutputPerturbation:
     """ε-DP output perturbation (CMS11 Alg. 1) with sensitivity 2/(nλ) + 2τ/λ, τ proved."""
 
     name = "output_perturbation"
+    options = Options
+    capabilities = CAPABILITIES
 
     def validate_params(self, problem: Problem) -> Problem:
         check_common(problem, ())

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -42,6 +42,7 @@ from service.dp.core.base import FitResult, LinearModel, ProgressCallback
 from service.dp.core.models import StackedModel, meta_features
 from service.dp.core.validation import PrivacyParameterError, validate_design
 from service.dp.data.projection import clip_rows
+from service.dp.mechanisms import MECHANISMS
 from service.dp.noise.draws import round_to_grid
 
 __all__ = [
@@ -53,13 +54,24 @@ __all__ = [
     "feature_fit",
     "linear_meta_design",
     "linear_meta_scale",
+    "meta_level_mechanisms",
     "normalised_weights",
 ]
 
-#: Meta-level mechanisms the feature method offers (single release, linear output); the
-#: request schema's type, so the list is written once.
-FeatureMechanism = Literal["objective_perturbation", "output_perturbation"]
-FEATURE_MECHANISMS: tuple[str, ...] = get_args(FeatureMechanism)
+
+def meta_level_mechanisms() -> tuple[str, ...]:
+    """The registry's mechanisms the feature method offers at the meta level (single release,
+    linear output: ``capabilities.meta_level``), by name."""
+    return tuple(sorted(name for name, m in MECHANISMS.items() if m.capabilities.meta_level))
+
+
+#: Meta-level mechanisms the feature method offers, read from the registry once; the request
+#: schema's type (a ``Literal`` of these names; a plain ``str`` to the type checker).
+FEATURE_MECHANISMS: tuple[str, ...] = meta_level_mechanisms()
+if TYPE_CHECKING:
+    FeatureMechanism = str
+else:
+    FeatureMechanism = Literal[FEATURE_MECHANISMS]
 #: The feature method's meta-features (linear: a linear model; sigmoid: a stacked one).
 MetaFeatureKind = Literal["linear", "sigmoid"]
 META_FEATURE_KINDS: tuple[str, ...] = get_args(MetaFeatureKind)
@@ -163,9 +175,9 @@ def feature_fit(
 
     if meta not in META_FEATURE_KINDS:
         raise PrivacyParameterError(f"meta_features must be one of {', '.join(META_FEATURE_KINDS)}")
-    if mechanism not in FEATURE_MECHANISMS:
+    if mechanism not in meta_level_mechanisms():
         raise PrivacyParameterError(
-            f"the meta-level mechanism must be one of {', '.join(FEATURE_MECHANISMS)}"
+            f"the meta-level mechanism must be one of {', '.join(meta_level_mechanisms())}"
         )
     Xf, yf = validate_design(X, y)
     M = _site_matrix(site_models, int(Xf.shape[1]))

@@ -26,6 +26,7 @@ import numpy as np
 
 from service.dp import calibrate as dp_calibrate
 from service.dp.core.base import Calibration, FitResult
+from service.dp.mechanisms.objective_perturbation import MECHANISM as OBJECTIVE_PERTURBATION
 from service.dp.multisite.aggregation import (
     average_coefficients,
     feature_fit,
@@ -79,7 +80,7 @@ def transfer_method(p: Mapping[str, Any]) -> ChargedAggregation:
 
     def calibrate(n: int, d: int, _k: int) -> Calibration:
         return dp_calibrate(
-            "objective_perturbation",
+            OBJECTIVE_PERTURBATION.name,
             n=n,
             d=d,
             epsilon=float(p["epsilon"]),
@@ -104,7 +105,7 @@ def transfer_method(p: Mapping[str, Any]) -> ChargedAggregation:
         method="transfer",
         role="target",
         field="target_dataset_id",
-        base_mechanism="objective_perturbation",
+        base_mechanism=OBJECTIVE_PERTURBATION.name,
         within_job="objective perturbation on the target dataset with the regulariser "
         "(η/2)‖w − w₀‖² centred on the average w₀ of the source models (public, "
         "post-processed); the same ε bound holds (see service.dp.multisite.transfer)",

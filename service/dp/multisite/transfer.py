@@ -112,6 +112,7 @@ from service.dp import as_charged, make_problem
 from service.dp.core.base import Calibration, FitResult, Problem, ProgressCallback
 from service.dp.core.validation import PrivacyParameterError, validate_design
 from service.dp.mechanisms._common import release, report
+from service.dp.mechanisms.objective_perturbation import MECHANISM as OBJECTIVE_PERTURBATION
 from service.dp.mechanisms.objective_perturbation import run_certified, with_centre
 from service.dp.mechanisms.stacking import STACKING_FEATURES
 
@@ -158,7 +159,7 @@ def transfer_fit(
             f"the source model must have {Xf.shape[1]} finite weights, one per feature"
         )
     mech, problem = make_problem(
-        "objective_perturbation",
+        OBJECTIVE_PERTURBATION.name,
         n=int(Xf.shape[0]),
         d=int(Xf.shape[1]),
         epsilon=epsilon,
