@@ -39,6 +39,7 @@ OWN_OPTIONS: dict[str, set[str]] = {
         "projection_kind",
         "projection_seed",
     },
+    "noisy_gd": {"iterations", "step_size"},
     "stacking_samples": {
         "n_models",
         "high_level_fraction",
@@ -145,7 +146,7 @@ def test_capabilities_by_hand() -> None:
         "output_perturbation",
         "objective_perturbation",
     }
-    assert {n for n, c in caps.items() if c.work is not None} == {"dp_sgd"}
+    assert {n for n, c in caps.items() if c.work is not None} == {"dp_sgd", "noisy_gd"}
 
 
 def test_the_excess_risk_bound_by_hand() -> None:
