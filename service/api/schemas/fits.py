@@ -7,6 +7,8 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field
 
 from service.api.schemas.base import RequestModel, ResponseModel
+from service.domain.errors import InvalidInputError
+from service.domain.fits.auto import AUTO
 from service.domain.fits.submit import FitQuote, FitRequest
 from service.domain.fits.tuning import MAX_CANDIDATES, TunedFitRequest, step_size_candidates
 from service.domain.ranges import (
@@ -56,7 +58,13 @@ class FitCreate(RequestModel):
     )
 
     mechanism: str = Field(
-        min_length=1, max_length=64, description=f"The fit mechanism: one of {_MECHANISMS}."
+        min_length=1,
+        max_length=64,
+        description=f"The fit mechanism: one of {_MECHANISMS}; or `auto`: PrivFit chooses the "
+        "mechanism (and λ, when `regularization` is omitted) by its predicted accuracy from "
+        "public quantities only (n, d, ε, δ, loss; the site's public reference dataset of the "
+        "same spec when it has one), at no cost; the job and the model's record say what was "
+        "chosen and why. `auto` takes no mechanism options and no candidates (422).",
     )
     epsilon: float | None = Field(
         default=None,
@@ -80,8 +88,11 @@ class FitCreate(RequestModel):
             Field(ge=MIN_REGULARIZATION, le=MAX_REGULARIZATION, allow_inf_nan=False),
         ]
         | RegularizationCandidates
+        | None
     ) = Field(
-        description="λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from "
+        default=None,
+        description="Required except with mechanism `auto`. "
+        "λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from "
         f'{MIN_REGULARIZATION:g} to {MAX_REGULARIZATION:g}; or `{{"candidates": [...]}}` '
         "to let PrivFit choose λ privately within the same (ε, δ).",
     )
@@ -94,6 +105,21 @@ class FitCreate(RequestModel):
         "privately within the same (ε, δ), alone or with λ candidates: the grid λ × η, at most "
         f"{MAX_CANDIDATES} points.",
     )
+
+    def check_auto(self) -> None:
+        """422 for what contradicts ``auto``: candidates (auto chooses itself)."""
+        if self.mechanism != AUTO:
+            return
+        if isinstance(self.regularization, RegularizationCandidates):
+            raise InvalidInputError(
+                "auto chooses λ itself (or uses the λ given): λ candidates contradict it",
+                errors=[{"loc": ["body", "regularization"], "msg": "candidates with auto"}],
+            )
+        if isinstance(self.params.get("eta"), dict):
+            raise InvalidInputError(
+                "auto chooses the mechanism and its settings: step-size candidates contradict it",
+                errors=[{"loc": ["body", "params", "eta"], "msg": "candidates with auto"}],
+            )
 
     def to_domain(self) -> FitRequest:
         if isinstance(self.regularization, RegularizationCandidates) or isinstance(
@@ -121,6 +147,11 @@ class FitCreate(RequestModel):
         )
         if lambdas is None and step_sizes is None:
             return None
+        if self.regularization is None:
+            raise InvalidInputError(
+                "regularization is required (λ or λ candidates) with step-size candidates",
+                errors=[{"loc": ["body", "regularization"], "msg": "required"}],
+            )
         params = dict(self.params)
         if step_sizes is not None:
             del params["eta"]
@@ -170,10 +201,29 @@ class FitQuoteRead(ResponseModel):
         description="The calibration: every noise parameter, named as in the papers."
     )
     budget: BudgetLeft
+    auto: dict[str, Any] | None = Field(
+        default=None,
+        description="For `mechanism: auto`: the choice and every candidate's predicted "
+        "figures (`mechanism` above is the chosen one).",
+    )
+    expected_accuracy: dict[str, Any] | None = Field(
+        default=None,
+        description="Expected accuracy (mean, p10–p90 of fits simulated on a public "
+        "reference) next to the majority-class baseline (`majority_baseline`, null when no "
+        "public source gives it).",
+    )
+    warnings: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="E.g. `below_majority_baseline`: the expected accuracy is below always "
+        "answering the majority class.",
+    )
 
     @classmethod
     def from_quote(cls, quote: FitQuote) -> FitQuoteRead:
         return cls(
+            auto=quote.auto,
+            expected_accuracy=quote.expected_accuracy,
+            warnings=list(quote.warnings),
             mechanism=quote.mechanism,
             private=quote.private,
             cost=FitCost(epsilon=quote.epsilon, delta=quote.delta),

@@ -20,6 +20,9 @@ from service.domain.records.base import (
 )
 from service.dp import NON_PRIVATE_MECHANISMS
 
+#: Job params a fit's record repeats (set at submission by service.domain.fits.auto).
+RECORDED_EXTRAS = ("requested_mechanism", "auto", "expected_accuracy", "warnings")
+
 
 def fit_kwargs(params: Mapping[str, Any]) -> dict[str, Any]:
     epsilon = params.get("epsilon")
@@ -59,6 +62,11 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
         charged=charged_amounts(job),
         version=software_version(),
     )
+    # auto's choice (with every candidate's predicted figures), the expected accuracy band
+    # and any warning, fixed at submission from public inputs (service.domain.fits.auto)
+    for key in RECORDED_EXTRAS:
+        if key in params:
+            record[key] = json_safe(params[key])
     private = result.mechanism not in NON_PRIVATE_MECHANISMS
     spent = (float(result.epsilon), float(result.delta)) if private else (0.0, 0.0)
     model = Model(

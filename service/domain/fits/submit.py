@@ -19,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.db.models import Dataset
-from service.db.uow import UnitOfWork
+from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import get_owned_dataset, require_live
 from service.domain.errors import InvalidInputError
+from service.domain.fits import auto as fit_auto
 from service.domain.jobs.charged import (
     DatasetCharge,
     JobDraft,
@@ -56,7 +57,8 @@ class FitRequest:
     epsilon: float | None
     delta: float = 0.0
     loss: str = "logistic"
-    regularization: float = 1e-3
+    #: None only with mechanism ``auto`` (which then chooses λ too).
+    regularization: float | None = 1e-3
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def to_params(self) -> dict[str, Any]:
@@ -66,7 +68,7 @@ class FitRequest:
             "epsilon": None if self.epsilon is None else float(self.epsilon),
             "delta": float(self.delta),
             "loss": self.loss,
-            "regularization": float(self.regularization),
+            "regularization": None if self.regularization is None else float(self.regularization),
             "params": json_safe(dict(self.params)),
         }
 
@@ -85,6 +87,9 @@ class FitQuote:
     calibration: dict[str, Any]
     remaining_epsilon: float
     remaining_delta: float
+    auto: dict[str, Any] | None = None
+    expected_accuracy: dict[str, Any] | None = None
+    warnings: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def affordable(self) -> bool:
@@ -92,6 +97,8 @@ class FitQuote:
 
 
 def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
+    if request.mechanism == fit_auto.AUTO:
+        raise TypeError("resolve auto before calibrating")
     if request.mechanism not in MECHANISMS:
         raise InvalidInputError(
             f"unknown mechanism {request.mechanism!r}; choose one of "
@@ -118,7 +125,7 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
             epsilon=math.inf if request.epsilon is None else request.epsilon,
             delta=request.delta,
             loss=request.loss,
-            regularization=request.regularization,
+            regularization=_required_regularization(request),
             **dict(request.params),
         ),
     )
@@ -132,6 +139,47 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
     return calibration
 
 
+def _required_regularization(request: FitRequest) -> float:
+    if request.regularization is None:
+        raise InvalidInputError(
+            "regularization is required (or use mechanism auto, which chooses it)",
+            errors=[{"loc": ["body", "regularization"], "msg": "required"}],
+        )
+    return request.regularization
+
+
+def _resolve(
+    uow: UnitOfWork,
+    uow_factory: UnitOfWorkFactory | None,
+    dataset: Dataset,
+    request: FitRequest,
+) -> tuple[FitRequest, Calibration, fit_auto.Assessment | None]:
+    """Inside an open ``with uow:``: the concrete request (auto resolved, docs/design.md §3),
+    its calibration (422s first, for a concrete mechanism) and the assessment (the band and
+    warnings; None for the non-private baseline)."""
+    if request.mechanism != fit_auto.AUTO:
+        calibration = _calibrate(dataset, request)
+        if request.mechanism in NON_PRIVATE_MECHANISMS:
+            return request, calibration, None
+    else:
+        fit_auto.check_auto_request(epsilon=request.epsilon, params=request.params)
+    reference = fit_auto.find_public_reference(uow, uow_factory, dataset)
+    assessment = fit_auto.assess(
+        dataset,
+        mechanism=request.mechanism,
+        epsilon=request.epsilon,
+        delta=request.delta,
+        loss=request.loss,
+        regularization=request.regularization,
+        params=request.params,
+        reference=reference,
+    )
+    concrete = fit_auto.with_assessment(request, assessment)
+    if request.mechanism == fit_auto.AUTO:
+        calibration = _calibrate(dataset, concrete)
+    return concrete, calibration, assessment
+
+
 def _cost(request: FitRequest, calibration: Calibration) -> tuple[float, float]:
     """(ε, δ) to charge: the calibration's totals; nothing for the non-private baseline,
     which claims no privacy at all (its record says so)."""
@@ -141,15 +189,24 @@ def _cost(request: FitRequest, calibration: Calibration) -> tuple[float, float]:
 
 
 def quote_fit(
-    uow: UnitOfWork, *, dataset_id: str, request: FitRequest, actor: Principal
+    uow: UnitOfWork,
+    *,
+    dataset_id: str,
+    request: FitRequest,
+    actor: Principal,
+    uow_factory: UnitOfWorkFactory | None = None,
 ) -> FitQuote:
-    """The dry run: cost and calibration from public quantities; spends nothing."""
+    """The dry run: cost and calibration from public quantities; spends nothing. With
+    ``uow_factory``, a public reference dataset of the site is used (:mod:`.auto`)."""
     with uow:
         dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
-    calibration = _calibrate(dataset, request)
+        request, calibration, assessment = _resolve(uow, uow_factory, dataset, request)
     epsilon, delta = _cost(request, calibration)
     return FitQuote(
+        auto=None if assessment is None else assessment.auto,
+        expected_accuracy=None if assessment is None else assessment.expected_accuracy,
+        warnings=[] if assessment is None else assessment.warnings,
         mechanism=request.mechanism,
         epsilon=epsilon,
         delta=delta,
@@ -171,36 +228,49 @@ def submit_fit(
     runner: JobScheduler,
     idempotency_key: str | None = None,
     context: AuditContext | None = None,
+    uow_factory: UnitOfWorkFactory | None = None,
 ) -> SubmittedJob:
     """Validate, charge and enqueue a fit (:func:`submit_charged_job`): the caller's own
     dataset, charged the calibration's (ε, δ); a retry gets its job back even once the
-    dataset is gone."""
+    dataset is gone. ``auto`` is resolved here (a deterministic function of public inputs),
+    and the job's params carry the choice, the expected band and any warning."""
 
     def draft(u: UnitOfWork) -> JobDraft:
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
+        resolved: tuple[FitRequest, Calibration, fit_auto.Assessment | None] | None = None
+        params = request.to_params()
+        if dataset.deleted_at is None:
+            resolved = _resolve(u, uow_factory, dataset, request)
+            concrete, _, assessment = resolved
+            params = concrete.to_params()
+            if assessment is not None:
+                params.update(assessment.job_extras())
 
         def price() -> Pricing:
-            calibration = _calibrate(require_live(dataset), request)
-            epsilon, delta = _cost(request, calibration)
+            if resolved is None:
+                require_live(dataset)
+            assert resolved is not None
+            concrete, calibration, _ = resolved
+            epsilon, delta = _cost(concrete, calibration)
             return Pricing(
-                mechanism=request.mechanism,
+                mechanism=concrete.mechanism,
                 charges=[DatasetCharge(dataset.id, dataset.owner_site_id, epsilon, delta)],
                 audit_action="fit.submitted",
                 audit_details={
                     "dataset_id": dataset_id,
-                    "mechanism": request.mechanism,
+                    "mechanism": concrete.mechanism,
                     "epsilon": epsilon,
                     "delta": delta,
                 },
                 work=fit_work(
-                    request.mechanism,
+                    concrete.mechanism,
                     int(dataset.n_rows),
                     int(dataset.n_features),
                     calibration.details,
                 ),
             )
 
-        return JobDraft(kind="fit", dataset_id=dataset.id, params=request.to_params(), price=price)
+        return JobDraft(kind="fit", dataset_id=dataset.id, params=params, price=price)
 
     return submit_charged_job(
         uow,
