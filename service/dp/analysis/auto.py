@@ -33,7 +33,9 @@ with ‖b‖ ∝ 1/ε; the per-step gradient mean of DP-SGD: 2/b), so the coeffi
 on n and ε through nε (output perturbation: E‖b‖ = 2d/(nλε) exactly; objective perturbation
 up to the Jacobian term ln(1 + c/(nλ)), itself a function of nλ compared with nε; the Gaussian
 ones with σ ∝ √ln(1/δ)/ε up to lower-order terms). DP-SGD's batch size is scaled by n_sim/n so
-the number of steps and the noise per step are those of the real run. What the simulation
+the number of steps and the noise per step are those of the real run (floored at
+:data:`MIN_SIMULATED_BATCH` rows to bound the work: then fewer steps, each less noisy by the
+same factor). What the simulation
 does not reproduce is the sampling error of n rows (it has that of n_sim): common to all
 candidates, it shifts the band, not the ranking.
 
@@ -95,6 +97,8 @@ LAMBDA_GRID: Final[tuple[float, ...]] = (1e-4, 1e-3, 1e-2, 1e-1)
 SIMULATED_ROWS: Final[int] = 2000
 #: Rows of the reference test sample.
 TEST_ROWS: Final[int] = 2000
+#: DP-SGD's simulated batch size at least (module docstring).
+MIN_SIMULATED_BATCH: Final[int] = 10
 #: Simulated fits per candidate.
 REPEATS: Final[int] = 4
 #: κ of the synthetic reference (module docstring).
@@ -308,7 +312,7 @@ def _simulated_params(candidate: Candidate, n: int, n_sim: int) -> dict[str, Any
         from service.dp.mechanisms.dp_sgd import DEFAULT_BATCH_SIZE
 
         batch = int(params.get("batch_size", min(DEFAULT_BATCH_SIZE, n)))
-        params["batch_size"] = max(1, round(batch * n_sim / n))
+        params["batch_size"] = min(n_sim, max(MIN_SIMULATED_BATCH, round(batch * n_sim / n)))
     return params
 
 
