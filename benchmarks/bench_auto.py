@@ -58,7 +58,8 @@ def _breast_cancer() -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
     def prep(rows: NDArray[np.intp]) -> FloatArray:
         Z = np.clip((X[rows] - lo) / scale, 0.0, 1.0)
         Z = np.hstack([Z, np.ones((Z.shape[0], 1))])
-        return Z / np.maximum(1.0, np.linalg.norm(Z, axis=1, keepdims=True))
+        out: FloatArray = Z / np.maximum(1.0, np.linalg.norm(Z, axis=1, keepdims=True))
+        return out
 
     return prep(train), y[train], prep(test), y[test]
 

@@ -22,7 +22,8 @@ def test_reference_task_is_the_documented_one() -> None:
     # fixed: the same arrays again (not the cache's object: a fresh generation)
     auto.reference_task.cache_clear()
     X2, y2 = auto.reference_task(21, 0.8, 6000)
-    assert np.array_equal(X, X2) and np.array_equal(y, y2)
+    assert np.array_equal(X, X2)
+    assert np.array_equal(y, y2)
 
 
 def test_predictor_without_noise_reaches_the_bayes_accuracy() -> None:
@@ -97,7 +98,8 @@ def test_delta_zero_excludes_the_gaussian_mechanisms_with_the_reason() -> None:
         n=500, d=6, epsilon=1.0, delta=0.0, loss="logistic", regularization=0.01
     )
     gaussian = [f for f in pure if f.candidate.mechanism == "gaussian_objective_perturbation"]
-    assert gaussian and all(f.excluded and "delta" in f.excluded for f in gaussian)
+    assert gaussian
+    assert all(f.excluded and "delta" in f.excluded for f in gaussian)
     approx = auto.auto_candidates(
         n=500, d=6, epsilon=1.0, delta=1e-6, loss="logistic", regularization=0.01
     )
@@ -111,7 +113,14 @@ def test_delta_zero_excludes_the_gaussian_mechanisms_with_the_reason() -> None:
 
 
 def test_choice_is_the_argmax_of_its_figures_and_reproducible() -> None:
-    kwargs = dict(n=300, d=6, epsilon=0.5, delta=1e-6, loss="logistic", regularization=None)
+    kwargs = {
+        "n": 300,
+        "d": 6,
+        "epsilon": 0.5,
+        "delta": 1e-6,
+        "loss": "logistic",
+        "regularization": None,
+    }
     first = auto.choose(**kwargs)  # type: ignore[arg-type]
     auto._choose_cached.cache_clear()
     second = auto.choose(**kwargs)  # type: ignore[arg-type]
