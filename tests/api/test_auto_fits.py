@@ -236,3 +236,35 @@ def test_a_precise_fit_carries_no_warning_and_auto_uses_the_public_reference(
     assert auto["auto"]["reference"] == "public_reference_dataset"
     assert auto["auto"]["reference_dataset_id"] == public_id
     assert auto["warnings"] == []
+
+
+def test_the_planner_states_the_majority_baseline_of_its_reference(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset_id, public_id = _with_public_reference(client, site)
+    body = {
+        "mechanism": "output_perturbation",
+        "epsilons": [0.02, 500.0],
+        "regularizations": [1e-4],
+        "reference_dataset_id": public_id,
+        "repeats": 4,
+        "seed": 3,
+    }
+
+    response = client.post(f"/v1/datasets/{dataset_id}/plans", json=body, headers=site.headers)
+
+    assert response.status_code == 200, response.text
+    plan = response.json()
+    labels = [line.endswith(",yes") for line in skewed_csv(seed=1).decode().split("\n")[1:-1]]
+    assert plan["majority_baseline"] == pytest.approx(1 - sum(labels) / len(labels))
+    low, high = plan["points"]
+    assert low["below_majority_baseline"] is True
+    assert high["below_majority_baseline"] is (
+        high["simulated_accuracy"]["mean"] < plan["majority_baseline"]
+    )
+    without = client.post(
+        f"/v1/datasets/{dataset_id}/plans",
+        json={"mechanism": "output_perturbation", "epsilons": [1.0]},
+        headers=site.headers,
+    ).json()
+    assert without["majority_baseline"] is None

@@ -548,7 +548,7 @@ FitCreateRegularization = TypeAliasType(
     Annotated[
         float,
         Field(
-            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ).',
+            description='Required except with mechanism `auto`. λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ).',
             ge=1e-10,
             le=1000000.0,
             title="Regularization",
@@ -562,6 +562,13 @@ class FitQuoteRead(BaseModel):
     A dry run: what the fit would cost and how it would randomise. Nothing was spent.
     """
 
+    auto: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="For `mechanism: auto`: the choice and every candidate's predicted figures (`mechanism` above is the chosen one).",
+            title="Auto",
+        ),
+    ] = None
     budget: BudgetLeft
     calibration: Annotated[
         dict[str, Any],
@@ -575,6 +582,13 @@ class FitQuoteRead(BaseModel):
     ]
     cost: FitCost
     dry_run: Annotated[bool | None, Field(title="Dry Run")] = True
+    expected_accuracy: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="Expected accuracy (mean, p10–p90 of fits simulated on a public reference) next to the majority-class baseline (`majority_baseline`, null when no public source gives it).",
+            title="Expected Accuracy",
+        ),
+    ] = None
     expected_noise_norm: Annotated[
         float | None,
         Field(
@@ -586,6 +600,13 @@ class FitQuoteRead(BaseModel):
     private: Annotated[
         bool, Field(description="False for `non_private`: no DP, nothing charged.", title="Private")
     ]
+    warnings: Annotated[
+        list[dict[str, Any]] | None,
+        Field(
+            description="E.g. `below_majority_baseline`: the expected accuracy is below always answering the majority class.",
+            title="Warnings",
+        ),
+    ] = None
 
 
 class Health(BaseModel):
@@ -702,6 +723,13 @@ class JobRead(BaseModel):
     status: Annotated[
         Literal["queued", "running", "succeeded", "failed", "cancelled"], Field(title="Status")
     ]
+    warnings: Annotated[
+        list[dict[str, Any]] | None,
+        Field(
+            description="Warnings fixed at submission (also in `params` and the model's record), e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering the majority class.",
+            title="Warnings",
+        ),
+    ] = None
 
 
 class LabelIn(BaseModel):
@@ -1019,6 +1047,13 @@ class PlanRead(BaseModel):
 
     d: Annotated[int, Field(title="D")]
     dataset_id: Annotated[str, Field(title="Dataset Id")]
+    majority_baseline: Annotated[
+        float | None,
+        Field(
+            description="With a reference: the accuracy of always answering its majority class; each simulated point says whether its mean is below it (`below_majority_baseline`).",
+            title="Majority Baseline",
+        ),
+    ] = None
     mechanism: Annotated[str, Field(title="Mechanism")]
     n: Annotated[int, Field(title="N")]
     notes: Annotated[list[str], Field(title="Notes")]
@@ -1107,6 +1142,13 @@ class PrivacyRecordRead(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
+    auto: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="For `mechanism: auto`: what was chosen and why (every candidate's predicted accuracy on the public reference).",
+            title="Auto",
+        ),
+    ] = None
     calibration: Annotated[dict[str, Any] | None, Field(title="Calibration")] = None
     claim: Annotated[
         dict[str, Any] | None,
@@ -1119,6 +1161,13 @@ class PrivacyRecordRead(BaseModel):
         float | None,
         Field(description="Verified ε (None: no DP, or only a claim).", title="Epsilon"),
     ]
+    expected_accuracy: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="The accuracy band expected at submission (simulated on a public reference) next to the majority-class baseline.",
+            title="Expected Accuracy",
+        ),
+    ] = None
     expected_noise_norm: Annotated[float | str | None, Field(title="Expected Noise Norm")] = None
     guarantee: Annotated[
         Literal["differential_privacy", "none", "declared"], Field(title="Guarantee")
@@ -1132,6 +1181,13 @@ class PrivacyRecordRead(BaseModel):
             title="Randomness",
         ),
     ] = None
+    requested_mechanism: Annotated[
+        str | None,
+        Field(
+            description="`auto` when PrivFit chose the mechanism (see `auto`).",
+            title="Requested Mechanism",
+        ),
+    ] = None
     software: Annotated[dict[str, Any], Field(title="Software")]
     statement: Annotated[
         str, Field(description="The guarantee in one sentence.", title="Statement")
@@ -1141,6 +1197,13 @@ class PrivacyRecordRead(BaseModel):
         Field(description="The unit protected: one row of the dataset, replace-one.", title="Unit"),
     ] = None
     verified: Annotated[bool, Field(title="Verified")]
+    warnings: Annotated[
+        list[dict[str, Any]] | None,
+        Field(
+            description="Warnings fixed at submission, e.g. `below_majority_baseline`.",
+            title="Warnings",
+        ),
+    ] = None
 
 
 class Readiness(BaseModel):
@@ -1764,7 +1827,7 @@ class FitCreate(BaseModel):
     mechanism: Annotated[
         str,
         Field(
-            description="The fit mechanism: one of `dp_sgd`, `gaussian_objective_perturbation`, `generalized_objective_perturbation`, `non_private`, `objective_perturbation`, `output_perturbation`, `stacking_features`, `stacking_samples`.",
+            description="The fit mechanism: one of `dp_sgd`, `gaussian_objective_perturbation`, `generalized_objective_perturbation`, `non_private`, `objective_perturbation`, `output_perturbation`, `stacking_features`, `stacking_samples`; or `auto`: PrivFit chooses the mechanism (and λ, when `regularization` is omitted) by its predicted accuracy from public quantities only (n, d, ε, δ, loss; the site's public reference dataset of the same spec when it has one), at no cost; the job and the model's record say what was chosen and why. `auto` takes no mechanism options and no candidates (422).",
             max_length=64,
             min_length=1,
             title="Mechanism",
@@ -1778,12 +1841,12 @@ class FitCreate(BaseModel):
         ),
     ] = None
     regularization: Annotated[
-        FitCreateRegularization | RegularizationCandidates,
+        FitCreateRegularization | RegularizationCandidates | None,
         Field(
-            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ).',
+            description='Required except with mechanism `auto`. λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ).',
             title="Regularization",
         ),
-    ]
+    ] = None
 
 
 class JobList(BaseModel):

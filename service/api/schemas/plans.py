@@ -100,4 +100,9 @@ class PlanRead(ResponseModel):
     points: list[dict[str, Any]]
     target: dict[str, Any] | None
     notes: list[str]
+    majority_baseline: float | None = Field(
+        default=None,
+        description="With a reference: the accuracy of always answering its majority class; "
+        "each simulated point says whether its mean is below it (`below_majority_baseline`).",
+    )
     spent: dict[str, float]

@@ -20,6 +20,7 @@ from service.domain.access.principal import Principal
 from service.domain.datasets.catalog import get_owned_dataset, read_design
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS
+from service.dp.analysis.auto import majority_fraction
 from service.dp.analysis.planning import (
     MAX_SIMULATED_FITS,
     GridPoint,
@@ -63,17 +64,27 @@ class Plan:
     reference_dataset_id: str | None
     target: dict[str, Any] | None
     notes: list[str]
+    #: The public reference's majority-class frequency (None without a reference).
+    majority_baseline: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        points = []
+        for p in self.points:
+            point = p.to_dict()
+            simulated = point.get("simulated_accuracy")
+            if simulated is not None and self.majority_baseline is not None:
+                point["below_majority_baseline"] = simulated["mean"] < self.majority_baseline
+            points.append(point)
         return {
             "dataset_id": self.dataset_id,
             "mechanism": self.mechanism,
             "n": self.n,
             "d": self.d,
             "reference_dataset_id": self.reference_dataset_id,
-            "points": [p.to_dict() for p in self.points],
+            "points": points,
             "target": self.target,
             "notes": self.notes,
+            "majority_baseline": self.majority_baseline,
             "spent": {"epsilon": 0.0, "delta": 0.0},
         }
 
@@ -137,6 +148,7 @@ def make_plan(
     n, d = int(target.n_rows), int(target.n_features)
     points = _grid(request, n, d)
     notes: list[str] = []
+    majority_baseline: float | None = None
     if reference is not None:
         if not reference.allow_non_private:
             raise _invalid(
@@ -157,6 +169,9 @@ def make_plan(
                 ["body", "repeats"],
             )
         design = read_design(uow_factory, reference)
+        # the public reference's own label frequency: the accuracy of always answering its
+        # majority class, which every simulated band is shown against (issue 28 item 4)
+        majority_baseline = majority_fraction(np.asarray(design.y))
         rng = np.random.default_rng(request.seed)
         if n > 50_000:
             notes.append("simulated fits use 50,000 rows (the dataset has more)")
@@ -215,4 +230,5 @@ def make_plan(
         reference_dataset_id=request.reference_dataset_id,
         target=target_answer,
         notes=notes,
+        majority_baseline=majority_baseline,
     )
