@@ -10,6 +10,7 @@ Every test runs on SQLite and on PostgreSQL (the twin is heavy, tests/conftest.p
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -268,3 +269,43 @@ def test_the_planner_states_the_majority_baseline_of_its_reference(
         headers=site.headers,
     ).json()
     assert without["majority_baseline"] is None
+
+
+def test_a_declared_public_prior_gives_the_baseline_and_the_warning(
+    client: TestClient, site: SiteHandle
+) -> None:
+    # no public reference; the spec declares P(yes) = 0.16, so the baseline is 0.84
+    spec = {**toy_spec(), "positive_fraction": 0.16}
+    dataset = upload(client, site.headers, raw=skewed_csv(seed=4), spec=spec)
+    assert (
+        client.get(f"/v1/datasets/{dataset['id']}", headers=site.headers).json()["spec"][
+            "positive_fraction"
+        ]
+        == 0.16
+    )
+    noisy = fit_body("output_perturbation", epsilon=0.02, regularization=1e-4)
+
+    quote = _fit(client, site, dataset["id"], noisy, dry=True).json()
+
+    expected = quote["expected_accuracy"]
+    assert expected["baseline_source"] == "spec_prior"
+    assert expected["majority_baseline"] == pytest.approx(0.84)
+    assert expected["reference"] == "synthetic"
+    assert [w["code"] for w in quote["warnings"]] == ["below_majority_baseline"]
+    _untouched(client, site, dataset["id"])
+
+
+@pytest.mark.parametrize("prior", [0.0, 1.0, -0.5, "half"])
+def test_a_prior_outside_zero_one_is_refused(
+    client: TestClient, site: SiteHandle, prior: Any
+) -> None:
+    response = client.post(
+        "/v1/datasets",
+        files={
+            "file": ("toy.csv", skewed_csv(), "text/csv"),
+            "spec": (None, json.dumps({**toy_spec(), "positive_fraction": prior})),
+        },
+        headers=site.headers,
+    )
+    assert response.status_code == 422, response.text
+    assert "positive_fraction" in response.text

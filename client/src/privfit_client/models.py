@@ -210,6 +210,20 @@ class ContributionRead(BaseModel):
     ]
 
 
+DatasetCreatePositiveFraction = TypeAliasType(
+    "DatasetCreatePositiveFraction",
+    Annotated[
+        float,
+        Field(
+            description="Optional public prior of the positive class's frequency (e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
+            gt=0.0,
+            lt=1.0,
+            title="Positive Fraction",
+        ),
+    ],
+)
+
+
 class DatasetGrantIn(BaseModel):
     """
     Let the study spend up to (ε, δ) of one of the calling site's datasets (used by
@@ -1724,6 +1738,13 @@ class DatasetCreate(BaseModel):
         ),
     ] = None
     name: Annotated[str, Field(max_length=200, min_length=1, title="Name")]
+    positive_fraction: Annotated[
+        DatasetCreatePositiveFraction | None,
+        Field(
+            description="Optional public prior of the positive class's frequency (e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
+            title="Positive Fraction",
+        ),
+    ] = None
     row_norm: Annotated[
         Literal["clip", "scale"] | None,
         Field(

@@ -7,7 +7,10 @@ Use-case glue around :mod:`service.dp.analysis.auto` (the numerics and their arg
   them releases nothing) whose encoded features and preprocessing equal the fitted dataset's.
   The newest such dataset is simulated on instead of the synthetic reference, and its label
   frequency is the public majority-class baseline. Without one, the synthetic reference is
-  used and the baseline is unknown at submission (``baseline_source: "unknown"``).
+  used, at the spec's declared public prior ``positive_fraction`` when there is one (the
+  baseline is then max(p, 1 − p), ``baseline_source: "spec_prior"``); otherwise the
+  reference is balanced and the baseline unknown (``baseline_source: "unknown"``): no
+  warning can be given, and the quote says so.
 * **Auto.** The request's mechanism ``auto`` is replaced at submission by the chooser's
   candidate (mechanism, λ); the job's params keep ``requested_mechanism: "auto"`` and the
   choice with every candidate's predicted figures (``auto``), which the model's record repeats.
@@ -45,6 +48,7 @@ __all__ = [
     "assess",
     "check_auto_request",
     "find_public_reference",
+    "public_baseline",
 ]
 
 logger = logging.getLogger(__name__)
@@ -140,6 +144,20 @@ def find_public_reference(
     return None
 
 
+def public_baseline(
+    dataset: Dataset, reference: PublicReference | None
+) -> tuple[float | None, str]:
+    """The majority-class baseline from public knowledge only, and where it comes from: the
+    site's public reference rows, else the spec's declared prior ``positive_fraction``
+    (max(p, 1 − p)), else unknown (None)."""
+    if reference is not None:
+        return reference.majority, "public_reference_dataset"
+    prior = (dataset.spec or {}).get("positive_fraction")
+    if isinstance(prior, float | int) and 0.0 < float(prior) < 1.0:
+        return max(float(prior), 1.0 - float(prior)), "spec_prior"
+    return None, "unknown"
+
+
 def _admissible(_mechanism: str, calibration: Any) -> None:
     try:
         check_calibration(
@@ -165,7 +183,7 @@ def assess(
 ) -> Assessment:
     """Resolve auto (422 when no candidate fits the public inputs) and predict the band."""
     n, d = int(dataset.n_rows), int(dataset.n_features)
-    majority = None if reference is None else reference.majority
+    majority, source = public_baseline(dataset, reference)
     public = None if reference is None else (reference.X, reference.y)
     public_key = "" if reference is None else reference.dataset_id
     auto_record: dict[str, Any] | None = None
@@ -211,7 +229,7 @@ def assess(
                 delta=delta,
                 loss=loss,
                 majority=majority,
-                baseline_source="unknown" if reference is None else "public_reference_dataset",
+                baseline_source=source,
                 public=public,
                 public_key=public_key,
             )
