@@ -262,7 +262,7 @@ class Client:
         epsilon: float | None,
         delta: float,
         loss: str,
-        regularization: float | Sequence[float],
+        regularization: float | Sequence[float] | None,
         params: Mapping[str, Any] | None,
     ) -> FitCreate:
         return FitCreate(
@@ -272,7 +272,7 @@ class Client:
             loss=loss,
             regularization=(
                 regularization
-                if isinstance(regularization, (int, float))
+                if regularization is None or isinstance(regularization, (int, float))
                 else RegularizationCandidates(candidates=[float(c) for c in regularization])
             ),
             params=dict(params or {}),
@@ -284,7 +284,7 @@ class Client:
         mechanism: str = "objective_perturbation",
         *,
         epsilon: float | None,
-        regularization: float | Sequence[float],
+        regularization: float | Sequence[float] | None = None,
         delta: float = 0.0,
         loss: str = "logistic",
         params: Mapping[str, Any] | None = None,
@@ -292,6 +292,10 @@ class Client:
         idempotency_key: str | None = None,
     ) -> Job:
         """Charge the dataset's budget and queue a fit; returns the job (``job.wait()``).
+
+        ``mechanism="auto"`` lets PrivFit choose the mechanism (and λ, when ``regularization``
+        is None) from public quantities, at no cost; ``job.params["auto"]`` says why. Every
+        private fit's ``job.warnings`` may hold ``below_majority_baseline``.
 
         A list of ``regularization`` values asks PrivFit to choose one privately within the
         same (ε, δ) (the model's privacy record names the choice); for ``dp_sgd``,
@@ -317,7 +321,7 @@ class Client:
         mechanism: str = "objective_perturbation",
         *,
         epsilon: float | None,
-        regularization: float | Sequence[float],
+        regularization: float | Sequence[float] | None = None,
         delta: float = 0.0,
         loss: str = "logistic",
         params: Mapping[str, Any] | None = None,
