@@ -309,3 +309,27 @@ def test_a_prior_outside_zero_one_is_refused(
     )
     assert response.status_code == 422, response.text
     assert "positive_fraction" in response.text
+
+
+def test_a_retried_auto_fit_finds_its_job_even_once_the_dataset_is_deleted(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers)
+    headers = {**site.headers, "Idempotency-Key": "auto-fit-1"}
+    path = f"/v1/datasets/{dataset['id']}/fits"
+
+    first = client.post(path, json=_auto(), headers=headers)
+    assert first.status_code == 202, first.text
+    again = client.post(path, json=_auto(), headers=headers)
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["id"] == first.json()["id"]
+    assert wait_job(client, site.headers, first.json()["id"])["status"] == "succeeded"
+    deleted = client.delete(f"/v1/datasets/{dataset['id']}", headers=site.headers)
+    assert deleted.status_code in {200, 204}, deleted.text
+
+    after = client.post(path, json=_auto(), headers=headers)
+
+    assert after.json()["id"] == first.json()["id"], after.text
+    assert after.headers["Idempotent-Replayed"] == "true"
+    state = budget(client, site.headers, dataset["id"])
+    assert len(state["charges"]) == 1

@@ -239,16 +239,22 @@ def submit_fit(
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
         resolved: tuple[FitRequest, Calibration, fit_auto.Assessment | None] | None = None
         params = request.to_params()
-        if dataset.deleted_at is None:
+        try:
             resolved = _resolve(u, uow_factory, dataset, request)
+        except InvalidInputError:
+            if dataset.deleted_at is None:
+                raise
+            # deleted: ``price`` answers 409 first, as for any fit of a deleted dataset
+        if resolved is not None:
+            # the params a retry must repeat: the same deterministic function of public
+            # inputs, so an Idempotency-Key finds its job even once the dataset is deleted
             concrete, _, assessment = resolved
             params = concrete.to_params()
             if assessment is not None:
                 params.update(assessment.job_extras())
 
         def price() -> Pricing:
-            if resolved is None:
-                require_live(dataset)
+            require_live(dataset)
             assert resolved is not None
             concrete, calibration, _ = resolved
             epsilon, delta = _cost(concrete, calibration)
