@@ -333,3 +333,50 @@ def test_a_retried_auto_fit_finds_its_job_even_once_the_dataset_is_deleted(
     assert after.headers["Idempotent-Replayed"] == "true"
     state = budget(client, site.headers, dataset["id"])
     assert len(state["charges"]) == 1
+
+
+def test_an_auto_plan_uses_the_public_reference_by_default(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset_id, public_id = _with_public_reference(client, site)
+    body = {"mechanism": "auto", "epsilons": [0.02, 200.0], "delta": 1e-6}
+
+    response = client.post(f"/v1/datasets/{dataset_id}/plans", json=body, headers=site.headers)
+
+    assert response.status_code == 200, response.text
+    plan = response.json()
+    assert plan["mechanism"] == "auto"
+    assert plan["reference_dataset_id"] == public_id
+    labels = [line.endswith(",yes") for line in skewed_csv(seed=1).decode().split("\n")[1:-1]]
+    assert plan["majority_baseline"] == pytest.approx(1 - sum(labels) / len(labels))
+    low, high = plan["points"]
+    # each point names auto's choice at its ε, and the cost is that mechanism's own
+    for point in (low, high):
+        assert point["mechanism"] in {
+            "objective_perturbation",
+            "generalized_objective_perturbation",
+            "output_perturbation",
+            "gaussian_objective_perturbation",
+            "dp_sgd",
+        }
+        assert point["spent_epsilon"] == point["epsilon"]
+    assert high["simulated_accuracy"]["mean"] > plan["majority_baseline"]
+    assert high["below_majority_baseline"] is False
+    assert budget(client, site.headers, dataset_id)["charges"] == []
+    too_many = client.post(
+        f"/v1/datasets/{dataset_id}/plans",
+        json={**body, "epsilons": [0.1 * (i + 1) for i in range(9)]},
+        headers=site.headers,
+    )
+    assert too_many.status_code == 422
+
+
+def test_an_auto_plan_draws_as_svg(client: TestClient, site: SiteHandle) -> None:
+    dataset = upload(client, site.headers)
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/plans",
+        json={"mechanism": "auto", "epsilons": [0.5, 2.0]},
+        headers={**site.headers, "Accept": "image/svg+xml"},
+    )
+    assert response.status_code == 200, response.text
+    assert response.text.startswith("<svg")

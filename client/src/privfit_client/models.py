@@ -1023,7 +1023,15 @@ class PlanCreate(BaseModel):
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
     loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
-    mechanism: Annotated[str, Field(max_length=64, min_length=1, title="Mechanism")]
+    mechanism: Annotated[
+        str,
+        Field(
+            description="A private mechanism, or `auto`: per ε, the mechanism and λ auto would choose (each point names it), simulated on `reference_dataset_id` or by default on your public reference dataset of the same spec (else a synthetic reference); at most 8 ε, no target accuracy.",
+            max_length=64,
+            min_length=1,
+            title="Mechanism",
+        ),
+    ]
     params: Annotated[dict[str, Any] | None, Field(title="Params")] = None
     reference_dataset_id: Annotated[
         PlanCreateReferenceDatasetId | None,

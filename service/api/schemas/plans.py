@@ -40,7 +40,14 @@ class PlanCreate(RequestModel):
         }
     )
 
-    mechanism: str = Field(min_length=1, max_length=64)
+    mechanism: str = Field(
+        min_length=1,
+        max_length=64,
+        description="A private mechanism, or `auto`: per ε, the mechanism and λ auto would "
+        "choose (each point names it), simulated on `reference_dataset_id` or by default on "
+        "your public reference dataset of the same spec (else a synthetic reference); at most "
+        "8 ε, no target accuracy.",
+    )
     epsilons: list[float] = Field(min_length=1, max_length=MAX_GRID)
     regularizations: list[float] = Field(default=[1e-3], min_length=1, max_length=MAX_GRID)
     delta: float = Field(default=0.0, ge=0.0, lt=1.0)

@@ -10,16 +10,19 @@ a release) and encoded like the target (same features and preprocessing); anythi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
+from service.db.models import Dataset
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.datasets.catalog import get_owned_dataset, read_design
 from service.domain.errors import InvalidInputError, NotFoundError
+from service.domain.fits import auto as fit_auto
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS
+from service.dp.analysis import auto as auto_numerics
 from service.dp.analysis.auto import majority_fraction
 from service.dp.analysis.planning import (
     MAX_SIMULATED_FITS,
@@ -120,6 +123,91 @@ def _grid(request: PlanRequest, n: int, d: int) -> list[GridPoint]:
     return points
 
 
+#: At most this many ε per ``auto`` plan (each runs the chooser: every candidate simulated).
+MAX_AUTO_EPSILONS = 8
+
+
+def _auto_plan(
+    uow: UnitOfWork,
+    uow_factory: UnitOfWorkFactory,
+    *,
+    dataset_id: str,
+    target: Dataset,
+    request: PlanRequest,
+    reference: Dataset | None,
+) -> Plan:
+    """``mechanism: auto``: per ε, auto's choice (docs/design.md §3) and its simulated band,
+    on the named public reference or, by default, on the site's own public reference rows
+    (:func:`service.domain.fits.auto.find_public_reference`), else the synthetic one."""
+    epsilons = sorted(set(request.epsilons))
+    if len(epsilons) > MAX_AUTO_EPSILONS:
+        raise _invalid(f"at most {MAX_AUTO_EPSILONS} ε values with auto", ["body", "epsilons"])
+    if request.target_accuracy is not None:
+        raise _invalid(
+            "auto plans answer no target accuracy; name a mechanism", ["body", "target_accuracy"]
+        )
+    fit_auto.check_auto_request(epsilon=epsilons[0], params=request.params)
+    public = None
+    with uow:
+        if reference is not None:
+            design = read_design(uow_factory, reference)
+            public = fit_auto.PublicReference(
+                reference.id,
+                np.asarray(design.X)[: fit_auto.MAX_REFERENCE_ROWS],
+                np.asarray(design.y)[: fit_auto.MAX_REFERENCE_ROWS],
+            )
+        else:
+            public = fit_auto.find_public_reference(uow, uow_factory, target)
+    majority, source = fit_auto.public_baseline(target, public)
+    n, d = int(target.n_rows), int(target.n_features)
+    points: list[GridPoint] = []
+    notes = [
+        "auto: per ε, the candidate with the largest mean predicted accuracy (λ from the "
+        "grid 1e-4…1e-1; `regularizations` are not used)",
+        f"majority baseline from: {source}",
+    ]
+    for eps in epsilons:
+        try:
+            choice = auto_numerics.choose(
+                n=n,
+                d=d,
+                epsilon=eps,
+                delta=request.delta,
+                loss=request.loss,
+                regularization=None,
+                params=request.params,
+                majority=majority,
+                public=None if public is None else (public.X, public.y),
+                public_key="" if public is None else public.dataset_id,
+            )
+        except ValueError as exc:
+            raise _invalid(f"auto: {exc}", ["body", "mechanism"]) from exc
+        chosen = choice.chosen
+        best = next(f for f in choice.figures if f.candidate == chosen)
+        point = plan_point(
+            chosen.mechanism,
+            n=n,
+            d=d,
+            epsilon=eps,
+            delta=request.delta,
+            loss=request.loss,
+            regularization=chosen.regularization,
+            params=chosen.params,
+        )
+        points.append(replace(point, accuracies=best.accuracies, mechanism=chosen.mechanism))
+    return Plan(
+        dataset_id=dataset_id,
+        mechanism=fit_auto.AUTO,
+        n=n,
+        d=d,
+        points=points,
+        reference_dataset_id=None if public is None else public.dataset_id,
+        target=None,
+        notes=notes,
+        majority_baseline=majority,
+    )
+
+
 def make_plan(
     uow: UnitOfWork,
     uow_factory: UnitOfWorkFactory,
@@ -145,6 +233,24 @@ def make_plan(
                     "reference_dataset_id names no live dataset of yours",
                     ["body", "reference_dataset_id"],
                 )
+    if request.mechanism == fit_auto.AUTO:
+        if reference is not None and (
+            not reference.allow_non_private
+            or dict(reference.preprocessing) != dict(target.preprocessing)
+            or list(reference.feature_names) != list(target.feature_names)
+        ):
+            raise _invalid(
+                "the reference dataset must be public (allow_non_private) with the dataset's spec",
+                ["body", "reference_dataset_id"],
+            )
+        return _auto_plan(
+            uow,
+            uow_factory,
+            dataset_id=dataset_id,
+            target=target,
+            request=request,
+            reference=reference,
+        )
     n, d = int(target.n_rows), int(target.n_features)
     points = _grid(request, n, d)
     notes: list[str] = []

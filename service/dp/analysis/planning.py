@@ -74,9 +74,12 @@ class GridPoint:
     expected_noise_norm: float | None
     excess_risk_bound: float | None
     accuracies: tuple[float, ...] = ()
+    #: The mechanism of this point when the plan's is ``auto`` (chosen per ε), else None.
+    mechanism: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+        out: dict[str, Any] = {} if self.mechanism is None else {"mechanism": self.mechanism}
+        out |= {
             "epsilon": self.epsilon,
             "regularization": self.regularization,
             "spent_epsilon": self.spent_epsilon,
