@@ -380,3 +380,32 @@ def test_an_auto_plan_draws_as_svg(client: TestClient, site: SiteHandle) -> None
     )
     assert response.status_code == 200, response.text
     assert response.text.startswith("<svg")
+
+
+def test_auto_on_a_dataset_too_wide_to_simulate_is_422_and_a_fit_has_no_band(
+    client: TestClient, site: SiteHandle
+) -> None:
+    categories = [f"c{i}" for i in range(300)]  # 300 one-hot columns + x1 + intercept
+    spec = {
+        "name": "wide",
+        "label": {"column": "y", "positive": "yes"},
+        "features": [
+            {"column": "x1", "type": "numeric", "lower": -3, "upper": 3},
+            {"column": "cat", "type": "categorical", "categories": categories},
+        ],
+        "budget": {"epsilon": 5.0, "delta": 1e-5},
+    }
+    rng = np.random.default_rng(5)
+    rows = [f"{rng.normal():.3f},c{i % 300},{'yes' if i % 3 else 'no'}" for i in range(400)]
+    raw = ("x1,cat,y\n" + "\n".join(rows) + "\n").encode()
+    dataset = upload(client, site.headers, raw=raw, spec=spec)
+    assert dataset["n_features"] > 256
+
+    refused = _fit(client, site, dataset["id"], _auto(), dry=False)
+    plain = _fit(client, site, dataset["id"], fit_body("objective_perturbation"), dry=True)
+
+    assert refused.status_code == 422, refused.text
+    assert "at most 256" in refused.text
+    assert plain.status_code == 200, plain.text
+    assert plain.json()["expected_accuracy"] is None
+    _untouched(client, site, dataset["id"])

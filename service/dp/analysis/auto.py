@@ -67,6 +67,7 @@ __all__ = [
     "AUTO",
     "AUTO_MECHANISMS",
     "LAMBDA_GRID",
+    "MAX_SIMULATED_DIMENSION",
     "REFERENCE_SIGNAL",
     "SIMULATED_ROWS",
     "AutoChoice",
@@ -99,6 +100,9 @@ SIMULATED_ROWS: Final[int] = 2000
 TEST_ROWS: Final[int] = 2000
 #: DP-SGD's simulated batch size at least (module docstring).
 MIN_SIMULATED_BATCH: Final[int] = 10
+#: The largest d simulated (the work of one choice grows like candidates × repeats × rows × d;
+#: above it auto is refused and a fit gets no expected band).
+MAX_SIMULATED_DIMENSION: Final[int] = 256
 #: Simulated fits per candidate.
 REPEATS: Final[int] = 4
 #: κ of the synthetic reference (module docstring).
@@ -214,6 +218,14 @@ class AutoChoice:
             "simulated_epsilon": self.simulated_epsilon,
             "candidates": [f.to_dict() for f in self.figures],
         }
+
+
+def _check_dimension(d: int) -> None:
+    if d > MAX_SIMULATED_DIMENSION:
+        raise ValueError(
+            f"auto simulates datasets of at most {MAX_SIMULATED_DIMENSION} encoded features "
+            "(this one has more); name a mechanism"
+        )
 
 
 def majority_fraction(y: NDArray[np.float64]) -> float:
@@ -421,6 +433,7 @@ def _choose(
     admissible: Callable[[str, Any], None] | None,
 ) -> AutoChoice:
     n, d, epsilon, delta, loss, regularization, params_json, majority, _, repeats = key
+    _check_dimension(d)
     params = json.loads(params_json)
     listed = auto_candidates(
         n=n,
@@ -523,6 +536,7 @@ def _expected(
     public: tuple[NDArray[np.float64], NDArray[np.float64]] | None,
 ) -> Expectation:
     n, d, epsilon, delta, loss = key[:5]
+    _check_dimension(d)
     majority, baseline_source, _, repeats = key[-4:]
     X, y, reference = _reference(d, majority, public)
     (got,), _, _ = _simulate(

@@ -146,3 +146,20 @@ def test_no_admissible_candidate_is_an_error() -> None:
             public=(np.eye(6)[:4], np.array([1.0, -1.0, 1.0, -1.0])),
             admissible=refuse,
         )
+
+
+def test_too_many_features_is_refused_before_any_work() -> None:
+    d = auto.MAX_SIMULATED_DIMENSION + 1
+    with pytest.raises(ValueError, match="at most"):
+        auto.choose(n=1000, d=d, epsilon=1.0, delta=0.0, loss="logistic", regularization=None)
+    with pytest.raises(ValueError, match="at most"):
+        auto.expected_accuracy(
+            auto.Candidate.of("objective_perturbation", 0.01),
+            n=1000,
+            d=d,
+            epsilon=1.0,
+            delta=0.0,
+            loss="logistic",
+            majority=None,
+            baseline_source="unknown",
+        )
