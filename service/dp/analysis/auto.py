@@ -417,14 +417,39 @@ def choose(
         public_key,
         repeats,
     )
-    if public is None:
-        return _choose_cached(key)
-    return _choose(key, public, admissible)
+    if public is not None and not public_key:
+        return _choose(key, public, admissible)
+    return _choose_cached(key, _Public.of(public_key, public), admissible)
+
+
+class _Public:
+    """A public reference for the caches: equal and hashed by its key (a dataset id: stored
+    datasets never change), carrying its rows."""
+
+    __slots__ = ("key", "rows")
+
+    def __init__(
+        self, key: str, rows: tuple[NDArray[np.float64], NDArray[np.float64]] | None
+    ) -> None:
+        self.key = key
+        self.rows = rows
+
+    @classmethod
+    def of(cls, key: str, rows: tuple[NDArray[np.float64], NDArray[np.float64]] | None) -> _Public:
+        return cls(key if rows is not None else "", rows)
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Public) and other.key == self.key
 
 
 @lru_cache(maxsize=256)
-def _choose_cached(key: tuple[Any, ...]) -> AutoChoice:
-    return _choose(key, None, None)
+def _choose_cached(
+    key: tuple[Any, ...], public: _Public, admissible: Callable[[str, Any], None] | None
+) -> AutoChoice:
+    return _choose(key, public.rows, admissible)
 
 
 def _choose(
@@ -520,14 +545,14 @@ def expected_accuracy(
         public_key,
         repeats,
     )
-    if public is None:
-        return _expected_cached(key, candidate)
-    return _expected(key, candidate, public)
+    if public is not None and not public_key:
+        return _expected(key, candidate, public)
+    return _expected_cached(key, candidate, _Public.of(public_key, public))
 
 
 @lru_cache(maxsize=256)
-def _expected_cached(key: tuple[Any, ...], candidate: Candidate) -> Expectation:
-    return _expected(key, candidate, None)
+def _expected_cached(key: tuple[Any, ...], candidate: Candidate, public: _Public) -> Expectation:
+    return _expected(key, candidate, public.rows)
 
 
 def _expected(
