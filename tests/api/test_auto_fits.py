@@ -353,6 +353,7 @@ def test_an_auto_plan_uses_the_public_reference_by_default(
     # each point names auto's choice at its ε, and the cost is that mechanism's own
     for point in (low, high):
         assert point["mechanism"] in {
+            "transfer",
             "objective_perturbation",
             "generalized_objective_perturbation",
             "output_perturbation",
@@ -409,3 +410,57 @@ def test_auto_on_a_dataset_too_wide_to_simulate_is_422_and_a_fit_has_no_band(
     assert plain.status_code == 200, plain.text
     assert plain.json()["expected_accuracy"] is None
     _untouched(client, site, dataset["id"])
+
+
+def test_auto_transfers_towards_the_public_model_when_that_predicts_best(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset_id, public_id = _with_public_reference(client, site)
+    body = _auto(epsilon=0.05, delta=0.0)
+
+    quote = _fit(client, site, dataset_id, body, dry=True).json()
+
+    transfer = [c for c in quote["auto"]["candidates"] if c["mechanism"] == "transfer"]
+    assert {c["params"]["transfer_strength"] for c in transfer} == {1e-3, 1e-2, 1e-1}
+    # n·ε = 10: objective perturbation's noise swamps every fit that is not pulled towards
+    # the public rows' own model, so transfer is the choice
+    assert quote["mechanism"] == "transfer"
+    assert quote["auto"]["source"]["reference_dataset_id"] == public_id
+    assert quote["cost"] == {"epsilon": 0.05, "delta": 0.0}
+    job = _fit(client, site, dataset_id, body, dry=False).json()
+    source = job["params"]["params"]["source"]
+    assert len(source) == 6
+    done = wait_job(client, site.headers, job["id"])
+    assert done["status"] == "succeeded", done
+    record = client.get(f"/v1/models/{done['model_id']}", headers=site.headers).json()["privacy"]
+    assert record["mechanism"] == "transfer"
+    assert record["epsilon"] == 0.05
+    assert (
+        record["calibration"]["transfer_strength"] == job["params"]["params"]["transfer_strength"]
+    )
+    assert budget(client, site.headers, dataset_id)["epsilon_spent"] == pytest.approx(0.05)
+
+
+def test_transfer_is_not_a_mechanism_a_request_can_name(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers)
+    body = fit_body(
+        "transfer", params={"transfer_strength": 0.1, "source": [0.0] * 6}, regularization=0.01
+    )
+    response = _fit(client, site, dataset["id"], body, dry=False)
+    assert response.status_code == 422, response.text
+    _untouched(client, site, dataset["id"])
+
+
+def test_an_auto_plan_may_choose_transfer(client: TestClient, site: SiteHandle) -> None:
+    dataset_id, _ = _with_public_reference(client, site)
+    response = client.post(
+        f"/v1/datasets/{dataset_id}/plans",
+        json={"mechanism": "auto", "epsilons": [0.05]},
+        headers=site.headers,
+    )
+    assert response.status_code == 200, response.text
+    [point] = response.json()["points"]
+    assert point["mechanism"] == "transfer"
+    assert point["spent_epsilon"] == 0.05

@@ -54,6 +54,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 AUTO: Final[str] = chooser.AUTO
+TRANSFER: Final[str] = chooser.TRANSFER
 #: The only ``params`` auto accepts: options of the loss that every mechanism shares.
 AUTO_OPTIONS: Final[frozenset[str]] = frozenset({"h"})
 #: The warning code of a fit expected to do worse than always answering the majority class.
@@ -213,6 +214,16 @@ def assess(
         mechanism = choice.chosen.mechanism
         regularization = choice.chosen.regularization
         own = choice.chosen.params
+        if mechanism == chooser.TRANSFER:
+            assert reference is not None
+            # the source: the public rows' own exact model (public: no budget)
+            w0 = chooser.public_source(reference.X, reference.y, loss)
+            own = {**own, "source": [float(v) for v in w0]}
+            auto_record["source"] = {
+                "reference_dataset_id": reference.dataset_id,
+                "regularization": chooser.SOURCE_LAMBDA,
+                "fit": "non_private on the public reference rows",
+            }
     if regularization is None:
         raise _invalid(
             "regularization is required (or use mechanism auto)", ["body", "regularization"]
@@ -222,7 +233,9 @@ def assess(
     if mechanism not in NON_PRIVATE_MECHANISMS and epsilon is not None:
         try:
             band = chooser.expected_accuracy(
-                chooser.Candidate.of(mechanism, regularization, own),
+                chooser.Candidate.of(
+                    mechanism, regularization, {k: v for k, v in own.items() if k != "source"}
+                ),
                 n=n,
                 d=d,
                 epsilon=epsilon,

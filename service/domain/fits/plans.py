@@ -184,16 +184,22 @@ def _auto_plan(
             raise _invalid(f"auto: {exc}", ["body", "mechanism"]) from exc
         chosen = choice.chosen
         best = next(f for f in choice.figures if f.candidate == chosen)
+        own = chosen.params
+        mechanism, lam = chosen.mechanism, chosen.regularization
+        if mechanism == fit_auto.TRANSFER:
+            # objective perturbation at strong convexity λ + η (transfer_fit's calibration)
+            mechanism, lam = "objective_perturbation", lam + float(own.pop("transfer_strength"))
         point = plan_point(
-            chosen.mechanism,
+            mechanism,
             n=n,
             d=d,
             epsilon=eps,
             delta=request.delta,
             loss=request.loss,
-            regularization=chosen.regularization,
-            params=chosen.params,
+            regularization=lam,
+            params=own,
         )
+        point = replace(point, regularization=chosen.regularization)
         points.append(replace(point, accuracies=best.accuracies, mechanism=chosen.mechanism))
     return Plan(
         dataset_id=dataset_id,

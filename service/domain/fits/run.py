@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from service.db.models import Dataset, Model, new_id
 from service.db.uow import UnitOfWorkFactory
 from service.domain.datasets.catalog import read_design
@@ -19,6 +21,8 @@ from service.domain.records.base import (
     software_version,
 )
 from service.dp import NON_PRIVATE_MECHANISMS
+from service.dp.analysis.auto import TRANSFER
+from service.dp.multisite.transfer import transfer_fit
 
 #: Job params a fit's record repeats (set at submission by service.domain.fits.auto).
 RECORDED_EXTRAS = ("requested_mechanism", "auto", "expected_accuracy", "warnings")
@@ -46,14 +50,29 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
     row = job.live_dataset()
     dataset = dataset_facts(row)
     design = read_design(uow_factory, row)
-    result = context.fit(
-        design,
-        None,
-        str(params["mechanism"]),
-        rng=context.randomness.generator(job.id),
-        progress=context.progress,
-        **fit_kwargs(params),
-    )
+    if params["mechanism"] == TRANSFER:
+        # auto's hypothesis transfer towards the site's public model (service.dp.analysis.auto)
+        own = dict(params.get("params") or {})
+        result = transfer_fit(
+            design.X,
+            design.y,
+            np.asarray(own["source"], dtype=np.float64),
+            epsilon=float(params["epsilon"]),
+            transfer_strength=float(own["transfer_strength"]),
+            regularization=float(params["regularization"]),
+            loss=str(params["loss"]),
+            rng=context.randomness.generator(job.id),
+            progress=context.progress,
+        )
+    else:
+        result = context.fit(
+            design,
+            None,
+            str(params["mechanism"]),
+            rng=context.randomness.generator(job.id),
+            progress=context.progress,
+            **fit_kwargs(params),
+        )
     record = fit_privacy_record(
         result,
         datasets=[dataset.ref],

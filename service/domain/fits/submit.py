@@ -99,6 +99,8 @@ class FitQuote:
 def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
     if request.mechanism == fit_auto.AUTO:
         raise TypeError("resolve auto before calibrating")
+    if request.mechanism == fit_auto.TRANSFER:
+        return _calibrate_transfer(dataset, request)
     if request.mechanism not in MECHANISMS:
         raise InvalidInputError(
             f"unknown mechanism {request.mechanism!r}; choose one of "
@@ -139,6 +141,39 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
     return calibration
 
 
+def _calibrate_transfer(dataset: Dataset, request: FitRequest) -> Calibration:
+    """Auto's transfer candidate (only auto chooses it; its source is public): objective
+    perturbation calibrated at strong convexity λ + η
+    (:func:`service.dp.multisite.transfer.transfer_fit`), spending exactly ε."""
+    params = dict(request.params)
+    eta = float(params.pop("transfer_strength"))
+    params.pop("source")
+    lam = _required_regularization(request)
+    if request.epsilon is None:
+        raise TypeError("a transfer fit has an ε")
+    epsilon = float(request.epsilon)
+    calibration = calibrated(
+        "fit",
+        lambda: calibrate(
+            "objective_perturbation",
+            n=dataset.n_rows,
+            d=dataset.n_features,
+            epsilon=epsilon,
+            delta=0.0,
+            loss=request.loss,
+            regularization=lam + eta,
+            **params,
+        ),
+    )
+    check_calibration(
+        epsilon=calibration.epsilon,
+        delta=calibration.delta,
+        details=calibration.details,
+        noise_norm=calibration.expected_noise_norm,
+    )
+    return calibration
+
+
 def _required_regularization(request: FitRequest) -> float:
     if request.regularization is None:
         raise InvalidInputError(
@@ -157,6 +192,14 @@ def _resolve(
     """Inside an open ``with uow:``: the concrete request (auto resolved, docs/design.md §3),
     its calibration (422s first, for a concrete mechanism) and the assessment (the band and
     warnings; None for the non-private baseline)."""
+    if request.mechanism == fit_auto.TRANSFER:
+        # only auto chooses transfer, with the site's public model as its source
+        raise InvalidInputError(
+            "unknown mechanism 'transfer'; choose one of "
+            + ", ".join(sorted(MECHANISMS))
+            + " (auto may choose a transfer towards your public reference's model)",
+            errors=[{"loc": ["body", "mechanism"], "msg": "unknown mechanism"}],
+        )
     if request.mechanism != fit_auto.AUTO:
         calibration = _calibrate(dataset, request)
         if request.mechanism in NON_PRIVATE_MECHANISMS:

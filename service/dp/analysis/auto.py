@@ -62,6 +62,7 @@ from service.dp import MECHANISMS, calibrate
 from service.dp import fit as dp_fit
 from service.dp.analysis.planning import excess_risk_bound
 from service.dp.data.prepared import prepare_design
+from service.dp.multisite.transfer import transfer_fit
 
 __all__ = [
     "AUTO",
@@ -70,6 +71,7 @@ __all__ = [
     "MAX_SIMULATED_DIMENSION",
     "REFERENCE_SIGNAL",
     "SIMULATED_ROWS",
+    "TRANSFER",
     "AutoChoice",
     "Candidate",
     "CandidateFigures",
@@ -78,6 +80,7 @@ __all__ = [
     "choose",
     "expected_accuracy",
     "majority_fraction",
+    "public_source",
     "reference_task",
 ]
 
@@ -92,6 +95,15 @@ AUTO_MECHANISMS: Final[tuple[str, ...]] = (
     "noisy_gd",
     "dp_sgd",
 )
+#: Hypothesis transfer towards the public reference's own model (objective perturbation
+#: centred on it, :func:`service.dp.multisite.transfer.transfer_fit`): a candidate only when
+#: the site has public reference rows.
+TRANSFER: Final[str] = "transfer"
+#: Transfer strengths η auto tries (with the request's λ, else :data:`TRANSFER_LAMBDA`).
+TRANSFER_STRENGTHS: Final[tuple[float, ...]] = (1e-3, 1e-2, 1e-1)
+TRANSFER_LAMBDA: Final[float] = 1e-4
+#: λ of the non-private source model fitted on the public reference rows.
+SOURCE_LAMBDA: Final[float] = 1e-3
 #: λ values auto tries when the request gives none (placeholder for automatic λ).
 LAMBDA_GRID: Final[tuple[float, ...]] = (1e-4, 1e-3, 1e-2, 1e-1)
 #: Rows per simulated fit at most (above, ε is scaled: module docstring).
@@ -220,6 +232,14 @@ class AutoChoice:
         }
 
 
+def public_source(X: NDArray[np.float64], y: NDArray[np.float64], loss: str) -> NDArray[np.float64]:
+    """The source model of a transfer candidate: the exact (non-private) minimiser at λ =
+    :data:`SOURCE_LAMBDA` on public rows (their rows are not protected: no budget)."""
+    result = dp_fit(X, y, "non_private", epsilon=math.inf, loss=loss, regularization=SOURCE_LAMBDA)
+    coef = np.asarray(result.model.to_dict()["coef"], dtype=np.float64)
+    return coef
+
+
 def _check_dimension(d: int) -> None:
     if d > MAX_SIMULATED_DIMENSION:
         raise ValueError(
@@ -283,6 +303,7 @@ def auto_candidates(
     regularization: float | None,
     params: Mapping[str, Any] | None = None,
     admissible: Callable[[str, Any], None] | None = None,
+    transfer: bool = False,
 ) -> list[CandidateFigures]:
     """Every candidate (module docstring) with, for those the public inputs exclude, the
     reason. ``params`` are options every mechanism takes (the Huber width ``h``);
@@ -290,6 +311,28 @@ def auto_candidates(
     lambdas = LAMBDA_GRID if regularization is None else (float(regularization),)
     shared = dict(params or {})
     out: list[CandidateFigures] = []
+    if transfer:
+        lam = TRANSFER_LAMBDA if regularization is None else float(regularization)
+        for eta in TRANSFER_STRENGTHS:
+            candidate = Candidate.of(TRANSFER, lam, {**shared, "transfer_strength": eta})
+            try:
+                # transfer is objective perturbation calibrated at strong convexity λ + η
+                calibration = calibrate(
+                    "objective_perturbation",
+                    n=n,
+                    d=d,
+                    epsilon=epsilon,
+                    delta=0.0,
+                    loss=loss,
+                    regularization=lam + eta,
+                    **shared,
+                )
+                if admissible is not None:
+                    admissible(TRANSFER, calibration)
+            except (ValueError, TypeError, ArithmeticError) as exc:
+                out.append(CandidateFigures(candidate, excluded=str(exc)[:300]))
+                continue
+            out.append(CandidateFigures(candidate))
     for mechanism in AUTO_MECHANISMS:
         if mechanism not in MECHANISMS:
             continue
@@ -345,6 +388,13 @@ def _simulate(
     test_rows = min(TEST_ROWS, X.shape[0] // 2)
     X_test, y_test = X[:test_rows], y[:test_rows]
     pool = np.arange(test_rows, X.shape[0])
+    source: NDArray[np.float64] | None = None
+    if any(c.mechanism == TRANSFER for c in candidates):
+        # the source model sees rows no simulated private fit draws (the real source is
+        # fitted on public rows, never on the private ones)
+        half = pool.size // 2
+        source = public_source(X[pool[:half]], y[pool[:half]], loss)
+        pool = pool[half:]
     n_sim = min(int(n), SIMULATED_ROWS)
     eps_sim = float(epsilon) * n / n_sim
     rng = np.random.default_rng(seed)
@@ -357,17 +407,30 @@ def _simulate(
         accuracies: list[float] = []
         try:
             for design, noise_seed in zip(designs, noise_seeds, strict=True):
-                result = dp_fit(
-                    design,
-                    None,
-                    candidate.mechanism,
-                    epsilon=eps_sim,
-                    delta=delta,
-                    loss=loss,
-                    regularization=candidate.regularization,
-                    rng=np.random.default_rng(noise_seed),
-                    **params,
-                )
+                if candidate.mechanism == TRANSFER:
+                    assert source is not None
+                    result = transfer_fit(
+                        design.X,
+                        design.y,
+                        source,
+                        epsilon=eps_sim,
+                        transfer_strength=float(params["transfer_strength"]),
+                        regularization=candidate.regularization,
+                        loss=loss,
+                        rng=np.random.default_rng(noise_seed),
+                    )
+                else:
+                    result = dp_fit(
+                        design,
+                        None,
+                        candidate.mechanism,
+                        epsilon=eps_sim,
+                        delta=delta,
+                        loss=loss,
+                        regularization=candidate.regularization,
+                        rng=np.random.default_rng(noise_seed),
+                        **params,
+                    )
                 scores = result.model.decision_function(X_test)
                 accuracies.append(float(np.mean((scores > 0) == (y_test > 0))))
         except Exception as exc:  # a candidate the simulation cannot run is left out
@@ -469,6 +532,7 @@ def _choose(
         regularization=regularization,
         params=params,
         admissible=admissible,
+        transfer=public is not None,
     )
     runnable = [f.candidate for f in listed if f.excluded is None]
     if not runnable:
