@@ -15,6 +15,9 @@ Use-case glue around :mod:`service.dp.analysis.auto` (the numerics and their arg
   candidate (mechanism, λ); the job's params keep ``requested_mechanism: "auto"`` and the
   choice with every candidate's predicted figures (``auto``), which the model's record repeats.
   A deterministic function of public inputs: nothing is charged for it.
+* **Transfer.** With public reference rows, auto may choose hypothesis transfer towards their
+  own exact model (``mechanism: "transfer"``, the source stored in the job's params and its
+  origin in ``auto.source``); a request cannot name transfer itself.
 * **Warning.** Every private fit (auto or not) carries ``expected_accuracy`` (mean and p10–p90
   of the simulation, next to the baseline); when the mean is below a known baseline it carries
   ``warnings: [{"code": "below_majority_baseline", ...}]`` in the dry run, the job (response)

@@ -13,6 +13,14 @@ replaces the grid). A candidate whose calibration refuses the public inputs (e.g
 mechanisms at δ = 0, objective perturbation with a non-smooth loss) is left out, with the
 reason recorded.
 
+**Transfer** (only with public reference rows): hypothesis transfer towards the public rows'
+own exact model w₀ (:func:`public_source`, λ = :data:`SOURCE_LAMBDA`), i.e. objective
+perturbation centred on w₀ with strength η ∈ :data:`TRANSFER_STRENGTHS`
+(:func:`service.dp.multisite.transfer.transfer_fit`, ε-DP calibrated at λ + η; w₀ is public).
+In the simulation w₀ is fitted on half of the reference's training pool and the simulated
+private fits draw from the other half only, so the source never saw the rows it is tested
+against or trained with (as the real source never sees the private rows).
+
 **Predictor: simulation on a public reference task.** Each candidate is fitted ``repeats``
 times on a reference training sample and scored on a reference test sample; the predicted
 accuracy is the mean (and p10–p90 the band). The reference is either
