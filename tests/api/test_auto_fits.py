@@ -185,10 +185,15 @@ def test_a_concrete_mechanism_still_needs_lambda(client: TestClient, site: SiteH
     _untouched(client, site, dataset["id"])
 
 
-def _with_public_reference(client: TestClient, site: SiteHandle) -> tuple[str, str]:
+def _with_public_reference(
+    client: TestClient, site: SiteHandle, public_rows: int = N
+) -> tuple[str, str]:
     """A private dataset and the site's public reference with the same spec."""
     public = upload(
-        client, site.headers, raw=skewed_csv(seed=1), spec=toy_spec(allow_non_private=True)
+        client,
+        site.headers,
+        raw=skewed_csv(n=public_rows, seed=1),
+        spec=toy_spec(allow_non_private=True),
     )
     private = upload(client, site.headers, raw=skewed_csv(seed=2), spec=toy_spec())
     return private["id"], public["id"]
@@ -415,8 +420,11 @@ def test_auto_on_a_dataset_too_wide_to_simulate_is_422_and_a_fit_has_no_band(
 def test_auto_transfers_towards_the_public_model_when_that_predicts_best(
     client: TestClient, site: SiteHandle
 ) -> None:
-    dataset_id, public_id = _with_public_reference(client, site)
-    body = _auto(epsilon=0.05, delta=0.0)
+    # 200 private rows and 2,000 public ones: at ε = 0.5 objective perturbation's coefficient
+    # noise is ≈ (2d/ε′)/(n(λ + Δ)) ≈ 48/0.9 ≈ 50 against a source pulled to by η = 0.1,
+    # where it is ≈ 48/21 ≈ 2.3: transfer predicts far better than any private-only candidate
+    dataset_id, public_id = _with_public_reference(client, site, public_rows=2000)
+    body = _auto(epsilon=0.5, delta=0.0)
 
     quote = _fit(client, site, dataset_id, body, dry=True).json()
 
@@ -426,7 +434,7 @@ def test_auto_transfers_towards_the_public_model_when_that_predicts_best(
     # the public rows' own model, so transfer is the choice
     assert quote["mechanism"] == "transfer"
     assert quote["auto"]["source"]["reference_dataset_id"] == public_id
-    assert quote["cost"] == {"epsilon": 0.05, "delta": 0.0}
+    assert quote["cost"] == {"epsilon": 0.5, "delta": 0.0}
     job = _fit(client, site, dataset_id, body, dry=False).json()
     source = job["params"]["params"]["source"]
     assert len(source) == 6
@@ -434,11 +442,11 @@ def test_auto_transfers_towards_the_public_model_when_that_predicts_best(
     assert done["status"] == "succeeded", done
     record = client.get(f"/v1/models/{done['model_id']}", headers=site.headers).json()["privacy"]
     assert record["mechanism"] == "transfer"
-    assert record["epsilon"] == 0.05
+    assert record["epsilon"] == 0.5
     assert (
         record["calibration"]["transfer_strength"] == job["params"]["params"]["transfer_strength"]
     )
-    assert budget(client, site.headers, dataset_id)["epsilon_spent"] == pytest.approx(0.05)
+    assert budget(client, site.headers, dataset_id)["epsilon_spent"] == pytest.approx(0.5)
 
 
 def test_transfer_is_not_a_mechanism_a_request_can_name(
@@ -454,13 +462,13 @@ def test_transfer_is_not_a_mechanism_a_request_can_name(
 
 
 def test_an_auto_plan_may_choose_transfer(client: TestClient, site: SiteHandle) -> None:
-    dataset_id, _ = _with_public_reference(client, site)
+    dataset_id, _ = _with_public_reference(client, site, public_rows=2000)
     response = client.post(
         f"/v1/datasets/{dataset_id}/plans",
-        json={"mechanism": "auto", "epsilons": [0.05]},
+        json={"mechanism": "auto", "epsilons": [0.5]},
         headers=site.headers,
     )
     assert response.status_code == 200, response.text
     [point] = response.json()["points"]
     assert point["mechanism"] == "transfer"
-    assert point["spent_epsilon"] == 0.05
+    assert point["spent_epsilon"] == 0.5

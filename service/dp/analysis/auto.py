@@ -49,7 +49,10 @@ candidates, it shifts the band, not the ranking.
 
 **Determinism.** The random numbers are seeded by a hash of the public inputs, and every
 candidate sees the same training samples (common random numbers), so the choice is
-reproducible and the comparison has less variance than independent draws. Ties go to the
+reproducible and the comparison has less variance than independent draws. (Reproducible on one
+installation: a different BLAS or thread count can change the solvers' last bits, and so break
+a near-tie differently; the choice made at submission is stored in the job and is the one
+that runs.) Ties go to the
 earlier candidate in the fixed order (mechanisms as listed, λ increasing).
 """
 
