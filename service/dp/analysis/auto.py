@@ -558,7 +558,8 @@ def _choose(
         delta=delta,
         loss=loss,
         repeats=repeats,
-        seed=_seed("choose", *key),
+        # not the reference's id (index 8): the same public inputs give the same draws
+        seed=_seed("choose", *key[:8], key[9]),
     )
     by_candidate = dict(zip(runnable, results, strict=True))
     figures: list[CandidateFigures] = []
