@@ -327,9 +327,12 @@ class Client:
 
         ``regularization="auto"`` (the default) lets the service choose λ from public
         quantities (n, d, ε, δ, the loss and the mechanism) at no privacy cost; the model's
-        record shows the rule and the value. A list of ``regularization`` values asks PrivFit
-        to choose one privately within the same (ε, δ) (the model's privacy record names the
-        choice); for ``dp_sgd``,
+        record shows the rule and the value. ``mechanism="auto"`` lets PrivFit choose the
+        mechanism (and λ) from public quantities, at no cost; ``job.params["auto"]`` says why.
+        Every private fit's ``job.warnings`` may hold ``below_majority_baseline``.
+
+        A list of ``regularization`` values asks PrivFit to choose one privately within the
+        same (ε, δ) (the model's privacy record names the choice); for ``dp_sgd``,
         ``params={"eta": {"candidates": [...]}}`` does the same for the step size, alone or
         over the grid λ × η (at most 10 points).
 

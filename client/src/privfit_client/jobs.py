@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from privfit_client.errors import JobFailed
 from privfit_client.models import JobProblem, JobRead, ModelRead
@@ -76,6 +76,12 @@ class Job:
     def error(self) -> JobProblem | None:
         """Why the job failed, if it did."""
         return self.state.error
+
+    @property
+    def warnings(self) -> list[dict[str, Any]]:
+        """Warnings fixed at submission, e.g. ``below_majority_baseline`` (the fit's expected
+        accuracy is below always answering the majority class)."""
+        return list(self.state.warnings or [])
 
     @property
     def done(self) -> bool:

@@ -210,6 +210,20 @@ class ContributionRead(BaseModel):
     ]
 
 
+DatasetCreatePositiveFraction = TypeAliasType(
+    "DatasetCreatePositiveFraction",
+    Annotated[
+        float,
+        Field(
+            description="Optional public prior of the positive class's frequency (e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
+            gt=0.0,
+            lt=1.0,
+            title="Positive Fraction",
+        ),
+    ],
+)
+
+
 class DatasetGrantIn(BaseModel):
     """
     Let the study spend up to (ε, δ) of one of the calling site's datasets (used by
@@ -959,6 +973,13 @@ class FitQuoteRead(BaseModel):
     A dry run: what the fit would cost and how it would randomise. Nothing was spent.
     """
 
+    auto: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="For `mechanism: auto`: the choice and every candidate's predicted figures (`mechanism` above is the chosen one).",
+            title="Auto",
+        ),
+    ] = None
     budget: BudgetLeft
     calibration: Annotated[
         dict[str, Any],
@@ -972,6 +993,13 @@ class FitQuoteRead(BaseModel):
     ]
     cost: FitCost
     dry_run: Annotated[bool | None, Field(title="Dry Run")] = True
+    expected_accuracy: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="Expected accuracy (mean, p10–p90 of fits simulated on a public reference) next to the majority-class baseline (`majority_baseline`, null when no public source gives it).",
+            title="Expected Accuracy",
+        ),
+    ] = None
     expected_noise_norm: Annotated[
         float | None,
         Field(
@@ -995,6 +1023,13 @@ class FitQuoteRead(BaseModel):
         Field(
             description='For `"auto"`: the rule that chose λ (name, formula, public inputs, constants, the value before and after clamping).',
             title="Regularization Rule",
+        ),
+    ] = None
+    warnings: Annotated[
+        list[dict[str, Any]] | None,
+        Field(
+            description="E.g. `below_majority_baseline`: the expected accuracy is below always answering the majority class.",
+            title="Warnings",
         ),
     ] = None
 
@@ -1157,6 +1192,13 @@ class JobRead(BaseModel):
     status: Annotated[
         Literal["queued", "running", "succeeded", "failed", "cancelled"], Field(title="Status")
     ]
+    warnings: Annotated[
+        list[dict[str, Any]] | None,
+        Field(
+            description="Warnings fixed at submission (also in `params` and the model's record), e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering the majority class.",
+            title="Warnings",
+        ),
+    ] = None
 
 
 class LabelIn(BaseModel):
@@ -2110,6 +2152,13 @@ class PlanRead(BaseModel):
 
     d: Annotated[int, Field(title="D")]
     dataset_id: Annotated[str, Field(title="Dataset Id")]
+    majority_baseline: Annotated[
+        float | None,
+        Field(
+            description="With a reference: the accuracy of always answering its majority class; each simulated point says whether its mean is below it (`below_majority_baseline`).",
+            title="Majority Baseline",
+        ),
+    ] = None
     mechanism: Annotated[str, Field(title="Mechanism")]
     n: Annotated[int, Field(title="N")]
     notes: Annotated[list[str], Field(title="Notes")]
@@ -2198,6 +2247,13 @@ class PrivacyRecordRead(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
+    auto: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="For `mechanism: auto`: what was chosen and why (every candidate's predicted accuracy on the public reference).",
+            title="Auto",
+        ),
+    ] = None
     calibration: Annotated[dict[str, Any] | None, Field(title="Calibration")] = None
     claim: Annotated[
         dict[str, Any] | None,
@@ -2210,6 +2266,13 @@ class PrivacyRecordRead(BaseModel):
         float | None,
         Field(description="Verified ε (None: no DP, or only a claim).", title="Epsilon"),
     ]
+    expected_accuracy: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="The accuracy band expected at submission (simulated on a public reference) next to the majority-class baseline.",
+            title="Expected Accuracy",
+        ),
+    ] = None
     expected_noise_norm: Annotated[float | str | None, Field(title="Expected Noise Norm")] = None
     guarantee: Annotated[
         Literal["differential_privacy", "none", "declared"], Field(title="Guarantee")
@@ -2223,6 +2286,13 @@ class PrivacyRecordRead(BaseModel):
             title="Randomness",
         ),
     ] = None
+    requested_mechanism: Annotated[
+        str | None,
+        Field(
+            description="`auto` when PrivFit chose the mechanism (see `auto`).",
+            title="Requested Mechanism",
+        ),
+    ] = None
     software: Annotated[dict[str, Any], Field(title="Software")]
     statement: Annotated[
         str, Field(description="The guarantee in one sentence.", title="Statement")
@@ -2232,6 +2302,13 @@ class PrivacyRecordRead(BaseModel):
         Field(description="The unit protected: one row of the dataset, replace-one.", title="Unit"),
     ] = None
     verified: Annotated[bool, Field(title="Verified")]
+    warnings: Annotated[
+        list[dict[str, Any]] | None,
+        Field(
+            description="Warnings fixed at submission, e.g. `below_majority_baseline`.",
+            title="Warnings",
+        ),
+    ] = None
 
 
 class Readiness(BaseModel):
@@ -2894,6 +2971,13 @@ class DatasetCreate(BaseModel):
         ),
     ] = None
     name: Annotated[str, Field(max_length=200, min_length=1, title="Name")]
+    positive_fraction: Annotated[
+        DatasetCreatePositiveFraction | None,
+        Field(
+            description="Optional public prior of the positive class's frequency (e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
+            title="Positive Fraction",
+        ),
+    ] = None
     row_norm: Annotated[
         Literal["clip", "scale"] | None,
         Field(

@@ -128,15 +128,42 @@ async function showDatasets() {
   box.replaceChildren(...(cards.length ? cards : [el("p", {}, "No datasets.")]));
 }
 
+// Warnings fixed at submission (e.g. below_majority_baseline), as text: code and message.
+function warnings(list) {
+  if (!list || !list.length) return "—";
+  return el("ul", { class: "warnings" }, ...list.map((w) => el("li", { class: "warning" },
+    el("strong", { class: "warning-code" }, String(w.code ?? "warning")), ": ",
+    el("span", { class: "warning-message" }, String(w.message ?? "")))));
+}
+
+// The expected accuracy band next to the majority-class baseline, with auto's choice.
+function expectation(params) {
+  const e = params && params.expected_accuracy;
+  if (!e) return "—";
+  const base = e.majority_baseline === null || e.majority_baseline === undefined
+    ? "unknown" : Number(e.majority_baseline).toFixed(3);
+  const parts = [el("span", { class: "expected-accuracy" },
+    `${Number(e.mean).toFixed(3)} [${Number(e.p10).toFixed(3)}, ${Number(e.p90).toFixed(3)}]`),
+    " vs majority ", el("span", { class: "majority-baseline" }, base)];
+  if (params.requested_mechanism === "auto") {
+    parts.push(el("div", { class: "auto-choice" }, `auto chose ${params.mechanism}`,
+      ` (λ = ${fmt(params.regularization)})`));
+  }
+  return el("span", {}, ...parts);
+}
+
 async function showJobs() {
   const list = await api("/v1/jobs?limit=200");
   const rows = list.items.map((j) => [
     el("code", {}, j.id), j.kind, el("span", { class: "job-status" }, j.status),
     el("progress", { max: 1, value: j.progress ?? 0 }),
     j.model_id ? el("code", {}, j.model_id) : "—",
+    expectation(j.params),
+    el("div", { class: "job-warnings" }, warnings(j.warnings)),
   ]);
   document.getElementById("jobs").replaceChildren(
-    rows.length ? table(["Job", "Kind", "Status", "Progress", "Model"], rows) : el("p", {}, "No jobs."));
+    rows.length ? table(["Job", "Kind", "Status", "Progress", "Model",
+                         "Expected accuracy", "Warnings"], rows) : el("p", {}, "No jobs."));
   return list.items.filter((j) => UNFINISHED.has(j.status));
 }
 
@@ -158,13 +185,15 @@ async function showModels() {
     const full = await api(`/v1/models/${encodeURIComponent(m.id)}`);
     rows.push([el("code", { class: "model-id" }, m.id), m.mechanism ?? m.source,
       el("span", {}, guarantee(m.epsilon, m.delta), m.verified === false ? " (claimed)" : ""),
+      el("div", { class: "model-warnings" }, warnings(full.privacy && full.privacy.warnings)),
       el("details", {}, el("summary", {}, "privacy receipt"),
         el("pre", { class: "receipt" }, JSON.stringify(full.privacy, null, 2)))]);
     const evals = await api(`/v1/models/${encodeURIComponent(m.id)}/evaluations?limit=100`);
     evaluations.push(...evals.items);
   }
   document.getElementById("models").replaceChildren(
-    rows.length ? table(["Model", "Mechanism", "Guarantee", "Receipt"], rows) : el("p", {}, "No models."));
+    rows.length ? table(["Model", "Mechanism", "Guarantee", "Warnings", "Receipt"], rows)
+      : el("p", {}, "No models."));
   const evalRows = evaluations.map((e) => {
     const r = e.result || {}, metrics = r.metrics || {};
     return [el("code", { class: "evaluation-id" }, e.id), el("code", {}, e.model_id),

@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 from service.api.charged_calls import ChargedJobCallDep, charged_job_responses
 from service.api.deps import (
     Expensive,
+    UowFactoryDep,
     access,
 )
 from service.api.json_body import JsonRoute
@@ -36,18 +37,22 @@ router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"], route_class=JsonR
         "committed before any noise is drawn and is refunded only if the job is cancelled "
         "while still queued.\n\n"
         "`?dry_run=true` answers 200 with the exact cost, the calibration (expected noise "
-        "norm) and the remaining budget, spending nothing. `non_private` is accepted only on "
-        "datasets uploaded with `allow_non_private`. Requires the owning site's key: "
-        "for other sites and the admin key it does not exist (404, as for an unknown id), and "
-        "nothing is charged."
+        "norm), the expected accuracy band next to the majority-class baseline (and a "
+        "`below_majority_baseline` warning when it is below) and the remaining budget, "
+        "spending nothing. `mechanism: auto` chooses the mechanism (and λ when omitted) from "
+        "public quantities, at no cost; the quote and the job say what and why. "
+        "`non_private` is accepted only on datasets uploaded with `allow_non_private`. "
+        "Requires the owning site's key: for other sites and the admin key it does not "
+        "exist (404, as for an unknown id), and nothing is charged."
     ),
     response_model=JobRead,
     responses=charged_job_responses(FitQuoteRead),
     openapi_extra=access("owner"),
 )
 async def create_fit(
-    dataset_id: str, body: FitCreate, call: ChargedJobCallDep
+    dataset_id: str, body: FitCreate, call: ChargedJobCallDep, uow_factory: UowFactoryDep
 ) -> JobRead | JSONResponse:
+    body.check_auto()
     tuned = body.to_tuned()
     if tuned is not None:  # candidate λs (or step sizes): the private tuning
         return await call.run(
@@ -63,4 +68,5 @@ async def create_fit(
         fits.submit_fit,
         dataset_id=dataset_id,
         request=body.to_domain(),
+        uow_factory=uow_factory,
     )

@@ -157,6 +157,16 @@ class DatasetCreate(RequestModel):
         description="Bring rows into the unit ball by clipping each row (default) or by "
         "dividing every row by the public constant √(#features + 1).",
     )
+    positive_fraction: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        allow_inf_nan=False,
+        description="Optional public prior of the positive class's frequency (e.g. from a "
+        "census; never read from the data). Its majority class, max(p, 1 − p), is the "
+        "baseline every fit's expected accuracy is compared with (a `below_majority_baseline` "
+        "warning when below), when the site has no public reference dataset of this spec.",
+    )
 
     def to_domain(self, limits: BudgetLimits) -> DatasetSpec:
         """Validate the rules that need the server's limits; raises ``DatasetSpecError``."""
@@ -173,6 +183,7 @@ class DatasetCreate(RequestModel):
             missing_values=self.missing_values,
             allow_non_private=self.allow_non_private,
             row_norm=self.row_norm,
+            positive_fraction=self.positive_fraction,
         )
 
 

@@ -55,7 +55,13 @@ class FitCreate(MechanismRequest):
     ]
 
     mechanism: str = Field(
-        min_length=1, max_length=64, description=f"The fit mechanism: one of {_MECHANISMS}."
+        min_length=1,
+        max_length=64,
+        description=f"The fit mechanism: one of {_MECHANISMS}; or `auto`: PrivFit chooses the "
+        "mechanism (and λ, when `regularization` is omitted) by its predicted accuracy from "
+        "public quantities only (n, d, ε, δ, loss; the site's public reference dataset of the "
+        "same spec when it has one), at no cost; the job and the model's record say what was "
+        "chosen and why. `auto` takes no mechanism options and no candidates (422).",
     )
     epsilon: float | None = Field(
         default=None,
@@ -118,6 +124,21 @@ class FitCreate(MechanismRequest):
     def auto_regularization(self) -> bool:
         """λ is to be chosen by the public rule (``"auto"``, or omitted)."""
         return self.regularization is None or self.regularization == AUTO
+
+    def check_auto(self) -> None:
+        """422 for what contradicts ``auto``: candidates (auto chooses itself)."""
+        if self.mechanism != AUTO:
+            return
+        if isinstance(self.regularization, RegularizationCandidates):
+            raise InvalidInputError(
+                "auto chooses λ itself (or uses the λ given): λ candidates contradict it",
+                errors=[{"loc": ["body", "regularization"], "msg": "candidates with auto"}],
+            )
+        if isinstance(self.params.get("eta"), dict):
+            raise InvalidInputError(
+                "auto chooses the mechanism and its settings: step-size candidates contradict it",
+                errors=[{"loc": ["body", "params", "eta"], "msg": "candidates with auto"}],
+            )
 
     def to_domain(self) -> FitRequest:
         if isinstance(self.regularization, RegularizationCandidates) or isinstance(
@@ -224,10 +245,29 @@ class FitQuoteRead(ResponseModel):
         description='For `"auto"`: the rule that chose λ (name, formula, public inputs, '
         "constants, the value before and after clamping).",
     )
+    auto: dict[str, Any] | None = Field(
+        default=None,
+        description="For `mechanism: auto`: the choice and every candidate's predicted "
+        "figures (`mechanism` above is the chosen one).",
+    )
+    expected_accuracy: dict[str, Any] | None = Field(
+        default=None,
+        description="Expected accuracy (mean, p10–p90 of fits simulated on a public "
+        "reference) next to the majority-class baseline (`majority_baseline`, null when no "
+        "public source gives it).",
+    )
+    warnings: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="E.g. `below_majority_baseline`: the expected accuracy is below always "
+        "answering the majority class.",
+    )
 
     @classmethod
     def from_quote(cls, quote: FitQuote) -> FitQuoteRead:
         return cls(
+            auto=quote.auto,
+            expected_accuracy=quote.expected_accuracy,
+            warnings=list(quote.warnings),
             mechanism=quote.mechanism,
             private=quote.private,
             cost=FitCost(epsilon=quote.epsilon, delta=quote.delta),

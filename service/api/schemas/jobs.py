@@ -59,6 +59,12 @@ class JobRead(ResponseModel):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    warnings: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Warnings fixed at submission (also in `params` and the model's record), "
+        "e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering "
+        "the majority class.",
+    )
 
     @classmethod
     def from_view(cls, view: JobView) -> JobRead:
@@ -93,6 +99,7 @@ class JobRead(ResponseModel):
             created_at=job.created_at,
             started_at=job.started_at,
             finished_at=job.finished_at,
+            warnings=[dict(w) for w in (job.params or {}).get("warnings") or []],
         )
 
 

@@ -77,6 +77,23 @@ class PrivacyRecordRead(ResponseModel):
         default=None, description="For uploads: the declared claim, as declared."
     )
     software: dict[str, Any]
+    requested_mechanism: str | None = Field(
+        default=None, description="`auto` when PrivFit chose the mechanism (see `auto`)."
+    )
+    auto: dict[str, Any] | None = Field(
+        default=None,
+        description="For `mechanism: auto`: what was chosen and why (every candidate's "
+        "predicted accuracy on the public reference).",
+    )
+    expected_accuracy: dict[str, Any] | None = Field(
+        default=None,
+        description="The accuracy band expected at submission (simulated on a public "
+        "reference) next to the majority-class baseline.",
+    )
+    warnings: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="Warnings fixed at submission, e.g. `below_majority_baseline`.",
+    )
 
 
 class ModelSummary(ResponseModel):

@@ -37,7 +37,14 @@ class PlanCreate(MechanismRequest):
         }
     ]
 
-    mechanism: str = Field(min_length=1, max_length=64)
+    mechanism: str = Field(
+        min_length=1,
+        max_length=64,
+        description="A private mechanism, or `auto`: per ε, the mechanism and λ auto would "
+        "choose (each point names it), simulated on `reference_dataset_id` or by default on "
+        "your public reference dataset of the same spec (else a synthetic reference); at most "
+        "8 ε, no target accuracy.",
+    )
     epsilons: list[float] = Field(min_length=1, max_length=MAX_GRID)
     regularizations: list[float | Literal["auto"]] = Field(
         default=[1e-3],
@@ -105,4 +112,9 @@ class PlanRead(ResponseModel):
     points: list[dict[str, Any]]
     target: dict[str, Any] | None
     notes: list[str]
+    majority_baseline: float | None = Field(
+        default=None,
+        description="With a reference: the accuracy of always answering its majority class; "
+        "each simulated point says whether its mean is below it (`below_majority_baseline`).",
+    )
     spent: dict[str, float]

@@ -158,6 +158,9 @@ class DatasetSpec:
     missing_values: tuple[str, ...] = DEFAULT_MISSING_VALUES
     allow_non_private: bool = False
     negative: str | None = None
+    #: Public prior frequency of the positive class (never read from the data), or None:
+    #: the majority-class baseline fits are compared with (issue 28 item 4).
+    positive_fraction: float | None = None
 
     @property
     def features(self) -> tuple[Feature, ...]:
@@ -187,6 +190,11 @@ class DatasetSpec:
             "missing_values": list(self.missing_values),
             "allow_non_private": self.allow_non_private,
             "row_norm": self.preprocessing.row_norm,
+            **(
+                {}
+                if self.positive_fraction is None
+                else {"positive_fraction": self.positive_fraction}
+            ),
         }
 
 
@@ -213,6 +221,7 @@ def build_spec(
     allow_non_private: bool = False,
     row_norm: RowNorm = "clip",
     negative: str | int | bool | None = None,
+    positive_fraction: float | None = None,
 ) -> DatasetSpec:
     """Validate an upload spec; raise :class:`DatasetSpecError` listing every problem.
 
@@ -254,6 +263,10 @@ def build_spec(
         problem(["missing"], "missing must be 'error' or 'drop'")
     if row_norm not in ("clip", "scale"):
         problem(["row_norm"], "row_norm must be 'clip' or 'scale'")
+    if positive_fraction is not None and not (
+        isinstance(positive_fraction, float | int) and 0.0 < float(positive_fraction) < 1.0
+    ):
+        problem(["positive_fraction"], "positive_fraction must be a number in (0, 1)")
 
     if not features:
         problem(["features"], "declare at least one feature column")
@@ -385,6 +398,7 @@ def build_spec(
         missing_values=markers,
         allow_non_private=allow_non_private,
         negative=negative_text,
+        positive_fraction=None if positive_fraction is None else float(positive_fraction),
     )
 
 

@@ -15,12 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from service.db.models import Dataset
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.datasets.catalog import get_owned_dataset, read_design
 from service.domain.errors import InvalidInputError, NotFoundError
+from service.domain.fits import auto as fit_auto
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS
+from service.dp.analysis import auto as auto_numerics
+from service.dp.analysis.auto import majority_fraction
 from service.dp.analysis.planning import (
     MAX_SIMULATED_FITS,
     GridPoint,
@@ -67,17 +71,27 @@ class Plan:
     reference_dataset_id: str | None
     target: dict[str, Any] | None
     notes: list[str]
+    #: The public reference's majority-class frequency (None without a reference).
+    majority_baseline: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        points = []
+        for p in self.points:
+            point = p.to_dict()
+            simulated = point.get("simulated_accuracy")
+            if simulated is not None and self.majority_baseline is not None:
+                point["below_majority_baseline"] = simulated["mean"] < self.majority_baseline
+            points.append(point)
         return {
             "dataset_id": self.dataset_id,
             "mechanism": self.mechanism,
             "n": self.n,
             "d": self.d,
             "reference_dataset_id": self.reference_dataset_id,
-            "points": [p.to_dict() for p in self.points],
+            "points": points,
             "target": self.target,
             "notes": self.notes,
+            "majority_baseline": self.majority_baseline,
             "spent": {"epsilon": 0.0, "delta": 0.0},
         }
 
@@ -133,6 +147,97 @@ def _grid(request: PlanRequest, n: int, d: int) -> list[GridPoint]:
     return points
 
 
+#: At most this many ε per ``auto`` plan (each runs the chooser: every candidate simulated).
+MAX_AUTO_EPSILONS = 8
+
+
+def _auto_plan(
+    uow: UnitOfWork,
+    uow_factory: UnitOfWorkFactory,
+    *,
+    dataset_id: str,
+    target: Dataset,
+    request: PlanRequest,
+    reference: Dataset | None,
+) -> Plan:
+    """``mechanism: auto``: per ε, auto's choice (docs/design.md §3) and its simulated band,
+    on the named public reference or, by default, on the site's own public reference rows
+    (:func:`service.domain.fits.auto.find_public_reference`), else the synthetic one."""
+    epsilons = sorted(set(request.epsilons))
+    if len(epsilons) > MAX_AUTO_EPSILONS:
+        raise _invalid(f"at most {MAX_AUTO_EPSILONS} ε values with auto", ["body", "epsilons"])
+    if request.target_accuracy is not None:
+        raise _invalid(
+            "auto plans answer no target accuracy; name a mechanism", ["body", "target_accuracy"]
+        )
+    fit_auto.check_auto_request(epsilon=epsilons[0], params=request.params)
+    public = None
+    with uow:
+        if reference is not None:
+            design = read_design(uow_factory, reference)
+            public = fit_auto.PublicReference(
+                reference.id,
+                np.asarray(design.X)[: fit_auto.MAX_REFERENCE_ROWS],
+                np.asarray(design.y)[: fit_auto.MAX_REFERENCE_ROWS],
+            )
+        else:
+            public = fit_auto.find_public_reference(uow, uow_factory, target)
+    majority, source = fit_auto.public_baseline(target, public)
+    n, d = int(target.n_rows), int(target.n_features)
+    points: list[GridPoint] = []
+    notes = [
+        "auto: per ε, the candidate with the largest mean predicted accuracy (λ from the "
+        "grid 1e-4…1e-1; `regularizations` are not used)",
+        f"majority baseline from: {source}",
+    ]
+    for eps in epsilons:
+        try:
+            choice = auto_numerics.choose(
+                n=n,
+                d=d,
+                epsilon=eps,
+                delta=request.delta,
+                loss=request.loss,
+                regularization=None,
+                params=request.params,
+                majority=majority,
+                public=None if public is None else (public.X, public.y),
+                public_key="" if public is None else public.dataset_id,
+            )
+        except ValueError as exc:
+            raise _invalid(f"auto: {exc}", ["body", "mechanism"]) from exc
+        chosen = choice.chosen
+        best = next(f for f in choice.figures if f.candidate == chosen)
+        own = chosen.params
+        mechanism, lam = chosen.mechanism, chosen.regularization
+        if mechanism == fit_auto.TRANSFER:
+            # objective perturbation at strong convexity λ + η (transfer_fit's calibration)
+            mechanism, lam = "objective_perturbation", lam + float(own.pop("transfer_strength"))
+        point = plan_point(
+            mechanism,
+            n=n,
+            d=d,
+            epsilon=eps,
+            delta=request.delta,
+            loss=request.loss,
+            regularization=lam,
+            params=own,
+        )
+        point = replace(point, regularization=chosen.regularization)
+        points.append(replace(point, accuracies=best.accuracies, mechanism=chosen.mechanism))
+    return Plan(
+        dataset_id=dataset_id,
+        mechanism=fit_auto.AUTO,
+        n=n,
+        d=d,
+        points=points,
+        reference_dataset_id=None if public is None else public.dataset_id,
+        target=None,
+        notes=notes,
+        majority_baseline=majority,
+    )
+
+
 def make_plan(
     uow: UnitOfWork,
     uow_factory: UnitOfWorkFactory,
@@ -158,9 +263,28 @@ def make_plan(
                     "reference_dataset_id names no live dataset of yours",
                     ["body", "reference_dataset_id"],
                 )
+    if request.mechanism == fit_auto.AUTO:
+        if reference is not None and (
+            not reference.allow_non_private
+            or dict(reference.preprocessing) != dict(target.preprocessing)
+            or list(reference.feature_names) != list(target.feature_names)
+        ):
+            raise _invalid(
+                "the reference dataset must be public (allow_non_private) with the dataset's spec",
+                ["body", "reference_dataset_id"],
+            )
+        return _auto_plan(
+            uow,
+            uow_factory,
+            dataset_id=dataset_id,
+            target=target,
+            request=request,
+            reference=reference,
+        )
     n, d = int(target.n_rows), int(target.n_features)
     points = _grid(request, n, d)
     notes: list[str] = []
+    majority_baseline: float | None = None
     if reference is not None:
         if not reference.allow_non_private:
             raise _invalid(
@@ -181,6 +305,9 @@ def make_plan(
                 ["body", "repeats"],
             )
         design = read_design(uow_factory, reference)
+        # the public reference's own label frequency: the accuracy of always answering its
+        # majority class, which every simulated band is shown against (issue 28 item 4)
+        majority_baseline = majority_fraction(np.asarray(design.y))
         rng = np.random.default_rng(request.seed)
         if n > 50_000:
             notes.append("simulated fits use 50,000 rows (the dataset has more)")
@@ -240,4 +367,5 @@ def make_plan(
         reference_dataset_id=request.reference_dataset_id,
         target=target_answer,
         notes=notes,
+        majority_baseline=majority_baseline,
     )

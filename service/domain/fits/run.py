@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from service.db.models import Dataset, Model, new_id
 from service.db.uow import UnitOfWorkFactory
 from service.domain.datasets.catalog import read_design
@@ -25,7 +27,12 @@ from service.domain.records.base import (
     software_version,
 )
 from service.dp import NON_PRIVATE_MECHANISMS, Plan, PlanMismatchError, calibrate
+from service.dp.analysis.auto import TRANSFER
 from service.dp.core.plan import plan_from_json, require_same_plan
+from service.dp.multisite.transfer import transfer_fit
+
+#: Job params a fit's record repeats (set at submission by service.domain.fits.auto).
+RECORDED_EXTRAS = ("requested_mechanism", "auto", "expected_accuracy", "warnings")
 
 
 def fit_kwargs(params: Mapping[str, Any]) -> dict[str, Any]:
@@ -57,15 +64,30 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
         )
     dataset = dataset_facts(row)
     design = read_design(uow_factory, row)
-    result = context.fit(
-        design,
-        None,
-        mechanism,
-        rng=context.randomness.generator(job.id),
-        progress=context.progress,
-        **planned,
-        **kwargs,
-    )
+    if params["mechanism"] == TRANSFER:
+        # auto's hypothesis transfer towards the site's public model (service.dp.analysis.auto)
+        own = dict(params.get("params") or {})
+        result = transfer_fit(
+            design.X,
+            design.y,
+            np.asarray(own["source"], dtype=np.float64),
+            epsilon=float(params["epsilon"]),
+            transfer_strength=float(own["transfer_strength"]),
+            regularization=float(params["regularization"]),
+            loss=str(params["loss"]),
+            rng=context.randomness.generator(job.id),
+            progress=context.progress,
+        )
+    else:
+        result = context.fit(
+            design,
+            None,
+            mechanism,
+            rng=context.randomness.generator(job.id),
+            progress=context.progress,
+            **planned,
+            **kwargs,
+        )
     record = fit_privacy_record(
         result,
         datasets=[dataset.ref],
@@ -77,6 +99,11 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
     rule = params.get("regularization_rule")
     if rule is not None:  # λ chosen by the public rule at submission (docs: regularization)
         record["calibration"]["regularization_rule"] = json_safe(rule)
+    # auto's choice (with every candidate's predicted figures), the expected accuracy band
+    # and any warning, fixed at submission from public inputs (service.domain.fits.auto)
+    for key in RECORDED_EXTRAS:
+        if key in params:
+            record[key] = json_safe(params[key])
     private = result.mechanism not in NON_PRIVATE_MECHANISMS
     spent = (float(result.epsilon), float(result.delta)) if private else (0.0, 0.0)
     model = Model(

@@ -19,11 +19,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.db.models import Dataset
-from service.db.uow import UnitOfWork
+from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import get_owned_dataset, require_live
 from service.domain.errors import InvalidInputError
+from service.domain.fits import auto as fit_auto
 from service.domain.jobs.charged import (
     DatasetCharge,
     JobDraft,
@@ -74,14 +75,16 @@ class FitRequest:
     epsilon: float | None
     delta: float = 0.0
     loss: str = "logistic"
-    regularization: float | str = 1e-3
+    #: A number, ``"auto"`` (the public rule, :func:`resolve_regularization`), or None only
+    #: with mechanism ``auto`` (which then chooses λ too).
+    regularization: float | str | None = 1e-3
     params: Mapping[str, Any] = field(default_factory=dict)
     regularization_rule: Mapping[str, Any] | None = None
 
     @property
     def lam(self) -> float:
         """The numeric λ (after :func:`resolve_regularization`)."""
-        if isinstance(self.regularization, str):
+        if isinstance(self.regularization, str) or self.regularization is None:
             raise TypeError("regularization 'auto' must be resolved against the dataset first")
         return float(self.regularization)
 
@@ -93,7 +96,9 @@ class FitRequest:
             "delta": float(self.delta),
             "loss": self.loss,
             "regularization": (
-                self.regularization if isinstance(self.regularization, str) else self.lam
+                self.regularization
+                if self.regularization is None or isinstance(self.regularization, str)
+                else float(self.regularization)
             ),
             "params": json_safe(dict(self.params)),
         }
@@ -150,6 +155,9 @@ class FitQuote:
     remaining_delta: float
     regularization: float | None = None
     regularization_rule: Mapping[str, Any] | None = None
+    auto: dict[str, Any] | None = None
+    expected_accuracy: dict[str, Any] | None = None
+    warnings: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def affordable(self) -> bool:
@@ -159,6 +167,10 @@ class FitQuote:
 def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
     """The calibration of a resolved ``request`` (:func:`resolve_regularization`), with the
     λ rule's record as ``regularization_rule`` when λ was chosen by it."""
+    if request.mechanism == fit_auto.AUTO:
+        raise TypeError("resolve auto before calibrating")
+    if request.mechanism == fit_auto.TRANSFER:
+        return _calibrate_transfer(dataset, request)
     if request.mechanism not in MECHANISMS:
         raise InvalidInputError(
             f"unknown mechanism {request.mechanism!r}; choose one of "
@@ -185,7 +197,7 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
             epsilon=math.inf if request.epsilon is None else request.epsilon,
             delta=request.delta,
             loss=request.loss,
-            regularization=request.lam,
+            regularization=_required_regularization(request),
             **dict(request.params),
         ),
     )
@@ -203,6 +215,92 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
     return calibration
 
 
+def _calibrate_transfer(dataset: Dataset, request: FitRequest) -> Calibration:
+    """Auto's transfer candidate (only auto chooses it; its source is public): objective
+    perturbation calibrated at strong convexity λ + η
+    (:func:`service.dp.multisite.transfer.transfer_fit`), spending exactly ε."""
+    params = dict(request.params)
+    eta = float(params.pop("transfer_strength"))
+    params.pop("source")
+    lam = _required_regularization(request)
+    if request.epsilon is None:
+        raise TypeError("a transfer fit has an ε")
+    epsilon = float(request.epsilon)
+    calibration = calibrated(
+        "fit",
+        lambda: calibrate(
+            "objective_perturbation",
+            n=dataset.n_rows,
+            d=dataset.n_features,
+            epsilon=epsilon,
+            delta=0.0,
+            loss=request.loss,
+            regularization=lam + eta,
+            **params,
+        ),
+    )
+    check_calibration(
+        epsilon=calibration.epsilon,
+        delta=calibration.delta,
+        details=calibration.details,
+        noise_norm=calibration.expected_noise_norm,
+    )
+    return calibration
+
+
+def _required_regularization(request: FitRequest) -> float:
+    if request.regularization is None:
+        raise InvalidInputError(
+            "regularization is required (or use mechanism auto, which chooses it)",
+            errors=[{"loc": ["body", "regularization"], "msg": "required"}],
+        )
+    return request.lam
+
+
+def _resolve(
+    uow: UnitOfWork,
+    uow_factory: UnitOfWorkFactory | None,
+    dataset: Dataset,
+    request: FitRequest,
+) -> tuple[FitRequest, Calibration, fit_auto.Assessment | None]:
+    """Inside an open ``with uow:``: the concrete request (auto resolved, docs/design.md §3),
+    its calibration (422s first, for a concrete mechanism) and the assessment (the band and
+    warnings; None for the non-private baseline)."""
+    if request.mechanism == fit_auto.TRANSFER:
+        # only auto chooses transfer, with the site's public model as its source
+        raise InvalidInputError(
+            "unknown mechanism 'transfer'; choose one of "
+            + ", ".join(sorted(MECHANISMS))
+            + " (auto may choose a transfer towards your public reference's model)",
+            errors=[{"loc": ["body", "mechanism"], "msg": "unknown mechanism"}],
+        )
+    if request.mechanism != fit_auto.AUTO:
+        # λ "auto" (or omitted) on a named mechanism: the public rule's λ
+        request = resolve_regularization(request, n=dataset.n_rows, d=dataset.n_features)
+        calibration = _calibrate(dataset, request)
+        if request.mechanism in NON_PRIVATE_MECHANISMS:
+            return request, calibration, None
+    else:
+        fit_auto.check_auto_request(epsilon=request.epsilon, params=request.params)
+        if request.regularization == AUTO:  # mechanism auto chooses λ with the mechanism
+            request = replace(request, regularization=None)
+    reference = fit_auto.find_public_reference(uow, uow_factory, dataset)
+    assessment = fit_auto.assess(
+        dataset,
+        mechanism=request.mechanism,
+        epsilon=request.epsilon,
+        delta=request.delta,
+        loss=request.loss,
+        regularization=None if request.regularization is None else request.lam,
+        params=request.params,
+        reference=reference,
+    )
+    concrete = fit_auto.with_assessment(request, assessment)
+    if request.mechanism == fit_auto.AUTO:
+        calibration = _calibrate(dataset, concrete)
+    return concrete, calibration, assessment
+
+
 def _cost(request: FitRequest, calibration: Calibration) -> tuple[float, float]:
     """(ε, δ) to charge: the calibration's totals; nothing for the non-private baseline,
     which claims no privacy at all (its record says so)."""
@@ -212,16 +310,24 @@ def _cost(request: FitRequest, calibration: Calibration) -> tuple[float, float]:
 
 
 def quote_fit(
-    uow: UnitOfWork, *, dataset_id: str, request: FitRequest, actor: Principal
+    uow: UnitOfWork,
+    *,
+    dataset_id: str,
+    request: FitRequest,
+    actor: Principal,
+    uow_factory: UnitOfWorkFactory | None = None,
 ) -> FitQuote:
-    """The dry run: cost and calibration from public quantities; spends nothing."""
+    """The dry run: cost and calibration from public quantities; spends nothing. With
+    ``uow_factory``, a public reference dataset of the site is used (:mod:`.auto`)."""
     with uow:
         dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
-    request = resolve_regularization(request, n=dataset.n_rows, d=dataset.n_features)
-    calibration = _calibrate(dataset, request)
+        request, calibration, assessment = _resolve(uow, uow_factory, dataset, request)
     epsilon, delta = _cost(request, calibration)
     return FitQuote(
+        auto=None if assessment is None else assessment.auto,
+        expected_accuracy=None if assessment is None else assessment.expected_accuracy,
+        warnings=[] if assessment is None else assessment.warnings,
         mechanism=request.mechanism,
         epsilon=epsilon,
         delta=delta,
@@ -245,41 +351,64 @@ def submit_fit(
     runner: JobScheduler,
     idempotency_key: str | None = None,
     context: AuditContext | None = None,
+    uow_factory: UnitOfWorkFactory | None = None,
 ) -> SubmittedJob:
     """Validate, charge and enqueue a fit (:func:`submit_charged_job`): the caller's own
     dataset, charged the calibration's (ε, δ); a retry gets its job back even once the
-    dataset is gone. The job stores the calibration's typed plan (``job.plan``), which
-    the worker checks and runs."""
+    dataset is gone. ``regularization="auto"`` and mechanism ``auto`` are resolved here
+    (deterministic functions of public inputs); the job's params carry the choice, the
+    expected band and any warning, and the job stores the calibration's typed plan
+    (``job.plan``), which the worker checks and runs."""
 
     def draft(u: UnitOfWork) -> JobDraft:
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
-        # public n and d: the same λ for a retry with the same key
-        resolved = resolve_regularization(request, n=dataset.n_rows, d=dataset.n_features)
+        resolved: tuple[FitRequest, Calibration, fit_auto.Assessment | None] | None = None
+        params = request.to_params()
+        try:
+            resolved = _resolve(u, uow_factory, dataset, request)
+        except InvalidInputError:
+            if dataset.deleted_at is None:
+                raise
+            # deleted: ``price`` answers 409 first, as for any fit of a deleted dataset
+        if resolved is not None:
+            # the params a retry must repeat: the same deterministic function of public
+            # inputs, so an Idempotency-Key finds its job even once the dataset is deleted
+            concrete, _, assessment = resolved
+            params = concrete.to_params()
+            if assessment is not None:
+                params.update(assessment.job_extras())
 
         def price() -> Pricing:
-            calibration = _calibrate(require_live(dataset), resolved)
-            epsilon, delta = _cost(request, calibration)
+            require_live(dataset)
+            assert resolved is not None
+            concrete, calibration, _ = resolved
+            epsilon, delta = _cost(concrete, calibration)
             return Pricing(
-                mechanism=request.mechanism,
+                mechanism=concrete.mechanism,
                 charges=[DatasetCharge(dataset.id, dataset.owner_site_id, epsilon, delta)],
                 audit_action="fit.submitted",
                 audit_details={
                     "dataset_id": dataset_id,
-                    "mechanism": request.mechanism,
+                    "mechanism": concrete.mechanism,
                     "epsilon": epsilon,
                     "delta": delta,
                 },
                 work=fit_work(
-                    request.mechanism,
+                    concrete.mechanism,
                     int(dataset.n_rows),
                     int(dataset.n_features),
                     calibration.details,
                 ),
                 # the worker runs exactly this plan (service.domain.fits.run)
-                plan=None if calibration.plan is None else plan_to_json(calibration.plan),
+                # (auto's transfer candidate has none: service.domain.fits.run runs it directly)
+                plan=(
+                    None
+                    if calibration.plan is None or concrete.mechanism == fit_auto.TRANSFER
+                    else plan_to_json(calibration.plan)
+                ),
             )
 
-        return JobDraft(kind="fit", dataset_id=dataset.id, params=resolved.to_params(), price=price)
+        return JobDraft(kind="fit", dataset_id=dataset.id, params=params, price=price)
 
     return submit_charged_job(
         uow,

@@ -155,7 +155,11 @@ class TunedFitRequest:
 
     @property
     def regularizations(self) -> tuple[float, ...]:
-        return self.candidates or (float(self.base.regularization),)
+        if self.candidates:
+            return self.candidates
+        if self.base.regularization is None:
+            raise ValueError("a tuned fit has λ or λ candidates")
+        return (float(self.base.regularization),)
 
     def settings(self) -> list[Setting]:
         """The grid Λ × H (422 past :data:`MAX_CANDIDATES` points)."""

@@ -87,9 +87,12 @@ class GridPoint:
     accuracies: tuple[float, ...] = ()
     #: When λ was chosen by the public rule (``"auto"``): the rule's record.
     regularization_rule: Mapping[str, Any] | None = None
+    #: The mechanism of this point when the plan's is ``auto`` (chosen per ε), else None.
+    mechanism: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+        out: dict[str, Any] = {} if self.mechanism is None else {"mechanism": self.mechanism}
+        out |= {
             "epsilon": self.epsilon,
             "regularization": self.regularization,
             "spent_epsilon": self.spent_epsilon,
