@@ -173,16 +173,23 @@ def test_auto_with_contradicting_options_is_422_and_charges_nothing(
     _untouched(client, site, dataset["id"])
 
 
-def test_a_concrete_mechanism_still_needs_lambda(client: TestClient, site: SiteHandle) -> None:
+def test_a_concrete_mechanism_without_lambda_takes_the_public_rule(
+    client: TestClient, site: SiteHandle
+) -> None:
+    # mechanism auto chooses λ with the mechanism; a named mechanism without λ gets the
+    # public rule's λ (service.dp.analysis.regularization), not auto's grid
     dataset = upload(client, site.headers)
     body = fit_body("objective_perturbation")
     del body["regularization"]
 
-    response = _fit(client, site, dataset["id"], body, dry=False)
+    response = _fit(client, site, dataset["id"], body, dry=True)
 
-    assert response.status_code == 422, response.text
-    assert "regularization" in response.text
-    _untouched(client, site, dataset["id"])
+    assert response.status_code == 200, response.text
+    quote = response.json()
+    assert quote["mechanism"] == "objective_perturbation"
+    assert quote["auto"] is None
+    assert quote["regularization_rule"]["mechanism"] == "objective_perturbation"
+    assert quote["regularization"] == quote["regularization_rule"]["regularization"]
 
 
 def _with_public_reference(
@@ -363,6 +370,7 @@ def test_an_auto_plan_uses_the_public_reference_by_default(
             "generalized_objective_perturbation",
             "output_perturbation",
             "gaussian_objective_perturbation",
+            "noisy_gd",
             "dp_sgd",
         }
         assert point["spent_epsilon"] == point["epsilon"]

@@ -394,7 +394,10 @@ def submit_fit(
                     "delta": delta,
                 },
                 work=fit_work(
-                    concrete.mechanism,
+                    # auto's transfer is one objective-perturbation solve
+                    "objective_perturbation"
+                    if concrete.mechanism == fit_auto.TRANSFER
+                    else concrete.mechanism,
                     int(dataset.n_rows),
                     int(dataset.n_features),
                     calibration.details,
