@@ -32,6 +32,8 @@ Tiers
 Real processes
     ``live_server``     ``privfit serve`` on a free port over a fresh SQLite file (admin key
                         ``ADMIN_KEY``); ``tests.support.live_server.start_server`` for others.
+    ``shared_live_server``  one such server per test process, for tests that only touch the
+                        sites they create (the client tests).
     ``browser``         headless Debian Chromium under Playwright (skipped with a reason when
                         absent; ``PRIVFIT_REQUIRE_BROWSER=1`` makes that a failure).
 """
@@ -430,6 +432,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 # --- Real processes: a live server and a headless browser ---------------------------------
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A browser test without a browser is skipped before its fixtures start anything (a
+    live server would otherwise be started, and stopped, for nothing)."""
+    if "browser" in getattr(item, "fixturenames", ()):
+        from tests.support.browser import skip_unless_browser
+
+        skip_unless_browser()
+
+
 @pytest.fixture
 def browser() -> Iterator[object]:
     """Debian's Chromium under Playwright, one per test; see tests/support/browser.py.
@@ -444,7 +456,30 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def live_server(tmp_path: Path) -> Iterator[LiveServer]:
-    """``privfit serve`` on a free port over a fresh SQLite file, admin key ``ADMIN_KEY``."""
+    """``privfit serve`` on a free port over a fresh SQLite file, admin key ``ADMIN_KEY``.
+
+    For tests that need the server to themselves (an admin listing every site, names that
+    must be free, the server's own log lines); the others use :func:`shared_live_server`."""
     database = tmp_path / "live" / "privfit.db"
     with start_server(f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=tmp_path) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def shared_live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One ``privfit serve`` over a SQLite file for the whole test process (each xdist worker
+    starts its own), admin key ``ADMIN_KEY``.
+
+    Starting a server (``privfit migrate``, then the app's imports and start-up in a fresh
+    interpreter) costs seconds of CPU; the client tests would otherwise pay it once each. A
+    test on it creates its own sites (``tests/client/conftest.py``'s ``make_site``) and sees
+    only what they own; what a test reads across sites (the admin's site list) or that must be
+    unique server-wide needs ``live_server``. Its rate limits are off: they count per client
+    address, and every test here calls from 127.0.0.1 (their own tests start their own)."""
+    workdir = tmp_path_factory.mktemp("shared-live")
+    database = workdir / "live" / "privfit.db"
+    no_limits = {"PRIVFIT_RATE_LIMIT_FAILED_AUTH": "", "PRIVFIT_RATE_LIMIT_EXPENSIVE": ""}
+    with start_server(
+        f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=workdir, extra_env=no_limits
+    ) as server:
         yield server
