@@ -359,6 +359,10 @@ POSTGRES_SMOKE: dict[str, tuple[str, ...]] = {
 
 #: Modules that repeat a SQLite module's tests on PostgreSQL as a whole: heavy.
 POSTGRES_TWIN_MODULES = frozenset({"tests/api/test_fuzz_postgres.py"})
+#: Single tests that repeat a SQLite test on PostgreSQL without a backend parameter: heavy.
+#: The client's walkthrough on a server over PostgreSQL (its own server start and schema) is
+#: the SQLite walkthrough again; every API area keeps its PostgreSQL smoke above.
+POSTGRES_TWIN_TESTS = frozenset({"tests/client/test_flow.py::test_walkthrough_on_postgres"})
 
 
 def _module(item: pytest.Item) -> str:
@@ -368,6 +372,8 @@ def _module(item: pytest.Item) -> str:
 def is_postgres_twin(item: pytest.Item) -> bool:
     """Whether ``item`` is a SQLite test repeated on PostgreSQL."""
     if _module(item) in POSTGRES_TWIN_MODULES:
+        return True
+    if f"{_module(item)}::{getattr(item, 'originalname', item.name)}" in POSTGRES_TWIN_TESTS:
         return True
     callspec = getattr(item, "callspec", None)
     values = callspec.params.values() if callspec is not None else ()
@@ -405,8 +411,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for name in names
         if not _defines(modules[module], name.split("[", 1)[0])
     ]
+    stale += [
+        twin
+        for twin in sorted(POSTGRES_TWIN_TESTS)
+        if twin.split("::")[0] in modules
+        and not _defines(modules[twin.split("::")[0]], twin.split("::")[1])
+    ]
     if stale:
-        raise pytest.UsageError(f"POSTGRES_SMOKE names tests that do not exist: {stale}")
+        raise pytest.UsageError(
+            f"POSTGRES_SMOKE or POSTGRES_TWIN_TESTS names tests that do not exist: {stale}"
+        )
 
 
 # --- Reporting ----------------------------------------------------------------------------
