@@ -69,20 +69,35 @@ def server(source: Path, workdir: Path) -> Iterator[tuple[str, list[str]]]:
     reader.start()
     base = f"http://127.0.0.1:{port}"
     try:
+        # polled until ready (a 503 while it migrates counts as not yet), for at most 120 s
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        while True:
             try:
                 if httpx2.get(f"{base}/readyz", timeout=1).status_code == 200:
                     break
             except httpx2.TransportError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("server did not start")
+                pass
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError("server did not start")
+            time.sleep(0.1)
         yield base, lines
     finally:
         process.terminate()
         process.wait(timeout=30)
         reader.join(timeout=10)
+
+
+def wait_for_log_lines(
+    lines: list[str], count: int, timeout: float = 30.0
+) -> list[tuple[int, float]]:
+    """The access log's entries of the fit route once there are ``count`` (or what is there
+    after ``timeout`` seconds: a missing line shows as a shorter table row, not a hang)."""
+    deadline = time.monotonic() + timeout
+    while len(found := access_log_durations(lines, FITS_ROUTE)) < count:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.02)
+    return found
 
 
 def bodies(base: str, lines: list[str], repeats: int, size: int) -> None:
@@ -106,8 +121,8 @@ def bodies(base: str, lines: list[str], repeats: int, size: int) -> None:
                     )
                     for _ in range(repeats)
                 ]
-            time.sleep(0.5)  # the access log line follows the answer
-            logged = access_log_durations(lines, FITS_ROUTE)[before:]
+            # the access log line follows the answer: wait for the lines, not a fixed time
+            logged = wait_for_log_lines(lines, before + len(answers))[before:]
             latencies = sorted(health.latencies) or [0.0]
             statuses = sorted({answer.status for answer in answers})
             print(

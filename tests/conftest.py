@@ -32,6 +32,8 @@ Tiers
 Real processes
     ``live_server``     ``privfit serve`` on a free port over a fresh SQLite file (admin key
                         ``ADMIN_KEY``); ``tests.support.live_server.start_server`` for others.
+    ``shared_live_server``  one such server per test process, for tests that only touch the
+                        sites they create (the client tests).
     ``browser``         headless Debian Chromium under Playwright (skipped with a reason when
                         absent; ``PRIVFIT_REQUIRE_BROWSER=1`` makes that a failure).
 """
@@ -357,6 +359,10 @@ POSTGRES_SMOKE: dict[str, tuple[str, ...]] = {
 
 #: Modules that repeat a SQLite module's tests on PostgreSQL as a whole: heavy.
 POSTGRES_TWIN_MODULES = frozenset({"tests/api/test_fuzz_postgres.py"})
+#: Single tests that repeat a SQLite test on PostgreSQL without a backend parameter: heavy.
+#: The client's walkthrough on a server over PostgreSQL (its own server start and schema) is
+#: the SQLite walkthrough again; every API area keeps its PostgreSQL smoke above.
+POSTGRES_TWIN_TESTS = frozenset({"tests/client/test_flow.py::test_walkthrough_on_postgres"})
 
 
 def _module(item: pytest.Item) -> str:
@@ -366,6 +372,8 @@ def _module(item: pytest.Item) -> str:
 def is_postgres_twin(item: pytest.Item) -> bool:
     """Whether ``item`` is a SQLite test repeated on PostgreSQL."""
     if _module(item) in POSTGRES_TWIN_MODULES:
+        return True
+    if f"{_module(item)}::{getattr(item, 'originalname', item.name)}" in POSTGRES_TWIN_TESTS:
         return True
     callspec = getattr(item, "callspec", None)
     values = callspec.params.values() if callspec is not None else ()
@@ -403,8 +411,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for name in names
         if not _defines(modules[module], name.split("[", 1)[0])
     ]
+    stale += [
+        twin
+        for twin in sorted(POSTGRES_TWIN_TESTS)
+        if twin.split("::")[0] in modules
+        and not _defines(modules[twin.split("::")[0]], twin.split("::")[1])
+    ]
     if stale:
-        raise pytest.UsageError(f"POSTGRES_SMOKE names tests that do not exist: {stale}")
+        raise pytest.UsageError(
+            f"POSTGRES_SMOKE or POSTGRES_TWIN_TESTS names tests that do not exist: {stale}"
+        )
 
 
 # --- Reporting ----------------------------------------------------------------------------
@@ -430,6 +446,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 # --- Real processes: a live server and a headless browser ---------------------------------
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A browser test without a browser is skipped before its fixtures start anything (a
+    live server would otherwise be started, and stopped, for nothing)."""
+    if "browser" in getattr(item, "fixturenames", ()):
+        from tests.support.browser import skip_unless_browser
+
+        skip_unless_browser()
+
+
 @pytest.fixture
 def browser() -> Iterator[object]:
     """Debian's Chromium under Playwright, one per test; see tests/support/browser.py.
@@ -444,7 +470,30 @@ def browser() -> Iterator[object]:
 
 @pytest.fixture
 def live_server(tmp_path: Path) -> Iterator[LiveServer]:
-    """``privfit serve`` on a free port over a fresh SQLite file, admin key ``ADMIN_KEY``."""
+    """``privfit serve`` on a free port over a fresh SQLite file, admin key ``ADMIN_KEY``.
+
+    For tests that need the server to themselves (an admin listing every site, names that
+    must be free, the server's own log lines); the others use :func:`shared_live_server`."""
     database = tmp_path / "live" / "privfit.db"
     with start_server(f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=tmp_path) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def shared_live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """One ``privfit serve`` over a SQLite file for the whole test process (each xdist worker
+    starts its own), admin key ``ADMIN_KEY``.
+
+    Starting a server (``privfit migrate``, then the app's imports and start-up in a fresh
+    interpreter) costs seconds of CPU; the client tests would otherwise pay it once each. A
+    test on it creates its own sites (``tests/client/conftest.py``'s ``make_site``) and sees
+    only what they own; what a test reads across sites (the admin's site list) or that must be
+    unique server-wide needs ``live_server``. Its rate limits are off: they count per client
+    address, and every test here calls from 127.0.0.1 (their own tests start their own)."""
+    workdir = tmp_path_factory.mktemp("shared-live")
+    database = workdir / "live" / "privfit.db"
+    no_limits = {"PRIVFIT_RATE_LIMIT_FAILED_AUTH": "", "PRIVFIT_RATE_LIMIT_EXPENSIVE": ""}
+    with start_server(
+        f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=workdir, extra_env=no_limits
+    ) as server:
         yield server

@@ -1,7 +1,8 @@
 """Fixtures of the client and command-line tests: a real server, sites, and the Adult data.
 
 Every test talks to a ``privfit serve`` process over a socket, as site software does.
-``server`` is SQLite; ``pg_server`` serves a fresh PostgreSQL schema.
+``server`` is SQLite, one per test process shared by the tests (each makes its own sites);
+``pg_server`` serves a fresh PostgreSQL schema.
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ MakeSite = Callable[..., SiteAccount]
 
 
 @pytest.fixture
-def server(live_server: LiveServer) -> LiveServer:
-    """A server over a fresh SQLite file."""
-    return live_server
+def server(shared_live_server: LiveServer) -> LiveServer:
+    """The test process's shared server over SQLite (tests/conftest.py): a test creates its
+    own sites and reads what they own; one that needs a server to itself takes
+    ``live_server``."""
+    return shared_live_server
 
 
 @pytest.fixture

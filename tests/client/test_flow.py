@@ -127,8 +127,9 @@ def test_walkthrough_on_postgres(
 
 
 def test_admin_lists_sites_and_the_environment_configures_the_client(
-    server: LiveServer, monkeypatch: pytest.MonkeyPatch
+    live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    server = live_server  # a server of its own: the admin lists every site on it
     monkeypatch.setenv("PRIVFIT_URL", server.base_url + "/v1/")
     monkeypatch.setenv("PRIVFIT_KEY", ADMIN_KEY)
     with Client() as admin:

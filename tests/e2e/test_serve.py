@@ -11,7 +11,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from typing import IO
 
 import httpx2
 import pytest
+
+from tests.support.live_server import end_process
 
 ROOT = Path(__file__).resolve().parents[2]
 ENTRYPOINT = ROOT / "docker" / "entrypoint.sh"
@@ -56,22 +57,12 @@ class Server:
                 if httpx2.get(f"{self.base_url}/healthz", timeout=1).status_code == 200:
                     return
             except httpx2.TransportError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         raise AssertionError("server did not become healthy")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        for reader in self.readers:
-            reader.join(timeout=5)
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream is not None:
-                stream.close()
+        end_process(self.process, self.readers)
 
 
 def _pump(stream: IO[str], sink: list[str]) -> None:
@@ -104,6 +95,7 @@ def start(environment: dict[str, str], tmp_path: Path) -> Iterator[Callable[[], 
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # its group is killed with it (end_process)
         )
         server = Server(process, f"http://127.0.0.1:{environment['PRIVFIT_PORT']}")
         for stream, sink in ((process.stdout, server.stdout), (process.stderr, server.stderr)):

@@ -10,6 +10,7 @@ Skipped with a visible reason when Chromium or Playwright is missing, unless
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 from collections.abc import Iterator
@@ -50,14 +51,25 @@ def _skip_or_fail() -> NoReturn:
     pytest.skip(BROWSER_SKIP_REASON)
 
 
+def browser_available() -> bool:
+    """Whether Chromium and Playwright are installed (nothing is started)."""
+    return importlib.util.find_spec("playwright") is not None and bool(shutil.which(CHROMIUM))
+
+
+def skip_unless_browser() -> None:
+    """Skip (or fail, with ``PRIVFIT_REQUIRE_BROWSER=1``) unless a browser can be started.
+
+    tests/conftest.py calls it before a browser test's fixtures are set up, so that a test
+    skipped for want of a browser does not first start the live server it would have used."""
+    if not browser_available():
+        _skip_or_fail()
+
+
 def chromium_browser() -> Iterator[Any]:
     """Yield a launched Playwright Chromium browser (generator for a fixture)."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _skip_or_fail()
-    if not shutil.which(CHROMIUM):
-        _skip_or_fail()
+    skip_unless_browser()
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:

@@ -8,6 +8,7 @@ PostgreSQL schema URL) and a known admin key, and waits until ``/readyz`` answer
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -63,18 +64,36 @@ class LiveServer:
         raise AssertionError("server did not become ready")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        for reader in self.readers:
-            reader.join(timeout=5)
-        for stream in (self.process.stdout, self.process.stderr):
-            if stream is not None:
-                stream.close()
+        end_process(self.process, self.readers)
+
+
+def end_process(
+    process: subprocess.Popen[str], readers: list[threading.Thread], timeout: float = 15.0
+) -> None:
+    """SIGTERM ``process`` (started with ``start_new_session=True``, so that it leads a process
+    group of its own), SIGKILL after ``timeout`` seconds, then SIGKILL what is left of its group.
+
+    A server's job pool workers and multiprocessing's resource tracker are its children and
+    hold its output pipes: one that outlived it (its parent killed, or itself stuck) kept the
+    readers from ever seeing the end of the output, and closing a stream whose reader was
+    still blocked in it blocked the test process for good (the reader holds the stream's
+    lock). The group is killed, and a stream is closed only once its readers are done."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    for reader in readers:
+        reader.join(timeout=5)
+    if any(reader.is_alive() for reader in readers):
+        return  # left to the daemon threads; never close a stream a thread is reading
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
 
 
 def _pump(stream: IO[str], sink: list[str]) -> None:
@@ -124,6 +143,7 @@ def start_server(
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # its group is killed with it (end_process)
     )
     server = LiveServer(process, f"http://127.0.0.1:{port}", admin_key)
     for stream, sink in ((process.stdout, server.stdout), (process.stderr, server.stderr)):

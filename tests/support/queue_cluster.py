@@ -25,7 +25,7 @@ from typing import IO, Any
 import httpx2
 from sqlalchemy import create_engine, make_url, text
 
-from tests.support.live_server import ROOT, free_port
+from tests.support.live_server import ROOT, end_process, free_port
 
 #: Seconds between heartbeats and after which a silent worker counts as dead, in these tests:
 #: short, but with room for a worker starved of CPU on a loaded machine (a live worker taken
@@ -88,18 +88,9 @@ class Process:
         self.process.wait(timeout=10)
 
     def stop(self, timeout: float = 30.0) -> None:
-        """SIGTERM (running jobs finish first), then wait."""
-        if self.alive():
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        for reader in self.readers:
-            reader.join(timeout=5)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        """SIGTERM (running jobs finish first), then wait; what is left of the process's
+        group is killed (tests.support.live_server.end_process)."""
+        end_process(self.process, self.readers, timeout=timeout)
 
     def log(self) -> str:
         return "".join(self.output)[-4000:]
@@ -135,6 +126,7 @@ class Cluster:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            start_new_session=True,  # a group of its own, killed by stop()
         )
         process = Process(name, popen)
         assert popen.stdout is not None

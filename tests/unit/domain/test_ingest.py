@@ -1090,30 +1090,55 @@ def test_a_file_sent_before_its_spec_is_spooled_then_read() -> None:
     assert run.seekable is True
 
 
+class _WatchedCondition(threading.Condition):
+    """A pipe's condition that wakes its ``watchers`` (same lock) whenever the pipe's reader
+    starts to wait on it: a test waits for the reader's state instead of polling it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.watchers = threading.Condition(self._lock)  # type: ignore[attr-defined]
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.watchers.notify_all()
+        return super().wait(timeout)
+
+
+def _watched(pipe: _Pipe) -> _WatchedCondition:
+    """Give ``pipe`` (before anyone uses it) a condition that can be watched."""
+    pipe._cond = condition = _WatchedCondition()
+    return condition
+
+
+async def _until(condition: _WatchedCondition, state: Callable[[], bool]) -> bool:
+    """Wait (off the event loop) until ``state()`` holds, checked each time the pipe's reader
+    starts to wait; False after 10 s."""
+
+    def wait() -> bool:
+        with condition:
+            return condition.watchers.wait_for(state, timeout=10)
+
+    return await asyncio.to_thread(wait)
+
+
 @pytest.fixture
 def until_the_reader_waits(monkeypatch: pytest.MonkeyPatch) -> Callable[[], Any]:
     """Holds the last piece back until the reader has taken everything sent and waits in the
     pipe for more: a reader that (wrongly) took the file's end for the body's stores instead
     of waiting, and the wait ends in an AssertionError after 10 s."""
-    pipes: list[_Pipe] = []
+    pipes: list[tuple[_Pipe, _WatchedCondition]] = []
     original = _Pipe.__init__
 
     def record(self: _Pipe, capacity: int) -> None:
         original(self, capacity)
-        pipes.append(self)
+        pipes.append((self, _watched(self)))
 
     monkeypatch.setattr(_Pipe, "__init__", record)
 
-    def waiting(pipe: _Pipe) -> bool:
-        with pipe._cond:
-            return pipe._want > pipe._buffered and not pipe._ended
-
     async def pause() -> None:
-        for _ in range(2000):
-            if any(waiting(pipe) for pipe in pipes):
-                return
-            await asyncio.sleep(0.005)
-        raise AssertionError("the reader never asked for the rest of the body")
+        assert len(pipes) == 1
+        pipe, condition = pipes[0]
+        if not await _until(condition, lambda: pipe._want > pipe._buffered and not pipe._ended):
+            raise AssertionError("the reader never asked for the rest of the body")
 
     return pause
 
@@ -1211,11 +1236,10 @@ def test_the_pipe_holds_a_bounded_amount_and_waits_for_its_reader() -> None:
         assert await asyncio.to_thread(pipe.read, 100) == b"456789abc"
         assert await asyncio.to_thread(pipe.read, 100) == b""
         failed = _Pipe(capacity=10)
+        condition = _watched(failed)
         reader = asyncio.ensure_future(asyncio.to_thread(failed.read, 5))
-        for _ in range(5000):  # until the reader waits in the pipe for its 5 bytes
-            if failed._want == 5:
-                break
-            await asyncio.sleep(0.001)
+        # until the reader waits in the pipe for its 5 bytes
+        assert await _until(condition, lambda: failed._want == 5)
         assert not reader.done()  # waits for 5 bytes (or the end)
         failed.fail()
         with pytest.raises(UploadAbortedError):

@@ -35,6 +35,21 @@ def wait_for(predicate: Callable[[], bool], timeout: float = TIMEOUT) -> None:
         time.sleep(0.01)
 
 
+def spy_on_submissions(runner: PoolJobRunner) -> list[str]:
+    """The ids ``runner`` is given from now on, through either of its submit methods (the
+    runner resubmits a lost job through them)."""
+    seen: list[str] = []
+    for name in ("submit", "submit_to_api_process"):
+        original = getattr(runner, name)
+
+        def spy(job_id: str, original: Callable[[str], None] = original) -> None:
+            seen.append(job_id)
+            original(job_id)
+
+        setattr(runner, name, spy)
+    return seen
+
+
 class Recorder:
     """The domain side of the runner: records lost jobs; resubmits the ones named so."""
 
@@ -110,10 +125,12 @@ def test_a_raising_job_is_reported_lost_and_not_resubmitted(
     recorder = Recorder(resubmit={"fail-1"})
     runner = make_runner("thread", recorder)
     runner.start()
+    resubmitted = spy_on_submissions(runner)
     runner.submit("fail-1")
     wait_for(lambda: recorder.lost == ["fail-1"])
-    time.sleep(0.1)
+    runner.shutdown(wait=True)  # the worker thread, where the job was settled, has ended
     assert recorder.lost == ["fail-1"]  # only a dead worker leads to a resubmission
+    assert resubmitted == ["fail-1"]  # the test's own submission, nothing after it
 
 
 def test_a_killed_worker_process_reports_its_jobs_and_the_pool_recovers(
@@ -164,9 +181,9 @@ def test_shutdown_drops_unstarted_jobs_without_reporting_them(
     runner.submit("sleep-running")
     runner.submit("never-started")
     wait_for(lambda: (tmp_path / "sleep-running.started").exists())
-    t0 = time.monotonic()
     runner.shutdown(wait=False)
-    assert time.monotonic() - t0 < 1.0
+    # it returned while the running job still waits for the release file (up to 30 s)
+    assert not (tmp_path / "sleep-running.done").exists()
     assert not (tmp_path / "never-started.started").exists()
     assert recorder.lost == []
     with pytest.raises(RuntimeError, match="shut down"):
@@ -205,8 +222,8 @@ def test_a_listener_hears_when_the_runner_is_done_with_a_job(
     runner.submit("fail-2")
     assert runner.notify_when_done("sleep-1", listener("sleep-1"))
     assert runner.notify_when_done("fail-2", listener("fail-2"))
-    time.sleep(0.05)
-    assert heard == []  # the first job waits for the release file
+    wait_for(lambda: (tmp_path / "sleep-1.started").exists())
+    assert heard == []  # the first job runs and waits for the release file
     (tmp_path / "release").touch()
     wait_for(lambda: sorted(heard) == ["fail-2", "sleep-1"])  # a failure ends the wait too
     assert (tmp_path / "sleep-1.done").exists()
@@ -264,6 +281,7 @@ def test_an_api_process_job_is_heard_and_reported_lost_like_a_pool_job(
     runner = make_runner("process", recorder)
     runner.start()
     heard: dict[str, object] = {}
+    resubmitted = spy_on_submissions(runner)
     runner.submit_to_api_process("sleep-api")
     runner.submit_to_api_process("fail-api")
     assert runner.notify_when_done("sleep-api", lambda value: heard.update({"sleep-api": value}))
@@ -273,8 +291,9 @@ def test_an_api_process_job_is_heard_and_reported_lost_like_a_pool_job(
     (tmp_path / "release").touch()
     wait_for(lambda: recorder.lost == ["fail-api"])
     wait_for(lambda: heard == {"sleep-api": "sleep-api done"})
-    time.sleep(0.1)
+    runner.shutdown(wait=True)  # the API-process threads, where the jobs were settled, ended
     assert recorder.lost == ["fail-api"]  # a raising job is settled, never resubmitted
+    assert resubmitted == ["sleep-api", "fail-api"]  # the test's own submissions only
     assert _pid(tmp_path, "sleep-api") == os.getpid()
 
 
@@ -374,9 +393,12 @@ def test_shutdown_drops_jobs_waiting_for_a_slot_and_tells_their_listeners(
     runner.submit("quick-A-2")
     heard: list[object] = ["not called"]
     assert runner.notify_when_done("quick-A-2", lambda returned: heard.__setitem__(0, returned))
+    # told after the runner has handed out the slot sleep-A-1 frees (or found it shut down)
+    settled = threading.Event()
+    assert runner.notify_when_done("sleep-A-1", lambda _: settled.set())
     runner.shutdown(wait=False)
     assert heard == [None]
     (tmp_path / "release").touch()
-    wait_for(lambda: (tmp_path / "sleep-A-1.done").exists())
-    time.sleep(0.1)
+    assert settled.wait(TIMEOUT)
+    assert runner.active == 0  # the freed slot went to no job
     assert not (tmp_path / "quick-A-2.started").exists()
