@@ -787,7 +787,7 @@ PST_H_GROUPS = [["age", "intercept"], ["color"]]
 def test_pst_h_fits_a_stacked_model_charges_the_target_eps_and_members_use_it(
     client: TestClient, trio: tuple[SiteHandle, SiteHandle, SiteHandle]
 ) -> None:
-    from service.dp.core.models import StackedModel, model_from_dict
+    from service.dp.core.released import StackedModel, model_from_dict
 
     coordinator, member, outsider = trio
     study = create_study(client, coordinator, [member])

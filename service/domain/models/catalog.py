@@ -27,7 +27,7 @@ from service.domain.models.predict import InvalidRowsError, Prediction, predict_
 from service.domain.models.standard_export import StandardExportError, to_onnx, to_skops
 from service.domain.records.base import PrivacyClaim, upload_privacy_record
 from service.dp import LinearModel
-from service.dp.core.models import model_from_dict
+from service.dp.core.released import model_from_dict
 from service.dp.data.preprocessing import PreprocessingSpec
 
 __all__ = [

@@ -46,7 +46,7 @@ from service.domain.ranges import MAX_EPSILON, MIN_EPSILON
 from service.domain.records.base import json_safe, software_version
 from service.dp.analysis.evaluation import DEFAULT_BINS, epsilon_split_note, evaluate
 from service.dp.analysis.work import evaluation_work
-from service.dp.core.models import model_from_dict
+from service.dp.core.released import model_from_dict
 
 __all__ = [
     "EVALUATION_KIND",

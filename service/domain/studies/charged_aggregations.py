@@ -45,7 +45,7 @@ from service.domain.studies.membership import StudyFacts, require_matching, visi
 from service.domain.studies.transfer_groups import check_group_budgets, resolve_groups
 from service.dp.analysis.work import solve_work
 from service.dp.core.base import Calibration
-from service.dp.core.models import META_FEATURES
+from service.dp.core.released import META_FEATURES
 from service.dp.multisite.aggregation import (
     FEATURE_MECHANISMS,
     META_FEATURE_KINDS,

@@ -1,7 +1,7 @@
 """``stacking_samples`` (PST-S) and ``stacking_features`` (PST-F): privacy-preserving stacking
 (Yao et al. 2019, seed 003 Algs. 2 and 3; docs/design.md §3).
 
-Both mechanisms release a :class:`~service.dp.core.models.StackedModel`: K low-level linear
+Both mechanisms release a :class:`~service.dp.core.released.StackedModel`: K low-level linear
 models and one high-level linear model on their meta-features. The base mechanism at every
 level is PLR, i.e. PrivFit's ``objective_perturbation`` (Chaudhuri et al. 2011, seed 003
 Alg. 1), called as a black box: each call is ε_call-DP with respect to the rows it is given.
@@ -69,7 +69,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
-from service.dp.core.models import META_FEATURES, MetaFeatureKind, StackedModel, meta_features
+from service.dp.core.released import META_FEATURES, MetaFeatureKind, StackedModel, meta_features
 from service.dp.core.options import Capabilities, MechanismOptions, option
 from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError

@@ -15,8 +15,8 @@ coordinator's own labelled holdout, mapped through the site models:
 * ``linear``: x ↦ s·M_f x with the public factor s = 1/‖M_f‖₂ (spectral norm), so that
   ‖s M_f x‖ ≤ ‖x‖ ≤ 1; released as the linear model f_Σ = s·M_fᵀω ∈ R^d (the same scores).
 * ``sigmoid``: x ↦ [σ(f_1ᵀx), …, σ(f_Nᵀx), 1]/√(N + 1)
-(:func:`service.dp.core.models.meta_features`),
-  released as a :class:`~service.dp.core.models.StackedModel`.
+(:func:`service.dp.core.released.meta_features`),
+  released as a :class:`~service.dp.core.released.StackedModel`.
 
 Both factors depend on the public site models only, never on the holdout, so the meta-level
 design meets the unit-ball precondition and the meta-level fit is (ε, δ)-DP for the holdout
@@ -39,7 +39,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from service.dp.core.base import FitResult, LinearModel, ProgressCallback
-from service.dp.core.models import StackedModel, meta_features
+from service.dp.core.released import StackedModel, meta_features
 from service.dp.core.validation import PrivacyParameterError, validate_design
 from service.dp.data.projection import clip_rows
 from service.dp.mechanisms import MECHANISMS

@@ -351,7 +351,7 @@ def stacked_transfer_fit(
 
     ``feature_groups`` are disjoint, non-empty lists of column indices; ``importance`` the
     public q_k (> 0, Σ = 1; default uniform); the other options are ``stacking_features``'s.
-    Releases a :class:`~service.dp.core.models.StackedModel` (method ``features``). Raises
+    Releases a :class:`~service.dp.core.released.StackedModel` (method ``features``). Raises
     :class:`PrivacyParameterError` for bad parameters or a source of the wrong length, and
     ``ConvergenceError`` when a solver does not reach the exact minimiser.
     """

@@ -21,7 +21,7 @@ from service.domain.models.predict import predict_rows
 from service.domain.randomness import Randomness
 from service.domain.records.base import DatasetRef, fit_privacy_record
 from service.dp import fit
-from service.dp.core.models import StackedModel, model_from_dict
+from service.dp.core.released import StackedModel, model_from_dict
 from service.dp.data.preprocessing import PreprocessingSpec
 from tests.unit.domain import _data
 

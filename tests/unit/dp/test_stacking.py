@@ -15,7 +15,7 @@ import pytest
 from scipy import special
 
 from service.dp.core.base import LinearModel, Problem
-from service.dp.core.models import StackedModel, meta_features, model_from_dict
+from service.dp.core.released import StackedModel, meta_features, model_from_dict
 from service.dp.mechanisms.objective_perturbation import MECHANISM as PLR
 from service.dp.mechanisms.stacking import (
     STACKING_FEATURES,
