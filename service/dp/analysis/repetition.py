@@ -81,8 +81,17 @@ so λ̂ ranges over :data:`ORDERS` only, and there is no pure bound: the total i
 rdp_to_dp(repeat_rdp(ε_Q), δ) (dp-accounting: ``RepeatAndSelectDpEvent`` of
 ``ComposedDpEvent([SelfComposedDpEvent(GaussianDpEvent(z), T), RandomizedResponseDpEvent])``).
 :func:`gaussian_total` is increasing in μ_r; :func:`solve_gaussian_mu` finds the largest μ_r
-with total ≤ ε (bisection, relative 1e−9, checked). The score keeps the share it would have in
-the pure plan at the same request (ε_s = f·ε₀ with ε₀ = :func:`solve_budget` (ε, δ)): public.
+with total ≤ ε (bisection, relative 1e−9, checked). The score's share is public: for small
+ε_s the randomized-response curve is ≈ α·ε_s²/2, a Gaussian of GDP parameter ε_s, so a run is
+≈ a Gaussian of μ_Q² = μ_r² + ε_s²; the score takes the fixed part
+:data:`GAUSSIAN_SCORE_SHARE` = 1/5 of that squared budget: ε_s = √(1/5)·μ_Q with μ_Q the
+largest run parameter without a score (:func:`solve_gaussian_mu` at ε_s = 0), then μ_r is
+solved exactly with that ε_s (≈ 0.89·μ_Q). Why a fifth, and not the pure plan's 283/n: a
+noisy GD fit's accuracy is nearly flat in its μ (benchmarks/RESULTS.md, noisy_gd), while the
+score must tell apart candidates a fraction of a percent of the rows apart; on Adult at
+ε = 1 the pure plan's ε_s = 283/n (count s.d. 0.5 % of the rows) chose λ = 1e-2, six points
+worse, in a tenth of the selections, and a fifth of the squared budget (s.d. ≈ 0.09 %)
+costs the runs 11 % of μ.
 The run is then calibrated at a multiplier z_r ≥ √T/μ_r
 (:func:`service.dp.mechanisms.noisy_gd.run_budget`) and the total is recomputed at the
 actual μ = √T/z_r ≤ μ_r: that is what the plan records and what the ledger's total covers.
@@ -347,6 +356,10 @@ MIN_SCORE_SHARE: Final[float] = 0.02
 MAX_SCORE_SHARE: Final[float] = 0.5
 
 
+#: Gaussian runs: the score's part of the run's squared GDP budget (module docstring).
+GAUSSIAN_SCORE_SHARE: Final[float] = 0.2
+
+
 def score_share(n: int, epsilon0: float) -> float:
     """f, the part of ε₀ spent on the noisy error count: clamp(SCORE_ROWS/(n·ε₀))."""
     return min(MAX_SCORE_SHARE, max(MIN_SCORE_SHARE, SCORE_ROWS / (n * epsilon0)))
@@ -385,11 +398,11 @@ class RepetitionPlan:
         delta: float,
         calibrate: Callable[[float], tuple[float, float, int, float]],
     ) -> RepetitionPlan:
-        """The plan for Gaussian runs (module docstring): ε_s as in the pure plan, μ_r solved,
+        """The plan for Gaussian runs (module docstring): ε_s = √(1/5)·μ_Q, μ_r solved,
         then ``calibrate(μ_r)`` → the run's (ε_t, δ_t, T, z_r) with √T/z_r ≤ μ_r; the total is
         recomputed at the actual μ and must be ≤ ε."""
-        reference = solve_budget(epsilon, delta, law)
-        score = reference * score_share(n, reference)
+        del n  # the share is of the run's budget, not of the rows
+        score = math.sqrt(GAUSSIAN_SCORE_SHARE) * solve_gaussian_mu(epsilon, delta, law, 0.0)
         mu_r = solve_gaussian_mu(epsilon, delta, law, score)
         fit_epsilon, fit_delta, iterations, multiplier = calibrate(mu_r)
         mu = math.sqrt(iterations) / multiplier

@@ -427,9 +427,13 @@ def test_the_gaussian_plan_meets_the_request_tightly(
     )
     assert plan.base == "gaussian"
     assert plan.law.mean == pytest.approx(expected_runs(k), rel=1e-8)
-    # the score keeps the pure plan's share of ε₀ (public)
-    eps0 = solve_budget(epsilon, delta, plan.law)
-    assert plan.score_epsilon == pytest.approx(eps0 * min(0.5, max(0.02, 283 / (n * eps0))))
+    # the score takes a fifth of the run's squared GDP budget: ε_s = √(1/5)·μ_Q, μ_Q the
+    # largest run without a score — checked with dp-accounting: a Gaussian of multiplier 1/μ_Q
+    # repeated and selected is (ε, δ)
+    mu_q = solve_gaussian_mu(epsilon, delta, plan.law, 0.0)
+    assert plan.score_epsilon == pytest.approx(math.sqrt(0.2) * mu_q, rel=1e-12)
+    alone = _dp_accounting_gaussian_epsilon(1.0 / mu_q, 1, 0.0, plan.law, delta)
+    assert alone == pytest.approx(epsilon, rel=1e-6)
     # the run's μ is √T/z of the multiplier the fit will calibrate to
     assert plan.fit_mu == math.sqrt(plan.fit_iterations) / plan.fit_multiplier
     found = noise_multiplier(plan.train_epsilon, plan.fit_delta, plan.fit_iterations)
@@ -482,12 +486,11 @@ def test_auto_chooses_random_repetition_for_noisy_gd_by_public_quantities() -> N
         "papernot_steinke"
     )
     assert choose_selection("auto", k=7, n=30_162, epsilon=1.0, **common).method == "liu_talwar"
-    # one candidate (μ = 10 runs): the run's μ_r ≈ 0.1204 on all rows against μ(1, 1e-6) ≈
-    # 0.2367 on m = 15 081 rows: 30 162·0.1204 ≈ 3632 ≥ 15 081·0.2367 ≈ 3570 — barely
+    # one candidate (μ = 10 runs): each run at μ_r ≈ 0.112 on all rows against μ(1, 1e-6) ≈
+    # 0.2367 on m = 15 081 rows: 30 162·0.112 ≈ 3375 < 15 081·0.2367 ≈ 3570: CMS
     one = choose_selection("auto", k=1, n=30_162, epsilon=1.0, **common)
-    assert one.method == "papernot_steinke"
-    assert "n·μ_r = 3632 ≥ m·μ(ε, δ) = 3570" in one.reason
-    # small n and ε: the score's share (283/n of ε₀, capped at ½) eats the run's budget:
-    # n·μ_r ≈ 7.2 < m·μ ≈ 14.4, CMS
-    small = choose_selection("auto", k=1, n=2_000, epsilon=0.05, **common)
-    assert small.method == "cms", small.reason
+    assert one.method == "cms"
+    assert "n·μ_r = 3375 < m·μ(ε, δ) = 3570" in one.reason
+    # k = 3: m = 7540, 30 162·0.106 ≈ 3188 ≥ 7540·0.2367 ≈ 1785
+    three = choose_selection("auto", k=3, n=30_162, epsilon=1.0, **common)
+    assert "n·μ_r = 3188 ≥ m·μ(ε, δ) = 1785" in three.reason
