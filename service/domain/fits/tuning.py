@@ -260,9 +260,7 @@ def _repetition_plan(
         ) from exc
 
 
-def _run_params(
-    request: TunedFitRequest, setting: Setting, plan: RepetitionPlan
-) -> dict[str, Any]:
+def _run_params(request: TunedFitRequest, setting: Setting, plan: RepetitionPlan) -> dict[str, Any]:
     """The options of one run: the grid point's, with Gaussian runs' T fixed by the plan."""
     params = request.setting_params(setting)
     if plan.base == "gaussian":

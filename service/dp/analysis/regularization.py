@@ -79,7 +79,9 @@ Every λ* (for ``generalized_objective_perturbation`` the total λ* = λ + Δ) d
 ε grows (m₂ decreases in ε; in the cubic the negative coefficients
 shrink), and grows with d. For ``noisy_gd`` the constants R and A are the ones calibrated
 below for objective perturbation (not re-fitted: the rule is the same bound with the GD
-noise's m₂; measured on Adult in benchmarks/RESULTS.md, "Tuned noisy_gd"). DP-SGD (whose excess risk depends on the step sizes and epochs as
+noise's m₂; measured on Adult in benchmarks/RESULTS.md, "Tuned noisy_gd").
+
+DP-SGD (whose excess risk depends on the step sizes and epochs as
 much as on λ) and the stacking mechanisms have no rule here: ``auto`` refuses them
 (:data:`AUTO_MECHANISMS`).
 

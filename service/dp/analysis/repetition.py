@@ -125,12 +125,12 @@ __all__ = [
     "RepetitionResult",
     "gaussian_run_rdp",
     "gaussian_total",
-    "solve_gaussian_mu",
     "pure_dp_rdp",
     "rdp_to_dp",
     "repeat_and_select",
     "repeat_rdp",
     "solve_budget",
+    "solve_gaussian_mu",
     "total_epsilon",
 ]
 
@@ -285,7 +285,9 @@ def total_epsilon(epsilon0: float, law: RepetitionLaw, delta: float) -> tuple[fl
     return (rdp, "rdp") if rdp < pure else (pure, "pure")
 
 
-def gaussian_run_rdp(mu: float, score_epsilon: float, orders: Sequence[float] = ORDERS) -> list[float]:
+def gaussian_run_rdp(
+    mu: float, score_epsilon: float, orders: Sequence[float] = ORDERS
+) -> list[float]:
     """ε_Q(α) = α·μ²/2 + ε_RR(α; ε_s): a run of μ-GDP Gaussian releases (RDP α·μ²/2) and the
     ε_s-DP noisy score, composed (module docstring)."""
     return [a * mu * mu / 2.0 + pure_dp_rdp(score_epsilon, a) for a in orders]

@@ -49,8 +49,8 @@ from service.dp.noise.discrete import bernoulli_exp, randbelow
 from service.dp.noise.draws import uniforms
 
 __all__ = [
-    "MAX_CANDIDATES",
     "GAUSSIAN_RUN_MECHANISMS",
+    "MAX_CANDIDATES",
     "REPETITION_SELECTIONS",
     "SELECTIONS",
     "SelectionChoice",
@@ -468,7 +468,13 @@ def _choose_for_gaussian_runs(
     miss = repetition_law("papernot_steinke", k).miss_probability(k)
     method = "papernot_steinke" if miss <= MAX_MISS else "liu_talwar"
     plan = repetition_plan(
-        method, k=k, n=n, epsilon=epsilon, delta=delta, mechanism="noisy_gd", d=d,
+        method,
+        k=k,
+        n=n,
+        epsilon=epsilon,
+        delta=delta,
+        mechanism="noisy_gd",
+        d=d,
         iterations=iterations,
     )
     whole = gdp_mu(epsilon, delta)
