@@ -442,8 +442,13 @@ def quote_tuned_fit(
         composition = (
             "random repetition: a random number of runs (mean "
             f"{checked.plan.law.mean:.4g}, not released), each a uniformly drawn grid point "
-            "fitted on all rows at (ε_t, 0) and scored at ε_s; the best run is released "
-            "(Papernot and Steinke 2022 Thm 2)"
+            + (
+                "fitted on all rows at (ε_t, 0)"
+                if checked.plan.base == "pure"
+                else "fitted on all rows with Gaussian noise (T releases at multiplier "
+                f"{checked.plan.fit_multiplier:.6g}, accounted by their Rényi curve)"
+            )
+            + " and scored at ε_s; the best run is released (Papernot and Steinke 2022 Thm 2)"
         )
     details["tuning"] |= _choice_record(checked.choice)
     return FitQuote(
