@@ -494,3 +494,44 @@ def test_auto_chooses_random_repetition_for_noisy_gd_by_public_quantities() -> N
     # k = 3: m = 7540, 30 162·0.106 ≈ 3188 ≥ 7540·0.2367 ≈ 1785
     three = choose_selection("auto", k=3, n=30_162, epsilon=1.0, **common)
     assert "n·μ_r = 3188 ≥ m·μ(ε, δ) = 1785" in three.reason
+
+
+def test_a_gaussian_run_adds_the_planned_noise() -> None:
+    """The run the job makes — noisy_gd at the plan's (ε_t, δ_t) and T — adds σ = 2C·z with
+    z ≥ the plan's multiplier (hand: C = 1), and its released gradient noise has that scale:
+    with all-zero rows every clipped sum is 0, so each release is pure noise on the 2⁻³² grid
+    and the first iterate is −step·A₀/n (λ·0 = 0): a sample of N(0, (step·σ_n/n)²) per
+    coordinate."""
+    from service.dp import calibrate
+
+    n, d = 50, 400
+    plan = repetition_plan(
+        "papernot_steinke", k=3, n=n, epsilon=1.0, delta=1e-5, mechanism="noisy_gd", d=d
+    )
+    calibration = calibrate(
+        "noisy_gd",
+        n=n,
+        d=d,
+        epsilon=plan.train_epsilon,
+        delta=plan.fit_delta,
+        regularization=1e-2,
+        iterations=plan.fit_iterations,
+    )
+    details = calibration.details
+    assert details["iterations"] == plan.fit_iterations
+    assert details["noise_multiplier"] == plan.fit_multiplier
+    assert details["sigma"] == 2.0 * plan.fit_multiplier
+    assert details["sigma_added"] >= details["sigma"]
+    # one step (T = 1 on the same plan's noise) on all-zero rows: the iterate is noise only
+    from service.dp.mechanisms.noisy_gd import NoisyGDPlan, descend
+
+    step_plan = calibration.plan
+    assert isinstance(step_plan, NoisyGDPlan)
+    one = replace(step_plan, iterations=1, average_from=0, momentum=0.0)
+    X = np.zeros((n, d))
+    y = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    w = descend(X, y, one, rng=np.random.default_rng(7))
+    scale = one.step * one.sigma_added / n
+    # Kolmogorov–Smirnov against N(0, scale²) (d = 400 coordinates), and the s.d. within 10 %
+    assert stats.kstest(w / scale, "norm").pvalue > 1e-3
+    assert float(np.std(w)) == pytest.approx(scale, rel=0.1)
