@@ -240,3 +240,35 @@ def test_an_auto_fit_retried_with_its_key_is_charged_once(
     assert again.json()["id"] == first.json()["id"]
     state = budget(client, site.headers, dataset["id"])
     assert [c["job_id"] for c in state["charges"]] == [first.json()["id"]]
+
+
+def test_noisy_gd_auto_lambda_is_the_gd_rule_and_is_charged_like_a_typed_one(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=400, seed=3))
+    n, d = dataset["n_rows"], dataset["n_features"]
+    body = fit_body(
+        "noisy_gd", epsilon=0.5, delta=1e-6, regularization="auto", params={"iterations": 10}
+    )
+    dry = _dry(client, site, dataset["id"], body)
+    assert dry.status_code == 200, dry.text
+    quote = dry.json()
+    rule = quote["regularization_rule"]
+    # by hand from the record's μ: λ = √(4An + 2·8d/μ²)/(nR)
+    mu = rule["terms"]["gdp_mu"]
+    assert 0.0 < mu < 1.0
+    assert quote["regularization"] == pytest.approx(
+        math.sqrt(4 * A * n + 16 * d / mu**2) / (n * R), rel=1e-12
+    )
+    assert "8d/μ²" in rule["formula"]
+    _untouched(client, site, dataset["id"])
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=body, headers={**site.headers, **WAIT}
+    )
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["status"] == "succeeded", job
+    assert job["charges"][0]["epsilon"] == 0.5
+    model = client.get(f"/v1/models/{job['model_id']}", headers=site.headers).json()
+    assert model["privacy"]["calibration"]["regularization_rule"] == rule
+    assert model["privacy"]["calibration"]["regularization"] == quote["regularization"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -347,6 +348,89 @@ def test_bad_selections_are_422_and_charge_nothing(
     client: TestClient, site: SiteHandle, body: dict[str, Any]
 ) -> None:
     dataset = upload(client, site.headers)
+    for query in ("?dry_run=true", ""):
+        response = client.post(
+            f"/v1/datasets/{dataset['id']}/fits{query}", json=body, headers=site.headers
+        )
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    assert budget(client, site.headers, dataset["id"])["charges"] == []
+    assert client.get("/v1/jobs", headers=site.headers).json()["total"] == 0
+
+
+# --- random repetition over Gaussian runs (noisy_gd) -----------------------------------------
+
+
+def _gd_body(candidates: Any, **fields: Any) -> dict[str, Any]:
+    body = fit_body("noisy_gd", epsilon=1.0, delta=1e-6, params={"iterations": 10})
+    return body | {"regularization": candidates} | fields
+
+
+@pytest.mark.parametrize("selection", ["papernot_steinke", "auto"])
+def test_noisy_gd_random_repetition_charges_exactly_the_request_and_releases_one_model(
+    client: TestClient, site: SiteHandle, selection: str
+) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
+    candidates = [1e-4, 1e-3, 1e-2]
+    body = _gd_body({"candidates": candidates}, selection=selection)
+    dry = client.post(
+        f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
+    )
+    assert dry.status_code == 200, dry.text
+    quote = dry.json()
+    assert quote["cost"] == {"epsilon": 1.0, "delta": 1e-6}
+    tuning = quote["calibration"]["tuning"]
+    # k = 3, n = 600: auto picks PS22's η = ½ (n·μ_r ≥ m·μ(ε, δ), see choose_selection)
+    assert tuning["selection"] == "papernot_steinke"
+    assert tuning["repetitions"]["eta"] == 0.5
+    assert tuning["repetitions"]["mean"] == pytest.approx(18.0, rel=1e-8)
+    per_run = tuning["per_repetition"]
+    # each run: T = 10 Gaussian releases at z, δ_t = δ, and μ = √T/z
+    assert per_run["fit_iterations"] == 10
+    assert per_run["fit_delta"] == 1e-6
+    assert per_run["fit_gdp_mu"] == pytest.approx(
+        math.sqrt(10) / per_run["fit_noise_multiplier"], rel=1e-12
+    )
+    # the score takes a fifth of the run's squared GDP budget, the fit the rest:
+    # μ_r² + ε_s² ≈ μ_Q² with ε_s = √(1/5)·μ_Q (≈, the score's Rényi curve is not exactly
+    # Gaussian), i.e. ε_s/μ_r ≈ ½
+    assert per_run["score_epsilon"] / per_run["fit_gdp_mu"] == pytest.approx(0.5, rel=0.05)
+    accounting = tuning["accounting"]
+    assert accounting["used"] == "rdp"
+    # tight: the accounted total is the request to the solver's tolerance, never above it
+    assert 1.0 - 1e-6 <= accounting["epsilon"] <= 1.0
+    assert quote["calibration"]["n"] == 600
+    assert quote["calibration"]["iterations"] == 10
+
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=body, headers={**site.headers, **WAIT}
+    )
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert (job["kind"], job["status"]) == ("tuned_fit", "succeeded"), job
+    assert job["charges"] == [
+        {"dataset_id": dataset["id"], "epsilon": 1.0, "delta": 1e-6, "state": "charged"}
+    ]
+    account = budget(client, site.headers, dataset["id"])
+    assert account["epsilon_spent"] == pytest.approx(1.0)
+    assert len(account["charges"]) == 1
+    assert client.get("/v1/models", headers=site.headers).json()["total"] == 1
+    model = client.get(f"/v1/models/{job['model_id']}", headers=site.headers).json()
+    assert model["mechanism"] == "noisy_gd"
+    assert (model["privacy"]["epsilon"], model["privacy"]["delta"]) == (1.0, 1e-6)
+    record = model["privacy"]["tuning"]
+    assert record["chosen_regularization"] == candidates[record["chosen_index"]]
+    assert record["per_repetition"]["fit_noise_multiplier"] == per_run["fit_noise_multiplier"]
+    assert record["fit_details"]["noise_multiplier"] >= per_run["fit_noise_multiplier"]
+    assert record["fit_details"]["iterations"] == 10
+    assert "runs" not in {key for key in record if key != "repetitions"}
+
+
+def test_noisy_gd_random_repetition_without_delta_is_422_and_charges_nothing(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers)
+    body = _gd_body({"candidates": [1e-3, 1e-2]}, selection="papernot_steinke", delta=0.0)
     for query in ("?dry_run=true", ""):
         response = client.post(
             f"/v1/datasets/{dataset['id']}/fits{query}", json=body, headers=site.headers

@@ -3169,7 +3169,7 @@ class FitCreateDpSgd(BaseModel):
     selection: Annotated[
         Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
         Field(
-            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0, or `noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
             title="Selection",
         ),
     ] = None
@@ -3223,7 +3223,7 @@ class FitCreateGaussianObjectivePerturbation(BaseModel):
     selection: Annotated[
         Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
         Field(
-            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0, or `noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
             title="Selection",
         ),
     ] = None
@@ -3277,7 +3277,7 @@ class FitCreateGeneralizedObjectivePerturbation(BaseModel):
     selection: Annotated[
         Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
         Field(
-            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0, or `noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
             title="Selection",
         ),
     ] = None
@@ -3324,7 +3324,7 @@ class FitCreateNoisyGd(BaseModel):
     selection: Annotated[
         Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
         Field(
-            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0, or `noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
             title="Selection",
         ),
     ] = None
@@ -3373,7 +3373,7 @@ class FitCreateNonPrivate(BaseModel):
     selection: Annotated[
         Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
         Field(
-            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0, or `noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
             title="Selection",
         ),
     ] = None
@@ -3427,7 +3427,7 @@ class FitCreateObjectivePerturbation(BaseModel):
     selection: Annotated[
         Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
         Field(
-            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0, or `noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
             title="Selection",
         ),
     ] = None
@@ -3481,7 +3481,7 @@ class FitCreateOutputPerturbation(BaseModel):
     selection: Annotated[
         Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
         Field(
-            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0, or `noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
             title="Selection",
         ),
     ] = None
@@ -3531,7 +3531,7 @@ class FitCreateStackingFeatures(BaseModel):
     selection: Annotated[
         Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
         Field(
-            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0, or `noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
             title="Selection",
         ),
     ] = None
@@ -3581,7 +3581,7 @@ class FitCreateStackingSamples(BaseModel):
     selection: Annotated[
         Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
         Field(
-            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0, or `noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
             title="Selection",
         ),
     ] = None

@@ -108,7 +108,8 @@ class FitCreate(MechanismRequest):
         "released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a "
         "geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the "
         "smallest λ); the quote and the record show the method, the reason and the "
-        "per-run budget. Random repetition needs a mechanism that runs at δ = 0.",
+        "per-run budget. Random repetition needs a mechanism that runs at δ = 0, or "
+        "`noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
     )
     params: dict[str, Any] = Field(
         default_factory=dict,

@@ -211,12 +211,12 @@ def _check(dataset: Dataset, request: TunedFitRequest) -> _Checked:
     repetition: tuple[float, float, Calibration, float] | None = None
     if request.selection != "cms":
         try:
-            plan = repetition_plan(
+            plan = _repetition_plan(
                 "liu_talwar" if request.selection == "liu_talwar" else "papernot_steinke",
+                request,
                 k=len(settings),
                 n=n,
-                epsilon=epsilon,
-                delta=delta,
+                d=d,
             )
             repetition = _check_repetition(dataset, request, settings, plan)
         except InvalidInputError:
@@ -232,18 +232,57 @@ def _check(dataset: Dataset, request: TunedFitRequest) -> _Checked:
         delta=delta,
         min_regularization=min(s.regularization for s in settings),
         repetition_possible=repetition is not None,
+        mechanism=request.base.mechanism,
+        iterations=_requested_iterations(request),
     )
     if choice.method in REPETITION_SELECTIONS:
         assert repetition is not None
         assert plan is not None
         if plan.method != choice.method:  # auto chose the other law: its own ε_t
-            plan = repetition_plan(
-                choice.method, k=len(settings), n=n, epsilon=epsilon, delta=delta
-            )
+            plan = _repetition_plan(choice.method, request, k=len(settings), n=n, d=d)
             repetition = _check_repetition(dataset, request, settings, plan)
         return _Checked(*repetition, choice=choice, plan=plan)
     cost_epsilon, cost_delta, first, work = _check_cms(dataset, request)
     return _Checked(cost_epsilon, cost_delta, first, work, choice=choice, plan=None)
+
+
+def _requested_iterations(request: TunedFitRequest) -> int | None:
+    """noisy_gd's requested ``iterations`` (a bad value is the calibration's 422 later)."""
+    value = request.base.params.get("iterations")
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    return None
+
+
+def _repetition_plan(
+    method: str, request: TunedFitRequest, *, k: int, n: int, d: int
+) -> RepetitionPlan:
+    """:func:`service.dp.analysis.selection.repetition_plan` for the request; a request it
+    cannot plan (Gaussian runs at δ = 0, a score share past ε) is a 422."""
+    try:
+        return repetition_plan(
+            method,
+            k=k,
+            n=n,
+            epsilon=float(request.base.epsilon or 0.0),
+            delta=float(request.base.delta),
+            mechanism=request.base.mechanism,
+            d=d,
+            iterations=_requested_iterations(request),
+        )
+    except ValueError as exc:  # PrivacyParameterError included
+        raise InvalidInputError(
+            f"{method} selection is not possible for this request: {exc}",
+            errors=[{"loc": ["body", "selection"], "msg": "not possible for this request"}],
+        ) from exc
+
+
+def _run_params(request: TunedFitRequest, setting: Setting, plan: RepetitionPlan) -> dict[str, Any]:
+    """The options of one run: the grid point's, with Gaussian runs' T fixed by the plan."""
+    params = request.setting_params(setting)
+    if plan.base == "gaussian":
+        params["iterations"] = plan.fit_iterations
+    return params
 
 
 def _check_repetition(
@@ -263,28 +302,42 @@ def _check_repetition(
                 FitRequest(
                     mechanism=request.base.mechanism,
                     epsilon=plan.train_epsilon,
-                    delta=0.0,
+                    delta=plan.fit_delta,
                     loss=request.base.loss,
                     regularization=setting.regularization,
-                    params=request.setting_params(setting),
+                    params=_run_params(request, setting, plan),
                 ),
             )
         except InvalidInputError as exc:
             raise InvalidInputError(
-                f"{plan.method} selection fits each candidate at δ = 0 with ε_t = "
-                f"{plan.train_epsilon:.6g}: {exc}",
+                f"{plan.method} selection fits each candidate at δ = {plan.fit_delta:g} with "
+                f"ε_t = {plan.train_epsilon:.6g}: {exc}",
                 errors=[{"loc": ["body", "selection"], "msg": "not possible for this request"}],
             ) from exc
-        if calibration.delta != 0.0:
+        if calibration.delta != plan.fit_delta:
             raise _invalid(
-                f"{plan.method} selection needs a mechanism that runs at δ = 0",
+                f"{plan.method} selection needs a mechanism that runs at δ = 0 or one with a "
+                "Rényi curve (noisy_gd)",
                 ["body", "selection"],
             )
+        _check_run_noise(calibration, plan)
         first = first or calibration
         fit_works.append(fit_work(request.base.mechanism, n, d, calibration.details))
     assert first is not None
     work = plan.law.mean * (max(fit_works) + evaluation_work(n, d))
     return float(request.base.epsilon or 0.0), float(request.base.delta), first, work
+
+
+def _check_run_noise(calibration: Calibration, plan: RepetitionPlan) -> None:
+    """Gaussian runs: the run's calibrated T and multiplier are the plan's (the accounting
+    used them); anything else is a programming error, never a release."""
+    if plan.base != "gaussian":
+        return
+    details = calibration.details
+    if int(details["iterations"]) != plan.fit_iterations or not (
+        float(details["noise_multiplier"]) >= plan.fit_multiplier
+    ):
+        raise RuntimeError("a Gaussian run is noisier-accounted than calibrated")
 
 
 def _check_candidates(request: TunedFitRequest) -> None:
@@ -407,8 +460,13 @@ def quote_tuned_fit(
         composition = (
             "random repetition: a random number of runs (mean "
             f"{checked.plan.law.mean:.4g}, not released), each a uniformly drawn grid point "
-            "fitted on all rows at (ε_t, 0) and scored at ε_s; the best run is released "
-            "(Papernot and Steinke 2022 Thm 2)"
+            + (
+                "fitted on all rows at (ε_t, 0)"
+                if checked.plan.base == "pure"
+                else "fitted on all rows with Gaussian noise (T releases at multiplier "
+                f"{checked.plan.fit_multiplier:.6g}, accounted by their Rényi curve)"
+            )
+            + " and scored at ε_s; the best run is released (Papernot and Steinke 2022 Thm 2)"
         )
     details["tuning"] |= _choice_record(checked.choice)
     return FitQuote(
@@ -601,15 +659,19 @@ def _run_repetition(
             base.mechanism,
             rng=rng,
             epsilon=plan.train_epsilon,
-            delta=0.0,
+            delta=plan.fit_delta,
             loss=base.loss,
             regularization=setting.regularization,
-            **request.setting_params(setting),
+            **_run_params(request, setting, plan),
         )
 
     chosen = repeat_and_select(design, settings, plan=plan, fit_one=fit_one, rng=rng)
-    if chosen.result.delta != 0.0 or chosen.result.epsilon > plan.train_epsilon:
-        raise RuntimeError("a run spent more than its (ε_t, 0)")
+    if chosen.result.delta != plan.fit_delta or chosen.result.epsilon > plan.train_epsilon:
+        raise RuntimeError("a run spent more than its (ε_t, δ_t)")
+    if plan.base == "gaussian" and not (
+        float(chosen.result.details["noise_multiplier"]) >= plan.fit_multiplier
+    ):
+        raise RuntimeError("a Gaussian run was less noisy than its plan")
     spent_delta = plan.delta if plan.accounting == "rdp" else 0.0
     total = replace(chosen.result, epsilon=plan.epsilon, delta=plan.delta)
     record = fit_privacy_record(

@@ -39,7 +39,20 @@ w° be any fixed comparator (the best model, say) and R ≥ ‖w°‖. With |ℓ
    when they are not the mechanism adds its own Δ (extra regularisation), which only moves
    the effective λ up towards the rule's.
 
-The excess risk of w_priv is bounded by the sum of 1 and of 2 or 3 (the noise terms bound
+4. **Noise of full-batch noisy gradient descent** (``noisy_gd``,
+   :mod:`service.dp.mechanisms.noisy_gd`): each of T steps uses the gradient
+   ∇J(v_t) + Z_t/n, Z_t ~ N(0, σ²I_d), σ = 2C·z = 2√T/μ (C = 1, z = √T/μ, μ = the GDP
+   parameter of the whole fit, :func:`~service.dp.mechanisms.noisy_gd.gdp_mu` (ε, δ)), and
+   releases the average w̄ of the iterates of the last T/2 steps. For a quadratic J (the
+   local model at ŵ, Hessian H) a step is w_{t+1} − ŵ = (I − ηH)(w_t − ŵ) − ηZ_t/n; summing
+   the T/2 tail steps, H(w̄ − ŵ) = −Z̄/n + (w_start − w_end)/(η·T/2) with Z̄ the mean of
+   the tail's noise (Polyak & Juditsky 1992; the last term is the optimisation transient).
+   So w̄ is, up to that transient, the minimiser of J + Z̄ᵀw/n: objective perturbation
+   with b = Z̄, whose second moment is m₂ = E‖Z̄‖² = dσ²/(T/2) = 2d·4T/(μ²T) = 8d/μ² —
+   independent of T (the tail average cancels exactly the √T in σ), so the bound of 3 applies
+   with this m₂ (with Nesterov momentum the averaged identity is the same up to a transient).
+
+The excess risk of w_priv is bounded by the sum of 1 and of 2, 3 or 4 (the noise terms bound
 the optimisation excess of J, which the regularised objective adds to the RERM bound, as in
 CMS 2011, Theorems 18 and 26; J's own (λ/2)‖·‖² difference is part of the bias term). The
 three bounds are worst cases of different tightness (the estimation term holds for every
@@ -50,6 +63,7 @@ calibrated weight A (A = 1 is the worst case). Minimising the sum over λ:
 
       λ* = √(4A·n + 2m₂) / (n·R);
 
+  ``noisy_gd`` uses the same formula with m₂ = 8d/μ² (4);
   ``generalized_objective_perturbation`` already adds Δ = Δ_K/n with Δ_K = ``kifer_Delta``
   (default 2c/ε), which is regularisation too: its λ is λ* − Δ (clamped below);
 * ``output_perturbation``: f(λ) = (λ/2)R² + 2A/(λn) + 2(d + 1)(c + dλ)/(n²λ²ε²); f′(λ)·λ³ = 0
@@ -63,7 +77,11 @@ calibrated weight A (A = 1 is the worst case). Minimising the sum over λ:
 
 Every λ* (for ``generalized_objective_perturbation`` the total λ* = λ + Δ) decreases as n or
 ε grows (m₂ decreases in ε; in the cubic the negative coefficients
-shrink), and grows with d. DP-SGD (whose excess risk depends on the step sizes and epochs as
+shrink), and grows with d. For ``noisy_gd`` the constants R and A are the ones calibrated
+below for objective perturbation (not re-fitted: the rule is the same bound with the GD
+noise's m₂; measured on Adult in benchmarks/RESULTS.md, "Tuned noisy_gd").
+
+DP-SGD (whose excess risk depends on the step sizes and epochs as
 much as on λ) and the stacking mechanisms have no rule here: ``auto`` refuses them
 (:data:`AUTO_MECHANISMS`).
 
@@ -116,6 +134,7 @@ AUTO_MECHANISMS: Final[frozenset[str]] = frozenset(
         "objective_perturbation",
         "generalized_objective_perturbation",
         "gaussian_objective_perturbation",
+        "noisy_gd",
     }
 )
 #: The service's λ range (equal to service.domain.ranges', checked by a test; service.dp may
@@ -123,6 +142,10 @@ AUTO_MECHANISMS: Final[frozenset[str]] = frozenset(
 LAMBDA_BOUNDS: Final[tuple[float, float]] = (1e-10, 1e6)
 
 _OBJECTIVE_FORMULA = "λ = √(4A·n + 2m₂)/(n·R) − Δ_extra, m₂ = E‖b‖² of the noise law"
+_NOISY_GD_FORMULA = (
+    "λ = √(4A·n + 2m₂)/(n·R), m₂ = 8d/μ² (the tail average's gradient noise; μ the GDP "
+    "parameter of (ε, δ))"
+)
 _OUTPUT_FORMULA = (
     "λ = the positive root of (R²/2)λ³ − (2A/n + 2d(d+1)/(n²ε²))λ − 4c(d+1)/(n²ε²) = 0"
 )
@@ -181,6 +204,13 @@ def noise_second_moment(mechanism: str, *, d: int, epsilon: float, delta: float)
 
         sigma = gaussian_sigma(epsilon, gaussian_tail_quantile(d, delta))
         return d * sigma**2
+    if mechanism == "noisy_gd":
+        from service.dp.mechanisms.noisy_gd import MIN_DELTA, gdp_mu
+
+        if not MIN_DELTA <= delta < 1.0:
+            raise ValueError(f"noisy_gd needs {MIN_DELTA:g} ≤ δ < 1")
+        mu = gdp_mu(epsilon, delta)
+        return 8.0 * d / (mu * mu)
     raise ValueError(f"no noise law for {mechanism!r}")
 
 
@@ -270,7 +300,9 @@ def auto_regularization(
             total = objective_lambda(n, m2, norm, weight)
             terms = {"m2": m2, "lambda_total": total, "Delta_extra": extra}
             value = terms["lambda_total"] - extra
-            formula = _OBJECTIVE_FORMULA
+            formula = _NOISY_GD_FORMULA if mechanism == "noisy_gd" else _OBJECTIVE_FORMULA
+            if mechanism == "noisy_gd":
+                terms["gdp_mu"] = math.sqrt(8.0 * d / m2)
     lo, hi = bounds
     chosen = min(max(value, lo), hi)
     return RegularizationChoice(

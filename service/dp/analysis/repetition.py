@@ -68,6 +68,34 @@ total is increasing in ε₀): ε₀ = ε/(2 + η) when δ = 0 (rounded down in 
 the larger of that and a bisection on the RDP conversion, to a relative 1e−9, checked to stay
 ≤ ε. The ledger charges exactly the request (ε, δ); what A uses is ≤ it.
 
+**Runs with a Rényi curve (Gaussian runs).** Thm 2 needs only Q's RDP at the orders λ and λ̂,
+so Q need not be pure. For a fit whose runs are T Gaussian releases at noise multiplier z
+(``noisy_gd``: RDP α·T/(2z²) = α·μ_r²/2 exactly, μ_r = √T/z, with the floating-point margin
+inside the added σ — :func:`service.dp.mechanisms.noisy_gd.rdp_curve`), Q = (fit, noisy score)
+is an adaptive composition, so its RDP is the sum (Mironov 2017, Prop. 1):
+
+    ε_Q(α) = α·μ_r²/2 + ε_RR(α; ε_s),
+
+ε_RR the randomized-response curve above for the ε_s-DP score. Q has no finite order-∞ bound,
+so λ̂ ranges over :data:`ORDERS` only, and there is no pure bound: the total is
+rdp_to_dp(repeat_rdp(ε_Q), δ) (dp-accounting: ``RepeatAndSelectDpEvent`` of
+``ComposedDpEvent([SelfComposedDpEvent(GaussianDpEvent(z), T), RandomizedResponseDpEvent])``).
+:func:`gaussian_total` is increasing in μ_r; :func:`solve_gaussian_mu` finds the largest μ_r
+with total ≤ ε (bisection, relative 1e−9, checked). The score's share is public: for small
+ε_s the randomized-response curve is ≈ α·ε_s²/2, a Gaussian of GDP parameter ε_s, so a run is
+≈ a Gaussian of μ_Q² = μ_r² + ε_s²; the score takes the fixed part
+:data:`GAUSSIAN_SCORE_SHARE` = 1/5 of that squared budget: ε_s = √(1/5)·μ_Q with μ_Q the
+largest run parameter without a score (:func:`solve_gaussian_mu` at ε_s = 0), then μ_r is
+solved exactly with that ε_s (≈ 0.89·μ_Q). Why a fifth, and not the pure plan's 283/n: a
+noisy GD fit's accuracy is nearly flat in its μ (benchmarks/RESULTS.md, noisy_gd), while the
+score must tell apart candidates a fraction of a percent of the rows apart; on Adult at
+ε = 1 the pure plan's ε_s = 283/n (count s.d. 0.5 % of the rows) chose λ = 1e-2, six points
+worse, in a tenth of the selections, and a fifth of the squared budget (s.d. ≈ 0.09 %)
+costs the runs 11 % of μ.
+The run is then calibrated at a multiplier z_r ≥ √T/μ_r
+(:func:`service.dp.mechanisms.noisy_gd.run_budget`) and the total is recomputed at the
+actual μ = √T/z_r ≤ μ_r: that is what the plan records and what the ledger's total covers.
+
 **What is released, and what is not.** The chosen model and its candidate (Q's outputs). K —
 the realised number of runs — is **not** released and is not in the record or the job's progress:
 Thm 2 bounds the release of the best output only; for a K that were known, A would be a best of
@@ -95,11 +123,14 @@ __all__ = [
     "RepetitionLaw",
     "RepetitionPlan",
     "RepetitionResult",
+    "gaussian_run_rdp",
+    "gaussian_total",
     "pure_dp_rdp",
     "rdp_to_dp",
     "repeat_and_select",
     "repeat_rdp",
     "solve_budget",
+    "solve_gaussian_mu",
     "total_epsilon",
 ]
 
@@ -254,6 +285,44 @@ def total_epsilon(epsilon0: float, law: RepetitionLaw, delta: float) -> tuple[fl
     return (rdp, "rdp") if rdp < pure else (pure, "pure")
 
 
+def gaussian_run_rdp(
+    mu: float, score_epsilon: float, orders: Sequence[float] = ORDERS
+) -> list[float]:
+    """ε_Q(α) = α·μ²/2 + ε_RR(α; ε_s): a run of μ-GDP Gaussian releases (RDP α·μ²/2) and the
+    ε_s-DP noisy score, composed (module docstring)."""
+    return [a * mu * mu / 2.0 + pure_dp_rdp(score_epsilon, a) for a in orders]
+
+
+def gaussian_total(mu: float, score_epsilon: float, law: RepetitionLaw, delta: float) -> float:
+    """ε at δ of A over Gaussian runs of GDP parameter μ scored at ε_s (Thm 2 on RDP, then the
+    CKS conversion; no order-∞ term)."""
+    return rdp_to_dp(ORDERS, repeat_rdp(gaussian_run_rdp(mu, score_epsilon), law), delta)
+
+
+def solve_gaussian_mu(
+    epsilon: float, delta: float, law: RepetitionLaw, score_epsilon: float
+) -> float:
+    """The largest μ (to a relative 1e−9) with :func:`gaussian_total` ≤ ε; ValueError when the
+    score alone (μ → 0) already exceeds ε."""
+    if not (math.isfinite(epsilon) and epsilon > 0 and 0.0 < delta < 1.0):
+        raise ValueError("Gaussian runs need a finite ε > 0 and 0 < δ < 1")
+    low = 0.0
+    if gaussian_total(low, score_epsilon, law, delta) >= epsilon:
+        raise ValueError("the score's share alone exceeds ε")
+    high = 1.0
+    while gaussian_total(high, score_epsilon, law, delta) <= epsilon:
+        low, high = high, 2.0 * high
+    while high - low > 1e-9 * high:
+        mid = 0.5 * (low + high)
+        if gaussian_total(mid, score_epsilon, law, delta) <= epsilon:
+            low = mid
+        else:
+            high = mid
+    if low <= 0.0:
+        raise ValueError("no positive μ fits in ε")
+    return low
+
+
 def _pure_share(epsilon: float, eta: float) -> float:
     """The largest double ε₀ with (2 + η)·ε₀ ≤ ε in exact arithmetic."""
     value = epsilon / (2.0 + eta)
@@ -289,6 +358,10 @@ MIN_SCORE_SHARE: Final[float] = 0.02
 MAX_SCORE_SHARE: Final[float] = 0.5
 
 
+#: Gaussian runs: the score's part of the run's squared GDP budget (module docstring).
+GAUSSIAN_SCORE_SHARE: Final[float] = 0.2
+
+
 def score_share(n: int, epsilon0: float) -> float:
     """f, the part of ε₀ spent on the noisy error count: clamp(SCORE_ROWS/(n·ε₀))."""
     return min(MAX_SCORE_SHARE, max(MIN_SCORE_SHARE, SCORE_ROWS / (n * epsilon0)))
@@ -308,6 +381,52 @@ class RepetitionPlan:
     score_epsilon: float
     accounted_epsilon: float
     accounting: str
+    #: ``"pure"`` (runs at (ε_t, 0)) or ``"gaussian"`` (runs of GDP parameter ``fit_mu``, called
+    #: at (ε_t, fit_delta) with T = ``fit_iterations`` and multiplier ``fit_multiplier``).
+    base: str = "pure"
+    fit_delta: float = 0.0
+    fit_mu: float = 0.0
+    fit_iterations: int = 0
+    fit_multiplier: float = 0.0
+
+    @classmethod
+    def build_gaussian(
+        cls,
+        method: str,
+        law: RepetitionLaw,
+        *,
+        n: int,
+        epsilon: float,
+        delta: float,
+        calibrate: Callable[[float], tuple[float, float, int, float]],
+    ) -> RepetitionPlan:
+        """The plan for Gaussian runs (module docstring): ε_s = √(1/5)·μ_Q, μ_r solved,
+        then ``calibrate(μ_r)`` → the run's (ε_t, δ_t, T, z_r) with √T/z_r ≤ μ_r; the total is
+        recomputed at the actual μ and must be ≤ ε."""
+        del n  # the share is of the run's budget, not of the rows
+        score = math.sqrt(GAUSSIAN_SCORE_SHARE) * solve_gaussian_mu(epsilon, delta, law, 0.0)
+        mu_r = solve_gaussian_mu(epsilon, delta, law, score)
+        fit_epsilon, fit_delta, iterations, multiplier = calibrate(mu_r)
+        mu = math.sqrt(iterations) / multiplier
+        total = gaussian_total(mu, score, law, delta)
+        if not (mu <= mu_r and total <= epsilon):
+            raise AssertionError("the calibrated run exceeds the solved μ")
+        return cls(
+            method=method,
+            law=law,
+            epsilon=epsilon,
+            delta=delta,
+            epsilon0=math.nan,
+            train_epsilon=fit_epsilon,
+            score_epsilon=score,
+            accounted_epsilon=total,
+            accounting="rdp",
+            base="gaussian",
+            fit_delta=fit_delta,
+            fit_mu=mu,
+            fit_iterations=iterations,
+            fit_multiplier=multiplier,
+        )
 
     @classmethod
     def build(
@@ -347,25 +466,55 @@ class RepetitionPlan:
                 "why": "only the best run is released; the realised number of runs is not (the "
                 "accounting, PS22 Thm 2, covers the best output only)",
             },
-            "per_repetition": {
-                "epsilon": self.epsilon0,
+            "per_repetition": self._per_repetition(),
+            "accounting": self._accounting(),
+        }
+
+    def _per_repetition(self) -> dict[str, Any]:
+        common = {
+            "score_epsilon": self.score_epsilon,
+            "score": "training-set error count + discrete Laplace of scale 1/score_epsilon "
+            "(sensitivity 1)",
+            "candidate": "uniform over the grid, fitted on all rows",
+        }
+        if self.base == "gaussian":
+            return {
                 "fit_epsilon": self.train_epsilon,
-                "fit_delta": 0.0,
-                "score_epsilon": self.score_epsilon,
-                "score": "training-set error count + discrete Laplace of scale 1/score_epsilon "
-                "(sensitivity 1)",
-                "candidate": "uniform over the grid, fitted on all rows",
-            },
-            "accounting": {
-                "theorem": "Papernot and Steinke 2022 Thm 2 (RDP) with the randomized-response "
-                "RDP of an ε₀-DP run; pure bound (2 + η)·ε₀",
-                "pure_bound": (2.0 + self.law.eta) * self.epsilon0,
-                "used": self.accounting,
+                "fit_delta": self.fit_delta,
+                "fit_gdp_mu": self.fit_mu,
+                "fit_iterations": self.fit_iterations,
+                "fit_noise_multiplier": self.fit_multiplier,
+                "fit_rdp": "α·T/(2z²) (T Gaussian releases, noise multiplier z)",
+                **common,
+            }
+        return {
+            "epsilon": self.epsilon0,
+            "fit_epsilon": self.train_epsilon,
+            "fit_delta": 0.0,
+            **common,
+        }
+
+    def _accounting(self) -> dict[str, Any]:
+        if self.base == "gaussian":
+            return {
+                "theorem": "Papernot and Steinke 2022 Thm 2 (RDP) on the run's Rényi curve "
+                "α·T/(2z²) + the randomized-response curve of the ε_s-DP score, converted to "
+                "(ε, δ) by Canonne, Kamath and Steinke 2020 Prop. 12",
+                "used": "rdp",
                 "epsilon": self.accounted_epsilon,
-                "delta": self.delta if self.accounting == "rdp" else 0.0,
+                "delta": self.delta,
                 "requested_epsilon": self.epsilon,
                 "requested_delta": self.delta,
-            },
+            }
+        return {
+            "theorem": "Papernot and Steinke 2022 Thm 2 (RDP) with the randomized-response "
+            "RDP of an ε₀-DP run; pure bound (2 + η)·ε₀",
+            "pure_bound": (2.0 + self.law.eta) * self.epsilon0,
+            "used": self.accounting,
+            "epsilon": self.accounted_epsilon,
+            "delta": self.delta if self.accounting == "rdp" else 0.0,
+            "requested_epsilon": self.epsilon,
+            "requested_delta": self.delta,
         }
 
 

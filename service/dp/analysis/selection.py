@@ -49,6 +49,7 @@ from service.dp.noise.discrete import bernoulli_exp, randbelow
 from service.dp.noise.draws import uniforms
 
 __all__ = [
+    "GAUSSIAN_RUN_MECHANISMS",
     "MAX_CANDIDATES",
     "REPETITION_SELECTIONS",
     "SELECTIONS",
@@ -323,9 +324,46 @@ def repetition_law(method: str, k: int) -> RepetitionLaw:
     return RepetitionLaw(eta, high)
 
 
-def repetition_plan(method: str, *, k: int, n: int, epsilon: float, delta: float) -> RepetitionPlan:
-    """The full public plan (law, ε₀ = ε_t + ε_s, accounting) of a random-repetition method."""
+#: Mechanisms whose runs random repetition accounts by their Rényi curve (Gaussian runs at
+#: δ > 0) instead of a pure ε_t: ``noisy_gd`` (:func:`service.dp.mechanisms.noisy_gd.rdp_curve`).
+GAUSSIAN_RUN_MECHANISMS: Final[frozenset[str]] = frozenset({"noisy_gd"})
+
+
+def gaussian_run_iterations(n: int, d: int, mu: float, requested: int | None) -> int:
+    """T of each ``noisy_gd`` run: the requested ``iterations``, else noisy_gd's public rule
+    :func:`~service.dp.mechanisms.noisy_gd.default_iterations` at the run's GDP parameter μ."""
+    from service.dp.mechanisms.noisy_gd import default_iterations
+
+    return int(requested) if requested is not None else default_iterations(n, d, mu)
+
+
+def repetition_plan(
+    method: str,
+    *,
+    k: int,
+    n: int,
+    epsilon: float,
+    delta: float,
+    mechanism: str | None = None,
+    d: int = 1,
+    iterations: int | None = None,
+) -> RepetitionPlan:
+    """The full public plan (law, per-run budget, accounting) of a random-repetition method:
+    pure runs at (ε_t, 0) with ε₀ = ε_t + ε_s, or, for a mechanism of
+    :data:`GAUSSIAN_RUN_MECHANISMS`, Gaussian runs accounted by their Rényi curve (T from
+    ``iterations`` or the mechanism's rule on n, d and the run's μ). ValueError when the request
+    cannot be planned (e.g. δ = 0 for Gaussian runs)."""
     law = repetition_law(method, k)
+    if mechanism in GAUSSIAN_RUN_MECHANISMS:
+        from service.dp.mechanisms.noisy_gd import run_budget
+
+        def calibrate(mu: float) -> tuple[float, float, int, float]:
+            budget = run_budget(mu, delta, gaussian_run_iterations(n, d, mu, iterations))
+            return budget.epsilon, budget.delta, budget.iterations, budget.multiplier
+
+        return RepetitionPlan.build_gaussian(
+            method, law, n=n, epsilon=epsilon, delta=delta, calibrate=calibrate
+        )
     return RepetitionPlan.build(method, law, n=n, epsilon=epsilon, delta=delta)
 
 
@@ -348,6 +386,8 @@ def choose_selection(
     delta: float,
     min_regularization: float,
     repetition_possible: bool,
+    mechanism: str | None = None,
+    iterations: int | None = None,
 ) -> SelectionChoice:
     """The selection method from public quantities only (k, n, d, ε, δ, the smallest λ, and
     whether the mechanism runs at δ = 0, which random repetition needs).
@@ -365,6 +405,11 @@ def choose_selection(
        n·ε_t ≥ m·ε (k ≥ 2 in practice), else CMS (a single candidate). Its law: PS22's η = ½
        when it misses a given candidate with probability G(1 − 1/k) ≤ :data:`MAX_MISS`, else
        Liu–Talwar's geometric law.
+
+    Gaussian runs (``mechanism`` in :data:`GAUSSIAN_RUN_MECHANISMS`, δ > 0): noisy GD's noise
+    in the mean gradient is σ/rows ∝ 1/(rows·μ) (σ = 2√T/μ), and its λ does not scale the noise,
+    so rule 2 does not apply; rule 3 compares n·μ_r (each run on all rows at the solved GDP
+    parameter μ_r) with m·μ(ε, δ) (CMS: each candidate on m rows at the whole (ε, δ)).
     """
     if requested not in SELECTIONS:
         raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}")
@@ -374,6 +419,10 @@ def choose_selection(
     if not repetition_possible:
         return SelectionChoice(
             "cms", requested, "the mechanism needs δ > 0: random repetition runs fits at δ = 0"
+        )
+    if mechanism in GAUSSIAN_RUN_MECHANISMS:
+        return _choose_for_gaussian_runs(
+            requested, k=k, n=n, d=d, epsilon=epsilon, delta=delta, iterations=iterations
         )
     proxy = 2.0 * d / (max(m, 1) * min_regularization * epsilon)
     if proxy <= NEGLIGIBLE_NOISE:
@@ -399,6 +448,48 @@ def choose_selection(
         "cms",
         requested,
         f"n·ε_t = {n * plan.train_epsilon:.4g} < m·ε = {m * epsilon:.4g}",
+    )
+
+
+def _choose_for_gaussian_runs(
+    requested: str,
+    *,
+    k: int,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    iterations: int | None,
+) -> SelectionChoice:
+    """Rule 3 of :func:`choose_selection` for Gaussian runs: n·μ_r against m·μ(ε, δ)."""
+    from service.dp.mechanisms.noisy_gd import gdp_mu
+
+    m = part_size(n, k)
+    miss = repetition_law("papernot_steinke", k).miss_probability(k)
+    method = "papernot_steinke" if miss <= MAX_MISS else "liu_talwar"
+    plan = repetition_plan(
+        method,
+        k=k,
+        n=n,
+        epsilon=epsilon,
+        delta=delta,
+        mechanism="noisy_gd",
+        d=d,
+        iterations=iterations,
+    )
+    whole = gdp_mu(epsilon, delta)
+    ours, theirs = n * plan.fit_mu, m * whole
+    if ours >= theirs:
+        return SelectionChoice(
+            method,
+            requested,
+            f"Gaussian runs: n·μ_r = {ours:.4g} ≥ m·μ(ε, δ) = {theirs:.4g}: fits on all rows "
+            "at the run's GDP parameter are better calibrated than CMS's on one part in k + 1; "
+            f"the η = ½ law misses a given candidate with probability {miss:.3f} "
+            f"({'≤' if miss <= MAX_MISS else '>'} {MAX_MISS:g})",
+        )
+    return SelectionChoice(
+        "cms", requested, f"Gaussian runs: n·μ_r = {ours:.4g} < m·μ(ε, δ) = {theirs:.4g}"
     )
 
 

@@ -80,7 +80,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -130,6 +130,8 @@ __all__ = [
     "gdp_mu",
     "noise_multiplier",
     "pld_epsilon",
+    "rdp_curve",
+    "run_budget",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -252,6 +254,72 @@ def noise_multiplier(epsilon: float, delta: float, rounds: int) -> NoiseMultipli
         delta_gdp=gdp_delta(epsilon, final_mu),
         pld_steps=steps,
     )
+
+
+def rdp_curve(multiplier: float, iterations: int, orders: Sequence[float]) -> list[float]:
+    """The Rényi DP of a fit with T steps at noise multiplier z, at each order α > 1:
+
+        ε(α) = α·T/(2z²)   (exactly; for every α > 1; order ∞ is unbounded).
+
+    Derivation. One step releases S(v_t) + Z_t, Z_t ~ N(0, σ_n² I_d) (then post-processed by
+    the lattice map, which can only shrink divergences). For replace-one neighbours the two
+    sums differ by a vector of norm ≤ Δ_n (the sensitivity *as computed in doubles*, module
+    docstring), and σ_n is the smallest double ≥ σ·Δ_n/(2C) with σ = 2C·z, so Δ_n/σ_n ≤ 1/z
+    holds in exact arithmetic — the floating-point margin is inside σ_n, not an extra term.
+    The Rényi divergence of order α between N(a, σ_n² I) and N(b, σ_n² I) is
+    α‖a − b‖²/(2σ_n²) ≤ α/(2z²) (Mironov 2017, Prop. 7; a shift reduces to its direction).
+    The query point v_t is a function of earlier releases only, so the T releases are an
+    adaptive composition, and RDP composes additively at each order (Mironov 2017, Prop. 1):
+    T·α/(2z²) = α·μ²/2 with μ = √T/z, the GDP parameter of the module docstring (μ-GDP and
+    this curve are the same Gaussian pair). This is what dp-accounting's RDP accountant
+    computes for ``GaussianDpEvent(z)`` composed T times."""
+    if not (multiplier > 0.0 and math.isfinite(multiplier)) or iterations < 1:
+        raise ValueError("the noise multiplier must be finite and > 0, T ≥ 1")
+    return [alpha * iterations / (2.0 * multiplier * multiplier) for alpha in orders]
+
+
+@dataclass(frozen=True, slots=True)
+class RunBudget:
+    """A run's (ε_r, δ_r) whose calibration (:func:`noise_multiplier`) gives a multiplier
+    z_r ≥ √T/μ for the GDP parameter μ asked of it, and that z_r."""
+
+    epsilon: float
+    delta: float
+    iterations: int
+    multiplier: float
+
+    @property
+    def mu(self) -> float:
+        """√T/z_r ≤ the μ asked for."""
+        return math.sqrt(self.iterations) / self.multiplier
+
+
+def run_budget(mu: float, delta: float, iterations: int) -> RunBudget:
+    """The (ε_r, δ_r = δ) at which a fit calibrates to a multiplier z_r ≥ √T/μ (for a caller,
+    e.g. private selection, that accounts the run by its Rényi curve :func:`rdp_curve` rather
+    than by (ε_r, δ_r)). ε_r is the exact GDP curve's ε at (μ, δ) (δ(ε) decreasing in ε,
+    bisection), then lowered until δ(ε_r; μ) > δ: then the calibration's μ(ε_r, δ)
+    = max{μ′ : δ(ε_r; μ′) ≤ δ} < μ, so z_r ≥ √T/μ(ε_r, δ) > √T/μ (the PLD step can only
+    raise z_r further). z_r is computed here as the fit will compute it (same cached
+    function), so the caller accounts the run's actual multiplier."""
+    if not (mu > 0.0 and math.isfinite(mu)) or not MIN_DELTA <= delta < 1.0:
+        raise ValueError("μ must be finite and > 0 and δ in [MIN_DELTA, 1)")
+    lo, hi = 0.0, 1.0
+    while gdp_delta(hi, mu) > delta:
+        hi *= 2.0
+    while hi - lo > 1e-13 * hi:
+        mid = 0.5 * (lo + hi)
+        if gdp_delta(mid, mu) > delta:
+            lo = mid
+        else:
+            hi = mid
+    epsilon = lo
+    while gdp_delta(epsilon, mu) <= delta:  # pragma: no cover - bisection keeps lo above
+        epsilon = math.nextafter(epsilon, 0.0)
+    if epsilon <= 0.0:
+        raise PrivacyParameterError(f"{NAME}: μ = {mu:g} is too large for δ = {delta:g}")
+    found = noise_multiplier(epsilon, delta, iterations)
+    return RunBudget(epsilon, delta, iterations, found.multiplier)
 
 
 def default_iterations(n: int, d: int, mu: float) -> int:

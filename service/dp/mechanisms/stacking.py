@@ -69,9 +69,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
-from service.dp.core.released import META_FEATURES, MetaFeatureKind, StackedModel, meta_features
 from service.dp.core.options import Capabilities, MechanismOptions, option
 from service.dp.core.plan import plan_kind
+from service.dp.core.released import META_FEATURES, MetaFeatureKind, StackedModel, meta_features
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data.projection import clip_rows
 from service.dp.mechanisms._common import (

@@ -106,7 +106,10 @@ def test_non_private_by_hand() -> None:
 
 @pytest.mark.parametrize("mechanism", sorted(AUTO_MECHANISMS - {"non_private"}))
 def test_more_epsilon_or_more_rows_means_less_regularisation(mechanism: str) -> None:
-    delta = 1e-6 if "objective" in mechanism and mechanism != "objective_perturbation" else 0.0
+    gaussian = ("objective" in mechanism and mechanism != "objective_perturbation") or (
+        mechanism == "noisy_gd"
+    )
+    delta = 1e-6 if gaussian else 0.0
 
     def lam(n: int, eps: float, d: int = 20) -> float:
         choice = auto_regularization(mechanism, n=n, d=d, epsilon=eps, delta=delta)
@@ -182,3 +185,49 @@ def test_refusals_are_value_errors(mechanism: str, kwargs: dict[str, object]) ->
     args: dict[str, object] = {"n": 1000, "d": 5, "epsilon": 1.0} | kwargs
     with pytest.raises(ValueError):
         auto_regularization(mechanism, **args)  # type: ignore[arg-type]
+
+
+def _gdp_mu_by_hand(epsilon: float, delta: float) -> float:
+    """μ with Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) = δ (Balle & Wang 2018), by scipy's root
+    finder on scipy's normal CDF (not the service's gdp_mu)."""
+    from scipy import optimize
+
+    def excess(mu: float) -> float:
+        return float(
+            stats.norm.cdf(-epsilon / mu + mu / 2)
+            - math.exp(epsilon) * stats.norm.cdf(-epsilon / mu - mu / 2)
+            - delta
+        )
+
+    return float(optimize.brentq(excess, 1e-3, 50.0, xtol=1e-14, rtol=1e-14))
+
+
+def test_noisy_gd_by_hand() -> None:
+    # n = 10_000, d = 9, ε = 1, δ = 1e-6: μ ≈ 0.2367 (GDP), m₂ = 8·9/μ² = 72/μ²;
+    # λ = √(4·0.01·10_000 + 2·72/μ²)/(10_000·10) = √(400 + 144/μ²)/100_000
+    mu = _gdp_mu_by_hand(1.0, 1e-6)
+    assert mu == pytest.approx(0.2367, abs=1e-4)
+    choice = auto_regularization("noisy_gd", n=10_000, d=9, epsilon=1.0, delta=1e-6)
+    assert choice.terms["m2"] == pytest.approx(72.0 / mu**2, rel=1e-9)
+    assert choice.terms["gdp_mu"] == pytest.approx(mu, rel=1e-9)
+    assert choice.regularization == pytest.approx(
+        math.sqrt(400.0 + 144.0 / mu**2) / 100_000.0, rel=1e-9
+    )
+    assert choice.regularization == pytest.approx(5.44e-4, rel=1e-2)
+    assert "8d/μ²" in choice.formula
+    # independent of T (the tail average cancels σ's √T): the options do not enter
+    same = auto_regularization(
+        "noisy_gd", n=10_000, d=9, epsilon=1.0, delta=1e-6, params={"iterations": 500}
+    )
+    assert same.regularization == choice.regularization
+    # Adult-sized (n = 30 162, d = 106) at ε = 0.1, δ = 1e-6: more noise, larger λ
+    mu_small = _gdp_mu_by_hand(0.1, 1e-6)
+    adult = auto_regularization("noisy_gd", n=30_162, d=106, epsilon=0.1, delta=1e-6)
+    assert adult.regularization == pytest.approx(
+        math.sqrt(4 * 0.01 * 30_162 + 2 * 8 * 106 / mu_small**2) / (30_162 * 10), rel=1e-9
+    )
+
+
+def test_noisy_gd_needs_delta() -> None:
+    with pytest.raises(ValueError):
+        auto_regularization("noisy_gd", n=1000, d=5, epsilon=1.0, delta=0.0)

@@ -18,11 +18,14 @@ from service.dp.analysis.repetition import (
     ORDERS,
     RepetitionLaw,
     RepetitionPlan,
+    gaussian_run_rdp,
+    gaussian_total,
     pure_dp_rdp,
     rdp_to_dp,
     repeat_and_select,
     repeat_rdp,
     solve_budget,
+    solve_gaussian_mu,
     total_epsilon,
 )
 from service.dp.analysis.selection import (
@@ -34,6 +37,7 @@ from service.dp.analysis.selection import (
 )
 from service.dp.core.base import FitResult, LinearModel
 from service.dp.data.prepared import PreparedDesign, prepare_design
+from service.dp.mechanisms.noisy_gd import gdp_delta, noise_multiplier, rdp_curve, run_budget
 
 dp_accounting = pytest.importorskip("dp_accounting")
 from dp_accounting import dp_event  # noqa: E402
@@ -356,3 +360,178 @@ def test_the_plan_for_a_request() -> None:
     assert plan.law == RepetitionLaw(1.0, 1 / 24)
     assert plan.epsilon0 == pytest.approx(0.3)
     assert plan.accounted_epsilon <= 0.9
+
+
+# --- Gaussian runs (noisy_gd) accounted by their Rényi curve ---------------------------------
+
+
+def test_the_rdp_curve_of_noisy_gd_is_t_gaussians_by_hand() -> None:
+    # α·T/(2z²): z = 2, T = 8 → α; z = 10, T = 100 → α/2
+    assert rdp_curve(2.0, 8, [2.0, 3.0, 64.0]) == [2.0, 3.0, 64.0]
+    assert rdp_curve(10.0, 100, [1.5, 32.0]) == [0.75, 16.0]
+    # and it is dp-accounting's curve for GaussianDpEvent(z) composed T times
+    accountant = rdp.RdpAccountant(list(ORDERS), neighboring_relation=rdp.NeighborRel.REPLACE_ONE)
+    accountant.compose(dp_event.GaussianDpEvent(3.7), 25)
+    assert rdp_curve(3.7, 25, ORDERS) == pytest.approx(list(accountant._rdp), rel=1e-12)
+    with pytest.raises(ValueError):
+        rdp_curve(0.0, 10, ORDERS)
+
+
+def _dp_accounting_gaussian_epsilon(
+    multiplier: float, rounds: int, score: float, law: RepetitionLaw, delta: float
+) -> float:
+    inner = dp_event.ComposedDpEvent(
+        [
+            dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(multiplier), rounds),
+            dp_event.RandomizedResponseDpEvent(2 / (1 + math.exp(score)), 2),
+        ]
+    )
+    accountant = rdp.RdpAccountant(list(ORDERS), neighboring_relation=rdp.NeighborRel.REPLACE_ONE)
+    accountant.compose(dp_event.RepeatAndSelectDpEvent(inner, law.mean, law.eta))
+    return float(accountant.get_epsilon(delta))
+
+
+@pytest.mark.parametrize(
+    ("multiplier", "rounds", "score", "delta", "eta", "gamma"),
+    [
+        (20.0, 100, 0.01, 1e-6, 0.5, 0.03),
+        (5.0, 10, 0.2, 1e-5, 1.0, 0.1),
+        (80.0, 56, 0.05, 1e-7, 0.0, 0.05),
+        (2.0, 1, 0.5, 1e-3, 0.25, 0.2),
+    ],
+)
+def test_the_gaussian_run_accounting_matches_dp_accounting(
+    multiplier: float, rounds: int, score: float, delta: float, eta: float, gamma: float
+) -> None:
+    law = RepetitionLaw(eta, gamma)
+    mu = math.sqrt(rounds) / multiplier
+    # the run's curve is the sum of the Gaussian's α·μ²/2 and randomized response at ε_s
+    assert gaussian_run_rdp(mu, score, [2.0]) == pytest.approx(
+        [mu * mu + math.log(2 * math.cosh(score) - 1)], rel=1e-12
+    )
+    mine = gaussian_total(mu, score, law, delta)
+    theirs = _dp_accounting_gaussian_epsilon(multiplier, rounds, score, law, delta)
+    assert mine == pytest.approx(theirs, rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("epsilon", "delta", "eta", "n", "k"),
+    [(1.0, 1e-6, 0.5, 30_000, 3), (0.5, 1e-5, 1.0, 30_000, 7), (0.1, 1e-6, 0.5, 2_000, 3)],
+)
+def test_the_gaussian_plan_meets_the_request_tightly(
+    epsilon: float, delta: float, eta: float, n: int, k: int
+) -> None:
+    method = "papernot_steinke" if eta == 0.5 else "liu_talwar"
+    plan = repetition_plan(
+        method, k=k, n=n, epsilon=epsilon, delta=delta, mechanism="noisy_gd", d=100
+    )
+    assert plan.base == "gaussian"
+    assert plan.law.mean == pytest.approx(expected_runs(k), rel=1e-8)
+    # the score takes a fifth of the run's squared GDP budget: ε_s = √(1/5)·μ_Q, μ_Q the
+    # largest run without a score — checked with dp-accounting: a Gaussian of multiplier 1/μ_Q
+    # repeated and selected is (ε, δ)
+    mu_q = solve_gaussian_mu(epsilon, delta, plan.law, 0.0)
+    assert plan.score_epsilon == pytest.approx(math.sqrt(0.2) * mu_q, rel=1e-12)
+    alone = _dp_accounting_gaussian_epsilon(1.0 / mu_q, 1, 0.0, plan.law, delta)
+    assert alone == pytest.approx(epsilon, rel=1e-6)
+    # the run's μ is √T/z of the multiplier the fit will calibrate to
+    assert plan.fit_mu == math.sqrt(plan.fit_iterations) / plan.fit_multiplier
+    found = noise_multiplier(plan.train_epsilon, plan.fit_delta, plan.fit_iterations)
+    assert found.multiplier == plan.fit_multiplier
+    # ≤ the request by dp-accounting itself, and tight: 1e-6 more μ would exceed it
+    theirs = _dp_accounting_gaussian_epsilon(
+        plan.fit_multiplier, plan.fit_iterations, plan.score_epsilon, plan.law, delta
+    )
+    assert theirs <= epsilon * (1 + 1e-9)
+    assert plan.accounted_epsilon <= epsilon
+    assert plan.accounted_epsilon >= epsilon * (1 - 1e-6)
+    mu_r = solve_gaussian_mu(epsilon, delta, plan.law, plan.score_epsilon)
+    assert plan.fit_mu <= mu_r
+    assert gaussian_total(mu_r * (1 + 1e-6), plan.score_epsilon, plan.law, delta) > epsilon
+    record = plan.record()
+    assert record["accounting"]["used"] == "rdp"
+    assert record["per_repetition"]["fit_delta"] == delta
+
+
+def test_the_run_budget_calibrates_at_least_the_asked_noise() -> None:
+    for mu, delta, rounds in [(0.11, 1e-6, 100), (0.5, 1e-5, 10), (2.0, 1e-3, 1)]:
+        budget = run_budget(mu, delta, rounds)
+        assert budget.delta == delta
+        # z_r ≥ √T/μ, and not by more than the PLD calibration's relative steps
+        assert budget.multiplier >= math.sqrt(rounds) / mu
+        assert budget.multiplier <= math.sqrt(rounds) / mu * (1 + 1e-5)
+        # ε_r is the exact GDP curve's ε at (μ, δ), from below
+        assert gdp_delta(budget.epsilon, mu) > delta
+        assert gdp_delta(budget.epsilon * (1 + 1e-9), mu) <= delta
+
+
+def test_gaussian_runs_need_delta() -> None:
+    with pytest.raises(ValueError):
+        repetition_plan(
+            "papernot_steinke", k=3, n=1000, epsilon=1.0, delta=0.0, mechanism="noisy_gd", d=5
+        )
+
+
+def test_auto_chooses_random_repetition_for_noisy_gd_by_public_quantities() -> None:
+    common: dict[str, Any] = {
+        "d": 106,
+        "delta": 1e-6,
+        "repetition_possible": True,
+        "min_regularization": 1e-4,
+        "mechanism": "noisy_gd",
+    }
+    # Adult-sized: n·μ_r (30 162 · 0.11) against m·μ(1, 1e-6) = 7540 · 0.237: random repetition,
+    # with the η = ½ law for k = 3 and the geometric one for k = 7 (as for pure runs)
+    assert choose_selection("auto", k=3, n=30_162, epsilon=1.0, **common).method == (
+        "papernot_steinke"
+    )
+    assert choose_selection("auto", k=7, n=30_162, epsilon=1.0, **common).method == "liu_talwar"
+    # one candidate (μ = 10 runs): each run at μ_r ≈ 0.112 on all rows against μ(1, 1e-6) ≈
+    # 0.2367 on m = 15 081 rows: 30 162·0.112 ≈ 3375 < 15 081·0.2367 ≈ 3570: CMS
+    one = choose_selection("auto", k=1, n=30_162, epsilon=1.0, **common)
+    assert one.method == "cms"
+    assert "n·μ_r = 3375 < m·μ(ε, δ) = 3570" in one.reason
+    # k = 3: m = 7540, 30 162·0.106 ≈ 3188 ≥ 7540·0.2367 ≈ 1785
+    three = choose_selection("auto", k=3, n=30_162, epsilon=1.0, **common)
+    assert "n·μ_r = 3188 ≥ m·μ(ε, δ) = 1785" in three.reason
+
+
+def test_a_gaussian_run_adds_the_planned_noise() -> None:
+    """The run the job makes — noisy_gd at the plan's (ε_t, δ_t) and T — adds σ = 2C·z with
+    z ≥ the plan's multiplier (hand: C = 1), and its released gradient noise has that scale:
+    with all-zero rows every clipped sum is 0, so each release is pure noise on the 2⁻³² grid
+    and the first iterate is −step·A₀/n (λ·0 = 0): a sample of N(0, (step·σ_n/n)²) per
+    coordinate."""
+    from service.dp import calibrate
+
+    n, d = 50, 400
+    plan = repetition_plan(
+        "papernot_steinke", k=3, n=n, epsilon=1.0, delta=1e-5, mechanism="noisy_gd", d=d
+    )
+    calibration = calibrate(
+        "noisy_gd",
+        n=n,
+        d=d,
+        epsilon=plan.train_epsilon,
+        delta=plan.fit_delta,
+        regularization=1e-2,
+        iterations=plan.fit_iterations,
+    )
+    details = calibration.details
+    assert details["iterations"] == plan.fit_iterations
+    assert details["noise_multiplier"] == plan.fit_multiplier
+    assert details["sigma"] == 2.0 * plan.fit_multiplier
+    assert details["sigma_added"] >= details["sigma"]
+    # one step (T = 1 on the same plan's noise) on all-zero rows: the iterate is noise only
+    from service.dp.mechanisms.noisy_gd import NoisyGDPlan, descend
+
+    step_plan = calibration.plan
+    assert isinstance(step_plan, NoisyGDPlan)
+    one = replace(step_plan, iterations=1, average_from=0, momentum=0.0)
+    X = np.zeros((n, d))
+    y = np.where(np.arange(n) % 2 == 0, 1.0, -1.0)
+    w = descend(X, y, one, rng=np.random.default_rng(7))
+    scale = one.step * one.sigma_added / n
+    # Kolmogorov–Smirnov against N(0, scale²) (d = 400 coordinates), and the s.d. within 10 %
+    assert stats.kstest(w / scale, "norm").pvalue > 1e-3
+    assert float(np.std(w)) == pytest.approx(scale, rel=0.1)
