@@ -233,7 +233,12 @@ def assess(
         )
     expected: dict[str, Any] | None = None
     warnings: list[dict[str, Any]] = []
-    if mechanism not in NON_PRIVATE_MECHANISMS and epsilon is not None:
+    # The band is simulated only where it can be set against a baseline (a public reference
+    # or a declared prior), or where auto has already simulated the candidates (cached): on
+    # the synthetic task alone it is not on the dataset's scale and no warning can follow, so
+    # a plain fit's submission does not pay for it.
+    wanted = majority is not None or auto_record is not None
+    if wanted and mechanism not in NON_PRIVATE_MECHANISMS and epsilon is not None:
         try:
             band = chooser.expected_accuracy(
                 chooser.Candidate.of(
