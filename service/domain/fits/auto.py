@@ -41,6 +41,7 @@ from service.domain.errors import InvalidInputError
 from service.domain.ranges import check_calibration
 from service.dp import NON_PRIVATE_MECHANISMS
 from service.dp.analysis import auto as chooser
+from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
     "AUTO",
@@ -254,7 +255,7 @@ def assess(
                 public=public,
                 public_key=public_key,
             )
-        except Exception:  # the band is advice: a fit the simulation cannot run still runs
+        except (ValueError, ConvergenceError):  # advice: a fit it cannot simulate still runs
             logger.info("no expected-accuracy band for %s", mechanism, exc_info=True)
             band = None
         if band is not None:

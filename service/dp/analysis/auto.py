@@ -74,6 +74,7 @@ from service.dp import fit as dp_fit
 from service.dp.analysis.planning import excess_risk_bound
 from service.dp.data.prepared import prepare_design
 from service.dp.multisite.transfer import transfer_fit
+from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
     "AUTO",
@@ -444,7 +445,7 @@ def _simulate(
                     )
                 scores = result.model.decision_function(X_test)
                 accuracies.append(float(np.mean((scores > 0) == (y_test > 0))))
-        except Exception as exc:  # a candidate the simulation cannot run is left out
+        except (ValueError, ConvergenceError) as exc:  # refused or unsolved: left out
             out.append(f"simulation failed: {type(exc).__name__}")
             continue
         out.append(tuple(accuracies))
