@@ -42,9 +42,9 @@ from service.dp.core.base import (
     Problem,
     ProgressCallback,
 )
-from service.dp.core.losses import LOSSES
 from service.dp.core.options import DEFAULT_HUBER_H
 from service.dp.core.plan import Plan, PlanMismatchError
+from service.dp.core.tasks import TASK_LOSSES, Task, check_task
 from service.dp.core.validation import (
     PrivacyParameterError,
     check_dimensions,
@@ -103,6 +103,8 @@ def fit(
     rng: np.random.Generator | None = None,
     progress: ProgressCallback | None = None,
     plan: Plan | None = None,
+    task: Task = "binary",
+    n_classes: int = 2,
     **params: Any,
 ) -> FitResult:
     """Fit ``mechanism`` on (X, y) at (ε, δ) and return the released model and its cost.
@@ -116,8 +118,13 @@ def fit(
     δ = 0) spends δ = 0 whatever ``delta`` was offered; ``non_private`` reports ε = ∞ and
     ignores ``epsilon``.
 
+    ``task`` and ``n_classes`` say what is predicted and how ``y`` is encoded
+    (:mod:`service.dp.core.tasks`): ±1 for ``binary`` (the default), class indices 0…K−1 for
+    ``multiclass``, numbers in [−1, 1] for ``regression``; a mechanism that does not fit the
+    task is refused (``PrivacyParameterError``) before any data is read.
+
     ``X`` may be a :class:`PreparedDesign` (then ``y`` is None): the data was checked when it
-    was prepared and the solver reuses its working copy across fits
+    was prepared (for the same task) and the solver reuses its working copy across fits
     (:mod:`service.dp.data.prepared`).
 
     ``plan`` runs a typed plan fixed earlier (the job's, stored at submission;
@@ -131,6 +138,10 @@ def fit(
     if isinstance(X, PreparedDesign):
         if y is not None:
             raise ValueError("y must be None when X is a PreparedDesign (it holds its labels)")
+        if (X.task, X.n_classes) != _checked_task(task, n_classes):
+            raise PrivacyParameterError(
+                f"the prepared design's labels were checked for a {X.task} task, not {task}"
+            )
         with using(X):
             return _fit(
                 X.X,
@@ -144,12 +155,27 @@ def fit(
                 progress,
                 params,
                 plan,
+                task,
+                n_classes,
             )
     if y is None:
         raise ValueError("y is required unless X is a PreparedDesign")
-    Xf, yf = validate_design(X, y)
+    task, n_classes = _checked_task(task, n_classes)
+    Xf, yf = validate_design(X, y, task, n_classes)
     return _fit(
-        Xf, yf, mechanism, epsilon, delta, loss, regularization, rng, progress, params, plan
+        Xf,
+        yf,
+        mechanism,
+        epsilon,
+        delta,
+        loss,
+        regularization,
+        rng,
+        progress,
+        params,
+        plan,
+        task,
+        n_classes,
     )
 
 
@@ -165,6 +191,8 @@ def _fit(
     progress: ProgressCallback | None,
     params: Mapping[str, Any],
     plan: Plan | None = None,
+    task: Task = "binary",
+    n_classes: int = 2,
 ) -> FitResult:
     """:func:`fit` on checked float64 arrays."""
     mech, problem = make_problem(
@@ -176,6 +204,8 @@ def _fit(
         loss=loss,
         regularization=regularization,
         params=params,
+        task=task,
+        n_classes=n_classes,
     )
     calibration = mech.calibrate(problem) if plan is None else planned(mech, problem, plan)
     model = mech.run(Xf, yf, problem, calibration, rng=rng, progress=progress)
@@ -201,6 +231,8 @@ def calibrate(
     delta: float = 0.0,
     loss: str = "logistic",
     regularization: float,
+    task: Task = "binary",
+    n_classes: int = 2,
     **params: Any,
 ) -> Calibration:
     """Dry run: what ``fit`` would spend and how it would randomise, from public quantities."""
@@ -213,6 +245,8 @@ def calibrate(
         loss=loss,
         regularization=regularization,
         params=params,
+        task=task,
+        n_classes=n_classes,
     )
     return as_charged(mech.calibrate(problem), problem, epsilon, delta)
 
@@ -265,12 +299,24 @@ def make_problem(
     loss: str,
     regularization: float,
     params: Mapping[str, Any],
+    task: Task = "binary",
+    n_classes: int = 2,
 ) -> tuple[Mechanism, Problem]:
     """Validate everything that does not need the data and build the :class:`Problem`."""
     mech = get_mechanism(mechanism)
     n, d = check_dimensions(n, d)
-    if not isinstance(loss, str) or loss not in LOSSES:
-        raise PrivacyParameterError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
+    task, n_classes = _checked_task(task, n_classes)
+    if task not in mech.capabilities.tasks:
+        able = sorted(name for name, m in MECHANISMS.items() if task in m.capabilities.tasks)
+        raise PrivacyParameterError(
+            f"the mechanism {mech.name} does not fit {task} labels; "
+            f"mechanisms that do: {', '.join(able) or 'none yet'}"
+        )
+    losses = TASK_LOSSES[task]
+    if not isinstance(loss, str) or loss not in losses:
+        raise PrivacyParameterError(
+            f"unknown loss {loss!r} for a {task} task; choose one of {', '.join(losses)}"
+        )
     lam = check_regularization(regularization)
     own = dict(params)
     huber_h = positive_float_param(own, "h", DEFAULT_HUBER_H)
@@ -294,8 +340,17 @@ def make_problem(
         regularization=lam,
         huber_h=huber_h,
         params=own,
+        task=task,
+        n_classes=n_classes,
     )
     return mech, mech.validate_params(problem)
+
+
+def _checked_task(task: object, n_classes: object) -> tuple[Task, int]:
+    try:
+        return check_task(task, n_classes)
+    except ValueError as exc:
+        raise PrivacyParameterError(str(exc)) from exc
 
 
 def _check_rng(rng: object) -> None:

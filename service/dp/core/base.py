@@ -26,6 +26,7 @@ from numpy.typing import NDArray
 
 from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import Plan
+from service.dp.core.tasks import Task
 
 __all__ = [
     "Calibration",
@@ -48,6 +49,8 @@ class Problem:
 
     ``n`` and ``d`` are the rows and columns of X (n is public under replace-one neighbours);
     ``params`` holds the mechanism-specific options, already validated by the mechanism.
+    ``task`` and ``n_classes`` say what is predicted and how y is encoded
+    (:mod:`service.dp.core.tasks`; K = 2 binary, K ≥ 3 multiclass, 1 for regression).
     """
 
     mechanism: str
@@ -59,6 +62,8 @@ class Problem:
     regularization: float
     huber_h: float = 0.5
     params: Mapping[str, Any] = field(default_factory=dict)
+    task: Task = "binary"
+    n_classes: int = 2
 
 
 @dataclass(frozen=True, slots=True)

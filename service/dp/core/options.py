@@ -136,13 +136,14 @@ class Capabilities:
     the planner's excess-risk bound, None when the planner has none. ``work``: the job's work
     estimate, None for one certified convex solve. ``meta_level``: usable by the multi-site
     feature method at the meta level (one release of a linear model, (ε, δ) from its own
-    calibration)."""
+    calibration). ``tasks``: what it fits (:mod:`service.dp.core.tasks`)."""
 
     private: bool = True
     tunable_options: tuple[str, ...] = ()
     excess_risk: ExcessRiskTerms | None = None
     work: WorkEstimate | None = None
     meta_level: bool = False
+    tasks: frozenset[str] = frozenset({"binary"})
 
     @property
     def has_excess_risk_bound(self) -> bool:

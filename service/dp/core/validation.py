@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from service.dp.core.tasks import Task, check_labels
+
 __all__ = [
     "ROW_NORM_TOLERANCE",
     "PrivacyParameterError",
@@ -36,9 +38,12 @@ class PrivacyParameterError(ValueError):
     """A privacy or mechanism parameter is invalid (the domain layer maps it to a 422)."""
 
 
-def validate_design(X: ArrayLike, y: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def validate_design(
+    X: ArrayLike, y: ArrayLike, task: Task = "binary", n_classes: int = 2
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Check and convert (X, y): X a finite real n×d array (n, d ≥ 1) whose rows all have
-    L2 norm ≤ 1 (+ ``ROW_NORM_TOLERANCE``), y of length n with values in {−1, +1}.
+    L2 norm ≤ 1 (+ ``ROW_NORM_TOLERANCE``), y of length n encoded for ``task``
+    (:func:`service.dp.core.tasks.check_labels`: {−1, +1} for a binary task).
 
     Exactness. Every sensitivity bound assumes ‖x_i‖ ≤ 1 exactly. The computed squared norm
     s = fl(Σ_j x_ij²) satisfies |s − ‖x‖²| ≤ γ‖x‖² with γ = (d+2)u/(1 − (d+2)u), u = 2⁻⁵³
@@ -82,17 +87,7 @@ def validate_design(X: ArrayLike, y: ArrayLike) -> tuple[NDArray[np.float64], ND
         factors = 1.0 / (np.sqrt(sq_norms[near]) * (1.0 + 4.0 * gamma))
         Xf[near] *= factors[:, None]
 
-    y_arr = np.asarray(y)
-    if y_arr.ndim != 1:
-        raise ValueError(f"y must be 1-D, got {y_arr.ndim} dimension(s)")
-    if y_arr.shape[0] != n:
-        raise ValueError(f"y must have one label per row of X: X has {n} rows, y has {y_arr.size}")
-    if y_arr.dtype == np.bool_ or not np.issubdtype(y_arr.dtype, np.number):
-        raise ValueError("y must contain only the labels -1 and +1")
-    yf = np.ascontiguousarray(y_arr, dtype=np.float64)
-    wrong = int(np.count_nonzero((yf != 1.0) & (yf != -1.0)))
-    if wrong:
-        raise ValueError(f"y must contain only the labels -1 and +1; {wrong} entries do not")
+    yf = check_labels(y, n, task, n_classes)
     return Xf, yf
 
 

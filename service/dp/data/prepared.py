@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from service.dp.core.tasks import Task, check_task
 from service.dp.core.validation import validate_design
 
 __all__ = ["PreparedDesign", "active_design", "prepare_design", "using"]
@@ -40,11 +41,20 @@ class PreparedDesign:
     (its float32 working copy) is computed on first use and kept while the object lives;
     safe to share between threads."""
 
-    __slots__ = ("X", "_derived", "_lock", "y")
+    __slots__ = ("X", "_derived", "_lock", "n_classes", "task", "y")
 
-    def __init__(self, X: NDArray[np.float64], y: NDArray[np.float64]) -> None:
+    def __init__(
+        self,
+        X: NDArray[np.float64],
+        y: NDArray[np.float64],
+        task: Task = "binary",
+        n_classes: int = 2,
+    ) -> None:
         self.X = X
         self.y = y
+        #: The task y was checked for (:mod:`service.dp.core.tasks`).
+        self.task: Task = task
+        self.n_classes = n_classes
         self._lock = threading.Lock()
         self._derived: dict[str, Any] = {}
 
@@ -81,14 +91,17 @@ def _nbytes(value: object) -> int:
     return int(getattr(value, "nbytes", 0))
 
 
-def prepare_design(X: ArrayLike, y: ArrayLike) -> PreparedDesign:
+def prepare_design(
+    X: ArrayLike, y: ArrayLike, task: Task = "binary", n_classes: int = 2
+) -> PreparedDesign:
     """Check (X, y) as :func:`service.dp.fit` does (``ValueError`` naming the rule, never a
     value) and return them prepared. Arrays that are already float64, C-contiguous, own their
     memory and are read-only are kept as they are; anything else is copied first, so no later
     write by the caller can reach the checked data."""
     X_in, y_in = np.asarray(X), np.asarray(y)
-    Xf, yf = validate_design(X_in, y_in)
-    return PreparedDesign(_frozen(Xf, X_in), _frozen(yf, y_in))
+    task, n_classes = check_task(task, n_classes)
+    Xf, yf = validate_design(X_in, y_in, task, n_classes)
+    return PreparedDesign(_frozen(Xf, X_in), _frozen(yf, y_in), task, n_classes)
 
 
 def _frozen(checked: NDArray[np.float64], given: NDArray[Any]) -> NDArray[np.float64]:

@@ -90,6 +90,9 @@ class Inputs(Plan):
     huber_h: float
     c: float
     regularization: float
+    #: What is predicted (:mod:`service.dp.core.tasks`); K classes (1 for regression).
+    task: str = "binary"
+    n_classes: int = 2
 
     @classmethod
     def of(cls, problem: Problem) -> Inputs:
@@ -103,6 +106,8 @@ class Inputs(Plan):
             huber_h=float(problem.huber_h),
             c=float(loss.c),
             regularization=float(problem.regularization),
+            task=problem.task,
+            n_classes=int(problem.n_classes),
         )
 
     def loss_function(self) -> Loss:
@@ -123,6 +128,10 @@ class Inputs(Plan):
         }
         if self.loss == "huber":
             details["huber_h"] = self.huber_h
+        if self.task != "binary":
+            details["task"] = self.task
+            if self.task == "multiclass":
+                details["n_classes"] = self.n_classes
         return details
 
 
