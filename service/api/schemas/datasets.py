@@ -299,8 +299,9 @@ class IngestRead(ResponseModel):
     )
     label_clipped_rows: int | None = Field(
         default=None,
-        description="A numeric label: the rows whose value was outside [lower, upper] and was "
-        "clipped to the nearer bound (None for class labels).",
+        exclude_if=lambda value: value is None,
+        description="A numeric label only: the rows whose value was outside [lower, upper] "
+        "and was clipped to the nearer bound (absent for class labels).",
     )
 
 

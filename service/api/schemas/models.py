@@ -43,6 +43,11 @@ class Coefficient(ResponseModel):
     weight: float
 
 
+def _unset(value: object) -> bool:
+    """Members of another kind of label are left out of the JSON."""
+    return value is None
+
+
 class LabelRead(ResponseModel):
     """What the model predicts. Binary: `positive` means the label column equals this value
     (`negative` the other class, when declared). Multi-class: `classes` in their declared
@@ -50,11 +55,11 @@ class LabelRead(ResponseModel):
     every predicted value lies within."""
 
     column: str
-    positive: str | None = None
-    negative: str | None = None
-    classes: list[str] | None = None
-    lower: float | None = None
-    upper: float | None = None
+    positive: str | None = Field(default=None, exclude_if=_unset)
+    negative: str | None = Field(default=None, exclude_if=_unset)
+    classes: list[str] | None = Field(default=None, exclude_if=_unset)
+    lower: float | None = Field(default=None, exclude_if=_unset)
+    upper: float | None = Field(default=None, exclude_if=_unset)
 
 
 class PrivacyRecordRead(ResponseModel):

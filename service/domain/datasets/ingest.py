@@ -280,6 +280,7 @@ def _check_label_values(spec: DatasetSpec, tally: _Tally, report: IngestReport) 
             "these rows before uploading",
             column=column,
             rows=tally.label_rows,
+            classes=len(spec.classes),
         )
     if tally.label_rows:
         raise LabelValuesError(

@@ -82,14 +82,12 @@ class LabelValuesError(DatasetFileError):
     slug = "invalid-label-values"
     title = "Label values outside the declared classes"
 
-    def __init__(self, detail: str, *, column: str, rows: int) -> None:
+    def __init__(self, detail: str, *, column: str, rows: int, classes: int = 2) -> None:
+        which = "neither declared class" if classes == 2 else f"none of the {classes} classes"
         super().__init__(
             detail,
             errors=[
-                {
-                    "loc": ["file", column],
-                    "msg": f"{rows} row(s) hold a label value of no declared class",
-                }
+                {"loc": ["file", column], "msg": f"{rows} row(s) hold a label value of {which}"}
             ],
         )
         self.column = column
