@@ -215,7 +215,7 @@ DatasetCreatePositiveFraction = TypeAliasType(
     Annotated[
         float,
         Field(
-            description="Optional public prior of the positive class's frequency (e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
+            description="Optional public prior of the positive class's frequency (binary labels only; e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
             gt=0.0,
             lt=1.0,
             title="Positive Fraction",
@@ -238,6 +238,77 @@ class DatasetGrantIn(BaseModel):
     ]
     delta_cap: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta Cap")] = 0.0
     epsilon_cap: Annotated[float, Field(ge=1e-06, le=1000.0, title="Epsilon Cap")]
+
+
+DatasetLabelInClasses = TypeAliasType(
+    "DatasetLabelInClasses",
+    Annotated[
+        list[str | int | bool],
+        Field(
+            description="Multi-class: the classes in their public order, compared like `positive`; two classes are the binary form (negative first).",
+            max_length=1000,
+            title="Classes",
+        ),
+    ],
+)
+
+
+class DatasetLabelIn(BaseModel):
+    """
+    The label column and what it holds, in one of three forms (a mixture is a 422 naming
+    each field that does not belong):
+
+    * **binary**: `positive` and `negative` (the form of `LabelIn`);
+    * **multi-class**: `classes`, 3 to the server's `max_classes` (default 100) distinct values
+      in a public order (class k is `classes[k]`; a predicted class is answered by its
+      value). A list of exactly two is the binary form with `negative = classes[0]` and
+      `positive = classes[1]`, and is stored and shown as such. A row of no declared class is
+      refused (422 `invalid-label-values`, counting rows, never showing values);
+    * **numeric** (regression): finite public bounds `lower` < `upper`. A value outside them
+      is clipped to the nearer bound, and the ingest report counts the rows clipped
+      (`label_clipped_rows`); a value that is not a number is refused like one in a numeric
+      feature. Predictions are numbers within [lower, upper].
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    classes: Annotated[
+        DatasetLabelInClasses | None,
+        Field(
+            description="Multi-class: the classes in their public order, compared like `positive`; two classes are the binary form (negative first).",
+            title="Classes",
+        ),
+    ] = None
+    column: Annotated[str, Field(max_length=1000, min_length=1, title="Column")]
+    lower: Annotated[
+        float | None,
+        Field(
+            description="Numeric label: its public lower bound (values below are clipped to it).",
+            title="Lower",
+        ),
+    ] = None
+    negative: Annotated[
+        str | int | bool | None,
+        Field(
+            description="Binary: the negative class, compared like `positive`. Declare it: without it an upload whose label column holds more than one other value is refused.",
+            title="Negative",
+        ),
+    ] = None
+    positive: Annotated[
+        str | int | bool | None,
+        Field(
+            description="Binary: the positive class. Compared as text, exactly (case and spaces count): integers in decimal, booleans as 'True'/'False'.",
+            title="Positive",
+        ),
+    ] = None
+    upper: Annotated[
+        float | None,
+        Field(
+            description="Numeric label: its public upper bound (values above are clipped to it).",
+            title="Upper",
+        ),
+    ] = None
 
 
 DpSgdOptionsProjectionDim = TypeAliasType(
@@ -730,6 +801,19 @@ FitCreateDpSgdEpsilon = TypeAliasType(
 )
 
 
+FitCreateDpSgdLoss = TypeAliasType(
+    "FitCreateDpSgdLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
 FitCreateDpSgdRegularization = TypeAliasType(
     "FitCreateDpSgdRegularization",
     Annotated[
@@ -753,6 +837,19 @@ FitCreateGaussianObjectivePerturbationEpsilon = TypeAliasType(
             ge=1e-06,
             le=1000.0,
             title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateGaussianObjectivePerturbationLoss = TypeAliasType(
+    "FitCreateGaussianObjectivePerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
         ),
     ],
 )
@@ -786,6 +883,19 @@ FitCreateGeneralizedObjectivePerturbationEpsilon = TypeAliasType(
 )
 
 
+FitCreateGeneralizedObjectivePerturbationLoss = TypeAliasType(
+    "FitCreateGeneralizedObjectivePerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
 FitCreateGeneralizedObjectivePerturbationRegularization = TypeAliasType(
     "FitCreateGeneralizedObjectivePerturbationRegularization",
     Annotated[
@@ -809,6 +919,19 @@ FitCreateNoisyGdEpsilon = TypeAliasType(
             ge=1e-06,
             le=1000.0,
             title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateNoisyGdLoss = TypeAliasType(
+    "FitCreateNoisyGdLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
         ),
     ],
 )
@@ -842,6 +965,19 @@ FitCreateNonPrivateEpsilon = TypeAliasType(
 )
 
 
+FitCreateNonPrivateLoss = TypeAliasType(
+    "FitCreateNonPrivateLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
 FitCreateNonPrivateRegularization = TypeAliasType(
     "FitCreateNonPrivateRegularization",
     Annotated[
@@ -865,6 +1001,19 @@ FitCreateObjectivePerturbationEpsilon = TypeAliasType(
             ge=1e-06,
             le=1000.0,
             title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateObjectivePerturbationLoss = TypeAliasType(
+    "FitCreateObjectivePerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
         ),
     ],
 )
@@ -898,6 +1047,19 @@ FitCreateOutputPerturbationEpsilon = TypeAliasType(
 )
 
 
+FitCreateOutputPerturbationLoss = TypeAliasType(
+    "FitCreateOutputPerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
 FitCreateOutputPerturbationRegularization = TypeAliasType(
     "FitCreateOutputPerturbationRegularization",
     Annotated[
@@ -926,6 +1088,19 @@ FitCreateStackingFeaturesEpsilon = TypeAliasType(
 )
 
 
+FitCreateStackingFeaturesLoss = TypeAliasType(
+    "FitCreateStackingFeaturesLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
 FitCreateStackingFeaturesRegularization = TypeAliasType(
     "FitCreateStackingFeaturesRegularization",
     Annotated[
@@ -949,6 +1124,19 @@ FitCreateStackingSamplesEpsilon = TypeAliasType(
             ge=1e-06,
             le=1000.0,
             title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateStackingSamplesLoss = TypeAliasType(
+    "FitCreateStackingSamplesLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
         ),
     ],
 )
@@ -1092,6 +1280,13 @@ class IngestRead(BaseModel):
     """
 
     format: Annotated[Literal["csv", "parquet"], Field(title="Format")]
+    label_clipped_rows: Annotated[
+        int | None,
+        Field(
+            description="A numeric label only: the rows whose value was outside [lower, upper] and was clipped to the nearer bound (absent for class labels).",
+            title="Label Clipped Rows",
+        ),
+    ] = None
     rows_dropped: Annotated[
         int,
         Field(
@@ -1231,11 +1426,18 @@ class LabelIn(BaseModel):
 
 class LabelRead(BaseModel):
     """
-    What the model predicts: `positive` means the label column equals this value.
+    What the model predicts. Binary: `positive` means the label column equals this value
+    (`negative` the other class, when declared). Multi-class: `classes` in their declared
+    order (score k is `classes[k]`'s). Regression: the public bounds `lower`/`upper` that
+    every predicted value lies within.
     """
 
+    classes: Annotated[list[str] | None, Field(title="Classes")] = None
     column: Annotated[str, Field(title="Column")]
-    positive: Annotated[str, Field(title="Positive")]
+    lower: Annotated[float | None, Field(title="Lower")] = None
+    negative: Annotated[str | None, Field(title="Negative")] = None
+    positive: Annotated[str | None, Field(title="Positive")] = None
+    upper: Annotated[float | None, Field(title="Upper")] = None
 
 
 class LedgerChargeRead(BaseModel):
@@ -2181,12 +2383,33 @@ class PredictRequest(BaseModel):
 
 class PredictionRead(BaseModel):
     """
-    The class, the score wᵀx and (logistic loss only) the probability of the positive class.
+    One row's prediction, by the model's task. Binary (as before): `positive`, `score`
+    and `probability`. Multi-class: `predicted_class`, `scores` and `probabilities` (one per
+    declared class, in the label's order). Regression: `value` within the label's bounds and
+    its `score`. Members of another task are left out (the binary form is unchanged).
     """
 
     positive: Annotated[
-        bool, Field(description="score > 0: the label's positive class.", title="Positive")
+        bool | None,
+        Field(
+            description="score > 0: the label's positive class (binary models; null otherwise).",
+            title="Positive",
+        ),
     ]
+    predicted_class: Annotated[
+        str | None,
+        Field(
+            description="Multi-class: the declared class of the largest score (the first on a tie).",
+            title="Predicted Class",
+        ),
+    ] = None
+    probabilities: Annotated[
+        list[float] | None,
+        Field(
+            description="Multi-class: softmax of `scores` (per declared class; they sum to 1).",
+            title="Probabilities",
+        ),
+    ] = None
     probability: Annotated[
         float | None,
         Field(
@@ -2195,12 +2418,26 @@ class PredictionRead(BaseModel):
         ),
     ]
     score: Annotated[
-        float,
+        float | None,
         Field(
-            description="wᵀx for the preprocessed row, always finite: clipped to ±1,000,000,000,000.",
+            description="wᵀx for the preprocessed row, always finite: clipped to ±1,000,000,000,000 (binary and regression models; for regression in the label's [−1, 1] units).",
             title="Score",
         ),
     ]
+    scores: Annotated[
+        list[float] | None,
+        Field(
+            description="Multi-class: w_kᵀx per declared class, finite (clipped to ±1,000,000,000,000).",
+            title="Scores",
+        ),
+    ] = None
+    value: Annotated[
+        float | None,
+        Field(
+            description="Regression: the predicted number, lower + (clip(score, −1, 1) + 1)/2 · (upper − lower), always within the label's public bounds.",
+            title="Value",
+        ),
+    ] = None
 
 
 PrivacyClaimInDelta = TypeAliasType(
@@ -2955,7 +3192,7 @@ class DatasetCreate(BaseModel):
         list[Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]],
         Field(min_length=1, title="Features"),
     ]
-    label: LabelIn
+    label: DatasetLabelIn
     missing: Annotated[
         Literal["error", "drop"] | None,
         Field(
@@ -2974,7 +3211,7 @@ class DatasetCreate(BaseModel):
     positive_fraction: Annotated[
         DatasetCreatePositiveFraction | None,
         Field(
-            description="Optional public prior of the positive class's frequency (e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
+            description="Optional public prior of the positive class's frequency (binary labels only; e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
             title="Positive Fraction",
         ),
     ] = None
@@ -3021,6 +3258,13 @@ class DatasetRead(BaseModel):
     spec: Annotated[
         dict[str, Any], Field(description="The spec as stored (normalised).", title="Spec")
     ]
+    task: Annotated[
+        Literal["binary", "multiclass", "regression"] | None,
+        Field(
+            description="What the label holds: two classes, 3 or more classes (`spec.label.classes`), or a number within public bounds (`spec.label.lower`/`upper`).",
+            title="Task",
+        ),
+    ] = "binary"
 
 
 class DpSgdTunableOptions(BaseModel):
@@ -3153,8 +3397,12 @@ class FitCreateDpSgd(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateDpSgdLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[Literal["dp_sgd"], Field(description="`dp_sgd`.", title="Mechanism")]
     params: Annotated[
         DpSgdTunableOptions | None, Field(description="The options of `dp_sgd` (each optional).")
@@ -3200,8 +3448,12 @@ class FitCreateGaussianObjectivePerturbation(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateGaussianObjectivePerturbationLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["gaussian_objective_perturbation"],
         Field(description="`gaussian_objective_perturbation`.", title="Mechanism"),
@@ -3254,8 +3506,12 @@ class FitCreateGeneralizedObjectivePerturbation(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateGeneralizedObjectivePerturbationLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["generalized_objective_perturbation"],
         Field(description="`generalized_objective_perturbation`.", title="Mechanism"),
@@ -3308,8 +3564,12 @@ class FitCreateNoisyGd(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateNoisyGdLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[Literal["noisy_gd"], Field(description="`noisy_gd`.", title="Mechanism")]
     params: Annotated[
         NoisyGdOptions | None, Field(description="The options of `noisy_gd` (each optional).")
@@ -3355,8 +3615,12 @@ class FitCreateNonPrivate(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateNonPrivateLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["non_private"], Field(description="`non_private`.", title="Mechanism")
     ]
@@ -3404,8 +3668,12 @@ class FitCreateObjectivePerturbation(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateObjectivePerturbationLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["objective_perturbation"],
         Field(description="`objective_perturbation`.", title="Mechanism"),
@@ -3458,8 +3726,12 @@ class FitCreateOutputPerturbation(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateOutputPerturbationLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["output_perturbation"],
         Field(description="`output_perturbation`.", title="Mechanism"),
@@ -3512,8 +3784,12 @@ class FitCreateStackingFeatures(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateStackingFeaturesLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["stacking_features"], Field(description="`stacking_features`.", title="Mechanism")
     ]
@@ -3562,8 +3838,12 @@ class FitCreateStackingSamples(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateStackingSamplesLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["stacking_samples"], Field(description="`stacking_samples`.", title="Mechanism")
     ]
@@ -3617,7 +3897,7 @@ class ModelRead(BaseModel):
     coefficients: Annotated[
         list[Coefficient] | None,
         Field(
-            description="The weights by feature (None for models that are not one linear map, such as stacked models: see `model`).",
+            description="The weights by feature (None for models that are not one linear map, such as stacked and multi-class models: see `model`, whose `coef` has one row per class). A regression model's weights score in the label's [−1, 1] units: its prediction is lower + (clip(wᵀx, −1, 1) + 1)/2 · (upper − lower).",
             title="Coefficients",
         ),
     ]
@@ -3647,6 +3927,13 @@ class ModelRead(BaseModel):
             title="Source",
         ),
     ]
+    task: Annotated[
+        Literal["binary", "multiclass", "regression"] | None,
+        Field(
+            description="What the model predicts, by its label: two classes, one of `label.classes`, or a number within `label.lower`/`upper`.",
+            title="Task",
+        ),
+    ] = "binary"
 
 
 class ModelUpload(BaseModel):
