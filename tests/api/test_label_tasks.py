@@ -39,7 +39,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 CLASSES = ["low", "mid", "high"]
 LOWER, UPPER = 0.0, 40.0
 SECRET = "SECRET-5150"
-FEATURES = [
+FEATURES: list[dict[str, Any]] = [
     {"column": "age", "type": "numeric", "lower": 18, "upper": 90},
     {"column": "color", "type": "categorical", "categories": ["red", "green", "blue"]},
 ]

@@ -368,9 +368,11 @@ def predict(
                 exc.add_note(f"in the {PREDICT_BATCH} data rows after row {count} of {source}")
                 raise
             for row, p in zip(chunk, predictions, strict=True):
-                writer.writerow({**row, **p.model_dump()})
+                writer.writerow(
+                    {**row, **p.model_dump(include={"positive", "score", "probability"})}
+                )
             count += len(chunk)
-            positives += sum(p.positive for p in predictions)
+            positives += sum(bool(p.positive) for p in predictions)
     summary = {"rows": count, "positive": positives, "output": str(target)}
     _emit(
         as_json,

@@ -357,6 +357,8 @@ def _bounds(problem: Any, lower: object, upper: object) -> _Label:
     low, high = float(lower), float(upper)  # type: ignore[arg-type]
     if not low < high:
         problem(["label", "upper"], "the label's lower bound must be smaller than its upper bound")
+    elif not math.isfinite(high - low):
+        problem(["label", "upper"], "the label's range upper − lower must be a finite number")
     return _Label("regression", lower=low, upper=high)
 
 

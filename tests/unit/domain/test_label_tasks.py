@@ -157,6 +157,7 @@ def test_class_labels_need_no_positive_rows() -> None:
         ({"label_lower": 0.0, "label_upper": 1.0, "negative": "x"}, ["label", "negative"]),
         ({"label_lower": math.inf, "label_upper": 1.0}, ["label", "lower"]),
         ({"label_lower": 2.0, "label_upper": 1.0}, ["label", "upper"]),
+        ({"label_lower": -1e308, "label_upper": 1e308}, ["label", "upper"]),
         ({"classes": ["a"]}, ["label", "classes"]),
         ({"classes": [1, "1", 2]}, ["label", "classes"]),
         ({"classes": [str(i) for i in range(101)]}, ["label", "classes"]),
