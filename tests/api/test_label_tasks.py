@@ -28,7 +28,7 @@ from sqlalchemy import Engine, text
 from service.db.models import Model, new_id
 from service.db.uow import UnitOfWorkFactory
 from service.domain.datasets.catalog import load_design
-from service.dp import get_mechanism
+from service.dp import MECHANISMS, get_mechanism
 from tests.api._studies import N_WEIGHTS, create_study, upload_model
 from tests.api.test_datasets import assert_nothing_stored, assert_problem
 from tests.api.test_datasets import upload as upload_file
@@ -475,3 +475,71 @@ def test_studies_refuse_a_multiclass_dataset_or_model(
     assert (
         client.get(f"/v1/studies/{study['id']}", headers=site.headers).json()["contributions"] == []
     )
+
+
+# ---- every private mechanism that fits the task, through HTTP ------------------------------
+
+
+def _private(task: str) -> list[str]:
+    return sorted(
+        name
+        for name, mechanism in MECHANISMS.items()
+        if mechanism.capabilities.private and task in mechanism.capabilities.tasks
+    )
+
+
+def _private_fit(
+    client: TestClient,
+    site: SiteHandle,
+    label: Mapping[str, Any],
+    mechanism: str,
+    loss: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Quote, then fit ``mechanism`` at (ε, δ) = (1, 1e-6): the job succeeds and the ledger
+    holds exactly the quoted cost; the model and the dataset's budget."""
+    dataset = uploaded(client, site, label)
+    body: dict[str, Any] = {
+        "mechanism": mechanism,
+        "epsilon": 1.0,
+        "delta": 1e-6,
+        "regularization": 0.05,
+    }
+    if loss is not None:
+        body["loss"] = loss
+    quote = _fit(client, site, dataset["id"], body, dry_run=True)
+    assert quote.status_code == 200, quote.text
+    response = _fit(client, site, dataset["id"], body)
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["status"] == "succeeded", job
+    budget = client.get(f"/v1/datasets/{dataset['id']}/budget", headers=site.headers).json()
+    assert budget["epsilon_spent"] == quote.json()["cost"]["epsilon"] > 0
+    assert budget["delta_spent"] == quote.json()["cost"]["delta"]
+    model = client.get(f"/v1/models/{job['model_id']}", headers=site.headers).json()
+    assert model["privacy"]["calibration"]["task"] == model["task"]
+    return model, budget
+
+
+@pytest.mark.parametrize("mechanism", _private("multiclass"))
+def test_a_private_multiclass_fit_is_charged_as_quoted_and_predicts_declared_classes(
+    client: TestClient, site: SiteHandle, mechanism: str
+) -> None:
+    model, _ = _private_fit(client, site, MULTICLASS, mechanism)
+    assert model["task"] == "multiclass"
+    assert model["privacy"]["calibration"]["n_classes"] == len(CLASSES)
+    for p in _predict(client, site, model["id"]):
+        assert p["predicted_class"] in CLASSES
+        assert math.isclose(sum(p["probabilities"]), 1.0, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("mechanism", _private("regression"))
+def test_a_private_regression_fit_is_charged_as_quoted_and_predicts_within_the_bounds(
+    client: TestClient, site: SiteHandle, mechanism: str
+) -> None:
+    # the squared loss has no bounded derivative: only AdaSSP fits it, the others fit Huber
+    model, _ = _private_fit(
+        client, site, NUMERIC, mechanism, None if mechanism == "adassp" else "huber"
+    )
+    assert model["task"] == "regression"
+    assert model["label"] == {"column": "hours", "lower": LOWER, "upper": UPPER}
+    assert all(LOWER <= p["value"] <= UPPER for p in _predict(client, site, model["id"]))
