@@ -17,7 +17,7 @@ caps and the missing-value policy → a :class:`~service.dp.data.preprocessing.P
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -240,6 +240,8 @@ def _label_text(value: str | int | bool) -> str:
 
 
 LabelValue = str | int | bool
+#: Records one problem of a spec: its location and message.
+_Problem = Callable[[list[str | int], str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +257,7 @@ class _Label:
 
 
 def _check_label(
-    problem: Any,
+    problem: _Problem,
     *,
     positive: LabelValue | None,
     negative: LabelValue | None,
@@ -319,10 +321,10 @@ def _check_label(
 
 
 def _classes(
-    problem: Any, classes: Sequence[LabelValue], markers: Sequence[str], max_classes: int
+    problem: _Problem, classes: Sequence[LabelValue], markers: Sequence[str], max_classes: int
 ) -> _Label:
     texts = tuple(_label_text(c) for c in classes)
-    loc = ["label", "classes"]
+    loc: list[str | int] = ["label", "classes"]
     if not 2 <= len(texts) <= max_classes:
         problem(loc, f"declare 2 to {max_classes} classes, got {len(texts)}")
         return _Label("multiclass", classes=texts)
@@ -341,7 +343,7 @@ def _classes(
     return _Label("multiclass", classes=texts)
 
 
-def _bounds(problem: Any, lower: object, upper: object) -> _Label:
+def _bounds(problem: _Problem, lower: object, upper: object) -> _Label:
     for field_name, value in (("lower", lower), ("upper", upper)):
         if value is None:
             problem(
