@@ -160,8 +160,7 @@ class _Encoder:
         label = batch.column(spec.label_column)
         y_all: NDArray[Any]
         if spec.task == "regression":
-            number = _finite_values(batch, spec.label_column, nonfinite)
-            y_all = number
+            y_all = _finite_values(batch, spec.label_column, nonfinite)
         elif self.classes is not None:
             found = pc.index_in(label, value_set=self.classes)
             out.label_rows = _count(pc.and_(label.is_valid(), found.is_null()))
@@ -292,7 +291,7 @@ def _check_label_values(spec: DatasetSpec, tally: _Tally, report: IngestReport) 
             column=column,
             rows=tally.label_rows,
         )
-    if _ambiguous_labels(spec, tally) and spec.positive is not None:
+    if _ambiguous_labels(spec, tally):
         how = (
             "more than one value"
             if len(tally.others) > 1
