@@ -241,6 +241,7 @@ def _nothing_charged(client: TestClient, site: SiteHandle, engine: Engine, datas
     assert budget["charges"] == []
     with engine.connect() as connection:
         assert connection.execute(text("SELECT COUNT(*) FROM job")).scalar_one() == 0
+        assert connection.execute(text("SELECT COUNT(*) FROM ledger_charge")).scalar_one() == 0
 
 
 @pytest.mark.parametrize(
@@ -322,6 +323,8 @@ def _model_of(client: TestClient, site: SiteHandle, dataset_id: str) -> dict[str
     model = client.get(f"/v1/models/{job['model_id']}", headers=site.headers)
     assert model.status_code == 200, model.text
     out: dict[str, Any] = model.json()
+    listed = client.get("/v1/models", headers=site.headers).json()["items"]
+    assert [m["task"] for m in listed if m["id"] == out["id"]] == [out["task"]]
     return out
 
 

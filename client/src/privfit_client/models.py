@@ -1550,6 +1550,10 @@ class ModelSummary(BaseModel):
     mechanism: Annotated[str | None, Field(title="Mechanism")]
     n_features: Annotated[int, Field(title="N Features")]
     source: Annotated[Literal["fit", "upload", "aggregate", "federated"], Field(title="Source")]
+    task: Annotated[
+        Literal["binary", "multiclass", "regression"] | None,
+        Field(description="What the model predicts (see `ModelRead.task`).", title="Task"),
+    ] = "binary"
     verified: Annotated[bool, Field(title="Verified")]
 
 

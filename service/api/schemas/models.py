@@ -116,6 +116,9 @@ class ModelSummary(ResponseModel):
     source: Literal["fit", "upload", "aggregate", "federated"]
     mechanism: str | None
     loss: str | None
+    task: Literal["binary", "multiclass", "regression"] = Field(
+        default="binary", description="What the model predicts (see `ModelRead.task`)."
+    )
     n_features: int
     epsilon: float | None = Field(description="Verified ε; None for no DP or a mere claim.")
     delta: float | None
@@ -130,6 +133,7 @@ class ModelSummary(ResponseModel):
             source=row.source,  # type: ignore[arg-type]
             mechanism=row.mechanism,
             loss=row.loss,
+            task=LabelTask.from_label(row.label).task,
             n_features=len(row.feature_names),
             epsilon=privacy.get("epsilon"),
             delta=privacy.get("delta"),
