@@ -48,10 +48,13 @@ def main() -> None:
     X, y, Xt, yt = data.X, data.y, data.X_test, data.y_test
     K = data.n_classes
     majority = float(np.max(np.bincount(yt.astype(int), minlength=K)) / yt.size)
-    print(f"Adult marital status: n = {X.shape[0]}, d = {X.shape[1]}, K = {K}, "
-          f"test {Xt.shape[0]} rows, majority {majority:.4f}, ε = {args.epsilon}")
-    exact = fit(X, y, "non_private", epsilon=1.0, regularization=1e-4, task="multiclass",
-                n_classes=K)
+    print(
+        f"Adult marital status: n = {X.shape[0]}, d = {X.shape[1]}, K = {K}, "
+        f"test {Xt.shape[0]} rows, majority {majority:.4f}, ε = {args.epsilon}"
+    )
+    exact = fit(
+        X, y, "non_private", epsilon=1.0, regularization=1e-4, task="multiclass", n_classes=K
+    )
     print(f"non-private multinomial λ = 1e-4: {np.mean(exact.model.predict(Xt) == yt):.4f}")  # type: ignore[attr-defined]
     rng = np.random.default_rng(2026)
     for mechanism in args.mechanisms:
@@ -59,8 +62,16 @@ def main() -> None:
             multi, ovr, t_multi, t_ovr = [], [], 0.0, 0.0
             for _ in range(args.reps):
                 t0 = time.perf_counter()
-                r = fit(X, y, mechanism, epsilon=args.epsilon, regularization=lam,
-                        task="multiclass", n_classes=K, rng=rng)
+                r = fit(
+                    X,
+                    y,
+                    mechanism,
+                    epsilon=args.epsilon,
+                    regularization=lam,
+                    task="multiclass",
+                    n_classes=K,
+                    rng=rng,
+                )
                 t_multi += time.perf_counter() - t0
                 multi.append(float(np.mean(r.model.predict(Xt) == yt)))  # type: ignore[attr-defined]
                 t0 = time.perf_counter()

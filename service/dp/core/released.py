@@ -2,8 +2,8 @@
 
 :class:`~service.dp.core.base.LinearModel` scores x ↦ wᵀx. :class:`MulticlassModel` scores the K
 classes of a multi-class fit, x ↦ Wx ∈ ℝ^K (row k of ``coef`` is class k's weights, the layout
-of scikit-learn's ``coef_``), with class probabilities softmax(Wx). :class:`StackedModel` is the two-level
-model of privacy-preserving stacking (seed 003, PST-S and PST-F):
+of scikit-learn's ``coef_``), with class probabilities softmax(Wx). :class:`StackedModel` is the
+two-level model of privacy-preserving stacking (seed 003, PST-S and PST-F):
 
     a_k(x) = w_kᵀ x_(k)                         (low-level model k on its columns G_k,
                                                  x_(k) = x restricted to G_k, or all of x)

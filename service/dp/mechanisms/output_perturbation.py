@@ -71,8 +71,8 @@ from numpy.typing import NDArray
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
-from service.dp.mechanisms import multiclass
 from service.dp.data.clipping import round_up, scale_for
+from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     Inputs,
     MechanismPlan,

@@ -46,9 +46,9 @@ from service.dp.optimize.solvers import ConvergenceError
 __all__ = [
     "CURVATURE",
     "LIPSCHITZ",
+    "certificate_floor",
     "certified_erm",
     "certified_solve",
-    "certificate_floor",
     "failure_plan",
     "gradient",
     "gradient_bound",
@@ -149,9 +149,7 @@ def minimise(
         m = S.max(axis=1)
         Z = np.exp(S - m[:, None])
         tot = Z.sum(axis=1)
-        value = float((m + np.log(tot) - S[rows, idx]).mean()) + 0.5 * ridge * float(
-            np.sum(C * C)
-        )
+        value = float((m + np.log(tot) - S[rows, idx]).mean()) + 0.5 * ridge * float(np.sum(C * C))
         P = Z / tot[:, None]
         R = P.copy()
         R[rows, idx] -= 1.0

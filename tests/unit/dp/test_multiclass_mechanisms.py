@@ -30,7 +30,9 @@ FloatArray = NDArray[np.float64]
 U = 2.0**-53
 
 
-def _data(n: int, d: int, K: int, seed: int, *, noise: float = 0.3) -> tuple[FloatArray, FloatArray]:
+def _data(
+    n: int, d: int, K: int, seed: int, *, noise: float = 0.3
+) -> tuple[FloatArray, FloatArray]:
     """Rows in the unit ball; the label is the argmax of K random linear scores (+ noise)."""
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(n, d))
@@ -56,7 +58,8 @@ def test_gradient_norm_and_hessian_spectrum_obey_the_derived_bounds() -> None:
             assert r @ r <= 2.0 * (1.0 - p[y]) ** 2 + 1e-15
             A = np.diag(p) - np.outer(p, p)
             eig = np.linalg.eigvalsh(A)
-            assert eig.min() >= -1e-15 and eig.max() <= 0.5 + 1e-15
+            assert eig.min() >= -1e-15
+            assert eig.max() <= 0.5 + 1e-15
             assert np.trace(A) == pytest.approx(1.0 - p @ p)
             assert np.trace(A) <= 1.0 - 1.0 / K + 1e-15
             assert np.linalg.matrix_rank(A, tol=1e-12) <= K - 1
@@ -76,7 +79,7 @@ def test_the_jacobian_ratio_is_within_the_am_gm_bound() -> None:
         X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
         C = rng.normal(size=(K, d)) * rng.choice([0.1, 1.0, 10.0])
 
-        def hessian(x: FloatArray) -> FloatArray:
+        def hessian(x: FloatArray, C: FloatArray = C) -> FloatArray:
             s = C @ x
             p = np.exp(s - s.max())
             p /= p.sum()
@@ -116,8 +119,10 @@ def test_objective_perturbation_calibration_is_the_hand_derived_one() -> None:
     assert det["beta"] * multiclass.GRADIENT_SENSITIVITY <= det["epsilon_prime"]
     assert det["noise_dimension"] == 9
     assert cal.expected_noise_norm == pytest.approx(9 / beta, rel=1e-12)
-    assert det["task"] == "multiclass" and det["n_classes"] == 3
-    assert det["c"] == 0.5 and det["lipschitz"] == math.sqrt(2.0)
+    assert det["task"] == "multiclass"
+    assert det["n_classes"] == 3
+    assert det["c"] == 0.5
+    assert det["lipschitz"] == math.sqrt(2.0)
     assert det["certified_release"]["d"] == 9
     assert (cal.epsilon, cal.delta) == (eps, 0.0)
 
@@ -180,8 +185,10 @@ def test_binary_records_do_not_change() -> None:
     """A binary record holds no multi-class field (records stay byte-identical)."""
     for mech in ("objective_perturbation", "output_perturbation", "dp_sgd", "non_private"):
         cal = dp.calibrate(mech, n=60, d=3, epsilon=1.0, regularization=0.01)
-        assert "task" not in cal.details and "n_classes" not in cal.details
-        assert cal.details["c"] == 0.25 and cal.details["lipschitz"] == 1.0
+        assert "task" not in cal.details
+        assert "n_classes" not in cal.details
+        assert cal.details["c"] == 0.25
+        assert cal.details["lipschitz"] == 1.0
         assert type(cal.plan).kind == mech  # type: ignore[union-attr]
 
 
@@ -288,11 +295,13 @@ def test_the_released_model_scores_predicts_and_round_trips() -> None:
     assert np.array_equal(model.decision_function(X), X @ coef.T)
     assert model.predict(X).tolist() == [0, 1, 2]
     proba = model.predict_proba(X)
-    assert np.allclose(proba.sum(axis=1), 1.0) and np.all(proba > 0)
+    assert np.allclose(proba.sum(axis=1), 1.0)
+    assert np.all(proba > 0)
     data = model.to_dict()
     assert data == {"kind": "multiclass", "coef": [[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]]}
     again = model_from_dict(json.loads(json.dumps(data)))
-    assert isinstance(again, MulticlassModel) and np.array_equal(again.coef, coef)
+    assert isinstance(again, MulticlassModel)
+    assert np.array_equal(again.coef, coef)
     with pytest.raises(ValueError):
         model.coef[0, 0] = 2.0  # read-only
     with pytest.raises(ValueError, match="columns"):
@@ -370,9 +379,12 @@ def test_multinomial_beats_one_vs_rest_at_equal_epsilon() -> None:
         multi.append(np.mean(m.model.predict(X) == y))  # type: ignore[attr-defined]
         W = np.stack(
             [
-                dp.fit(X, np.where(y == k, 1.0, -1.0), "objective_perturbation", **{
-                    **kw, "epsilon": 0.5 / K
-                }).coef
+                dp.fit(
+                    X,
+                    np.where(y == k, 1.0, -1.0),
+                    "objective_perturbation",
+                    **{**kw, "epsilon": 0.5 / K},
+                ).coef
                 for k in range(K)
             ]
         )
@@ -404,7 +416,8 @@ def test_wrong_labels_are_refused_without_quoting_them(labels: list[float], matc
             task="multiclass",
             n_classes=3,
         )
-    assert "1.5" not in str(info.value) and "nan" not in str(info.value).lower()
+    assert "1.5" not in str(info.value)
+    assert "nan" not in str(info.value).lower()
 
 
 @pytest.mark.parametrize(

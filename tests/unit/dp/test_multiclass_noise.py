@@ -111,9 +111,7 @@ def test_output_perturbation_adds_the_hand_derived_law_in_dimension_dk() -> None
 def test_objective_perturbation_draws_the_hand_derived_law_in_dimension_dk() -> None:
     n, d, K, lam, eps = 60, 2, 3, 0.05, 1.0
     X, y = _data(n, d, K, seed=2)
-    coefs, cal = _runs(
-        "objective_perturbation", X, y, K, 800, 3, epsilon=eps, regularization=lam
-    )
+    coefs, cal = _runs("objective_perturbation", X, y, K, 800, 3, epsilon=eps, regularization=lam)
     # ε₁ = objective_budget(1, 60, 6) ≈ 0.99992; ε_J = 2 ln(1 + 1/(3·60·0.05)) = 0.21072 ≤ ε₁/2
     # (Δ = 0); β = (ε₁ − ε_J)/(2√2) ≈ 0.27903
     eps1 = objective_budget(eps, n, d * K)
@@ -121,9 +119,7 @@ def test_objective_perturbation_draws_the_hand_derived_law_in_dimension_dk() -> 
     assert cal.details["beta"] == pytest.approx(beta, rel=1e-12)
     assert cal.details["Delta"] == 0.0
     # b from the first-order condition at each release: b = −Σ_i (p_i − e_{y_i})x_iᵀ − nλC
-    b = np.array(
-        [-n * (multinomial.gradient(X, y, C, ridge=lam)).ravel() for C in coefs]
-    )
+    b = np.array([-n * (multinomial.gradient(X, y, C, ridge=lam)).ravel() for C in coefs])
     _law_fits_only_at_the_right_scale(b, beta)
 
 
@@ -172,7 +168,9 @@ def _statistic(released: FloatArray) -> FloatArray:
     return out
 
 
-def _mechanism_runs(x: float, cal: Calibration, problem: Problem, seed: int, runs: int) -> FloatArray:
+def _mechanism_runs(
+    x: float, cal: Calibration, problem: Problem, seed: int, runs: int
+) -> FloatArray:
     mech = get_mechanism("dp_sgd")
     rng = np.random.default_rng(seed)
     X, y = np.array([[x]]), np.array([0.0])
