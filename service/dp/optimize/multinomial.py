@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Final
 
 import numpy as np
@@ -180,7 +181,7 @@ def minimise(
         forcing = min(0.5, math.sqrt(gnorm))
         # Jacobi preconditioner: diag H = (1/n)Σ_i p_ik(1 − p_ik)x_ij² + ridge
         diag = back_sq(st.P * (1.0 - st.P)) / n + ridge
-        step = _cg(lambda V, P=st.P: hess(P, V), -st.grad, forcing * gnorm, 4 * K * d, 1.0 / diag)
+        step = _cg(partial(hess, st.P), -st.grad, forcing * gnorm, 4 * K * d, 1.0 / diag)
         slope = float(np.sum(st.grad * step))
         t = 1.0
         for _ in range(40):
