@@ -34,7 +34,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -146,8 +146,11 @@ def minimise(
     idx = _labels(y, n)
     K = int(n_classes)
     rows = np.arange(n)
-    scores, back = _products(X)
-    _, back_sq = _products(X * X)
+    # Hessian–vector products in single precision (the gradient stays in double, so only the
+    # Newton direction is approximate: each step still multiplies ‖g‖ by ~10⁻³); back to
+    # double precision if a step fails
+    (scores, back), (_, back_sq), (scores32, back32) = _products(X)
+    single = [True]
 
     def state(C: FloatArray) -> _State:
         S = scores(C)
@@ -165,6 +168,12 @@ def minimise(
         return _State(C=C, value=value, grad=g, P=P)
 
     def hess(P: FloatArray, V: FloatArray) -> FloatArray:
+        if single[0]:
+            P32 = P.astype(np.float32)
+            PU32 = P32 * scores32(V.astype(np.float32))
+            Q32 = PU32 - P32 * PU32.sum(axis=1, keepdims=True)
+            approx: FloatArray = np.asarray(back32(Q32), dtype=np.float64) / n + ridge * V
+            return approx
         PU = P * scores(V)
         Q = PU - P * PU.sum(axis=1, keepdims=True)
         out: FloatArray = back(Q) / n + ridge * V
@@ -178,7 +187,7 @@ def minimise(
             break
         if gnorm <= tol:
             return st.C
-        forcing = min(0.5, math.sqrt(gnorm))
+        forcing = min(0.5, max(math.sqrt(gnorm), 1e-3 if single[0] else 0.0))
         # Jacobi preconditioner: diag H = (1/n)Σ_i p_ik(1 − p_ik)x_ij² + ridge
         diag = back_sq(st.P * (1.0 - st.P)) / n + ridge
         step = _cg(partial(hess, st.P), -st.grad, forcing * gnorm, 4 * K * d, 1.0 / diag)
@@ -191,6 +200,9 @@ def minimise(
                 break
             t *= 0.5
         else:
+            if single[0]:
+                single[0] = False
+                continue
             break
         st = trial
     raise ConvergenceError(
@@ -202,20 +214,26 @@ def minimise(
 _SPARSE_DENSITY: Final[float] = 0.3
 
 
-def _products(
-    X: FloatArray,
-) -> tuple[Callable[[FloatArray], FloatArray], Callable[[FloatArray], FloatArray]]:
-    """V ↦ XVᵀ (n × K scores) and R ↦ RᵀX (K × d), through a CSR copy of X when it is
-    sparse (one-hot designs: Adult's rows have 13 nonzeros of 101). Only the solver uses
-    them; the certificate's products are dense and analysed in :func:`loss_gradient_sum`."""
+_Product = Callable[[NDArray[np.floating]], NDArray[np.floating]]
+
+
+def _pair(M: Any) -> tuple[_Product, _Product]:
+    """V ↦ MVᵀ (n × K) and R ↦ RᵀM (K × d) for a dense or CSR matrix M."""
+    if isinstance(M, np.ndarray):
+        return (lambda V: np.asarray(M @ V.T), lambda R: np.asarray(R.T @ M))
+    Mt = M.transpose().tocsr()
+    return (lambda V: np.asarray(M @ V.T), lambda R: np.asarray(Mt @ R).T)
+
+
+def _products(X: FloatArray) -> tuple[tuple[_Product, _Product], ...]:
+    """The solver's products with X, with X∘X (the preconditioner) and with X in single
+    precision, through a CSR copy when X is sparse (one-hot designs: Adult's rows have 13
+    nonzeros of 101). Only the solver uses them; the certificate's products are dense and
+    analysed in :func:`loss_gradient_sum`."""
     if X.size and np.count_nonzero(X) < _SPARSE_DENSITY * X.size:
         Xs = sparse.csr_matrix(X)
-        Xt = Xs.T.tocsr()
-        return (
-            lambda V: np.asarray(Xs @ V.T, dtype=np.float64),
-            lambda R: np.asarray(Xt @ R, dtype=np.float64).T,
-        )
-    return (lambda V: np.asarray(X @ V.T), lambda R: np.asarray(R.T @ X))
+        return _pair(Xs), _pair(Xs.multiply(Xs).tocsr()), _pair(Xs.astype(np.float32))
+    return _pair(X), _pair(X * X), _pair(X.astype(np.float32))
 
 
 def _cg(
