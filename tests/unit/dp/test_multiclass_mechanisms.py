@@ -281,11 +281,13 @@ def test_a_stored_plan_reruns_bit_identically(mechanism: str, params: dict[str, 
     assert isinstance(rebuilt.model, MulticlassModel)
     assert rebuilt.model.coef.shape == (3, 3)
     assert rebuilt.coef is None  # not a single weight vector
-    # a binary plan cannot run a multi-class fit (other public inputs)
+    # a binary plan, or one for another K, cannot run this fit (other public inputs)
     binary = dp.calibrate(mechanism, n=80, d=3, epsilon=1.0, regularization=0.01, **params).plan
-    assert binary is not None
-    with pytest.raises(dp.PlanMismatchError):
-        dp.fit(X, y, mechanism, rng=np.random.default_rng(9), plan=binary, **kw)
+    four = dp.calibrate(mechanism, n=80, d=3, **{**kw, "n_classes": 4}).plan
+    for other in (binary, four):
+        assert other is not None
+        with pytest.raises(dp.PlanMismatchError):
+            dp.fit(X, y, mechanism, rng=np.random.default_rng(9), plan=other, **kw)
 
 
 def test_the_released_model_scores_predicts_and_round_trips() -> None:
