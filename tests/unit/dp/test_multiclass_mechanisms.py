@@ -23,7 +23,7 @@ from service.dp.core.plan import plan_from_json, plan_to_json
 from service.dp.core.released import MulticlassModel, model_from_dict
 from service.dp.mechanisms import multiclass
 from service.dp.noise import lattice
-from service.dp.optimize import multinomial
+from service.dp.optimize import certified, multinomial
 from tests.unit.dp._budget import objective_budget
 
 FloatArray = NDArray[np.float64]
@@ -480,3 +480,38 @@ def test_binary_labels_in_a_multiclass_fit_with_more_declared_classes_are_fine()
         X, y, "non_private", epsilon=1.0, regularization=0.1, task="multiclass", n_classes=4
     )
     assert result.model.to_dict()["coef"].__len__() == 4
+
+
+@pytest.mark.parametrize(("lam", "beta"), [(1e-2, None), (1e-3, 0.5), (1e-4, 5.0)])
+def test_the_certificate_floor_bounds_the_proved_bound_at_the_minimiser(
+    lam: float, beta: float | None
+) -> None:
+    """F(q) ≥ the proved ‖∇J̃_b‖ at (a double next to) the exact minimiser, for the noise
+    norm q = ‖b̂‖/n actually drawn: the public failure plan is not optimistic."""
+    n, d, K = 500, 4, 3
+    X, y = _data(n, d, K, seed=12)
+    rng = np.random.default_rng(13)
+    if beta is None:
+        b = lattice.Enclosure(value=np.zeros(d * K), radius=0.0)
+    else:
+        b = lattice.norm_exponential_enclosure(d * K, beta=beta, rng=rng)
+    C = multinomial.minimise(
+        X, y, K, ridge=lam, linear=(b.value / n).reshape(K, d), tol=1e-15 * (1 + 1 / lam)
+    )
+    proved = multinomial.gradient_bound(
+        X, y, C, regularization=lam, extra_regularization=0.0, noise=b
+    )
+    floor = multinomial.certificate_floor(
+        n=n,
+        d=d,
+        n_classes=K,
+        strong_convexity=lam,
+        noise_norm=float(np.linalg.norm(b.value)) / n,
+    )
+    assert proved <= floor
+    # and below the tolerance τ the plan would set for this noise (3·10⁻¹³ … 1.2·10⁻¹¹
+    # against τ ≈ 10⁻¹⁰), so a certifiable point exists
+    q = float(np.linalg.norm(b.value)) / n
+    assert floor < certified.tolerance(
+        n=n, d=d * K, c=multinomial.CURVATURE, strong_convexity=lam, linear_bound=q
+    )
