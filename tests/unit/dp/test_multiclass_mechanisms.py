@@ -515,3 +515,23 @@ def test_the_certificate_floor_bounds_the_proved_bound_at_the_minimiser(
     assert floor < certified.tolerance(
         n=n, d=d * K, c=multinomial.CURVATURE, strong_convexity=lam, linear_bound=q
     )
+
+
+def test_a_prepared_design_fits_the_same_model_as_the_arrays() -> None:
+    X, y = _data(120, 3, 3, seed=14)
+    kw: dict[str, Any] = {"epsilon": 1.0, "regularization": 0.01}
+    design = dp.prepare_design(X, y, "multiclass", 3)
+    for mechanism in ("objective_perturbation", "output_perturbation", "dp_sgd"):
+        from_arrays = dp.fit(
+            X, y, mechanism, task="multiclass", n_classes=3, rng=np.random.default_rng(1), **kw
+        )
+        prepared = dp.fit(
+            design,
+            None,
+            mechanism,
+            task="multiclass",
+            n_classes=3,
+            rng=np.random.default_rng(1),
+            **kw,
+        )
+        assert prepared.model.to_dict() == from_arrays.model.to_dict()
