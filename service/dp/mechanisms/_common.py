@@ -47,7 +47,7 @@ P = TypeVar("P", bound=Plan)
 
 def problem_loss(problem: Problem) -> Loss:
     """The loss object named by the problem (Huber with width ``problem.huber_h``)."""
-    return get_loss(problem.loss, h=problem.huber_h)
+    return get_loss(problem.loss, h=problem.huber_h, task=problem.task)
 
 
 def check_common(
@@ -111,8 +111,8 @@ class Inputs(Plan):
         )
 
     def loss_function(self) -> Loss:
-        """The loss object (Huber with width ``huber_h``)."""
-        return get_loss(self.loss, h=self.huber_h)
+        """The loss object (Huber with width ``huber_h``; a residual loss for regression)."""
+        return get_loss(self.loss, h=self.huber_h, task=self.task)
 
     def details(self) -> dict[str, Any]:
         """The public inputs every calibration reports."""
@@ -128,6 +128,12 @@ class Inputs(Plan):
         }
         if self.loss == "huber":
             details["huber_h"] = self.huber_h
+        if self.task == "regression":
+            # |ℓ′| ≤ h for the Huber loss of the residual; the squared loss has no bound
+            if self.loss == "huber":
+                details["lipschitz"] = self.huber_h
+            else:
+                del details["lipschitz"]
         if self.task != "binary":
             details["task"] = self.task
             if self.task == "multiclass":
