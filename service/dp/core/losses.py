@@ -93,13 +93,8 @@ class HuberLoss(Loss):
 LOSSES = ("logistic", "huber")
 
 
-def get_loss(name: str, *, h: float = 0.5, task: str = "binary") -> Loss:
-    """The loss called ``name`` (``logistic`` or ``huber`` with width ``h``); for
-    ``task="regression"`` the residual losses of :mod:`service.dp.core.regression_losses`."""
-    if task == "regression":
-        from service.dp.core.regression_losses import get_regression_loss
-
-        return get_regression_loss(name, h=h)
+def get_loss(name: str, *, h: float = 0.5) -> Loss:
+    """The loss called ``name`` (``logistic`` or ``huber`` with width ``h``)."""
     if name == "logistic":
         return LogisticLoss()
     if name == "huber":
