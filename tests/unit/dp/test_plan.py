@@ -78,6 +78,9 @@ PROBLEMS: list[tuple[str, int, int, float, float, str, float, dict[str, Any]]] =
     ("adassp", 60, 3, 1.0, 1e-5, "squared", 1e-3, {"task": "regression"}),
     ("adassp", 90, 4, 0.4, 1e-7, "squared", 1e-2, {"task": "regression", "rho": 0.1}),
     ("non_private", 60, 3, math.inf, 0.0, "squared", 0.01, {"task": "regression"}),
+    ("non_private", 60, 3, math.inf, 0.0, "huber", 0.01, {"task": "regression", "h": 0.3}),
+    ("objective_perturbation", 70, 3, 0.8, 0.0, "huber", 0.01, {"task": "regression"}),
+    ("output_perturbation", 70, 4, 0.8, 0.0, "huber", 0.02, {"task": "regression", "h": 0.7}),
     ("stacking_samples", 80, 3, 1.0, 0.0, "logistic", 0.01, {"n_models": 3}),
     (
         "stacking_features",
