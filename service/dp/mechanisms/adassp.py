@@ -160,10 +160,11 @@ def _noise_for(
     exact: Fraction, error: Fraction, multiplier: float, dim: int
 ) -> tuple[float, float, int]:
     """(σⁿ, Δⁿ, s) for a release of ``dim`` values whose exact sensitivity is ``exact`` and whose
-    computed value is within ``error`` of the exact one: Δⁿ = exact + 2·error (+ 2s⌈√dim⌉2⁻¹⁰⁷⁵
-    on the grid sγ, s = :func:`grid_scale` (σⁿ), where value/s may lose a subnormal bit) and
-    σⁿ the smallest double ≥ z·Δⁿ, so Δⁿ/σⁿ ≤ 1/z exactly. s is a fixed point (σⁿ grows with
-    s), as in :func:`service.dp.federated.gaussian_rounds.site_plan`."""
+        computed value is within ``error`` of the exact one: Δⁿ = exact + 2·error (+ 2s⌈√dim⌉2⁻¹⁰⁷⁵
+        on the grid sγ, s = :func:`grid_scale` (σⁿ), where value/s may lose a subnormal bit; ``dim``
+    counts the terms of the norm the sensitivity is measured in) and
+        σⁿ the smallest double ≥ z·Δⁿ, so Δⁿ/σⁿ ≤ 1/z exactly. s is a fixed point (σⁿ grows with
+        s), as in :func:`service.dp.federated.gaussian_rounds.site_plan`."""
     root = math.isqrt(dim)
     root = root if root * root == dim else root + 1
     scale = 1
@@ -398,7 +399,8 @@ class AdaSSP:
         e_gram = gram_error_bound(n, d)
         tau = eigenvalue_tolerance(n, d)
         sig1, sens1, _ = _noise_for(Fraction(1), e_gram + Fraction(tau), z, 1)
-        sig2, sens2, _ = _noise_for(Fraction(SQRT2_UP), e_gram, z, d * (d + 1) // 2)
+        # the whitened norm counts an off-diagonal entry twice: d + 2·d(d − 1)/2 = d² terms
+        sig2, sens2, _ = _noise_for(Fraction(SQRT2_UP), e_gram, z, d * d)
         off = clipping.round_up(Fraction(sig2) * Fraction(SQRT2_UP) / 2)
         sig3, sens3, _ = _noise_for(Fraction(2), clipping.sum_error_bound(n, d, 1.0), z, d)
         return AdaSSPPlan(
