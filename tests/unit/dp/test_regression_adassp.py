@@ -23,6 +23,7 @@ from service.dp import calibrate, fit
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data import clipping
 from service.dp.mechanisms import adassp
+from service.dp.noise import lattice
 from service.dp.optimize.solvers import ConvergenceError
 from tests.unit.dp._audit import epsilon_lower_bound
 
@@ -175,6 +176,28 @@ def test_the_released_noise_has_the_planned_law() -> None:
         values = np.asarray(sample)
         assert stats.kstest(values, "norm").pvalue > 1e-3
         assert stats.kstest(2.0 * values, "norm").pvalue < 1e-6  # σ/2 would be caught
+
+
+def test_a_very_noisy_release_uses_the_coarser_grid_with_the_planned_law() -> None:
+    """At ε = 0.02 every σ is far above 16: the releases lie on the grid sγ (s = 2^k,
+    gaussian_rounds.grid_scale) and keep their law."""
+    from service.dp.federated.gaussian_rounds import grid_scale
+
+    n, d = 40, 3
+    X, y = _rows(n, d, 12)
+    plan = _plan(n, d, 0.02, 1e-6)
+    scale = grid_scale(plan.sigma_moment_added)
+    assert scale > 1
+    rng = np.random.default_rng(13)
+    noise = []
+    for _ in range(150):
+        _, _, b = adassp.noisy_statistics(X, y, plan, rng=rng)
+        cells = b / (scale * lattice.GRID)
+        assert np.array_equal(cells, np.round(cells))  # on the coarser grid
+        noise.extend((b - X.T @ y) / plan.sigma_moment_added)
+    values = np.asarray(noise)
+    assert stats.kstest(values, "norm").pvalue > 1e-3
+    assert stats.kstest(2.0 * values, "norm").pvalue < 1e-6
 
 
 # ---- empirical privacy -------------------------------------------------------------------------

@@ -14,11 +14,13 @@ only; tests/unit/dp/_budget.py). The gradient sum moves by 2L = 1 between neighb
   β = 0.2499806311669.
 
 Output perturbation (n = 40, λ = 0.05, ε = 2, h = ½): S = 2h/(nλ) + 2τ/λ ≈ 0.5, so
-‖b‖ ~ Gamma(3, S/ε ≈ 0.25).
+‖b‖ ~ Gamma(3, S/ε ≈ 0.25). Its empirical audit uses a pair whose minimisers differ by exactly
+the sensitivity, with the half-noise control the audit must catch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -37,6 +39,7 @@ from service.dp.core.validation import PrivacyParameterError
 from service.dp.mechanisms import get_mechanism
 from service.dp.noise import lattice
 from service.dp.optimize import regression
+from tests.unit.dp._audit import epsilon_lower_bound
 from tests.unit.dp._budget import objective_budget
 
 FloatArray = NDArray[np.float64]
@@ -289,3 +292,63 @@ def test_a_classifier_mechanism_on_a_numeric_label_and_the_reverse_are_refused()
     X, y = _data(50, 3, seed=11)
     with pytest.raises(ValueError, match="only the labels -1 and \\+1"):
         fit(X, y, "objective_perturbation", epsilon=1.0, regularization=0.01)  # binary task
+
+
+# ---- empirical privacy (output perturbation) --------------------------------------------------
+
+#: Two rows x = 1 (d = 1), Huber h = ½, λ = 1: D has labels (1, 1), so w*_D = 1/(1 + λ) = ½
+#: (both residuals ½ = h); D′ = (−1, 1) has w*_D′ = 0 by symmetry. The minimisers differ by
+#: 2h/(nλ) = ½, the full sensitivity, and the release is w* + Laplace(1/β) (d = 1) with
+#: β = ε/S: for every t ≥ ½, P_D[w > t]/P_D′[w > t] = e^{β/2} = e^ε exactly.
+X_PAIR = np.ones((2, 1))
+Y_D = np.array([1.0, 1.0])
+Y_D_PRIME = np.array([-1.0, 1.0])
+EPS_AUDIT = 2.0
+RUNS_AUDIT = 1000
+THRESHOLDS = (0.5, 0.75, 1.0, 0.0, -0.25)  # fixed before sampling
+
+
+def _released(cal: Calibration, problem: Problem, y: FloatArray, seed: int) -> FloatArray:
+    mech = get_mechanism("output_perturbation")
+    rng = np.random.default_rng(seed)
+    return np.array(
+        [
+            mech.run(X_PAIR, y, problem, cal, rng=rng, progress=None).coef[0]  # type: ignore[attr-defined]
+            for _ in range(RUNS_AUDIT)
+        ]
+    )
+
+
+@pytest.mark.statistical
+def test_output_perturbation_audit_stays_below_epsilon_and_catches_half_the_noise() -> None:
+    mech = get_mechanism("output_perturbation")
+    problem = Problem(
+        mechanism="output_perturbation",
+        n=2,
+        d=1,
+        epsilon=EPS_AUDIT,
+        delta=0.0,
+        loss="huber",
+        regularization=1.0,
+        huber_h=0.5,
+        task="regression",
+    )
+    cal = mech.calibrate(mech.validate_params(problem))
+    assert cal.details["sensitivity"] == pytest.approx(0.5, rel=1e-8)
+    lower = epsilon_lower_bound(
+        _released(cal, problem, Y_D, 20),
+        _released(cal, problem, Y_D_PRIME, 21),
+        confidence=0.99,
+        thresholds=THRESHOLDS,
+    )
+    assert lower < EPS_AUDIT
+    plan = cal.plan
+    assert plan is not None
+    half = dataclasses.replace(cal, plan=dataclasses.replace(plan, beta=2.0 * cal.details["beta"]))
+    caught = epsilon_lower_bound(
+        _released(half, problem, Y_D, 22),
+        _released(half, problem, Y_D_PRIME, 23),
+        confidence=0.99,
+        thresholds=THRESHOLDS,
+    )
+    assert EPS_AUDIT < caught <= 2.0 * EPS_AUDIT
