@@ -252,8 +252,16 @@ class Options(MechanismOptions):
     )
 
 
-#: Regression only; one closed-form solve (no excess-risk bound, no work estimate).
-CAPABILITIES = Capabilities(tasks=frozenset({"regression"}))
+def work_estimate(n: int, d: int, details: Mapping[str, Any]) -> float:
+    """Row-feature passes (:mod:`service.dp.analysis.work`): XᵀX is d passes over the design
+    and Xᵀy one, n·d·(d + 1); the eigendecomposition, its certificate (two d × d products)
+    and the solve about 10·d³ more."""
+    del details
+    return float(n) * d * (d + 1) + 10.0 * float(d) ** 3
+
+
+#: Regression only; its work is the Gram matrix (no excess-risk bound).
+CAPABILITIES = Capabilities(work=work_estimate, tasks=frozenset({"regression"}))
 
 
 # ---- the plan --------------------------------------------------------------------------------

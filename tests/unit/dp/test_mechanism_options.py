@@ -150,7 +150,14 @@ def test_capabilities_by_hand() -> None:
         "output_perturbation",
         "objective_perturbation",
     }
-    assert {n for n, c in caps.items() if c.work is not None} == {"dp_sgd", "noisy_gd"}
+    assert {n for n, c in caps.items() if c.work is not None} == {"dp_sgd", "noisy_gd", "adassp"}
+    assert {n for n, c in caps.items() if "binary" not in c.tasks} == {"adassp"}
+    assert {n for n, c in caps.items() if "regression" in c.tasks} == {
+        "adassp",
+        "non_private",
+        "objective_perturbation",
+        "output_perturbation",
+    }
 
 
 def test_the_excess_risk_bound_by_hand() -> None:

@@ -281,6 +281,12 @@ def test_rmse_beats_predicting_zero_at_epsilon_one() -> None:
     assert (result.epsilon, result.delta) == (1.0, 1e-6)
 
 
+def test_the_work_estimate_is_the_gram_matrix() -> None:
+    from service.dp.analysis.work import fit_work
+
+    assert fit_work("adassp", 30_000, 100, {}) == 30_000 * 100 * 101 + 10 * 100**3
+
+
 def test_the_ridge_rule_by_hand() -> None:
     plan = _plan(1000, 4, 1.0, 1e-5)
     t = math.sqrt(2.0 * math.log(3.0 / 0.05))
