@@ -101,6 +101,7 @@ __all__ = [
     "OutputPerturbation",
     "OutputPerturbationPlan",
     "regression_plan",
+    "run_regression",
 ]
 
 
@@ -260,14 +261,8 @@ class OutputPerturbation:
         plan = require_plan(calibration, OutputPerturbationPlan)
         loss = plan.inputs.loss_function()
         report(progress, 0.0)
-        if isinstance(loss, RegressionHuberLoss):
-            coef = regression.certified_regression_erm(
-                X, y, loss, regularization=plan.inputs.regularization, tolerance=plan.tolerance
-            )
-            report(progress, 0.9)
-            model = release(lattice.norm_exponential_release(coef, beta=plan.beta, rng=rng))
-            report(progress, 1.0)
-            return model
+        if plan.inputs.task == "regression":
+            return run_regression(X, y, plan, rng=rng, progress=progress)
         coef = certified.certified_erm(
             X,
             y,
@@ -283,6 +278,27 @@ class OutputPerturbation:
         model = release(lattice.norm_exponential_release(coef, beta=plan.beta, rng=rng))
         report(progress, 1.0)
         return model
+
+
+def run_regression(
+    X: NDArray[np.float64],
+    y: NDArray[np.float64],
+    plan: OutputPerturbationPlan,
+    *,
+    rng: np.random.Generator | None,
+    progress: ProgressCallback | None,
+) -> FittedModel:
+    """The regression plan's release: the certified Huber minimiser plus ν(b) ∝ exp(−β‖b‖)."""
+    loss = plan.inputs.loss_function()
+    if not isinstance(loss, RegressionHuberLoss):  # pragma: no cover - the plan decides
+        raise TypeError("a regression plan of output_perturbation names the huber loss")
+    coef = regression.certified_regression_erm(
+        X, y, loss, regularization=plan.inputs.regularization, tolerance=plan.tolerance
+    )
+    report(progress, 0.9)
+    model = release(lattice.norm_exponential_release(coef, beta=plan.beta, rng=rng))
+    report(progress, 1.0)
+    return model
 
 
 def regression_plan(problem: Problem) -> OutputPerturbationPlan:

@@ -281,6 +281,23 @@ def test_rmse_beats_predicting_zero_at_epsilon_one() -> None:
     assert (result.epsilon, result.delta) == (1.0, 1e-6)
 
 
+def test_a_prepared_design_fits_as_the_raw_arrays_do() -> None:
+    from service.dp import prepare_design
+
+    X, y = _rows(500, 4, 14)
+    design = prepare_design(X, y, "regression", 1)
+    kwargs: dict[str, object] = {
+        "epsilon": 1.0,
+        "delta": 1e-6,
+        "loss": "squared",
+        "regularization": 1e-4,
+        "task": "regression",
+    }
+    a = fit(design, None, "adassp", rng=np.random.default_rng(15), **kwargs)  # type: ignore[arg-type]
+    b = fit(X, y, "adassp", rng=np.random.default_rng(15), **kwargs)  # type: ignore[arg-type]
+    assert np.array_equal(np.asarray(a.coef), np.asarray(b.coef))
+
+
 def test_the_work_estimate_is_the_gram_matrix() -> None:
     from service.dp.analysis.work import fit_work
 
