@@ -306,6 +306,12 @@ def regression_plan(problem: Problem) -> ObjectivePerturbationPlan:
         tolerance=certificate.tolerance,
         log10_tail=partial(certified_failure.norm_exponential_tail_log10, d, beta),
     )
+    if failure.noise_norm_threshold < 0.0:
+        raise PrivacyParameterError(
+            "objective_perturbation: with these public parameters no minimiser can be certified "
+            "to the tolerance its release assumes (rounding of the residuals at large "
+            "coefficients); use a larger regularization or a smaller Huber width h"
+        )
     certified_failure.check_failure_probability(failure.details(), ObjectivePerturbation.name)
     return ObjectivePerturbationPlan(
         inputs=Inputs.of(problem),

@@ -393,3 +393,17 @@ def test_a_wide_huber_loss_is_certified_with_a_tolerance_scaled_by_h() -> None:
         rng=np.random.default_rng(31),
     )
     assert np.all(np.isfinite(np.asarray(result.coef)))
+
+
+def test_an_uncertifiable_regression_request_is_refused_with_regression_advice() -> None:
+    with pytest.raises(PrivacyParameterError, match="smaller Huber width h"):
+        calibrate(
+            "objective_perturbation",
+            n=1000,
+            d=1,
+            epsilon=100.0,
+            loss="huber",
+            regularization=1e-8,
+            task="regression",
+            h=2.0,
+        )
