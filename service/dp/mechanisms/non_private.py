@@ -26,6 +26,7 @@ from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCall
 from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
 from service.dp.core.regression_losses import RegressionLoss
+from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     Inputs,
     MechanismPlan,
@@ -78,7 +79,7 @@ class Options(MechanismOptions):
 
 
 #: No privacy: no (ε, δ), nothing charged, "no DP" in its records.
-CAPABILITIES = Capabilities(private=False, tasks=frozenset({"binary", "regression"}))
+CAPABILITIES = Capabilities(private=False, tasks=frozenset({"binary", "multiclass", "regression"}))
 
 
 class NonPrivate:
@@ -107,6 +108,8 @@ class NonPrivate:
     ) -> FittedModel:
         del problem, rng  # the plan holds the objective; nothing is random
         plan = require_plan(calibration, NonPrivatePlan)
+        if plan.inputs.task == "multiclass":
+            return multiclass.run_non_private(X, y, plan.inputs, progress=progress)
         loss = plan.inputs.loss_function()
         report(progress, 0.0)
         if plan.inputs.task == "regression":

@@ -82,6 +82,7 @@ from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
 from service.dp.core.regression_losses import RegressionHuberLoss
 from service.dp.core.validation import PrivacyParameterError
+from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     Inputs,
     ObjectivePlan,
@@ -198,7 +199,9 @@ def excess_risk_terms(
 
 
 CAPABILITIES = Capabilities(
-    excess_risk=excess_risk_terms, meta_level=True, tasks=frozenset({"binary", "regression"})
+    excess_risk=excess_risk_terms,
+    meta_level=True,
+    tasks=frozenset({"binary", "multiclass", "regression"}),
 )
 
 
@@ -217,6 +220,8 @@ class ObjectivePerturbation:
         return problem
 
     def calibrate(self, problem: Problem) -> Calibration:
+        if problem.task == "multiclass":
+            return multiclass.objective_plan(problem, mechanism=self.name).calibration()
         return self.plan(problem).calibration()
 
     def plan(self, problem: Problem) -> ObjectivePerturbationPlan:
@@ -261,6 +266,8 @@ class ObjectivePerturbation:
         progress: ProgressCallback | None,
     ) -> FittedModel:
         del problem  # the plan holds the objective
+        if isinstance(calibration.plan, multiclass.MulticlassObjectivePlan):
+            return multiclass.run_objective(X, y, calibration.plan, rng=rng, progress=progress)
         plan = require_plan(calibration, ObjectivePerturbationPlan)
         report(progress, 0.0)
         if plan.inputs.task == "regression":

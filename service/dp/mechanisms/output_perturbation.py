@@ -82,6 +82,7 @@ from service.dp.core.plan import plan_kind
 from service.dp.core.regression_losses import RegressionHuberLoss
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data.clipping import round_up, scale_for
+from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     Inputs,
     MechanismPlan,
@@ -203,7 +204,9 @@ def excess_risk_terms(
 
 
 CAPABILITIES = Capabilities(
-    excess_risk=excess_risk_terms, meta_level=True, tasks=frozenset({"binary", "regression"})
+    excess_risk=excess_risk_terms,
+    meta_level=True,
+    tasks=frozenset({"binary", "multiclass", "regression"}),
 )
 
 
@@ -223,6 +226,8 @@ class OutputPerturbation:
     def calibrate(self, problem: Problem) -> Calibration:
         if problem.task == "regression":
             return regression_plan(problem).calibration()
+        if problem.task == "multiclass":
+            return multiclass.output_plan(problem).calibration()
         loss = problem_loss(problem)
         n, lam, eps, d = problem.n, problem.regularization, problem.epsilon, problem.d
         base = certified.tolerance(
@@ -258,6 +263,8 @@ class OutputPerturbation:
         progress: ProgressCallback | None,
     ) -> FittedModel:
         del problem  # the plan holds the objective
+        if isinstance(calibration.plan, multiclass.MulticlassOutputPlan):
+            return multiclass.run_output(X, y, calibration.plan, rng=rng, progress=progress)
         plan = require_plan(calibration, OutputPerturbationPlan)
         loss = plan.inputs.loss_function()
         report(progress, 0.0)
