@@ -9,6 +9,33 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from typing_extensions import TypeAliasType
 
 
+class AdasspOptions(BaseModel):
+    """
+    The options (`params`) of `adassp`. AdaSSP's option: the failure probability ρ of its adaptive ridge rule.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+    rho: Annotated[
+        float | None,
+        Field(
+            description="Failure probability of the adaptive ridge rule (public; utility only, never privacy).",
+            gt=0.0,
+            lt=1.0,
+            title="Rho",
+        ),
+    ] = 0.05
+
+
 class AuditEventRead(BaseModel):
     """
     A security-relevant event. Keys appear only by their public prefix.
@@ -785,6 +812,34 @@ class FitCost(BaseModel):
 
     delta: Annotated[float, Field(title="Delta")]
     epsilon: Annotated[float, Field(title="Epsilon")]
+
+
+FitCreateAdasspEpsilon = TypeAliasType(
+    "FitCreateAdasspEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateAdasspRegularization = TypeAliasType(
+    "FitCreateAdasspRegularization",
+    Annotated[
+        float,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            ge=1e-10,
+            le=1000000.0,
+            title="Regularization",
+        ),
+    ],
+)
 
 
 FitCreateDpSgdEpsilon = TypeAliasType(
@@ -1762,6 +1817,79 @@ class OutputPerturbationOptions(BaseModel):
             title="H",
         ),
     ] = 0.5
+
+
+PlanCreateAdasspReferenceDatasetId = TypeAliasType(
+    "PlanCreateAdasspReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateAdasspSeed = TypeAliasType(
+    "PlanCreateAdasspSeed", Annotated[int, Field(ge=0, le=9223372036854775807, title="Seed")]
+)
+
+
+PlanCreateAdasspTargetAccuracy = TypeAliasType(
+    "PlanCreateAdasspTargetAccuracy",
+    Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
+)
+
+
+class PlanCreateAdassp(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `adassp`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[Literal["adassp"], Field(description="`adassp`.", title="Mechanism")]
+    params: Annotated[
+        AdasspOptions | None, Field(description="The options of `adassp` (each optional).")
+    ] = None
+    reference_dataset_id: Annotated[
+        PlanCreateAdasspReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float | Literal["auto"]] | None,
+        Field(
+            description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by fits without a λ (its record is on the point as `regularization_rule`).',
+            max_length=40,
+            min_length=1,
+            title="Regularizations",
+        ),
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateAdasspSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[
+        PlanCreateAdasspTargetAccuracy | None, Field(title="Target Accuracy")
+    ] = None
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
 
 
 PlanCreateDpSgdReferenceDatasetId = TypeAliasType(
@@ -3376,6 +3504,53 @@ class EvaluationQuoteRead(BaseModel):
     warnings: Annotated[list[str], Field(title="Warnings")]
 
 
+class FitCreateAdassp(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `adassp`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateAdasspEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
+    ] = "logistic"
+    mechanism: Annotated[Literal["adassp"], Field(description="`adassp`.", title="Mechanism")]
+    params: Annotated[
+        AdasspOptions | None, Field(description="The options of `adassp` (each optional).")
+    ] = None
+    regularization: Annotated[
+        FitCreateAdasspRegularization | RegularizationCandidates | Literal["auto"] | None,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            title="Regularization",
+        ),
+    ] = None
+    selection: Annotated[
+        Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
+        Field(
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0, or `noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
+            title="Selection",
+        ),
+    ] = None
+
+
 class FitCreateDpSgd(BaseModel):
     """
     A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `dp_sgd`.
@@ -4220,6 +4395,7 @@ FitCreate = TypeAliasType(
         | FitCreateGaussianObjectivePerturbation
         | FitCreateDpSgd
         | FitCreateNoisyGd
+        | FitCreateAdassp
         | FitCreateStackingSamples
         | FitCreateStackingFeatures,
         Field(
@@ -4251,6 +4427,7 @@ PlanCreate = TypeAliasType(
         | PlanCreateGaussianObjectivePerturbation
         | PlanCreateDpSgd
         | PlanCreateNoisyGd
+        | PlanCreateAdassp
         | PlanCreateStackingSamples
         | PlanCreateStackingFeatures,
         Field(
