@@ -828,6 +828,19 @@ FitCreateAdasspEpsilon = TypeAliasType(
 )
 
 
+FitCreateAdasspLoss = TypeAliasType(
+    "FitCreateAdasspLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
 FitCreateAdasspRegularization = TypeAliasType(
     "FitCreateAdasspRegularization",
     Annotated[
@@ -3529,8 +3542,12 @@ class FitCreateAdassp(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateAdasspLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[Literal["adassp"], Field(description="`adassp`.", title="Mechanism")]
     params: Annotated[
         AdasspOptions | None, Field(description="The options of `adassp` (each optional).")
