@@ -68,6 +68,92 @@ function table(headings, rows) {
     el("tbody", {}, ...rows.map((cells) => el("tr", {}, ...cells.map((c) => el("td", {}, c))))));
 }
 
+// A weight or a metric, compactly: four significant digits (scientific notation outside
+// [0.001, 1e6)); only 0 reads "0".
+function num(x) {
+  if (x === null || x === undefined) return "—";
+  const v = Number(x);
+  if (!Number.isFinite(v)) return String(v);
+  if (v === 0) return "0";
+  const p = Number(v.toPrecision(4));
+  return Math.abs(p) < 1e-3 || Math.abs(p) >= 1e6 ? p.toExponential() : String(p);
+}
+
+const TASK_NAMES = { binary: "binary", multiclass: "multi-class", regression: "regression" };
+
+// What a label holds, from a dataset spec's or a model's label and the task the API states:
+// binary (positive, and negative when declared), the declared classes in their public order
+// (class k is the k-th; an index starts at 0 as in the model's rows and scores), or the
+// public bounds of a numeric label. Class names and the column are the site's: shown inert.
+function labelInfo(label, task, clippedRows) {
+  const kind = TASK_NAMES[task] || "binary";
+  const parts = [el("span", { class: "task" }, kind)];
+  if (label && label.column !== undefined) parts.push(" label ", inertName(label.column, "label-column"));
+  if (task === "multiclass" && label && Array.isArray(label.classes)) {
+    parts.push(`, ${label.classes.length} classes in order: `,
+      el("ol", { class: "label-classes", start: "0" },
+        ...label.classes.map((c, k) => el("li", { class: "label-class" },
+          el("span", { class: "class-index" }, String(k)), " ", inertName(c)))));
+  } else if (task === "regression" && label) {
+    parts.push(", a number within ",
+      el("span", { class: "label-bounds" }, `[${fmt(label.lower)}, ${fmt(label.upper)}]`));
+    if (clippedRows !== undefined && clippedRows !== null) {
+      parts.push("; ", el("span", { class: "label-clipped" }, String(clippedRows)),
+        " rows clipped to the bounds at upload");
+    }
+  } else if (label && label.positive !== undefined) {
+    parts.push(", positive ", inertName(label.positive, "label-positive"));
+    if (label.negative !== undefined && label.negative !== null) {
+      parts.push(", negative ", inertName(label.negative, "label-negative"));
+    }
+  }
+  return el("div", { class: "label-info", "data-task": kind }, ...parts);
+}
+
+// The name of the design-matrix column j (by index when the model's width differs).
+function featureName(names, j) {
+  return names && j < names.length ? names[j] : `column ${j}`;
+}
+
+// A model's weights, by task, in a folded table:
+// * binary: one weight per design column (score wᵀx; positive when > 0);
+// * multi-class: a row per design column and a column per declared class (coef row k is
+//   class k's weights; the predicted class is the highest score wₖᵀx);
+// * regression: the weight w in the mapped [−1, 1] units and β = w·(U − L)/2 in the label's
+//   units. The prediction is L + (clip(wᵀx, −1, 1) + 1)/2 · (U − L), which is exactly
+//   clip((L + U)/2 + Σⱼ βⱼxⱼ, L, U), x the preprocessed row (intercept column included).
+function weights(full) {
+  const body = full.model || {}, names = full.feature_names || [];
+  if (full.task === "multiclass" && body.kind === "multiclass" && Array.isArray(body.coef)) {
+    const classes = (full.label && full.label.classes) || body.coef.map((_, k) => `class ${k}`);
+    const d = Math.max(...body.coef.map((row) => row.length));
+    const rows = [];
+    for (let j = 0; j < d; j++) {
+      rows.push([featureName(names, j), ...body.coef.map((row) => num(row[j]))]);
+    }
+    return el("details", { class: "weights multiclass-weights" },
+      el("summary", {}, `${body.coef.length} × ${d} weights (a column per class)`),
+      table(["Feature", ...classes.map((c) => inertName(c, "weights-class"))], rows));
+  }
+  if (!Array.isArray(full.coefficients)) {
+    return el("span", { class: "weights" }, body.kind ? `${body.kind} model: see its JSON` : "—");
+  }
+  if (full.task === "regression" && full.label) {
+    const { lower, upper } = full.label, half = (upper - lower) / 2;
+    return el("details", { class: "weights regression-weights" },
+      el("summary", {}, `${full.coefficients.length} weights, in label units`),
+      el("p", { class: "weights-mapping" },
+        `value = clip(${fmt((lower + upper) / 2)} + Σ βⱼ·xⱼ, ${fmt(lower)}, ${fmt(upper)}); `,
+        `βⱼ = wⱼ·(${fmt(upper)} − ${fmt(lower)})/2, x the preprocessed row`),
+      table(["Feature", "w (mapped [−1, 1] units)", "β (label units)"],
+        full.coefficients.map((c) => [c.feature, num(c.weight),
+          el("span", { class: "weight-label-units" }, num(c.weight * half))])));
+  }
+  return el("details", { class: "weights binary-weights" },
+    el("summary", {}, `${full.coefficients.length} weights`),
+    table(["Feature", "Weight"], full.coefficients.map((c) => [c.feature, num(c.weight)])));
+}
+
 // A bar: the spent share of the total ε in red, the rest in green.
 function gauge(spent, total) {
   const width = 240, used = total > 0 ? Math.min(1, spent / total) * width : 0;
@@ -115,6 +201,7 @@ async function showDatasets() {
     cards.push(el("div", { class: "card dataset", "data-id": d.id },
       el("strong", {}, inertName(d.name)), " ", el("code", { class: "dataset-id" }, d.id),
       el("div", {}, `${d.n_rows} rows, ${d.n_features} features`),
+      labelInfo(d.spec && d.spec.label, d.task, d.ingest && d.ingest.label_clipped_rows),
       el("div", { class: "budget" },
         "ε spent ", el("span", { class: "eps-spent" }, fmt(b.epsilon_spent)),
         " of ", el("span", { class: "eps-total" }, fmt(b.epsilon_total)),
@@ -184,6 +271,7 @@ async function showModels() {
   for (const m of list.items) {
     const full = await api(`/v1/models/${encodeURIComponent(m.id)}`);
     rows.push([el("code", { class: "model-id" }, m.id), m.mechanism ?? m.source,
+      labelInfo(full.label, full.task), weights(full),
       el("span", {}, guarantee(m.epsilon, m.delta), m.verified === false ? " (claimed)" : ""),
       el("div", { class: "model-warnings" }, warnings(full.privacy && full.privacy.warnings)),
       el("details", {}, el("summary", {}, "privacy receipt"),
@@ -192,7 +280,8 @@ async function showModels() {
     evaluations.push(...evals.items);
   }
   document.getElementById("models").replaceChildren(
-    rows.length ? table(["Model", "Mechanism", "Guarantee", "Warnings", "Receipt"], rows)
+    rows.length ? table(["Model", "Mechanism", "Predicts", "Weights", "Guarantee", "Warnings",
+                           "Receipt"], rows)
       : el("p", {}, "No models."));
   const evalRows = evaluations.map((e) => {
     const r = e.result || {}, metrics = r.metrics || {};
