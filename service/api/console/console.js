@@ -265,6 +265,56 @@ function metric(m) {
   return `${fmt(m.estimate)} [${fmt(lo)}, ${fmt(hi)}]`;
 }
 
+// An interval end that the release leaves unbounded (null) reads −∞ or ∞.
+function interval(m, digits) {
+  const [lo, hi] = (m && m.interval) || [];
+  const end = (v, inf) => (v === null || v === undefined ? inf : digits(v));
+  return `[${end(lo, "−∞")}, ${end(hi, "∞")}]`;
+}
+
+function estimate(m) {
+  return m ? el("span", { class: "estimate" }, `${num(m.estimate)} ${interval(m, num)}`) : "—";
+}
+
+// A multi-class evaluation: the noisy K × K confusion matrix (rows the true class, columns
+// the class of highest score; the counts carry discrete Laplace noise, so one may be
+// negative), then each class's precision, recall and F1 with their intervals.
+function multiclassEvaluation(r) {
+  const classes = r.classes || [], counts = (r.confusion_matrix && r.confusion_matrix.counts) || [];
+  const matrix = el("table", { class: "confusion-matrix" },
+    el("thead", {}, el("tr", {}, el("th", {}, "true ╲ predicted"),
+      ...classes.map((c) => el("th", { class: "cm-predicted" }, inertName(c))))),
+    el("tbody", {}, ...counts.map((row, k) => el("tr", {},
+      el("th", { class: "cm-true" }, inertName(classes[k])),
+      ...row.map((v, j) => el("td", { class: k === j ? "cm-count cm-diagonal" : "cm-count" },
+        String(v)))))));
+  const perClass = table(["Class", "Precision", "Recall", "F1"],
+    (r.per_class || []).map((p) => [inertName(p.class), estimate(p.precision),
+      estimate(p.recall), estimate(p.f1)]));
+  perClass.classList.add("metrics", "per-class");
+  return el("details", { class: "evaluation-details multiclass-evaluation", open: "" },
+    el("summary", {}, `${classes.length} × ${classes.length} confusion matrix (noisy counts, `,
+      `${r.n ?? "?"} rows) and per-class metrics`), matrix, perClass);
+}
+
+// A regression evaluation: RMSE and MAE in the label's units, R², each with its interval.
+function regressionEvaluation(r) {
+  const m = r.metrics || {}, b = r.label_bounds || {};
+  const rows = [["RMSE", estimate(m.rmse), "label units"], ["MAE", estimate(m.mae), "label units"],
+    ["R²", estimate(m.r2), "share of the label's variance explained"]];
+  const body = table(["Metric", "Estimate [interval]", "Units"], rows);
+  body.classList.add("metrics", "regression-metrics");
+  return el("div", { class: "evaluation-details regression-evaluation" }, body,
+    el("div", { class: "evaluation-note" },
+      `${r.n ?? "?"} rows; label bounds [${fmt(b.lower)}, ${fmt(b.upper)}]`));
+}
+
+function evaluationDetails(r) {
+  if (r.task === "multiclass") return multiclassEvaluation(r);
+  if (r.task === "regression") return regressionEvaluation(r);
+  return "—";
+}
+
 async function showModels() {
   const list = await api("/v1/models?limit=200");
   const rows = [], evaluations = [];
@@ -285,15 +335,19 @@ async function showModels() {
       : el("p", {}, "No models."));
   const evalRows = evaluations.map((e) => {
     const r = e.result || {}, metrics = r.metrics || {};
+    const f1 = metrics.f1 ? metric(metrics.f1)
+      : metrics.macro_f1 ? `${metric(metrics.macro_f1)} (macro)` : "—";
     return [el("code", { class: "evaluation-id" }, e.id), el("code", {}, e.model_id),
       el("code", {}, e.dataset_id), el("span", { class: "evaluation-eps" }, fmt(e.epsilon)),
+      el("span", { class: "evaluation-task" }, TASK_NAMES[r.task] || "binary"),
       el("span", { class: "evaluation-accuracy" }, metric(metrics.accuracy)),
-      metric(metrics.f1), el("span", { class: "evaluation-auc" }, fmt(r.roc?.auc))];
+      el("span", { class: "evaluation-f1" }, f1),
+      el("span", { class: "evaluation-auc" }, fmt(r.roc?.auc)), evaluationDetails(r)];
   });
   const ci = evaluations.length ? Math.round(100 * (evaluations[0].result?.confidence ?? 0.95)) : 95;
   document.getElementById("evaluations").replaceChildren(evalRows.length
-    ? table(["Evaluation", "Model", "Dataset", "ε", `Accuracy [${ci} % interval]`,
-             `F1 [${ci} % interval]`, "AUC"], evalRows)
+    ? table(["Evaluation", "Model", "Dataset", "ε", "Task", `Accuracy [${ci} % interval]`,
+             `F1 [${ci} % interval]`, "AUC", "Details"], evalRows)
     : el("p", {}, "No evaluations."));
 }
 
