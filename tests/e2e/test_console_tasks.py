@@ -9,8 +9,15 @@ Chromium as tests/e2e/test_console.py:
   β = w·(U − L)/2, with the mapping stated; the stated mapping is checked against the API's
   own predictions (value = clip((L + U)/2 + (U − L)/2 · score, L, U)).
 
+* a private evaluation of each: the multi-class one as its K × K confusion matrix (rows the
+  true class, columns the predicted one, both in the declared order) with per-class
+  precision, recall and F1 and their intervals, the regression one as RMSE, MAE and R² with
+  their intervals, each equal to the API's numbers.
+
 Each fit is a private one (multi-class objective perturbation, AdaSSP) on a small synthetic
-table whose label follows the age, so the page shows real fitted weights.
+table whose label follows the age, so the page shows real fitted weights. The evaluation tests
+are skipped, saying so, where the server refuses to evaluate these tasks (before private
+evaluation of multi-class and numeric labels is merged).
 """
 
 from __future__ import annotations
@@ -95,6 +102,42 @@ def _site_with_model(
     assert job["status"] == "succeeded", job
     model = _get(server, f"/v1/models/{job['model_id']}", site)
     return key, dataset, model, site
+
+
+def _evaluate(
+    server: LiveServer, site: dict[str, str], model: dict[str, Any], dataset: dict[str, Any]
+) -> dict[str, Any]:
+    """A private evaluation of ``model`` on its own dataset at ε = 0.5 (the result as stored)."""
+    response = httpx2.post(
+        f"{server.base_url}/v1/models/{model['id']}/evaluations",
+        headers={**site, "Prefer": "wait=60"},
+        json={"dataset_id": dataset["id"], "epsilon": 0.5},
+        timeout=120,
+    )
+    if response.status_code == 422 and "unsupported-label-task" in response.text:
+        pytest.skip(f"this server does not evaluate a {model['task']} model privately yet")
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["status"] == "succeeded", job
+    evaluation: dict[str, Any] = _get(server, f"/v1/evaluations/{job['id']}", site)
+    return evaluation
+
+
+def _interval(text: str) -> tuple[float, float, float]:
+    """'0.61 [0.55, 0.67]' → (0.61, 0.55, 0.67); an unbounded end reads ±∞."""
+    head, _, rest = text.partition(" [")
+    low, high = rest.rstrip("]").split(", ")
+    ends = {"−∞": float("-inf"), "∞": float("inf")}
+    return float(head), ends.get(low) or float(low), ends.get(high) or float(high)
+
+
+def _approx(metric: dict[str, Any]) -> tuple[Any, Any, Any]:
+    low, high = metric["interval"]
+    return (
+        pytest.approx(metric["estimate"], rel=1e-3, abs=1e-12),
+        float("-inf") if low is None else pytest.approx(low, rel=1e-3, abs=1e-12),
+        float("inf") if high is None else pytest.approx(high, rel=1e-3, abs=1e-12),
+    )
 
 
 def _open(server: LiveServer, browser: Any, key: str) -> tuple[Any, Any]:
@@ -199,5 +242,75 @@ def test_the_console_shows_a_regression_dataset_and_its_weights_in_label_units(
         expected = min(max((LOWER + UPPER) / 2 + half * p["score"], LOWER), UPPER)
         assert p["value"] == pytest.approx(expected, rel=1e-12, abs=1e-12)
     assert record.foreign_requests == []
+    assert record.page_errors == []
+    assert record.console_errors == []
+
+
+def test_the_console_shows_a_multiclass_evaluations_confusion_matrix_and_per_class_metrics(
+    shared_live_server: LiveServer, browser: Any
+) -> None:
+    key, dataset, model, site = _site_with_model(
+        shared_live_server,
+        {"column": "grade", "classes": CLASSES},
+        {"mechanism": "objective_perturbation"},
+    )
+    evaluation = _evaluate(shared_live_server, site, model, dataset)
+    result = evaluation["result"]
+    assert result["classes"] == CLASSES
+
+    page, record = _open(shared_live_server, browser, key)
+    page.locator(".evaluation-id").first.wait_for(timeout=30_000)
+    row = page.locator("#evaluations tr.evaluation").first
+    below = page.locator("#evaluations tr.evaluation-details-row").first
+    assert row.locator(".evaluation-task").inner_text() == "multi-class"
+    accuracy = _interval(row.locator(".evaluation-accuracy").inner_text())
+    assert accuracy == _approx(result["metrics"]["accuracy"])
+    assert row.locator(".evaluation-f1").inner_text().endswith("(macro)")
+    assert below.get_attribute("data-id") == evaluation["id"]
+    details = below.locator("details.multiclass-evaluation")
+    assert details.get_attribute("open") is not None  # shown without a click
+    matrix = details.locator("table.confusion-matrix")
+    assert matrix.locator("th.cm-predicted").all_inner_texts() == CLASSES
+    assert matrix.locator("th.cm-true").all_inner_texts() == CLASSES
+    counts = [
+        [int(c) for c in tr.locator("td.cm-count").all_inner_texts()]
+        for tr in matrix.locator("tbody tr").all()
+    ]
+    assert counts == result["confusion_matrix"]["counts"]
+    assert matrix.locator("td.cm-diagonal").count() == len(CLASSES)
+    per_class = details.locator("table.per-class tbody tr").all()
+    assert len(per_class) == len(CLASSES)
+    for tr, expected in zip(per_class, result["per_class"], strict=True):
+        cells = _cells(tr)
+        assert cells[0] == expected["class"]
+        for cell, name in zip(cells[1:], ("precision", "recall", "f1"), strict=True):
+            assert _interval(cell) == _approx(expected[name]), name
+    assert record.page_errors == []
+    assert record.console_errors == []
+
+
+def test_the_console_shows_a_regression_evaluations_errors_with_intervals(
+    shared_live_server: LiveServer, browser: Any
+) -> None:
+    key, dataset, model, site = _site_with_model(
+        shared_live_server,
+        {"column": "hours", "lower": LOWER, "upper": UPPER},
+        {"mechanism": "adassp"},
+    )
+    result = _evaluate(shared_live_server, site, model, dataset)["result"]
+
+    page, record = _open(shared_live_server, browser, key)
+    page.locator(".evaluation-id").first.wait_for(timeout=30_000)
+    row = page.locator("#evaluations tr.evaluation").first
+    below = page.locator("#evaluations tr.evaluation-details-row").first
+    assert row.locator(".evaluation-task").inner_text() == "regression"
+    assert row.locator(".evaluation-accuracy").inner_text() == "—"
+    table = below.locator("table.regression-metrics")
+    shown = {_cells(tr)[0]: _cells(tr) for tr in table.locator("tbody tr").all()}
+    assert list(shown) == ["RMSE", "MAE", "R²"]
+    for label, name in (("RMSE", "rmse"), ("MAE", "mae"), ("R²", "r2")):
+        assert _interval(shown[label][1]) == _approx(result["metrics"][name]), name
+    assert shown["RMSE"][2] == "label units"
+    assert "label bounds [0, 40]" in below.locator(".evaluation-note").inner_text()
     assert record.page_errors == []
     assert record.console_errors == []

@@ -259,10 +259,9 @@ function guarantee(epsilon, delta) {
     ", δ = ", el("span", { class: "model-delta" }, fmt(delta)));
 }
 
+// A metric with its interval, to four significant digits (an unbounded end reads ±∞).
 function metric(m) {
-  if (!m) return "—";
-  const [lo, hi] = m.interval || [];
-  return `${fmt(m.estimate)} [${fmt(lo)}, ${fmt(hi)}]`;
+  return m ? `${num(m.estimate)} ${interval(m, num)}` : "—";
 }
 
 // An interval end that the release leaves unbounded (null) reads −∞ or ∞.
@@ -273,7 +272,7 @@ function interval(m, digits) {
 }
 
 function estimate(m) {
-  return m ? el("span", { class: "estimate" }, `${num(m.estimate)} ${interval(m, num)}`) : "—";
+  return m ? el("span", { class: "estimate" }, metric(m)) : "—";
 }
 
 // A multi-class evaluation: the noisy K × K confusion matrix (rows the true class, columns
@@ -312,7 +311,7 @@ function regressionEvaluation(r) {
 function evaluationDetails(r) {
   if (r.task === "multiclass") return multiclassEvaluation(r);
   if (r.task === "regression") return regressionEvaluation(r);
-  return "—";
+  return null;
 }
 
 async function showModels() {
@@ -333,21 +332,35 @@ async function showModels() {
     rows.length ? table(["Model", "Mechanism", "Predicts", "Weights", "Guarantee", "Warnings",
                            "Receipt"], rows)
       : el("p", {}, "No models."));
-  const evalRows = evaluations.map((e) => {
+  // One row per evaluation; a multi-class or regression release gets a full-width row of
+  // its own below it (the confusion matrix and per-class metrics, or the error metrics).
+  const headings = ["Evaluation", "Model", "Dataset", "ε", "Task", "Accuracy [interval]",
+    "F1 [interval]", "AUC"];
+  const evalRows = evaluations.flatMap((e) => {
     const r = e.result || {}, metrics = r.metrics || {};
     const f1 = metrics.f1 ? metric(metrics.f1)
       : metrics.macro_f1 ? `${metric(metrics.macro_f1)} (macro)` : "—";
-    return [el("code", { class: "evaluation-id" }, e.id), el("code", {}, e.model_id),
+    const cells = [el("code", { class: "evaluation-id" }, e.id), el("code", {}, e.model_id),
       el("code", {}, e.dataset_id), el("span", { class: "evaluation-eps" }, fmt(e.epsilon)),
       el("span", { class: "evaluation-task" }, TASK_NAMES[r.task] || "binary"),
       el("span", { class: "evaluation-accuracy" }, metric(metrics.accuracy)),
       el("span", { class: "evaluation-f1" }, f1),
-      el("span", { class: "evaluation-auc" }, fmt(r.roc?.auc)), evaluationDetails(r)];
+      el("span", { class: "evaluation-auc" }, fmt(r.roc?.auc))];
+    const rows = [el("tr", { class: "evaluation", "data-id": e.id },
+      ...cells.map((c) => el("td", {}, c)))];
+    const details = evaluationDetails(r);
+    if (details) {
+      rows.push(el("tr", { class: "evaluation-details-row", "data-id": e.id },
+        el("td", { colspan: String(headings.length) }, details)));
+    }
+    return rows;
   });
   const ci = evaluations.length ? Math.round(100 * (evaluations[0].result?.confidence ?? 0.95)) : 95;
+  headings[5] = `Accuracy [${ci} % interval]`;
+  headings[6] = `F1 [${ci} % interval]`;
   document.getElementById("evaluations").replaceChildren(evalRows.length
-    ? table(["Evaluation", "Model", "Dataset", "ε", "Task", `Accuracy [${ci} % interval]`,
-             `F1 [${ci} % interval]`, "AUC", "Details"], evalRows)
+    ? el("table", {}, el("thead", {}, el("tr", {}, ...headings.map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...evalRows))
     : el("p", {}, "No evaluations."));
 }
 
