@@ -176,7 +176,7 @@ def test_the_console_shows_a_multiclass_dataset_and_its_per_class_weights(
     assert info.locator(".label-class").all_inner_texts() == ["0 low", "1 mid", "2 high"]
 
     row = page.locator("#models tbody tr").first
-    assert row.locator(".label-info .label-class .name").all_inner_texts() == CLASSES
+    assert row.locator(".label-info .label-class .value").all_inner_texts() == CLASSES
     weights = row.locator("details.multiclass-weights")
     summary = weights.locator("summary").inner_text()
     assert summary == f"3 × {len(names)} weights (a column per class)"

@@ -39,9 +39,18 @@ const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 // isolated in a <bdi> so it cannot reorder what surrounds it, and with every bidi control
 // shown as its code point ([U+202E]) so it cannot disguise itself either.
 function inertName(text, cls) {
+  return inert(text, cls ? `name ${cls}` : "name");
+}
+
+// The same for a value the site declared in a spec (a label column, a class): class "value".
+function inertValue(text, cls) {
+  return inert(text, cls ? `value ${cls}` : "value");
+}
+
+function inert(text, cls) {
   const shown = String(text ?? "").replace(BIDI_CONTROLS,
     (ch) => `[U+${ch.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}]`);
-  return el("bdi", { class: cls ? `name ${cls}` : "name", dir: "auto" }, shown);
+  return el("bdi", { class: cls, dir: "auto" }, shown);
 }
 
 function status(text, isError) {
@@ -88,12 +97,14 @@ const TASK_NAMES = { binary: "binary", multiclass: "multi-class", regression: "r
 function labelInfo(label, task, clippedRows) {
   const kind = TASK_NAMES[task] || "binary";
   const parts = [el("span", { class: "task" }, kind)];
-  if (label && label.column !== undefined) parts.push(" label ", inertName(label.column, "label-column"));
+  if (label && label.column !== undefined) {
+    parts.push(" label ", inertValue(label.column, "label-column"));
+  }
   if (task === "multiclass" && label && Array.isArray(label.classes)) {
     parts.push(`, ${label.classes.length} classes in order: `,
       el("ol", { class: "label-classes", start: "0" },
         ...label.classes.map((c, k) => el("li", { class: "label-class" },
-          el("span", { class: "class-index" }, String(k)), " ", inertName(c)))));
+          el("span", { class: "class-index" }, String(k)), " ", inertValue(c)))));
   } else if (task === "regression" && label) {
     parts.push(", a number within ",
       el("span", { class: "label-bounds" }, `[${fmt(label.lower)}, ${fmt(label.upper)}]`));
@@ -102,9 +113,9 @@ function labelInfo(label, task, clippedRows) {
         " rows clipped to the bounds at upload");
     }
   } else if (label && label.positive !== undefined) {
-    parts.push(", positive ", inertName(label.positive, "label-positive"));
+    parts.push(", positive ", inertValue(label.positive, "label-positive"));
     if (label.negative !== undefined && label.negative !== null) {
-      parts.push(", negative ", inertName(label.negative, "label-negative"));
+      parts.push(", negative ", inertValue(label.negative, "label-negative"));
     }
   }
   return el("div", { class: "label-info", "data-task": kind }, ...parts);
@@ -129,11 +140,11 @@ function weights(full) {
     const d = Math.max(...body.coef.map((row) => row.length));
     const rows = [];
     for (let j = 0; j < d; j++) {
-      rows.push([featureName(names, j), ...body.coef.map((row) => num(row[j]))]);
+      rows.push([inertValue(featureName(names, j)), ...body.coef.map((row) => num(row[j]))]);
     }
     return el("details", { class: "weights multiclass-weights" },
       el("summary", {}, `${body.coef.length} × ${d} weights (a column per class)`),
-      table(["Feature", ...classes.map((c) => inertName(c, "weights-class"))], rows));
+      table(["Feature", ...classes.map((c) => inertValue(c, "weights-class"))], rows));
   }
   if (!Array.isArray(full.coefficients)) {
     return el("span", { class: "weights" }, body.kind ? `${body.kind} model: see its JSON` : "—");
@@ -146,12 +157,13 @@ function weights(full) {
         `value = clip(${fmt((lower + upper) / 2)} + Σ βⱼ·xⱼ, ${fmt(lower)}, ${fmt(upper)}); `,
         `βⱼ = wⱼ·(${fmt(upper)} − ${fmt(lower)})/2, x the preprocessed row`),
       table(["Feature", "w (mapped [−1, 1] units)", "β (label units)"],
-        full.coefficients.map((c) => [c.feature, num(c.weight),
+        full.coefficients.map((c) => [inertValue(c.feature), num(c.weight),
           el("span", { class: "weight-label-units" }, num(c.weight * half))])));
   }
   return el("details", { class: "weights binary-weights" },
     el("summary", {}, `${full.coefficients.length} weights`),
-    table(["Feature", "Weight"], full.coefficients.map((c) => [c.feature, num(c.weight)])));
+    table(["Feature", "Weight"],
+      full.coefficients.map((c) => [inertValue(c.feature), num(c.weight)])));
 }
 
 // A bar: the spent share of the total ε in red, the rest in green.
@@ -282,13 +294,13 @@ function multiclassEvaluation(r) {
   const classes = r.classes || [], counts = (r.confusion_matrix && r.confusion_matrix.counts) || [];
   const matrix = el("table", { class: "confusion-matrix" },
     el("thead", {}, el("tr", {}, el("th", {}, "true ╲ predicted"),
-      ...classes.map((c) => el("th", { class: "cm-predicted" }, inertName(c))))),
+      ...classes.map((c) => el("th", { class: "cm-predicted" }, inertValue(c))))),
     el("tbody", {}, ...counts.map((row, k) => el("tr", {},
-      el("th", { class: "cm-true" }, inertName(classes[k])),
+      el("th", { class: "cm-true" }, inertValue(classes[k])),
       ...row.map((v, j) => el("td", { class: k === j ? "cm-count cm-diagonal" : "cm-count" },
         String(v)))))));
   const perClass = table(["Class", "Precision", "Recall", "F1"],
-    (r.per_class || []).map((p) => [inertName(p.class), estimate(p.precision),
+    (r.per_class || []).map((p) => [inertValue(p.class), estimate(p.precision),
       estimate(p.recall), estimate(p.f1)]));
   perClass.classList.add("metrics", "per-class");
   return el("details", { class: "evaluation-details multiclass-evaluation", open: "" },
