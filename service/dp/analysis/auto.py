@@ -71,6 +71,7 @@ from numpy.typing import NDArray
 
 from service.dp import MECHANISMS, calibrate
 from service.dp import fit as dp_fit
+from service.dp.analysis.baseline import warning_threshold
 from service.dp.analysis.planning import excess_risk_bound
 from service.dp.data.prepared import prepare_design
 from service.dp.multisite.transfer import transfer_fit
@@ -204,10 +205,21 @@ class Expectation:
     reference: str
     baseline: float | None
     baseline_source: str
+    #: sd of a privately estimated baseline (0 for a public one): the warning compares the
+    #: mean with its upper bound (:func:`service.dp.analysis.baseline.warning_threshold`).
+    baseline_sd: float = 0.0
+
+    @property
+    def threshold(self) -> float | None:
+        """The accuracy below which the fit is flagged (None without a baseline)."""
+        if self.baseline is None:
+            return None
+        return warning_threshold(self.baseline, self.baseline_sd)
 
     @property
     def below_baseline(self) -> bool:
-        return self.baseline is not None and self.mean < self.baseline
+        threshold = self.threshold
+        return threshold is not None and self.mean < threshold
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -218,6 +230,8 @@ class Expectation:
             "reference": self.reference,
             "majority_baseline": self.baseline,
             "baseline_source": self.baseline_source,
+            "baseline_sd": self.baseline_sd,
+            "warning_threshold": self.threshold,
         }
 
 
@@ -604,10 +618,11 @@ def expected_accuracy(
     public: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None,
     public_key: str = "",
     repeats: int = REPEATS,
+    baseline_sd: float = 0.0,
 ) -> Expectation:
     """The expected accuracy band (mean, p10–p90 over ``repeats`` simulated fits) of one
-    fit, next to the majority baseline (None when unknown): the same simulation as
-    :func:`choose`, on the same reference."""
+    fit, next to the majority baseline (None when unknown; ``baseline_sd`` > 0 when it was
+    estimated privately): the same simulation as :func:`choose`, on the same reference."""
     key = (
         n,
         d,
@@ -619,6 +634,7 @@ def expected_accuracy(
         candidate.params_json,
         majority,
         baseline_source,
+        float(baseline_sd),
         public_key,
         repeats,
     )
@@ -639,7 +655,7 @@ def _expected(
 ) -> Expectation:
     n, d, epsilon, delta, loss = key[:5]
     _check_dimension(d)
-    majority, baseline_source, _, repeats = key[-4:]
+    majority, baseline_source, baseline_sd, _, repeats = key[-5:]
     X, y, reference = _reference(d, majority, public)
     (got,), _, _ = _simulate(
         [candidate],
@@ -663,4 +679,5 @@ def _expected(
         reference=reference,
         baseline=majority,
         baseline_source=baseline_source,
+        baseline_sd=baseline_sd,
     )
