@@ -232,8 +232,10 @@ def run_dataset(
         warned: dict[float, list[bool]] = {delta: [] for delta in AUTO_DELTAS}
         noisy_majority: list[float] = []
         methods: list[str] = []
+        clock: dict[str, float] = {"auto": 0.0, "tuned": 0.0, "privfit grid": 0.0, "dpl": 0.0}
         for _ in range(reps):
             seed = int(rng.integers(2**31))
+            t = time.time()
             for delta, auto in autos.items():
                 model, warn, noisy = auto.run(design, rng)
                 cols[f"auto δ={delta:g}"].append(score(model))
@@ -241,17 +243,26 @@ def run_dataset(
                 if delta == 0.0:
                     noisy_majority.append(noisy)
             cols["auto λ (OP)"].append(score(privfit(design, eps, auto_lam, rng)))
+            clock["auto"] += time.time() - t
+            t = time.time()
             model, method = tuned_fit(design, eps, rng)
             cols["tuned"].append(score(model))
             methods.append(method)
+            clock["tuned"] += time.time() - t
             for lam in grid:
+                t = time.time()
                 grid_acc[lam].append(score(privfit(design, eps, lam, rng)))
+                clock["privfit grid"] += time.time() - t
+                t = time.time()
                 dpl_acc[lam].append(
                     score(fit_diffprivlib(X, y, epsilon=eps, lam=lam, seed=seed + 1))
                 )
+                clock["dpl"] += time.time() - t
+            t = time.time()
             cols["diffprivlib default"].append(
                 score(fit_diffprivlib(X, y, epsilon=eps, lam=1.0 / n, seed=seed))
             )
+            clock["dpl"] += time.time() - t
         best_lam = max(grid, key=lambda lam: float(np.mean(grid_acc[lam])))
         dpl_best = max(grid, key=lambda lam: float(np.mean(dpl_acc[lam])))
         cols["best λ (hindsight)"] = grid_acc[best_lam]
@@ -285,6 +296,7 @@ def run_dataset(
             "diffprivlib_best_lambda": dpl_best,
             "results": {c: mean_se(v) for c, v in cols.items()},
             "choose_seconds": t_choose,
+            "column_seconds": clock,
             "seconds": time.time() - t0,
         }
         rows.append(row)
@@ -293,7 +305,9 @@ def run_dataset(
             f"{name} ε={eps}: auto {r['auto δ=0'][0]:.4f} ({row['auto_choice']['0']}), "
             f"auto δ {r['auto δ=1e-05'][0]:.4f} ({row['auto_choice']['1e-05']}), "
             f"dpl best {r['diffprivlib best λ'][0]:.4f}, warnings {warnings} "
-            f"({row['seconds']:.0f} s, choose {t_choose:.0f} s)",
+            f"({row['seconds']:.0f} s, choose {t_choose:.0f} s, "
+            + ", ".join(f"{k} {v:.0f} s" for k, v in clock.items())
+            + ")",
             flush=True,
         )
     return rows
