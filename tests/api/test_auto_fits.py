@@ -205,6 +205,13 @@ def test_auto_without_a_public_baseline_pays_a_private_count_within_the_request(
     assert isinstance(count["noisy_positive_count"], int)
     assert "majority" not in json.dumps(count["guarantee"])  # no private value in words
     assert budget(client, site.headers, dataset["id"])["epsilon_spent"] == pytest.approx(1.0)
+    # a named mechanism pays no slice: no baseline, no count, the fit at the whole ε
+    plain = _fit(
+        client, site, dataset["id"], fit_body("objective_perturbation", epsilon=1.0), dry=True
+    ).json()
+    assert plain["expected_accuracy"] is None
+    assert plain["cost"]["epsilon"] == 1.0
+    assert plain["calibration"]["epsilon"] == 1.0
 
 
 def test_auto_below_its_private_baseline_is_warned_in_the_record(
