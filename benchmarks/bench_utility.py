@@ -167,7 +167,7 @@ class AutoFit:
     @property
     def label(self) -> str:
         c = self.choice.chosen
-        return f"{c.mechanism} λ={c.regularization:g}"
+        return f"{c.mechanism} λ={c.regularization:.2g}"
 
     def run(self, design: PreparedDesign, rng: np.random.Generator) -> tuple[Any, bool, float]:
         """(model, warned, noisy majority): the count, the fit, the band against the count."""
