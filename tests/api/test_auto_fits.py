@@ -477,6 +477,28 @@ def test_an_auto_plan_uses_the_public_reference_by_default(
     assert too_many.status_code == 422
 
 
+def test_an_auto_plan_without_a_public_baseline_chooses_as_the_fit_would(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers)
+    body = {"mechanism": "auto", "epsilons": [1.0], "delta": 1e-6}
+
+    response = client.post(f"/v1/datasets/{dataset['id']}/plans", json=body, headers=site.headers)
+
+    assert response.status_code == 200, response.text
+    plan = response.json()
+    assert plan["majority_baseline"] is None
+    assert any("private count" in note for note in plan["notes"])
+    [point] = plan["points"]
+    # the dry run of the same auto fit: the same choice, at ε less the count's 5 %
+    quote = _fit(client, site, dataset["id"], _auto(), dry=True).json()
+    assert point["mechanism"] == quote["auto"]["chosen"]["mechanism"]
+    assert point["regularization"] == quote["auto"]["chosen"]["regularization"]
+    assert point["epsilon"] == 1.0
+    assert point["spent_epsilon"] == quote["cost"]["epsilon"] == 1.0
+    assert budget(client, site.headers, dataset["id"])["charges"] == []
+
+
 def test_an_auto_plan_draws_as_svg(client: TestClient, site: SiteHandle) -> None:
     dataset = upload(client, site.headers)
     response = client.post(
