@@ -125,6 +125,10 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
             delta=float(params["delta"]),
             loss=str(params["loss"]),
         )
+        count["composition"] = (
+            f"basic sequential composition with the model: {float(result.epsilon)!r} + "
+            f"{float(count['epsilon'])!r} ≤ the job's charge"
+        )
         record["private_baseline"] = json_safe(count)
         if expected is not None:
             record["expected_accuracy"] = json_safe(expected)
