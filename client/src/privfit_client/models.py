@@ -1458,7 +1458,7 @@ class JobRead(BaseModel):
     warnings: Annotated[
         list[dict[str, Any]] | None,
         Field(
-            description="Warnings fixed at submission (also in `params` and the model's record), e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering the majority class.",
+            description="Warnings fixed at submission (also in `params` and the model's record), e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering the majority class. (An auto fit whose baseline is estimated privately gets its warning in the model's record, once the count is released.)",
             title="Warnings",
         ),
     ] = None
@@ -2661,6 +2661,13 @@ class PrivacyRecordRead(BaseModel):
     ]
     kind: Annotated[Literal["fit", "declared_claim", "aggregate", "federated"], Field(title="Kind")]
     mechanism: Annotated[str | None, Field(title="Mechanism")]
+    private_baseline: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="For `mechanism: auto` without a public reference or declared `positive_fraction`: the noisy count of positive labels released for the majority-class baseline (discrete Laplace, sensitivity 1, its ε a public slice of the request, charged with the fit in the same job) and the baseline derived from it.",
+            title="Private Baseline",
+        ),
+    ] = None
     randomness: Annotated[
         dict[str, Any] | None,
         Field(
@@ -2687,7 +2694,7 @@ class PrivacyRecordRead(BaseModel):
     warnings: Annotated[
         list[dict[str, Any]] | None,
         Field(
-            description="Warnings fixed at submission, e.g. `below_majority_baseline`.",
+            description="Warnings fixed at submission, e.g. `below_majority_baseline`; for `mechanism: auto` without a public baseline, set when the job ran, against the privately estimated baseline (`private_baseline`).",
             title="Warnings",
         ),
     ] = None
