@@ -266,6 +266,8 @@ class RegressionEvaluation:
     confidence: float
     epsilon_split: dict[str, float]
     scales: dict[str, float]
+    #: the ε the noise was calibrated with: the shares' exact sum (≤ the request)
+    calibrated_epsilon: float
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -333,6 +335,7 @@ def evaluate_regression(
         confidence=confidence,
         epsilon_split={s.name: float(s.share * Fraction(eps)) for s in STATISTICS},
         scales={s.name: float(noise_scale(s, eps) / _UNITS) for s in STATISTICS},
+        calibrated_epsilon=eps,
     )
 
 
