@@ -19,6 +19,7 @@ from service.dp.analysis.evaluation_multiclass import (
     metrics,
     noisy_matrix,
 )
+from service.dp.core.accounting import ledger_floor
 from tests.unit.dp._audit import epsilon_lower_bound
 
 
@@ -201,3 +202,18 @@ def test_noise_scale_is_exact() -> None:
     noisy_matrix(np.zeros((1, 1), dtype=np.int64), 0.1, record)
     # CKS: the first uniform is on {0..t−1} with b = t/s exactly
     assert seen[0] == (Fraction(2) / Fraction(0.1)).numerator
+
+
+def test_the_noise_is_calibrated_with_the_ledger_floor() -> None:
+    """ε = 0.2 is charged as the ledger's amount, a little below the double 0.2: the noise
+    uses that floor (never more ε than charged) and the request is what is reported."""
+    assert ledger_floor(0.2) < 0.2
+    scores = np.eye(3)[np.arange(30) % 3]
+    result = evaluate_multiclass(
+        scores, np.arange(30) % 3, epsilon=0.2, randbelow=random.Random(1).randrange
+    )
+    assert result.epsilon == 0.2
+    assert result.epsilon_split == {"confusion_matrix": ledger_floor(0.2)}
+    assert result.to_dict()["noise"]["scale_confusion_matrix"] == float(
+        Fraction(2) / Fraction(ledger_floor(0.2))
+    )

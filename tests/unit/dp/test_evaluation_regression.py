@@ -23,6 +23,7 @@ from service.dp.analysis.evaluation_regression import (
     regression_metrics,
     terms,
 )
+from service.dp.core.accounting import ledger_floor
 from tests.unit.dp._audit import epsilon_lower_bound
 
 UNITS = 2**GRID_BITS
@@ -227,3 +228,22 @@ def test_bad_input_is_refused() -> None:
     for bad in (0.0, -1.0, math.inf, math.nan):
         with pytest.raises(ValueError, match="epsilon"):
             evaluate_regression(p, y, epsilon=bad, lower=0, upper=1)
+
+
+def test_the_noise_is_calibrated_with_the_ledger_floor() -> None:
+    """ε = 0.2 is charged as the ledger's amount, a little below the double 0.2: the seven
+    shares split that floor exactly (never more ε than charged); the request is reported."""
+    floor = ledger_floor(0.2)
+    assert floor < 0.2
+    result = evaluate_regression(
+        np.zeros(10),
+        np.zeros(10),
+        epsilon=0.2,
+        lower=0,
+        upper=1,
+        randbelow=random.Random(1).randrange,
+    )
+    assert result.epsilon == 0.2
+    assert result.calibrated_epsilon == floor
+    assert result.epsilon_split["squared_residuals"] == float(Fraction(floor) / 5)
+    assert result.scales["squared_residuals"] == float(4 / (Fraction(floor) / 5))
