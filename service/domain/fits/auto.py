@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 
 from service.db.models import Dataset
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
-from service.domain.datasets.catalog import read_design
+from service.domain.datasets.catalog import dataset_task, read_design
 from service.domain.errors import InvalidInputError
 from service.domain.ranges import check_calibration
 from service.dp import NON_PRIVATE_MECHANISMS
@@ -135,6 +135,7 @@ def find_public_reference(
     for row in rows:
         if (
             row.id != dataset.id
+            and dataset_task(row).task == "binary"
             and row.allow_non_private
             and row.deleted_at is None
             and list(row.feature_names) == list(dataset.feature_names)

@@ -19,6 +19,7 @@ from service.db.models import Dataset
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.datasets.catalog import get_owned_dataset, read_design
+from service.domain.datasets.labels import require_binary
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.fits import auto as fit_auto
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
@@ -250,6 +251,7 @@ def make_plan(
     actor.site_or_not_found("dataset")
     with uow:
         target = get_owned_dataset(uow, dataset_id=dataset_id, actor=actor)
+        require_binary((target.spec or {}).get("label"), "the planner", loc=["path", "dataset_id"])
         reference = None
         if request.reference_dataset_id is not None:
             try:

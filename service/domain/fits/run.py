@@ -18,7 +18,7 @@ import numpy as np
 
 from service.db.models import Dataset, Model, new_id
 from service.db.uow import UnitOfWorkFactory
-from service.domain.datasets.catalog import read_design
+from service.domain.datasets.catalog import dataset_task, read_design
 from service.domain.jobs.lifecycle import ClaimedJob, JobContext, Release, charged_amounts
 from service.domain.records.base import (
     DatasetRef,
@@ -56,7 +56,8 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
     params = job.params
     row = job.live_dataset()
     mechanism = str(params["mechanism"])
-    kwargs = fit_kwargs(params)
+    # the task (and K) of the dataset's label: public, fixed at upload
+    kwargs = {**fit_kwargs(params), **dataset_task(row).dp_kwargs}
     planned: dict[str, Any] = {}
     if job.plan is not None:
         planned["plan"] = checked_plan(

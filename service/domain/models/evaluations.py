@@ -30,6 +30,7 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import get_owned_dataset, read_design, require_live
+from service.domain.datasets.labels import require_binary
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.jobs.charged import (
@@ -108,8 +109,11 @@ def _check_epsilon(epsilon: float) -> None:
 
 
 def _check_same_spec(model: Model, dataset: Dataset) -> None:
-    """422 unless the dataset encodes the model's features the same way with the same label."""
+    """422 unless the dataset encodes the model's features the same way with the same label,
+    and that label is binary (evaluating the other tasks is a later step)."""
     label = dict(dataset.spec.get("label", {}))
+    require_binary(model.label, "private evaluation", loc=["path", "model_id"])
+    require_binary(label, "private evaluation", loc=["body", "dataset_id"])
     same = (
         list(model.feature_names) == list(dataset.feature_names)
         and dict(model.preprocessing) == dict(dataset.preprocessing)
