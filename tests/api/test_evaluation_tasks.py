@@ -141,10 +141,6 @@ def test_a_regression_model_is_evaluated_in_the_labels_units(
 def test_a_multiclass_model_is_evaluated_by_class(
     client: TestClient, site: SiteHandle, uow_factory: UnitOfWorkFactory
 ) -> None:
-    from service.dp.core import released
-
-    if not hasattr(released, "MulticlassModel"):
-        pytest.skip("multi-class models are read back once the multi-class fits are merged")
     dataset = _dataset(client, site, MULTICLASS)
     X, y = load_design(uow_factory, dataset)
     k, d = len(CLASSES), X.shape[1]
