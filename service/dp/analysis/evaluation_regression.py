@@ -30,8 +30,8 @@ T + Z with Z exact discrete Laplace of scale (Δ/g)/ε_j
 (:func:`~service.dp.analysis.evaluation.sample_discrete_laplace`, integer arithmetic only) is
 ε_j-DP: the probability ratio at any integer is e^{(|x − T′| − |x − T|)·ε_j g/Δ} ≤ e^{ε_j}.
 The released sum is (T + Z)·g (exact in a double). Rounding error: per term |t·g − q| ≤ g/2
-plus q's own rounding (a few units of 2⁻⁵³·16), so |T·g − Σq| ≤ n·2⁻²⁰ (3·10⁻³ for n = 10⁵),
-against noise of standard deviation √2·Δ/ε_j.
+plus q's own rounding (a few units of 2⁻⁵³·16), so |T·g − Σq| ≤ n·2⁻²⁰ (0.1 for n = 10⁵),
+against noise of standard deviation √2·Δ/ε_j (28 for Σr² at ε = 1).
 
 Estimates (post-processing, moments m = sum/n projected onto their feasible ranges):
 RMSE = s·√m_{r²}, MAE = s·m_{|r|}, R² = 1 − m_{r²}/V_y with V_y = m_{y²} − m_y² (absent when
