@@ -15,9 +15,7 @@ Chromium as tests/e2e/test_console.py:
   their intervals, each equal to the API's numbers.
 
 Each fit is a private one (multi-class objective perturbation, AdaSSP) on a small synthetic
-table whose label follows the age, so the page shows real fitted weights. The evaluation tests
-are skipped, saying so, where the server refuses to evaluate these tasks (before private
-evaluation of multi-class and numeric labels is merged).
+table whose label follows the age, so the page shows real fitted weights and real releases.
 """
 
 from __future__ import annotations
@@ -114,8 +112,6 @@ def _evaluate(
         json={"dataset_id": dataset["id"], "epsilon": 0.5},
         timeout=120,
     )
-    if response.status_code == 422 and "unsupported-label-task" in response.text:
-        pytest.skip(f"this server does not evaluate a {model['task']} model privately yet")
     assert response.status_code == 201, response.text
     job = response.json()
     assert job["status"] == "succeeded", job
