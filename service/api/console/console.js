@@ -147,7 +147,10 @@ function weights(full) {
       table(["Feature", ...classes.map((c) => inertValue(c, "weights-class"))], rows));
   }
   if (!Array.isArray(full.coefficients)) {
-    return el("span", { class: "weights" }, body.kind ? `${body.kind} model: see its JSON` : "—");
+    // a stacked model (a study's feature aggregation) is not one linear map: GET the model
+    return el("span", { class: "weights" },
+      body.kind ? `${body.kind} model: not one linear map (its JSON is in GET /v1/models/{id})`
+        : "—");
   }
   if (full.task === "regression" && full.label) {
     const { lower, upper } = full.label, half = (upper - lower) / 2;
