@@ -234,8 +234,11 @@ def test_a_multiclass_export_is_a_multinomial_logistic_regression_over_the_decla
     assert list(estimator.classes_) == CLASSES3  # declared order, not sorted
 
 
-def test_a_regression_export_clips_its_value_to_the_label_bounds_like_the_service() -> None:
-    spec = _data.spec()
+@pytest.mark.parametrize("row_norm", ["clip", "scale"])
+def test_a_regression_export_clips_its_value_to_the_label_bounds_like_the_service(
+    row_norm: str,
+) -> None:
+    spec = _data.spec(row_norm=row_norm)
     doc = task_export(NUMERIC_LABEL, regression_body(spec), spec)
     assert doc["task"] == "regression"
     assert doc["classes"] is None
