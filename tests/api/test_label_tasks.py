@@ -7,8 +7,8 @@
 * Every refusal is a 422 problem that stores nothing, charges nothing and shows no data value:
   a row of no declared class, a non-numeric or non-finite numeric label, a mixture of label
   forms (the field is named), a mechanism that does not fit the task, and the operations not
-  yet built for these tasks (auto, λ "auto", tuning, the planner, evaluation, studies; exports
-  of these models are tested in tests/e2e/test_task_exports.py).
+  yet built for these tasks (auto, λ "auto", tuning, the planner, studies; evaluations are
+  tested in tests/api/test_evaluation_tasks.py, exports in tests/e2e/test_task_exports.py).
 * End to end with ``non_private`` (upload, fit, GET the model, predict) once it fits the task;
   skipped, saying so, while it does not (its multi-class and regression fits are built in
   service.dp by their own change).
@@ -407,9 +407,11 @@ def test_tuning_and_the_planner_refuse_these_tasks(
     _nothing_charged(client, site, engine, dataset["id"])
 
 
-def test_evaluation_refuses_these_tasks_with_nothing_charged(
+def test_evaluating_a_binary_model_on_a_numeric_label_is_refused_with_nothing_charged(
     client: TestClient, site: SiteHandle, engine: Engine
 ) -> None:
+    """Private evaluation takes these tasks (tests/api/test_evaluation_tasks.py), on a dataset
+    whose label is the model's: a binary model's label is not the numeric one."""
     dataset = uploaded(client, site, NUMERIC)
     model = upload_model(client, site, [0.5] * N_WEIGHTS, features=FEATURES)
     for dry_run in (True, False):
@@ -419,8 +421,8 @@ def test_evaluation_refuses_these_tasks_with_nothing_charged(
             json={"dataset_id": dataset["id"], "epsilon": 0.5},
             headers=site.headers,
         )
-        problem = assert_problem(response, 422, "unsupported-label-task")
-        assert "private evaluation" in problem["detail"]
+        problem = assert_problem(response, 422, "invalid-input")
+        assert "spec differs" in problem["detail"]
     _nothing_charged(client, site, engine, dataset["id"])
 
 

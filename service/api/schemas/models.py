@@ -105,7 +105,16 @@ class PrivacyRecordRead(ResponseModel):
     )
     warnings: list[dict[str, Any]] | None = Field(
         default=None,
-        description="Warnings fixed at submission, e.g. `below_majority_baseline`.",
+        description="Warnings fixed at submission, e.g. `below_majority_baseline`; for "
+        "`mechanism: auto` without a public baseline, set when the job ran, against the "
+        "privately estimated baseline (`private_baseline`).",
+    )
+    private_baseline: dict[str, Any] | None = Field(
+        default=None,
+        description="For `mechanism: auto` without a public reference or declared "
+        "`positive_fraction`: the noisy count of positive labels released for the "
+        "majority-class baseline (discrete Laplace, sensitivity 1, its ε a public slice of "
+        "the request, charged with the fit in the same job) and the baseline derived from it.",
     )
 
 
