@@ -7,7 +7,8 @@
 * Every refusal is a 422 problem that stores nothing, charges nothing and shows no data value:
   a row of no declared class, a non-numeric or non-finite numeric label, a mixture of label
   forms (the field is named), a mechanism that does not fit the task, and the operations not
-  yet built for these tasks (auto, λ "auto", tuning, the planner, exports, studies).
+  yet built for these tasks (auto, λ "auto", tuning, the planner, studies; evaluations are
+  tested in tests/api/test_evaluation_tasks.py, exports in tests/e2e/test_task_exports.py).
 * End to end with ``non_private`` (upload, fit, GET the model, predict) once it fits the task;
   skipped, saying so, while it does not (its multi-class and regression fits are built in
   service.dp by their own change).
@@ -444,19 +445,6 @@ def _stored_model(uow_factory: UnitOfWorkFactory, owner: str, label: dict[str, A
         )
         uow.commit()
         return model.id
-
-
-@pytest.mark.parametrize("export_format", [None, "skops", "onnx"])
-def test_exports_refuse_these_tasks(
-    client: TestClient, site: SiteHandle, uow_factory: UnitOfWorkFactory, export_format: str | None
-) -> None:
-    model_id = _stored_model(uow_factory, site.id, MULTICLASS)
-    response = client.get(
-        f"/v1/models/{model_id}/export",
-        params=None if export_format is None else {"format": export_format},
-        headers=site.headers,
-    )
-    assert "exporting a model" in assert_problem(response, 422, "unsupported-label-task")["detail"]
 
 
 def test_studies_refuse_a_multiclass_dataset_or_model(

@@ -1552,7 +1552,13 @@ class ModelExportRead(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    classes: Annotated[list[int], Field(title="Classes")]
+    classes: Annotated[
+        list[int] | list[str] | None,
+        Field(
+            description="Binary: [−1, 1] (1 is the label's positive value). Multi-class: the declared classes, in order (row k of `weights.coef` scores `classes[k]`). Regression: null.",
+            title="Classes",
+        ),
+    ]
     created_at: Annotated[str | None, Field(title="Created At")]
     decision_rule: Annotated[str, Field(title="Decision Rule")]
     feature_names: Annotated[list[str], Field(title="Feature Names")]
@@ -1567,10 +1573,14 @@ class ModelExportRead(BaseModel):
     privacy: Annotated[dict[str, Any], Field(title="Privacy")]
     projection_matrix: Annotated[list[list[float]] | None, Field(title="Projection Matrix")]
     source: Annotated[str, Field(title="Source")]
+    task: Annotated[
+        Literal["binary", "multiclass", "regression"] | None,
+        Field(description="The label's task: what `weights` and `classes` hold.", title="Task"),
+    ] = "binary"
     weights: Annotated[
         dict[str, Any] | None,
         Field(
-            description="`coef` (one per feature) and `intercept` (0: the intercept is a feature).",
+            description="`coef` (one per feature) and `intercept` (0: the intercept is a feature); multi-class: `coef` has one row per declared class and `intercept` one 0 per class; regression: `coef` scores in the label's [−1, 1] units (see `decision_rule`). Null for models that are not linear.",
             title="Weights",
         ),
     ]
