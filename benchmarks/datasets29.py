@@ -42,7 +42,7 @@ from __future__ import annotations
 import gzip
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -164,7 +164,7 @@ def adult_marital() -> ClassificationData:
     classes = tuple(next(f["categories"] for f in load_spec()["features"] if f["column"] == label))
     parts = []
     for split in ("train", "test"):
-        columns, prep = _adult_columns(label, split)  # type: ignore[arg-type]
+        columns, prep = _adult_columns(label, split)
         X = np.ascontiguousarray(prep.transform(columns), dtype=np.float64)
         index = {c: i for i, c in enumerate(classes)}
         y = np.array([index[v] for v in columns[label]], dtype=np.float64)
@@ -190,7 +190,7 @@ def adult_hours() -> RegressionData:
     lower, upper = HOURS_BOUNDS
     out: dict[str, FloatArray] = {}
     for split in ("train", "test"):
-        columns, prep = _adult_columns(label, split)  # type: ignore[arg-type]
+        columns, prep = _adult_columns(label, split)
         X = np.ascontiguousarray(prep.transform(columns), dtype=np.float64)
         # the same encoding before the row-norm step: "scale" divides by the public M
         plain = PreprocessingSpec(features=prep.features, intercept=False, row_norm="scale")
@@ -287,7 +287,7 @@ def subsample(data: Data, n: int, n_test: int, *, seed: int = 0) -> Data:
     """``data`` cut to ``n`` training and ``n_test`` test rows of a fixed public permutation
     (for smoke runs); a size at least the split's keeps it whole."""
     rng = np.random.default_rng(seed)
-    changes: dict[str, FloatArray] = {}
+    changes: dict[str, Any] = {}
     for fields, size in ((_TRAIN_FIELDS, n), (_TEST_FIELDS, n_test)):
         present = [f for f in fields if hasattr(data, f)]
         rows = getattr(data, present[0]).shape[0]
