@@ -25,10 +25,12 @@ __all__ = [
     "FIXED_LAMBDA",
     "LambdaChoice",
     "Tally",
+    "dp_source",
     "mean_se",
     "privfit_lambda",
     "privfit_refusal",
     "timed_privfit",
+    "write_json",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -288,6 +290,21 @@ class Tally:
             "failures": self.failures,
             "lambdas": {f"{e:g}": v for e, v in self.lambdas.items()},
         }
+
+
+def dp_source() -> str:
+    """Where the imported ``service.dp`` lives and a short hash of its source (the numbers
+    name the DP core they measured, also when it is imported from another checkout)."""
+    import hashlib
+
+    import service.dp
+
+    root = Path(service.dp.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return f"service/dp imported from {root} (source hash {digest.hexdigest()[:12]})"
 
 
 def write_json(path: Path | None, payload: dict[str, Any]) -> None:

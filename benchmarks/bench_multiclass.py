@@ -42,6 +42,7 @@ from benchmarks._common import OUT_DIR, environment, limit_threads, load_average
 from benchmarks._tasks29 import (
     EPSILONS,
     Tally,
+    dp_source,
     privfit_lambda,
     privfit_refusal,
     timed_privfit,
@@ -285,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines += report(name, tally, info, reps)
         raw["datasets"][name] = {**info, **tally.raw()}
     lines.append(
-        f"{environment(args.threads or None)}. Total run time "
+        f"{environment(args.threads or None)}; {dp_source()}. Total run time "
         f"{time.perf_counter() - started:.0f} s; load average before {load_before}, after "
         f"{load_average()}."
     )
@@ -293,6 +294,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print(text)
     raw["environment"] = environment(args.threads or None)
+    raw["dp_source"] = dp_source()
     json_path = args.json or OUT_DIR / f"bench_multiclass{'_quick' if args.quick else ''}.json"
     write_json(json_path, raw)
     del limits

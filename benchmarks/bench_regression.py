@@ -43,6 +43,7 @@ from benchmarks._common import OUT_DIR, environment, limit_threads, load_average
 from benchmarks._tasks29 import (
     EPSILONS,
     Tally,
+    dp_source,
     privfit_lambda,
     privfit_refusal,
     timed_privfit,
@@ -253,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     tally, info = run_dataset(data, args.epsilons, reps)
     lines = ["## Linear regression (issue 29)", "", *report(tally, info, reps)]
     lines.append(
-        f"{environment(args.threads or None)}. Total run time "
+        f"{environment(args.threads or None)}; {dp_source()}. Total run time "
         f"{time.perf_counter() - started:.0f} s; load average before {load_before}, after "
         f"{load_average()}."
     )
@@ -265,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "quick": args.quick,
         "datasets": {"adult-hours": {**info, **tally.raw()}},
         "environment": environment(args.threads or None),
+        "dp_source": dp_source(),
     }
     write_json(args.json or OUT_DIR / f"bench_regression{'_quick' if args.quick else ''}.json", raw)
     del limits
