@@ -23,6 +23,7 @@ from service.dp.core.tasks import Task
 __all__ = [
     "EPSILONS",
     "FIXED_LAMBDA",
+    "FIXED_LAMBDAS",
     "LambdaChoice",
     "Tally",
     "dp_source",
@@ -38,6 +39,9 @@ FloatArray = NDArray[np.float64]
 EPSILONS: tuple[float, ...] = (0.1, 0.5, 1.0, 5.0)
 #: λ of a mechanism that has no automatic rule for the task (public, fixed before any run).
 FIXED_LAMBDA = 1e-3
+#: ... except these: AdaSSP chooses its own ridge from a noisy λ_min(XᵀX) and adds nλ on top,
+#: so a negligible λ keeps it Wang's algorithm (which has no other ridge).
+FIXED_LAMBDAS: dict[str, float] = {"adassp": 1e-6}
 
 
 @dataclass(frozen=True)
@@ -67,13 +71,14 @@ def privfit_lambda(
       of the released noise, d·K for K classes (d for regression), with the task's loss where
       the binary rule knows it (``huber``; else ``logistic``'s constants): a public proxy, since
       every noise term of the rule grows with the noise's dimension.
-    * Otherwise :data:`FIXED_LAMBDA`.
+    * Otherwise :data:`FIXED_LAMBDAS` or :data:`FIXED_LAMBDA`.
     """
     from service.dp.analysis import regularization as rule
 
     takes_task = "task" in inspect.signature(rule.auto_regularization).parameters
     if mechanism not in rule.AUTO_MECHANISMS:
-        return LambdaChoice(FIXED_LAMBDA, f"fixed {FIXED_LAMBDA:g} (no automatic rule)")
+        fixed = FIXED_LAMBDAS.get(mechanism, FIXED_LAMBDA)
+        return LambdaChoice(fixed, f"fixed {fixed:g} (no automatic rule)")
     try:
         if takes_task:
             kwargs: dict[str, Any] = {"task": task, "n_classes": n_classes}
