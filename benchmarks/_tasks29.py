@@ -206,7 +206,8 @@ class Tally:
         if not vals:
             return "failed"
         m, se = mean_se(vals)
-        return f"{m:.{digits}f}" if se == 0.0 else f"{m:.{digits}f} ± {se:.{digits}f}"
+        fmt = ".2e" if abs(m) >= 1e5 else f".{digits}f"  # diffprivlib's unclipped RMSE
+        return f"{m:{fmt}}" if se == 0.0 else f"{m:{fmt}} ± {se:{fmt}}"
 
     def metric_table(self, digits: int = 3) -> str:
         head = "| ε | " + " | ".join(self.contenders) + " |"
