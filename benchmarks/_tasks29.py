@@ -286,6 +286,20 @@ class Tally:
             lines.append(f"- {name} failed in {len(errors)} run(s), e.g. {errors[0]}")
         return lines
 
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, Any], *, higher_is_better: bool) -> Tally:
+        """The tally :meth:`raw` wrote (to print a saved run's tables again)."""
+        return cls(
+            contenders=tuple(raw["contenders"]),
+            metric=raw["metric"],
+            higher_is_better=higher_is_better,
+            values={float(e): v for e, v in raw["values"].items()},
+            seconds={float(e): v for e, v in raw["seconds"].items()},
+            unavailable=dict(raw["unavailable"]),
+            failures=dict(raw["failures"]),
+            lambdas={float(e): v for e, v in raw["lambdas"].items()},
+        )
+
     def raw(self) -> dict[str, Any]:
         return {
             "metric": self.metric,
