@@ -15,7 +15,8 @@ plan (tests/unit/dp/test_plan.py).
 
 A new plan kind is a frozen dataclass subclassing :class:`Plan` and decorated with
 :func:`plan_kind`; its fields may be ``bool``, ``int``, ``float``, ``str``, ``None``, tuples of
-those, nested plans, or tuples of nested plans.
+those, nested plans, tuples of nested plans, or a union of these whose members the JSON type
+tells apart (an int or a float, a string or a float, a nested plan or a tuple).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def _decode(value: Any, hint: Any) -> Any:
         if value is None:
             return None
         non_none = [a for a in args if a is not type(None)]
-        return _decode(value, non_none[0]) if len(non_none) == 1 else value
+        return _decode(value, non_none[0] if len(non_none) == 1 else _member(value, non_none))
     if hint is float:
         return float(value)  # also "inf", "-inf", "nan"
     if hint is int:
@@ -111,6 +112,36 @@ def _decode(value: Any, hint: Any) -> Any:
             return tuple(_decode(v, args[0]) for v in value)
         return tuple(_decode(v, a) for v, a in zip(value, args, strict=True))
     return value
+
+
+def _member(value: Any, members: list[Any]) -> Any:
+    """The member of a multi-type union that the JSON ``value`` was written from (the JSON
+    types of :func:`_encode` tell them apart; an int written for an ``int | float`` field is
+    read as an int, a float or ``"inf"`` as a float)."""
+
+    def first(test: Callable[[Any], bool]) -> Any:
+        return next((m for m in members if test(m)), None)
+
+    if isinstance(value, Mapping):
+        found = first(lambda m: isinstance(m, type) and issubclass(m, Plan))
+    elif isinstance(value, list):
+        found = first(lambda m: typing.get_origin(m) is tuple)
+    elif isinstance(value, bool):
+        found = first(lambda m: m is bool)
+    elif isinstance(value, str):
+        special = value in ("inf", "-inf", "nan") and float in members
+        found = float if special else first(lambda m: m is str)
+    elif isinstance(value, int):
+        found = first(lambda m: m is int) or first(lambda m: m is float)
+    elif isinstance(value, float):
+        found = first(lambda m: m is float)
+    else:
+        found = None
+    if found is None:
+        raise TypeError(
+            f"a plan value of JSON type {type(value).__name__} fits no member of {members}"
+        )
+    return found
 
 
 def plan_from_json(data: Mapping[str, Any]) -> Plan:

@@ -1,7 +1,9 @@
 """Released models beyond a single weight vector, and JSON (de)serialisation of every model.
 
-:class:`~service.dp.core.base.LinearModel` scores x ↦ wᵀx. :class:`StackedModel` is the two-level
-model of privacy-preserving stacking (seed 003, PST-S and PST-F):
+:class:`~service.dp.core.base.LinearModel` scores x ↦ wᵀx. :class:`MulticlassModel` scores the K
+classes of a multi-class fit, x ↦ Wx ∈ ℝ^K (row k of ``coef`` is class k's weights, the layout
+of scikit-learn's ``coef_``), with class probabilities softmax(Wx). :class:`StackedModel` is the
+two-level model of privacy-preserving stacking (seed 003, PST-S and PST-F):
 
     a_k(x) = w_kᵀ x_(k)                         (low-level model k on its columns G_k,
                                                  x_(k) = x restricted to G_k, or all of x)
@@ -36,6 +38,7 @@ from service.dp.data.projection import clip_rows
 __all__ = [
     "META_FEATURES",
     "STACKING_METHODS",
+    "MulticlassModel",
     "StackedModel",
     "meta_features",
     "model_from_dict",
@@ -64,6 +67,62 @@ def _as_2d(X: NDArray[np.float64]) -> FloatArray:
     arr = np.asarray(X, dtype=np.float64)
     if arr.ndim != 2:
         raise ValueError("X must be a 2-D array (rows × features)")
+    return arr
+
+
+@dataclass(frozen=True, slots=True)
+class MulticlassModel:
+    """The multinomial linear model of a K-class fit (K ≥ 3): ``coef`` of shape (K, d), row k
+    the weights of class k (the class at position k of the label spec's declared order).
+
+    ``decision_function`` returns the (n, K) scores XWᵀ, ``predict`` the index of the largest
+    score, ``predict_proba`` softmax of the scores (rows sum to 1). ``coef`` has already been
+    rounded to the release grid; it is read-only."""
+
+    coef: FloatArray
+
+    def __post_init__(self) -> None:
+        coef = _matrix(self.coef, "coef")
+        coef.setflags(write=False)
+        object.__setattr__(self, "coef", coef)
+
+    @property
+    def n_classes(self) -> int:
+        return int(self.coef.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.coef.shape[1])
+
+    def decision_function(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
+        X = _as_2d(X)
+        if X.shape[1] != self.n_features:
+            raise ValueError(f"X must have {self.n_features} columns, got {X.shape[1]}")
+        return np.asarray(X @ self.coef.T, dtype=np.float64)
+
+    def predict(self, X: NDArray[np.float64]) -> NDArray[np.int64]:
+        """The class index with the largest score (the first one on ties)."""
+        return np.asarray(np.argmax(self.decision_function(X), axis=1), dtype=np.int64)
+
+    def predict_proba(self, X: NDArray[np.float64]) -> FloatArray:
+        """softmax of the scores: P(class k | x) = exp(s_k)/Σ_j exp(s_j)."""
+        return np.asarray(special.softmax(self.decision_function(X), axis=1), dtype=np.float64)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "multiclass", "coef": [[float(v) for v in row] for row in self.coef]}
+
+
+def _matrix(values: object, what: str) -> FloatArray:
+    if isinstance(values, str | bytes) or not isinstance(values, Sequence | np.ndarray):
+        raise ValueError(f"{what} must be a list of lists of numbers")
+    try:
+        arr = np.array(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a list of lists of numbers of equal length") from None
+    if arr.ndim != 2 or arr.shape[0] < 3 or arr.shape[1] == 0:
+        raise ValueError(f"{what} must hold one non-empty list of weights per class (≥ 3)")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} must contain finite numbers only")
     return arr
 
 
@@ -199,7 +258,8 @@ class StackedModel:
 
 
 def model_from_dict(data: Mapping[str, Any]) -> FittedModel:
-    """Rebuild a :class:`LinearModel` or :class:`StackedModel` from its ``to_dict()``."""
+    """Rebuild a :class:`LinearModel`, :class:`MulticlassModel` or :class:`StackedModel` from
+    its ``to_dict()``."""
     if not isinstance(data, Mapping):
         raise ValueError("a model must be a JSON object")
     kind = data.get("kind")
@@ -207,6 +267,9 @@ def model_from_dict(data: Mapping[str, Any]) -> FittedModel:
         _only(data, {"kind", "coef"})
         coef = _vector(data.get("coef"), "coef").copy()
         return LinearModel(coef=coef)
+    if kind == "multiclass":
+        _only(data, {"kind", "coef"})
+        return MulticlassModel(coef=_matrix(data.get("coef"), "coef"))
     if kind == "stacked":
         _only(
             data,
@@ -265,7 +328,7 @@ def model_from_dict(data: Mapping[str, Any]) -> FittedModel:
         ):
             raise ValueError("meta_scale does not match the number of low-level models")
         return model
-    raise ValueError(f"unknown model kind {kind!r}; expected 'linear' or 'stacked'")
+    raise ValueError(f"unknown model kind {kind!r}; expected 'linear', 'multiclass' or 'stacked'")
 
 
 def _only(item: Mapping[str, Any], allowed: set[str]) -> None:

@@ -23,7 +23,7 @@ from service.dp.core.validation import (
 )
 from service.dp.noise import draws as noise
 from service.dp.noise import lattice
-from service.dp.optimize import certified, certified_failure
+from service.dp.optimize import certified, certified_failure, multinomial
 
 __all__ = [
     "Inputs",
@@ -104,7 +104,7 @@ class Inputs(Plan):
             delta=float(problem.delta),
             loss=loss.name,
             huber_h=float(problem.huber_h),
-            c=float(loss.c),
+            c=_curvature(problem, loss),
             regularization=float(problem.regularization),
             task=problem.task,
             n_classes=int(problem.n_classes),
@@ -123,7 +123,7 @@ class Inputs(Plan):
             "delta": self.delta,
             "loss": self.loss,
             "c": self.c,
-            "lipschitz": 1.0,
+            "lipschitz": multinomial.LIPSCHITZ if self.task == "multiclass" else 1.0,
             "regularization": self.regularization,
         }
         if self.loss == "huber":
@@ -133,6 +133,15 @@ class Inputs(Plan):
             if self.task == "multiclass":
                 details["n_classes"] = self.n_classes
         return details
+
+
+def _curvature(problem: Problem, loss: Loss) -> float:
+    """c, the bound on the loss's curvature: l″ ≤ c for the binary margin losses; for the
+    multinomial loss (``multiclass``) the spectral bound ½ of its Hessian
+    (:mod:`service.dp.optimize.multinomial`)."""
+    if problem.task == "multiclass":
+        return multinomial.CURVATURE
+    return float(loss.c)
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,7 @@ from service.dp.data.projection import (
     ProjectionKind,
     RandomProjection,
 )
+from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     Inputs,
     MechanismPlan,
@@ -246,7 +247,9 @@ def work_estimate(n: int, d: int, details: Mapping[str, Any]) -> float:
     return work
 
 
-CAPABILITIES = Capabilities(tunable_options=("eta",), work=work_estimate)
+CAPABILITIES = Capabilities(
+    tunable_options=("eta",), work=work_estimate, tasks=frozenset({"binary", "multiclass"})
+)
 
 
 def split_epsilon(epsilon: float, parts: int) -> float:
@@ -286,6 +289,12 @@ def per_step_epsilon(
         adv_step = math.nextafter(adv_step, 0.0)
     step = max(basic_step, adv_step)
     return step, best_composition(PrivacyCost(step), steps, delta_prime)
+
+
+def _outputs(problem: Problem) -> int:
+    """Rows of the iterate: K for a multiclass fit (:mod:`service.dp.mechanisms.multiclass`),
+    else 1."""
+    return int(problem.n_classes) if problem.task == "multiclass" else 1
 
 
 def batch_sizes(n: int, batch_size: int) -> NDArray[np.int64]:
@@ -517,6 +526,8 @@ class DPSGD:
         params["radius"] = _positive_float(raw, "radius", None)
         k = _int_param(raw, "projection_dim", None, 1, 1_000_000)
         params["projection_dim"] = k
+        if k is not None and problem.task == "multiclass":
+            raise PrivacyParameterError("projection_dim is not offered for multiclass fits")
         if k is None:
             for extra in ("projection_kind", "projection_seed"):
                 if raw.get(extra) is not None:
@@ -548,7 +559,8 @@ class DPSGD:
         else:
             spent, spent_delta, method = float(Fraction(eps_pass) * epochs), 0.0, "basic"
         k = p["projection_dim"]
-        dim = int(k) if k is not None else problem.d
+        # the noise lives where the iterate does: ℝ^d, ℝ^k, or ℝ^{dK} for K classes
+        dim = (int(k) if k is not None else problem.d) * _outputs(problem)
         scale = release_scale(dim, clipping.scale_for(eps_pass, gradient_sensitivity(sizes, dim)))
         sensitivity = release_sensitivity(sizes, dim, scale)
         exact_sensitivity = Fraction(2 * CLIP) / b_min
@@ -613,6 +625,27 @@ class DPSGD:
         else:
             Z = X
 
+        if plan.inputs.task == "multiclass":
+            with np.errstate(over="ignore", invalid="ignore"):
+                coef_mc = multiclass.sgd(
+                    Z,
+                    y,
+                    plan.inputs.n_classes,
+                    lam=plan.inputs.regularization,
+                    epochs=plan.epochs,
+                    sizes=sizes,
+                    beta=plan.beta,
+                    scale=plan.release_scale,
+                    schedule=plan.schedule,
+                    eta=plan.eta if plan.eta is not None else 0.0,
+                    radius=plan.radius,
+                    clip=CLIP,
+                    rng=rng,
+                    progress=progress,
+                )
+            mc_model = multiclass.release(coef_mc)
+            report(progress, 1.0)
+            return mc_model
         # A diverging run (step size far too large) ends in non-finite weights, which
         # _check_finite turns into an error; the overflow warnings on the way are noise.
         with np.errstate(over="ignore", invalid="ignore"):

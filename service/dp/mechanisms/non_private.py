@@ -21,6 +21,7 @@ from numpy.typing import NDArray
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
+from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     Inputs,
     MechanismPlan,
@@ -72,7 +73,7 @@ class Options(MechanismOptions):
 
 
 #: No privacy: no (ε, δ), nothing charged, "no DP" in its records.
-CAPABILITIES = Capabilities(private=False)
+CAPABILITIES = Capabilities(private=False, tasks=frozenset({"binary", "multiclass"}))
 
 
 class NonPrivate:
@@ -101,6 +102,8 @@ class NonPrivate:
     ) -> FittedModel:
         del problem, rng  # the plan holds the objective; nothing is random
         plan = require_plan(calibration, NonPrivatePlan)
+        if plan.inputs.task == "multiclass":
+            return multiclass.run_non_private(X, y, plan.inputs, progress=progress)
         loss = plan.inputs.loss_function()
         report(progress, 0.0)
         coef = minimize_erm(X, y, loss, regularization=plan.inputs.regularization)

@@ -63,6 +63,7 @@ from numpy.typing import NDArray
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
+from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     Inputs,
     ObjectivePlan,
@@ -170,7 +171,9 @@ def excess_risk_terms(
     return shift, float(details["c"]) + lam
 
 
-CAPABILITIES = Capabilities(excess_risk=excess_risk_terms, meta_level=True)
+CAPABILITIES = Capabilities(
+    excess_risk=excess_risk_terms, meta_level=True, tasks=frozenset({"binary", "multiclass"})
+)
 
 
 class ObjectivePerturbation:
@@ -186,6 +189,8 @@ class ObjectivePerturbation:
         return problem
 
     def calibrate(self, problem: Problem) -> Calibration:
+        if problem.task == "multiclass":
+            return multiclass.objective_plan(problem, mechanism=self.name).calibration()
         return self.plan(problem).calibration()
 
     def plan(self, problem: Problem) -> ObjectivePerturbationPlan:
@@ -228,6 +233,8 @@ class ObjectivePerturbation:
         progress: ProgressCallback | None,
     ) -> FittedModel:
         del problem  # the plan holds the objective
+        if isinstance(calibration.plan, multiclass.MulticlassObjectivePlan):
+            return multiclass.run_objective(X, y, calibration.plan, rng=rng, progress=progress)
         plan = require_plan(calibration, ObjectivePerturbationPlan)
         report(progress, 0.0)
         model = release(

@@ -72,6 +72,7 @@ from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCall
 from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
 from service.dp.data.clipping import round_up, scale_for
+from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     Inputs,
     MechanismPlan,
@@ -170,7 +171,9 @@ def excess_risk_terms(
     return float(expected_noise_norm), float(details["c"]) + float(details["regularization"])
 
 
-CAPABILITIES = Capabilities(excess_risk=excess_risk_terms, meta_level=True)
+CAPABILITIES = Capabilities(
+    excess_risk=excess_risk_terms, meta_level=True, tasks=frozenset({"binary", "multiclass"})
+)
 
 
 class OutputPerturbation:
@@ -185,6 +188,8 @@ class OutputPerturbation:
         return problem
 
     def calibrate(self, problem: Problem) -> Calibration:
+        if problem.task == "multiclass":
+            return multiclass.output_plan(problem).calibration()
         loss = problem_loss(problem)
         n, lam, eps, d = problem.n, problem.regularization, problem.epsilon, problem.d
         base = certified.tolerance(
@@ -220,6 +225,8 @@ class OutputPerturbation:
         progress: ProgressCallback | None,
     ) -> FittedModel:
         del problem  # the plan holds the objective
+        if isinstance(calibration.plan, multiclass.MulticlassOutputPlan):
+            return multiclass.run_output(X, y, calibration.plan, rng=rng, progress=progress)
         plan = require_plan(calibration, OutputPerturbationPlan)
         loss = plan.inputs.loss_function()
         report(progress, 0.0)

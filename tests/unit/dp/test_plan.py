@@ -23,8 +23,10 @@ import pytest
 import service.dp as dp
 from service.dp.core.plan import (
     PLAN_KINDS,
+    Plan,
     PlanMismatchError,
     plan_from_json,
+    plan_kind,
     plan_to_json,
     require_same_plan,
 )
@@ -37,6 +39,7 @@ from service.dp.mechanisms import (
     objective_perturbation,
     output_perturbation,
 )
+from service.dp.mechanisms._common import Inputs
 
 #: (mechanism, n, d, ε, δ, loss, λ, params) — every mechanism, Huber and δ > 0 among them.
 PROBLEMS: list[tuple[str, int, int, float, float, str, float, dict[str, Any]]] = [
@@ -270,3 +273,41 @@ def test_the_parameters_are_checked_once_per_fit(
         **params,
     )
     assert calls == [name]
+
+
+@plan_kind("test_union_fields")
+@dataclasses.dataclass(frozen=True, slots=True)
+class _UnionFields(Plan):
+    number: int | float
+    text_or_inf: str | float
+    nested_or_tuple: Inputs | tuple[float, ...]
+    maybe: int | str | None = None
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        _UnionFields(number=3, text_or_inf="eps", nested_or_tuple=(1.0, 2.5)),
+        _UnionFields(number=3.0, text_or_inf=math.inf, nested_or_tuple=(), maybe=7),
+        _UnionFields(
+            number=-0.5,
+            text_or_inf=0.25,
+            nested_or_tuple=Inputs(
+                n=10,
+                d=2,
+                epsilon=1.0,
+                delta=0.0,
+                loss="logistic",
+                huber_h=0.5,
+                c=0.25,
+                regularization=0.1,
+            ),
+            maybe="x",
+        ),
+    ],
+)
+def test_fields_typed_with_a_multi_type_union_round_trip(plan: _UnionFields) -> None:
+    back = plan_from_json(json.loads(json.dumps(plan_to_json(plan))))
+    assert back == plan
+    assert type(back.number) is type(plan.number)
+    assert type(back.text_or_inf) is type(plan.text_or_inf)
