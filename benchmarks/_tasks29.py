@@ -244,6 +244,23 @@ class Tally:
             lines.append(f"| {eps:g} | " + " | ".join(cells) + " |")
         return "\n".join(lines)
 
+    def lambda_table(self) -> str:
+        """PrivFit's λ per ε and contender, and where each came from (one line per contender)."""
+        names = list(next(iter(self.lambdas.values()), {}))
+        lines = ["| ε | " + " | ".join(f"{c} λ" for c in names) + " |"]
+        lines.append("|" + "---|" * (len(names) + 1))
+        sources: dict[str, set[str]] = {c: set() for c in names}
+        for eps in sorted(self.lambdas):
+            cells = []
+            for c in names:
+                value, _, source = self.lambdas[eps][c].partition(" (")
+                cells.append(value)
+                sources[c].add(source[:-1] if source.endswith(")") else source)
+            lines.append(f"| {eps:g} | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines += [f"- {c}: {'; '.join(sorted(src))}" for c, src in sources.items()]
+        return "\n".join(lines)
+
     def verdict(self, ours: Sequence[str], peers: Sequence[str], trivial: str) -> list[str]:
         """One line per PrivFit contender: at which ε its mean beats the best peer's mean, and
         where it is worse than the trivial model (the goal of issue 29)."""

@@ -214,12 +214,9 @@ def report(tally: Tally, info: dict[str, Any], reps: int) -> list[str]:
         "",
         tally.time_table(timed_names, DPL),
         "",
-        "PrivFit's λ: "
-        + "; ".join(
-            f"ε={eps:g}: " + ", ".join(f"{k} {v}" for k, v in per.items())
-            for eps, per in tally.lambdas.items()
-        )
-        + ".",
+        "PrivFit's λ:",
+        "",
+        tally.lambda_table(),
         "",
         *tally.verdict(list(PRIVFIT), [DPL], MEAN),
         *tally.failure_lines(),
