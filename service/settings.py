@@ -152,6 +152,13 @@ class Settings(BaseSettings):
         lt=1,
         description="Largest δ cap a dataset may be uploaded with.",
     )
+    max_classes: int = Field(
+        default=100,
+        ge=3,
+        le=1000,
+        description="Most classes a multi-class label spec may declare (`classes`; at most "
+        "1000, the DP core's limit).",
+    )
     job_runner: Literal["process", "thread", "queue"] = Field(
         default="process",
         description=(

@@ -310,6 +310,10 @@ POSTGRES_SMOKE: dict[str, tuple[str, ...]] = {
         "test_a_job_goes_queued_running_succeeded",
         "test_racing_retries_share_one_job_and_one_charge",
     ),
+    "tests/api/test_label_tasks.py": (
+        "test_a_numeric_label_is_clipped_to_its_bounds_counted_and_mapped_onto_the_unit_interval",
+        "test_a_multiclass_fit_predicts_a_declared_class_with_its_scores_and_softmax",
+    ),
     "tests/api/test_models.py": (
         "test_predict_scores_are_the_coefficients_dot_the_preprocessed_row",
     ),

@@ -104,7 +104,26 @@ def _assert_untouched(client: TestClient, site: SiteHandle, dataset_id: str) -> 
 
 
 def test_the_table_covers_every_mechanism() -> None:
-    assert set(MECHANISM_BODIES) == set(MECHANISMS)
+    """Every mechanism that fits a class label (the toy dataset's); the regression-only ones
+    are refused on it (below)."""
+    binary = {name for name, m in MECHANISMS.items() if "binary" in m.capabilities.tasks}
+    assert set(MECHANISM_BODIES) == binary
+
+
+@pytest.mark.parametrize(
+    "mechanism",
+    sorted(name for name, m in MECHANISMS.items() if "binary" not in m.capabilities.tasks),
+)
+def test_a_regression_mechanism_on_a_class_label_is_a_422_that_charges_nothing(
+    client: TestClient, site: SiteHandle, mechanism: str
+) -> None:
+    dataset = upload(client, site.headers)
+    body = fit_body(mechanism, epsilon=0.5, delta=1e-6)
+    response = client.post(f"/v1/datasets/{dataset['id']}/fits", json=body, headers=site.headers)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith(PROBLEM_JSON)
+    assert "does not fit binary labels" in response.text
+    _assert_untouched(client, site, dataset["id"])
 
 
 @pytest.mark.parametrize("mechanism", sorted(MECHANISM_BODIES))

@@ -208,3 +208,39 @@ def test_login_prompts_for_the_key_and_keeps_it_private(
     pd.read_csv(io.BytesIO(small_csv(adult_train_csv, 800))).dropna().to_parquet(parquet)
     dataset = run_json(capsys, "upload", str(parquet), "--spec", str(SPEC_PATH))
     assert dataset["ingest"]["format"] == "parquet"
+
+
+def _non_private_fits_multiclass() -> bool:
+    from service.dp import get_mechanism
+
+    return "multiclass" in get_mechanism("non_private").capabilities.tasks
+
+
+@pytest.mark.skipif(
+    not _non_private_fits_multiclass(), reason="non_private does not fit multiclass yet"
+)
+def test_predict_refuses_a_multiclass_model_it_cannot_write_yet(
+    capsys: pytest.CaptureFixture[str],
+    server: LiveServer,
+    site: SiteAccount,
+    adult_train_csv: Path,
+    tmp_path: Path,
+) -> None:
+    spec = json.loads(SPEC_PATH.read_text())
+    spec["label"] = {"column": "income", "classes": ["<=50K", ">50K", "unknown"]}
+    spec["allow_non_private"] = True
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    data = tmp_path / "small.csv"
+    data.write_bytes(small_csv(adult_train_csv, 300))
+    run_json(capsys, "login", "--url", server.base_url, "--key", site.key)
+    dataset = run_json(capsys, "upload", str(data), "--spec", str(tmp_path / "spec.json"))
+    job = run_json(
+        capsys, "fit", dataset["id"], "--mechanism", "non_private", "--regularization", "0.01",
+        "--wait",
+    )  # fmt: skip
+    assert job["status"] == "succeeded", job
+    rows_in, rows_out = tmp_path / "in.csv", tmp_path / "out.csv"
+    write_predict_input(data, rows_in, 5)
+    code, _, err = run(capsys, "predict", job["model_id"], str(rows_in), str(rows_out))
+    assert code == 2
+    assert "binary predictions only" in err

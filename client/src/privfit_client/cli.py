@@ -367,10 +367,18 @@ def predict(
             except ValidationFailed as exc:
                 exc.add_note(f"in the {PREDICT_BATCH} data rows after row {count} of {source}")
                 raise
+            if any(p.positive is None for p in predictions):
+                # a multi-class or regression model: its columns are not written here yet
+                raise UsageProblem(
+                    f"model {model_id} is a multi-class or regression model: the command line "
+                    "writes binary predictions only for now; use POST /v1/models/{id}/predict"
+                )
             for row, p in zip(chunk, predictions, strict=True):
-                writer.writerow({**row, **p.model_dump()})
+                writer.writerow(
+                    {**row, **p.model_dump(include={"positive", "score", "probability"})}
+                )
             count += len(chunk)
-            positives += sum(p.positive for p in predictions)
+            positives += sum(bool(p.positive) for p in predictions)
     summary = {"rows": count, "positive": positives, "output": str(target)}
     _emit(
         as_json,

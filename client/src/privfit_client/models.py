@@ -9,6 +9,33 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from typing_extensions import TypeAliasType
 
 
+class AdasspOptions(BaseModel):
+    """
+    The options (`params`) of `adassp`. AdaSSP's option: the failure probability ρ of its adaptive ridge rule.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    h: Annotated[
+        float | None,
+        Field(
+            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            gt=0.0,
+            title="H",
+        ),
+    ] = 0.5
+    rho: Annotated[
+        float | None,
+        Field(
+            description="Failure probability of the adaptive ridge rule (public; utility only, never privacy).",
+            gt=0.0,
+            lt=1.0,
+            title="Rho",
+        ),
+    ] = 0.05
+
+
 class AuditEventRead(BaseModel):
     """
     A security-relevant event. Keys appear only by their public prefix.
@@ -215,7 +242,7 @@ DatasetCreatePositiveFraction = TypeAliasType(
     Annotated[
         float,
         Field(
-            description="Optional public prior of the positive class's frequency (e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
+            description="Optional public prior of the positive class's frequency (binary labels only; e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
             gt=0.0,
             lt=1.0,
             title="Positive Fraction",
@@ -238,6 +265,77 @@ class DatasetGrantIn(BaseModel):
     ]
     delta_cap: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta Cap")] = 0.0
     epsilon_cap: Annotated[float, Field(ge=1e-06, le=1000.0, title="Epsilon Cap")]
+
+
+DatasetLabelInClasses = TypeAliasType(
+    "DatasetLabelInClasses",
+    Annotated[
+        list[str | int | bool],
+        Field(
+            description="Multi-class: the classes in their public order, compared like `positive`; two classes are the binary form (negative first).",
+            max_length=1000,
+            title="Classes",
+        ),
+    ],
+)
+
+
+class DatasetLabelIn(BaseModel):
+    """
+    The label column and what it holds, in one of three forms (a mixture is a 422 naming
+    each field that does not belong):
+
+    * **binary**: `positive` and `negative` (the form of `LabelIn`);
+    * **multi-class**: `classes`, 3 to the server's `max_classes` (default 100) distinct values
+      in a public order (class k is `classes[k]`; a predicted class is answered by its
+      value). A list of exactly two is the binary form with `negative = classes[0]` and
+      `positive = classes[1]`, and is stored and shown as such. A row of no declared class is
+      refused (422 `invalid-label-values`, counting rows, never showing values);
+    * **numeric** (regression): finite public bounds `lower` < `upper`. A value outside them
+      is clipped to the nearer bound, and the ingest report counts the rows clipped
+      (`label_clipped_rows`); a value that is not a number is refused like one in a numeric
+      feature. Predictions are numbers within [lower, upper].
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    classes: Annotated[
+        DatasetLabelInClasses | None,
+        Field(
+            description="Multi-class: the classes in their public order, compared like `positive`; two classes are the binary form (negative first).",
+            title="Classes",
+        ),
+    ] = None
+    column: Annotated[str, Field(max_length=1000, min_length=1, title="Column")]
+    lower: Annotated[
+        float | None,
+        Field(
+            description="Numeric label: its public lower bound (values below are clipped to it).",
+            title="Lower",
+        ),
+    ] = None
+    negative: Annotated[
+        str | int | bool | None,
+        Field(
+            description="Binary: the negative class, compared like `positive`. Declare it: without it an upload whose label column holds more than one other value is refused.",
+            title="Negative",
+        ),
+    ] = None
+    positive: Annotated[
+        str | int | bool | None,
+        Field(
+            description="Binary: the positive class. Compared as text, exactly (case and spaces count): integers in decimal, booleans as 'True'/'False'.",
+            title="Positive",
+        ),
+    ] = None
+    upper: Annotated[
+        float | None,
+        Field(
+            description="Numeric label: its public upper bound (values above are clipped to it).",
+            title="Upper",
+        ),
+    ] = None
 
 
 DpSgdOptionsProjectionDim = TypeAliasType(
@@ -433,7 +531,7 @@ class EvaluationCreate(BaseModel):
     epsilon: Annotated[
         float,
         Field(
-            description="The evaluation's total ε (δ = 0): half to the confusion matrix, half to the score histograms behind the ROC curve.",
+            description="The evaluation's total ε (δ = 0). Binary label: half to the confusion matrix, half to the score histograms behind the ROC curve; multi-class: all to the K × K confusion matrix; numeric label: ε/5 to each of Σr², Σ|r|, Σy, Σy² and ε/15 to each of Σr⁴, Σy³, Σy⁴ (residuals r and labels y in the label's [-1, 1] units).",
             ge=1e-06,
             le=1000.0,
             title="Epsilon",
@@ -443,8 +541,10 @@ class EvaluationCreate(BaseModel):
 
 class EvaluationRead(BaseModel):
     """
-    A released private evaluation: the noisy confusion matrix, metrics with intervals that
-    include the noise, the DP ROC curve, and its privacy record.
+    A released private evaluation: for a binary label the noisy confusion matrix, metrics
+    with intervals that include the noise and the DP ROC curve; for a multi-class label the
+    noisy K × K confusion matrix with per-class metrics; for a numeric label private RMSE, MAE
+    and R² with intervals; and its privacy record.
     """
 
     created_at: Annotated[AwareDatetime, Field(title="Created At")]
@@ -458,7 +558,7 @@ class EvaluationRead(BaseModel):
     result: Annotated[
         dict[str, Any],
         Field(
-            description="`confusion_matrix` (noisy tp, fp, fn, tn), `metrics` (estimate and interval of accuracy, precision, recall, f1), `confidence`, `roc` (noisy per-class histograms over public bins, fpr, tpr, auc), `epsilon_split`, `noise`.",
+            description="Binary label: `confusion_matrix` (noisy tp, fp, fn, tn), `metrics` (estimate and interval of accuracy, precision, recall, f1), `confidence`, `roc` (noisy per-class histograms over public bins, fpr, tpr, auc), `epsilon_split`, `noise`. Multi-class (`task`: `multiclass`): `classes` in declared order, `confusion_matrix` (`counts`, rows the true class, columns the class of highest score), `metrics` (accuracy, macro_f1), `per_class` (precision, recall, f1 of each class), each with estimate and interval. Numeric label (`task`: `regression`): `metrics` (rmse and mae in the label's units, r2; an interval end is null when unbounded), `label_bounds`, the noisy `sums`, `epsilon_split`, `noise`.",
             title="Result",
         ),
     ]
@@ -716,6 +816,47 @@ class FitCost(BaseModel):
     epsilon: Annotated[float, Field(title="Epsilon")]
 
 
+FitCreateAdasspEpsilon = TypeAliasType(
+    "FitCreateAdasspEpsilon",
+    Annotated[
+        float,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            ge=1e-06,
+            le=1000.0,
+            title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateAdasspLoss = TypeAliasType(
+    "FitCreateAdasspLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
+FitCreateAdasspRegularization = TypeAliasType(
+    "FitCreateAdasspRegularization",
+    Annotated[
+        float,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            ge=1e-10,
+            le=1000000.0,
+            title="Regularization",
+        ),
+    ],
+)
+
+
 FitCreateDpSgdEpsilon = TypeAliasType(
     "FitCreateDpSgdEpsilon",
     Annotated[
@@ -725,6 +866,19 @@ FitCreateDpSgdEpsilon = TypeAliasType(
             ge=1e-06,
             le=1000.0,
             title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateDpSgdLoss = TypeAliasType(
+    "FitCreateDpSgdLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
         ),
     ],
 )
@@ -758,6 +912,19 @@ FitCreateGaussianObjectivePerturbationEpsilon = TypeAliasType(
 )
 
 
+FitCreateGaussianObjectivePerturbationLoss = TypeAliasType(
+    "FitCreateGaussianObjectivePerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
 FitCreateGaussianObjectivePerturbationRegularization = TypeAliasType(
     "FitCreateGaussianObjectivePerturbationRegularization",
     Annotated[
@@ -781,6 +948,19 @@ FitCreateGeneralizedObjectivePerturbationEpsilon = TypeAliasType(
             ge=1e-06,
             le=1000.0,
             title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateGeneralizedObjectivePerturbationLoss = TypeAliasType(
+    "FitCreateGeneralizedObjectivePerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
         ),
     ],
 )
@@ -814,6 +994,19 @@ FitCreateNoisyGdEpsilon = TypeAliasType(
 )
 
 
+FitCreateNoisyGdLoss = TypeAliasType(
+    "FitCreateNoisyGdLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
 FitCreateNoisyGdRegularization = TypeAliasType(
     "FitCreateNoisyGdRegularization",
     Annotated[
@@ -837,6 +1030,19 @@ FitCreateNonPrivateEpsilon = TypeAliasType(
             ge=1e-06,
             le=1000.0,
             title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateNonPrivateLoss = TypeAliasType(
+    "FitCreateNonPrivateLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
         ),
     ],
 )
@@ -870,6 +1076,19 @@ FitCreateObjectivePerturbationEpsilon = TypeAliasType(
 )
 
 
+FitCreateObjectivePerturbationLoss = TypeAliasType(
+    "FitCreateObjectivePerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
 FitCreateObjectivePerturbationRegularization = TypeAliasType(
     "FitCreateObjectivePerturbationRegularization",
     Annotated[
@@ -893,6 +1112,19 @@ FitCreateOutputPerturbationEpsilon = TypeAliasType(
             ge=1e-06,
             le=1000.0,
             title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateOutputPerturbationLoss = TypeAliasType(
+    "FitCreateOutputPerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
         ),
     ],
 )
@@ -926,6 +1158,19 @@ FitCreateStackingFeaturesEpsilon = TypeAliasType(
 )
 
 
+FitCreateStackingFeaturesLoss = TypeAliasType(
+    "FitCreateStackingFeaturesLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
+        ),
+    ],
+)
+
+
 FitCreateStackingFeaturesRegularization = TypeAliasType(
     "FitCreateStackingFeaturesRegularization",
     Annotated[
@@ -949,6 +1194,19 @@ FitCreateStackingSamplesEpsilon = TypeAliasType(
             ge=1e-06,
             le=1000.0,
             title="Epsilon",
+        ),
+    ],
+)
+
+
+FitCreateStackingSamplesLoss = TypeAliasType(
+    "FitCreateStackingSamplesLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            max_length=32,
+            title="Loss",
         ),
     ],
 )
@@ -1092,6 +1350,13 @@ class IngestRead(BaseModel):
     """
 
     format: Annotated[Literal["csv", "parquet"], Field(title="Format")]
+    label_clipped_rows: Annotated[
+        int | None,
+        Field(
+            description="A numeric label only: the rows whose value was outside [lower, upper] and was clipped to the nearer bound (absent for class labels).",
+            title="Label Clipped Rows",
+        ),
+    ] = None
     rows_dropped: Annotated[
         int,
         Field(
@@ -1195,7 +1460,7 @@ class JobRead(BaseModel):
     warnings: Annotated[
         list[dict[str, Any]] | None,
         Field(
-            description="Warnings fixed at submission (also in `params` and the model's record), e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering the majority class.",
+            description="Warnings fixed at submission (also in `params` and the model's record), e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering the majority class. (An auto fit whose baseline is estimated privately gets its warning in the model's record, once the count is released.)",
             title="Warnings",
         ),
     ] = None
@@ -1231,11 +1496,18 @@ class LabelIn(BaseModel):
 
 class LabelRead(BaseModel):
     """
-    What the model predicts: `positive` means the label column equals this value.
+    What the model predicts. Binary: `positive` means the label column equals this value
+    (`negative` the other class, when declared). Multi-class: `classes` in their declared
+    order (score k is `classes[k]`'s). Regression: the public bounds `lower`/`upper` that
+    every predicted value lies within.
     """
 
+    classes: Annotated[list[str] | None, Field(title="Classes")] = None
     column: Annotated[str, Field(title="Column")]
-    positive: Annotated[str, Field(title="Positive")]
+    lower: Annotated[float | None, Field(title="Lower")] = None
+    negative: Annotated[str | None, Field(title="Negative")] = None
+    positive: Annotated[str | None, Field(title="Positive")] = None
+    upper: Annotated[float | None, Field(title="Upper")] = None
 
 
 class LedgerChargeRead(BaseModel):
@@ -1348,6 +1620,10 @@ class ModelSummary(BaseModel):
     mechanism: Annotated[str | None, Field(title="Mechanism")]
     n_features: Annotated[int, Field(title="N Features")]
     source: Annotated[Literal["fit", "upload", "aggregate", "federated"], Field(title="Source")]
+    task: Annotated[
+        Literal["binary", "multiclass", "regression"] | None,
+        Field(description="What the model predicts (see `ModelRead.task`).", title="Task"),
+    ] = "binary"
     verified: Annotated[bool, Field(title="Verified")]
 
 
@@ -1556,6 +1832,79 @@ class OutputPerturbationOptions(BaseModel):
             title="H",
         ),
     ] = 0.5
+
+
+PlanCreateAdasspReferenceDatasetId = TypeAliasType(
+    "PlanCreateAdasspReferenceDatasetId",
+    Annotated[
+        str,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            max_length=64,
+            title="Reference Dataset Id",
+        ),
+    ],
+)
+
+
+PlanCreateAdasspSeed = TypeAliasType(
+    "PlanCreateAdasspSeed", Annotated[int, Field(ge=0, le=9223372036854775807, title="Seed")]
+)
+
+
+PlanCreateAdasspTargetAccuracy = TypeAliasType(
+    "PlanCreateAdasspTargetAccuracy",
+    Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
+)
+
+
+class PlanCreateAdassp(BaseModel):
+    """
+    A grid of ε (and λ) for one mechanism; optionally a public reference dataset to simulate on and a target accuracy. Mechanism `adassp`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
+    epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
+    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    mechanism: Annotated[Literal["adassp"], Field(description="`adassp`.", title="Mechanism")]
+    params: Annotated[
+        AdasspOptions | None, Field(description="The options of `adassp` (each optional).")
+    ] = None
+    reference_dataset_id: Annotated[
+        PlanCreateAdasspReferenceDatasetId | None,
+        Field(
+            description="A dataset of yours uploaded with `allow_non_private` (public rows) and the same spec, to simulate the mechanism on.",
+            title="Reference Dataset Id",
+        ),
+    ] = None
+    regularizations: Annotated[
+        list[float | Literal["auto"]] | None,
+        Field(
+            description='λ values; `"auto"` adds, at each ε, the λ of the public rule used by fits without a λ (its record is on the point as `regularization_rule`).',
+            max_length=40,
+            min_length=1,
+            title="Regularizations",
+        ),
+    ] = [0.001]
+    repeats: Annotated[
+        int | None,
+        Field(
+            description="Simulated fits per grid point (grid × repeats ≤ 200).",
+            ge=2,
+            le=50,
+            title="Repeats",
+        ),
+    ] = 10
+    seed: Annotated[PlanCreateAdasspSeed | None, Field(title="Seed")] = None
+    target_accuracy: Annotated[
+        PlanCreateAdasspTargetAccuracy | None, Field(title="Target Accuracy")
+    ] = None
+    target_probability: Annotated[
+        float | None, Field(gt=0.0, le=1.0, title="Target Probability")
+    ] = 0.9
 
 
 PlanCreateDpSgdReferenceDatasetId = TypeAliasType(
@@ -2181,12 +2530,33 @@ class PredictRequest(BaseModel):
 
 class PredictionRead(BaseModel):
     """
-    The class, the score wᵀx and (logistic loss only) the probability of the positive class.
+    One row's prediction, by the model's task. Binary (as before): `positive`, `score`
+    and `probability`. Multi-class: `predicted_class`, `scores` and `probabilities` (one per
+    declared class, in the label's order). Regression: `value` within the label's bounds and
+    its `score`. Members of another task are left out (the binary form is unchanged).
     """
 
     positive: Annotated[
-        bool, Field(description="score > 0: the label's positive class.", title="Positive")
+        bool | None,
+        Field(
+            description="score > 0: the label's positive class (binary models; null otherwise).",
+            title="Positive",
+        ),
     ]
+    predicted_class: Annotated[
+        str | None,
+        Field(
+            description="Multi-class: the declared class of the largest score (the first on a tie).",
+            title="Predicted Class",
+        ),
+    ] = None
+    probabilities: Annotated[
+        list[float] | None,
+        Field(
+            description="Multi-class: softmax of `scores` (per declared class; they sum to 1).",
+            title="Probabilities",
+        ),
+    ] = None
     probability: Annotated[
         float | None,
         Field(
@@ -2195,12 +2565,26 @@ class PredictionRead(BaseModel):
         ),
     ]
     score: Annotated[
-        float,
+        float | None,
         Field(
-            description="wᵀx for the preprocessed row, always finite: clipped to ±1,000,000,000,000.",
+            description="wᵀx for the preprocessed row, always finite: clipped to ±1,000,000,000,000 (binary and regression models; for regression in the label's [−1, 1] units).",
             title="Score",
         ),
     ]
+    scores: Annotated[
+        list[float] | None,
+        Field(
+            description="Multi-class: w_kᵀx per declared class, finite (clipped to ±1,000,000,000,000).",
+            title="Scores",
+        ),
+    ] = None
+    value: Annotated[
+        float | None,
+        Field(
+            description="Regression: the predicted number, lower + (clip(score, −1, 1) + 1)/2 · (upper − lower), always within the label's public bounds.",
+            title="Value",
+        ),
+    ] = None
 
 
 PrivacyClaimInDelta = TypeAliasType(
@@ -2279,6 +2663,13 @@ class PrivacyRecordRead(BaseModel):
     ]
     kind: Annotated[Literal["fit", "declared_claim", "aggregate", "federated"], Field(title="Kind")]
     mechanism: Annotated[str | None, Field(title="Mechanism")]
+    private_baseline: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="For `mechanism: auto` without a public reference or declared `positive_fraction`: the noisy count of positive labels released for the majority-class baseline (discrete Laplace, sensitivity 1, its ε a public slice of the request, charged with the fit in the same job) and the baseline derived from it.",
+            title="Private Baseline",
+        ),
+    ] = None
     randomness: Annotated[
         dict[str, Any] | None,
         Field(
@@ -2305,7 +2696,7 @@ class PrivacyRecordRead(BaseModel):
     warnings: Annotated[
         list[dict[str, Any]] | None,
         Field(
-            description="Warnings fixed at submission, e.g. `below_majority_baseline`.",
+            description="Warnings fixed at submission, e.g. `below_majority_baseline`; for `mechanism: auto` without a public baseline, set when the job ran, against the privately estimated baseline (`private_baseline`).",
             title="Warnings",
         ),
     ] = None
@@ -2955,7 +3346,7 @@ class DatasetCreate(BaseModel):
         list[Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]],
         Field(min_length=1, title="Features"),
     ]
-    label: LabelIn
+    label: DatasetLabelIn
     missing: Annotated[
         Literal["error", "drop"] | None,
         Field(
@@ -2974,7 +3365,7 @@ class DatasetCreate(BaseModel):
     positive_fraction: Annotated[
         DatasetCreatePositiveFraction | None,
         Field(
-            description="Optional public prior of the positive class's frequency (e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
+            description="Optional public prior of the positive class's frequency (binary labels only; e.g. from a census; never read from the data). Its majority class, max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a `below_majority_baseline` warning when below), when the site has no public reference dataset of this spec.",
             title="Positive Fraction",
         ),
     ] = None
@@ -3021,6 +3412,13 @@ class DatasetRead(BaseModel):
     spec: Annotated[
         dict[str, Any], Field(description="The spec as stored (normalised).", title="Spec")
     ]
+    task: Annotated[
+        Literal["binary", "multiclass", "regression"] | None,
+        Field(
+            description="What the label holds: two classes, 3 or more classes (`spec.label.classes`), or a number within public bounds (`spec.label.lower`/`upper`).",
+            title="Task",
+        ),
+    ] = "binary"
 
 
 class DpSgdTunableOptions(BaseModel):
@@ -3128,6 +3526,57 @@ class EvaluationQuoteRead(BaseModel):
     warnings: Annotated[list[str], Field(title="Warnings")]
 
 
+class FitCreateAdassp(BaseModel):
+    """
+    A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `adassp`.
+    """
+
+    model_config = ConfigDict(
+        extra="forbid",
+    )
+    delta: Annotated[
+        float | None,
+        Field(
+            description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
+            ge=0.0,
+            lt=1.0,
+            title="Delta",
+        ),
+    ] = 0.0
+    epsilon: Annotated[
+        FitCreateAdasspEpsilon | None,
+        Field(
+            description="Privacy parameter ε of the whole fit (required except for `non_private`); from 1e-06 to 1000.",
+            title="Epsilon",
+        ),
+    ] = None
+    loss: Annotated[
+        FitCreateAdasspLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
+    mechanism: Annotated[Literal["adassp"], Field(description="`adassp`.", title="Mechanism")]
+    params: Annotated[
+        AdasspOptions | None, Field(description="The options of `adassp` (each optional).")
+    ] = None
+    regularization: Annotated[
+        FitCreateAdasspRegularization | RegularizationCandidates | Literal["auto"] | None,
+        Field(
+            description='λ of the objective (1/n) Σ l(y wᵀx) + (λ/2)‖w‖², from 1e-10 to 1e+06; or `{"candidates": [...]}` to let PrivFit choose λ privately within the same (ε, δ); or `"auto"` (the default when omitted): λ from public quantities only (n, d, the row bound 1, ε, δ, the loss and the mechanism) by the rule of `service/dp/analysis/regularization.py`, which costs no privacy; the chosen λ and the rule appear in the calibration as `regularization_rule`. Not available for `dp_sgd` and the stacking mechanisms, nor together with step-size candidates (422).',
+            title="Regularization",
+        ),
+    ] = None
+    selection: Annotated[
+        Literal["auto", "cms", "papernot_steinke", "liu_talwar"] | None,
+        Field(
+            description="How candidates are chosen privately (only with candidates; default `auto`): `cms` (Chaudhuri, Monteleoni and Sarwate 2011: candidate i fitted on part i of k + 1 at the full (ε, δ), the exponential mechanism on the held-out part), `papernot_steinke` (Papernot and Steinke 2022: a random number of runs, each a uniformly drawn candidate fitted on all rows, the best by a noisy training error released), `liu_talwar` (Liu and Talwar 2019 random stopping: the same with a geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the smallest λ); the quote and the record show the method, the reason and the per-run budget. Random repetition needs a mechanism that runs at δ = 0, or `noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
+            title="Selection",
+        ),
+    ] = None
+
+
 class FitCreateDpSgd(BaseModel):
     """
     A fit of one mechanism on one dataset at a privacy cost (ε, δ). Mechanism `dp_sgd`.
@@ -3153,8 +3602,12 @@ class FitCreateDpSgd(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateDpSgdLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[Literal["dp_sgd"], Field(description="`dp_sgd`.", title="Mechanism")]
     params: Annotated[
         DpSgdTunableOptions | None, Field(description="The options of `dp_sgd` (each optional).")
@@ -3200,8 +3653,12 @@ class FitCreateGaussianObjectivePerturbation(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateGaussianObjectivePerturbationLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["gaussian_objective_perturbation"],
         Field(description="`gaussian_objective_perturbation`.", title="Mechanism"),
@@ -3254,8 +3711,12 @@ class FitCreateGeneralizedObjectivePerturbation(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateGeneralizedObjectivePerturbationLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["generalized_objective_perturbation"],
         Field(description="`generalized_objective_perturbation`.", title="Mechanism"),
@@ -3308,8 +3769,12 @@ class FitCreateNoisyGd(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateNoisyGdLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[Literal["noisy_gd"], Field(description="`noisy_gd`.", title="Mechanism")]
     params: Annotated[
         NoisyGdOptions | None, Field(description="The options of `noisy_gd` (each optional).")
@@ -3355,8 +3820,12 @@ class FitCreateNonPrivate(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateNonPrivateLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["non_private"], Field(description="`non_private`.", title="Mechanism")
     ]
@@ -3404,8 +3873,12 @@ class FitCreateObjectivePerturbation(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateObjectivePerturbationLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["objective_perturbation"],
         Field(description="`objective_perturbation`.", title="Mechanism"),
@@ -3458,8 +3931,12 @@ class FitCreateOutputPerturbation(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateOutputPerturbationLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["output_perturbation"],
         Field(description="`output_perturbation`.", title="Mechanism"),
@@ -3512,8 +3989,12 @@ class FitCreateStackingFeatures(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateStackingFeaturesLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["stacking_features"], Field(description="`stacking_features`.", title="Mechanism")
     ]
@@ -3562,8 +4043,12 @@ class FitCreateStackingSamples(BaseModel):
         ),
     ] = None
     loss: Annotated[
-        str | None, Field(description="One of `logistic`, `huber`.", max_length=32, title="Loss")
-    ] = "logistic"
+        FitCreateStackingSamplesLoss | None,
+        Field(
+            description="The loss, by the dataset's task (its label): binary: `logistic`, `huber`; multiclass: `logistic`; regression: `squared`, `huber`. Omitted: the task's first (`logistic` for class labels, `squared` for a numeric label).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["stacking_samples"], Field(description="`stacking_samples`.", title="Mechanism")
     ]
@@ -3617,7 +4102,7 @@ class ModelRead(BaseModel):
     coefficients: Annotated[
         list[Coefficient] | None,
         Field(
-            description="The weights by feature (None for models that are not one linear map, such as stacked models: see `model`).",
+            description="The weights by feature (None for models that are not one linear map, such as stacked and multi-class models: see `model`, whose `coef` has one row per class). A regression model's weights score in the label's [−1, 1] units: its prediction is lower + (clip(wᵀx, −1, 1) + 1)/2 · (upper − lower).",
             title="Coefficients",
         ),
     ]
@@ -3647,6 +4132,13 @@ class ModelRead(BaseModel):
             title="Source",
         ),
     ]
+    task: Annotated[
+        Literal["binary", "multiclass", "regression"] | None,
+        Field(
+            description="What the model predicts, by its label: two classes, one of `label.classes`, or a number within `label.lower`/`upper`.",
+            title="Task",
+        ),
+    ] = "binary"
 
 
 class ModelUpload(BaseModel):
@@ -3929,6 +4421,7 @@ FitCreate = TypeAliasType(
         | FitCreateGaussianObjectivePerturbation
         | FitCreateDpSgd
         | FitCreateNoisyGd
+        | FitCreateAdassp
         | FitCreateStackingSamples
         | FitCreateStackingFeatures,
         Field(
@@ -3960,6 +4453,7 @@ PlanCreate = TypeAliasType(
         | PlanCreateGaussianObjectivePerturbation
         | PlanCreateDpSgd
         | PlanCreateNoisyGd
+        | PlanCreateAdassp
         | PlanCreateStackingSamples
         | PlanCreateStackingFeatures,
         Field(

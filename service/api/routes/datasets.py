@@ -101,11 +101,11 @@ def _parse_spec(text: str) -> DatasetCreate:
         raise DatasetSpecError(detail, errors=errors) from None
 
 
-def _spec_from(text: str, limits: BudgetLimits) -> DatasetSpec:
+def _spec_from(text: str, limits: BudgetLimits, max_classes: int) -> DatasetSpec:
     """The validated spec of the ``spec`` part; every problem with it is one problem type,
     ``invalid-dataset-spec``, whose ``errors`` locate each part under ``spec``."""
     try:
-        return _parse_spec(text).to_domain(limits)
+        return _parse_spec(text).to_domain(limits, max_classes=max_classes)
     except DatasetSpecError as exc:
         if all(e.get("loc", [None])[:1] == ["spec"] for e in exc.errors):
             raise
@@ -120,7 +120,9 @@ def _spec_from(text: str, limits: BudgetLimits) -> DatasetSpec:
     summary="Upload a dataset",
     description=(
         "Multipart upload: a `file` part (CSV with a header row, or Parquet) and a `spec` part "
-        "(JSON, see `DatasetCreate`) naming the label column and its two classes, every "
+        "(JSON, see `DatasetCreate`) naming the label column and what it holds (two classes, "
+        "3 or more `classes`, or a number with public bounds `lower`/`upper`: see "
+        "`DatasetLabelIn`), every "
         "feature with public bounds or categories, the budget caps and the missing-value "
         "policy. Numeric values are clamped to the declared bounds, categories outside the "
         "list become an all-zero block, an intercept is added and every row is brought into "
@@ -149,7 +151,7 @@ async def create_dataset(
     )
 
     def prepare(text: str) -> DatasetSpec:
-        return _spec_from(text, limits)
+        return _spec_from(text, limits, settings.max_classes)
 
     def store(spec: DatasetSpec, source: IO[bytes]) -> Dataset:
         return datasets.create_dataset(

@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse, Response
 
 from service.api.deps import AuditContextDep, Expensive, PrincipalDep, UowDep, access
 from service.api.errors import problem_responses
+from service.api.inert_json import InertJSONResponse
 from service.api.json_body import JsonRoute
 from service.api.routes import API_V1
 from service.api.schemas.base import page_read
@@ -114,7 +115,10 @@ def get_model(model_id: str, uow: UowDep, principal: PrincipalDep) -> ModelRead:
     description=(
         "Scores raw rows (objects keyed by column name, as in the dataset's file) through the "
         "model's own preprocessing: `positive` (score > 0), `score` (wᵀx) and, for the logistic "
-        "loss, `probability`. A missing or invalid value is a 422 naming the row index and "
+        "loss, `probability`. A multi-class model answers `predicted_class` (the declared "
+        "class of the largest score), `scores` and `probabilities` (softmax), one per class in "
+        "the label's order; a regression model `value`, always within the label's public "
+        "bounds, and its `score`. A missing or invalid value is a 422 naming the row index and "
         "the column. Whoever reads the model may predict with it; for other sites and the admin "
         "key it does not exist (404, as for an unknown id)."
     ),
@@ -124,9 +128,11 @@ def get_model(model_id: str, uow: UowDep, principal: PrincipalDep) -> ModelRead:
 )
 def predict(
     model_id: str, body: PredictRequest, uow: UowDep, principal: PrincipalDep
-) -> PredictResponse:
+) -> JSONResponse:
     predictions = models.predict(uow, model_id=model_id, actor=principal, rows=body.rows)
-    return PredictResponse(predictions=[PredictionRead.from_domain(p) for p in predictions])
+    read = PredictResponse(predictions=[PredictionRead.from_domain(p) for p in predictions])
+    # the members of other tasks are left out; class names are the site's own text
+    return InertJSONResponse(read.model_dump(mode="json", exclude_unset=True))
 
 
 _EXPORT_MEDIA_TYPES = {"skops": "application/octet-stream", "onnx": "application/octet-stream"}

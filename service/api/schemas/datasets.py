@@ -15,6 +15,7 @@ from pydantic import ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.db.models import Dataset
+from service.domain.datasets.labels import LabelTask
 from service.domain.datasets.spec import BudgetLimits, DatasetSpec, FeatureInput, build_spec
 from service.domain.ledger.budgets import BudgetStatus
 from service.domain.ranges import MIN_EPSILON
@@ -25,6 +26,7 @@ __all__ = [
     "BudgetRead",
     "CategoricalFeatureIn",
     "DatasetCreate",
+    "DatasetLabelIn",
     "DatasetList",
     "DatasetRead",
     "IngestRead",
@@ -55,6 +57,61 @@ class LabelIn(RequestModel):
         default=None,
         description="The negative class, compared like `positive`. Declare it: without it an "
         "upload whose label column holds more than one other value is refused.",
+    )
+
+
+class DatasetLabelIn(RequestModel):
+    """The label column and what it holds, in one of three forms (a mixture is a 422 naming
+    each field that does not belong):
+
+    * **binary**: `positive` and `negative` (the form of `LabelIn`);
+    * **multi-class**: `classes`, 3 to the server's `max_classes` (default 100) distinct values
+      in a public order (class k is `classes[k]`; a predicted class is answered by its
+      value). A list of exactly two is the binary form with `negative = classes[0]` and
+      `positive = classes[1]`, and is stored and shown as such. A row of no declared class is
+      refused (422 `invalid-label-values`, counting rows, never showing values);
+    * **numeric** (regression): finite public bounds `lower` < `upper`. A value outside them
+      is clipped to the nearer bound, and the ingest report counts the rows clipped
+      (`label_clipped_rows`); a value that is not a number is refused like one in a numeric
+      feature. Predictions are numbers within [lower, upper]."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"column": "income", "positive": ">50K", "negative": "<=50K"},
+                {
+                    "column": "marital-status",
+                    "classes": ["Never-married", "Married-civ-spouse", "Divorced", "Widowed"],
+                },
+                {"column": "hours-per-week", "lower": 1, "upper": 99},
+            ]
+        }
+    )
+
+    column: _COLUMN
+    positive: _LABEL_VALUE | None = Field(
+        default=None,
+        description="Binary: the positive class. Compared as text, exactly (case and spaces "
+        "count): integers in decimal, booleans as 'True'/'False'.",
+    )
+    negative: _LABEL_VALUE | None = Field(
+        default=None,
+        description="Binary: the negative class, compared like `positive`. Declare it: without "
+        "it an upload whose label column holds more than one other value is refused.",
+    )
+    classes: list[_LABEL_VALUE] | None = Field(
+        default=None,
+        max_length=1000,
+        description="Multi-class: the classes in their public order, compared like "
+        "`positive`; two classes are the binary form (negative first).",
+    )
+    lower: float | None = Field(
+        default=None,
+        description="Numeric label: its public lower bound (values below are clipped to it).",
+    )
+    upper: float | None = Field(
+        default=None,
+        description="Numeric label: its public upper bound (values above are clipped to it).",
     )
 
 
@@ -129,13 +186,44 @@ class DatasetCreate(RequestModel):
                     "budget": {"epsilon": 4.0, "delta": 1e-6},
                     "missing": "error",
                     "allow_non_private": False,
-                }
+                },
+                {
+                    "name": "adult hours",
+                    "label": {"column": "hours-per-week", "lower": 1, "upper": 99},
+                    "features": [
+                        {"column": "age", "type": "numeric", "lower": 17, "upper": 90},
+                        {
+                            "column": "marital-status",
+                            "type": "categorical",
+                            "categories": ["Never-married", "Married-civ-spouse", "Divorced"],
+                        },
+                    ],
+                    "budget": {"epsilon": 4.0, "delta": 1e-6},
+                },
+                {
+                    "name": "adult marital status",
+                    "label": {
+                        "column": "marital-status",
+                        "classes": ["Never-married", "Married-civ-spouse", "Divorced"],
+                    },
+                    "features": [
+                        {"column": "age", "type": "numeric", "lower": 17, "upper": 90},
+                        {
+                            "column": "workclass",
+                            "type": "categorical",
+                            "categories": ["Private", "Self-emp-not-inc", "Federal-gov"],
+                        },
+                    ],
+                    "budget": {"epsilon": 4.0, "delta": 1e-6},
+                    "missing": "error",
+                    "allow_non_private": False,
+                },
             ]
         },
     )
 
     name: Annotated[StrictStr, Field(min_length=1, max_length=200)]
-    label: LabelIn
+    label: DatasetLabelIn
     features: list[FeatureIn] = Field(min_length=1)
     budget: BudgetIn
     missing: Literal["error", "drop"] = Field(
@@ -162,19 +250,24 @@ class DatasetCreate(RequestModel):
         gt=0,
         lt=1,
         allow_inf_nan=False,
-        description="Optional public prior of the positive class's frequency (e.g. from a "
-        "census; never read from the data). Its majority class, max(p, 1 − p), is the "
-        "baseline every fit's expected accuracy is compared with (a `below_majority_baseline` "
-        "warning when below), when the site has no public reference dataset of this spec.",
+        description="Optional public prior of the positive class's frequency (binary labels "
+        "only; e.g. from a census; never read from the data). Its majority class, "
+        "max(p, 1 − p), is the baseline every fit's expected accuracy is compared with (a "
+        "`below_majority_baseline` warning when below), when the site has no public "
+        "reference dataset of this spec.",
     )
 
-    def to_domain(self, limits: BudgetLimits) -> DatasetSpec:
+    def to_domain(self, limits: BudgetLimits, *, max_classes: int) -> DatasetSpec:
         """Validate the rules that need the server's limits; raises ``DatasetSpecError``."""
         return build_spec(
             name=self.name,
             label_column=self.label.column,
             positive=self.label.positive,
             negative=self.label.negative,
+            classes=self.label.classes,
+            label_lower=self.label.lower,
+            label_upper=self.label.upper,
+            max_classes=max_classes,
             features=feature_inputs(self.features),
             epsilon=self.budget.epsilon,
             delta=self.budget.delta,
@@ -204,6 +297,12 @@ class IngestRead(ResponseModel):
         description="Per categorical column, rows whose value is not in the declared list "
         "(encoded as an all-zero block). A high count often means a typo or stray whitespace."
     )
+    label_clipped_rows: int | None = Field(
+        default=None,
+        exclude_if=lambda value: value is None,
+        description="A numeric label only: the rows whose value was outside [lower, upper] "
+        "and was clipped to the nearer bound (absent for class labels).",
+    )
 
 
 class DatasetRead(ResponseModel):
@@ -214,6 +313,11 @@ class DatasetRead(ResponseModel):
     owner: str = Field(description="The id of the owning site.")
     n_rows: int
     n_features: int = Field(description="Columns of the design matrix, intercept included.")
+    task: Literal["binary", "multiclass", "regression"] = Field(
+        default="binary",
+        description="What the label holds: two classes, 3 or more classes (`spec.label."
+        "classes`), or a number within public bounds (`spec.label.lower`/`upper`).",
+    )
     feature_names: list[str] = Field(
         description="Names of the design matrix's columns (e.g. `workclass=Private`)."
     )
@@ -237,6 +341,7 @@ class DatasetRead(ResponseModel):
             owner=row.owner_site_id,
             n_rows=row.n_rows,
             n_features=row.n_features,
+            task=LabelTask.from_label(spec.get("label")).task,
             feature_names=list(row.feature_names),
             spec=spec,
             budget=BudgetCaps(epsilon=budget["epsilon"], delta=budget["delta"]),

@@ -18,12 +18,14 @@ from service.domain.ranges import (
     MIN_REGULARIZATION,
 )
 from service.dp import MECHANISMS
-from service.dp.core.losses import LOSSES
+from service.dp.core.tasks import TASK_LOSSES
 
 __all__ = ["BudgetLeft", "FitCost", "FitCreate", "FitQuoteRead", "RegularizationCandidates"]
 
 _MECHANISMS = ", ".join(f"`{name}`" for name in sorted(MECHANISMS))
-_LOSSES = ", ".join(f"`{name}`" for name in LOSSES)
+_LOSSES = "; ".join(
+    f"{task}: " + ", ".join(f"`{name}`" for name in losses) for task, losses in TASK_LOSSES.items()
+)
 
 
 class RegularizationCandidates(RequestModel):
@@ -78,7 +80,13 @@ class FitCreate(MechanismRequest):
         allow_inf_nan=False,
         description="Privacy parameter δ (0 for pure ε-DP mechanisms).",
     )
-    loss: str = Field(default="logistic", max_length=32, description=f"One of {_LOSSES}.")
+    loss: str | None = Field(
+        default=None,
+        max_length=32,
+        description="The loss, by the dataset's task (its label): "
+        f"{_LOSSES}. Omitted: the task's first (`logistic` for class labels, `squared` "
+        "for a numeric label).",
+    )
     regularization: (
         Annotated[
             float,
@@ -151,7 +159,8 @@ class FitCreate(MechanismRequest):
             mechanism=self.mechanism,
             epsilon=self.epsilon,
             delta=self.delta,
-            loss=self.loss,
+            loss=self.loss or "logistic",
+            loss_given=self.loss is not None,
             regularization=AUTO if regularization is None else regularization,
             params=self.params,
         )
@@ -190,7 +199,8 @@ class FitCreate(MechanismRequest):
             mechanism=self.mechanism,
             epsilon=self.epsilon,
             delta=self.delta,
-            loss=self.loss,
+            loss=self.loss or "logistic",
+            loss_given=self.loss is not None,
             regularization=(
                 regularization.candidates[0]
                 if isinstance(regularization, RegularizationCandidates)

@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field, StrictStr
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.api.schemas.datasets import CategoricalFeatureIn, LabelIn, NumericFeatureIn
 from service.db.models import Model
+from service.domain.datasets.labels import LabelTask
 from service.domain.models.catalog import MAX_ABS_WEIGHT
 from service.domain.models.predict import MAX_ABS_SCORE, Prediction
 
@@ -42,11 +43,23 @@ class Coefficient(ResponseModel):
     weight: float
 
 
+def _unset(value: object) -> bool:
+    """Members of another kind of label are left out of the JSON."""
+    return value is None
+
+
 class LabelRead(ResponseModel):
-    """What the model predicts: `positive` means the label column equals this value."""
+    """What the model predicts. Binary: `positive` means the label column equals this value
+    (`negative` the other class, when declared). Multi-class: `classes` in their declared
+    order (score k is `classes[k]`'s). Regression: the public bounds `lower`/`upper` that
+    every predicted value lies within."""
 
     column: str
-    positive: str
+    positive: str | None = Field(default=None, exclude_if=_unset)
+    negative: str | None = Field(default=None, exclude_if=_unset)
+    classes: list[str] | None = Field(default=None, exclude_if=_unset)
+    lower: float | None = Field(default=None, exclude_if=_unset)
+    upper: float | None = Field(default=None, exclude_if=_unset)
 
 
 class PrivacyRecordRead(ResponseModel):
@@ -92,7 +105,16 @@ class PrivacyRecordRead(ResponseModel):
     )
     warnings: list[dict[str, Any]] | None = Field(
         default=None,
-        description="Warnings fixed at submission, e.g. `below_majority_baseline`.",
+        description="Warnings fixed at submission, e.g. `below_majority_baseline`; for "
+        "`mechanism: auto` without a public baseline, set when the job ran, against the "
+        "privately estimated baseline (`private_baseline`).",
+    )
+    private_baseline: dict[str, Any] | None = Field(
+        default=None,
+        description="For `mechanism: auto` without a public reference or declared "
+        "`positive_fraction`: the noisy count of positive labels released for the "
+        "majority-class baseline (discrete Laplace, sensitivity 1, its ε a public slice of "
+        "the request, charged with the fit in the same job) and the baseline derived from it.",
     )
 
 
@@ -103,6 +125,9 @@ class ModelSummary(ResponseModel):
     source: Literal["fit", "upload", "aggregate", "federated"]
     mechanism: str | None
     loss: str | None
+    task: Literal["binary", "multiclass", "regression"] = Field(
+        default="binary", description="What the model predicts (see `ModelRead.task`)."
+    )
     n_features: int
     epsilon: float | None = Field(description="Verified ε; None for no DP or a mere claim.")
     delta: float | None
@@ -117,6 +142,7 @@ class ModelSummary(ResponseModel):
             source=row.source,  # type: ignore[arg-type]
             mechanism=row.mechanism,
             loss=row.loss,
+            task=LabelTask.from_label(row.label).task,
             n_features=len(row.feature_names),
             epsilon=privacy.get("epsilon"),
             delta=privacy.get("delta"),
@@ -136,11 +162,18 @@ class ModelRead(ResponseModel):
     )
     mechanism: str | None
     loss: str | None
+    task: Literal["binary", "multiclass", "regression"] = Field(
+        default="binary",
+        description="What the model predicts, by its label: two classes, one of `label."
+        "classes`, or a number within `label.lower`/`upper`.",
+    )
     label: LabelRead | None
     feature_names: list[str]
     coefficients: list[Coefficient] | None = Field(
         description="The weights by feature (None for models that are not one linear map, "
-        "such as stacked models: see `model`)."
+        "such as stacked and multi-class models: see `model`, whose `coef` has one row per "
+        "class). A regression model's weights score in the label's [−1, 1] units: its "
+        "prediction is lower + (clip(wᵀx, −1, 1) + 1)/2 · (upper − lower)."
     )
     model: dict[str, Any] = Field(description="The released model as JSON.")
     preprocessing: dict[str, Any] = Field(
@@ -165,6 +198,7 @@ class ModelRead(ResponseModel):
             source=row.source,  # type: ignore[arg-type]
             mechanism=row.mechanism,
             loss=row.loss,
+            task=LabelTask.from_label(row.label).task,
             label=None if row.label is None else LabelRead.model_validate(row.label),
             feature_names=list(row.feature_names),
             coefficients=coefficients,
@@ -210,20 +244,61 @@ class PredictRequest(RequestModel):
 
 
 class PredictionRead(ResponseModel):
-    """The class, the score wᵀx and (logistic loss only) the probability of the positive class."""
+    """One row's prediction, by the model's task. Binary (as before): `positive`, `score`
+    and `probability`. Multi-class: `predicted_class`, `scores` and `probabilities` (one per
+    declared class, in the label's order). Regression: `value` within the label's bounds and
+    its `score`. Members of another task are left out (the binary form is unchanged)."""
 
-    positive: bool = Field(description="score > 0: the label's positive class.")
-    score: float = Field(
+    positive: bool | None = Field(
+        description="score > 0: the label's positive class (binary models; null otherwise)."
+    )
+    score: float | None = Field(
         description="wᵀx for the preprocessed row, always finite: clipped to "
-        f"±{MAX_ABS_SCORE:,.0f}."
+        f"±{MAX_ABS_SCORE:,.0f} (binary and regression models; for regression in the "
+        "label's [−1, 1] units)."
     )
     probability: float | None = Field(
         description="σ(score) in [0, 1], computed stably; only for the logistic loss."
     )
+    predicted_class: str | None = Field(
+        default=None,
+        description="Multi-class: the declared class of the largest score (the first on a tie).",
+    )
+    scores: list[float] | None = Field(
+        default=None,
+        description="Multi-class: w_kᵀx per declared class, finite (clipped to "
+        f"±{MAX_ABS_SCORE:,.0f}).",
+    )
+    probabilities: list[float] | None = Field(
+        default=None,
+        description="Multi-class: softmax of `scores` (per declared class; they sum to 1).",
+    )
+    value: float | None = Field(
+        default=None,
+        description="Regression: the predicted number, lower + (clip(score, −1, 1) + 1)/2 · "
+        "(upper − lower), always within the label's public bounds.",
+    )
 
     @classmethod
     def from_domain(cls, p: Prediction) -> PredictionRead:
-        return cls(positive=p.positive, score=p.score, probability=p.probability)
+        """The prediction; only the members of its task are set (dump with
+        ``exclude_unset`` to leave the others out: the binary form is unchanged)."""
+        members: dict[str, Any] = {
+            "positive": p.positive,
+            "score": p.score,
+            "probability": p.probability,
+        }
+        members.update(
+            (key, value)
+            for key, value in (
+                ("predicted_class", p.predicted_class),
+                ("scores", p.scores),
+                ("probabilities", p.probabilities),
+                ("value", p.value),
+            )
+            if value is not None
+        )
+        return cls.model_validate(members)
 
 
 class PredictResponse(ResponseModel):

@@ -33,6 +33,7 @@ from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.codec import EncodedChunk, design_from_chunks
 from service.domain.datasets.ingest import ingest
+from service.domain.datasets.labels import LabelTask
 from service.domain.datasets.spec import DatasetSpec
 from service.domain.errors import NotFoundError
 from service.domain.ids import looks_like_id
@@ -44,6 +45,7 @@ __all__ = [
     "DatasetPage",
     "Design",
     "create_dataset",
+    "dataset_task",
     "delete_dataset",
     "design_cache",
     "get_budget",
@@ -287,9 +289,15 @@ class _DesignCache:
 design_cache = _DesignCache(max_bytes=512 * 1024 * 1024)
 
 
+def dataset_task(dataset: Dataset) -> LabelTask:
+    """What a dataset's label holds (:mod:`.labels`), from its stored spec."""
+    return LabelTask.from_label((dataset.spec or {}).get("label"))
+
+
 def load_design(uow_factory: UnitOfWorkFactory, dataset_id: str) -> Design:
-    """The design matrix X (float64, n × d, rows of norm ≤ 1) and labels y (±1.0) of a
-    dataset, rebuilt from its chunks by its stored preprocessing spec.
+    """The design matrix X (float64, n × d, rows of norm ≤ 1) and labels y of a dataset (in
+    the DP core's encoding of its task: ±1.0 for a binary label), rebuilt from its chunks by
+    its stored preprocessing spec.
 
     No access check (the job that calls it was authorised when it was created). Raises
     ``NotFoundError("dataset")`` and :class:`DatasetDeletedError`.
@@ -312,9 +320,12 @@ def read_design(uow_factory: UnitOfWorkFactory, dataset: Dataset | None) -> Prep
     if cached is not None:
         return cached
     prep = PreprocessingSpec.from_dict(dataset.preprocessing)
+    labels = dataset_task(dataset)
     with uow_factory() as uow:
         try:
-            X, y = design_from_chunks(prep, uow.datasets.chunk_payloads(dataset.id), dataset.n_rows)
+            X, y = design_from_chunks(
+                prep, uow.datasets.chunk_payloads(dataset.id), dataset.n_rows, labels
+            )
         except ValueError:
             # A deletion committed after the row was read, or while the chunks were.
             fresh = uow.datasets.get_fresh(dataset.id)
@@ -325,6 +336,6 @@ def read_design(uow_factory: UnitOfWorkFactory, dataset: Dataset | None) -> Prep
             raise
     X.flags.writeable = False  # fresh arrays, owned: prepared without a copy
     y.flags.writeable = False
-    design = prepare_design(X, y)
+    design = prepare_design(X, y, labels.task, labels.n_classes)
     design_cache.put(dataset.id, design)
     return design

@@ -3,7 +3,9 @@
 Payload: :data:`_ARROW_MAGIC` then one Arrow IPC record batch (buffers compressed with
 :data:`CHUNK_COMPRESSION`) with the columns ``n0, n1, …`` (the numeric features in spec order,
 clamped to their bounds), ``c0, c1, …`` (codes into each category list, −1 for an undeclared
-value → all-zero one-hot block) and ``y`` (int8, ±1). A numeric column is stored as
+value → all-zero one-hot block) and ``y``: int8 ±1 for a binary label, the class index (int8
+or int16) for a multi-class one, the value clipped to its bounds (float64, exact) for a
+numeric one (:mod:`.labels`). A numeric column is stored as
 int8/16/32 when every value of the chunk converts back to the same float64 bit for bit, else
 as float64: the design is rebuilt exactly. :func:`design_from_chunks` turns chunks into (X, y)
 through :meth:`PreprocessingSpec.transform_codes`, the same transform ``predict`` applies.
@@ -23,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 from numpy.typing import NDArray
 
+from service.domain.datasets.labels import LabelTask
 from service.dp.data.preprocessing import (
     PreprocessingSpec,
 )
@@ -83,7 +86,7 @@ def code_type(size: int) -> type[np.signedinteger[Any]]:
 def chunk_payload(
     numeric: Sequence[NDArray[Any]],
     codes: Sequence[NDArray[Any]],
-    y: NDArray[np.int8],
+    y: NDArray[Any],
     compression: Compression,
 ) -> bytes:
     """Columns ``n0…``, ``c0…``, ``y`` as one Arrow IPC record batch after :data:`_ARROW_MAGIC`."""
@@ -135,11 +138,13 @@ def encode_chunk(
 
 _NUMERIC_TYPES: Final = (pa.int8(), pa.int16(), pa.int32(), pa.float64())
 _CODE_TYPES: Final = (pa.int8(), pa.int16(), pa.int32())
+#: Stored labels: ±1 or class indices (int8, int16), numeric labels (float64).
+_LABEL_TYPES: Final = (pa.int8(), pa.int16(), pa.float64())
 
 
 def _decode_arrow(
     body: memoryview,
-) -> tuple[NDArray[np.float64], NDArray[np.integer[Any]], NDArray[np.int8]]:
+) -> tuple[NDArray[np.float64], NDArray[np.integer[Any]], NDArray[Any]]:
     try:
         table = pa.ipc.open_stream(pa.py_buffer(body)).read_all()
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
@@ -153,7 +158,7 @@ def _decode_arrow(
     if (
         any(t not in _NUMERIC_TYPES for t in types[:k])
         or any(t not in _CODE_TYPES for t in types[k : k + m])
-        or types[-1] != pa.int8()
+        or types[-1] not in _LABEL_TYPES
         or any(column.null_count for column in table.columns)
     ):
         raise ValueError("a stored chunk has unexpected column types")
@@ -165,15 +170,16 @@ def _decode_arrow(
     cat = np.empty((n, m), dtype=code_type)
     for j in range(m):
         cat[:, j] = table.column(k + j).to_numpy()
-    y = np.asarray(table.column(k + m).to_numpy(), dtype=np.int8)
+    y = np.asarray(table.column(k + m).to_numpy())
     return num, cat, y
 
 
 def decode_chunk(
     payload: bytes,
-) -> tuple[NDArray[np.float64], NDArray[np.integer[Any]], NDArray[np.int8]]:
+) -> tuple[NDArray[np.float64], NDArray[np.integer[Any]], NDArray[Any]]:
     """(num, cat, y) of a payload written by :func:`encode_chunk`: ``num`` float64 exactly
-    as encoded, ``cat`` the codes (int8 or wider), ``y`` int8. Also reads the earlier
+    as encoded, ``cat`` the codes (int8 or wider), ``y`` as stored (int8 ±1, class indices,
+    or float64 numeric labels). Also reads the earlier
     formats (an ``np.savez`` archive, bare or in an LZ4 frame, with ``allow_pickle=False``),
     so datasets stored before keep working."""
     if payload.startswith(_ARROW_MAGIC):
@@ -192,21 +198,27 @@ def decode_chunk(
 
 
 def design_from_chunks(
-    preprocessing: PreprocessingSpec, payloads: Iterable[bytes], n_rows: int
+    preprocessing: PreprocessingSpec,
+    payloads: Iterable[bytes],
+    n_rows: int,
+    labels: LabelTask | None = None,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(X, y) of a stored dataset: X = ``preprocessing.transform`` of the stored columns
-    (float64, n × d, every row of norm ≤ 1), y in {−1.0, +1.0}. ``n_rows`` preallocates X;
-    a mismatch with the chunks raises ``ValueError``."""
+    (float64, n × d, every row of norm ≤ 1), y in the DP core's encoding of ``labels``' task
+    (:meth:`LabelTask.dp_labels`: ±1.0, the class index, or the numeric label mapped onto
+    [−1, 1]; binary when None). ``n_rows`` preallocates X; a mismatch with the chunks raises
+    ``ValueError``."""
+    task = labels or LabelTask("binary")
     X = np.empty((n_rows, preprocessing.n_features), dtype=np.float64)
     y = np.empty(n_rows, dtype=np.float64)
     start = 0
     for payload in payloads:
-        num, cat, labels = decode_chunk(payload)
-        m = labels.shape[0]
+        num, cat, stored = decode_chunk(payload)
+        m = stored.shape[0]
         if start + m > n_rows:
             raise ValueError("the stored chunks hold more rows than the dataset records")
         X[start : start + m] = preprocessing.transform_codes(num, cat)
-        y[start : start + m] = labels
+        y[start : start + m] = task.dp_labels(stored)
         start += m
     if start != n_rows:
         raise ValueError("the stored chunks hold fewer rows than the dataset records")

@@ -7,10 +7,13 @@ The readers (:mod:`.readers`) cut the file into record batches; this module enco
   worker threads, a few at a time, and handed to ``on_chunk`` in file order, so memory stays
   bounded by a few blocks whatever the file size.
 * **All or nothing.** Problems that need the whole file (missing values under
-  ``"missing": "error"``, NaN/inf, label values of neither class, a label without positive
-  rows) are counted to the end and then raised; the caller keeps the chunks aside and stores
-  them (in one transaction) only when :func:`ingest` returns, so a rejected upload stores
-  nothing.
+  ``"missing": "error"``, NaN/inf, label values of no declared class, a binary label
+  without positive rows) are counted to the end and then raised; the caller keeps the chunks
+  aside and stores them (in one transaction) only when :func:`ingest` returns, so a rejected
+  upload stores nothing.
+* **Labels** (:mod:`.labels`): a binary label is stored as ±1, a multi-class label as the
+  index of its class in the declared order, a numeric label as its value clipped to the
+  public bounds (the rows clipped are counted in the report, ``label_clipped_rows``).
 * **No data values in errors.** Messages name columns and count rows; they never quote a
   cell.
 """
@@ -72,7 +75,7 @@ class _Tally:
     nonfinite: dict[str, int]
     missing_rows: int = 0
     failed: bool = False
-    #: Label cells of neither declared class (a spec with a negative class).
+    #: Label cells of no declared class (a spec with a negative class, or with classes).
     label_rows: int = 0
     #: A spec naming only the positive class: label cells that are not positive, and up to
     #: two distinct values among them (kept in memory only, never shown).
@@ -101,6 +104,8 @@ class _Encoded:
     label_rows: int = 0
     other_rows: int = 0
     others: tuple[str, ...] = ()
+    #: Numeric labels clipped to their bounds.
+    clipped: int = 0
 
 
 class _Encoder:
@@ -119,8 +124,10 @@ class _Encoder:
             for f in spec.features
             if isinstance(f, CategoricalFeature)
         }
-        self.positive = pa.scalar(spec.positive, pa.string())
+        self.positive = None if spec.positive is None else pa.scalar(spec.positive, pa.string())
         self.negative = None if spec.negative is None else pa.scalar(spec.negative, pa.string())
+        self.classes = None if spec.classes is None else pa.array(list(spec.classes), pa.string())
+        self.class_type = code_type(len(spec.classes or ()) or 1)
         #: Set once the upload is known to be rejected: later batches are only counted.
         self.failed = threading.Event()
 
@@ -130,8 +137,8 @@ class _Encoder:
     def encode(self, batch: pa.RecordBatch) -> _Encoded:
         """Count missing and non-finite cells; unless the batch (or an earlier one) fails,
         clamp numbers to their bounds, look categories up in their lists (−1: undeclared),
-        compare the label with the positive class, drop rows with missing cells under
-        ``"missing": "drop"``, and serialise the result."""
+        encode the label (±1, class index, or the number clipped to its bounds), drop rows
+        with missing cells under ``"missing": "drop"``, and serialise the result."""
         spec = self.spec
         n = batch.num_rows
         missing: dict[str, int] = {}
@@ -143,23 +150,25 @@ class _Encoder:
                 nulls = np.asarray(col.is_null().to_numpy(zero_copy_only=False), dtype=bool)
                 missing_row = nulls if missing_row is None else missing_row | nulls
         nonfinite: dict[str, int] = {}
-        values: list[NDArray[np.float64]] = []
-        for f in spec.features:
-            if isinstance(f, NumericFeature):
-                col = batch.column(f.column)
-                v = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
-                bad = ~np.isfinite(v)
-                if col.null_count:
-                    bad &= np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-                k = int(np.count_nonzero(bad))
-                if k:
-                    nonfinite[f.column] = k
-                values.append(v)
+        values = [
+            _finite_values(batch, f.column, nonfinite)
+            for f in spec.features
+            if isinstance(f, NumericFeature)
+        ]
         dropped = 0 if missing_row is None else int(np.count_nonzero(missing_row))
         out = _Encoded(rows_read=n, missing=missing, nonfinite=nonfinite, missing_rows=dropped)
         label = batch.column(spec.label_column)
-        positive = pc.equal(label, self.positive).fill_null(False)
-        self._check_labels(label, positive, out)
+        y_all: NDArray[Any]
+        if spec.task == "regression":
+            y_all = _finite_values(batch, spec.label_column, nonfinite)
+        elif self.classes is not None:
+            found = pc.index_in(label, value_set=self.classes)
+            out.label_rows = _count(pc.and_(label.is_valid(), found.is_null()))
+            y_all = np.asarray(found.fill_null(0).to_numpy(zero_copy_only=False))
+        else:
+            positive = pc.equal(label, self.positive).fill_null(False)
+            self._check_labels(label, positive, out)
+            y_all = np.asarray(positive.to_numpy(zero_copy_only=False), dtype=np.int8) * 2 - 1
         if (
             nonfinite
             or (dropped and spec.missing == "error")
@@ -188,10 +197,9 @@ class _Encoder:
                 code = code.astype(self.code_types[f.column], copy=False)
                 out.unknown[f.column] = int(np.count_nonzero(code < 0)) if unlisted else 0
                 codes.append(code)
-        y = np.asarray(positive.to_numpy(zero_copy_only=False), dtype=np.int8) * 2 - 1
-        y = y.astype(np.int8) if keep is None else y[keep].astype(np.int8)
+        y = _stored_labels(spec, y_all if keep is None else y_all[keep], self.class_type, out)
         out.n_rows = int(y.shape[0])
-        out.n_positive = int(np.count_nonzero(y > 0))
+        out.n_positive = int(np.count_nonzero(y > 0)) if spec.task == "binary" else 0
         if out.n_rows:
             out.payload = chunk_payload(numeric, codes, y, CHUNK_COMPRESSION)
         return out
@@ -211,6 +219,38 @@ class _Encoder:
             out.others = tuple(str(v) for v in values.to_pylist())
 
 
+def _finite_values(
+    batch: pa.RecordBatch, column: str, nonfinite: dict[str, int]
+) -> NDArray[np.float64]:
+    """A numeric column as float64, counting its present non-finite cells in ``nonfinite``."""
+    col = batch.column(column)
+    v = np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+    bad = ~np.isfinite(v)
+    if col.null_count:
+        bad &= np.asarray(col.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    k = int(np.count_nonzero(bad))
+    if k:
+        nonfinite[column] = k
+    return v
+
+
+def _stored_labels(
+    spec: DatasetSpec, y: NDArray[Any], class_type: type[np.signedinteger[Any]], out: _Encoded
+) -> NDArray[Any]:
+    """The kept rows' labels as stored: int8 ±1 (binary), the class index in the smallest
+    signed type holding K − 1 (multiclass), or the number clipped to [lower, upper] as
+    float64 (regression; the rows clipped are counted in ``out.clipped``)."""
+    if spec.task == "regression":
+        low, high = spec.label_task.lower, spec.label_task.upper
+        v = np.asarray(y, dtype=np.float64)
+        clipped = np.clip(v, low, high)
+        out.clipped = int(np.count_nonzero(clipped != v))
+        return np.ascontiguousarray(clipped)
+    if spec.task == "multiclass":
+        return np.ascontiguousarray(y.astype(class_type))
+    return np.ascontiguousarray(y.astype(np.int8))
+
+
 def _count(mask: pa.Array) -> int:
     return int(np.count_nonzero(np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)))
 
@@ -223,13 +263,24 @@ def _same_text(a: str, b: str) -> bool:
 def _ambiguous_labels(spec: DatasetSpec, tally: _Tally) -> bool:
     """A spec naming only the positive class is read only when every other label cell holds
     one and the same value, which is not the positive class in another case or spacing."""
-    if spec.negative is not None:
+    if spec.negative is not None or spec.positive is None:
         return False
     return len(tally.others) > 1 or any(_same_text(v, spec.positive) for v in tally.others)
 
 
 def _check_label_values(spec: DatasetSpec, tally: _Tally, report: IngestReport) -> None:
     column = spec.label_column
+    if tally.label_rows and spec.classes is not None:
+        raise LabelValuesError(
+            f"{plural(tally.label_rows, 'row')} of {report.rows_read} "
+            f"{'has' if tally.label_rows == 1 else 'have'} a value in the label column "
+            f"{column!r} that is none of its {len(spec.classes)} declared classes (values not "
+            "shown). Labels are compared exactly, case and spaces included: fix or remove "
+            "these rows before uploading",
+            column=column,
+            rows=tally.label_rows,
+            classes=len(spec.classes),
+        )
     if tally.label_rows:
         raise LabelValuesError(
             f"{plural(tally.label_rows, 'row')} of {report.rows_read} "
@@ -295,6 +346,8 @@ def _final_checks(spec: DatasetSpec, tally: _Tally, report: IngestReport) -> Non
             f"no rows are left after dropping the {plural(report.rows_dropped, 'row')} "
             "with missing values"
         )
+    if spec.task != "binary":
+        return
     if report.n_positive == 0:
         raise DatasetFileError(
             f"the label column {spec.label_column!r} has no row equal to the positive class "
@@ -360,15 +413,15 @@ def ingest(
     Raises :class:`DatasetInputError` (after ``on_chunk`` may already have been called: the
     caller must discard what it received) when the file is empty or malformed, lacks a
     declared column, holds NaN/inf in a numeric column, has missing values under
-    ``"missing": "error"``, has label values of neither declared class (or, for a spec naming
-    only the positive class, more than one other value), or leaves no positive or no negative
-    rows.
+    ``"missing": "error"``, has label values of no declared class (or, for a spec naming
+    only the positive class, more than one other value), a numeric label that is not a
+    finite number, or (binary) leaves no positive or no negative rows.
     """
     head = read_full(source, len(PARQUET_MAGIC))
     if not head:
         raise DatasetFileError("the uploaded file is empty")
     kind: Literal["csv", "parquet"] = "parquet" if head == PARQUET_MAGIC else "csv"
-    report = IngestReport(format=kind)
+    report = IngestReport(format=kind, label_clipped_rows=0 if spec.task == "regression" else None)
     tally = _Tally(missing={}, nonfinite={})
     encoder = _Encoder(spec)
     tasks = csv_tasks(head, source, spec) if kind == "csv" else parquet_tasks(head, source, spec)
@@ -394,6 +447,8 @@ def ingest(
             continue
         report.rows_dropped += part.missing_rows
         report.n_positive += part.n_positive
+        if report.label_clipped_rows is not None:
+            report.label_clipped_rows += part.clipped
         for c, k in part.unknown.items():
             report.unknown_category_rows[c] = report.unknown_category_rows.get(c, 0) + k
         if part.payload is None:

@@ -33,9 +33,6 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from service.domain.datasets.spec import DatasetFileError, DatasetSpec, DatasetTooWideError
-from service.dp.data.preprocessing import (
-    NumericFeature,
-)
 
 #: Rows per record batch (and per stored chunk) for Parquet; CSV batches are cut by bytes.
 PARQUET_BATCH_ROWS: Final[int] = 65_536
@@ -65,14 +62,19 @@ class IngestReport:
     rows_dropped: int = 0
     n_positive: int = 0
     unknown_category_rows: dict[str, int] = field(default_factory=dict)
+    #: Rows whose numeric label was clipped to its public bounds (None: not a numeric label).
+    label_clipped_rows: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "format": self.format,
             "rows_read": self.rows_read,
             "rows_dropped": self.rows_dropped,
             "unknown_category_rows": dict(self.unknown_category_rows),
         }
+        if self.label_clipped_rows is not None:
+            out["label_clipped_rows"] = self.label_clipped_rows
+        return out
 
 
 def read_full(source: IO[bytes], n: int) -> bytes:
@@ -252,7 +254,7 @@ class _CsvLayout:
 
 
 def _csv_convert(spec: DatasetSpec) -> pacsv.ConvertOptions:
-    numeric = {f.column for f in spec.features if isinstance(f, NumericFeature)}
+    numeric = spec.numeric_columns
     return pacsv.ConvertOptions(
         include_columns=list(spec.columns),
         column_types={c: (pa.float64() if c in numeric else pa.string()) for c in spec.columns},
@@ -388,7 +390,7 @@ def _parquet_column(array: pa.Array, column: str, numeric: bool) -> pa.Array:
 
 
 def _parquet_convert(batch: pa.RecordBatch, spec: DatasetSpec) -> pa.RecordBatch:
-    numeric = {f.column for f in spec.features if isinstance(f, NumericFeature)}
+    numeric = spec.numeric_columns
     arrays = [_parquet_column(batch.column(c), c, c in numeric) for c in spec.columns]
     return pa.RecordBatch.from_arrays(arrays, names=list(spec.columns))
 

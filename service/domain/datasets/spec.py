@@ -1,8 +1,10 @@
 """The public dataset spec: label classes, features with public bounds or categories, budget
 caps and the missing-value policy → a :class:`~service.dp.data.preprocessing.PreprocessingSpec`.
 
-* **Data-independent preprocessing.** The spec declares the label column and its two
-  classes (positive and negative; any other label value is refused), every feature column
+* **Data-independent preprocessing.** The spec declares the label column and what it holds
+  (:mod:`.labels`): two classes (positive and negative), 3 or more ``classes`` in a public
+  order (any other label value is refused), or a number with public bounds ``lower``/``upper``
+  (values outside are clipped to them and counted), every feature column
   with public bounds (numeric) or a public category list (categorical), the budget caps and
   the missing-value policy. Nothing is read from the data to build the preprocessing: a
   numeric feature without bounds is refused with an explanation.
@@ -15,12 +17,14 @@ caps and the missing-value policy → a :class:`~service.dp.data.preprocessing.P
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from service.domain.datasets.labels import DEFAULT_MAX_CLASSES, LabelTask, finite_bound
 from service.domain.errors import InvalidInputError
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
+from service.dp.core.tasks import Task
 from service.dp.data.preprocessing import (
     CategoricalFeature,
     Feature,
@@ -70,21 +74,20 @@ class DatasetTooWideError(DatasetFileError):
 
 
 class LabelValuesError(DatasetFileError):
-    """Label cells that are neither the positive nor the negative class (or, for a spec that
-    names only the positive class, more than one other value). Counts rows, never shows a
-    value; ``rows`` is how many label cells are not of a declared class."""
+    """Label cells of no declared class (neither the positive nor the negative class, none of
+    the declared ``classes``, or, for a spec that names only the positive class, more than
+    one other value). Counts rows, never shows a value; ``rows`` is how many label cells are
+    not of a declared class."""
 
     slug = "invalid-label-values"
     title = "Label values outside the declared classes"
 
-    def __init__(self, detail: str, *, column: str, rows: int) -> None:
+    def __init__(self, detail: str, *, column: str, rows: int, classes: int = 2) -> None:
+        which = "neither declared class" if classes == 2 else f"none of the {classes} classes"
         super().__init__(
             detail,
             errors=[
-                {
-                    "loc": ["file", column],
-                    "msg": f"{rows} row(s) hold a label value of neither declared class",
-                }
+                {"loc": ["file", column], "msg": f"{rows} row(s) hold a label value of {which}"}
             ],
         )
         self.column = column
@@ -141,14 +144,17 @@ class DatasetSpec:
     """A validated upload spec. Build it with :func:`build_spec`.
 
     ``epsilon_cap_units``/``delta_cap_units`` are the caps in ledger units, rounded down.
-    ``negative`` is the declared negative class; ``None`` only for a spec that names the
-    positive class alone (the earlier form), whose label column must then hold exactly one
-    other value (checked when the file is read).
+    ``task`` is what the label holds (:mod:`.labels`): for ``binary``, ``positive`` and
+    ``negative`` are its classes (``negative`` is ``None`` only for a spec that names the
+    positive class alone, the earlier form, whose label column must then hold exactly one
+    other value, checked when the file is read); ``multiclass`` declares ``classes`` in their
+    public order (class k is ``classes[k]``); ``regression`` a numeric label with public
+    bounds ``label_lower`` < ``label_upper``. ``positive`` is ``None`` unless binary.
     """
 
     name: str
     label_column: str
-    positive: str
+    positive: str | None
     preprocessing: PreprocessingSpec
     epsilon: float
     delta: float
@@ -161,6 +167,23 @@ class DatasetSpec:
     #: Public prior frequency of the positive class (never read from the data), or None:
     #: the majority-class baseline fits are compared with (issue 28 item 4).
     positive_fraction: float | None = None
+    task: Task = "binary"
+    classes: tuple[str, ...] | None = None
+    label_lower: float | None = None
+    label_upper: float | None = None
+
+    @property
+    def label_task(self) -> LabelTask:
+        """What the label holds and how it is encoded for the DP core."""
+        return LabelTask.from_label(self.label)
+
+    @property
+    def numeric_columns(self) -> frozenset[str]:
+        """Columns read as numbers: the numeric features and a numeric label."""
+        numeric = {f.column for f in self.features if isinstance(f, NumericFeature)}
+        if self.task == "regression":
+            numeric.add(self.label_column)
+        return frozenset(numeric)
 
     @property
     def features(self) -> tuple[Feature, ...]:
@@ -172,11 +195,20 @@ class DatasetSpec:
         return (*self.preprocessing.columns, self.label_column)
 
     @property
-    def label(self) -> dict[str, str]:
-        """The label as normalised JSON: column, positive and (when declared) negative."""
-        out = {"column": self.label_column, "positive": self.positive}
-        if self.negative is not None:
-            out["negative"] = self.negative
+    def label(self) -> dict[str, Any]:
+        """The label as normalised JSON: column and positive, negative (when declared) for a
+        binary label; column and classes for a multi-class one; column, lower and upper for
+        a numeric one."""
+        out: dict[str, Any] = {"column": self.label_column}
+        if self.task == "multiclass":
+            out["classes"] = list(self.classes or ())
+        elif self.task == "regression":
+            out["lower"] = self.label_lower
+            out["upper"] = self.label_upper
+        else:
+            out["positive"] = self.positive
+            if self.negative is not None:
+                out["negative"] = self.negative
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -207,42 +239,68 @@ def _label_text(value: str | int | bool) -> str:
     return value
 
 
-def build_spec(
+LabelValue = str | int | bool
+#: Records one problem of a spec: its location and message.
+_Problem = Callable[[list[str | int], str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Label:
+    """The label part of a spec once its form is checked (see :func:`_check_label`)."""
+
+    task: Task
+    positive: str | None = None
+    negative: str | None = None
+    classes: tuple[str, ...] | None = None
+    lower: float | None = None
+    upper: float | None = None
+
+
+def _check_label(
+    problem: _Problem,
     *,
-    name: str,
-    label_column: str,
-    positive: str | int | bool,
-    features: Sequence[FeatureInput],
-    epsilon: float,
-    delta: float,
-    limits: BudgetLimits,
-    missing: MissingPolicy = "error",
-    missing_values: Sequence[str] | None = None,
-    allow_non_private: bool = False,
-    row_norm: RowNorm = "clip",
-    negative: str | int | bool | None = None,
-    positive_fraction: float | None = None,
-) -> DatasetSpec:
-    """Validate an upload spec; raise :class:`DatasetSpecError` listing every problem.
-
-    Rules: a name of 1-200 characters; at least one feature; no column used twice (the label
-    is not a feature); numeric features declare finite bounds with lower < upper (PrivFit never
-    reads bounds from the data); categorical features declare a non-empty list of distinct
-    categories; 0 < ε ≤ the server's maximum and 0 ≤ δ < 1, δ ≤ the server's maximum; no
-    declared category and neither label class is also a missing-value marker; the negative
-    class (when given) differs from the positive one.
-    """
-    errors: list[dict[str, Any]] = []
-
-    def problem(loc: list[str | int], msg: str) -> None:
-        errors.append({"loc": loc, "msg": msg})
-
-    if not name.strip() or len(name) > MAX_NAME_LENGTH:
-        problem(["name"], f"the name must have 1 to {MAX_NAME_LENGTH} characters")
-    if not label_column:
-        problem(["label", "column"], "the label column must be named")
+    positive: LabelValue | None,
+    negative: LabelValue | None,
+    classes: Sequence[LabelValue] | None,
+    lower: object,
+    upper: object,
+    markers: Sequence[str],
+    max_classes: int,
+) -> _Label:
+    """The label's form: positive (and negative), classes, or lower and upper; a mixture of
+    forms is refused naming each field that does not belong (``problem(loc, msg)``)."""
+    bounded = lower is not None or upper is not None
+    if classes is not None:
+        for field_name, value in (("positive", positive), ("negative", negative)):
+            if value is not None:
+                problem(
+                    ["label", field_name],
+                    f"a label with classes takes no {field_name}: declare the classes alone "
+                    "(two classes: the first is the negative, the second the positive class)",
+                )
+        for field_name, bound in (("lower", lower), ("upper", upper)):
+            if bound is not None:
+                problem(
+                    ["label", field_name],
+                    f"a label with classes takes no {field_name}: bounds declare a numeric label",
+                )
+        return _classes(problem, classes, markers, max_classes)
+    if bounded:
+        for field_name, value in (("positive", positive), ("negative", negative)):
+            if value is not None:
+                problem(
+                    ["label", field_name],
+                    f"a numeric label (lower, upper) takes no {field_name} class",
+                )
+        return _bounds(problem, lower, upper)
+    if positive is None:
+        problem(
+            ["label"],
+            "declare the label's classes: positive and negative (binary), classes (3 or "
+            "more, in a public order), or lower and upper (a numeric label)",
+        )
+        return _Label("binary")
     positive_text = _label_text(positive)
-    markers = tuple(DEFAULT_MISSING_VALUES if missing_values is None else missing_values)
     if positive_text in markers:
         problem(
             ["label", "positive"],
@@ -259,6 +317,104 @@ def build_spec(
                 f"the negative class {negative_text!r} is also a missing-value marker; "
                 "change missing_values",
             )
+    return _Label("binary", positive=positive_text, negative=negative_text)
+
+
+def _classes(
+    problem: _Problem, classes: Sequence[LabelValue], markers: Sequence[str], max_classes: int
+) -> _Label:
+    texts = tuple(_label_text(c) for c in classes)
+    loc: list[str | int] = ["label", "classes"]
+    if not 2 <= len(texts) <= max_classes:
+        problem(loc, f"declare 2 to {max_classes} classes, got {len(texts)}")
+        return _Label("multiclass", classes=texts)
+    dupes = sorted({c for c in texts if texts.count(c) > 1})
+    if dupes:
+        problem(loc, f"{len(dupes)} class(es) are listed more than once (compared as text)")
+    clash = [c for c in texts if c in markers]
+    if clash:
+        problem(
+            loc,
+            "classes " + ", ".join(map(repr, clash)) + " are also missing-value markers; "
+            "change missing_values",
+        )
+    if len(texts) == 2:
+        return _Label("binary", positive=texts[1], negative=texts[0])
+    return _Label("multiclass", classes=texts)
+
+
+def _bounds(problem: _Problem, lower: object, upper: object) -> _Label:
+    for field_name, value in (("lower", lower), ("upper", upper)):
+        if value is None:
+            problem(
+                ["label", field_name],
+                f"a numeric label needs both public bounds: {field_name} is missing",
+            )
+        elif not finite_bound(value):
+            problem(
+                ["label", field_name], f"the label's {field_name} bound must be a finite number"
+            )
+    if not (finite_bound(lower) and finite_bound(upper)):
+        return _Label("regression")
+    low, high = float(lower), float(upper)  # type: ignore[arg-type]
+    if not low < high:
+        problem(["label", "upper"], "the label's lower bound must be smaller than its upper bound")
+    elif not math.isfinite(high - low):
+        problem(["label", "upper"], "the label's range upper − lower must be a finite number")
+    return _Label("regression", lower=low, upper=high)
+
+
+def build_spec(
+    *,
+    name: str,
+    label_column: str,
+    positive: LabelValue | None,
+    features: Sequence[FeatureInput],
+    epsilon: float,
+    delta: float,
+    limits: BudgetLimits,
+    missing: MissingPolicy = "error",
+    missing_values: Sequence[str] | None = None,
+    allow_non_private: bool = False,
+    row_norm: RowNorm = "clip",
+    negative: LabelValue | None = None,
+    positive_fraction: float | None = None,
+    classes: Sequence[LabelValue] | None = None,
+    label_lower: float | None = None,
+    label_upper: float | None = None,
+    max_classes: int = DEFAULT_MAX_CLASSES,
+) -> DatasetSpec:
+    """Validate an upload spec; raise :class:`DatasetSpecError` listing every problem.
+
+    Rules: a name of 1-200 characters; at least one feature; no column used twice (the label
+    is not a feature); numeric features declare finite bounds with lower < upper (PrivFit never
+    reads bounds from the data); categorical features declare a non-empty list of distinct
+    categories; 0 < ε ≤ the server's maximum and 0 ≤ δ < 1, δ ≤ the server's maximum; no
+    declared category and no label class is also a missing-value marker; the label is one
+    of the forms of :mod:`.labels` (positive and negative, distinct; 2 to ``max_classes``
+    distinct classes, where two are the binary form; finite bounds lower < upper), and a
+    mixture of forms is refused naming each field that does not belong.
+    """
+    errors: list[dict[str, Any]] = []
+
+    def problem(loc: list[str | int], msg: str) -> None:
+        errors.append({"loc": loc, "msg": msg})
+
+    if not name.strip() or len(name) > MAX_NAME_LENGTH:
+        problem(["name"], f"the name must have 1 to {MAX_NAME_LENGTH} characters")
+    if not label_column:
+        problem(["label", "column"], "the label column must be named")
+    markers = tuple(DEFAULT_MISSING_VALUES if missing_values is None else missing_values)
+    label = _check_label(
+        problem,
+        positive=positive,
+        negative=negative,
+        classes=classes,
+        lower=label_lower,
+        upper=label_upper,
+        markers=markers,
+        max_classes=max_classes,
+    )
     if missing not in ("error", "drop"):
         problem(["missing"], "missing must be 'error' or 'drop'")
     if row_norm not in ("clip", "scale"):
@@ -267,6 +423,8 @@ def build_spec(
         isinstance(positive_fraction, float | int) and 0.0 < float(positive_fraction) < 1.0
     ):
         problem(["positive_fraction"], "positive_fraction must be a number in (0, 1)")
+    elif positive_fraction is not None and label.task != "binary":
+        problem(["positive_fraction"], "positive_fraction applies to a binary label only")
 
     if not features:
         problem(["features"], "declare at least one feature column")
@@ -388,7 +546,7 @@ def build_spec(
     return DatasetSpec(
         name=name,
         label_column=label_column,
-        positive=positive_text,
+        positive=label.positive,
         preprocessing=prep,
         epsilon=float(epsilon),
         delta=float(delta),
@@ -397,8 +555,12 @@ def build_spec(
         missing=missing,
         missing_values=markers,
         allow_non_private=allow_non_private,
-        negative=negative_text,
+        negative=label.negative,
         positive_fraction=None if positive_fraction is None else float(positive_fraction),
+        task=label.task,
+        classes=label.classes if label.task == "multiclass" else None,
+        label_lower=label.lower,
+        label_upper=label.upper,
     )
 
 

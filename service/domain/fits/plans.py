@@ -19,12 +19,14 @@ from service.db.models import Dataset
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.datasets.catalog import get_owned_dataset, read_design
+from service.domain.datasets.labels import require_binary
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.fits import auto as fit_auto
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS
 from service.dp.analysis import auto as auto_numerics
 from service.dp.analysis.auto import majority_fraction
+from service.dp.analysis.baseline import split_budget
 from service.dp.analysis.planning import (
     MAX_SIMULATED_FITS,
     GridPoint,
@@ -186,16 +188,27 @@ def _auto_plan(
     n, d = int(target.n_rows), int(target.n_features)
     points: list[GridPoint] = []
     notes = [
-        "auto: per ε, the candidate with the largest mean predicted accuracy (λ from the "
-        "grid 1e-4…1e-1; `regularizations` are not used)",
+        "auto: per ε, the first candidate in the order of preference unless a later one is "
+        "clearly better on the reference (each mechanism at its automatic λ; "
+        "`regularizations` are not used)",
         f"majority baseline from: {source}",
     ]
+    if majority is None:
+        notes.append(
+            "no public baseline: an auto fit spends a slice of each ε on a private count of "
+            "the positive labels (the majority baseline) and chooses and fits at the rest; "
+            "the points show that choice, and spent_epsilon is the whole ε"
+        )
     for eps in epsilons:
+        # an auto fit without a public baseline chooses at ε less the count's slice
+        eps_fit = eps
+        if majority is None:
+            eps_fit, _ = split_budget(n, eps)
         try:
             choice = auto_numerics.choose(
                 n=n,
                 d=d,
-                epsilon=eps,
+                epsilon=eps_fit,
                 delta=request.delta,
                 loss=request.loss,
                 regularization=None,
@@ -217,13 +230,15 @@ def _auto_plan(
             mechanism,
             n=n,
             d=d,
-            epsilon=eps,
+            epsilon=eps_fit,
             delta=request.delta,
             loss=request.loss,
             regularization=lam,
             params=own,
         )
-        point = replace(point, regularization=chosen.regularization)
+        point = replace(point, regularization=chosen.regularization, epsilon=eps)
+        if eps_fit != eps:  # the fit's ε and the count's make up the whole ε
+            point = replace(point, spent_epsilon=eps)
         points.append(replace(point, accuracies=best.accuracies, mechanism=chosen.mechanism))
     return Plan(
         dataset_id=dataset_id,
@@ -250,6 +265,7 @@ def make_plan(
     actor.site_or_not_found("dataset")
     with uow:
         target = get_owned_dataset(uow, dataset_id=dataset_id, actor=actor)
+        require_binary((target.spec or {}).get("label"), "the planner", loc=["path", "dataset_id"])
         reference = None
         if request.reference_dataset_id is not None:
             try:

@@ -8,6 +8,13 @@ before anything is spent), charged the calibration's (ε, δ), nothing for the n
 baseline. The worker's half is :func:`service.domain.fits.run.run_fit_job`.
 
 A dry run (:func:`quote_fit`) stops after the calibration and returns the exact cost.
+
+The dataset's label decides the task (:mod:`service.domain.datasets.labels`): binary,
+multiclass or regression, passed to :func:`service.dp.calibrate` with K, so a mechanism that
+does not fit the task is a 422 before anything is charged. A request without a loss gets the
+task's default (``logistic`` for class labels, ``squared`` for numeric ones). Mechanism
+``auto``, λ ``"auto"`` and the expected-accuracy band are derived for binary labels and are
+not yet offered for the other tasks (422, or no band).
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from service.db.models import Dataset
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.datasets.catalog import get_owned_dataset, require_live
+from service.domain.datasets.catalog import dataset_task, get_owned_dataset, require_live
+from service.domain.datasets.labels import UnsupportedTaskError
 from service.domain.errors import InvalidInputError
 from service.domain.fits import auto as fit_auto
 from service.domain.jobs.charged import (
@@ -45,6 +53,7 @@ from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, calibrat
 from service.dp.analysis.regularization import auto_regularization
 from service.dp.analysis.work import fit_work
 from service.dp.core.plan import plan_to_json
+from service.dp.core.tasks import TASK_LOSSES
 
 __all__ = [
     "AUTO",
@@ -80,6 +89,8 @@ class FitRequest:
     regularization: float | str | None = 1e-3
     params: Mapping[str, Any] = field(default_factory=dict)
     regularization_rule: Mapping[str, Any] | None = None
+    #: False: the request named no loss, and the dataset's task chooses it (:func:`for_task`).
+    loss_given: bool = True
 
     @property
     def lam(self) -> float:
@@ -105,6 +116,27 @@ class FitRequest:
         if self.regularization_rule is not None:
             out["regularization_rule"] = json_safe(dict(self.regularization_rule))
         return out
+
+
+def for_task(request: FitRequest, dataset: Dataset) -> FitRequest:
+    """``request`` for the dataset's task: without a loss of its own it gets the task's
+    default loss (the first of :data:`~service.dp.core.tasks.TASK_LOSSES`); mechanism
+    ``auto`` and λ ``"auto"`` (derived for binary labels) are a 422 for the other tasks."""
+    task = dataset_task(dataset).task
+    if not request.loss_given:
+        request = replace(request, loss=TASK_LOSSES[task][0], loss_given=True)
+    if task == "binary":
+        return request
+    kind = "multiclass/regression datasets"
+    if request.mechanism == fit_auto.AUTO:
+        msg = f"mechanism 'auto' is not yet available for {kind}: name a mechanism"
+        raise UnsupportedTaskError(msg, errors=[{"loc": ["body", "mechanism"], "msg": msg}])
+    if request.regularization == AUTO:
+        msg = (
+            f"regularization 'auto' (the default) is not yet available for {kind}: give a numeric λ"
+        )
+        raise UnsupportedTaskError(msg, errors=[{"loc": ["body", "regularization"], "msg": msg}])
+    return request
 
 
 def resolve_regularization(request: FitRequest, *, n: int, d: int) -> FitRequest:
@@ -188,6 +220,7 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
             f"epsilon is required for {request.mechanism}",
             errors=[{"loc": ["body", "epsilon"], "msg": "required for a private mechanism"}],
         )
+    task = dataset_task(dataset)
     calibration = calibrated(
         "fit",
         lambda: calibrate(
@@ -198,6 +231,8 @@ def _calibrate(dataset: Dataset, request: FitRequest) -> Calibration:
             delta=request.delta,
             loss=request.loss,
             regularization=_required_regularization(request),
+            task=task.task,
+            n_classes=task.n_classes,
             **dict(request.params),
         ),
     )
@@ -265,7 +300,8 @@ def _resolve(
 ) -> tuple[FitRequest, Calibration, fit_auto.Assessment | None]:
     """Inside an open ``with uow:``: the concrete request (auto resolved, docs/design.md §3),
     its calibration (422s first, for a concrete mechanism) and the assessment (the band and
-    warnings; None for the non-private baseline)."""
+    warnings; None for the non-private baseline and for tasks other than binary)."""
+    request = for_task(request, dataset)
     if request.mechanism == fit_auto.TRANSFER:
         # only auto chooses transfer, with the site's public model as its source
         raise InvalidInputError(
@@ -278,7 +314,7 @@ def _resolve(
         # λ "auto" (or omitted) on a named mechanism: the public rule's λ
         request = resolve_regularization(request, n=dataset.n_rows, d=dataset.n_features)
         calibration = _calibrate(dataset, request)
-        if request.mechanism in NON_PRIVATE_MECHANISMS:
+        if request.mechanism in NON_PRIVATE_MECHANISMS or dataset_task(dataset).task != "binary":
             return request, calibration, None
     else:
         fit_auto.check_auto_request(epsilon=request.epsilon, params=request.params)
@@ -301,12 +337,24 @@ def _resolve(
     return concrete, calibration, assessment
 
 
-def _cost(request: FitRequest, calibration: Calibration) -> tuple[float, float]:
-    """(ε, δ) to charge: the calibration's totals; nothing for the non-private baseline,
-    which claims no privacy at all (its record says so)."""
+def _cost(
+    request: FitRequest,
+    calibration: Calibration,
+    assessment: fit_auto.Assessment | None = None,
+) -> tuple[float, float]:
+    """(ε, δ) to charge: the calibration's totals, plus the private majority count's ε when
+    auto estimates its baseline privately (:mod:`.auto`; the fit is calibrated at the request's
+    ε less that slice, so the sum is at most the request); nothing for the non-private
+    baseline, which claims no privacy at all (its record says so)."""
     if request.mechanism in NON_PRIVATE_MECHANISMS or not math.isfinite(calibration.epsilon):
         return 0.0, 0.0
-    return float(calibration.epsilon), float(calibration.delta)
+    epsilon = float(calibration.epsilon)
+    if assessment is not None and assessment.private_baseline is not None:
+        # the fit's ε and the count's compose to at most the request (split_budget): charge
+        # the request, which covers both (the sum if rounding ever made it larger)
+        requested = float(assessment.private_baseline["requested_epsilon"])
+        epsilon = max(epsilon + assessment.baseline_epsilon, requested)
+    return epsilon, float(calibration.delta)
 
 
 def quote_fit(
@@ -323,7 +371,7 @@ def quote_fit(
         dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
         request, calibration, assessment = _resolve(uow, uow_factory, dataset, request)
-    epsilon, delta = _cost(request, calibration)
+    epsilon, delta = _cost(request, calibration, assessment)
     return FitQuote(
         auto=None if assessment is None else assessment.auto,
         expected_accuracy=None if assessment is None else assessment.expected_accuracy,
@@ -381,8 +429,8 @@ def submit_fit(
         def price() -> Pricing:
             require_live(dataset)
             assert resolved is not None
-            concrete, calibration, _ = resolved
-            epsilon, delta = _cost(concrete, calibration)
+            concrete, calibration, assessment = resolved
+            epsilon, delta = _cost(concrete, calibration, assessment)
             return Pricing(
                 mechanism=concrete.mechanism,
                 charges=[DatasetCharge(dataset.id, dataset.owner_site_id, epsilon, delta)],

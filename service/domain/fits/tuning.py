@@ -41,6 +41,7 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import get_owned_dataset, read_design, require_live
+from service.domain.datasets.labels import require_binary
 from service.domain.errors import InvalidInputError
 from service.domain.fits.run import DatasetFacts, dataset_facts
 from service.domain.fits.submit import FitQuote, FitRequest
@@ -201,7 +202,9 @@ class _Checked:
 
 
 def _check(dataset: Dataset, request: TunedFitRequest) -> _Checked:
-    """422 for a bad candidate list, grid or selection; else what :class:`_Checked` holds."""
+    """422 for a bad candidate list, grid or selection, or a dataset whose label is not
+    binary (tuning the other tasks is a later step); else what :class:`_Checked` holds."""
+    require_binary((dataset.spec or {}).get("label"), "private tuning (candidates)", loc=["body"])
     _check_candidates(request)
     settings = request.settings()
     n, d = int(dataset.n_rows), int(dataset.n_features)

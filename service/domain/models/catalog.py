@@ -19,6 +19,7 @@ from service.db.uow import UnitOfWork
 from service.domain import audit
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
+from service.domain.datasets.labels import LabelTask, require_binary
 from service.domain.datasets.spec import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.ids import looks_like_id
@@ -168,7 +169,9 @@ def predict(
     spec = PreprocessingSpec.from_dict(model.preprocessing)
     fitted = model_from_dict(model.body)
     try:
-        return predict_rows(fitted, spec, rows, loss=model.loss)
+        return predict_rows(
+            fitted, spec, rows, loss=model.loss, labels=LabelTask.from_label(model.label)
+        )
     except InvalidRowsError as exc:
         raise InvalidInputError(
             f"cannot score the rows: {exc}",
@@ -179,8 +182,10 @@ def predict(
 
 
 def export_model(uow: UnitOfWork, *, model_id: str, actor: Principal) -> dict[str, Any]:
-    """The self-contained export document (:func:`service.domain.models.export.build_export`)."""
+    """The self-contained export document (:func:`service.domain.models.export.build_export`);
+    a 422 for a multi-class or regression model (its export is a later step)."""
     model = get_model(uow, model_id=model_id, actor=actor)
+    require_binary(model.label, "exporting a model", loc=["path", "model_id"])
     return build_export(
         model_id=model.id,
         source=model.source,

@@ -7,6 +7,12 @@ with (:meth:`PreprocessingSpec.transform`), the model's decision function gives 
 sign of the score the class, and for the logistic loss σ(score) the probability of the
 positive class. Columns the spec does not read (an ID, the label) are ignored.
 
+By the model's label (:mod:`service.domain.datasets.labels`): a **multi-class** model gives K
+scores s_k = w_kᵀx, the predicted class is the declared class of the largest score (the first
+on a tie) and the probabilities are softmax(s)_k = exp(s_k − max s)/Σ_j exp(s_j − max s); a
+**regression** model's score s (in the label's [−1, 1] units) maps back to
+L + (clip(s, −1, 1) + 1)/2 · (U − L), always within the public bounds [L, U].
+
 Every value returned is finite, whatever the stored weights: a linear score is computed as
 s·((w/s)ᵀx) with s = max|wᵢ| (so huge weights cannot overflow into inf − inf), any score is
 clipped to ±:data:`MAX_ABS_SCORE` (a score that still cannot be computed, which only a model
@@ -23,8 +29,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import expit
+from scipy.special import expit, softmax
 
+from service.domain.datasets.labels import LabelTask
 from service.dp import FittedModel, LinearModel
 from service.dp.data.preprocessing import CategoricalFeature, NumericFeature, PreprocessingSpec
 
@@ -69,11 +76,17 @@ class InvalidRowsError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Prediction:
-    """The class (positive = score > 0), the score wᵀx and, for the logistic loss, σ(wᵀx)."""
+    """Binary: the class (positive = score > 0), the score wᵀx and, for the logistic loss,
+    σ(wᵀx). Multi-class: the predicted class (its declared text), the K scores and their
+    softmax. Regression: the score and the predicted value within the label's bounds."""
 
-    positive: bool
-    score: float
+    positive: bool | None
+    score: float | None
     probability: float | None
+    predicted_class: str | None = None
+    scores: list[float] | None = None
+    probabilities: list[float] | None = None
+    value: float | None = None
 
 
 def _numeric_cell(value: object) -> tuple[float | None, str | None]:
@@ -178,19 +191,59 @@ def _scores(model: FittedModel, X: NDArray[np.float64]) -> NDArray[np.float64]:
     return np.asarray(scores, dtype=np.float64)
 
 
+def _class_scores(model: FittedModel, X: NDArray[np.float64], k: int) -> NDArray[np.float64]:
+    """A multi-class model's (n, K) scores, finite and within ±:data:`MAX_ABS_SCORE`."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        raw = np.asarray(model.decision_function(X), dtype=np.float64)
+    if raw.ndim != 2 or raw.shape != (X.shape[0], k):
+        raise ValueError("the model's scores do not have one column per declared class")
+    finite = np.nan_to_num(raw, nan=0.0, posinf=MAX_ABS_SCORE, neginf=-MAX_ABS_SCORE)
+    return np.asarray(np.clip(finite, -MAX_ABS_SCORE, MAX_ABS_SCORE), dtype=np.float64)
+
+
+def _multiclass(
+    model: FittedModel, X: NDArray[np.float64], classes: Sequence[str]
+) -> list[Prediction]:
+    scores = _class_scores(model, X, len(classes))
+    probabilities = softmax(scores, axis=1)
+    best = np.argmax(scores, axis=1)
+    return [
+        Prediction(
+            positive=None,
+            score=None,
+            probability=None,
+            predicted_class=classes[int(best[i])],
+            scores=[float(v) for v in scores[i]],
+            probabilities=[float(v) for v in probabilities[i]],
+        )
+        for i in range(X.shape[0])
+    ]
+
+
 def predict_rows(
     model: FittedModel,
     spec: PreprocessingSpec,
     rows: Sequence[Mapping[str, Any]],
     *,
     loss: str | None,
+    labels: LabelTask | None = None,
 ) -> list[Prediction]:
     """Score ``rows`` (see the module docstring). ``loss`` decides whether a probability is
-    given: only the logistic loss makes σ(score) a probability."""
+    given: only the logistic loss makes σ(score) a probability. ``labels`` is the model's
+    label (binary when None)."""
     if not rows:
         return []
+    task = labels or LabelTask("binary")
     X = spec.transform(rows_to_columns(spec, rows))
+    if task.task == "multiclass":
+        return _multiclass(model, X, task.classes)
     scores = _scores(model, X)
+    if task.task == "regression":
+        values = task.from_unit(scores)
+        return [
+            Prediction(positive=None, score=float(s), probability=None, value=float(v))
+            for s, v in zip(scores, values, strict=True)
+        ]
     if scores.shape[0] != len(rows):
         raise ValueError("the model returned a score count that does not match the rows")
     probabilities = expit(scores) if loss == "logistic" else None

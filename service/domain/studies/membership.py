@@ -22,6 +22,7 @@ from service.db.uow import UnitOfWork
 from service.domain import audit
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
+from service.domain.datasets.labels import require_binary
 from service.domain.datasets.spec import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
 from service.domain.errors import (
     ConflictError,
@@ -267,7 +268,9 @@ def require_matching(
     *,
     field: str | None = None,
 ) -> None:
-    """422 listing :func:`spec_differences` unless the spec matches the study's."""
+    """422 listing :func:`spec_differences` unless the spec matches the study's; a
+    multi-class or numeric label is refused first (studies are binary for now)."""
+    require_binary(label, f"a study {what}", loc=["body", field or f"{what}_id"])
     differences = spec_differences(
         study.preprocessing, dict(study.spec.get("label") or {}), preprocessing, label
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from service.dp.core.base import Mechanism
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.mechanisms import (
+    adassp,
     dp_sgd,
     gaussian_objective,
     generalized_objective,
@@ -31,6 +32,7 @@ MECHANISMS: dict[str, Mechanism] = {
         gaussian_objective.MECHANISM,
         dp_sgd.MECHANISM,
         noisy_gd.MECHANISM,
+        adassp.MECHANISM,
         stacking.STACKING_SAMPLES,
         stacking.STACKING_FEATURES,
     )

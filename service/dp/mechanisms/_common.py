@@ -15,6 +15,7 @@ from service.dp.core.accounting import check_epsilon_delta
 from service.dp.core.base import Calibration, LinearModel, Problem, ProgressCallback
 from service.dp.core.losses import Loss, get_loss
 from service.dp.core.plan import Plan, plan_kind
+from service.dp.core.regression_losses import get_regression_loss
 from service.dp.core.validation import (
     PrivacyParameterError,
     check_dimensions,
@@ -45,9 +46,17 @@ __all__ = [
 P = TypeVar("P", bound=Plan)
 
 
+def task_loss(name: str, *, h: float, task: str) -> Loss:
+    """The loss ``name`` of ``task``: a margin loss (:mod:`service.dp.core.losses`), or for
+    regression a loss of the residual (:mod:`service.dp.core.regression_losses`)."""
+    if task == "regression":
+        return get_regression_loss(name, h=h)
+    return get_loss(name, h=h)
+
+
 def problem_loss(problem: Problem) -> Loss:
     """The loss object named by the problem (Huber with width ``problem.huber_h``)."""
-    return get_loss(problem.loss, h=problem.huber_h)
+    return task_loss(problem.loss, h=problem.huber_h, task=problem.task)
 
 
 def check_common(
@@ -111,8 +120,8 @@ class Inputs(Plan):
         )
 
     def loss_function(self) -> Loss:
-        """The loss object (Huber with width ``huber_h``)."""
-        return get_loss(self.loss, h=self.huber_h)
+        """The loss object (Huber with width ``huber_h``; a residual loss for regression)."""
+        return task_loss(self.loss, h=self.huber_h, task=self.task)
 
     def details(self) -> dict[str, Any]:
         """The public inputs every calibration reports."""
@@ -128,6 +137,12 @@ class Inputs(Plan):
         }
         if self.loss == "huber":
             details["huber_h"] = self.huber_h
+        if self.task == "regression":
+            # |ℓ′| ≤ h for the Huber loss of the residual; the squared loss has no bound
+            if self.loss == "huber":
+                details["lipschitz"] = self.huber_h
+            else:
+                del details["lipschitz"]
         if self.task != "binary":
             details["task"] = self.task
             if self.task == "multiclass":

@@ -7,6 +7,10 @@ with different minimisers: no finite ε holds. The calibration therefore reports
 ``allow_non_private: true``; that rule belongs to the domain layer. It is the baseline the
 private mechanisms are compared with, and the ε → ∞ limit of output and objective
 perturbation.
+
+Regression (``task="regression"``): the minimiser of (1/n)Σ ℓ(y_i − wᵀx_i) + (λ/2)‖w‖², the
+ridge closed form (XᵀX + nλI)⁻¹Xᵀy for the squared loss and semismooth Newton for the Huber
+loss of the residual (:mod:`service.dp.optimize.regression`); the limit ε → ∞ of ``adassp``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from numpy.typing import NDArray
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
+from service.dp.core.regression_losses import RegressionLoss
 from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     Inputs,
@@ -30,6 +35,7 @@ from service.dp.mechanisms._common import (
     report,
     require_plan,
 )
+from service.dp.optimize.regression import minimize_regression
 from service.dp.optimize.solvers import minimize_erm
 
 __all__ = [
@@ -73,7 +79,7 @@ class Options(MechanismOptions):
 
 
 #: No privacy: no (ε, δ), nothing charged, "no DP" in its records.
-CAPABILITIES = Capabilities(private=False, tasks=frozenset({"binary", "multiclass"}))
+CAPABILITIES = Capabilities(private=False, tasks=frozenset({"binary", "multiclass", "regression"}))
 
 
 class NonPrivate:
@@ -106,9 +112,22 @@ class NonPrivate:
             return multiclass.run_non_private(X, y, plan.inputs, progress=progress)
         loss = plan.inputs.loss_function()
         report(progress, 0.0)
-        coef = minimize_erm(X, y, loss, regularization=plan.inputs.regularization)
+        if plan.inputs.task == "regression":
+            coef = _regression_minimiser(X, y, plan)
+        else:
+            coef = minimize_erm(X, y, loss, regularization=plan.inputs.regularization)
         report(progress, 1.0)
         return release(coef)
+
+
+def _regression_minimiser(
+    X: NDArray[np.float64], y: NDArray[np.float64], plan: NonPrivatePlan
+) -> NDArray[np.float64]:
+    """The exact regression minimiser (ridge closed form, or Huber by semismooth Newton)."""
+    loss = plan.inputs.loss_function()
+    if not isinstance(loss, RegressionLoss):  # pragma: no cover - the plan's task decides
+        raise TypeError("a regression plan names a regression loss")
+    return minimize_regression(X, y, loss, regularization=plan.inputs.regularization)
 
 
 MECHANISM = NonPrivate()

@@ -48,6 +48,22 @@ the per-row rounding of the Huber derivative, ∝ u·c‖w‖, is then not cover
 p > 10⁻³⁰. p is not added to δ: the mechanism stays ε-DP for the runs that release, and
 counting failures it is (ε, p)-DP with p fifteen orders below the ledger's smallest δ unit.
 Below T a failure needs the solver not to converge (docs/privacy.md).
+
+Regression (``task="regression"``, the Huber loss ℓ of the residual r = y − wᵀx with width h,
+y ∈ [−1, 1]; :mod:`service.dp.core.regression_losses`). The objective is
+J(w) = (1/n)Σ ℓ(y_i − wᵀx_i) + (λ/2)‖w‖², and the first-order condition gives
+b_D(w) = Σ_i ψ(r_i) x_i − n(λ + Δ)w with ψ = ℓ′ = clip(·, −h, h). So
+‖b_D(w) − b_D′(w)‖ = ‖ψ(r)x − ψ(r′)x′‖ ≤ 2h: the noise rate is β = ε′/(2h) (ν(b_D)/ν(b_D′)
+≤ e^{2hβ} = e^{ε′}). ∇b_D = −(Σ_j ℓ″(r_j)x_j x_jᵀ + n(λ + Δ)I) has the same rank-one structure
+with ‖u‖² = ℓ″(r_i)‖x_i‖² ≤ c = 1, so the Jacobian part and the choice of Δ are
+:func:`~service.dp.mechanisms._common.jacobian_slack` with c = 1 (ℓ″ jumps at |r| = h, the case
+of CMS11's Huber corollary, as for the binary Huber loss). The certified release and when it can
+fail are :mod:`service.dp.optimize.regression`'s (|ψ| ≤ h in place of |l′| ≤ 1; τ's public
+scale is h + L for h > 1). On a grid of requests (n from 10 to 10⁵, d from 1 to 100, λ from
+10⁻⁸ to 1, ε from 10⁻³ to 100, h ∈ {0.1, 0.5, 2}) the failure bound is below 10⁻³¹ and four are
+refused, all at λ = 10⁻⁸, ε = 100, h = 2, d ≤ 3 (the residuals' rounding at ‖w‖ ≈ h/λ, as for
+the binary Huber loss with few features and a tiny λ). The squared loss has no bound on ℓ′ for
+every w and is refused (``adassp`` fits it).
 """
 
 from __future__ import annotations
@@ -55,6 +71,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -63,6 +80,8 @@ from numpy.typing import NDArray
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
+from service.dp.core.regression_losses import RegressionHuberLoss
+from service.dp.core.validation import PrivacyParameterError
 from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     Inputs,
@@ -71,6 +90,7 @@ from service.dp.mechanisms._common import (
     certified_minimiser,
     check_common,
     jacobian_slack,
+    noise_enclosure,
     problem_loss,
     release,
     report,
@@ -78,7 +98,7 @@ from service.dp.mechanisms._common import (
     require_smooth_loss,
 )
 from service.dp.noise.rounding import norm_up
-from service.dp.optimize import certified, certified_failure
+from service.dp.optimize import certified, certified_failure, regression
 
 __all__ = [
     "CAPABILITIES",
@@ -87,7 +107,9 @@ __all__ = [
     "ObjectivePerturbationPlan",
     "Options",
     "centred_plan",
+    "regression_plan",
     "run_certified",
+    "run_regression",
     "with_centre",
 ]
 
@@ -129,6 +151,11 @@ class ObjectivePerturbationPlan(ObjectivePlan):
         )
         details.update(self.certificate.details())
         details.update(self.failure.details())
+        if self.inputs.task == "regression":  # |ψ| ≤ h: the gradient moves by 2h
+            details.update(
+                gradient_sensitivity=2.0 * self.inputs.huber_h,
+                noise_epsilon=2.0 * self.inputs.huber_h * beta,
+            )
         return details
 
     def calibration(self) -> Calibration:
@@ -172,7 +199,9 @@ def excess_risk_terms(
 
 
 CAPABILITIES = Capabilities(
-    excess_risk=excess_risk_terms, meta_level=True, tasks=frozenset({"binary", "multiclass"})
+    excess_risk=excess_risk_terms,
+    meta_level=True,
+    tasks=frozenset({"binary", "multiclass", "regression"}),
 )
 
 
@@ -186,6 +215,8 @@ class ObjectivePerturbation:
     def validate_params(self, problem: Problem) -> Problem:
         loss = check_common(problem, ())
         require_smooth_loss(loss, self.name)
+        if problem.task == "regression":
+            regression_plan(problem)  # refuses the squared loss and infeasible certificates
         return problem
 
     def calibrate(self, problem: Problem) -> Calibration:
@@ -195,6 +226,8 @@ class ObjectivePerturbation:
 
     def plan(self, problem: Problem) -> ObjectivePerturbationPlan:
         """The plan of a validated problem (:meth:`validate_params`), from public numbers."""
+        if problem.task == "regression":
+            return regression_plan(problem)
         loss = problem_loss(problem)
         n, d, lam, eps, c = problem.n, problem.d, problem.regularization, problem.epsilon, loss.c
 
@@ -237,11 +270,92 @@ class ObjectivePerturbation:
             return multiclass.run_objective(X, y, calibration.plan, rng=rng, progress=progress)
         plan = require_plan(calibration, ObjectivePerturbationPlan)
         report(progress, 0.0)
+        if plan.inputs.task == "regression":
+            model = release(run_regression(X, y, plan, rng=rng))
+            report(progress, 1.0)
+            return model
         model = release(
             certified_minimiser(X, y, plan, regularization=plan.inputs.regularization, rng=rng)
         )
         report(progress, 1.0)
         return model
+
+
+def regression_plan(problem: Problem) -> ObjectivePerturbationPlan:
+    """The plan for ``task="regression"`` with the Huber loss of width h (module docstring):
+    c = 1, β = ε′/(2h), the certified release split as for the margin losses, and when the
+    certificate can fail from :func:`service.dp.optimize.regression.failure_plan` (refused,
+    422, above 10⁻³⁰ or when no point is certifiable)."""
+    loss = problem_loss(problem)
+    if not isinstance(loss, RegressionHuberLoss):
+        raise PrivacyParameterError(
+            "objective_perturbation fits regression with the huber loss only: the squared loss "
+            "has no bound on its derivative (use adassp for it)"
+        )
+    n, d, lam, eps = problem.n, problem.d, problem.regularization, problem.epsilon
+    bound, c = float(loss.lipschitz), float(loss.c)
+
+    def public(budget: float) -> tuple[float, float]:
+        # τ scales with 1 + L; the gradient's terms are bounded by h + ‖b/n‖, so for h > 1
+        # the public L carries h − 1 too (any public τ is valid; this one is reachable)
+        extra, noise_budget, _ = jacobian_slack(budget, lam, n, c)
+        quantile = certified.norm_exponential_quantile(d, noise_budget / (2.0 * bound))
+        return lam + extra, quantile / n + max(0.0, bound - 1.0)
+
+    eps_objective, certificate = certified.split(eps, n=n, d=d, c=c, public=public)
+    extra, epsilon_prime, jacobian_epsilon = jacobian_slack(eps_objective, lam, n, c)
+    beta = epsilon_prime / (2.0 * bound)
+    failure = regression.failure_plan(
+        n=n,
+        d=d,
+        loss=loss,
+        strong_convexity=certificate.strong_convexity,
+        tolerance=certificate.tolerance,
+        log10_tail=partial(certified_failure.norm_exponential_tail_log10, d, beta),
+    )
+    if failure.noise_norm_threshold < 0.0:
+        raise PrivacyParameterError(
+            "objective_perturbation: with these public parameters no minimiser can be certified "
+            "to the tolerance its release assumes (rounding of the residuals at large "
+            "coefficients); use a larger regularization or a smaller Huber width h"
+        )
+    certified_failure.check_failure_probability(failure.details(), ObjectivePerturbation.name)
+    return ObjectivePerturbationPlan(
+        inputs=Inputs.of(problem),
+        noise="norm_exponential",
+        beta=beta,
+        sigma=None,
+        Delta=float(extra),
+        effective_regularization=lam + extra,
+        epsilon_objective=eps_objective,
+        jacobian_epsilon=jacobian_epsilon,
+        certificate=certificate,
+        failure=failure,
+        epsilon_prime=epsilon_prime,
+    )
+
+
+def run_regression(
+    X: NDArray[np.float64],
+    y: NDArray[np.float64],
+    plan: ObjectivePerturbationPlan,
+    *,
+    rng: np.random.Generator | None,
+) -> NDArray[np.float64]:
+    """The certified release of argmin J + bᵀw/n + (Δ/2)‖w‖² for the regression plan."""
+    loss = plan.inputs.loss_function()
+    if not isinstance(loss, RegressionHuberLoss):  # pragma: no cover - the plan decides
+        raise TypeError("a regression plan of objective_perturbation names the huber loss")
+    return regression.release_regression_minimiser(
+        X,
+        y,
+        loss,
+        regularization=plan.inputs.regularization,
+        extra_regularization=plan.Delta,
+        noise=noise_enclosure(plan, rng),
+        release=plan.certificate,
+        rng=rng,
+    )
 
 
 def centred_plan(

@@ -56,6 +56,14 @@ Release in floating point (issue 19 §1). What leaves the service is the grid po
 drawn lazily, rigorous interval arithmetic: :mod:`service.dp.noise.lattice`). It is post-processing
 of the continuous ŵ + b, so the bound above holds for the released doubles with no δ and no
 ε adjustment; every grid point is reachable from every dataset.
+
+Regression (``task="regression"``, the Huber loss ℓ of the residual with width h,
+y ∈ [−1, 1]; :mod:`service.dp.core.regression_losses`). J_D(w) = (1/n)Σ ℓ(y_i − wᵀx_i) +
+(λ/2)‖w‖² is λ-strongly convex and replacing record i adds G with
+‖∇G(w)‖ = (1/n)‖ψ(r′)x′ − ψ(r)x‖ ≤ 2h/n (|ψ| = |ℓ′| ≤ h), so the argument above gives
+‖w*_D − w*_D′‖ ≤ 2h/(nλ) and S = 2h/(nλ) + 2τ/λ, with τ = max(τ₀, 2F) and F the regression
+certificate floor at b = 0 (:mod:`service.dp.optimize.regression`, which also proves the
+gradient bound). The squared loss has no such h and is refused (``adassp`` fits it).
 """
 
 from __future__ import annotations
@@ -71,6 +79,8 @@ from numpy.typing import NDArray
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
+from service.dp.core.regression_losses import RegressionHuberLoss
+from service.dp.core.validation import PrivacyParameterError
 from service.dp.data.clipping import round_up, scale_for
 from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
@@ -83,7 +93,7 @@ from service.dp.mechanisms._common import (
     require_plan,
 )
 from service.dp.noise import lattice
-from service.dp.optimize import certified, certified_failure
+from service.dp.optimize import certified, certified_failure, regression
 
 __all__ = [
     "CAPABILITIES",
@@ -91,6 +101,8 @@ __all__ = [
     "Options",
     "OutputPerturbation",
     "OutputPerturbationPlan",
+    "regression_plan",
+    "run_regression",
 ]
 
 
@@ -136,6 +148,8 @@ class OutputPerturbationPlan(MechanismPlan):
 
     def calibration(self) -> Calibration:
         eps, beta, tau = self.inputs.epsilon, self.beta, self.tolerance
+        if self.inputs.task == "regression":
+            return self._regression_calibration()
         return Calibration(
             epsilon=eps,
             delta=0.0,
@@ -148,6 +162,24 @@ class OutputPerturbationPlan(MechanismPlan):
                 f"S = 2/(nλ) + 2τ/λ = {self.sensitivity:.10g} (Chaudhuri et al. 2011, Thm 6, "
                 f"plus twice the distance τ/λ to the exact minimiser); no δ is spent. If the "
                 f"certificate is not met the job fails and nothing is released"
+            ),
+            plan=self,
+        )
+
+    def _regression_calibration(self) -> Calibration:
+        eps, beta, tau = self.inputs.epsilon, self.beta, self.tolerance
+        return Calibration(
+            epsilon=eps,
+            delta=0.0,
+            details=self.details(),
+            expected_noise_norm=self.expected_noise_norm,
+            composition=(
+                f"single release, ε = {eps:g}: noise ∝ exp(−β‖b‖) with β = ε/S = {beta:.6g} "
+                f"added to a Huber regression minimiser whose gradient is proved (in IEEE "
+                f"arithmetic) to be at most τ = {tau:.6g}; its L2 sensitivity is "
+                f"S = 2h/(nλ) + 2τ/λ = {self.sensitivity:.10g} (|ℓ′| ≤ h = "
+                f"{self.inputs.huber_h:g}); no δ is spent. If the certificate is not met the "
+                f"job fails and nothing is released"
             ),
             plan=self,
         )
@@ -172,7 +204,9 @@ def excess_risk_terms(
 
 
 CAPABILITIES = Capabilities(
-    excess_risk=excess_risk_terms, meta_level=True, tasks=frozenset({"binary", "multiclass"})
+    excess_risk=excess_risk_terms,
+    meta_level=True,
+    tasks=frozenset({"binary", "multiclass", "regression"}),
 )
 
 
@@ -185,9 +219,13 @@ class OutputPerturbation:
 
     def validate_params(self, problem: Problem) -> Problem:
         check_common(problem, ())
+        if problem.task == "regression":
+            regression_plan(problem)  # refuses the squared loss
         return problem
 
     def calibrate(self, problem: Problem) -> Calibration:
+        if problem.task == "regression":
+            return regression_plan(problem).calibration()
         if problem.task == "multiclass":
             return multiclass.output_plan(problem).calibration()
         loss = problem_loss(problem)
@@ -230,6 +268,8 @@ class OutputPerturbation:
         plan = require_plan(calibration, OutputPerturbationPlan)
         loss = plan.inputs.loss_function()
         report(progress, 0.0)
+        if plan.inputs.task == "regression":
+            return run_regression(X, y, plan, rng=rng, progress=progress)
         coef = certified.certified_erm(
             X,
             y,
@@ -245,6 +285,54 @@ class OutputPerturbation:
         model = release(lattice.norm_exponential_release(coef, beta=plan.beta, rng=rng))
         report(progress, 1.0)
         return model
+
+
+def run_regression(
+    X: NDArray[np.float64],
+    y: NDArray[np.float64],
+    plan: OutputPerturbationPlan,
+    *,
+    rng: np.random.Generator | None,
+    progress: ProgressCallback | None,
+) -> FittedModel:
+    """The regression plan's release: the certified Huber minimiser plus ν(b) ∝ exp(−β‖b‖)."""
+    loss = plan.inputs.loss_function()
+    if not isinstance(loss, RegressionHuberLoss):  # pragma: no cover - the plan decides
+        raise TypeError("a regression plan of output_perturbation names the huber loss")
+    coef = regression.certified_regression_erm(
+        X, y, loss, regularization=plan.inputs.regularization, tolerance=plan.tolerance
+    )
+    report(progress, 0.9)
+    model = release(lattice.norm_exponential_release(coef, beta=plan.beta, rng=rng))
+    report(progress, 1.0)
+    return model
+
+
+def regression_plan(problem: Problem) -> OutputPerturbationPlan:
+    """The plan for ``task="regression"`` with the Huber loss of width h (module docstring):
+    τ = max(τ₀, 2F) with the regression floor F, S = 2h/(nλ) + 2τ/λ exactly, β = ε/S."""
+    loss = problem_loss(problem)
+    if not isinstance(loss, RegressionHuberLoss):
+        raise PrivacyParameterError(
+            "output_perturbation fits regression with the huber loss only: the squared loss "
+            "has no bound on its derivative (use adassp for it)"
+        )
+    n, lam, eps, d = problem.n, problem.regularization, problem.epsilon, problem.d
+    base = certified.tolerance(n=n, d=d, c=float(loss.c), strong_convexity=lam, linear_bound=0.0)
+    floor = regression.certificate_floor(n=n, d=d, loss=loss, strong_convexity=lam, noise_norm=0.0)
+    tau = max(base, 2.0 * floor)
+    exact = 2 * Fraction(loss.lipschitz) / (n * Fraction(lam))
+    slack = 2 * Fraction(tau) / Fraction(lam)
+    return OutputPerturbationPlan(
+        inputs=Inputs.of(problem),
+        tolerance=float(tau),
+        floor=float(floor),
+        sensitivity=round_up(exact + slack),
+        sensitivity_exact_minimiser=round_up(exact),
+        distance_to_exact_minimiser_bound=round_up(Fraction(tau) / Fraction(lam)),
+        sensitivity_certificate_term=round_up(slack),
+        beta=float(scale_for(eps, exact + slack)),
+    )
 
 
 MECHANISM = OutputPerturbation()

@@ -40,6 +40,7 @@ OWN_OPTIONS: dict[str, set[str]] = {
         "projection_seed",
     },
     "noisy_gd": {"iterations", "step_size"},
+    "adassp": {"rho"},
     "stacking_samples": {
         "n_models",
         "high_level_fraction",
@@ -88,15 +89,18 @@ def test_the_mechanism_takes_exactly_its_declared_options(name: str) -> None:
 
 
 def _problem(name: str, params: Mapping[str, Any]) -> Any:
+    """A problem of the first task the mechanism fits (binary when it fits binary labels)."""
+    regression = "binary" not in MECHANISMS[name].capabilities.tasks
     return make_problem(
         name,
         n=200,
         d=4,
         epsilon=1.0,
         delta=1e-6,
-        loss="logistic",
+        loss="squared" if regression else "logistic",
         regularization=0.01,
         params=params,
+        task="regression" if regression else "binary",
     )[1]
 
 
@@ -146,7 +150,14 @@ def test_capabilities_by_hand() -> None:
         "output_perturbation",
         "objective_perturbation",
     }
-    assert {n for n, c in caps.items() if c.work is not None} == {"dp_sgd", "noisy_gd"}
+    assert {n for n, c in caps.items() if c.work is not None} == {"dp_sgd", "noisy_gd", "adassp"}
+    assert {n for n, c in caps.items() if "binary" not in c.tasks} == {"adassp"}
+    assert {n for n, c in caps.items() if "regression" in c.tasks} == {
+        "adassp",
+        "non_private",
+        "objective_perturbation",
+        "output_perturbation",
+    }
 
 
 def test_the_excess_risk_bound_by_hand() -> None:

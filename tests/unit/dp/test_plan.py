@@ -78,6 +78,12 @@ PROBLEMS: list[tuple[str, int, int, float, float, str, float, dict[str, Any]]] =
     ("dp_sgd", 60, 4, 1.0, 0.0, "logistic", 0.01, {"batch_size": 6, "projection_dim": 2}),
     ("noisy_gd", 60, 3, 1.0, 1e-5, "logistic", 0.01, {"iterations": 5}),
     ("noisy_gd", 80, 4, 0.5, 1e-6, "huber", 1e-3, {"h": 0.4, "step_size": "constant"}),
+    ("adassp", 60, 3, 1.0, 1e-5, "squared", 1e-3, {"task": "regression"}),
+    ("adassp", 90, 4, 0.4, 1e-7, "squared", 1e-2, {"task": "regression", "rho": 0.1}),
+    ("non_private", 60, 3, math.inf, 0.0, "squared", 0.01, {"task": "regression"}),
+    ("non_private", 60, 3, math.inf, 0.0, "huber", 0.01, {"task": "regression", "h": 0.3}),
+    ("objective_perturbation", 70, 3, 0.8, 0.0, "huber", 0.01, {"task": "regression"}),
+    ("output_perturbation", 70, 4, 0.8, 0.0, "huber", 0.02, {"task": "regression", "h": 0.7}),
     ("stacking_samples", 80, 3, 1.0, 0.0, "logistic", 0.01, {"n_models": 3}),
     (
         "stacking_features",
@@ -100,12 +106,14 @@ def _calibration(case: tuple[Any, ...]) -> dp.Calibration:
     )
 
 
-def _data(n: int, d: int, seed: int = 3) -> tuple[np.ndarray, np.ndarray]:
+def _data(n: int, d: int, seed: int = 3, task: str = "binary") -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d))
     X /= np.maximum(np.linalg.norm(X, axis=1), 1.0)[:, None] * 1.01
-    y = np.where(X @ np.linspace(2.0, -1.0, d) + 0.3 * rng.standard_normal(n) > 0, 1.0, -1.0)
-    return X, y
+    score = X @ np.linspace(2.0, -1.0, d) + 0.3 * rng.standard_normal(n)
+    if task == "regression":
+        return X, np.clip(0.4 * score, -1.0, 1.0)
+    return X, np.where(score > 0, 1.0, -1.0)
 
 
 def test_every_mechanism_has_its_own_registered_plan_kind() -> None:
@@ -128,6 +136,8 @@ def test_the_json_form_is_exact_and_renders_the_same_record(case: tuple[Any, ...
     assert plan_to_json(again) == plan_to_json(plan)
     rendered = again.calibration()  # type: ignore[attr-defined]
     mech = dp.get_mechanism(case[0])
+    params = dict(case[7])
+    task = params.pop("task", "binary")
     _, problem = dp.make_problem(
         case[0],
         n=case[1],
@@ -136,7 +146,8 @@ def test_the_json_form_is_exact_and_renders_the_same_record(case: tuple[Any, ...
         delta=case[4],
         loss=case[5],
         regularization=case[6],
-        params=case[7],
+        params=params,
+        task=task,
     )
     direct = mech.calibrate(problem)
     assert rendered.details == direct.details
@@ -147,7 +158,7 @@ def test_the_json_form_is_exact_and_renders_the_same_record(case: tuple[Any, ...
 @pytest.mark.parametrize("case", PROBLEMS, ids=IDS)
 def test_a_run_from_the_stored_plan_is_bit_identical(case: tuple[Any, ...]) -> None:
     mechanism, n, d, eps, delta, loss, lam, params = case
-    X, y = _data(n, d)
+    X, y = _data(n, d, task=params.get("task", "binary"))
     plan = _calibration(case).plan
     assert plan is not None
     stored = plan_from_json(json.loads(json.dumps(plan_to_json(plan))))
