@@ -365,6 +365,26 @@ POSTGRES_TWIN_MODULES = frozenset({"tests/api/test_fuzz_postgres.py"})
 POSTGRES_TWIN_TESTS = frozenset({"tests/client/test_flow.py::test_walkthrough_on_postgres"})
 
 
+#: The marks every item of a POSTGRES_TWIN_MODULES module carries (pytest_ignore_collect).
+_TWIN_MODULE_MARKS = frozenset({"heavy", "postgres"})
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A whole-module PostgreSQL twin is not even imported when ``-m`` deselects its items
+    (``make test``'s ``not heavy``): schemathesis builds test_fuzz_postgres.py's cases at
+    collection, ≈ 5 s of CPU in every test process, for items the run then drops."""
+    markexpr = config.getoption("markexpr", "")
+    if not markexpr or not collection_path.is_file():
+        return None
+    relative = collection_path.relative_to(Path(__file__).parent.parent).as_posix()
+    if relative not in POSTGRES_TWIN_MODULES:
+        return None
+    from _pytest.mark.expression import Expression
+
+    selected = Expression.compile(markexpr).evaluate(lambda name, **_: name in _TWIN_MODULE_MARKS)
+    return None if selected else True
+
+
 def _module(item: pytest.Item) -> str:
     return item.path.relative_to(Path(__file__).parent.parent).as_posix()
 
