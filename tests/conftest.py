@@ -489,23 +489,27 @@ def browser() -> Iterator[object]:
 
 
 @pytest.fixture
-def live_server(tmp_path: Path) -> Iterator[LiveServer]:
+def live_server(tmp_path: Path, sqlite_template: Path) -> Iterator[LiveServer]:
     """``privfit serve`` on a free port over a fresh SQLite file, admin key ``ADMIN_KEY``.
 
     For tests that need the server to themselves (an admin listing every site, names that
     must be free, the server's own log lines); the others use :func:`shared_live_server`."""
     database = tmp_path / "live" / "privfit.db"
-    with start_server(f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=tmp_path) as server:
+    with start_server(
+        f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=tmp_path, migrated=sqlite_template
+    ) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
-def shared_live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def shared_live_server(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> Iterator[LiveServer]:
     """One ``privfit serve`` over a SQLite file for the whole test process (each xdist worker
     starts its own), admin key ``ADMIN_KEY``.
 
-    Starting a server (``privfit migrate``, then the app's imports and start-up in a fresh
-    interpreter) costs seconds of CPU; the client tests would otherwise pay it once each. A
+    Starting a server (the app's imports and start-up in a fresh interpreter, its process
+    pool's warm worker) costs seconds of CPU; the client tests would otherwise pay it once each. A
     test on it creates its own sites (``tests/client/conftest.py``'s ``make_site``) and sees
     only what they own; what a test reads across sites (the admin's site list) or that must be
     unique server-wide needs ``live_server``. Its rate limits are off: they count per client
@@ -514,6 +518,10 @@ def shared_live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Liv
     database = workdir / "live" / "privfit.db"
     no_limits = {"PRIVFIT_RATE_LIMIT_FAILED_AUTH": "", "PRIVFIT_RATE_LIMIT_EXPENSIVE": ""}
     with start_server(
-        f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=workdir, extra_env=no_limits
+        f"sqlite:///{database}",
+        admin_key=ADMIN_KEY,
+        workdir=workdir,
+        extra_env=no_limits,
+        migrated=sqlite_template,
     ) as server:
         yield server

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx2
 import pytest
@@ -42,7 +43,9 @@ def logged(server: LiveServer, count: int, *, after: int) -> list[tuple[int, flo
 
 
 @pytest.fixture(scope="module")
-def warm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def warm_server(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> Iterator[LiveServer]:
     """One live server (default settings) for this module's large-body tests, past its first
     (cold) request: its thread pool and database connection exist, as on a server that has
     been up for a while. Shared: starting a server costs seconds of CPU, and these tests only
@@ -50,7 +53,9 @@ def warm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     rate-limit test below counts them from zero, so it has a server of its own."""
     workdir = tmp_path_factory.mktemp("large-bodies")
     database = f"sqlite:///{workdir / 'privfit.db'}"
-    with start_server(database, admin_key=ADMIN_KEY, workdir=workdir) as live:
+    with start_server(
+        database, admin_key=ADMIN_KEY, workdir=workdir, migrated=sqlite_template
+    ) as live:
         warm = httpx2.get(f"{live.base_url}/v1/sites", headers=live.admin_headers)
         assert warm.status_code == 200
         yield live
