@@ -13,6 +13,7 @@ from service.api.deps import (
     AuditContextDep,
     Expensive,
     PrincipalDep,
+    SettingsDep,
     UowDep,
     access,
 )
@@ -57,7 +58,11 @@ Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip
     openapi_extra=access("site"),
 )
 def create_study(
-    body: StudyCreate, uow: UowDep, principal: PrincipalDep, audit_context: AuditContextDep
+    body: StudyCreate,
+    uow: UowDep,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+    audit_context: AuditContextDep,
 ) -> StudyRead:
     principal.require_site()
     view = studies.create_study(
@@ -67,6 +72,7 @@ def create_study(
         spec=body.spec.to_domain(),
         actor=principal,
         context=audit_context,
+        max_classes=settings.max_classes,
     )
     return StudyRead.from_view(view)
 

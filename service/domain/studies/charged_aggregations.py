@@ -41,7 +41,12 @@ from service.domain.records.base import (
     json_safe,
 )
 from service.domain.studies.aggregation_inputs import SourceInput, average_inputs, select_inputs
-from service.domain.studies.membership import StudyFacts, require_matching, visible_study
+from service.domain.studies.membership import (
+    StudyFacts,
+    require_binary_study,
+    require_matching,
+    visible_study,
+)
 from service.domain.studies.transfer_groups import check_group_budgets, resolve_groups
 from service.dp.analysis.work import solve_work
 from service.dp.core.base import Calibration
@@ -92,6 +97,23 @@ class FeatureRequest:
     name: str | None = None
 
 
+#: Why each charged method refuses a study of multi-class or numeric labels (a 422 saying so,
+#: nothing charged; docs/design.md, "Tasks").
+BINARY_ONLY: Mapping[str, str] = {
+    "feature": (
+        "its meta-features are one score (or sigmoid) per site model and its meta-level fit is "
+        "a binary classifier on them; K classes would need the K softmax probabilities of "
+        "every site model as meta-features and a K-class meta-level fit in dimension N·K, "
+        "whose sensitivity is not derived here; average the models instead"
+    ),
+    "transfer": (
+        "PST's biased regulariser (η/2)‖w − u‖² and the sensitivity of its objective "
+        "perturbation are derived for the binary logistic or Huber loss on one weight vector, "
+        "not for a (K, d) multinomial model or a numeric label; average the models instead"
+    ),
+}
+
+
 def _method_draft(
     study_id: str,
     spec: ChargedAggregation,
@@ -109,6 +131,9 @@ def _method_draft(
         study = visible_study(uow, study_id, actor)
         if study.coordinator_site_id != site_id:
             raise PermissionDeniedError("only the study's coordinator can run aggregations")
+        require_binary_study(
+            study, f"the {spec.method} method", loc=["body", "method"], why=BINARY_ONLY[spec.method]
+        )
         inputs = select_inputs(uow, study, source_models)
         average_inputs(inputs, None)  # refuses stacked (non-linear) sources
         dataset = uow.datasets.get(dataset_id) if looks_like_id(dataset_id) else None

@@ -109,23 +109,33 @@ def normalised_weights(n_models: int, weights: Sequence[float] | None = None) ->
 def average_coefficients(
     coefficients: Sequence[ArrayLike], weights: Sequence[float] | None = None
 ) -> FloatArray:
-    """The weighted average Σ π_i f_i of equally long coefficient vectors (module doc),
-    rounded to the release grid.
+    """The weighted average Σ π_i f_i of coefficient arrays of one shape (module doc),
+    rounded to the release grid, in that shape: d-vectors (binary and regression models) or
+    (K, d) matrices (multi-class models, row k = class k: the average is taken entry by
+    entry, W̄ = Σ π_i W_i, so class k's row of W̄ is the average of the sites' rows k).
 
-    Raises ``ValueError`` when there are no models, the vectors differ in length or hold
+    Privacy, multi-class and regression: W̄ is a function of the released W_i and public
+    weights only, so the post-processing argument of the module doc holds unchanged (nothing
+    is spent). A regression model's coefficients score in the [−1, 1] units of its label's
+    bounds; models averaged together declare the same bounds (the study's), so their scores
+    share one scale and the averaged score maps back through the same bounds.
+
+    Raises ``ValueError`` when there are no models, the arrays differ in shape or hold
     non-finite values, or the weights are invalid (:func:`normalised_weights`).
     """
     if not coefficients:
         raise ValueError("averaging needs at least one model")
-    rows = [np.asarray(c, dtype=np.float64).reshape(-1) for c in coefficients]
-    d = rows[0].size
-    if d == 0 or any(r.size != d for r in rows):
-        raise ValueError("every model must have the same, non-zero number of coefficients")
-    M = np.vstack(rows)
+    arrays = [np.asarray(c, dtype=np.float64) for c in coefficients]
+    shape = arrays[0].shape
+    if arrays[0].size == 0 or arrays[0].ndim not in (1, 2):
+        raise ValueError("every model must have a non-empty vector or matrix of coefficients")
+    if any(a.shape != shape for a in arrays):
+        raise ValueError("every model must have the same number of coefficients (and classes)")
+    M = np.vstack([a.reshape(-1) for a in arrays])
     if not np.all(np.isfinite(M)):
         raise ValueError("coefficients must be finite")
-    pi = normalised_weights(len(rows), weights)
-    averaged: FloatArray = round_to_grid(pi @ M)
+    pi = normalised_weights(len(arrays), weights)
+    averaged: FloatArray = round_to_grid(pi @ M).reshape(shape)
     return averaged
 
 
