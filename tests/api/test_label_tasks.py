@@ -7,7 +7,8 @@
 * Every refusal is a 422 problem that stores nothing, charges nothing and shows no data value:
   a row of no declared class, a non-numeric or non-finite numeric label, a mixture of label
   forms (the field is named), a mechanism that does not fit the task, and the operations not
-  yet built for these tasks (auto, λ "auto", tuning, the planner, evaluation, exports, studies).
+  yet built for these tasks (auto, λ "auto", tuning, the planner, evaluation, exports); a
+  binary study refuses a multi-class contribution (tests/api/test_study_tasks.py: the rest).
 * End to end with ``non_private`` (upload, fit, GET the model, predict) once it fits the task;
   skipped, saying so, while it does not (its multi-class and regression fits are built in
   service.dp by their own change).
@@ -457,7 +458,7 @@ def test_exports_refuse_these_tasks(
     assert "exporting a model" in assert_problem(response, 422, "unsupported-label-task")["detail"]
 
 
-def test_studies_refuse_a_multiclass_dataset_or_model(
+def test_a_binary_study_refuses_a_multiclass_dataset_or_model_naming_the_label_task(
     client: TestClient, site: SiteHandle, make_site: MakeSite, uow_factory: UnitOfWorkFactory
 ) -> None:
     member = make_site()
@@ -467,14 +468,14 @@ def test_studies_refuse_a_multiclass_dataset_or_model(
     response = client.post(
         f"/v1/studies/{study['id']}/contributions", json=grant, headers=member.headers
     )
-    assert "a study dataset" in assert_problem(response, 422, "unsupported-label-task")["detail"]
+    assert "label task" in assert_problem(response, 422, "invalid-input")["detail"]
     model_id = _stored_model(uow_factory, member.id, MULTICLASS)
     response = client.post(
         f"/v1/studies/{study['id']}/contributions",
         json={"model_id": model_id},
         headers=member.headers,
     )
-    assert "a study model" in assert_problem(response, 422, "unsupported-label-task")["detail"]
+    assert "label task" in assert_problem(response, 422, "invalid-input")["detail"]
     assert (
         client.get(f"/v1/studies/{study['id']}", headers=site.headers).json()["contributions"] == []
     )
