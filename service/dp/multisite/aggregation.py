@@ -127,10 +127,10 @@ def average_coefficients(
         raise ValueError("averaging needs at least one model")
     arrays = [np.asarray(c, dtype=np.float64) for c in coefficients]
     shape = arrays[0].shape
-    if arrays[0].size == 0 or arrays[0].ndim not in (1, 2):
-        raise ValueError("every model must have a non-empty vector or matrix of coefficients")
-    if any(a.shape != shape for a in arrays):
-        raise ValueError("every model must have the same number of coefficients (and classes)")
+    if arrays[0].size == 0 or arrays[0].ndim not in (1, 2) or any(a.shape != shape for a in arrays):
+        raise ValueError(
+            "every model must have the same, non-zero number of coefficients (and of classes)"
+        )
     M = np.vstack([a.reshape(-1) for a in arrays])
     if not np.all(np.isfinite(M)):
         raise ValueError("coefficients must be finite")

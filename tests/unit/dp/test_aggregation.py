@@ -71,10 +71,21 @@ def test_average_matches_the_mean_of_random_vectors() -> None:
     np.testing.assert_allclose(average_coefficients(list(M)), M.mean(axis=0), atol=RELEASE_GRID)
 
 
+def test_multiclass_matrices_average_entry_by_entry_in_their_shape() -> None:
+    # W̄ = (1·W₁ + 3·W₂)/4, by hand: row k of W̄ is the weighted average of the rows k
+    W1 = np.array([[1.0, 0.0], [0.0, 2.0], [4.0, -4.0]])
+    W2 = np.array([[-1.0, 4.0], [8.0, 2.0], [0.0, 0.0]])
+    got = average_coefficients([W1, W2], [1.0, 3.0])
+    assert got.shape == (3, 2)
+    np.testing.assert_array_equal(got, [[-0.5, 3.0], [6.0, 2.0], [1.0, -1.0]])
+
+
 @pytest.mark.parametrize(
     ("coefficients", "weights", "message"),
     [
         ([], None, "at least one model"),
+        ([np.zeros((3, 2)), np.zeros((4, 2))], None, "same, non-zero number"),
+        ([np.zeros((3, 2)), np.zeros(6)], None, "same, non-zero number"),
         ([[1.0, 2.0], [1.0]], None, "same, non-zero number"),
         ([[1.0, float("nan")]], None, "finite"),
         ([[1.0], [2.0]], [1.0], "expected 2 weights"),
