@@ -5,9 +5,10 @@
   422 naming the field (``label task``, ``label classes``, ``label bounds``), nothing stored.
 * ``average`` averages multi-class models' (K, d) matrices and regression models' vectors
   entry by entry, exactly as computed by hand (then the release grid), charging nothing.
-* ``feature``, ``transfer``, the binary federated protocols and node offers refuse a study
-  of these labels with ``unsupported-label-task`` and the reason, nothing charged (dry runs
-  too).
+* ``feature`` with linear meta-features fits the study's task on the N·K (or N) site-model
+  scores, charged as quoted; ``feature`` with sigmoid meta-features, ``transfer``, the binary
+  federated protocols and node offers refuse a study of these labels with
+  ``unsupported-label-task`` and the reason, nothing charged (dry runs too).
 * ``distributed_lasso`` fits a study of numeric labels end to end: charged as quoted, the
   calibration the binary one (no new sensitivity), predictions within the public bounds.
 """
@@ -247,7 +248,7 @@ def test_average_combines_multiclass_matrices_and_regression_vectors_entry_by_en
 @pytest.mark.parametrize("label", [MULTICLASS, NUMERIC])
 @pytest.mark.parametrize("method", ["feature", "transfer"])
 @pytest.mark.parametrize("dry_run", [False, True])
-def test_feature_and_transfer_refuse_these_studies_with_the_reason_and_charge_nothing(
+def test_sigmoid_stacking_and_transfer_refuse_these_studies_with_the_reason(
     client: TestClient,
     site: SiteHandle,
     make_site: MakeSite,
@@ -261,7 +262,7 @@ def test_feature_and_transfer_refuse_these_studies_with_the_reason_and_charge_no
     own = dataset_of(client, site, label)
     body: dict[str, Any] = {"method": method, "epsilon": 1.0}
     if method == "feature":
-        body["holdout_dataset_id"] = own["id"]
+        body.update(holdout_dataset_id=own["id"], meta_features="sigmoid")
     else:
         body.update(target_dataset_id=own["id"], transfer_strength=0.1)
     response = client.post(
@@ -273,8 +274,73 @@ def test_feature_and_transfer_refuse_these_studies_with_the_reason_and_charge_no
     problem = assert_problem(response, 422, "unsupported-label-task")
     assert f"the {method} method" in problem["detail"]
     assert "average the models instead" in problem["detail"]
+    field = "meta_features" if method == "feature" else "method"
+    assert problem["errors"][0]["loc"] == ["body", field]
     assert _spent(client, site, own["id"]) == 0.0
     assert ledger_rows(engine) == 0
+
+
+@pytest.mark.parametrize(
+    ("label", "mechanism", "loss"),
+    [
+        (MULTICLASS, "objective_perturbation", "logistic"),
+        (NUMERIC, "output_perturbation", "huber"),
+    ],
+)
+def test_linear_stacking_fits_the_study_task_on_the_site_models_scores(
+    client: TestClient,
+    site: SiteHandle,
+    make_site: MakeSite,
+    uow_factory: UnitOfWorkFactory,
+    label: dict[str, Any],
+    mechanism: str,
+    loss: str,
+) -> None:
+    a, b = make_site(), make_site()
+    study = study_of(client, site, [a, b], label)
+    site_mechanism = "adassp" if label is NUMERIC else mechanism
+    for member, seed in ((a, 11), (b, 12)):
+        _, model_id = _fitted(client, member, label, site_mechanism, seed)
+        contribute(client, member, study["id"], {"model_id": model_id})
+    holdout = dataset_of(client, site, label, seed=13)
+    body = {
+        "method": "feature",
+        "holdout_dataset_id": holdout["id"],
+        "epsilon": 1.0,
+        "delta": 1e-6,
+        "mechanism": mechanism,
+        "loss": loss,
+        "regularization": 0.05,
+        "meta_features": "linear",
+    }
+    url = f"/v1/studies/{study['id']}/aggregations"
+    quote = client.post(url, params={"dry_run": "true"}, json=body, headers=site.headers)
+    assert quote.status_code == 200, quote.text
+    calibration = quote.json()["calibration"]
+    # the meta level has one feature per site-model score: N·K (multi-class) or N
+    k = len(CLASSES) if label is MULTICLASS else 1
+    assert calibration["d"] == 2 * k
+    assert calibration["task"] == ("multiclass" if label is MULTICLASS else "regression")
+    response = client.post(url, json=body, headers={**site.headers, "Prefer": "wait=30"})
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["status"] == "succeeded", job["error"]
+    assert _spent(client, site, holdout["id"]) == pytest.approx(quote.json()["cost"]["epsilon"])
+    with uow_factory() as uow:
+        result = uow.models.get(job["model_id"])
+    assert result is not None
+    coef = np.asarray(result.body["coef"])
+    if label is MULTICLASS:
+        assert result.body["kind"] == "multiclass"
+        assert coef.shape == (len(CLASSES), 5)
+    else:
+        assert result.body["kind"] == "linear"
+        assert coef.shape == (5,)
+    predictions = _predict(client, b, job["model_id"])
+    if label is MULTICLASS:
+        assert {p["predicted_class"] for p in predictions} <= set(CLASSES)
+    else:
+        assert all(LOWER <= p["value"] <= UPPER for p in predictions)
 
 
 @pytest.mark.parametrize(

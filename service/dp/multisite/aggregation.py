@@ -39,7 +39,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from service.dp.core.base import FitResult, LinearModel, ProgressCallback
-from service.dp.core.released import StackedModel, meta_features
+from service.dp.core.released import MulticlassModel, StackedModel, meta_features
+from service.dp.core.tasks import Task
 from service.dp.core.validation import PrivacyParameterError, validate_design
 from service.dp.data.projection import clip_rows
 from service.dp.mechanisms import MECHANISMS
@@ -139,13 +140,17 @@ def average_coefficients(
     return averaged
 
 
-def _site_matrix(site_models: Sequence[ArrayLike], d: int) -> FloatArray:
+def _site_matrix(site_models: Sequence[ArrayLike], d: int, n_classes: int = 0) -> FloatArray:
+    """The site models stacked by rows: N × d (weight vectors), or N·K × d when
+    ``n_classes`` = K ≥ 3 (each model a K × d matrix, its K rows in class order)."""
     if not site_models:
         raise PrivacyParameterError("the feature method needs at least one site model")
-    rows = [np.asarray(m, dtype=np.float64).reshape(-1) for m in site_models]
-    if any(r.size != d for r in rows):
-        raise PrivacyParameterError(f"every site model must have {d} weights, one per feature")
-    M = np.vstack(rows)
+    per_model = n_classes if n_classes >= 3 else 1
+    arrays = [np.asarray(m, dtype=np.float64) for m in site_models]
+    if any(a.size != per_model * d or (per_model > 1 and a.ndim != 2) for a in arrays):
+        what = f"{per_model} × {d} weights (one row per class)" if per_model > 1 else f"{d} weights"
+        raise PrivacyParameterError(f"every site model must have {what}, one per feature")
+    M = np.vstack([a.reshape(per_model, d) for a in arrays])
     if not np.all(np.isfinite(M)):
         raise PrivacyParameterError("site model weights must be finite")
     return M
@@ -177,10 +182,24 @@ def feature_fit(
     regularization: float,
     rng: np.random.Generator | None = None,
     progress: ProgressCallback | None = None,
+    task: Task = "binary",
+    n_classes: int = 2,
 ) -> FitResult:
     """The feature method (module doc): a DP meta-level fit on the holdout (X, y) over the
     site models' outputs. Raises ``ValueError`` (:class:`PrivacyParameterError`) for bad input
-    and ``ConvergenceError`` when the solver does not converge."""
+    and ``ConvergenceError`` when the solver does not converge.
+
+    Multi-class and numeric labels (``task``), ``linear`` meta-features only. Regression: the
+    site models are weight vectors in the labels' [−1, 1] units, M is N × d as for binary
+    labels, and the meta-level fit is a regression fit of y ∈ [−1, 1] on z = s·Mx, released
+    as s·Mᵀω. Multi-class: each site model is a K × d matrix W_i; M stacks their rows
+    (N·K × d), z = s·Mx ∈ ℝ^{NK} with s = 1/‖M‖₂, so ‖z‖ ≤ ‖x‖ ≤ 1 (the same argument as for
+    N rows), and the meta-level fit is a K-class fit of Ω (K × NK) on z, released as the
+    K × d matrix s·ΩM (the same scores Ωz). In both cases M and s are functions of the site
+    models alone, public to the holdout, so the holdout's guarantee is the meta-level
+    mechanism's own, in dimension N (regression) or N·K (multi-class), for its own task:
+    no new sensitivity. ``sigmoid`` meta-features (per-model probabilities and a stacked
+    model) stay binary."""
     from service.dp import fit  # the package imports this module's siblings only
 
     if meta not in META_FEATURE_KINDS:
@@ -189,8 +208,13 @@ def feature_fit(
         raise PrivacyParameterError(
             f"the meta-level mechanism must be one of {', '.join(meta_level_mechanisms())}"
         )
-    Xf, yf = validate_design(X, y)
-    M = _site_matrix(site_models, int(Xf.shape[1]))
+    if task != "binary" and meta != "linear":
+        raise PrivacyParameterError(
+            "a multi-class or numeric label takes linear meta-features only (the sigmoid ones "
+            "are per-model probabilities of a binary label)"
+        )
+    Xf, yf = validate_design(X, y, task, n_classes)
+    M = _site_matrix(site_models, int(Xf.shape[1]), n_classes if task == "multiclass" else 0)
     if meta == "linear":
         scale = linear_meta_scale(M)
         Z = linear_meta_design(Xf, M)
@@ -207,10 +231,15 @@ def feature_fit(
         regularization=regularization,
         rng=rng,
         progress=progress,
+        task=task,
+        n_classes=n_classes,
     )
     omega = np.asarray(result.coef, dtype=np.float64)
-    model: LinearModel | StackedModel
-    if meta == "linear":
+    model: LinearModel | MulticlassModel | StackedModel
+    if task == "multiclass":
+        assert isinstance(result.model, MulticlassModel)  # a multi-class fit releases one
+        model = MulticlassModel(coef=round_to_grid(scale * (result.model.coef @ M)))
+    elif meta == "linear":
         model = LinearModel(coef=round_to_grid(scale * (M.T @ omega)))
     else:
         model = StackedModel(
