@@ -83,9 +83,9 @@ from service.domain.studies.membership import StudyFacts, study_task, visible_st
 from service.dp.analysis.work import federated_work
 from service.dp.core.plan import PlanMismatchError, plan_from_json, plan_to_json
 from service.dp.federated import (
-    BINARY_ONLY_REASON,
     FEDERATED_PROTOCOLS,
     PROTOCOL_TASKS,
+    TASK_REFUSALS,
     FederatedCalibration,
     federated_calibrate,
     federated_fit,
@@ -307,7 +307,7 @@ def _require_task(protocol: str, labels: LabelTask) -> None:
     fitting = protocols_for_task(labels.task)
     msg = (
         f"the {protocol} protocol is not available for a study of {labels.describe()}: "
-        f"{BINARY_ONLY_REASON}; "
+        f"{TASK_REFUSALS[protocol][labels.task]}; "
         + (
             f"use {' or '.join(fitting)}"
             if fitting

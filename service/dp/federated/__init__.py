@@ -66,9 +66,9 @@ from service.dp.federated.protocol import FederatedProtocol
 from service.dp.mechanisms._common import release
 
 __all__ = [
-    "BINARY_ONLY_REASON",
     "FEDERATED_PROTOCOLS",
     "PROTOCOL_TASKS",
+    "TASK_REFUSALS",
     "FederatedCalibration",
     "FederatedResult",
     "calibrate_problem",
@@ -109,13 +109,33 @@ PROTOCOL_TASKS: dict[str, frozenset[Task]] = {
     distributed_lasso.NAME: frozenset({"binary", "regression"}),
 }
 
-#: Why the other protocols stay binary (the refusal's message; docs/design.md, "Tasks").
-BINARY_ONLY_REASON = (
-    "noisy_average, psgd and admm are derived for a margin loss l(y·wᵀx) with y = ±1 and "
-    "one weight vector (their sensitivities use |l′| ≤ 1 and the strong convexity of the "
-    "binary objective); a multi-class model is a (K, d) matrix with another sensitivity and "
-    "a numeric label needs the regression losses, neither derived for these protocols"
-)
+#: Why a protocol does not fit a task (the refusal's message; docs/design.md, "Studies of
+#: multi-class and numeric labels"), by protocol and task.
+TASK_REFUSALS: dict[str, dict[str, str]] = {
+    noisy_average.NAME: {
+        "multiclass": "its sensitivity 2/(nλ) and the certificate of each local minimiser are "
+        "derived for one weight vector; a (K, d) multinomial model is not",
+        "regression": "its sensitivity uses the margin loss's |l′| ≤ 1 and its local solves "
+        "certify the binary objective; the regression losses' local certificate is not built",
+    },
+    psgd.NAME: {
+        "multiclass": "its answers are d-vectors of clipped margin-loss gradients; a (K, d) "
+        "multinomial gradient per answer is not built",
+        "regression": "its answers are clipped sums of l′(y·vᵀx)·y·x; the clip would bound a "
+        "regression loss's ψ′(vᵀx − y)·x alike, but the sites' regression gradients and the "
+        "step bound for them are not built",
+    },
+    admm.NAME: {
+        "multiclass": "seed 004's DVP/PVP noise is calibrated for one weight vector and the "
+        "binary margin losses; a (K, d) model is not derived",
+        "regression": "seed 004's DVP/PVP sensitivities use the binary margin losses' |l′| ≤ 1 "
+        "and curvature; the regression losses are not derived",
+    },
+    distributed_lasso.NAME: {
+        "multiclass": "it is a least-squares fit of one numeric target; K classes are not one "
+        "target",
+    },
+}
 
 
 def protocols_for_task(task: str) -> tuple[str, ...]:
@@ -329,7 +349,7 @@ def _check_protocol_task(protocol: object, task: object) -> None:
     if task not in PROTOCOL_TASKS[protocol]:
         fitting = protocols_for_task(task)
         raise PrivacyParameterError(
-            f"{protocol} does not fit a {task} label: {BINARY_ONLY_REASON}; "
+            f"{protocol} does not fit a {task} label: {TASK_REFUSALS[protocol][task]}; "
             + (
                 f"the protocols that fit it: {', '.join(fitting)}"
                 if fitting
