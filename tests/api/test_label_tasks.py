@@ -7,8 +7,9 @@
 * Every refusal is a 422 problem that stores nothing, charges nothing and shows no data value:
   a row of no declared class, a non-numeric or non-finite numeric label, a mixture of label
   forms (the field is named), a mechanism that does not fit the task, and the operations not
-  yet built for these tasks (auto, λ "auto", tuning, the planner, studies; evaluations are
-  tested in tests/api/test_evaluation_tasks.py, exports in tests/e2e/test_task_exports.py).
+  yet built for these tasks (auto, λ "auto", tuning, the planner; evaluations are tested in
+  tests/api/test_evaluation_tasks.py, exports in tests/e2e/test_task_exports.py); a binary
+  study refuses a multi-class contribution (tests/api/test_study_tasks.py: the rest).
 * End to end with ``non_private`` (upload, fit, GET the model, predict) once it fits the task;
   skipped, saying so, while it does not (its multi-class and regression fits are built in
   service.dp by their own change).
@@ -447,7 +448,7 @@ def _stored_model(uow_factory: UnitOfWorkFactory, owner: str, label: dict[str, A
         return model.id
 
 
-def test_studies_refuse_a_multiclass_dataset_or_model(
+def test_a_binary_study_refuses_a_multiclass_dataset_or_model_naming_the_label_task(
     client: TestClient, site: SiteHandle, make_site: MakeSite, uow_factory: UnitOfWorkFactory
 ) -> None:
     member = make_site()
@@ -457,14 +458,14 @@ def test_studies_refuse_a_multiclass_dataset_or_model(
     response = client.post(
         f"/v1/studies/{study['id']}/contributions", json=grant, headers=member.headers
     )
-    assert "a study dataset" in assert_problem(response, 422, "unsupported-label-task")["detail"]
+    assert "label task" in assert_problem(response, 422, "invalid-input")["detail"]
     model_id = _stored_model(uow_factory, member.id, MULTICLASS)
     response = client.post(
         f"/v1/studies/{study['id']}/contributions",
         json={"model_id": model_id},
         headers=member.headers,
     )
-    assert "a study model" in assert_problem(response, 422, "unsupported-label-task")["detail"]
+    assert "label task" in assert_problem(response, 422, "invalid-input")["detail"]
     assert (
         client.get(f"/v1/studies/{study['id']}", headers=site.headers).json()["contributions"] == []
     )

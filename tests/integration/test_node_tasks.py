@@ -26,7 +26,9 @@ What the node must keep:
   no ledger moves;
 * terms beyond the offer's caps, a withdrawn or unknown offer, a non-private variant, the
   noisy average, a dataset whose own budget is short, and a job naming one dataset under two
-  offers are refused before any charge.
+  offers are refused before any charge;
+* a dataset whose label is not binary is never offered (the node refuses before it contacts
+  the coordinator).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from service.api.schemas.nodes import NodeTaskRead, TaskResultIn
 from service.db.base import utcnow
 from service.db.uow import UnitOfWorkFactory
 from service.domain.datasets.catalog import create_dataset
+from service.domain.datasets.labels import UnsupportedTaskError
 from service.domain.datasets.spec import BudgetLimits, build_spec
 from service.domain.jobs.lifecycle import JobContext, recover_jobs
 from service.domain.ledger import budgets
@@ -631,3 +634,43 @@ def test_a_restart_abort_is_not_posted_for_jobs_without_nodes() -> None:
         == 0
     )
     assert exchange.next_for(["d1"], wait=0.0) is None
+
+
+# --- labels that are not binary ---------------------------------------------------------------
+
+
+def test_a_node_refuses_to_offer_a_dataset_whose_label_is_not_binary(network: Network) -> None:
+    """The node's own guard (the coordinator refuses such offers too): node protocol steps
+    assume y = ±1 and the terms carry no label form. Refused before the coordinator is
+    contacted; no offer is stored."""
+    node = network.node
+    spec = build_spec(
+        name="graded ward",
+        features=FEATURES,
+        epsilon=10.0,
+        delta=1e-3,
+        limits=BudgetLimits(max_epsilon=100.0, max_delta=1e-3),
+        label_column="grade",
+        positive=None,
+        classes=["low", "mid", "high"],
+    )
+    rows = [
+        "dose,arm,grade",
+        *(f"{i * 3.5:.2f},a,{('low', 'mid', 'high')[i % 3]}" for i in range(30)),
+    ]
+    dataset = create_dataset(
+        node.uow_factory(),
+        actor=node.site,
+        spec=spec,
+        source=io.BytesIO(("\n".join(rows) + "\n").encode()),
+        context=CONTEXT,
+    )
+    with node.uow_factory() as uow:
+        registered = len(uow.remote_contributions.of_study(node.study_id))
+    offers = len(node.offers)
+    with pytest.raises(UnsupportedTaskError, match="from a node is not yet available"):
+        node.offer(dataset.id)
+    assert len(node.offers) == offers
+    with node.uow_factory() as uow:
+        assert len(uow.remote_contributions.of_study(node.study_id)) == registered
+        assert list(uow.offers.of_dataset(dataset.id)) == []

@@ -3034,7 +3034,10 @@ class StudyResultRead(BaseModel):
 class StudySpecIn(BaseModel):
     """
     The features and label every contribution must encode: the shape of a dataset spec's
-    `label`, `features` and `row_norm` (public bounds and category lists).
+    `label`, `features` and `row_norm` (public bounds and category lists). The label takes any
+    of a dataset spec's three forms (binary, multi-class `classes`, numeric `lower`/`upper`);
+    a contribution must declare the same form: the same positive class, the same classes in
+    the same order, or the same bounds.
     """
 
     model_config = ConfigDict(
@@ -3044,7 +3047,7 @@ class StudySpecIn(BaseModel):
         list[Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]],
         Field(min_length=1, title="Features"),
     ]
-    label: LabelIn
+    label: DatasetLabelIn
     row_norm: Annotated[Literal["clip", "scale"] | None, Field(title="Row Norm")] = "clip"
 
 

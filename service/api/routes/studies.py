@@ -13,6 +13,7 @@ from service.api.deps import (
     AuditContextDep,
     Expensive,
     PrincipalDep,
+    SettingsDep,
     UowDep,
     access,
 )
@@ -49,15 +50,21 @@ Offset = Annotated[int, Query(ge=0, le=1_000_000_000, description="Items to skip
         "Several sites learning together without pooling data. The caller becomes the "
         "study's coordinator (and a member); `members` names the other sites. `spec` is the "
         "label and features every contribution must encode, with the rules of a dataset spec "
-        "(public bounds, declared categories). 422 when no other member is named, a member is "
-        "not a site, or the spec is invalid. Requires a site key."
+        "(public bounds, declared categories; a binary, multi-class (`classes`) or numeric "
+        "(`lower`/`upper`) label, which every contribution must declare alike: the same "
+        "classes in the same order, the same bounds). 422 when no other member is named, a "
+        "member is not a site, or the spec is invalid. Requires a site key."
     ),
     response_model=StudyRead,
     responses=problem_responses(401, 403, 413, 422),
     openapi_extra=access("site"),
 )
 def create_study(
-    body: StudyCreate, uow: UowDep, principal: PrincipalDep, audit_context: AuditContextDep
+    body: StudyCreate,
+    uow: UowDep,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+    audit_context: AuditContextDep,
 ) -> StudyRead:
     principal.require_site()
     view = studies.create_study(
@@ -67,6 +74,7 @@ def create_study(
         spec=body.spec.to_domain(),
         actor=principal,
         context=audit_context,
+        max_classes=settings.max_classes,
     )
     return StudyRead.from_view(view)
 
@@ -191,7 +199,9 @@ def withdraw_contribution(
         "the answer comes when the job has ended (201) or after N seconds (202).\n\n"
         "* `average` (seed 000, Alg. 4) averages the coefficients of the contributed models "
         "(`models`, default: all of them) with optional public `weights`. It reads no data and "
-        "charges nothing.\n"
+        "charges nothing. Multi-class models average their (K, d) matrices entry by entry "
+        "(the study fixes the classes' order) and numeric-label models their weights (the "
+        "study fixes the bounds).\n"
         "* `feature` (seed 000, Alg. 5) stacks the site models (`source_models`, default: all) "
         "and fits the meta-level model with `mechanism` at (`epsilon`, `delta`) on "
         "`holdout_dataset_id`, a dataset the coordinator owns; `linear` meta-features are "
@@ -207,6 +217,12 @@ def withdraw_contribution(
         "and optional public `importance` weights it is PST-H (seed 003, Alg. 4): PST-F on the "
         "target with each group's model centred on the source restricted to that group, "
         "released as a stacked model; ε in total is charged to the target.\n\n"
+        "In a study of multi-class or numeric labels, `feature` with `linear` meta-features "
+        "fits the study's task at the meta level (a K-class fit on the N·K site-model scores, "
+        "released as a K × d model, or a regression fit on the N scores; the meta-level "
+        "`mechanism` must fit the task, e.g. `loss: huber` for numbers); `sigmoid` "
+        "meta-features and `transfer` are derived for binary labels only and are a 422 "
+        "`unsupported-label-task` stating why, dry run included, that charges nothing.\n\n"
         "The privacy record lists each input's guarantee (uploaded classifiers' as declared "
         "claims), composes per dataset, and says plainly when an input has no DP guarantee. "
         "Models not contributed to this study, and stacked models, are 422.\n\n"
@@ -256,6 +272,11 @@ async def create_aggregation(
         "* `distributed_lasso` (Li et al.): proximal steps on shared squared-loss gradients; "
         "Gaussian noise on each shared gradient composed with zCDP, or, with `noise: false`, "
         "not DP (only over datasets that allow non-private use).\n\n"
+        "A study of numeric labels (`lower`/`upper`) runs `distributed_lasso` only (a "
+        "least-squares fit on the labels mapped onto [−1, 1], with the binary calibration: "
+        "the clip bounds its sensitivity whatever the labels); a multi-class study runs none "
+        "(average the sites' models instead). Any other protocol is a 422 "
+        "`unsupported-label-task` stating why, dry run included, that charges nothing.\n\n"
         "Every dataset is charged its own cost (parallel composition), within its remaining "
         "budget and the study's grant on it, all or none, before any noise is drawn: a "
         "shortfall is a 409 naming the dataset. 202 with the job (kind `federated`); it reports "

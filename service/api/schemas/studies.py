@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, StrictStr
 
 from service.api.schemas.base import RequestModel, ResponseModel
-from service.api.schemas.datasets import FeatureIn, LabelIn, feature_inputs
+from service.api.schemas.datasets import DatasetLabelIn, FeatureIn, feature_inputs
 from service.api.schemas.fits import BudgetLeft, FitCost
 from service.db.models import Model, StudyContribution
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units
@@ -60,9 +60,12 @@ MAX_FEATURE_GROUP_SIZE = 512
 
 class StudySpecIn(RequestModel):
     """The features and label every contribution must encode: the shape of a dataset spec's
-    `label`, `features` and `row_norm` (public bounds and category lists)."""
+    `label`, `features` and `row_norm` (public bounds and category lists). The label takes any
+    of a dataset spec's three forms (binary, multi-class `classes`, numeric `lower`/`upper`);
+    a contribution must declare the same form: the same positive class, the same classes in
+    the same order, or the same bounds."""
 
-    label: LabelIn
+    label: DatasetLabelIn
     features: list[FeatureIn] = Field(min_length=1)
     row_norm: Literal["clip", "scale"] = "clip"
 
@@ -73,6 +76,9 @@ class StudySpecIn(RequestModel):
             negative=self.label.negative,
             features=feature_inputs(self.features),
             row_norm=self.row_norm,
+            classes=self.label.classes,
+            lower=self.label.lower,
+            upper=self.label.upper,
         )
 
 

@@ -568,14 +568,19 @@ def build_feature_spec(
     *,
     name: str,
     label_column: str,
-    positive: str | int | bool,
+    positive: str | int | bool | None,
     features: Sequence[FeatureInput],
     row_norm: RowNorm = "clip",
     negative: str | int | bool | None = None,
+    classes: Sequence[LabelValue] | None = None,
+    label_lower: float | None = None,
+    label_upper: float | None = None,
+    max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> DatasetSpec:
     """:func:`build_spec` for a label and features that carry no budget (a study's shared
-    spec, an uploaded model's): the same rules, with a placeholder budget that always passes.
-    Only ``label``, ``label_column``, ``positive``, ``negative`` and ``preprocessing`` of the
+    spec, an uploaded model's): the same rules (any of the three label forms), with a
+    placeholder budget that always passes. Only ``label``, ``task``, ``label_column``,
+    ``positive``, ``negative``, ``classes``, the label bounds and ``preprocessing`` of the
     result are meaningful."""
     return build_spec(
         name=name,
@@ -587,4 +592,8 @@ def build_feature_spec(
         delta=0.0,
         limits=BudgetLimits(max_epsilon=1.0, max_delta=0.0),
         row_norm=row_norm,
+        classes=classes,
+        label_lower=label_lower,
+        label_upper=label_upper,
+        max_classes=max_classes,
     )

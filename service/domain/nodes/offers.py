@@ -24,6 +24,7 @@ from service.domain import audit
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import get_owned_dataset, require_live
+from service.domain.datasets.labels import require_binary
 from service.domain.errors import InvalidInputError, NotFoundError, UpstreamError
 from service.domain.ids import looks_like_id
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
@@ -107,6 +108,13 @@ def create_offer(
         dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         # After the ownership check: another site's dataset is a 404 whatever the setup.
         coordinator = _require_link(link)
+        # The node's own guard (the coordinator refuses too): the terms a node accepts carry
+        # no label form, and every node protocol step assumes y = ±1.
+        require_binary(
+            dataset.spec.get("label"),
+            "offering a dataset to a study from a node",
+            loc=["body", "dataset_id"],
+        )
         if not (math.isfinite(epsilon_cap) and epsilon_cap > 0):
             errors.append({"loc": ["body", "epsilon_cap"], "msg": "must be a finite number > 0"})
         elif to_units(epsilon_cap, EPSILON_UNIT, "up") > dataset.epsilon_cap_units:

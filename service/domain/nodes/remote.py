@@ -25,7 +25,11 @@ from service.domain.audit import AuditContext
 from service.domain.errors import InvalidInputError, NotFoundError, PermissionDeniedError
 from service.domain.ids import looks_like_id
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
-from service.domain.studies.membership import require_matching, visible_study
+from service.domain.studies.membership import (
+    require_binary_study,
+    require_matching,
+    visible_study,
+)
 
 __all__ = [
     "RemoteOffer",
@@ -113,6 +117,13 @@ def add_remote_contribution(
         )
     with uow:
         study = visible_study(uow, study_id, actor)
+        require_binary_study(
+            study,
+            "a dataset on a site node",
+            loc=["body", "spec"],
+            why="the terms a node accepts carry no label form, so a node could not check that "
+            "its labels suit the protocol's task; grant the dataset to the study instead",
+        )
         require_matching(study, offer.preprocessing, offer.label, "dataset", field="spec")
         row = RemoteContribution(
             id=new_id(),

@@ -116,7 +116,8 @@ _HIDDEN_NOTE: Final[str] = (
 
 def public_calibration(calibration: FederatedCalibration) -> dict[str, Any]:
     """The calibration as the coordinator and the members may see it."""
-    allowed = _PUBLIC_CALIBRATION.get(calibration.protocol, frozenset())
+    # the label's task (named only when not binary) is public: the study's spec declares it
+    allowed = _PUBLIC_CALIBRATION.get(calibration.protocol, frozenset()) | {"task", "n_classes"}
     shown = {k: v for k, v in calibration.details.items() if k in allowed}
     return json_safe({**shown, "note": _HIDDEN_NOTE})  # type: ignore[no-any-return]
 

@@ -74,10 +74,19 @@ def mark_used(uow: UnitOfWork, inputs: Sequence[SourceInput], at: datetime) -> N
         raise ConflictError("a contribution was withdrawn while the aggregation was prepared")
 
 
+#: Model bodies that are one linear map: a weight vector (binary, regression) or a (K, d)
+#: matrix (multi-class).
+AVERAGEABLE_KINDS = ("linear", "multiclass")
+
+
 def average_inputs(
     inputs: Sequence[SourceInput], weights: Sequence[float] | None
 ) -> tuple[Any, Any]:
-    stacked = [i.model.id for i in inputs if (i.model.body or {}).get("kind") != "linear"]
+    """(π, the averaged coefficients: a vector, or a (K, d) matrix for multi-class models).
+    The inputs match the study's spec, label form included, so they share one shape."""
+    stacked = [
+        i.model.id for i in inputs if (i.model.body or {}).get("kind") not in AVERAGEABLE_KINDS
+    ]
     if stacked:
         raise InvalidInputError(
             "only linear models can be averaged; stacked (two-level) models have no single "

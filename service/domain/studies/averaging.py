@@ -6,13 +6,17 @@ the request and its job is stored already ``succeeded`` (kind ``aggregate``), na
 (``source = 'aggregate'``) that every member of the study reads. Averaging released models is
 post-processing: nothing new is charged, and the record (:mod:`service.domain.records.aggregations`)
 composes the inputs' own guarantees. Stacked models are not one weight vector: averaging them
-is a 422.
+is a 422. Multi-class models average their (K, d) matrices entry by entry (the study's spec
+fixes the classes and their order, so row k is class k in every input); regression models
+average their weight vectors (the study's spec fixes the bounds, so every score is in the
+same [−1, 1] units). Both are post-processing like the binary average.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from service.db.base import utcnow
 from service.db.errors import IntegrityConflictError
@@ -40,6 +44,7 @@ from service.domain.records.base import (
 )
 from service.domain.studies.aggregation_inputs import average_inputs, mark_used, select_inputs
 from service.domain.studies.membership import StudyFacts, visible_study
+from service.dp.core.released import MulticlassModel
 
 AGGREGATION_METHODS = ("average", "feature", "transfer")
 
@@ -52,6 +57,14 @@ class AggregationRequest:
     models: Sequence[str] | None = None
     weights: Sequence[float] | None = None
     name: str | None = None
+
+
+def averaged_body(coef: Any) -> dict[str, Any]:
+    """The stored body of an averaged model: a linear model (a vector: binary, regression) or
+    a multi-class one (a (K, d) matrix)."""
+    if getattr(coef, "ndim", 1) == 2:
+        return MulticlassModel(coef=coef).to_dict()
+    return {"kind": "linear", "coef": [float(v) for v in coef]}
 
 
 def average(
@@ -135,7 +148,7 @@ def average(
                     source="aggregate",
                     mechanism=request.method,
                     loss=losses.pop() if len(losses) == 1 else "other",
-                    body={"kind": "linear", "coef": [float(v) for v in coef]},
+                    body=averaged_body(coef),
                     privacy=record,
                 )
             )

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.db.models import Dataset
+from service.db.models import Dataset, Study
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.datasets.catalog import load_design
@@ -41,7 +41,13 @@ from service.domain.records.base import (
     json_safe,
 )
 from service.domain.studies.aggregation_inputs import SourceInput, average_inputs, select_inputs
-from service.domain.studies.membership import StudyFacts, require_matching, visible_study
+from service.domain.studies.membership import (
+    StudyFacts,
+    require_binary_study,
+    require_matching,
+    study_task,
+    visible_study,
+)
 from service.domain.studies.transfer_groups import check_group_budgets, resolve_groups
 from service.dp.analysis.work import solve_work
 from service.dp.core.base import Calibration
@@ -92,6 +98,46 @@ class FeatureRequest:
     name: str | None = None
 
 
+#: Why a charged method refuses a study of multi-class or numeric labels (a 422 saying so,
+#: nothing charged; docs/design.md, "Studies of multi-class and numeric labels").
+BINARY_ONLY: Mapping[str, str] = {
+    "feature": (
+        "sigmoid meta-features are per-model probabilities of a binary label and their "
+        "stacked model has one score per site model; K classes would need the K softmax "
+        "probabilities of every site model and a stacked multi-class model, not derived here; "
+        "use linear meta-features (a K-class fit on the N·K site-model scores) or average "
+        "the models instead"
+    ),
+    "transfer": (
+        "PST's biased regulariser (η/2)‖w − u‖² and the sensitivity of its objective "
+        "perturbation are derived for the binary logistic or Huber loss on one weight vector, "
+        "not for a (K, d) multinomial model or a numeric label; average the models instead"
+    ),
+}
+
+
+def _for_task(
+    study: Study, spec: ChargedAggregation, params: Mapping[str, Any]
+) -> tuple[ChargedAggregation, Mapping[str, Any]]:
+    """The method and its job parameters for the study's label task: unchanged for a binary
+    study; for a multi-class or numeric one, the feature method with linear meta-features
+    fits the task (its parameters name it), anything else is a 422 with the reason."""
+    labels = study_task(study)
+    if labels.task == "binary":
+        return spec, params
+    if spec.method == "feature" and params.get("meta_features") == "linear":
+        with_task = {**params, **labels.dp_kwargs}
+        return CHARGED_AGGREGATIONS[spec.method](with_task), with_task
+    feature = spec.method == "feature"
+    require_binary_study(
+        study,
+        f"the {spec.method} method" + (" with sigmoid meta-features" if feature else ""),
+        loc=["body", "meta_features" if feature else "method"],
+        why=BINARY_ONLY[spec.method],
+    )
+    raise AssertionError("unreachable: require_binary_study raised")  # pragma: no cover
+
+
 def _method_draft(
     study_id: str,
     spec: ChargedAggregation,
@@ -109,6 +155,7 @@ def _method_draft(
         study = visible_study(uow, study_id, actor)
         if study.coordinator_site_id != site_id:
             raise PermissionDeniedError("only the study's coordinator can run aggregations")
+        method, job_params = _for_task(study, spec, params)
         inputs = select_inputs(uow, study, source_models)
         average_inputs(inputs, None)  # refuses stacked (non-linear) sources
         dataset = uow.datasets.get(dataset_id) if looks_like_id(dataset_id) else None
@@ -118,14 +165,14 @@ def _method_draft(
             study,
             dataset.preprocessing,
             dict(dataset.spec.get("label") or {}),
-            f"{spec.role} dataset",
-            field=spec.field,
+            f"{method.role} dataset",
+            field=method.field,
         )
 
         def price() -> Pricing:
-            calibration = _calibrate_charged(spec, dataset, len(inputs))
+            calibration = _calibrate_charged(method, dataset, len(inputs))
             return Pricing(
-                mechanism=spec.method,
+                mechanism=method.method,
                 charges=[
                     DatasetCharge(
                         dataset_id=dataset.id,
@@ -136,7 +183,7 @@ def _method_draft(
                 ],
                 audit_action="study.aggregated",
                 audit_subject=("study", study.id),
-                audit_details={"method": spec.method, "dataset_id": dataset.id},
+                audit_details={"method": method.method, "dataset_id": dataset.id},
                 used_contributions=[i.contribution_id for i in inputs],
                 calibration=calibration,
                 # one solve on the caller's dataset (stacking: over the K source scores)
@@ -147,11 +194,11 @@ def _method_draft(
             kind="aggregate",
             dataset_id=dataset.id,
             params={
-                **params,
-                "method": spec.method,
+                **job_params,
+                "method": method.method,
                 "study_id": study.id,
                 "source_models": [i.model.id for i in inputs],
-                spec.field: dataset.id,
+                method.field: dataset.id,
             },
             price=price,
         )

@@ -44,6 +44,7 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import load_design
+from service.domain.datasets.labels import LabelTask, UnsupportedTaskError
 from service.domain.errors import (
     InvalidInputError,
     NotFoundError,
@@ -78,14 +79,17 @@ from service.domain.records.federated import (
     public_calibration,
     public_composition,
 )
-from service.domain.studies.membership import StudyFacts, visible_study
+from service.domain.studies.membership import StudyFacts, study_task, visible_study
 from service.dp.analysis.work import federated_work
 from service.dp.core.plan import PlanMismatchError, plan_from_json, plan_to_json
 from service.dp.federated import (
     FEDERATED_PROTOCOLS,
+    PROTOCOL_TASKS,
+    TASK_REFUSALS,
     FederatedCalibration,
     federated_calibrate,
     federated_fit,
+    protocols_for_task,
 )
 from service.dp.federated.parties import REMOTE_PROTOCOLS
 
@@ -295,8 +299,28 @@ def _hosted(participants: Sequence[_Participant | _RemoteParticipant]) -> list[_
     return [p for p in participants if isinstance(p, _Participant)]
 
 
+def _require_task(protocol: str, labels: LabelTask) -> None:
+    """422 (``unsupported-label-task``, nothing charged) unless ``protocol`` fits the study's
+    label task (:data:`service.dp.federated.PROTOCOL_TASKS`; the reason in the message)."""
+    if labels.task in PROTOCOL_TASKS[protocol]:
+        return
+    fitting = protocols_for_task(labels.task)
+    msg = (
+        f"the {protocol} protocol is not available for a study of {labels.describe()}: "
+        f"{TASK_REFUSALS[protocol][labels.task]}; "
+        + (
+            f"use {' or '.join(fitting)}"
+            if fitting
+            else "no federated protocol fits it: average the sites' models instead"
+        )
+    )
+    raise UnsupportedTaskError(msg, errors=[{"loc": ["body", "protocol"], "msg": msg}])
+
+
 def _calibrate(
-    request: FederatedRequest, participants: Sequence[_Participant | _RemoteParticipant]
+    request: FederatedRequest,
+    participants: Sequence[_Participant | _RemoteParticipant],
+    labels: LabelTask,
 ) -> FederatedCalibration:
     if request.protocol not in FEDERATED_PROTOCOLS:
         raise InvalidInputError(
@@ -304,6 +328,7 @@ def _calibrate(
             + ", ".join(FEDERATED_PROTOCOLS),
             errors=[{"loc": ["body", "protocol"], "msg": "unknown protocol"}],
         )
+    _require_task(request.protocol, labels)
     has_remote = any(isinstance(p, _RemoteParticipant) for p in participants)
     if has_remote and request.protocol not in REMOTE_PROTOCOLS:
         raise InvalidInputError(
@@ -323,6 +348,7 @@ def _calibrate(
             delta=request.delta,
             loss=request.resolved_loss,
             regularization=request.regularization,
+            task=labels.task,
             **dict(request.params),
         ),
     )
@@ -422,7 +448,7 @@ def quote_federated_fit(
     with uow:
         study = _coordinated_study(uow, study_id, actor)
         participants = _participants(uow, study, request.datasets)
-        calibration = _calibrate(request, participants)
+        calibration = _calibrate(request, participants, study_task(study))
         _require_node_exchange(participants, runner)
         costs: list[DatasetCost] = []
         for p, (eps, dlt) in zip(participants, _costs(calibration, participants), strict=True):
@@ -535,7 +561,7 @@ def submit_federated_fit(
         study = _coordinated_study(u, study_id, actor)
         participants = _participants(u, study, request.datasets)
         hosted = _hosted(participants)
-        calibration = _calibrate(request, participants)
+        calibration = _calibrate(request, participants, study_task(study))
         _require_node_exchange(participants, runner)
         params = _job_params(request, study, participants, int(calibration.rounds))
 
@@ -651,6 +677,7 @@ def run_federated_job(
             progress=context.progress,
             # the plan fixed at submission runs; the fit re-derives it only as a check
             plan=None if job.plan is None else plan_from_json(job.plan),
+            task=LabelTask.from_label(facts.label).task,
             **dict(params.get("params") or {}),
         )
     except PlanMismatchError as exc:

@@ -22,7 +22,7 @@ from service.db.uow import UnitOfWork
 from service.domain import audit
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.datasets.labels import require_binary
+from service.domain.datasets.labels import DEFAULT_MAX_CLASSES, LabelTask, UnsupportedTaskError
 from service.domain.datasets.spec import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
 from service.domain.errors import (
     ConflictError,
@@ -44,8 +44,10 @@ __all__ = [
     "create_study",
     "get_study",
     "list_studies",
+    "require_binary_study",
     "require_matching",
     "spec_differences",
+    "study_task",
     "visible_study",
     "withdraw_contribution",
 ]
@@ -56,13 +58,18 @@ MAX_MEMBERS = 100
 
 @dataclass(frozen=True, slots=True)
 class StudySpecInput:
-    """The study's label and features as the coordinator wrote them."""
+    """The study's label and features as the coordinator wrote them. The label takes any of
+    a dataset spec's three forms (:mod:`service.domain.datasets.labels`): ``positive`` (and
+    ``negative``), ``classes``, or the bounds ``lower``/``upper``."""
 
     label_column: str
-    positive: str | int | bool
+    positive: str | int | bool | None
     features: Sequence[FeatureInput]
     row_norm: RowNorm = "clip"
     negative: str | int | bool | None = None
+    classes: Sequence[str | int | bool] | None = None
+    lower: float | None = None
+    upper: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +175,7 @@ def visible_study(uow: UnitOfWork, study_id: str, actor: Principal) -> Study:
 
 
 def _build_spec(
-    name: str, spec: StudySpecInput
+    name: str, spec: StudySpecInput, max_classes: int
 ) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(normalised spec, preprocessing, encoded feature names); 422 under ``body.spec``."""
     try:
@@ -179,6 +186,10 @@ def _build_spec(
             negative=spec.negative,
             features=spec.features,
             row_norm=spec.row_norm,
+            classes=spec.classes,
+            label_lower=spec.lower,
+            label_upper=spec.upper,
+            max_classes=max_classes,
         )
     except DatasetSpecError as exc:
         reason = exc.detail.removeprefix("invalid dataset spec: ")
@@ -213,18 +224,18 @@ def spec_differences(
     label: Mapping[str, Any],
 ) -> list[str]:
     """What differs between a contribution's public spec and the study's, in words (empty when
-    they encode the same features in the same order, with the same label). Specs are public:
-    the messages quote bounds and categories, never data."""
+    they encode the same features in the same order, with the same label form: the same
+    task, and the same positive class (binary), the same classes in the same order
+    (multi-class: class k is the k-th declared class, so an order that differs would swap
+    the rows of a (K, d) model), or the same bounds (regression: the [−1, 1] encoding depends
+    on them). Specs are public: the messages quote bounds, classes and categories, never
+    data."""
     out: list[str] = []
     if label.get("column") != study_label.get("column"):
         out.append(
             f"label column: {label.get('column')!r}, the study's is {study_label.get('column')!r}"
         )
-    if str(label.get("positive")) != str(study_label.get("positive")):
-        out.append(
-            f"positive class: {label.get('positive')!r}, the study's is "
-            f"{study_label.get('positive')!r}"
-        )
+    out.extend(_label_differences(label, study_label))
     mine = {str(f.get("column")): f for f in preprocessing.get("features") or []}
     theirs = {str(f.get("column")): f for f in study_preprocessing.get("features") or []}
     missing = [c for c in theirs if c not in mine]
@@ -260,6 +271,51 @@ def spec_differences(
     return out
 
 
+def _label_differences(label: Mapping[str, Any], study_label: Mapping[str, Any]) -> list[str]:
+    """The label-form part of :func:`spec_differences`, each naming its field."""
+    mine, theirs = LabelTask.from_label(label), LabelTask.from_label(study_label)
+    if mine.task != theirs.task:
+        return [f"label task: {mine.describe()}, the study's is {theirs.describe()}"]
+    if mine.task == "multiclass":
+        if mine.classes == theirs.classes:
+            return []
+        return [
+            f"label classes: {list(mine.classes)!r}, the study's are {list(theirs.classes)!r} "
+            "(the same classes in the same order)"
+        ]
+    if mine.task == "regression":
+        if (mine.lower, mine.upper) == (theirs.lower, theirs.upper):
+            return []
+        return [
+            f"label bounds (lower, upper): ({mine.lower!r}, {mine.upper!r}), the study's are "
+            f"({theirs.lower!r}, {theirs.upper!r})"
+        ]
+    return _binary_differences(label, study_label)
+
+
+def _binary_differences(label: Mapping[str, Any], study_label: Mapping[str, Any]) -> list[str]:
+    if str(label.get("positive")) == str(study_label.get("positive")):
+        return []
+    return [
+        f"positive class: {label.get('positive')!r}, the study's is {study_label.get('positive')!r}"
+    ]
+
+
+def study_task(study: Study) -> LabelTask:
+    """The study's label form (binary for every study created before labels had forms)."""
+    return LabelTask.from_label(dict(study.spec.get("label") or {}))
+
+
+def require_binary_study(study: Study, what: str, *, loc: list[str | int], why: str) -> None:
+    """422 :class:`UnsupportedTaskError` unless the study's label is binary: ``what`` (e.g.
+    "the feature method") is defined for binary labels only, for the reason ``why``."""
+    task = study_task(study)
+    if task.task == "binary":
+        return
+    msg = f"{what} is available for studies of binary labels only ({task.describe()}): {why}"
+    raise UnsupportedTaskError(msg, errors=[{"loc": loc, "msg": msg}])
+
+
 def require_matching(
     study: Study,
     preprocessing: Mapping[str, Any],
@@ -268,9 +324,8 @@ def require_matching(
     *,
     field: str | None = None,
 ) -> None:
-    """422 listing :func:`spec_differences` unless the spec matches the study's; a
-    multi-class or numeric label is refused first (studies are binary for now)."""
-    require_binary(label, f"a study {what}", loc=["body", field or f"{what}_id"])
+    """422 listing :func:`spec_differences` unless the spec matches the study's (its label
+    form included: task, classes in order, bounds)."""
     differences = spec_differences(
         study.preprocessing, dict(study.spec.get("label") or {}), preprocessing, label
     )
@@ -292,6 +347,7 @@ def create_study(
     spec: StudySpecInput,
     actor: Principal,
     context: AuditContext,
+    max_classes: int = DEFAULT_MAX_CLASSES,
 ) -> StudyView:
     """Create a study coordinated by the caller, with the named member sites.
 
@@ -299,7 +355,7 @@ def create_study(
     when the spec breaks the dataset-spec rules.
     """
     coordinator = actor.require_site()
-    normalised, preprocessing, feature_names = _build_spec(name, spec)
+    normalised, preprocessing, feature_names = _build_spec(name, spec, max_classes)
     others: list[str] = []
     for site_id in members:
         if site_id != coordinator and site_id not in others:

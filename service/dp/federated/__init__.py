@@ -45,6 +45,7 @@ from service.dp.core.accounting import (
 )
 from service.dp.core.base import ProgressCallback
 from service.dp.core.plan import Plan, PlanMismatchError, require_same_plan
+from service.dp.core.tasks import TASKS, Task
 from service.dp.core.validation import (
     PrivacyParameterError,
     check_dimensions,
@@ -66,12 +67,15 @@ from service.dp.mechanisms._common import release
 
 __all__ = [
     "FEDERATED_PROTOCOLS",
+    "PROTOCOL_TASKS",
+    "TASK_REFUSALS",
     "FederatedCalibration",
     "FederatedResult",
     "calibrate_problem",
     "federated_calibrate",
     "federated_fit",
     "make_federated_problem",
+    "protocols_for_task",
 ]
 
 #: Default width of the Huber-smoothed hinge (as ``service.dp.fit``'s ``h``).
@@ -92,6 +96,52 @@ _LOSSES: dict[str, tuple[str, ...]] = {
     distributed_lasso.NAME: ("squared",),
 }
 
+#: The label tasks each protocol fits (:mod:`service.dp.core.tasks`). Only the distributed
+#: Lasso extends: it is a least-squares method whose binary use already treats y = ±1 as
+#: regression targets, and neither its step bound (L = 1 from ‖x‖ ≤ 1) nor the sensitivity of
+#: its DP variant (each per-example gradient (vᵀx − y)x is clipped to norm < C whatever y is,
+#: so a replaced row moves the sum by < 2C, plus the floating-point margin 2E(n), which
+#: depends on n, d and C only) reads y; with y ∈ [−1, 1] the calibration is the binary one.
+PROTOCOL_TASKS: dict[str, frozenset[Task]] = {
+    noisy_average.NAME: frozenset({"binary"}),
+    psgd.NAME: frozenset({"binary"}),
+    admm.NAME: frozenset({"binary"}),
+    distributed_lasso.NAME: frozenset({"binary", "regression"}),
+}
+
+#: Why a protocol does not fit a task (the refusal's message; docs/design.md, "Studies of
+#: multi-class and numeric labels"), by protocol and task.
+TASK_REFUSALS: dict[str, dict[str, str]] = {
+    noisy_average.NAME: {
+        "multiclass": "its sensitivity 2/(nλ) and the certificate of each local minimiser are "
+        "derived for one weight vector; a (K, d) multinomial model is not",
+        "regression": "its sensitivity uses the margin loss's |l′| ≤ 1 and its local solves "
+        "certify the binary objective; the regression losses' local certificate is not built",
+    },
+    psgd.NAME: {
+        "multiclass": "its answers are d-vectors of clipped margin-loss gradients; a (K, d) "
+        "multinomial gradient per answer is not built",
+        "regression": "its answers are clipped sums of l′(y·vᵀx)·y·x; the clip would bound a "
+        "regression loss's ψ′(vᵀx − y)·x alike, but the sites' regression gradients and the "
+        "step bound for them are not built",
+    },
+    admm.NAME: {
+        "multiclass": "seed 004's DVP/PVP noise is calibrated for one weight vector and the "
+        "binary margin losses; a (K, d) model is not derived",
+        "regression": "seed 004's DVP/PVP sensitivities use the binary margin losses' |l′| ≤ 1 "
+        "and curvature; the regression losses are not derived",
+    },
+    distributed_lasso.NAME: {
+        "multiclass": "it is a least-squares fit of one numeric target; K classes are not one "
+        "target",
+    },
+}
+
+
+def protocols_for_task(task: str) -> tuple[str, ...]:
+    """The protocols that fit ``task``, by name."""
+    return tuple(name for name in FEDERATED_PROTOCOLS if task in PROTOCOL_TASKS[name])
+
 
 def federated_calibrate(
     protocol: str,
@@ -102,6 +152,7 @@ def federated_calibrate(
     delta: float = 0.0,
     loss: str = "logistic",
     regularization: float,
+    task: Task = "binary",
     **params: Any,
 ) -> FederatedCalibration:
     """Dry run: each dataset's cost and every calibration number, from public quantities.
@@ -109,7 +160,8 @@ def federated_calibrate(
     ``epsilon``/``delta`` are the total per-dataset budget offered; each site's cost is at
     most that and is what a fit would spend. For the non-private variants (``admm`` with
     ``perturbation="none"``, ``distributed_lasso`` with ``noise=False``) ``epsilon`` is
-    ignored, ``private`` is False and the costs are (0, 0).
+    ignored, ``private`` is False and the costs are (0, 0). ``task``: what the sites'
+    labels hold (:data:`PROTOCOL_TASKS`: a protocol that does not fit it is refused).
     """
     problem = make_federated_problem(
         protocol,
@@ -120,6 +172,7 @@ def federated_calibrate(
         loss=loss,
         regularization=regularization,
         params=params,
+        task=task,
     )
     return calibrate_problem(problem)
 
@@ -136,7 +189,7 @@ def calibrate_problem(problem: FederatedProblem) -> FederatedCalibration:
     noise used."""
     calibrate = _PROTOCOLS[problem.protocol].calibrate
     if not math.isfinite(problem.epsilon):  # a non-private variant: nothing is calibrated
-        return calibrate(problem)
+        return _with_task(calibrate(problem), problem)
     params = dict(problem.params)
     if isinstance(params.get("delta_prime"), float):  # a share of δ: floored alike (monotone)
         params["delta_prime"] = ledger_floor(params["delta_prime"], unit="delta")
@@ -159,7 +212,17 @@ def calibrate_problem(problem: FederatedProblem) -> FederatedCalibration:
         epsilon=(used.epsilon, problem.epsilon),
         delta=(used.delta, problem.delta),
     )
-    return replace(calibration, site_costs=costs, details=details)
+    return _with_task(replace(calibration, site_costs=costs, details=details), problem)
+
+
+def _with_task(
+    calibration: FederatedCalibration, problem: FederatedProblem
+) -> FederatedCalibration:
+    """The record names a non-binary task (a binary record stays as it was)."""
+    if problem.task == "binary":
+        return calibration
+    details = {**calibration.details, "task": problem.task, "n_classes": 1}
+    return replace(calibration, details=details)
 
 
 def federated_fit(
@@ -173,14 +236,16 @@ def federated_fit(
     rng: np.random.Generator | None = None,
     progress: ProgressCallback | None = None,
     plan: Plan | None = None,
+    task: Task = "binary",
     **params: Any,
 ) -> FederatedResult:
     """Run ``protocol`` over the sites' (X, y) and return the released model and its record.
 
-    Every site's (X, y) is validated (finite, rows of norm ≤ 1, labels ±1, the same d
-    everywhere). ``progress(fraction)`` is called once per communication round and may raise
-    to abort: the exception propagates unchanged and nothing is returned. ``rng`` None uses
-    the operating system's CSPRNG; a generator marks the result ``seeded``.
+    Every site's (X, y) is validated (finite, rows of norm ≤ 1, labels encoded for ``task``:
+    ±1, or in [−1, 1] for ``regression``; the same d everywhere). ``progress(fraction)`` is
+    called once per communication round and may raise to abort: the exception propagates
+    unchanged and nothing is returned. ``rng`` None uses the operating system's CSPRNG; a
+    generator marks the result ``seeded``.
 
     ``plan``: the plan fixed when the fit was accepted (a job's stored plan). The calibration
     is then re-derived here only as a check that must agree
@@ -192,7 +257,8 @@ def federated_fit(
             "rng must be None (operating-system CSPRNG) or a numpy.random.Generator, "
             f"got {type(rng).__name__}"
         )
-    data = _validate_sites(sites)
+    _check_protocol_task(protocol, task)
+    data = _validate_sites(sites, task)
     problem = make_federated_problem(
         protocol,
         site_sizes=[int(X.shape[0]) for X, _ in data],
@@ -202,6 +268,7 @@ def federated_fit(
         loss=loss,
         regularization=regularization,
         params=params,
+        task=task,
     )
     calibration = calibrate_problem(problem)
     if plan is not None:
@@ -230,13 +297,10 @@ def make_federated_problem(
     loss: str,
     regularization: float,
     params: Mapping[str, Any],
+    task: Task = "binary",
 ) -> FederatedProblem:
     """Validate everything that needs no data and build the :class:`FederatedProblem`."""
-    if not isinstance(protocol, str) or protocol not in _PROTOCOLS:
-        raise PrivacyParameterError(
-            f"unknown federated protocol {protocol!r}; choose one of "
-            + ", ".join(FEDERATED_PROTOCOLS)
-        )
+    _check_protocol_task(protocol, task)
     if isinstance(site_sizes, str | bytes) or not isinstance(site_sizes, Sequence):
         raise PrivacyParameterError("site_sizes must be a sequence of positive integers")
     if len(site_sizes) < 1:
@@ -268,7 +332,30 @@ def make_federated_problem(
         regularization=lam,
         huber_h=huber_h,
         params=own,
+        task=task,
     )
+
+
+def _check_protocol_task(protocol: object, task: object) -> None:
+    """The protocol is known and fits ``task`` (:data:`PROTOCOL_TASKS`), else a
+    :class:`PrivacyParameterError` naming the protocols that do."""
+    if not isinstance(protocol, str) or protocol not in _PROTOCOLS:
+        raise PrivacyParameterError(
+            f"unknown federated protocol {protocol!r}; choose one of "
+            + ", ".join(FEDERATED_PROTOCOLS)
+        )
+    if not isinstance(task, str) or task not in TASKS:
+        raise PrivacyParameterError(f"unknown task {task!r}; choose one of {', '.join(TASKS)}")
+    if task not in PROTOCOL_TASKS[protocol]:
+        fitting = protocols_for_task(task)
+        raise PrivacyParameterError(
+            f"{protocol} does not fit a {task} label: {TASK_REFUSALS[protocol][task]}; "
+            + (
+                f"the protocols that fit it: {', '.join(fitting)}"
+                if fitting
+                else "no federated protocol fits it (average the sites' models instead)"
+            )
+        )
 
 
 def _is_private(protocol: str, params: Mapping[str, Any]) -> bool:
@@ -280,7 +367,7 @@ def _is_private(protocol: str, params: Mapping[str, Any]) -> bool:
 
 
 def _validate_sites(
-    sites: Sequence[tuple[ArrayLike, ArrayLike]],
+    sites: Sequence[tuple[ArrayLike, ArrayLike]], task: Task
 ) -> list[tuple[FloatArray, FloatArray]]:
     if isinstance(sites, str | bytes) or not isinstance(sites, Sequence) or len(sites) < 1:
         raise PrivacyParameterError("sites must be a non-empty sequence of (X, y) pairs")
@@ -289,7 +376,7 @@ def _validate_sites(
         if not isinstance(pair, tuple | list) or len(pair) != 2:
             raise PrivacyParameterError(f"site {k} must be an (X, y) pair")
         try:
-            X, y = validate_design(pair[0], pair[1])
+            X, y = validate_design(pair[0], pair[1], task, 1 if task == "regression" else 2)
         except ValueError as exc:
             raise PrivacyParameterError(f"site {k}: {exc}") from exc
         if data and X.shape[1] != data[0][0].shape[1]:

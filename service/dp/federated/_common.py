@@ -33,6 +33,7 @@ from service.dp.core.accounting import PrivacyCost
 from service.dp.core.base import LinearModel, ProgressCallback
 from service.dp.core.losses import Loss, get_loss
 from service.dp.core.plan import Plan
+from service.dp.core.tasks import Task
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.optimize.solvers import ConvergenceError
 
@@ -89,6 +90,9 @@ class FederatedProblem:
     regularization: float
     huber_h: float
     params: Mapping[str, Any] = field(default_factory=dict)
+    #: What the sites' labels hold (:mod:`service.dp.core.tasks`): ``binary`` (y = ±1) or,
+    #: for the protocols that fit it, ``regression`` (y ∈ [−1, 1]).
+    task: Task = "binary"
 
     @property
     def sites(self) -> int:

@@ -2,7 +2,9 @@
 (Li et al. 2016 via seed 001 §2.2, Alg. 1), without noise (not DP) or with Gaussian noise
 on clipped gradients ((ε, δ)-DP through zCDP).
 
-Objective (labels y ∈ {−1, +1} used as regression targets, ‖x‖ ≤ 1, prediction sign(wᵀx)):
+Objective (‖x‖ ≤ 1; a binary label's y ∈ {−1, +1} used as regression targets, prediction
+sign(wᵀx); or a numeric label's y ∈ [−1, 1], the public bounds [L, U] mapped linearly
+(``task="regression"``), prediction wᵀx mapped back and clipped to [L, U] by the service):
 
     F(w) = (1/(2N)) Σ_all (wᵀx − y)² + λ₁‖w‖₁,      N = Σ_k n_k,
 
@@ -37,6 +39,16 @@ exact lattice release, adaptive zCDP composition of the T rounds (ρ = Tρ₁) a
 :mod:`service.dp.federated.gaussian_rounds`, which PSGD's answers share. The coordinator's
 ISTA/FISTA steps in doubles are post-processing. σ = 2C/√(2ρ/T); each site is charged
 (ε(Tρ₁, δ), δ) ≤ (ε, δ).
+
+Numeric labels. Nothing above reads the range of y: the step bound L = 1 is a bound on
+λ_max((1/N)XᵀX), from ‖x‖ ≤ 1 alone, and the clip makes every released term
+ĝ_j = â_j x_j have ‖ĝ_j‖ < C whatever the residual a_j = vᵀx_j − y_j is
+(:mod:`service.dp.data.clipping`, step 2), so replacing one row (x, y) by (x′, y′) moves the
+exact sum by ‖ĝ − ĝ′‖ ≤ ‖ĝ‖ + ‖ĝ′‖ < 2C for any labels, and the floating-point margin E(n_k)
+depends on n_k, d and C only. A regression fit over y ∈ [−1, 1] therefore has exactly the
+binary fit's calibration (the same σ, ρ and cost). |y| ≤ 1 matters only for utility: the
+unclipped gradient has norm ≤ |vᵀx| + 1 ≤ ‖v‖ + 1, so near a small iterate the default
+C = 1 clips little more than it does for ±1 labels.
 """
 
 from __future__ import annotations

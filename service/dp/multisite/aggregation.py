@@ -39,7 +39,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from service.dp.core.base import FitResult, LinearModel, ProgressCallback
-from service.dp.core.released import StackedModel, meta_features
+from service.dp.core.released import MulticlassModel, StackedModel, meta_features
+from service.dp.core.tasks import Task
 from service.dp.core.validation import PrivacyParameterError, validate_design
 from service.dp.data.projection import clip_rows
 from service.dp.mechanisms import MECHANISMS
@@ -109,33 +110,47 @@ def normalised_weights(n_models: int, weights: Sequence[float] | None = None) ->
 def average_coefficients(
     coefficients: Sequence[ArrayLike], weights: Sequence[float] | None = None
 ) -> FloatArray:
-    """The weighted average Σ π_i f_i of equally long coefficient vectors (module doc),
-    rounded to the release grid.
+    """The weighted average Σ π_i f_i of coefficient arrays of one shape (module doc),
+    rounded to the release grid, in that shape: d-vectors (binary and regression models) or
+    (K, d) matrices (multi-class models, row k = class k: the average is taken entry by
+    entry, W̄ = Σ π_i W_i, so class k's row of W̄ is the average of the sites' rows k).
 
-    Raises ``ValueError`` when there are no models, the vectors differ in length or hold
+    Privacy, multi-class and regression: W̄ is a function of the released W_i and public
+    weights only, so the post-processing argument of the module doc holds unchanged (nothing
+    is spent). A regression model's coefficients score in the [−1, 1] units of its label's
+    bounds; models averaged together declare the same bounds (the study's), so their scores
+    share one scale and the averaged score maps back through the same bounds.
+
+    Raises ``ValueError`` when there are no models, the arrays differ in shape or hold
     non-finite values, or the weights are invalid (:func:`normalised_weights`).
     """
     if not coefficients:
         raise ValueError("averaging needs at least one model")
-    rows = [np.asarray(c, dtype=np.float64).reshape(-1) for c in coefficients]
-    d = rows[0].size
-    if d == 0 or any(r.size != d for r in rows):
-        raise ValueError("every model must have the same, non-zero number of coefficients")
-    M = np.vstack(rows)
+    arrays = [np.asarray(c, dtype=np.float64) for c in coefficients]
+    shape = arrays[0].shape
+    if arrays[0].size == 0 or arrays[0].ndim not in (1, 2) or any(a.shape != shape for a in arrays):
+        raise ValueError(
+            "every model must have the same, non-zero number of coefficients (and of classes)"
+        )
+    M = np.vstack([a.reshape(-1) for a in arrays])
     if not np.all(np.isfinite(M)):
         raise ValueError("coefficients must be finite")
-    pi = normalised_weights(len(rows), weights)
-    averaged: FloatArray = round_to_grid(pi @ M)
+    pi = normalised_weights(len(arrays), weights)
+    averaged: FloatArray = round_to_grid(pi @ M).reshape(shape)
     return averaged
 
 
-def _site_matrix(site_models: Sequence[ArrayLike], d: int) -> FloatArray:
+def _site_matrix(site_models: Sequence[ArrayLike], d: int, n_classes: int = 0) -> FloatArray:
+    """The site models stacked by rows: N × d (weight vectors), or N·K × d when
+    ``n_classes`` = K ≥ 3 (each model a K × d matrix, its K rows in class order)."""
     if not site_models:
         raise PrivacyParameterError("the feature method needs at least one site model")
-    rows = [np.asarray(m, dtype=np.float64).reshape(-1) for m in site_models]
-    if any(r.size != d for r in rows):
-        raise PrivacyParameterError(f"every site model must have {d} weights, one per feature")
-    M = np.vstack(rows)
+    per_model = n_classes if n_classes >= 3 else 1
+    arrays = [np.asarray(m, dtype=np.float64) for m in site_models]
+    if any(a.size != per_model * d or (per_model > 1 and a.ndim != 2) for a in arrays):
+        what = f"{per_model} × {d} weights (one row per class)" if per_model > 1 else f"{d} weights"
+        raise PrivacyParameterError(f"every site model must have {what}, one per feature")
+    M = np.vstack([a.reshape(per_model, d) for a in arrays])
     if not np.all(np.isfinite(M)):
         raise PrivacyParameterError("site model weights must be finite")
     return M
@@ -167,10 +182,24 @@ def feature_fit(
     regularization: float,
     rng: np.random.Generator | None = None,
     progress: ProgressCallback | None = None,
+    task: Task = "binary",
+    n_classes: int = 2,
 ) -> FitResult:
     """The feature method (module doc): a DP meta-level fit on the holdout (X, y) over the
     site models' outputs. Raises ``ValueError`` (:class:`PrivacyParameterError`) for bad input
-    and ``ConvergenceError`` when the solver does not converge."""
+    and ``ConvergenceError`` when the solver does not converge.
+
+    Multi-class and numeric labels (``task``), ``linear`` meta-features only. Regression: the
+    site models are weight vectors in the labels' [−1, 1] units, M is N × d as for binary
+    labels, and the meta-level fit is a regression fit of y ∈ [−1, 1] on z = s·Mx, released
+    as s·Mᵀω. Multi-class: each site model is a K × d matrix W_i; M stacks their rows
+    (N·K × d), z = s·Mx ∈ ℝ^{NK} with s = 1/‖M‖₂, so ‖z‖ ≤ ‖x‖ ≤ 1 (the same argument as for
+    N rows), and the meta-level fit is a K-class fit of Ω (K × NK) on z, released as the
+    K × d matrix s·ΩM (the same scores Ωz). In both cases M and s are functions of the site
+    models alone, public to the holdout, so the holdout's guarantee is the meta-level
+    mechanism's own, in dimension N (regression) or N·K (multi-class), for its own task:
+    no new sensitivity. ``sigmoid`` meta-features (per-model probabilities and a stacked
+    model) stay binary."""
     from service.dp import fit  # the package imports this module's siblings only
 
     if meta not in META_FEATURE_KINDS:
@@ -179,8 +208,13 @@ def feature_fit(
         raise PrivacyParameterError(
             f"the meta-level mechanism must be one of {', '.join(meta_level_mechanisms())}"
         )
-    Xf, yf = validate_design(X, y)
-    M = _site_matrix(site_models, int(Xf.shape[1]))
+    if task != "binary" and meta != "linear":
+        raise PrivacyParameterError(
+            "a multi-class or numeric label takes linear meta-features only (the sigmoid ones "
+            "are per-model probabilities of a binary label)"
+        )
+    Xf, yf = validate_design(X, y, task, n_classes)
+    M = _site_matrix(site_models, int(Xf.shape[1]), n_classes if task == "multiclass" else 0)
     if meta == "linear":
         scale = linear_meta_scale(M)
         Z = linear_meta_design(Xf, M)
@@ -197,10 +231,15 @@ def feature_fit(
         regularization=regularization,
         rng=rng,
         progress=progress,
+        task=task,
+        n_classes=n_classes,
     )
     omega = np.asarray(result.coef, dtype=np.float64)
-    model: LinearModel | StackedModel
-    if meta == "linear":
+    model: LinearModel | MulticlassModel | StackedModel
+    if task == "multiclass":
+        assert isinstance(result.model, MulticlassModel)  # a multi-class fit releases one
+        model = MulticlassModel(coef=round_to_grid(scale * (result.model.coef @ M)))
+    elif meta == "linear":
         model = LinearModel(coef=round_to_grid(scale * (M.T @ omega)))
     else:
         model = StackedModel(

@@ -165,17 +165,25 @@ def pst_h_method(p: Mapping[str, Any]) -> ChargedAggregation:
 
 
 def feature_method(p: Mapping[str, Any]) -> ChargedAggregation:
+    """The feature method; ``p`` names ``task`` and ``n_classes`` only for a study of
+    multi-class or numeric labels (the meta level then has N·K, or N, linear meta-features:
+    :func:`~service.dp.multisite.aggregation.feature_fit`)."""
     mechanism, meta = str(p["mechanism"]), str(p["meta_features"])
+    task = str(p.get("task", "binary"))
+    n_classes = int(p.get("n_classes", 2))
+    labels: dict[str, Any] = {} if task == "binary" else {"task": task, "n_classes": n_classes}
 
     def calibrate(n: int, _d: int, k: int) -> Calibration:
+        width = k * n_classes if task == "multiclass" else k
         return dp_calibrate(
             mechanism,
             n=n,
-            d=k if meta == "linear" else k + 1,
+            d=width if meta == "linear" else k + 1,
             epsilon=float(p["epsilon"]),
             delta=float(p["delta"]),
             loss=str(p["loss"]),
             regularization=float(p["regularization"]),
+            **labels,
         )
 
     def compute(X: Any, y: Any, sources: list[Any], rng: np.random.Generator | None) -> FitResult:
@@ -190,6 +198,7 @@ def feature_method(p: Mapping[str, Any]) -> ChargedAggregation:
             loss=str(p["loss"]),
             regularization=float(p["regularization"]),
             rng=rng,
+            **labels,
         )
 
     return ChargedAggregation(

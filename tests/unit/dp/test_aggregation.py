@@ -16,7 +16,7 @@ from service.dp.multisite.aggregation import (
     linear_meta_scale,
     normalised_weights,
 )
-from service.dp.noise.draws import RELEASE_GRID
+from service.dp.noise.draws import RELEASE_GRID, round_to_grid
 
 
 def test_unweighted_average_of_known_vectors() -> None:
@@ -71,10 +71,21 @@ def test_average_matches_the_mean_of_random_vectors() -> None:
     np.testing.assert_allclose(average_coefficients(list(M)), M.mean(axis=0), atol=RELEASE_GRID)
 
 
+def test_multiclass_matrices_average_entry_by_entry_in_their_shape() -> None:
+    # W̄ = (1·W₁ + 3·W₂)/4, by hand: row k of W̄ is the weighted average of the rows k
+    W1 = np.array([[1.0, 0.0], [0.0, 2.0], [4.0, -4.0]])
+    W2 = np.array([[-1.0, 4.0], [8.0, 2.0], [0.0, 0.0]])
+    got = average_coefficients([W1, W2], [1.0, 3.0])
+    assert got.shape == (3, 2)
+    np.testing.assert_array_equal(got, [[-0.5, 3.0], [6.0, 2.0], [1.0, -1.0]])
+
+
 @pytest.mark.parametrize(
     ("coefficients", "weights", "message"),
     [
         ([], None, "at least one model"),
+        ([np.zeros((3, 2)), np.zeros((4, 2))], None, "same, non-zero number"),
+        ([np.zeros((3, 2)), np.zeros(6)], None, "same, non-zero number"),
         ([[1.0, 2.0], [1.0]], None, "same, non-zero number"),
         ([[1.0, float("nan")]], None, "finite"),
         ([[1.0], [2.0]], [1.0], "expected 2 weights"),
@@ -181,3 +192,86 @@ def test_feature_fit_refuses_bad_input(kwargs: dict[str, Any], message: str) -> 
     options: dict[str, Any] = {"meta": "linear", "mechanism": "objective_perturbation", **kwargs}
     with pytest.raises(ValueError, match=message):
         feature_fit(X, y, sites, epsilon=1.0, regularization=0.05, **options)
+
+
+# --- feature method on multi-class and numeric labels (issue 29) ----------------------------
+
+
+def _rows(n: int, d: int, seed: int) -> NDArray[np.float64]:
+    X = np.random.default_rng(seed).normal(size=(n, d))
+    out: NDArray[np.float64] = X / np.maximum(1.0, np.linalg.norm(X, axis=1, keepdims=True))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("task", "n_classes", "mechanism", "loss"),
+    [
+        ("multiclass", 3, "objective_perturbation", "logistic"),
+        ("regression", 1, "output_perturbation", "huber"),
+    ],
+)
+def test_linear_stacking_of_other_tasks_is_the_meta_level_fit_mapped_back_by_hand(
+    task: str, n_classes: int, mechanism: str, loss: str
+) -> None:
+    """M stacks the site models' rows (N·K × d, or N × d), z = s·Mx with s = 1/‖M‖₂ (so
+    ‖z‖ ≤ 1), the meta level is the mechanism's own fit of the task on z in dimension N·K
+    (or N), and the release is s·ΩM (K × d) or s·Mᵀω: checked against the same fit run by
+    hand with the same seed."""
+    rng = np.random.default_rng(3)
+    X = _rows(120, 4, seed=1)
+    if task == "multiclass":
+        y = rng.integers(0, 3, size=120).astype(np.float64)
+        sites = [rng.normal(size=(3, 4)) for _ in range(2)]
+        M = np.vstack(sites)
+    else:
+        y = np.clip(X @ np.array([1.0, -0.5, 0.3, 0.0]), -1.0, 1.0)
+        sites = [rng.normal(size=4) for _ in range(2)]
+        M = np.vstack(sites)
+    kwargs: dict[str, Any] = {
+        "epsilon": 1.0,
+        "delta": 1e-6,
+        "loss": loss,
+        "regularization": 0.05,
+        "task": task,
+        "n_classes": n_classes,
+    }
+    result = feature_fit(
+        X,
+        y,
+        sites,
+        meta="linear",
+        mechanism=mechanism,
+        rng=np.random.default_rng(9),
+        **kwargs,
+    )
+    s = 1.0 / np.linalg.norm(M, ord=2)
+    Z = linear_meta_design(X, M)
+    np.testing.assert_allclose(Z, (X @ M.T) * s, rtol=0, atol=1e-15)
+    assert np.linalg.norm(Z, axis=1).max() <= 1.0
+    meta = fit(Z, y, mechanism, rng=np.random.default_rng(9), **kwargs)
+    assert result.details["d"] == M.shape[0] == (6 if task == "multiclass" else 2)
+    assert result.epsilon == meta.epsilon
+    released = np.asarray(result.model.coef)  # type: ignore[union-attr]
+    if task == "multiclass":
+        expected = round_to_grid(s * (np.asarray(meta.model.coef) @ M))  # type: ignore[union-attr]
+        assert released.shape == (3, 4)
+    else:
+        expected = round_to_grid(s * (M.T @ np.asarray(meta.coef)))
+    np.testing.assert_allclose(released, expected, rtol=0, atol=1e-12)
+
+
+def test_sigmoid_stacking_refuses_other_tasks() -> None:
+    X = _rows(30, 3, seed=2)
+    y = np.zeros(30)
+    with pytest.raises(ValueError, match="linear meta-features only"):
+        feature_fit(
+            X,
+            y,
+            [np.ones((3, 3))],
+            meta="sigmoid",
+            mechanism="objective_perturbation",
+            epsilon=1.0,
+            regularization=0.05,
+            task="multiclass",
+            n_classes=3,
+        )
