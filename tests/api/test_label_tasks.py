@@ -7,7 +7,8 @@
 * Every refusal is a 422 problem that stores nothing, charges nothing and shows no data value:
   a row of no declared class, a non-numeric or non-finite numeric label, a mixture of label
   forms (the field is named), a mechanism that does not fit the task, and the operations not
-  yet built for these tasks (auto, λ "auto", tuning, the planner, evaluation, exports, studies).
+  yet built for these tasks (evaluation, exports, studies). Auto, λ "auto", tuning and the
+  planner on these tasks: tests/api/test_task_auto.py and test_task_tuning.py.
 * End to end with ``non_private`` (upload, fit, GET the model, predict) once it fits the task;
   skipped, saying so, while it does not (its multi-class and regression fits are built in
   service.dp by their own change).
@@ -267,33 +268,6 @@ def test_a_mechanism_that_does_not_fit_the_task_is_a_422_with_nothing_charged(
         _fit(client, site, dataset["id"], body, dry_run=dry_run), 422, "invalid-input"
     )
     assert f"does not fit {task} labels" in problem["detail"]
-    _nothing_charged(client, site, engine, dataset["id"])
-
-
-@pytest.mark.parametrize(
-    ("body", "field"),
-    [
-        ({"mechanism": "auto", "epsilon": 1.0, "regularization": 0.01}, "mechanism"),
-        ({"mechanism": "output_perturbation", "epsilon": 1.0}, "regularization"),
-        (
-            {"mechanism": "output_perturbation", "epsilon": 1.0, "regularization": "auto"},
-            "regularization",
-        ),
-    ],
-)
-@pytest.mark.parametrize("label", [MULTICLASS, NUMERIC])
-def test_auto_and_the_auto_lambda_are_not_yet_offered_for_these_tasks(
-    client: TestClient,
-    site: SiteHandle,
-    engine: Engine,
-    label: dict[str, Any],
-    body: dict[str, Any],
-    field: str,
-) -> None:
-    dataset = uploaded(client, site, label)
-    problem = assert_problem(_fit(client, site, dataset["id"], body), 422, "unsupported-label-task")
-    assert "not yet available for multiclass/regression datasets" in problem["detail"]
-    assert problem["errors"][0]["loc"] == ["body", field]
     _nothing_charged(client, site, engine, dataset["id"])
 
 
