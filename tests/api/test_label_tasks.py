@@ -361,25 +361,6 @@ def test_a_regression_fit_predicts_numbers_within_the_bounds(
 # ---- what is not built for these tasks yet: a clear 422 ------------------------------------
 
 
-def test_tuning_and_the_planner_refuse_these_tasks(
-    client: TestClient, site: SiteHandle, engine: Engine
-) -> None:
-    dataset = uploaded(client, site, MULTICLASS)
-    tuned = {
-        "mechanism": "output_perturbation",
-        "epsilon": 1.0,
-        "regularization": {"candidates": [0.01, 0.1]},
-    }
-    problem = assert_problem(
-        _fit(client, site, dataset["id"], tuned), 422, "unsupported-label-task"
-    )
-    assert "private tuning" in problem["detail"]
-    plan = {"mechanism": "output_perturbation", "epsilons": [0.5], "regularizations": [0.01]}
-    response = client.post(f"/v1/datasets/{dataset['id']}/plans", json=plan, headers=site.headers)
-    assert "planner" in assert_problem(response, 422, "unsupported-label-task")["detail"]
-    _nothing_charged(client, site, engine, dataset["id"])
-
-
 def test_evaluation_refuses_these_tasks_with_nothing_charged(
     client: TestClient, site: SiteHandle, engine: Engine
 ) -> None:
