@@ -43,6 +43,7 @@ from service.dp.analysis.regularization_tasks import (
     auto_regularization_task,
     task_record,
 )
+from service.dp.core.tasks import TASK_LOSSES
 from service.dp.mechanisms import MECHANISMS
 
 __all__ = [
@@ -144,6 +145,11 @@ def rank_for_task(
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError("auto needs a finite ε > 0")
     params = dict(params or {})
+    if loss is not None and loss not in TASK_LOSSES.get(task, ()):
+        raise ValueError(
+            f"the {loss!r} loss does not fit {task} labels (use "
+            f"{', '.join(TASK_LOSSES.get(task, ()))})"
+        )
     names = task_candidates(task) if names is None else list(names)
     rules = TASK_RULE_MECHANISMS.get(task, frozenset())
     considered: list[TaskCandidate] = []

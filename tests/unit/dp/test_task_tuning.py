@@ -181,6 +181,12 @@ def test_auto_rule(
     assert "dp_sgd" in excluded or task == "regression"
 
 
+@pytest.mark.parametrize(("task", "loss"), [("regression", "logistic"), ("multiclass", "huber")])
+def test_auto_refuses_a_loss_of_another_task(task: str, loss: str) -> None:
+    with pytest.raises(ValueError, match="does not fit"):
+        rank_for_task(task, n_classes=3, n=100, d=3, epsilon=1.0, delta=0.0, loss=loss)
+
+
 # ---- the score and its sensitivity ---------------------------------------------------------
 
 
