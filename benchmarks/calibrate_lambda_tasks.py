@@ -38,8 +38,8 @@ from service.dp.analysis.regularization_tasks import auto_regularization_task
 
 FloatArray = NDArray[np.float64]
 OUT = Path(__file__).resolve().parent / "calibration" / "lambda_rule_tasks.json"
-LAMBDAS = tuple(float(v) for v in np.logspace(-5, 0, 11))
-NORMS = (2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0)
+LAMBDAS = tuple(float(v) for v in np.logspace(-5, 1, 13))
+NORMS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0)
 TEST_ROWS = 20_000
 
 

@@ -4,8 +4,9 @@ SQLite and PostgreSQL.
 * A dry run of every private mechanism that fits the task quotes the task's calibration and
   charges nothing.
 * An omitted λ is the rule of service.dp.analysis.regularization_tasks, checked against values
-  computed by hand here (n = 90 rows, d = 5 encoded features, K = 3 classes, ε = 1, R = 10,
-  A = 0.01); AdaSSP's is the smallest λ (its own adaptive ridge regularises).
+  computed by hand here (n = 90 rows, d = 5 encoded features, K = 3 classes, ε = 1, A = 0.01,
+  R of the task and mechanism); AdaSSP's is the smallest λ (its own adaptive ridge
+  regularises).
 * ``auto`` picks from the registry by the stated rule (AdaSSP for a numeric label at δ > 0,
   objective perturbation otherwise), charges what it quoted, and the job and the model's
   record say why.
@@ -102,12 +103,14 @@ def test_an_omitted_lambda_on_a_multiclass_fit_is_the_task_rule(
     assert rule["inputs"]["lipschitz"] == math.sqrt(2.0)
     assert "regularization_tasks" in rule["source"]
     assert quote["calibration"]["regularization_rule"] == rule
-    # output perturbation: the root of 50λ³ − (2·0.01·2/90 + 2·2·15·16/(90²))λ − 4·2·(2/3)·16/90²
+    # output perturbation (R = 0.5): the root of 0.125λ³ − (2·0.01·2/90 + 2·2·15·16/(90²))λ
+    # − 4·2·(2/3)·16/90²
     out = _quote(client, site, dataset["id"], {"mechanism": "output_perturbation", "epsilon": 1.0})
     lam = out["regularization"]
     p = 0.04 / 90 + 960.0 / 8100.0
     q = 8.0 * (2.0 / 3.0) * 16.0 / 8100.0
-    assert abs(50.0 * lam**3 - p * lam - q) < 1e-12
+    assert abs(0.125 * lam**3 - p * lam - q) < 1e-12
+    assert out["regularization_rule"]["constants"] == {"R": 0.5, "A": 0.01}
     assert lam > 0
     _nothing_charged(client, site, engine, dataset["id"])
 
@@ -122,9 +125,9 @@ def test_an_omitted_lambda_on_a_huber_regression_fit_is_the_task_rule(
         "loss": "huber",
         "params": {"h": 0.5},
     }
-    # L = h = 0.5, D = 5: m₂ = 5·6·4·0.25 = 30, λ = √(4·0.01·0.25·90 + 60)/900 = √60.9/900
+    # L = h = 0.5, D = 5, R = 5: m₂ = 5·6·4·0.25 = 30, λ = √(4·0.01·0.25·90 + 60)/(90·5)
     quote = _quote(client, site, dataset["id"], body)
-    assert math.isclose(quote["regularization"], math.sqrt(60.9) / 900.0, rel_tol=1e-12)
+    assert math.isclose(quote["regularization"], math.sqrt(60.9) / 450.0, rel_tol=1e-12)
 
 
 def test_adassp_automatic_lambda_is_the_smallest_so_its_own_ridge_regularises(

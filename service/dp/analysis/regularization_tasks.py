@@ -46,11 +46,24 @@ DP-SGD (its excess risk depends on the steps and epochs as much as on λ) has no
 binary fits; objective and output perturbation have none for the squared regression loss,
 which they refuse (no Lipschitz bound). Both are a ``ValueError`` (→ 422, nothing charged).
 
-Constants. R = 10 and A = 0.01 are the binary calibration's (synthetic logistic data,
-``benchmarks/calibrate_lambda.py``); ``benchmarks/calibrate_lambda_tasks.py`` measures, on
-synthetic multi-class and regression data only (never the benchmark datasets), how far the
-rule's λ is from the best λ in hindsight with those constants (benchmarks/RESULTS.md,
-"Automatic λ for multi-class and regression").
+Constants. A = 0.01 is the binary calibration's. The comparator norm R is calibrated per task
+and mechanism (:data:`TASK_NORMS`) by ``benchmarks/calibrate_lambda_tasks.py`` on synthetic
+multi-class (softmax) and regression (linear, clipped) families only — never the benchmark
+datasets — as the R of the grid 0.25…50 with the smallest mean gap to the best λ in hindsight
+(72 cells: d ∈ {10, 30}, n ∈ {2000, 10⁴}, ε ∈ {0.5, 1}, K ∈ {3, 5}, λ grid 10⁻⁵…10; output
+in ``benchmarks/calibration/lambda_rule_tasks.json``; benchmarks/RESULTS.md, "Automatic λ for
+multi-class and regression"):
+
+* multi-class objective perturbation: R = 10 (the binary value; gap 1.3 accuracy points);
+* multi-class output perturbation: R = 0.5 (gap 2.3 points; 7.5 at R = 10);
+* regression objective perturbation (Huber): R = 5 (gap 0.003 RMSE in [−1, 1] units; 0.010 at
+  R = 10);
+* regression output perturbation (Huber): R = 1 (gap 0.013; 0.20 at R = 10).
+
+That output perturbation wants a much larger λ than its bound gives at R = 10 is measured,
+not derived (a smaller R moves every λ* up): its bound is on the regularised objective J,
+while the test score depends on how the noise of norm ~ 2LD/(nλε) moves the predictions.
+``non_private`` keeps R = 10 (not calibrated here).
 """
 
 from __future__ import annotations
@@ -72,6 +85,7 @@ from service.dp.core.options import DEFAULT_HUBER_H
 
 __all__ = [
     "ADASSP_RULE",
+    "TASK_NORMS",
     "TASK_RULE_MECHANISMS",
     "TaskConstants",
     "auto_regularization_task",
@@ -80,6 +94,14 @@ __all__ = [
     "task_record",
 ]
 
+#: The calibrated comparator norm R per (task, mechanism) (module docstring); others use the
+#: binary R.
+TASK_NORMS: Final[dict[tuple[str, str], float]] = {
+    ("multiclass", "objective_perturbation"): 10.0,
+    ("multiclass", "output_perturbation"): 0.5,
+    ("regression", "objective_perturbation"): 5.0,
+    ("regression", "output_perturbation"): 1.0,
+}
 #: Mechanisms with a rule, per task (anything else is a ValueError → 422).
 TASK_RULE_MECHANISMS: Final[dict[str, frozenset[str]]] = {
     "multiclass": frozenset({"objective_perturbation", "output_perturbation", "non_private"}),
@@ -99,8 +121,9 @@ _OUTPUT_FORMULA = (
 _NON_PRIVATE_FORMULA = "λ = 2L√A/(R·√n)"
 _SOURCE = (
     "docstring of service/dp/analysis/regularization_tasks.py (the binary rule's bound with "
-    "the task's L, D and c_tr); R and A calibrated by benchmarks/calibrate_lambda.py on "
-    "synthetic public data"
+    "the task's L, D and c_tr); R calibrated per task and mechanism by "
+    "benchmarks/calibrate_lambda_tasks.py, A by benchmarks/calibrate_lambda.py, on synthetic "
+    "public data"
 )
 
 
@@ -175,7 +198,7 @@ def auto_regularization_task(
     loss: str,
     params: Mapping[str, Any] | None = None,
     bounds: tuple[float, float] = LAMBDA_BOUNDS,
-    norm: float = NORM_CONSTANT,
+    norm: float | None = None,
     weight: float = ESTIMATION_WEIGHT,
 ) -> RegularizationChoice:
     """λ for ``mechanism`` on a multi-class or regression problem from public n, d, K, ε, δ,
@@ -183,6 +206,8 @@ def auto_regularization_task(
     the binary rule, with the task's constants in ``inputs``. ``ValueError`` (→ 422) for a
     mechanism or loss without a rule."""
     params = dict(params or {})
+    if norm is None:
+        norm = TASK_NORMS.get((task, mechanism), NORM_CONSTANT)
     rules = TASK_RULE_MECHANISMS.get(task)
     if rules is None:
         raise ValueError(f"no task rule for {task!r}")

@@ -55,8 +55,8 @@ def test_multiclass_objective_lambda_by_hand() -> None:
 
 
 def test_regression_output_lambda_is_the_root_of_the_hand_cubic() -> None:
-    # Huber h = 2: L = 2, c_tr = 1, D = d = 3, n = 500, ε = 1:
-    # 50λ³ − (2·0.01·4/500 + 2·4·3·4/500²)λ − 4·4·1·4/500² = 0
+    # Huber h = 2: L = 2, c_tr = 1, D = d = 3, n = 500, ε = 1, R = 1:
+    # 0.5λ³ − (2·0.01·4/500 + 2·4·3·4/500²)λ − 4·4·1·4/500² = 0
     choice = auto_regularization_task(
         "output_perturbation",
         task="regression",
@@ -70,8 +70,9 @@ def test_regression_output_lambda_is_the_root_of_the_hand_cubic() -> None:
     lam = choice.regularization
     p = 0.08 / 500 + 96.0 / 250000.0
     q = 64.0 / 250000.0
-    assert abs(50.0 * lam**3 - p * lam - q) <= 1e-12 * max(q, 1e-30) * 1e3
+    assert abs(0.5 * lam**3 - p * lam - q) <= 1e-12
     assert lam > 0
+    assert choice.constants == {"R": 1.0, "A": 0.01}
 
 
 def test_non_private_and_adassp_rules() -> None:
@@ -113,13 +114,14 @@ def test_the_rule_shrinks_with_n_and_epsilon_and_grows_with_k() -> None:
 def test_the_rule_minimises_its_bound() -> None:
     constants = task_constants("multiclass", d=6, n_classes=3, loss="logistic")
     for mech in ("objective_perturbation", "output_perturbation"):
-        lam = auto_regularization_task(
+        choice = auto_regularization_task(
             mech, task="multiclass", n_classes=3, n=800, d=6, epsilon=1.0, loss="logistic"
-        ).unclamped
-        at = excess_risk_objective(mech, lam, n=800, epsilon=1.0, constants=constants)
+        )
+        lam, norm = choice.unclamped, choice.constants["R"]
+        at = excess_risk_objective(mech, lam, n=800, epsilon=1.0, constants=constants, norm=norm)
         for factor in (0.9, 1.1):
             other = excess_risk_objective(
-                mech, lam * factor, n=800, epsilon=1.0, constants=constants
+                mech, lam * factor, n=800, epsilon=1.0, constants=constants, norm=norm
             )
             assert at < other
 
