@@ -78,6 +78,8 @@ def test_a_tuned_multiclass_fit_selects_a_candidate_and_predicts_classes(
     tuning = model["privacy"]["tuning"]
     assert tuning["selection"] == selection
     assert tuning["chosen_regularization"] in (0.01, 0.1)
+    if selection == "cms":
+        assert "error counts (sensitivity 1)" in tuning["method"]
     assert model["task"] == "multiclass"
     assert all(p["predicted_class"] in CLASSES for p in _predict(client, site, model["id"]))
 
@@ -114,6 +116,7 @@ def test_a_tuned_adassp_fit_is_selected_by_cms_since_its_runs_need_delta(
     quote, model = _tuned(client, site, dataset["id"], body)
     assert quote["calibration"]["tuning"]["selection"] == "cms"
     assert "δ > 0" in quote["calibration"]["tuning"]["selection_reason"]
+    assert "(sensitivity 64)" in model["privacy"]["tuning"]["method"]
     assert model["mechanism"] == "adassp"
     assert model["loss"] == "squared"
     assert all(LOWER <= p["value"] <= UPPER for p in _predict(client, site, model["id"]))

@@ -120,6 +120,8 @@ class TuningResult(Generic[C]):
     result: FitResult
     candidates: tuple[C, ...]
     part_sizes: tuple[int, ...]
+    #: Δ of the held-out score (:func:`~service.dp.analysis.task_scores.score_sensitivity`).
+    score_sensitivity: int = 1
 
     def record(self: TuningResult[Setting], epsilon: float, delta: float) -> dict[str, Any]:
         """The ``tuning`` part of the model's privacy record: the λ candidates, the η
@@ -128,10 +130,16 @@ class TuningResult(Generic[C]):
         settings = self.candidates
         chosen = settings[self.chosen]
         tuned_eta = any(s.eta is not None for s in settings)
+        score = (
+            "held-out error counts (sensitivity 1)"
+            if self.score_sensitivity == 1
+            else "the held-out clipped squared error Σ⌈64·(y − clip(wᵀx, −1, 1))²/4⌉ "
+            f"(sensitivity {self.score_sensitivity})"
+        )
         out: dict[str, Any] = {
             "method": "Chaudhuri, Monteleoni and Sarwate 2011 private tuning: candidate i fitted "
-            "on disjoint part i at the full (ε, δ), chosen by the exponential mechanism on "
-            "held-out error counts (sensitivity 1) with ε",
+            f"on disjoint part i at the full (ε, δ), chosen by the exponential mechanism on "
+            f"{score} with ε",
             "candidates": _distinct([s.regularization for s in settings]),
         }
         if tuned_eta:
@@ -287,6 +295,7 @@ def tune(
         result=results[chosen],
         candidates=tuple(candidates),
         part_sizes=tuple(int(p.size) for p in parts),
+        score_sensitivity=score_sensitivity(design.task),
     )
 
 
