@@ -50,12 +50,14 @@ run: $(VENV)/.installed ## Install, migrate the database (data/privfit.db by def
 	$(BIN)/privfit serve
 
 # Two tiers (issue 27): `make test` is the default tier, everything not marked heavy; `make
-# test-heavy` is the rest (the PostgreSQL twins of SQLite tests outside a smoke set, see
-# tests/conftest.py). CI (.ci/run) runs both.
+# test-heavy` is the rest: the PostgreSQL twins of SQLite tests outside a smoke set (see
+# tests/conftest.py), the audits' noise controls that run real fits, the benchmark scripts, the
+# long walkthroughs and the real-process repeats of in-process tests (each marked with its
+# reason where it is). CI (.ci/run) runs both.
 test: $(VENV)/.installed-dev ## Install dev dependencies and run the default test tier (in parallel)
 	$(BIN)/pytest $(PYTEST_PARALLEL) -m 'not heavy' $(PYTEST_ARGS)
 
-test-heavy: $(VENV)/.installed-dev ## The heavy test tier CI also runs (PostgreSQL twins of SQLite tests)
+test-heavy: $(VENV)/.installed-dev ## The heavy test tier CI also runs (PostgreSQL twins, noise controls, walkthroughs, benchmarks)
 	$(BIN)/pytest $(PYTEST_PARALLEL) -m heavy $(PYTEST_ARGS)
 
 test-fast: $(VENV)/.installed-dev ## The inner loop: the suite without statistical, slow and PostgreSQL tests

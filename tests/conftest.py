@@ -369,6 +369,28 @@ POSTGRES_TWIN_MODULES = frozenset({"tests/api/test_fuzz_postgres.py"})
 POSTGRES_TWIN_TESTS = frozenset({"tests/client/test_flow.py::test_walkthrough_on_postgres"})
 
 
+#: The marks every item of a POSTGRES_TWIN_MODULES module carries (pytest_ignore_collect).
+_TWIN_MODULE_MARKS = frozenset({"heavy", "postgres"})
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A whole-module PostgreSQL twin is not even imported when ``-m`` deselects its items
+    (``make test``'s ``not heavy``): schemathesis builds test_fuzz_postgres.py's cases at
+    collection, ≈ 5 s of CPU in every test process, for items the run then drops."""
+    markexpr = config.getoption("markexpr", "")
+    root = Path(__file__).parent.parent
+    if not markexpr or not collection_path.is_file() or not collection_path.is_relative_to(root):
+        return None
+    if collection_path.relative_to(root).as_posix() not in POSTGRES_TWIN_MODULES:
+        return None
+    from _pytest.mark.expression import Expression
+
+    def carried(name: str, /, **kwargs: str | int | bool | None) -> bool:
+        return not kwargs and name in _TWIN_MODULE_MARKS
+
+    return None if Expression.compile(markexpr).evaluate(carried) else True
+
+
 def _module(item: pytest.Item) -> str:
     return item.path.relative_to(Path(__file__).parent.parent).as_posix()
 
@@ -473,23 +495,27 @@ def browser() -> Iterator[object]:
 
 
 @pytest.fixture
-def live_server(tmp_path: Path) -> Iterator[LiveServer]:
+def live_server(tmp_path: Path, sqlite_template: Path) -> Iterator[LiveServer]:
     """``privfit serve`` on a free port over a fresh SQLite file, admin key ``ADMIN_KEY``.
 
     For tests that need the server to themselves (an admin listing every site, names that
     must be free, the server's own log lines); the others use :func:`shared_live_server`."""
     database = tmp_path / "live" / "privfit.db"
-    with start_server(f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=tmp_path) as server:
+    with start_server(
+        f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=tmp_path, migrated=sqlite_template
+    ) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
-def shared_live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+def shared_live_server(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> Iterator[LiveServer]:
     """One ``privfit serve`` over a SQLite file for the whole test process (each xdist worker
     starts its own), admin key ``ADMIN_KEY``.
 
-    Starting a server (``privfit migrate``, then the app's imports and start-up in a fresh
-    interpreter) costs seconds of CPU; the client tests would otherwise pay it once each. A
+    Starting a server (the app's imports and start-up in a fresh interpreter, its process
+    pool's warm worker) costs seconds of CPU; the client tests would otherwise pay it once each. A
     test on it creates its own sites (``tests/client/conftest.py``'s ``make_site``) and sees
     only what they own; what a test reads across sites (the admin's site list) or that must be
     unique server-wide needs ``live_server``. Its rate limits are off: they count per client
@@ -498,6 +524,10 @@ def shared_live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Liv
     database = workdir / "live" / "privfit.db"
     no_limits = {"PRIVFIT_RATE_LIMIT_FAILED_AUTH": "", "PRIVFIT_RATE_LIMIT_EXPENSIVE": ""}
     with start_server(
-        f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=workdir, extra_env=no_limits
+        f"sqlite:///{database}",
+        admin_key=ADMIN_KEY,
+        workdir=workdir,
+        extra_env=no_limits,
+        migrated=sqlite_template,
     ) as server:
         yield server

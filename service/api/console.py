@@ -1,9 +1,11 @@
 """The console: a small read-only page where a site's steward sees its datasets with budget
 gauges and spend over time, jobs with live progress, models with their privacy receipts, their
-private evaluations, and studies. Every ε and δ is shown as it is (scientific notation below
-0.001), and every name chosen by a site is shown inert (text only, isolated in ``<bdi>``, bidi
-controls shown as their code points). With the admin key, which reaches no site's data, it
-shows the list of sites only.
+private evaluations, and studies. Datasets and models show their task (binary, multi-class with
+its classes in declared order, regression with its bounds), models their weights (per class;
+for regression also in label units), evaluations of every task their release (docs/design.md).
+Every ε and δ is shown as it is (scientific notation below 0.001), and every name chosen by a
+site is shown inert (text only, isolated in ``<bdi>``, bidi controls shown as their code
+points). With the admin key, which reaches no site's data, it shows the list of sites only.
 
 Three files shipped in the package (``service/api/console/``: HTML, vanilla JavaScript, CSS;
 no CDN, no build step) are served at ``/console``. The page reads the same ``/v1`` API with the

@@ -7,8 +7,9 @@
 * Every refusal is a 422 problem that stores nothing, charges nothing and shows no data value:
   a row of no declared class, a non-numeric or non-finite numeric label, a mixture of label
   forms (the field is named), a mechanism that does not fit the task, and the operations not
-  yet built for these tasks (evaluation, exports, studies). Auto, λ "auto", tuning and the
-  planner on these tasks: tests/api/test_task_auto.py and test_task_tuning.py.
+  yet built for these tasks (studies; evaluations are tested in
+  tests/api/test_evaluation_tasks.py, exports in tests/e2e/test_task_exports.py; auto, λ "auto",
+  tuning and the planner in tests/api/test_task_auto.py and test_task_tuning.py).
 * End to end with ``non_private`` (upload, fit, GET the model, predict) once it fits the task;
   skipped, saying so, while it does not (its multi-class and regression fits are built in
   service.dp by their own change).
@@ -361,9 +362,11 @@ def test_a_regression_fit_predicts_numbers_within_the_bounds(
 # ---- what is not built for these tasks yet: a clear 422 ------------------------------------
 
 
-def test_evaluation_refuses_these_tasks_with_nothing_charged(
+def test_evaluating_a_binary_model_on_a_numeric_label_is_refused_with_nothing_charged(
     client: TestClient, site: SiteHandle, engine: Engine
 ) -> None:
+    """Private evaluation takes these tasks (tests/api/test_evaluation_tasks.py), on a dataset
+    whose label is the model's: a binary model's label is not the numeric one."""
     dataset = uploaded(client, site, NUMERIC)
     model = upload_model(client, site, [0.5] * N_WEIGHTS, features=FEATURES)
     for dry_run in (True, False):
@@ -373,8 +376,8 @@ def test_evaluation_refuses_these_tasks_with_nothing_charged(
             json={"dataset_id": dataset["id"], "epsilon": 0.5},
             headers=site.headers,
         )
-        problem = assert_problem(response, 422, "unsupported-label-task")
-        assert "private evaluation" in problem["detail"]
+        problem = assert_problem(response, 422, "invalid-input")
+        assert "spec differs" in problem["detail"]
     _nothing_charged(client, site, engine, dataset["id"])
 
 
@@ -397,19 +400,6 @@ def _stored_model(uow_factory: UnitOfWorkFactory, owner: str, label: dict[str, A
         )
         uow.commit()
         return model.id
-
-
-@pytest.mark.parametrize("export_format", [None, "skops", "onnx"])
-def test_exports_refuse_these_tasks(
-    client: TestClient, site: SiteHandle, uow_factory: UnitOfWorkFactory, export_format: str | None
-) -> None:
-    model_id = _stored_model(uow_factory, site.id, MULTICLASS)
-    response = client.get(
-        f"/v1/models/{model_id}/export",
-        params=None if export_format is None else {"format": export_format},
-        headers=site.headers,
-    )
-    assert "exporting a model" in assert_problem(response, 422, "unsupported-label-task")["detail"]
 
 
 def test_studies_refuse_a_multiclass_dataset_or_model(

@@ -13,12 +13,13 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 from privfit_client import PREDICT_BATCH
 from privfit_client.cli import main
 
-from tests.client.conftest import SPEC_PATH, SiteAccount, small_csv
+from tests.client.conftest import SPEC_PATH, SiteAccount, read_rows, small_csv
 from tests.support.live_server import LiveServer
 
 pytestmark = pytest.mark.slow
@@ -210,37 +211,110 @@ def test_login_prompts_for_the_key_and_keeps_it_private(
     assert dataset["ingest"]["format"] == "parquet"
 
 
-def _non_private_fits_multiclass() -> bool:
-    from service.dp import get_mechanism
-
-    return "multiclass" in get_mechanism("non_private").capabilities.tasks
+RELATIONSHIPS = ["Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"]
 
 
-@pytest.mark.skipif(
-    not _non_private_fits_multiclass(), reason="non_private does not fit multiclass yet"
-)
-def test_predict_refuses_a_multiclass_model_it_cannot_write_yet(
+def _task_dataset(
+    capsys: pytest.CaptureFixture[str],
+    server: LiveServer,
+    site: SiteAccount,
+    adult_train_csv: Path,
+    tmp_path: Path,
+    label: dict[str, Any],
+) -> tuple[dict[str, Any], Path]:
+    """Adult's first 400 rows uploaded with ``label`` (its column no longer a feature)."""
+    spec = json.loads(SPEC_PATH.read_text())
+    spec["label"] = label
+    spec["features"] = [f for f in spec["features"] if f["column"] != label["column"]]
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    data = tmp_path / "small.csv"
+    data.write_bytes(small_csv(adult_train_csv, 400))
+    run_json(capsys, "login", "--url", server.base_url, "--key", site.key)
+    dataset = run_json(capsys, "upload", str(data), "--spec", str(tmp_path / "spec.json"))
+    return dataset, data
+
+
+def _api_predictions(server: LiveServer, site: SiteAccount, model_id: str, rows: Any) -> Any:
+    from privfit_client import Client
+
+    with Client(server.base_url, site.key) as client:
+        return client.predict(model_id, rows)
+
+
+def test_predict_writes_the_class_and_its_probabilities_for_a_multiclass_model(
     capsys: pytest.CaptureFixture[str],
     server: LiveServer,
     site: SiteAccount,
     adult_train_csv: Path,
     tmp_path: Path,
 ) -> None:
-    spec = json.loads(SPEC_PATH.read_text())
-    spec["label"] = {"column": "income", "classes": ["<=50K", ">50K", "unknown"]}
-    spec["allow_non_private"] = True
-    (tmp_path / "spec.json").write_text(json.dumps(spec))
-    data = tmp_path / "small.csv"
-    data.write_bytes(small_csv(adult_train_csv, 300))
-    run_json(capsys, "login", "--url", server.base_url, "--key", site.key)
-    dataset = run_json(capsys, "upload", str(data), "--spec", str(tmp_path / "spec.json"))
+    label = {"column": "relationship", "classes": RELATIONSHIPS}
+    dataset, data = _task_dataset(capsys, server, site, adult_train_csv, tmp_path, label)
+    assert dataset["task"] == "multiclass"
     job = run_json(
-        capsys, "fit", dataset["id"], "--mechanism", "non_private", "--regularization", "0.01",
-        "--wait",
+        capsys, "fit", dataset["id"], "--mechanism", "objective_perturbation", "--epsilon", "1",
+        "--regularization", "0.01", "--wait",
     )  # fmt: skip
     assert job["status"] == "succeeded", job
     rows_in, rows_out = tmp_path / "in.csv", tmp_path / "out.csv"
-    write_predict_input(data, rows_in, 5)
-    code, _, err = run(capsys, "predict", job["model_id"], str(rows_in), str(rows_out))
-    assert code == 2
-    assert "binary predictions only" in err
+    write_predict_input(data, rows_in, 25)
+    summary = run_json(capsys, "predict", job["model_id"], str(rows_in), str(rows_out))
+    assert summary["rows"] == 25
+    assert "positive" not in summary
+    written = pd.read_csv(rows_out)
+    probability_columns = [f"probability[{c}]" for c in RELATIONSHIPS]
+    inputs = pd.read_csv(rows_in)
+    assert list(written.columns) == [*inputs.columns, "predicted_class", *probability_columns]
+    # the same as the API (and the client's DataFrame) answers for these rows
+    expected = _api_predictions(server, site, job["model_id"], read_rows(rows_in))
+    assert list(written["predicted_class"]) == [p.predicted_class for p in expected]
+    np.testing.assert_allclose(
+        written[probability_columns].to_numpy(), [p.probabilities for p in expected], rtol=1e-12
+    )
+    assert sum(summary["predicted_classes"].values()) == 25
+    assert set(summary["predicted_classes"]) <= set(RELATIONSHIPS)
+    frame = _api_predictions(server, site, job["model_id"], inputs)
+    assert list(frame.columns) == ["predicted_class", *probability_columns]
+    assert list(frame["predicted_class"]) == list(written["predicted_class"])
+    np.testing.assert_allclose(frame[probability_columns].sum(axis=1), 1.0, rtol=1e-12)
+    code, out, _ = run(capsys, "predict", job["model_id"], str(rows_in), str(rows_out))
+    assert code == 0
+    assert "25 rows scored" in out
+
+
+def test_predict_writes_the_value_of_a_regression_model(
+    capsys: pytest.CaptureFixture[str],
+    server: LiveServer,
+    site: SiteAccount,
+    adult_train_csv: Path,
+    tmp_path: Path,
+) -> None:
+    label = {"column": "hours-per-week", "lower": 1, "upper": 99}
+    dataset, data = _task_dataset(capsys, server, site, adult_train_csv, tmp_path, label)
+    assert dataset["task"] == "regression"
+    # no --loss: the task's own (squared), which AdaSSP fits
+    job = run_json(
+        capsys, "fit", dataset["id"], "--mechanism", "adassp", "--epsilon", "1", "--delta",
+        "1e-6", "--regularization", "0.01", "--wait",
+    )  # fmt: skip
+    assert job["status"] == "succeeded", job
+    rows_in, rows_out = tmp_path / "in.csv", tmp_path / "out.csv"
+    write_predict_input(data, rows_in, 25)
+    summary = run_json(capsys, "predict", job["model_id"], str(rows_in), str(rows_out))
+    assert summary == {"rows": 25, "output": str(rows_out)}
+    written = pd.read_csv(rows_out)
+    assert list(written.columns)[-2:] == ["value", "score"]
+    assert written["value"].between(1, 99).all()
+    expected = _api_predictions(server, site, job["model_id"], read_rows(rows_in))
+    np.testing.assert_allclose(written["value"], [p.value for p in expected], rtol=1e-12)
+    np.testing.assert_allclose(written["score"], [p.score for p in expected], rtol=1e-12)
+    frame = _api_predictions(server, site, job["model_id"], pd.read_csv(rows_in))
+    assert list(frame.columns) == ["value", "score"]
+    np.testing.assert_allclose(frame["value"], written["value"], rtol=1e-12)
+    # the standard exports of the model are there too
+    exported = run_json(
+        capsys, "export", job["model_id"], "--format", "onnx", "-o", str(tmp_path / "m.onnx")
+    )
+    assert exported["bytes"] > 0
+    document = run_json(capsys, "export", job["model_id"], "-o", str(tmp_path / "m.json"))
+    assert json.loads(Path(document["output"]).read_text())["task"] == "regression"

@@ -27,7 +27,14 @@ from service.main import create_app
 from service.settings import Settings
 from tests.conftest import ADMIN_KEY
 
-pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
+# Heavy tier (issue 27 §5): a long walkthrough on the full Adult data whose every step (upload,
+# fit, poll, predict, the accuracy of a fit) the API tests cover on small data; CI runs it in
+# `make test-heavy`.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.heavy,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+]
 
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 MAJORITY_RATE = 0.7543

@@ -18,7 +18,9 @@ import pytest
 
 from benchmarks import bench_fit_job, bench_upload
 
-pytestmark = pytest.mark.slow
+# Heavy tier (issue 27 §5): this runs a benchmark script end to end, which checks the script,
+# not the service (every code path it drives has its own tests); CI runs it in `make test-heavy`.
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 #: ``1.23×`` or ``1.23`` in a markdown cell.
 _NUMBER = re.compile(r"^(\d+\.\d+)×?")

@@ -337,6 +337,14 @@ def _children_command_lines(pid: int) -> list[str]:
     return lines
 
 
+# Heavy tier (issue 27 §5), with the other tests here marked so: each repeats over real
+# processes what the default tier tests in-process — the process runner's node fits on the API
+# process (tests/api/test_node_fits.py, tests/integration/test_node_fit_routing.py), forged,
+# replayed and restarted tasks and withdrawn offers (tests/integration/test_node_tasks.py) — and
+# CI runs them in `make test-heavy`. The default tier keeps the fits over real nodes (exact
+# equality with the in-process fit, each node's charge), the refusals and the scan of the
+# coordinator for the nodes' rows.
+@pytest.mark.heavy
 def test_the_coordinator_runs_jobs_in_a_pool_of_worker_processes(network: Network) -> None:
     """The default runner: the pool's warmed worker is a spawned child of the server."""
     lines = _children_command_lines(network.coordinator.process.pid)
@@ -557,6 +565,7 @@ def _task(node: Node, job_id: str, seq: int, step: str, **terms: Any) -> dict[st
     }
 
 
+@pytest.mark.heavy  # in-process: tests/integration/test_node_tasks.py (see above)
 def test_forged_and_replayed_tasks_are_refused(network: Network) -> None:
     node = network.nodes[1]
     before = node.budget()["epsilon_spent"]
@@ -623,6 +632,7 @@ def test_the_coordinator_holds_no_rows_and_no_row_counts(network: Network) -> No
     assert _scan("\n".join(network.responses)) == []
 
 
+@pytest.mark.heavy  # in-process: test_node_tasks.py's agent and coordinator restarts
 def test_a_node_killed_mid_protocol_fails_the_job_and_charges_stay(network: Network) -> None:
     before = [n.budget()["epsilon_spent"] for n in network.nodes]
     victim = network.nodes[2]
@@ -653,6 +663,7 @@ def test_a_node_killed_mid_protocol_fails_the_job_and_charges_stay(network: Netw
     assert after == pytest.approx([b + 0.5 for b in before], abs=1e-9)
 
 
+@pytest.mark.heavy  # in-process: tests/integration/test_node_tasks.py (see above)
 def test_an_offer_is_withdrawn_from_either_side(network: Network) -> None:
     """A node withdraws its own offer; the study's coordinator withdraws a node's contribution.
     Each uses a second offer of its own, so the network's other tests keep theirs."""

@@ -27,7 +27,11 @@ from tests.e2e.test_queue import (
 from tests.support.queue_cluster import START_TIMEOUT, Cluster, fresh_database, wait_until
 from tests.unit.jobs._flow import fit_body
 
-pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+# Heavy tier (issue 27 §5): the fair-share rule is tested in the default tier on the queue
+# itself (tests/integration/test_queue_fairness.py) and through the API's runner
+# (tests/api/test_fair_scheduling.py); this repeats it over real replicas and workers (minutes
+# of real processes under load), and CI runs it in `make test-heavy`.
+pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.heavy]
 
 #: 10,000 passes of one-row updates over the toy dataset's 200 rows: many minutes.
 LONG_FIT = fit_body("dp_sgd", epsilon=1.0, params={"epochs": 10_000, "batch_size": 1})

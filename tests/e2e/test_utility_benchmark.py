@@ -13,8 +13,11 @@ import pytest
 
 from service.dp.analysis.regularization import auto_regularization
 
+# Heavy tier (issue 27 §5): this runs a benchmark script end to end, which checks the script,
+# not the service (every code path it drives has its own tests); CI runs it in `make test-heavy`.
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.heavy,
     # diffprivlib 0.6.6 passes L-BFGS-B options that recent SciPy deprecates
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]

@@ -24,6 +24,8 @@ from typing import IO
 
 import httpx2
 
+from tests.support.snapshots import copy_sqlite
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -123,19 +125,29 @@ def start_server(
     workdir: Path,
     extra_env: Mapping[str, str] | None = None,
     ready_timeout: float = 60.0,
+    migrated: Path | None = None,
 ) -> Iterator[LiveServer]:
     """Migrate ``database_url`` and serve it on a free port until the block ends (failing if
-    ``/readyz`` does not answer within ``ready_timeout`` seconds)."""
+    ``/readyz`` does not answer within ``ready_timeout`` seconds).
+
+    ``migrated``: a SQLite file already migrated to head (the session's ``sqlite_template``),
+    copied to ``database_url``'s file instead of running ``privfit migrate``, which starts an
+    interpreter and imports the service (seconds of CPU per server; ``privfit migrate`` itself
+    is tested in tests/test_cli.py and tests/e2e/test_serve.py)."""
     port = free_port()
     env = server_environment(database_url, admin_key=admin_key, port=port, extra=extra_env)
-    subprocess.run(
-        [sys.executable, "-m", "service.cli", "migrate"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
+    if migrated is not None:
+        assert database_url.startswith("sqlite:///"), database_url
+        copy_sqlite(migrated, Path(database_url.removeprefix("sqlite:///")))
+    else:
+        subprocess.run(
+            [sys.executable, "-m", "service.cli", "migrate"],
+            cwd=ROOT,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
     process = subprocess.Popen(
         [sys.executable, "-m", "service.cli", "serve"],
         cwd=workdir,

@@ -147,7 +147,7 @@ class AsyncClient:
         epsilon: float | None,
         regularization: float | str = "auto",
         delta: float = 0.0,
-        loss: str = "logistic",
+        loss: str | None = None,
         params: Mapping[str, Any] | None = None,
         wait: float | None = None,
         idempotency_key: str | None = None,
@@ -175,7 +175,7 @@ class AsyncClient:
         epsilon: float | None,
         regularization: float | str = "auto",
         delta: float = 0.0,
-        loss: str = "logistic",
+        loss: str | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> FitQuoteRead:
         """The dry run of :meth:`fit`."""

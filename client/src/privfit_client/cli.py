@@ -39,6 +39,7 @@ from privfit_client.errors import (
     ValidationFailed,
 )
 from privfit_client.jobs import Job
+from privfit_client.predictions import prediction_cells, prediction_columns
 
 __all__ = ["EXIT_CODES", "app", "main"]
 
@@ -256,7 +257,13 @@ def fit(
     regularization: Annotated[
         str, typer.Option(help="λ (L2), or auto: chosen from public quantities at no cost.")
     ] = "auto",
-    loss: Annotated[str, typer.Option(help="logistic or huber.")] = "logistic",
+    loss: Annotated[
+        str | None,
+        typer.Option(
+            help="logistic or huber (binary), logistic (multi-class), squared or huber "
+            "(regression); default: the dataset's task's first."
+        ),
+    ] = None,
     param: Annotated[
         list[str] | None, typer.Option(help="Mechanism parameter NAME=VALUE (repeatable).")
     ] = None,
@@ -349,15 +356,19 @@ def predict(
     target: Annotated[Path, typer.Argument(dir_okay=False, help="Output CSV.")],
     as_json: JsonFlag = False,
 ) -> None:
-    """Score a CSV file: the output has its columns plus positive, score and probability."""
+    """Score a CSV file: the output has its columns plus, by the model's task, positive, score
+    and probability (binary); predicted_class and probability[CLASS] per declared class
+    (multi-class); or value and score (regression)."""
     count = positives = 0
+    by_class: dict[str, int] = {}
     with (
         _client() as client,
         source.open(newline="", encoding="utf-8") as inp,
         target.open("w", newline="", encoding="utf-8") as outp,
     ):
+        found = client.model(model_id)
         reader = csv.DictReader(inp)
-        fields = [*(reader.fieldnames or []), "positive", "score", "probability"]
+        fields = [*(reader.fieldnames or []), *prediction_columns(found)]
         writer = csv.DictWriter(outp, fieldnames=fields)
         writer.writeheader()
         for chunk in _chunks(reader, PREDICT_BATCH):
@@ -367,24 +378,22 @@ def predict(
             except ValidationFailed as exc:
                 exc.add_note(f"in the {PREDICT_BATCH} data rows after row {count} of {source}")
                 raise
-            if any(p.positive is None for p in predictions):
-                # a multi-class or regression model: its columns are not written here yet
-                raise UsageProblem(
-                    f"model {model_id} is a multi-class or regression model: the command line "
-                    "writes binary predictions only for now; use POST /v1/models/{id}/predict"
-                )
             for row, p in zip(chunk, predictions, strict=True):
-                writer.writerow(
-                    {**row, **p.model_dump(include={"positive", "score", "probability"})}
-                )
+                writer.writerow({**row, **prediction_cells(found, p)})
+                if p.predicted_class is not None:
+                    by_class[p.predicted_class] = by_class.get(p.predicted_class, 0) + 1
             count += len(chunk)
             positives += sum(bool(p.positive) for p in predictions)
-    summary = {"rows": count, "positive": positives, "output": str(target)}
-    _emit(
-        as_json,
-        summary,
-        lambda: out.print(f"{count} rows scored ({positives} positive) into {target}"),
-    )
+    summary: dict[str, Any] = {"rows": count, "output": str(target)}
+    if found.task == "multiclass":
+        summary["predicted_classes"] = by_class
+        line = f"{count} rows scored ({len(by_class)} classes predicted) into {target}"
+    elif found.task == "regression":
+        line = f"{count} rows scored (values) into {target}"
+    else:
+        summary = {"rows": count, "positive": positives, "output": str(target)}
+        line = f"{count} rows scored ({positives} positive) into {target}"
+    _emit(as_json, summary, lambda: out.print(inert(line)))
 
 
 @app.command()

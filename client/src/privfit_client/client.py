@@ -65,6 +65,7 @@ from privfit_client.models import (
     StudySpecIn,
     TransferAggregationIn,
 )
+from privfit_client.predictions import BINARY_COLUMNS, prediction_cells, prediction_columns
 
 __all__ = ["PAGE_SIZE", "PREDICT_BATCH", "Client", "ExportFormat"]
 
@@ -284,7 +285,7 @@ class Client:
         mechanism: str,
         epsilon: float | None,
         delta: float,
-        loss: str,
+        loss: str | None,
         regularization: float | Sequence[float] | str,
         params: Mapping[str, Any] | None,
     ) -> BaseModel:
@@ -318,7 +319,7 @@ class Client:
         epsilon: float | None,
         regularization: float | Sequence[float] | str = "auto",
         delta: float = 0.0,
-        loss: str = "logistic",
+        loss: str | None = None,
         params: Mapping[str, Any] | None = None,
         wait: float | None = None,
         idempotency_key: str | None = None,
@@ -330,6 +331,8 @@ class Client:
         record shows the rule and the value. ``mechanism="auto"`` lets PrivFit choose the
         mechanism (and λ) from public quantities, at no cost; ``job.params["auto"]`` says why.
         Every private fit's ``job.warnings`` may hold ``below_majority_baseline``.
+        ``loss=None`` (the default) is the dataset's task's first: ``logistic`` for class
+        labels (binary or multi-class), ``squared`` for a numeric label.
 
         A list of ``regularization`` values asks PrivFit to choose one privately within the
         same (ε, δ) (the model's privacy record names the choice); for ``dp_sgd``,
@@ -357,7 +360,7 @@ class Client:
         epsilon: float | None,
         regularization: float | Sequence[float] | str = "auto",
         delta: float = 0.0,
-        loss: str = "logistic",
+        loss: str | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> FitQuoteRead:
         """The dry run of :meth:`fit`: exact cost, expected noise, remaining budget; spends
@@ -495,9 +498,12 @@ class Client:
 
     def predict(self, model_id: str, rows: Any) -> Any:
         """Predictions for raw rows: a list of dicts (returns a list of
-        :class:`PredictionRead`) or a DataFrame (returns a DataFrame with ``positive``,
-        ``score`` and ``probability`` on the same index). Sent in batches of at most
-        :data:`PREDICT_BATCH` rows."""
+        :class:`PredictionRead`, whose members are those of the model's task) or a DataFrame
+        (returns a DataFrame on the same index with, by the model's task, ``positive``,
+        ``score`` and ``probability``; ``predicted_class`` and one ``probability[<class>]``
+        column per declared class; or ``value`` and ``score``: see
+        :mod:`privfit_client.predictions`). Sent in batches of at most :data:`PREDICT_BATCH`
+        rows."""
         rows_list = records(rows)
         predictions: list[PredictionRead] = []
         for start in range(0, len(rows_list), PREDICT_BATCH):
@@ -511,14 +517,27 @@ class Client:
                 raise
             predictions.extend(answer.predictions)
         if is_dataframe(rows):
-            import pandas as pd
-
-            return pd.DataFrame(
-                [p.model_dump() for p in predictions],
-                columns=["positive", "score", "probability"],
-                index=rows.index,
-            )
+            return self._prediction_frame(model_id, predictions, rows.index)
         return predictions
+
+    def _prediction_frame(
+        self, model_id: str, predictions: Sequence[PredictionRead], index: Any
+    ) -> Any:
+        import pandas as pd
+
+        if predictions and all(p.positive is not None for p in predictions):
+            # binary: the columns are known without asking for the model
+            return pd.DataFrame(
+                [p.model_dump(include=set(BINARY_COLUMNS)) for p in predictions],
+                columns=list(BINARY_COLUMNS),
+                index=index,
+            )
+        model = self.model(model_id)
+        return pd.DataFrame(
+            [prediction_cells(model, p) for p in predictions],
+            columns=prediction_columns(model),
+            index=index,
+        )
 
     @overload
     def export(self, model_id: str, format: Literal["json"] = "json") -> ModelExportRead: ...

@@ -531,7 +531,7 @@ class EvaluationCreate(BaseModel):
     epsilon: Annotated[
         float,
         Field(
-            description="The evaluation's total ε (δ = 0): half to the confusion matrix, half to the score histograms behind the ROC curve.",
+            description="The evaluation's total ε (δ = 0). Binary label: half to the confusion matrix, half to the score histograms behind the ROC curve; multi-class: all to the K × K confusion matrix; numeric label: ε/5 to each of Σr², Σ|r|, Σy, Σy² and ε/15 to each of Σr⁴, Σy³, Σy⁴ (residuals r and labels y in the label's [-1, 1] units).",
             ge=1e-06,
             le=1000.0,
             title="Epsilon",
@@ -541,8 +541,10 @@ class EvaluationCreate(BaseModel):
 
 class EvaluationRead(BaseModel):
     """
-    A released private evaluation: the noisy confusion matrix, metrics with intervals that
-    include the noise, the DP ROC curve, and its privacy record.
+    A released private evaluation: for a binary label the noisy confusion matrix, metrics
+    with intervals that include the noise and the DP ROC curve; for a multi-class label the
+    noisy K × K confusion matrix with per-class metrics; for a numeric label private RMSE, MAE
+    and R² with intervals; and its privacy record.
     """
 
     created_at: Annotated[AwareDatetime, Field(title="Created At")]
@@ -556,7 +558,7 @@ class EvaluationRead(BaseModel):
     result: Annotated[
         dict[str, Any],
         Field(
-            description="`confusion_matrix` (noisy tp, fp, fn, tn), `metrics` (estimate and interval of accuracy, precision, recall, f1), `confidence`, `roc` (noisy per-class histograms over public bins, fpr, tpr, auc), `epsilon_split`, `noise`.",
+            description="Binary label: `confusion_matrix` (noisy tp, fp, fn, tn), `metrics` (estimate and interval of accuracy, precision, recall, f1), `confidence`, `roc` (noisy per-class histograms over public bins, fpr, tpr, auc), `epsilon_split`, `noise`. Multi-class (`task`: `multiclass`): `classes` in declared order, `confusion_matrix` (`counts`, rows the true class, columns the class of highest score), `metrics` (accuracy, macro_f1), `per_class` (precision, recall, f1 of each class), each with estimate and interval. Numeric label (`task`: `regression`): `metrics` (rmse and mae in the label's units, r2; an interval end is null when unbounded), `label_bounds`, the noisy `sums`, `epsilon_split`, `noise`.",
             title="Result",
         ),
     ]
@@ -1458,7 +1460,7 @@ class JobRead(BaseModel):
     warnings: Annotated[
         list[dict[str, Any]] | None,
         Field(
-            description="Warnings fixed at submission (also in `params` and the model's record), e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering the majority class.",
+            description="Warnings fixed at submission (also in `params` and the model's record), e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering the majority class. (An auto fit whose baseline is estimated privately gets its warning in the model's record, once the count is released.)",
             title="Warnings",
         ),
     ] = None
@@ -1550,7 +1552,13 @@ class ModelExportRead(BaseModel):
     model_config = ConfigDict(
         extra="allow",
     )
-    classes: Annotated[list[int], Field(title="Classes")]
+    classes: Annotated[
+        list[int] | list[str] | None,
+        Field(
+            description="Binary: [−1, 1] (1 is the label's positive value). Multi-class: the declared classes, in order (row k of `weights.coef` scores `classes[k]`). Regression: null.",
+            title="Classes",
+        ),
+    ]
     created_at: Annotated[str | None, Field(title="Created At")]
     decision_rule: Annotated[str, Field(title="Decision Rule")]
     feature_names: Annotated[list[str], Field(title="Feature Names")]
@@ -1565,10 +1573,14 @@ class ModelExportRead(BaseModel):
     privacy: Annotated[dict[str, Any], Field(title="Privacy")]
     projection_matrix: Annotated[list[list[float]] | None, Field(title="Projection Matrix")]
     source: Annotated[str, Field(title="Source")]
+    task: Annotated[
+        Literal["binary", "multiclass", "regression"] | None,
+        Field(description="The label's task: what `weights` and `classes` hold.", title="Task"),
+    ] = "binary"
     weights: Annotated[
         dict[str, Any] | None,
         Field(
-            description="`coef` (one per feature) and `intercept` (0: the intercept is a feature).",
+            description="`coef` (one per feature) and `intercept` (0: the intercept is a feature); multi-class: `coef` has one row per declared class and `intercept` one 0 per class; regression: `coef` scores in the label's [−1, 1] units (see `decision_rule`). Null for models that are not linear.",
             title="Weights",
         ),
     ]
@@ -2839,6 +2851,13 @@ class PrivacyRecordRead(BaseModel):
     ]
     kind: Annotated[Literal["fit", "declared_claim", "aggregate", "federated"], Field(title="Kind")]
     mechanism: Annotated[str | None, Field(title="Mechanism")]
+    private_baseline: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description="For `mechanism: auto` without a public reference or declared `positive_fraction`: the noisy count of positive labels released for the majority-class baseline (discrete Laplace, sensitivity 1, its ε a public slice of the request, charged with the fit in the same job) and the baseline derived from it.",
+            title="Private Baseline",
+        ),
+    ] = None
     randomness: Annotated[
         dict[str, Any] | None,
         Field(
@@ -2865,7 +2884,7 @@ class PrivacyRecordRead(BaseModel):
     warnings: Annotated[
         list[dict[str, Any]] | None,
         Field(
-            description="Warnings fixed at submission, e.g. `below_majority_baseline`.",
+            description="Warnings fixed at submission, e.g. `below_majority_baseline`; for `mechanism: auto` without a public baseline, set when the job ran, against the privately estimated baseline (`private_baseline`).",
             title="Warnings",
         ),
     ] = None

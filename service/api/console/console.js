@@ -39,9 +39,18 @@ const BIDI_CONTROLS = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
 // isolated in a <bdi> so it cannot reorder what surrounds it, and with every bidi control
 // shown as its code point ([U+202E]) so it cannot disguise itself either.
 function inertName(text, cls) {
+  return inert(text, cls ? `name ${cls}` : "name");
+}
+
+// The same for a value the site declared in a spec (a label column, a class): class "value".
+function inertValue(text, cls) {
+  return inert(text, cls ? `value ${cls}` : "value");
+}
+
+function inert(text, cls) {
   const shown = String(text ?? "").replace(BIDI_CONTROLS,
     (ch) => `[U+${ch.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}]`);
-  return el("bdi", { class: cls ? `name ${cls}` : "name", dir: "auto" }, shown);
+  return el("bdi", { class: cls, dir: "auto" }, shown);
 }
 
 function status(text, isError) {
@@ -66,6 +75,98 @@ function table(headings, rows) {
   return el("table", {},
     el("thead", {}, el("tr", {}, ...headings.map((h) => el("th", {}, h)))),
     el("tbody", {}, ...rows.map((cells) => el("tr", {}, ...cells.map((c) => el("td", {}, c))))));
+}
+
+// A weight or a metric, compactly: four significant digits (scientific notation outside
+// [0.001, 1e6)); only 0 reads "0".
+function num(x) {
+  if (x === null || x === undefined) return "—";
+  const v = Number(x);
+  if (!Number.isFinite(v)) return String(v);
+  if (v === 0) return "0";
+  const p = Number(v.toPrecision(4));
+  return Math.abs(p) < 1e-3 || Math.abs(p) >= 1e6 ? p.toExponential() : String(p);
+}
+
+const TASK_NAMES = { binary: "binary", multiclass: "multi-class", regression: "regression" };
+
+// What a label holds, from a dataset spec's or a model's label and the task the API states:
+// binary (positive, and negative when declared), the declared classes in their public order
+// (class k is the k-th; an index starts at 0 as in the model's rows and scores), or the
+// public bounds of a numeric label. Class names and the column are the site's: shown inert.
+function labelInfo(label, task, clippedRows) {
+  const kind = TASK_NAMES[task] || "binary";
+  const parts = [el("span", { class: "task" }, kind)];
+  if (label && label.column !== undefined) {
+    parts.push(" label ", inertValue(label.column, "label-column"));
+  }
+  if (task === "multiclass" && label && Array.isArray(label.classes)) {
+    parts.push(`, ${label.classes.length} classes in order: `,
+      el("ol", { class: "label-classes", start: "0" },
+        ...label.classes.map((c, k) => el("li", { class: "label-class" },
+          el("span", { class: "class-index" }, String(k)), " ", inertValue(c)))));
+  } else if (task === "regression" && label) {
+    parts.push(", a number within ",
+      el("span", { class: "label-bounds" }, `[${fmt(label.lower)}, ${fmt(label.upper)}]`));
+    if (clippedRows !== undefined && clippedRows !== null) {
+      parts.push("; ", el("span", { class: "label-clipped" }, String(clippedRows)),
+        " rows clipped to the bounds at upload");
+    }
+  } else if (label && label.positive !== undefined) {
+    parts.push(", positive ", inertValue(label.positive, "label-positive"));
+    if (label.negative !== undefined && label.negative !== null) {
+      parts.push(", negative ", inertValue(label.negative, "label-negative"));
+    }
+  }
+  return el("div", { class: "label-info", "data-task": kind }, ...parts);
+}
+
+// The name of the design-matrix column j (by index when the model's width differs).
+function featureName(names, j) {
+  return names && j < names.length ? names[j] : `column ${j}`;
+}
+
+// A model's weights, by task, in a folded table:
+// * binary: one weight per design column (score wᵀx; positive when > 0);
+// * multi-class: a row per design column and a column per declared class (coef row k is
+//   class k's weights; the predicted class is the highest score wₖᵀx);
+// * regression: the weight w in the mapped [−1, 1] units and β = w·(U − L)/2 in the label's
+//   units. The prediction is L + (clip(wᵀx, −1, 1) + 1)/2 · (U − L), which is exactly
+//   clip((L + U)/2 + Σⱼ βⱼxⱼ, L, U), x the preprocessed row (intercept column included).
+function weights(full) {
+  const body = full.model || {}, names = full.feature_names || [];
+  if (full.task === "multiclass" && body.kind === "multiclass" && Array.isArray(body.coef)) {
+    const classes = (full.label && full.label.classes) || body.coef.map((_, k) => `class ${k}`);
+    const d = Math.max(...body.coef.map((row) => row.length));
+    const rows = [];
+    for (let j = 0; j < d; j++) {
+      rows.push([inertValue(featureName(names, j)), ...body.coef.map((row) => num(row[j]))]);
+    }
+    return el("details", { class: "weights multiclass-weights" },
+      el("summary", {}, `${body.coef.length} × ${d} weights (a column per class)`),
+      table(["Feature", ...classes.map((c) => inertValue(c, "weights-class"))], rows));
+  }
+  if (!Array.isArray(full.coefficients)) {
+    // a stacked model (a study's feature aggregation) is not one linear map: GET the model
+    return el("span", { class: "weights" },
+      body.kind ? `${body.kind} model: not one linear map (its JSON is in GET /v1/models/{id})`
+        : "—");
+  }
+  if (full.task === "regression" && full.label) {
+    const { lower, upper } = full.label, half = (upper - lower) / 2;
+    return el("details", { class: "weights regression-weights" },
+      el("summary", {}, `${full.coefficients.length} weights, in label units`),
+      el("p", { class: "weights-mapping" },
+        `value = clip(${fmt((lower + upper) / 2)} + Σ βⱼ·xⱼ, ${fmt(lower)}, ${fmt(upper)}); `,
+        `βⱼ = wⱼ·(${fmt(upper)} − ${fmt(lower)})/2, x the preprocessed row`),
+      table(["Feature", "w (mapped [−1, 1] units)", "β (label units)"],
+        full.coefficients.map((c) => [inertValue(c.feature), num(c.weight),
+          el("span", { class: "weight-label-units" }, num(c.weight * half))])));
+  }
+  return el("details", { class: "weights binary-weights" },
+    el("summary", {}, `${full.coefficients.length} weights`),
+    table(["Feature", "Weight"],
+      full.coefficients.map((c) => [inertValue(c.feature), num(c.weight)])));
 }
 
 // A bar: the spent share of the total ε in red, the rest in green.
@@ -115,6 +216,7 @@ async function showDatasets() {
     cards.push(el("div", { class: "card dataset", "data-id": d.id },
       el("strong", {}, inertName(d.name)), " ", el("code", { class: "dataset-id" }, d.id),
       el("div", {}, `${d.n_rows} rows, ${d.n_features} features`),
+      labelInfo(d.spec && d.spec.label, d.task, d.ingest && d.ingest.label_clipped_rows),
       el("div", { class: "budget" },
         "ε spent ", el("span", { class: "eps-spent" }, fmt(b.epsilon_spent)),
         " of ", el("span", { class: "eps-total" }, fmt(b.epsilon_total)),
@@ -172,10 +274,59 @@ function guarantee(epsilon, delta) {
     ", δ = ", el("span", { class: "model-delta" }, fmt(delta)));
 }
 
+// A metric with its interval, to four significant digits (an unbounded end reads ±∞).
 function metric(m) {
-  if (!m) return "—";
-  const [lo, hi] = m.interval || [];
-  return `${fmt(m.estimate)} [${fmt(lo)}, ${fmt(hi)}]`;
+  return m ? `${num(m.estimate)} ${interval(m, num)}` : "—";
+}
+
+// An interval end that the release leaves unbounded (null) reads −∞ or ∞.
+function interval(m, digits) {
+  const [lo, hi] = (m && m.interval) || [];
+  const end = (v, inf) => (v === null || v === undefined ? inf : digits(v));
+  return `[${end(lo, "−∞")}, ${end(hi, "∞")}]`;
+}
+
+function estimate(m) {
+  return m ? el("span", { class: "estimate" }, metric(m)) : "—";
+}
+
+// A multi-class evaluation: the noisy K × K confusion matrix (rows the true class, columns
+// the class of highest score; the counts carry discrete Laplace noise, so one may be
+// negative), then each class's precision, recall and F1 with their intervals.
+function multiclassEvaluation(r) {
+  const classes = r.classes || [], counts = (r.confusion_matrix && r.confusion_matrix.counts) || [];
+  const matrix = el("table", { class: "confusion-matrix" },
+    el("thead", {}, el("tr", {}, el("th", {}, "true ╲ predicted"),
+      ...classes.map((c) => el("th", { class: "cm-predicted" }, inertValue(c))))),
+    el("tbody", {}, ...counts.map((row, k) => el("tr", {},
+      el("th", { class: "cm-true" }, inertValue(classes[k])),
+      ...row.map((v, j) => el("td", { class: k === j ? "cm-count cm-diagonal" : "cm-count" },
+        String(v)))))));
+  const perClass = table(["Class", "Precision", "Recall", "F1"],
+    (r.per_class || []).map((p) => [inertValue(p.class), estimate(p.precision),
+      estimate(p.recall), estimate(p.f1)]));
+  perClass.classList.add("metrics", "per-class");
+  return el("details", { class: "evaluation-details multiclass-evaluation", open: "" },
+    el("summary", {}, `${classes.length} × ${classes.length} confusion matrix (noisy counts, `,
+      `${r.n ?? "?"} rows) and per-class metrics`), matrix, perClass);
+}
+
+// A regression evaluation: RMSE and MAE in the label's units, R², each with its interval.
+function regressionEvaluation(r) {
+  const m = r.metrics || {}, b = r.label_bounds || {};
+  const rows = [["RMSE", estimate(m.rmse), "label units"], ["MAE", estimate(m.mae), "label units"],
+    ["R²", estimate(m.r2), "share of the label's variance explained"]];
+  const body = table(["Metric", "Estimate [interval]", "Units"], rows);
+  body.classList.add("metrics", "regression-metrics");
+  return el("div", { class: "evaluation-details regression-evaluation" }, body,
+    el("div", { class: "evaluation-note" },
+      `${r.n ?? "?"} rows; label bounds [${fmt(b.lower)}, ${fmt(b.upper)}]`));
+}
+
+function evaluationDetails(r) {
+  if (r.task === "multiclass") return multiclassEvaluation(r);
+  if (r.task === "regression") return regressionEvaluation(r);
+  return null;
 }
 
 async function showModels() {
@@ -184,6 +335,7 @@ async function showModels() {
   for (const m of list.items) {
     const full = await api(`/v1/models/${encodeURIComponent(m.id)}`);
     rows.push([el("code", { class: "model-id" }, m.id), m.mechanism ?? m.source,
+      labelInfo(full.label, full.task), weights(full),
       el("span", {}, guarantee(m.epsilon, m.delta), m.verified === false ? " (claimed)" : ""),
       el("div", { class: "model-warnings" }, warnings(full.privacy && full.privacy.warnings)),
       el("details", {}, el("summary", {}, "privacy receipt"),
@@ -192,19 +344,38 @@ async function showModels() {
     evaluations.push(...evals.items);
   }
   document.getElementById("models").replaceChildren(
-    rows.length ? table(["Model", "Mechanism", "Guarantee", "Warnings", "Receipt"], rows)
+    rows.length ? table(["Model", "Mechanism", "Predicts", "Weights", "Guarantee", "Warnings",
+                           "Receipt"], rows)
       : el("p", {}, "No models."));
-  const evalRows = evaluations.map((e) => {
+  // One row per evaluation; a multi-class or regression release gets a full-width row of
+  // its own below it (the confusion matrix and per-class metrics, or the error metrics).
+  const headings = ["Evaluation", "Model", "Dataset", "ε", "Task", "Accuracy [interval]",
+    "F1 [interval]", "AUC"];
+  const evalRows = evaluations.flatMap((e) => {
     const r = e.result || {}, metrics = r.metrics || {};
-    return [el("code", { class: "evaluation-id" }, e.id), el("code", {}, e.model_id),
+    const f1 = metrics.f1 ? metric(metrics.f1)
+      : metrics.macro_f1 ? `${metric(metrics.macro_f1)} (macro)` : "—";
+    const cells = [el("code", { class: "evaluation-id" }, e.id), el("code", {}, e.model_id),
       el("code", {}, e.dataset_id), el("span", { class: "evaluation-eps" }, fmt(e.epsilon)),
+      el("span", { class: "evaluation-task" }, TASK_NAMES[r.task] || "binary"),
       el("span", { class: "evaluation-accuracy" }, metric(metrics.accuracy)),
-      metric(metrics.f1), el("span", { class: "evaluation-auc" }, fmt(r.roc?.auc))];
+      el("span", { class: "evaluation-f1" }, f1),
+      el("span", { class: "evaluation-auc" }, fmt(r.roc?.auc))];
+    const rows = [el("tr", { class: "evaluation", "data-id": e.id },
+      ...cells.map((c) => el("td", {}, c)))];
+    const details = evaluationDetails(r);
+    if (details) {
+      rows.push(el("tr", { class: "evaluation-details-row", "data-id": e.id },
+        el("td", { colspan: String(headings.length) }, details)));
+    }
+    return rows;
   });
   const ci = evaluations.length ? Math.round(100 * (evaluations[0].result?.confidence ?? 0.95)) : 95;
+  headings[5] = `Accuracy [${ci} % interval]`;
+  headings[6] = `F1 [${ci} % interval]`;
   document.getElementById("evaluations").replaceChildren(evalRows.length
-    ? table(["Evaluation", "Model", "Dataset", "ε", `Accuracy [${ci} % interval]`,
-             `F1 [${ci} % interval]`, "AUC"], evalRows)
+    ? el("table", {}, el("thead", {}, el("tr", {}, ...headings.map((h) => el("th", {}, h)))),
+      el("tbody", {}, ...evalRows))
     : el("p", {}, "No evaluations."));
 }
 

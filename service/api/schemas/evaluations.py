@@ -37,8 +37,10 @@ class EvaluationCreate(RequestModel):
     epsilon: float = Field(
         ge=MIN_EPSILON,
         le=MAX_EPSILON,
-        description="The evaluation's total ε (δ = 0): half to the confusion matrix, half to "
-        "the score histograms behind the ROC curve.",
+        description="The evaluation's total ε (δ = 0). Binary label: half to the confusion "
+        "matrix, half to the score histograms behind the ROC curve; multi-class: all to the "
+        "K × K confusion matrix; numeric label: ε/5 to each of Σr², Σ|r|, Σy, Σy² and ε/15 to "
+        "each of Σr⁴, Σy³, Σy⁴ (residuals r and labels y in the label's [-1, 1] units).",
     )
 
 
@@ -70,17 +72,25 @@ class EvaluationQuoteRead(ResponseModel):
 
 
 class EvaluationRead(ResponseModel):
-    """A released private evaluation: the noisy confusion matrix, metrics with intervals that
-    include the noise, the DP ROC curve, and its privacy record."""
+    """A released private evaluation: for a binary label the noisy confusion matrix, metrics
+    with intervals that include the noise and the DP ROC curve; for a multi-class label the
+    noisy K × K confusion matrix with per-class metrics; for a numeric label private RMSE, MAE
+    and R² with intervals; and its privacy record."""
 
     id: str = Field(description="The id of the job that computed it.")
     model_id: str
     dataset_id: str
     epsilon: float
     result: dict[str, Any] = Field(
-        description="`confusion_matrix` (noisy tp, fp, fn, tn), `metrics` (estimate and "
-        "interval of accuracy, precision, recall, f1), `confidence`, `roc` (noisy per-class "
-        "histograms over public bins, fpr, tpr, auc), `epsilon_split`, `noise`."
+        description="Binary label: `confusion_matrix` (noisy tp, fp, fn, tn), `metrics` "
+        "(estimate and interval of accuracy, precision, recall, f1), `confidence`, `roc` (noisy "
+        "per-class histograms over public bins, fpr, tpr, auc), `epsilon_split`, `noise`. "
+        "Multi-class (`task`: `multiclass`): `classes` in declared order, `confusion_matrix` "
+        "(`counts`, rows the true class, columns the class of highest score), `metrics` "
+        "(accuracy, macro_f1), `per_class` (precision, recall, f1 of each class), each with "
+        "estimate and interval. Numeric label (`task`: `regression`): `metrics` (rmse and mae "
+        "in the label's units, r2; an interval end is null when unbounded), `label_bounds`, "
+        "the noisy `sums`, `epsilon_split`, `noise`."
     )
     privacy: dict[str, Any] = Field(description="What was protected, how, and warnings.")
     created_at: datetime

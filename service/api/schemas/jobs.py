@@ -63,7 +63,8 @@ class JobRead(ResponseModel):
         default_factory=list,
         description="Warnings fixed at submission (also in `params` and the model's record), "
         "e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering "
-        "the majority class.",
+        "the majority class. (An auto fit whose baseline is estimated privately gets its "
+        "warning in the model's record, once the count is released.)",
     )
 
     @classmethod

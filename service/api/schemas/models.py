@@ -105,7 +105,16 @@ class PrivacyRecordRead(ResponseModel):
     )
     warnings: list[dict[str, Any]] | None = Field(
         default=None,
-        description="Warnings fixed at submission, e.g. `below_majority_baseline`.",
+        description="Warnings fixed at submission, e.g. `below_majority_baseline`; for "
+        "`mechanism: auto` without a public baseline, set when the job ran, against the "
+        "privately estimated baseline (`private_baseline`).",
+    )
+    private_baseline: dict[str, Any] | None = Field(
+        default=None,
+        description="For `mechanism: auto` without a public reference or declared "
+        "`positive_fraction`: the noisy count of positive labels released for the "
+        "majority-class baseline (discrete Laplace, sensitivity 1, its ε a public slice of "
+        "the request, charged with the fit in the same job) and the baseline derived from it.",
     )
 
 
@@ -367,11 +376,21 @@ class ModelExportRead(ResponseModel):
     source: str
     mechanism: str | None
     loss: str | None
+    task: Literal["binary", "multiclass", "regression"] = Field(
+        default="binary", description="The label's task: what `weights` and `classes` hold."
+    )
     label: dict[str, Any] | None
-    classes: list[int]
+    classes: list[int] | list[str] | None = Field(
+        description="Binary: [−1, 1] (1 is the label's positive value). Multi-class: the "
+        "declared classes, in order (row k of `weights.coef` scores `classes[k]`). "
+        "Regression: null."
+    )
     feature_names: list[str]
     weights: dict[str, Any] | None = Field(
-        description="`coef` (one per feature) and `intercept` (0: the intercept is a feature)."
+        description="`coef` (one per feature) and `intercept` (0: the intercept is a feature); "
+        "multi-class: `coef` has one row per declared class and `intercept` one 0 per class; "
+        "regression: `coef` scores in the label's [−1, 1] units (see `decision_rule`). Null "
+        "for models that are not linear."
     )
     model: dict[str, Any]
     preprocessing: dict[str, Any]

@@ -9,8 +9,17 @@ Use-case glue around :mod:`service.dp.analysis.auto` (the numerics and their arg
   frequency is the public majority-class baseline. Without one, the synthetic reference is
   used, at the spec's declared public prior ``positive_fraction`` when there is one (the
   baseline is then max(p, 1 − p), ``baseline_source: "spec_prior"``); otherwise the
-  reference is balanced and the baseline unknown (``baseline_source: "unknown"``): no
-  warning can be given, and the quote says so.
+  reference is balanced and, for a plain fit, the baseline unknown (``baseline_source:
+  "unknown"``): no warning can be given, and the quote says so.
+* **Private baseline** (auto without a public baseline). Mechanism ``auto`` then estimates
+  the baseline from a noisy count of the positive labels
+  (:mod:`service.dp.analysis.baseline`): the public slice ρ·ε of the request goes to the count
+  and ε − ρε to the fit (auto chooses, and the job calibrates, at ε − ρε). The job is charged
+  the fit's calibration plus ρε, in one charge (at most the request). The quote's and the job's
+  ``expected_accuracy`` say ``baseline_source: "private_count"`` with the slice
+  (``private_baseline``); the worker releases the count, re-simulates the band at the noisy
+  baseline and puts the count, the band and any warning in the model's record
+  (:func:`run_private_baseline`), since the count exists only once the data are read.
 * **Auto.** The request's mechanism ``auto`` is replaced at submission by the chooser's
   candidate (mechanism, λ); the job's params keep ``requested_mechanism: "auto"`` and the
   choice with every candidate's predicted figures (``auto``), which the model's record repeats.
@@ -41,6 +50,7 @@ from service.domain.errors import InvalidInputError
 from service.domain.ranges import check_calibration
 from service.dp import NON_PRIVATE_MECHANISMS
 from service.dp.analysis import auto as chooser
+from service.dp.analysis import baseline as private_baseline
 from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
@@ -53,6 +63,7 @@ __all__ = [
     "check_auto_request",
     "find_public_reference",
     "public_baseline",
+    "run_private_baseline",
 ]
 
 logger = logging.getLogger(__name__)
@@ -92,10 +103,21 @@ class Assessment:
     auto: dict[str, Any] | None
     expected_accuracy: dict[str, Any] | None
     warnings: list[dict[str, Any]]
+    #: The fit's ε (the request's, less a private baseline's slice).
+    epsilon: float | None = None
+    #: The private baseline's plan (its ε and slice), None with a public baseline.
+    private_baseline: dict[str, Any] | None = None
+
+    @property
+    def baseline_epsilon(self) -> float:
+        """ε of the private count (0 without one): charged with the fit."""
+        return 0.0 if self.private_baseline is None else float(self.private_baseline["epsilon"])
 
     def job_extras(self) -> dict[str, Any]:
         """What the job's params add to the fit's own (recorded with the model)."""
         out: dict[str, Any] = {}
+        if self.private_baseline is not None:
+            out["private_baseline"] = self.private_baseline
         if self.auto is not None:
             out["requested_mechanism"] = AUTO
             out["auto"] = self.auto
@@ -194,9 +216,14 @@ def assess(
     public_key = "" if reference is None else reference.dataset_id
     auto_record: dict[str, Any] | None = None
     own = dict(params)
+    baseline_plan: dict[str, Any] | None = None
     if mechanism == AUTO:
         check_auto_request(epsilon=epsilon, params=own)
         assert epsilon is not None
+        if majority is None:
+            baseline_plan = _private_baseline_plan(n, epsilon)
+            source = "private_count"
+            epsilon = float(baseline_plan["fit_epsilon"])
         try:
             choice = chooser.choose(
                 n=n,
@@ -263,21 +290,10 @@ def assess(
             expected = band.to_dict()
             if reference is not None:
                 expected["reference_dataset_id"] = reference.dataset_id
+            if baseline_plan is not None:
+                expected["private_baseline"] = baseline_plan
             if band.below_baseline:
-                warnings.append(
-                    {
-                        "code": BELOW_BASELINE,
-                        "message": (
-                            f"the expected accuracy ({band.mean:.3f}, p10–p90 "
-                            f"{band.p10:.3f}–{band.p90:.3f}) is below the majority-class "
-                            f"baseline ({band.baseline:.3f}): always answering the majority "
-                            "class is expected to do better; consider a larger ε or "
-                            "mechanism auto"
-                        ),
-                        "expected_accuracy": band.mean,
-                        "majority_baseline": band.baseline,
-                    }
-                )
+                warnings.append(below_baseline_warning(band))
     return Assessment(
         mechanism=mechanism,
         regularization=float(regularization),
@@ -285,7 +301,92 @@ def assess(
         auto=auto_record,
         expected_accuracy=expected,
         warnings=warnings,
+        epsilon=epsilon,
+        private_baseline=baseline_plan,
     )
+
+
+def _private_baseline_plan(n: int, epsilon: float) -> dict[str, Any]:
+    """The public split of ε between the fit and the private count (module docstring)."""
+    try:
+        fit_epsilon, count_epsilon = private_baseline.split_budget(n, float(epsilon))
+    except ValueError as exc:
+        raise _invalid(f"auto: {exc}", ["body", "epsilon"]) from exc
+    return {
+        "mechanism": private_baseline.MECHANISM,
+        "epsilon": count_epsilon,
+        "share": private_baseline.baseline_share(n, float(epsilon)),
+        "requested_epsilon": float(epsilon),
+        "fit_epsilon": fit_epsilon,
+        "expected_sd": private_baseline.count_noise_sd(n, count_epsilon),
+        "rule": "share = clamp(√2/(n·ε·τ), 1 %, 5 %), τ = "
+        f"{private_baseline.TARGET_SD:g}; service/dp/analysis/baseline.py",
+    }
+
+
+def below_baseline_warning(band: chooser.Expectation) -> dict[str, Any]:
+    """The ``below_majority_baseline`` warning of a band under its baseline's threshold."""
+    assert band.baseline is not None
+    assert band.threshold is not None
+    noisy = band.baseline_sd > 0.0
+    return {
+        "code": BELOW_BASELINE,
+        "message": (
+            f"the expected accuracy ({band.mean:.3f}, p10–p90 "
+            f"{band.p10:.3f}–{band.p90:.3f}) is below the majority-class "
+            f"baseline ({band.baseline:.3f}"
+            + (
+                f", estimated privately: sd {band.baseline_sd:.3f}, threshold {band.threshold:.3f}"
+                if noisy
+                else ""
+            )
+            + "): always answering the majority class is expected to do better; "
+            "consider a larger ε or mechanism auto"
+        ),
+        "expected_accuracy": band.mean,
+        "majority_baseline": band.baseline,
+    }
+
+
+def run_private_baseline(
+    plan: Mapping[str, Any],
+    y: NDArray[np.float64],
+    *,
+    rng: np.random.Generator | None,
+    mechanism: str,
+    regularization: float,
+    params: Mapping[str, Any],
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    loss: str,
+) -> tuple[dict[str, Any], dict[str, Any] | None, list[dict[str, Any]]]:
+    """The worker's half of a private baseline: release the noisy count at ``plan['epsilon']``
+    (the only data-dependent value), then, as post-processing, the band of the fitted candidate
+    at the noisy baseline and its warning. Returns (the count's record, the band or None when
+    it cannot be simulated, the warnings)."""
+    count = private_baseline.private_majority(y, float(plan["epsilon"]), rng)
+    try:
+        band = chooser.expected_accuracy(
+            chooser.Candidate.of(
+                mechanism, regularization, {k: v for k, v in params.items() if k != "source"}
+            ),
+            n=n,
+            d=d,
+            epsilon=epsilon,
+            delta=delta,
+            loss=loss,
+            majority=private_baseline.reference_majority(count.majority),
+            baseline_source="private_count",
+            baseline_sd=count.sd,
+        )
+    except (ValueError, ConvergenceError):  # advice only: the fit is released regardless
+        logger.info("no expected-accuracy band for %s", mechanism, exc_info=True)
+        return count.record(), None, []
+    expected = band.to_dict()
+    expected["private_baseline"] = dict(plan)
+    return count.record(), expected, [below_baseline_warning(band)] if band.below_baseline else []
 
 
 def with_assessment(request: Any, assessment: Assessment) -> Any:
@@ -295,4 +396,5 @@ def with_assessment(request: Any, assessment: Assessment) -> Any:
         mechanism=assessment.mechanism,
         regularization=assessment.regularization,
         params=assessment.params,
+        epsilon=request.epsilon if assessment.epsilon is None else assessment.epsilon,
     )

@@ -32,6 +32,7 @@ from service.domain.fits.plans_tasks import (
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS
 from service.dp.analysis import auto as auto_numerics
+from service.dp.analysis.baseline import split_budget
 from service.dp.analysis.planning import (
     MAX_SIMULATED_FITS,
     GridPoint,
@@ -200,16 +201,27 @@ def _auto_plan(
     n, d = int(target.n_rows), int(target.n_features)
     points: list[GridPoint] = []
     notes = [
-        "auto: per ε, the candidate with the largest mean predicted accuracy (λ from the "
-        "grid 1e-4…1e-1; `regularizations` are not used)",
+        "auto: per ε, the first candidate in the order of preference unless a later one is "
+        "clearly better on the reference (each mechanism at its automatic λ; "
+        "`regularizations` are not used)",
         f"majority baseline from: {source}",
     ]
+    if majority is None:
+        notes.append(
+            "no public baseline: an auto fit spends a slice of each ε on a private count of "
+            "the positive labels (the majority baseline) and chooses and fits at the rest; "
+            "the points show that choice, and spent_epsilon is the whole ε"
+        )
     for eps in epsilons:
+        # an auto fit without a public baseline chooses at ε less the count's slice
+        eps_fit = eps
+        if majority is None:
+            eps_fit, _ = split_budget(n, eps)
         try:
             choice = auto_numerics.choose(
                 n=n,
                 d=d,
-                epsilon=eps,
+                epsilon=eps_fit,
                 delta=request.delta,
                 loss=request.loss,
                 regularization=None,
@@ -231,13 +243,15 @@ def _auto_plan(
             mechanism,
             n=n,
             d=d,
-            epsilon=eps,
+            epsilon=eps_fit,
             delta=request.delta,
             loss=request.loss,
             regularization=lam,
             params=own,
         )
-        point = replace(point, regularization=chosen.regularization)
+        point = replace(point, regularization=chosen.regularization, epsilon=eps)
+        if eps_fit != eps:  # the fit's ε and the count's make up the whole ε
+            point = replace(point, spent_epsilon=eps)
         points.append(replace(point, accuracies=best.accuracies, mechanism=chosen.mechanism))
     return Plan(
         dataset_id=dataset_id,

@@ -19,6 +19,7 @@ import numpy as np
 from service.db.models import Dataset, Model, new_id
 from service.db.uow import UnitOfWorkFactory
 from service.domain.datasets.catalog import dataset_task, read_design
+from service.domain.fits.auto import run_private_baseline
 from service.domain.jobs.lifecycle import ClaimedJob, JobContext, Release, charged_amounts
 from service.domain.records.base import (
     DatasetRef,
@@ -65,6 +66,7 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
         )
     dataset = dataset_facts(row)
     design = read_design(uow_factory, row)
+    rng = context.randomness.generator(job.id)
     if params["mechanism"] == TRANSFER:
         # auto's hypothesis transfer towards the site's public model (service.dp.analysis.auto)
         own = dict(params.get("params") or {})
@@ -76,7 +78,7 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
             transfer_strength=float(own["transfer_strength"]),
             regularization=float(params["regularization"]),
             loss=str(params["loss"]),
-            rng=context.randomness.generator(job.id),
+            rng=rng,
             progress=context.progress,
         )
     else:
@@ -84,7 +86,7 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
             design,
             None,
             mechanism,
-            rng=context.randomness.generator(job.id),
+            rng=rng,
             progress=context.progress,
             **planned,
             **kwargs,
@@ -107,6 +109,32 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
             record[key] = json_safe(params[key])
     private = result.mechanism not in NON_PRIVATE_MECHANISMS
     spent = (float(result.epsilon), float(result.delta)) if private else (0.0, 0.0)
+    plan = params.get("private_baseline")
+    if plan is not None and private:
+        # auto without a public baseline: the noisy label count (charged with the fit at
+        # submission), then the band and warning at the noisy baseline (post-processing)
+        count, expected, warnings = run_private_baseline(
+            plan,
+            np.asarray(design.y),
+            rng=rng,
+            mechanism=mechanism,
+            regularization=float(params["regularization"]),
+            params=dict(params.get("params") or {}),
+            n=int(row.n_rows),
+            d=int(row.n_features),
+            epsilon=float(params["epsilon"]),
+            delta=float(params["delta"]),
+            loss=str(params["loss"]),
+        )
+        count["composition"] = (
+            f"basic sequential composition with the model: {float(result.epsilon)!r} + "
+            f"{float(count['epsilon'])!r} ≤ the job's charge"
+        )
+        record["private_baseline"] = json_safe(count)
+        if expected is not None:
+            record["expected_accuracy"] = json_safe(expected)
+        record["warnings"] = json_safe([*(params.get("warnings") or []), *warnings])
+        spent = (spent[0] + float(count["epsilon"]), spent[1])
     model = Model(
         id=new_id(),
         owner_site_id=job.owner_site_id,

@@ -373,12 +373,24 @@ def _resolve(
     return concrete, calibration, assessment
 
 
-def _cost(request: FitRequest, calibration: Calibration) -> tuple[float, float]:
-    """(ε, δ) to charge: the calibration's totals; nothing for the non-private baseline,
-    which claims no privacy at all (its record says so)."""
+def _cost(
+    request: FitRequest,
+    calibration: Calibration,
+    assessment: fit_auto.Assessment | None = None,
+) -> tuple[float, float]:
+    """(ε, δ) to charge: the calibration's totals, plus the private majority count's ε when
+    auto estimates its baseline privately (:mod:`.auto`; the fit is calibrated at the request's
+    ε less that slice, so the sum is at most the request); nothing for the non-private
+    baseline, which claims no privacy at all (its record says so)."""
     if request.mechanism in NON_PRIVATE_MECHANISMS or not math.isfinite(calibration.epsilon):
         return 0.0, 0.0
-    return float(calibration.epsilon), float(calibration.delta)
+    epsilon = float(calibration.epsilon)
+    if assessment is not None and assessment.private_baseline is not None:
+        # the fit's ε and the count's compose to at most the request (split_budget): charge
+        # the request, which covers both (the sum if rounding ever made it larger)
+        requested = float(assessment.private_baseline["requested_epsilon"])
+        epsilon = max(epsilon + assessment.baseline_epsilon, requested)
+    return epsilon, float(calibration.delta)
 
 
 def quote_fit(
@@ -395,7 +407,7 @@ def quote_fit(
         dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
         request, calibration, assessment = _resolve(uow, uow_factory, dataset, request)
-    epsilon, delta = _cost(request, calibration)
+    epsilon, delta = _cost(request, calibration, assessment)
     return FitQuote(
         auto=None if assessment is None else assessment.auto,
         expected_accuracy=None if assessment is None else assessment.expected_accuracy,
@@ -453,8 +465,8 @@ def submit_fit(
         def price() -> Pricing:
             require_live(dataset)
             assert resolved is not None
-            concrete, calibration, _ = resolved
-            epsilon, delta = _cost(concrete, calibration)
+            concrete, calibration, assessment = resolved
+            epsilon, delta = _cost(concrete, calibration, assessment)
             return Pricing(
                 mechanism=concrete.mechanism,
                 charges=[DatasetCharge(dataset.id, dataset.owner_site_id, epsilon, delta)],

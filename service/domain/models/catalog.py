@@ -19,7 +19,7 @@ from service.db.uow import UnitOfWork
 from service.domain import audit
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.datasets.labels import LabelTask, require_binary
+from service.domain.datasets.labels import LabelTask
 from service.domain.datasets.spec import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.ids import looks_like_id
@@ -182,10 +182,9 @@ def predict(
 
 
 def export_model(uow: UnitOfWork, *, model_id: str, actor: Principal) -> dict[str, Any]:
-    """The self-contained export document (:func:`service.domain.models.export.build_export`);
-    a 422 for a multi-class or regression model (its export is a later step)."""
+    """The self-contained export document (:func:`service.domain.models.export.build_export`)
+    of a binary, multi-class or regression model."""
     model = get_model(uow, model_id=model_id, actor=actor)
-    require_binary(model.label, "exporting a model", loc=["path", "model_id"])
     return build_export(
         model_id=model.id,
         source=model.source,

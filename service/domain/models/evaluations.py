@@ -3,10 +3,12 @@
 ``POST /v1/models/{id}/evaluations`` follows a fit's order (:mod:`service.domain.fits.submit`):
 
 1. validate everything public: the model is one the caller may read, the dataset one it owns,
-   live, with the model's spec (same encoded features, same preprocessing, same label) —
-   otherwise 422 — and ε in range. Nothing is spent;
+   live, with the model's spec (same encoded features, same preprocessing, same label) and a
+   released form that predicts that label's task — otherwise 422 — and ε in range. Nothing is
+   spent;
 2. one transaction: the queued job (kind ``evaluate``) and the ε charge on the *evaluation*
-   dataset's ledger (δ = 0: the release is pure ε-DP, see :mod:`service.dp.analysis.evaluation`);
+   dataset's ledger (δ = 0: every task's release is pure ε-DP; what each task releases is in
+   :mod:`service.domain.models.evaluation_tasks`);
 3. hand the job to the runner. The worker draws the noise; the result is stored as an
    ``evaluation`` row whose id is the job's id.
 
@@ -29,8 +31,13 @@ from service.db.models import Evaluation as EvaluationRow
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.datasets.catalog import get_owned_dataset, read_design, require_live
-from service.domain.datasets.labels import require_binary
+from service.domain.datasets.catalog import (
+    dataset_task,
+    get_owned_dataset,
+    read_design,
+    require_live,
+)
+from service.domain.datasets.labels import LabelTask
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.ids import looks_like_id
 from service.domain.jobs.charged import (
@@ -43,9 +50,10 @@ from service.domain.jobs.charged import (
 from service.domain.jobs.lifecycle import ClaimedJob, JobContext, JobScheduler, Release
 from service.domain.ledger import budgets
 from service.domain.models.catalog import get_model
+from service.domain.models.evaluation_tasks import check_model_task, epsilon_split, release
 from service.domain.ranges import MAX_EPSILON, MIN_EPSILON
 from service.domain.records.base import json_safe, software_version
-from service.dp.analysis.evaluation import DEFAULT_BINS, epsilon_split_note, evaluate
+from service.dp.analysis.evaluation import DEFAULT_BINS
 from service.dp.analysis.work import evaluation_work
 from service.dp.core.released import model_from_dict
 
@@ -90,14 +98,18 @@ class EvaluationPage:
     total: int
 
 
-def _params(model_id: str, dataset_id: str, epsilon: float) -> dict[str, Any]:
-    return {
+def _params(model_id: str, dataset_id: str, epsilon: float, labels: LabelTask) -> dict[str, Any]:
+    params: dict[str, Any] = {
         "mechanism": MECHANISM,
         "model_id": model_id,
         "dataset_id": dataset_id,
         "epsilon": float(epsilon),
-        "bins": DEFAULT_BINS,
     }
+    if labels.task == "binary":
+        params["bins"] = DEFAULT_BINS
+    else:
+        params["task"] = labels.task
+    return params
 
 
 def _check_epsilon(epsilon: float) -> None:
@@ -108,12 +120,10 @@ def _check_epsilon(epsilon: float) -> None:
         )
 
 
-def _check_same_spec(model: Model, dataset: Dataset) -> None:
-    """422 unless the dataset encodes the model's features the same way with the same label,
-    and that label is binary (evaluating the other tasks is a later step)."""
+def _check_same_spec(model: Model, dataset: Dataset) -> LabelTask:
+    """422 unless the dataset encodes the model's features the same way with the same label
+    and the model predicts that label's task; the label's task."""
     label = dict(dataset.spec.get("label", {}))
-    require_binary(model.label, "private evaluation", loc=["path", "model_id"])
-    require_binary(label, "private evaluation", loc=["body", "dataset_id"])
     same = (
         list(model.feature_names) == list(dataset.feature_names)
         and dict(model.preprocessing) == dict(dataset.preprocessing)
@@ -125,6 +135,9 @@ def _check_same_spec(model: Model, dataset: Dataset) -> None:
             "a model can only be evaluated on data described by the spec it was trained with",
             errors=[{"loc": ["body", "dataset_id"], "msg": "spec differs from the model's"}],
         )
+    labels = dataset_task(dataset)
+    check_model_task(dict(model.body), labels)
+    return labels
 
 
 def _warnings(model: Model, dataset_id: str) -> list[str]:
@@ -143,13 +156,13 @@ def quote_evaluation(
             get_owned_dataset(uow, dataset_id=dataset_id, actor=actor), use="evaluated on"
         )
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
-    _check_same_spec(model, dataset)
+    labels = _check_same_spec(model, dataset)
     return EvaluationQuote(
         model_id=model_id,
         dataset_id=dataset_id,
         epsilon=float(epsilon),
         delta=0.0,
-        epsilon_split={"confusion_matrix": epsilon / 2, "roc_histogram": epsilon - epsilon / 2},
+        epsilon_split=epsilon_split(labels, epsilon),
         remaining_epsilon=remaining_epsilon,
         remaining_delta=remaining_delta,
         warnings=_warnings(model, dataset_id),
@@ -174,22 +187,25 @@ def submit_evaluation(
 
     def draft(u: UnitOfWork) -> JobDraft:
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
+        labels = dataset_task(dataset)
 
         def price() -> Pricing:
             require_live(dataset, use="evaluated on")
             _check_same_spec(model, dataset)
+            # scoring reads every row once per output (K scores for a multi-class model)
+            outputs = labels.n_classes if labels.task == "multiclass" else 1
             return Pricing(
                 mechanism=MECHANISM,
                 charges=[DatasetCharge(dataset.id, dataset.owner_site_id, float(epsilon), 0.0)],
                 audit_action="evaluation.submitted",
                 audit_details={"dataset_id": dataset_id, "model_id": model_id, "epsilon": epsilon},
-                work=evaluation_work(int(dataset.n_rows), int(dataset.n_features)),
+                work=evaluation_work(int(dataset.n_rows), int(dataset.n_features) * outputs),
             )
 
         return JobDraft(
             kind=EVALUATION_KIND,
             dataset_id=dataset.id,
-            params=_params(model_id, dataset_id, epsilon),
+            params=_params(model_id, dataset_id, epsilon, labels),
             price=price,
         )
 
@@ -217,20 +233,17 @@ def run_evaluation_job(
         trained_on = model.dataset_id
     design = read_design(uow_factory, row)
     context.progress(0.1)
-    fitted = model_from_dict(body)
-    scores = np.asarray(fitted.decision_function(design.X), dtype=np.float64)
     seed = context.randomness.job_seed(job.id)
-    randbelow = None if seed is None else random.Random(seed).randrange
-    bootstrap_rng = np.random.default_rng(seed)
     epsilon = float(params["epsilon"])
-    kwargs: dict[str, Any] = {} if randbelow is None else {"randbelow": randbelow}
-    result = evaluate(
-        scores,
+    result = release(
+        model_from_dict(body),
+        design.X,
         design.y,
+        labels=dataset_task(row),
         epsilon=epsilon,
         bins=int(params.get("bins", DEFAULT_BINS)),
-        bootstrap_rng=bootstrap_rng,
-        **kwargs,
+        randbelow=None if seed is None else random.Random(seed).randrange,
+        bootstrap_rng=np.random.default_rng(seed),
     )
     warnings = [IN_SAMPLE_WARNING] if trained_on == job.dataset_id else []
     record = {
@@ -244,7 +257,7 @@ def run_evaluation_job(
         "epsilon": epsilon,
         "delta": 0.0,
         "epsilon_split": result.epsilon_split,
-        **epsilon_split_note(),
+        **result.note,
         "dataset": {"id": row.id, "name": row.name},
         "randomness": context.randomness.describe(job.id),
         "warnings": warnings,
@@ -256,12 +269,11 @@ def run_evaluation_job(
         model_id=str(params["model_id"]),
         dataset_id=row.id,
         epsilon=epsilon,
-        result=json_safe(result.to_dict()),
+        result=json_safe(result.result),
         privacy=json_safe(record),
     )
-    # What the release spent: the two halves of ε (counts and score histograms), δ = 0.
-    spent = float(sum(result.epsilon_split.values()))
-    return Release(model=evaluation, spent={row.id: (spent, 0.0)})
+    # What the release spent (the ε its noise was calibrated with), δ = 0.
+    return Release(model=evaluation, spent={row.id: (result.spent, 0.0)})
 
 
 def _visible(row: EvaluationRow | None, actor: Principal) -> EvaluationRow:

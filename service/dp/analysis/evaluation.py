@@ -45,6 +45,7 @@ __all__ = [
     "METRICS",
     "SENSITIVITY",
     "Evaluation",
+    "bootstrap_discrete_laplace",
     "bootstrap_intervals",
     "confusion_counts",
     "discrete_laplace_pmf",
@@ -207,7 +208,7 @@ def _metrics_matrix(c: NDArray[np.float64]) -> dict[str, NDArray[np.float64]]:
     }
 
 
-def _numpy_discrete_laplace(
+def bootstrap_discrete_laplace(
     rng: np.random.Generator, scale: float, size: tuple[int, ...]
 ) -> NDArray[np.int64]:
     """Discrete Laplace draws for the bootstrap only (never released): G₁ − G₂ with G
@@ -237,7 +238,7 @@ def bootstrap_intervals(
     total = clipped.sum()
     p = clipped / total if total > 0 else np.full(4, 0.25)
     sample = rng.multinomial(max(int(n), 0), p, size=replicates).astype(np.float64)
-    sample += _numpy_discrete_laplace(rng, float(noise_scale(epsilon)), (replicates, 4))
+    sample += bootstrap_discrete_laplace(rng, float(noise_scale(epsilon)), (replicates, 4))
     alpha = 1.0 - confidence
     out: dict[str, tuple[float, float]] = {}
     for name, values in _metrics_matrix(sample).items():

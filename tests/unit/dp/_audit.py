@@ -34,14 +34,22 @@ Pass explicit ``thresholds`` (fixed before sampling) to use all runs with Bonfer
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy import stats
 
-__all__ = ["AuditTest", "audit_tests", "epsilon_lower_bound"]
+__all__ = [
+    "AuditTest",
+    "SequentialAudit",
+    "audit_tests",
+    "epsilon_lower_bound",
+    "event_upper_bound",
+    "sequential_audit",
+]
 
 #: Candidate quantile levels for the selection step (pooled selection halves).
 _CANDIDATE_LEVELS = np.concatenate(
@@ -204,3 +212,93 @@ def epsilon_lower_bound(
     )
     best = max(t.bound for t in tests)
     return best if math.isfinite(best) and best > 0.0 else 0.0
+
+
+def event_upper_bound(
+    outputs_d: ArrayLike,
+    outputs_d_prime: ArrayLike,
+    *,
+    threshold: float,
+    confidence: float = 0.95,
+    delta: float = 0.0,
+) -> float:
+    """A ``confidence``-level upper bound on ln((p − δ)/q) for the one event S = {s > t}, p
+    from D and q from D′ (−∞ when even p's upper bound is at most δ, +∞ when q's lower bound
+    is 0).
+
+    With p_hi the one-sided Clopper–Pearson upper bound on p and q_lo the lower bound on q,
+    each at α/2, both hold with probability ≥ 1 − α, and then ln((p − δ)/q) ≤
+    ln((p_hi − δ)/q_lo). A bound below the claimed ε shows that this event does not reach the
+    claim: it cannot certify privacy (other events may), but it excludes an alternative whose
+    value at this event is above the claim, such as a mechanism with half its noise.
+    """
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
+    a = _as_sample(outputs_d, "outputs_d")
+    b = _as_sample(outputs_d_prime, "outputs_d_prime")
+    alpha = 1.0 - confidence
+    kp = np.array([np.count_nonzero(a > threshold)], dtype=np.int64)
+    kq = np.array([np.count_nonzero(b > threshold)], dtype=np.int64)
+    p_hi = float(_cp_upper(kp, a.size, alpha / 2.0)[0]) - delta
+    q_lo = float(_cp_lower(kq, b.size, alpha / 2.0)[0])
+    if p_hi <= 0.0:
+        return -math.inf
+    if q_lo <= 0.0:
+        return math.inf
+    return math.log(p_hi / q_lo)
+
+
+@dataclass(frozen=True)
+class SequentialAudit:
+    """What :func:`sequential_audit` saw at its last look: the lower bound, the event's upper
+    bound and the runs per dataset it took."""
+
+    bound: float
+    upper: float
+    runs: int
+
+
+def sequential_audit(
+    draw: Callable[[int], tuple[NDArray[np.float64], NDArray[np.float64]]],
+    *,
+    looks: Sequence[int],
+    claim: float,
+    tight: float,
+    decisive: float,
+    thresholds: Sequence[float],
+    confidence: float = 0.99,
+    delta: float = 0.0,
+) -> SequentialAudit:
+    """The audit with group-sequential stopping: ``draw(n)`` returns n more runs on D and on
+    D′, and after each look (``looks`` are the cumulative runs per dataset, K of them) the
+    lower bound L (:func:`epsilon_lower_bound` on the fixed ``thresholds``) and the upper
+    bound U of the event {s > ``decisive``} (:func:`event_upper_bound`) are computed at
+    confidence 1 − α/K each, α = 1 − ``confidence``.
+
+    It stops at the first look where L ≥ ``claim`` (a violation: the caller's assertion fails)
+    or where both tight·claim < L and U < claim hold: the bound is then decided on both sides,
+    the mechanism spends more than ``tight``·claim and the decisive event does not reach the
+    claim. Otherwise it runs to the last look.
+
+    Guarantees (Bonferroni over the K looks): a mechanism that is truly (claim, δ)-DP has
+    L ≥ claim at some look with probability ≤ α, as the fixed-size audit at confidence 1 − α;
+    a mechanism whose value ln((p − δ)/q) at the decisive event is ≥ claim (half the noise,
+    for the thresholds the callers use) stops early as a pass with probability ≤ α, so it
+    either runs to a look where L ≥ claim or to the end, where the caller's assertions apply.
+    """
+    if not looks or any(b <= a for a, b in pairwise(looks)) or looks[0] < 2:
+        raise ValueError("looks must be increasing run counts of at least 2")
+    level = 1.0 - (1.0 - confidence) / len(looks)
+    z_d = np.empty(0)
+    z_dp = np.empty(0)
+    result = SequentialAudit(0.0, math.inf, 0)
+    for runs in looks:
+        more_d, more_dp = draw(runs - z_d.size)
+        z_d = np.concatenate([z_d, more_d])
+        z_dp = np.concatenate([z_dp, more_dp])
+        lower = epsilon_lower_bound(z_d, z_dp, confidence=level, delta=delta, thresholds=thresholds)
+        upper = event_upper_bound(z_d, z_dp, threshold=decisive, confidence=level, delta=delta)
+        result = SequentialAudit(lower, upper, runs)
+        if lower >= claim or (lower > tight * claim and upper < claim):
+            break
+    return result

@@ -42,6 +42,19 @@ their true ε at that δ is 1.19 with the calibrated σ (the χ²-tail argument 
 et al. is not tight in d = 1), 3.47 with half of it and 0.377 with twice. Simulated over 120
 seeds, 5000 runs a dataset give lower bounds of 0.73–1.01 (correct), 2.32–2.97 (half) and
 0.12–0.29 (twice); at δ = 10⁻² the same margins would take about twice the runs.
+
+The Gaussian audits stop early (:func:`tests.unit.dp._audit.sequential_audit`): looks after
+1000, 2000, …, 5000 runs a dataset, each bound at 1 − α/5 (Bonferroni over the looks, so the
+bound stays a 99 % one), stopping at the first look where the lower bound passes the tightness
+threshold and a 1 − α/5 upper bound on ln((p − δ)/q) for the event {z > 1 + s/2} is below the
+claim; its value there is 1.05 with the calibrated σ and 2.85 with half of it, so a mechanism
+with half the noise stops early with probability ≤ 1 %. Simulated from the law over 200 seeds:
+with the calibrated σ every audit passes, after 1000 (85), 2000 (107) or 3000 (8) runs, 1,615
+on average instead of 5000 (a third of the time); with half the noise all 200 are caught (the
+fixed 5000-run audit also catches 200 of 200); with twice the noise none reaches the tightness
+threshold (the test fails, as it must). What it gives up: at σ × 0.6 the sequential audit
+catches 22 % of seeds and the fixed one 35 %, at σ × 0.65 neither catches any; the KS law
+tests remain what pins σ itself.
 The pure-ε audits use 1000 runs a dataset: over 40 simulated seeds their bounds are 1.35–1.70
 (correct; the tightness threshold is 1.2), 2.57–3.55 (half; claim 2) and 0.53–0.81 (twice).
 """
@@ -60,13 +73,20 @@ from numpy.typing import NDArray
 from service.dp.core.base import Calibration, Problem
 from service.dp.mechanisms import get_mechanism
 from service.dp.optimize import certified
-from tests.unit.dp._audit import audit_tests, epsilon_lower_bound
+from tests.unit.dp._audit import (
+    audit_tests,
+    epsilon_lower_bound,
+    event_upper_bound,
+    sequential_audit,
+)
 from tests.unit.dp._budget import objective_budget
 
 FloatArray = NDArray[np.float64]
 #: Runs per dataset in the mechanism audits (pure ε / Gaussian).
 RUNS_PURE = 1000
 RUNS_GAUSSIAN = 5000
+#: The sequential Gaussian audit's looks (cumulative runs a dataset), up to RUNS_GAUSSIAN.
+GAUSSIAN_LOOKS = (1000, 2000, 3000, 4000, 5000)
 CONFIDENCE = 0.99
 
 # ---------------------------------------------------------------- the helper
@@ -130,6 +150,33 @@ def test_helper_with_fixed_thresholds_and_symmetry() -> None:
     assert epsilon_lower_bound(a, a) == 0.0
 
 
+def test_event_upper_bound_covers_the_true_ratio_and_is_sharp() -> None:
+    rng = np.random.default_rng(4)
+    # D = 1 + Laplace(1), D′ = Laplace(1): for {s > 1}, p = 1/2 and q = e⁻¹/2, ln(p/q) = 1
+    a = 1.0 + rng.laplace(0.0, 1.0, 4000)
+    b = rng.laplace(0.0, 1.0, 4000)
+    upper = event_upper_bound(a, b, threshold=1.0, confidence=0.99)
+    assert 1.0 <= upper < 1.3
+    # δ comes off p: with δ = 1/2 − 10⁻⁹ at most p's sampling error is left
+    assert event_upper_bound(a, b, threshold=1.0, confidence=0.99, delta=0.5 - 1e-9) < 0.0
+    # an event D never reaches, with δ above p's upper bound: −∞; one D′ never reaches: ∞
+    assert event_upper_bound(a, b, threshold=100.0, delta=0.01) == -math.inf
+    assert event_upper_bound(a + 100.0, b, threshold=50.0) == math.inf
+    with pytest.raises(ValueError, match="confidence"):
+        event_upper_bound(a, b, threshold=1.0, confidence=1.0)
+
+
+def test_sequential_audit_checks_its_looks() -> None:
+    def draw(runs: int) -> tuple[FloatArray, FloatArray]:
+        return np.zeros(runs), np.zeros(runs)
+
+    for looks in ((), (1000, 1000), (1,)):
+        with pytest.raises(ValueError, match="looks"):
+            sequential_audit(
+                draw, looks=looks, claim=1.0, tight=0.5, decisive=0.0, thresholds=[0.0]
+            )
+
+
 @pytest.mark.parametrize(
     ("a", "b", "kw", "match"),
     [
@@ -185,6 +232,12 @@ class Case:
         Gaussian: above D's mean, where p − δ against q is largest for these shifts."""
         steps = (0.25, 0.5, 0.75, 1.0) if self.delta > 0.0 else (0.0, 0.5, 1.0)
         return [1.0 + k * self.scale for k in steps]
+
+    @property
+    def decisive(self) -> float:
+        """The event {z > 1 + s/2} of the sequential Gaussian audit's upper bound (module
+        docstring): ln((p − δ)/q) there is 1.05 with the calibrated σ, 2.85 with half."""
+        return 1.0 + 0.5 * self.scale
 
 
 # The objective's budget (n = 4, d = 1): τ₀ = 1e-10 + 8·5·2⁻⁵³ = 1.0000444089e-10,
@@ -265,11 +318,13 @@ def _calibration(case: Case) -> Calibration:
     return cal
 
 
-def _statistic(case: Case, cal: Calibration, y: FloatArray, seed: int, runs: int) -> FloatArray:
+def _statistic(
+    case: Case, cal: Calibration, y: FloatArray, rng: np.random.Generator | int, runs: int
+) -> FloatArray:
     """z = (n(λ + Δ)·w + 2)/2 of ``runs`` seeded releases on (X_PAIR, y)."""
     mech = get_mechanism(case.name)
     problem = _problem(case)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(rng)
     coefs = np.array(
         [
             mech.run(X_PAIR, y, problem, cal, rng=rng, progress=None).coef[0]  # type: ignore[attr-defined]
@@ -281,12 +336,34 @@ def _statistic(case: Case, cal: Calibration, y: FloatArray, seed: int, runs: int
 
 
 def _audit(case: Case, cal: Calibration, seed: int) -> float:
-    runs = RUNS_GAUSSIAN if case.delta > 0.0 else RUNS_PURE
-    z_d = _statistic(case, cal, Y_D, seed, runs)
-    z_dp = _statistic(case, cal, Y_D_PRIME, seed + 1, runs)
+    """The pure-ε audit: RUNS_PURE runs a dataset."""
+    z_d = _statistic(case, cal, Y_D, seed, RUNS_PURE)
+    z_dp = _statistic(case, cal, Y_D_PRIME, seed + 1, RUNS_PURE)
     return epsilon_lower_bound(
         z_d, z_dp, confidence=CONFIDENCE, delta=case.delta, thresholds=case.thresholds
     )
+
+
+def _sequential_audit(case: Case, cal: Calibration, seed: int) -> float:
+    """The Gaussian audit, stopped at the first of GAUSSIAN_LOOKS where it is decided
+    (:func:`tests.unit.dp._audit.sequential_audit`; the module docstring gives its power)."""
+    rng_d, rng_dp = np.random.default_rng(seed), np.random.default_rng(seed + 1)
+
+    def draw(runs: int) -> tuple[FloatArray, FloatArray]:
+        return _statistic(case, cal, Y_D, rng_d, runs), _statistic(
+            case, cal, Y_D_PRIME, rng_dp, runs
+        )
+
+    return sequential_audit(
+        draw,
+        looks=GAUSSIAN_LOOKS,
+        claim=EPS,
+        tight=TIGHT[case.delta],
+        decisive=case.decisive,
+        thresholds=case.thresholds,
+        confidence=CONFIDENCE,
+        delta=case.delta,
+    ).bound
 
 
 def _scaled_noise(cal: Calibration, scale: float, *, release: bool = False) -> Calibration:
@@ -326,7 +403,8 @@ def test_the_pair_releases_the_hand_derived_means() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_empirical_epsilon_stays_below_the_claim_and_close_to_it(case: Case) -> None:
-    lower = _audit(case, _calibration(case), seed=100)
+    audit = _sequential_audit if case.delta > 0.0 else _audit
+    lower = audit(case, _calibration(case), seed=100)
     assert lower < EPS
     # the pair attains the bound: the audit sees most of ε (twice the noise cannot)
     assert lower > TIGHT[case.delta] * EPS
@@ -334,17 +412,28 @@ def test_empirical_epsilon_stays_below_the_claim_and_close_to_it(case: Case) -> 
 
 def _simulated_audit(case: Case, noise_scale: float, seed: int) -> float:
     """The audit on z drawn from the hand-derived law with its noise scaled by
-    ``noise_scale``: D centred at 1, D′ at 0 (the KS law tests pin each mechanism to it)."""
+    ``noise_scale``: D centred at 1, D′ at 0 (the KS law tests pin each mechanism to it);
+    sequential for the Gaussian mechanisms, as their audit of the mechanism is."""
     rng = np.random.default_rng(seed)
-    runs = RUNS_GAUSSIAN if case.delta > 0.0 else RUNS_PURE
     scale = case.scale * noise_scale
 
-    def noise() -> FloatArray:
+    def noise(runs: int) -> FloatArray:
         if case.delta > 0.0:
             return rng.normal(0.0, scale, runs)
         return rng.laplace(0.0, scale, runs)
 
-    z_d, z_dp = 1.0 + noise(), noise()
+    if case.delta > 0.0:
+        return sequential_audit(
+            lambda runs: (1.0 + noise(runs), noise(runs)),
+            looks=GAUSSIAN_LOOKS,
+            claim=EPS,
+            tight=TIGHT[case.delta],
+            decisive=case.decisive,
+            thresholds=case.thresholds,
+            confidence=CONFIDENCE,
+            delta=case.delta,
+        ).bound
+    z_d, z_dp = 1.0 + noise(RUNS_PURE), noise(RUNS_PURE)
     return epsilon_lower_bound(
         z_d, z_dp, confidence=CONFIDENCE, delta=case.delta, thresholds=case.thresholds
     )

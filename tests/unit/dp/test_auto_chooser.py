@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from service.dp.analysis import auto
+from service.dp.analysis.regularization import auto_regularization
 
 
 def test_reference_task_is_the_documented_one() -> None:
@@ -64,10 +65,10 @@ def test_predictor_under_overwhelming_noise_is_a_coin_flip() -> None:
     assert not band.below_baseline  # no baseline known: no warning
 
 
-def test_tiny_budget_picks_the_largest_lambda_and_is_below_the_majority() -> None:
-    # n·ε = 100 for d = 51: output perturbation's noise norm 2d/(nλε) = 1.02/λ exceeds the
-    # signal ‖w*‖ (≤ 1/λ, and saturating for small λ), so only the strongest regularisation
-    # keeps some direction; nothing beats always answering the majority class (0.75).
+def test_tiny_budget_keeps_the_preferred_mechanism_at_its_rule_and_is_below_the_majority() -> None:
+    # n·ε = 100 for d = 51: every mechanism's noise swamps the signal on the reference, no
+    # candidate is clearly better than the first in the order (objective perturbation at δ = 0,
+    # at the automatic λ), and nothing beats always answering the majority class (0.75).
     choice = auto.choose(
         n=2000,
         d=51,
@@ -77,7 +78,8 @@ def test_tiny_budget_picks_the_largest_lambda_and_is_below_the_majority() -> Non
         regularization=None,
         majority=0.75,
     )
-    assert choice.chosen.regularization == max(auto.LAMBDA_GRID)
+    rule = auto_regularization("objective_perturbation", n=2000, d=51, epsilon=0.05)
+    assert choice.chosen == auto.Candidate.of("objective_perturbation", rule.regularization)
     best = max(f.mean for f in choice.figures if f.excluded is None)
     assert best < 0.75
     band = auto.expected_accuracy(
@@ -109,10 +111,18 @@ def test_delta_zero_excludes_the_gaussian_mechanisms_with_the_reason() -> None:
     grid = auto.auto_candidates(
         n=500, d=6, epsilon=1.0, delta=1e-6, loss="logistic", regularization=None
     )
-    assert {f.candidate.regularization for f in grid} == set(auto.LAMBDA_GRID)
+    # no λ: each mechanism's automatic λ, and the grid for DP-SGD (which has no rule)
+    for f in grid:
+        mechanism = f.candidate.mechanism
+        if mechanism == "dp_sgd":
+            assert f.candidate.regularization in auto.LAMBDA_GRID
+        else:
+            rule = auto_regularization(mechanism, n=500, d=6, epsilon=1.0, delta=1e-6)
+            assert f.candidate.regularization == rule.regularization, mechanism
+    assert [f.candidate.mechanism for f in grid][:2] == ["noisy_gd", "objective_perturbation"]
 
 
-def test_choice_is_the_argmax_of_its_figures_and_reproducible() -> None:
+def test_choice_follows_the_decision_rule_and_is_reproducible() -> None:
     kwargs = {
         "n": 300,
         "d": 6,
@@ -126,9 +136,30 @@ def test_choice_is_the_argmax_of_its_figures_and_reproducible() -> None:
     second = auto.choose(**kwargs)  # type: ignore[arg-type]
     assert first.to_dict() == second.to_dict()
     scored = [f for f in first.figures if f.excluded is None]
-    top = max(f.mean for f in scored)
-    # ties go to the first listed
-    assert first.chosen == next(f.candidate for f in scored if f.mean == top)
+    # by hand: the first in order, replaced only by a clearly better later one
+    pick = scored[0]
+    for f in scored[1:]:
+        diff = np.subtract(f.accuracies, pick.accuracies)
+        se = diff.std(ddof=1) / math.sqrt(diff.size)
+        if diff.mean() > max(auto.MIN_GAIN, auto.GAIN_Z * se):
+            pick = f
+    assert first.chosen == pick.candidate
+
+
+@pytest.mark.parametrize(
+    ("challenger", "incumbent", "better"),
+    [
+        ([0.62, 0.61, 0.63, 0.60], [0.60, 0.59, 0.61, 0.58], True),  # +0.02 on every draw
+        ([0.605, 0.595, 0.615, 0.585], [0.60, 0.59, 0.61, 0.58], False),  # +0.005 < MIN_GAIN
+        # mean +0.0275 but se = 0.0359: 3.2·se = 0.115 is not beaten
+        ([0.70, 0.55, 0.68, 0.58], [0.60, 0.60, 0.60, 0.60], False),
+        ([0.50, 0.50, 0.50, 0.50], [0.60, 0.60, 0.60, 0.60], False),
+    ],
+)
+def test_clearly_better_by_hand(
+    challenger: list[float], incumbent: list[float], better: bool
+) -> None:
+    assert auto.clearly_better(challenger, incumbent) is better
 
 
 def test_no_admissible_candidate_is_an_error() -> None:

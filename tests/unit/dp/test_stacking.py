@@ -464,10 +464,15 @@ def test_empirical_privacy_of_pst_s() -> None:
 
 @pytest.mark.statistical
 @pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(("audit", "eps"), [(_pst_f_bound, 2.0), (_pst_s_bound, 1.0)])
 def test_stacking_audits_catch_half_the_noise(
     monkeypatch: pytest.MonkeyPatch, audit: Any, eps: float
 ) -> None:
+    """The controls, in the heavy tier: the real stacking fits with half the low-level noise
+    show the audits' power (a test of the test, which changes only when an audit does). The
+    default tier keeps both audits at the calibrated noise, which a stacking fit drawing half
+    its low-level noise fails exactly as these controls do."""
     _halve_the_low_level_noise(monkeypatch)
     assert audit(11) > eps
 

@@ -334,10 +334,16 @@ def test_empirical_epsilon_stays_below_the_claim_and_close_to_it(case: Case) -> 
 
 @pytest.mark.statistical
 @pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize(
     ("case", "noise_scale"), CONTROLS, ids=[f"{c.name}-x{s:g}" for c, s in CONTROLS]
 )
 def test_audit_catches_half_and_twice_the_noise(case: Case, noise_scale: float) -> None:
+    """The controls, in the heavy tier: they run each protocol with its noise mis-scaled and
+    show the audit's power on it (a test of the test, which changes only when the audit or
+    the pair does). The default tier keeps the audit at the calibrated noise, which a protocol
+    drawing half its noise fails exactly as the ×0.5 control does, and the protocols' KS law
+    tests where they have one (test_noisy_average.py, test_admm.py, test_admm_gaussian.py)."""
     problem, cal = _calibration(case)
     lower = _audit(case, problem, case.scale_noise(cal, noise_scale), seed=200)
     assert math.isfinite(lower)

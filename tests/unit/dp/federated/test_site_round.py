@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextvars
 import threading
-import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -54,11 +53,19 @@ def test_every_site_runs_at_once() -> None:
 def test_results_keep_site_order_whatever_order_the_steps_end_in() -> None:
     K = 5
 
+    ended = [threading.Event() for _ in range(K)]
+    order: list[int] = []
+
     def step(k: int, party: Party) -> tuple[int, int]:
-        time.sleep(0.02 * (K - k))  # the last site ends first
+        # the last site ends first: site k waits until site k + 1 has ended
+        if k + 1 < K:
+            assert ended[k + 1].wait(BARRIER_SECONDS)
+        order.append(k)
+        ended[k].set()
         return k, party.index
 
     assert site_round([Party(k) for k in range(K)], step) == [(k, k) for k in range(K)]
+    assert order == list(range(K))[::-1]
 
 
 _CALLER: contextvars.ContextVar[str] = contextvars.ContextVar("caller", default="none")
@@ -82,13 +89,19 @@ def test_one_site_runs_on_the_calling_thread() -> None:
 def test_a_failure_waits_for_the_round_and_names_the_first_failing_site() -> None:
     K = 4
     barrier = threading.Barrier(K, timeout=BARRIER_SECONDS)
+    failing = {1: threading.Event(), 3: threading.Event()}
     finished: list[int] = []
 
     def step(k: int, party: Party) -> int:
         barrier.wait()
-        if k in (1, 3):
+        if k in failing:
+            # site 3 fails first, site 1 after it: the error named is still site 1's
+            if k == 1:
+                assert failing[3].wait(BARRIER_SECONDS)
+            failing[k].set()
             raise ConvergenceError(f"step {k} failed")
-        time.sleep(0.05)
+        # the other sites end only after both failures
+        assert all(event.wait(BARRIER_SECONDS) for event in failing.values())
         finished.append(k)
         return k
 

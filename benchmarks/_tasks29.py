@@ -1,0 +1,351 @@
+"""What issue 29's two side-by-side benchmarks share: PrivFit's λ per mechanism, a guard for
+mechanisms that do not fit a task yet, the tally of every contender's per-run figures, and the
+markdown tables (mean ± standard error, fit times and ratios).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from benchmarks._common import timed
+from service.dp import PrivacyParameterError, calibrate, fit
+from service.dp.core.tasks import Task
+
+__all__ = [
+    "EPSILONS",
+    "FIXED_LAMBDA",
+    "FIXED_LAMBDAS",
+    "LambdaChoice",
+    "Tally",
+    "dp_source",
+    "mean_se",
+    "privfit_lambda",
+    "privfit_refusal",
+    "timed_privfit",
+    "write_json",
+]
+
+FloatArray = NDArray[np.float64]
+
+EPSILONS: tuple[float, ...] = (0.1, 0.5, 1.0, 5.0)
+#: λ of a mechanism that has no automatic rule for the task (public, fixed before any run).
+FIXED_LAMBDA = 1e-3
+#: ... except these: AdaSSP chooses its own ridge from a noisy λ_min(XᵀX) and adds nλ on top,
+#: so a negligible λ keeps it Wang's algorithm (which has no other ridge).
+FIXED_LAMBDAS: dict[str, float] = {"adassp": 1e-6}
+
+
+@dataclass(frozen=True)
+class LambdaChoice:
+    """PrivFit's λ for one (mechanism, ε) and where it came from (shown in the output)."""
+
+    value: float
+    source: str
+
+
+def privfit_lambda(
+    mechanism: str,
+    *,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    task: Task,
+    n_classes: int,
+) -> LambdaChoice:
+    """The automatic rule (:func:`service.dp.analysis.regularization.auto_regularization`)
+    where it applies, from public n, d, ε, δ only.
+
+    * If the rule takes the task, it is asked for this task.
+    * Otherwise, for a mechanism the rule covers, the binary rule is evaluated at the dimension
+      of the released noise, d·K for K classes (d for regression), with the task's loss where
+      the binary rule knows it (``huber``; else ``logistic``'s constants): a public proxy, since
+      every noise term of the rule grows with the noise's dimension.
+    * Otherwise :data:`FIXED_LAMBDAS` or :data:`FIXED_LAMBDA`.
+    """
+    from service.dp.analysis import regularization as rule
+
+    takes_task = "task" in inspect.signature(rule.auto_regularization).parameters
+    if mechanism not in rule.AUTO_MECHANISMS:
+        fixed = FIXED_LAMBDAS.get(mechanism, FIXED_LAMBDA)
+        return LambdaChoice(fixed, f"fixed {fixed:g} (no automatic rule)")
+    try:
+        if takes_task:
+            kwargs: dict[str, Any] = {"task": task, "n_classes": n_classes}
+            choice = rule.auto_regularization(
+                mechanism, n=n, d=d, epsilon=epsilon, delta=delta, loss=loss, **kwargs
+            )
+            return LambdaChoice(choice.regularization, "auto")
+        outputs = n_classes if task == "multiclass" else 1
+        proxy_loss = loss if loss in ("logistic", "huber") else "logistic"
+        choice = rule.auto_regularization(
+            mechanism, n=n, d=d * outputs, epsilon=epsilon, delta=delta, loss=proxy_loss
+        )
+        return LambdaChoice(choice.regularization, f"binary auto rule at dimension {d * outputs}")
+    except ValueError as exc:
+        return LambdaChoice(FIXED_LAMBDA, f"fixed {FIXED_LAMBDA:g} (rule refused: {exc})")
+
+
+def privfit_refusal(
+    mechanism: str,
+    *,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    regularization: float,
+    task: Task,
+    n_classes: int,
+    params: Mapping[str, Any] | None = None,
+) -> str | None:
+    """None if PrivFit's dry run accepts the mechanism for this task (public inputs only),
+    else the refusal's message: a mechanism that does not fit the task yet is reported as
+    "not available" instead of failing the benchmark."""
+    try:
+        calibrate(
+            mechanism,
+            n=n,
+            d=d,
+            epsilon=epsilon,
+            delta=delta,
+            loss=loss,
+            regularization=regularization,
+            task=task,
+            n_classes=n_classes,
+            **dict(params or {}),
+        )
+    except (PrivacyParameterError, ValueError, NotImplementedError, KeyError) as exc:
+        return str(exc) or type(exc).__name__
+    return None
+
+
+def timed_privfit(
+    X: FloatArray,
+    y: FloatArray,
+    mechanism: str,
+    *,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    regularization: float,
+    task: Task,
+    n_classes: int,
+    rng: np.random.Generator,
+    params: Mapping[str, Any] | None = None,
+) -> tuple[Any, float]:
+    """``service.dp.fit`` on the raw arrays (its checks included, as a user's call) and its
+    wall-clock seconds; returns the released model."""
+    result, seconds, _ = timed(
+        lambda: fit(
+            X,
+            y,
+            mechanism,
+            epsilon=epsilon,
+            delta=delta,
+            loss=loss,
+            regularization=regularization,
+            task=task,
+            n_classes=n_classes,
+            rng=rng,
+            **dict(params or {}),
+        )
+    )
+    return result.model, seconds
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error (sd/√runs; 0 for a single run)."""
+    arr = np.asarray(values, dtype=np.float64)
+    se = float(arr.std(ddof=1) / math.sqrt(arr.size)) if arr.size > 1 else 0.0
+    return float(arr.mean()), se
+
+
+@dataclass
+class Tally:
+    """Per-ε, per-contender lists of the metric and of the fit seconds; contenders that are
+    not available (with the reason) or failed in a run (with the error)."""
+
+    contenders: tuple[str, ...]
+    metric: str
+    higher_is_better: bool
+    values: dict[float, dict[str, list[float]]] = field(default_factory=dict)
+    seconds: dict[float, dict[str, list[float]]] = field(default_factory=dict)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    failures: dict[str, list[str]] = field(default_factory=dict)
+    lambdas: dict[float, dict[str, str]] = field(default_factory=dict)
+
+    def add(self, eps: float, name: str, value: float, seconds: float | None) -> None:
+        self.values.setdefault(eps, {}).setdefault(name, []).append(float(value))
+        if seconds is not None:
+            self.seconds.setdefault(eps, {}).setdefault(name, []).append(float(seconds))
+
+    def run(self, eps: float, name: str, fit_and_score: Callable[[], tuple[float, float]]) -> None:
+        """Record one run of a contender; an error is counted (and shown), not fatal."""
+        try:
+            value, seconds = fit_and_score()
+        except Exception as exc:  # reported in the output, per contender
+            self.failures.setdefault(name, []).append(f"ε={eps:g}: {type(exc).__name__}: {exc}")
+            return
+        self.add(eps, name, value, seconds)
+
+    def cell(self, eps: float, name: str, digits: int) -> str:
+        if name in self.unavailable:
+            return "not available"
+        vals = self.values.get(eps, {}).get(name, [])
+        if not vals:
+            return "failed"
+        m, se = mean_se(vals)
+        fmt = ".2e" if abs(m) >= 1e5 else f".{digits}f"  # diffprivlib's unclipped RMSE
+        return f"{m:{fmt}}" if se == 0.0 else f"{m:{fmt}} ± {se:{fmt}}"
+
+    def metric_table(self, digits: int = 3) -> str:
+        head = "| ε | " + " | ".join(self.contenders) + " |"
+        lines = [head, "|" + "---|" * (len(self.contenders) + 1)]
+        for eps in sorted(self.values):
+            cells = [self.cell(eps, c, digits) for c in self.contenders]
+            lines.append(f"| {eps:g} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def median_seconds(self, eps: float, name: str) -> float | None:
+        vals = self.seconds.get(eps, {}).get(name, [])
+        return float(np.median(vals)) if vals else None
+
+    def time_table(self, timed_names: Sequence[str], reference: str) -> str:
+        """Median fit seconds per contender and, for the others, the median over runs of the
+        per-run ratio to ``reference``'s time in the same run."""
+        others = [c for c in timed_names if c != reference]
+        titles = [f"{c} s" for c in timed_names] + [f"{c} / {reference}" for c in others]
+        head = "| ε | " + " | ".join(titles) + " |"
+        lines = [head, "|" + "---|" * (len(timed_names) + len(others) + 1)]
+        for eps in sorted(self.seconds):
+            cells = []
+            for c in timed_names:
+                s = self.median_seconds(eps, c)
+                cells.append("—" if s is None else f"{s:.3f}")
+            ref = self.seconds[eps].get(reference, [])
+            for c in others:
+                own = self.seconds[eps].get(c, [])
+                if not own or not ref or len(own) != len(ref):
+                    cells.append("—")
+                else:
+                    ratios = np.asarray(own) / np.maximum(np.asarray(ref), 1e-9)
+                    cells.append(f"{float(np.median(ratios)):.2f}×")
+            lines.append(f"| {eps:g} | " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def lambda_table(self) -> str:
+        """PrivFit's λ per ε and contender, and where each came from (one line per contender)."""
+        names = list(next(iter(self.lambdas.values()), {}))
+        lines = ["| ε | " + " | ".join(f"{c} λ" for c in names) + " |"]
+        lines.append("|" + "---|" * (len(names) + 1))
+        sources: dict[str, set[str]] = {c: set() for c in names}
+        for eps in sorted(self.lambdas):
+            cells = []
+            for c in names:
+                value, _, source = self.lambdas[eps][c].partition(" (")
+                cells.append(value)
+                sources[c].add(source[:-1] if source.endswith(")") else source)
+            lines.append(f"| {eps:g} | " + " | ".join(cells) + " |")
+        lines.append("")
+        lines += [f"- {c}: {'; '.join(sorted(src))}" for c, src in sources.items()]
+        return "\n".join(lines)
+
+    def verdict(self, ours: Sequence[str], peers: Sequence[str], trivial: str) -> list[str]:
+        """One line per PrivFit contender: at which ε its mean beats the best peer's mean, and
+        where it is worse than the trivial model (the goal of issue 29)."""
+        sign = 1.0 if self.higher_is_better else -1.0
+        lines = []
+        for name in ours:
+            if name in self.unavailable:
+                lines.append(f"- {name}: not available ({self.unavailable[name]})")
+                continue
+            wins: list[str] = []
+            losses: list[str] = []
+            below: list[str] = []
+            for eps in sorted(self.values):
+                vals = self.values[eps].get(name)
+                if not vals:
+                    continue
+                m = float(np.mean(vals))
+                peer = [
+                    float(np.mean(self.values[eps][p]))
+                    for p in peers
+                    if self.values[eps].get(p) and p not in self.unavailable
+                ]
+                if peer:
+                    best = max(peer) if self.higher_is_better else min(peer)
+                    (wins if sign * (m - best) > 0 else losses).append(f"{eps:g}")
+                triv = self.values[eps].get(trivial)
+                if triv and sign * (m - float(np.mean(triv))) < 0:
+                    below.append(f"{eps:g}")
+            lines.append(
+                f"- {name}: better than the best diffprivlib column at ε ∈ {{{', '.join(wins)}}}"
+                f"; not at ε ∈ {{{', '.join(losses)}}}; worse than {trivial} at ε ∈ "
+                f"{{{', '.join(below)}}}"
+            )
+        return lines
+
+    def failure_lines(self) -> list[str]:
+        """One line per contender that failed in some run (the first error shown)."""
+        lines = []
+        for name, errors in self.failures.items():
+            lines.append(f"- {name} failed in {len(errors)} run(s), e.g. {errors[0]}")
+        return lines
+
+    @classmethod
+    def from_raw(cls, raw: Mapping[str, Any], *, higher_is_better: bool) -> Tally:
+        """The tally :meth:`raw` wrote (to print a saved run's tables again)."""
+        return cls(
+            contenders=tuple(raw["contenders"]),
+            metric=raw["metric"],
+            higher_is_better=higher_is_better,
+            values={float(e): v for e, v in raw["values"].items()},
+            seconds={float(e): v for e, v in raw["seconds"].items()},
+            unavailable=dict(raw["unavailable"]),
+            failures=dict(raw["failures"]),
+            lambdas={float(e): v for e, v in raw["lambdas"].items()},
+        )
+
+    def raw(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric,
+            "contenders": list(self.contenders),
+            "values": {f"{e:g}": v for e, v in self.values.items()},
+            "seconds": {f"{e:g}": v for e, v in self.seconds.items()},
+            "unavailable": self.unavailable,
+            "failures": self.failures,
+            "lambdas": {f"{e:g}": v for e, v in self.lambdas.items()},
+        }
+
+
+def dp_source() -> str:
+    """Where the imported ``service.dp`` lives and a short hash of its source (the numbers
+    name the DP core they measured, also when it is imported from another checkout)."""
+    import hashlib
+
+    import service.dp
+
+    root = Path(service.dp.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return f"service/dp imported from {root} (source hash {digest.hexdigest()[:12]})"
+
+
+def write_json(path: Path | None, payload: dict[str, Any]) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
