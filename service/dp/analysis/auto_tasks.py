@@ -13,7 +13,8 @@ privacy and its record says why:
    loss, whose sensitivity 2h trades bias (h small) against noise (h large). Wang 2018 shows
    AdaSSP within constants of the minimax rate for linear regression; its δ > 0 is what it
    needs (≥ its minimum δ).
-2. **Otherwise** (multi-class; regression at δ = 0 or with ``loss: huber``): the candidates
+2. **Otherwise** (multi-class; regression at δ = 0, or with ``loss: huber`` or a Huber
+   width ``h`` and no loss): the candidates
    with a λ rule (:mod:`service.dp.analysis.regularization_tasks`; DP-SGD has none) in the
    public order of :data:`PREFERENCE` — objective perturbation, then output perturbation —
    each at its own rule's λ*; regression candidates fit the Huber loss (width ``h``, default
@@ -154,7 +155,8 @@ def rank_for_task(
     rules = TASK_RULE_MECHANISMS.get(task, frozenset())
     considered: list[TaskCandidate] = []
     usable: list[TaskCandidate] = []
-    squared = task == "regression" and loss in (None, "squared")
+    # a Huber width without a loss asks for the Huber loss
+    squared = task == "regression" and (loss == "squared" or (loss is None and "h" not in params))
     for name in names:
         if name not in rules:
             considered.append(

@@ -160,6 +160,7 @@ def test_auto_candidates_come_from_the_registry() -> None:
         ("regression", 1e-6, "squared", "adassp", "squared"),
         ("regression", 0.0, None, "objective_perturbation", "huber"),
         ("regression", 1e-6, "huber", "objective_perturbation", "huber"),
+        ("regression", 1e-6, "h", "objective_perturbation", "huber"),
     ],
 )
 def test_auto_rule(
@@ -172,7 +173,8 @@ def test_auto_rule(
         d=20,
         epsilon=1.0,
         delta=delta,
-        loss=loss,
+        loss=None if loss == "h" else loss,  # "h": no loss, a Huber width
+        params={"h": 0.8} if loss == "h" else None,
     )
     first = choice.ranked[0]
     assert (first.mechanism, first.loss) == (chosen, chosen_loss)
