@@ -6,10 +6,10 @@
   class index; 2(v − L)/(U − L) − 1), checked against hand-computed values.
 * Every refusal is a 422 problem that stores nothing, charges nothing and shows no data value:
   a row of no declared class, a non-numeric or non-finite numeric label, a mixture of label
-  forms (the field is named), a mechanism that does not fit the task, and the operations not
-  yet built for these tasks (auto, λ "auto", tuning, the planner; evaluations are tested in
-  tests/api/test_evaluation_tasks.py, exports in tests/e2e/test_task_exports.py); a binary
-  study refuses a multi-class contribution (tests/api/test_study_tasks.py: the rest).
+  forms (the field is named), a mechanism that does not fit the task. The operations built for
+  these tasks are tested beside them (evaluations in tests/api/test_evaluation_tasks.py,
+  exports in tests/e2e/test_task_exports.py, auto, λ "auto", tuning and the planner in
+  tests/api/test_task_auto.py and test_task_tuning.py, studies in tests/api/test_study_tasks.py).
 * End to end with ``non_private`` (upload, fit, GET the model, predict) once it fits the task;
   skipped, saying so, while it does not (its multi-class and regression fits are built in
   service.dp by their own change).
@@ -272,33 +272,6 @@ def test_a_mechanism_that_does_not_fit_the_task_is_a_422_with_nothing_charged(
     _nothing_charged(client, site, engine, dataset["id"])
 
 
-@pytest.mark.parametrize(
-    ("body", "field"),
-    [
-        ({"mechanism": "auto", "epsilon": 1.0, "regularization": 0.01}, "mechanism"),
-        ({"mechanism": "output_perturbation", "epsilon": 1.0}, "regularization"),
-        (
-            {"mechanism": "output_perturbation", "epsilon": 1.0, "regularization": "auto"},
-            "regularization",
-        ),
-    ],
-)
-@pytest.mark.parametrize("label", [MULTICLASS, NUMERIC])
-def test_auto_and_the_auto_lambda_are_not_yet_offered_for_these_tasks(
-    client: TestClient,
-    site: SiteHandle,
-    engine: Engine,
-    label: dict[str, Any],
-    body: dict[str, Any],
-    field: str,
-) -> None:
-    dataset = uploaded(client, site, label)
-    problem = assert_problem(_fit(client, site, dataset["id"], body), 422, "unsupported-label-task")
-    assert "not yet available for multiclass/regression datasets" in problem["detail"]
-    assert problem["errors"][0]["loc"] == ["body", field]
-    _nothing_charged(client, site, engine, dataset["id"])
-
-
 def test_a_numeric_label_refuses_a_class_loss(
     client: TestClient, site: SiteHandle, engine: Engine
 ) -> None:
@@ -387,25 +360,6 @@ def test_a_regression_fit_predicts_numbers_within_the_bounds(
 
 
 # ---- what is not built for these tasks yet: a clear 422 ------------------------------------
-
-
-def test_tuning_and_the_planner_refuse_these_tasks(
-    client: TestClient, site: SiteHandle, engine: Engine
-) -> None:
-    dataset = uploaded(client, site, MULTICLASS)
-    tuned = {
-        "mechanism": "output_perturbation",
-        "epsilon": 1.0,
-        "regularization": {"candidates": [0.01, 0.1]},
-    }
-    problem = assert_problem(
-        _fit(client, site, dataset["id"], tuned), 422, "unsupported-label-task"
-    )
-    assert "private tuning" in problem["detail"]
-    plan = {"mechanism": "output_perturbation", "epsilons": [0.5], "regularizations": [0.01]}
-    response = client.post(f"/v1/datasets/{dataset['id']}/plans", json=plan, headers=site.headers)
-    assert "planner" in assert_problem(response, 422, "unsupported-label-task")["detail"]
-    _nothing_charged(client, site, engine, dataset["id"])
 
 
 def test_evaluating_a_binary_model_on_a_numeric_label_is_refused_with_nothing_charged(

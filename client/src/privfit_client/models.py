@@ -1844,6 +1844,19 @@ class OutputPerturbationOptions(BaseModel):
     ] = 0.5
 
 
+PlanCreateAdasspLoss = TypeAliasType(
+    "PlanCreateAdasspLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            max_length=16,
+            title="Loss",
+        ),
+    ],
+)
+
+
 PlanCreateAdasspReferenceDatasetId = TypeAliasType(
     "PlanCreateAdasspReferenceDatasetId",
     Annotated[
@@ -1878,7 +1891,13 @@ class PlanCreateAdassp(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
-    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    loss: Annotated[
+        PlanCreateAdasspLoss | None,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[Literal["adassp"], Field(description="`adassp`.", title="Mechanism")]
     params: Annotated[
         AdasspOptions | None, Field(description="The options of `adassp` (each optional).")
@@ -1917,6 +1936,19 @@ class PlanCreateAdassp(BaseModel):
     ] = 0.9
 
 
+PlanCreateDpSgdLoss = TypeAliasType(
+    "PlanCreateDpSgdLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            max_length=16,
+            title="Loss",
+        ),
+    ],
+)
+
+
 PlanCreateDpSgdReferenceDatasetId = TypeAliasType(
     "PlanCreateDpSgdReferenceDatasetId",
     Annotated[
@@ -1951,7 +1983,13 @@ class PlanCreateDpSgd(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
-    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    loss: Annotated[
+        PlanCreateDpSgdLoss | None,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[Literal["dp_sgd"], Field(description="`dp_sgd`.", title="Mechanism")]
     params: Annotated[
         DpSgdOptions | None, Field(description="The options of `dp_sgd` (each optional).")
@@ -1990,6 +2028,19 @@ class PlanCreateDpSgd(BaseModel):
     ] = 0.9
 
 
+PlanCreateGaussianObjectivePerturbationLoss = TypeAliasType(
+    "PlanCreateGaussianObjectivePerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            max_length=16,
+            title="Loss",
+        ),
+    ],
+)
+
+
 PlanCreateGaussianObjectivePerturbationReferenceDatasetId = TypeAliasType(
     "PlanCreateGaussianObjectivePerturbationReferenceDatasetId",
     Annotated[
@@ -2025,7 +2076,13 @@ class PlanCreateGaussianObjectivePerturbation(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
-    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    loss: Annotated[
+        PlanCreateGaussianObjectivePerturbationLoss | None,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["gaussian_objective_perturbation"],
         Field(description="`gaussian_objective_perturbation`.", title="Mechanism"),
@@ -2068,6 +2125,19 @@ class PlanCreateGaussianObjectivePerturbation(BaseModel):
     ] = 0.9
 
 
+PlanCreateGeneralizedObjectivePerturbationLoss = TypeAliasType(
+    "PlanCreateGeneralizedObjectivePerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            max_length=16,
+            title="Loss",
+        ),
+    ],
+)
+
+
 PlanCreateGeneralizedObjectivePerturbationReferenceDatasetId = TypeAliasType(
     "PlanCreateGeneralizedObjectivePerturbationReferenceDatasetId",
     Annotated[
@@ -2103,7 +2173,13 @@ class PlanCreateGeneralizedObjectivePerturbation(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
-    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    loss: Annotated[
+        PlanCreateGeneralizedObjectivePerturbationLoss | None,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["generalized_objective_perturbation"],
         Field(description="`generalized_objective_perturbation`.", title="Mechanism"),
@@ -2149,6 +2225,19 @@ class PlanCreateGeneralizedObjectivePerturbation(BaseModel):
     ] = 0.9
 
 
+PlanCreateNoisyGdLoss = TypeAliasType(
+    "PlanCreateNoisyGdLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            max_length=16,
+            title="Loss",
+        ),
+    ],
+)
+
+
 PlanCreateNoisyGdReferenceDatasetId = TypeAliasType(
     "PlanCreateNoisyGdReferenceDatasetId",
     Annotated[
@@ -2183,7 +2272,13 @@ class PlanCreateNoisyGd(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
-    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    loss: Annotated[
+        PlanCreateNoisyGdLoss | None,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[Literal["noisy_gd"], Field(description="`noisy_gd`.", title="Mechanism")]
     params: Annotated[
         NoisyGdOptions | None, Field(description="The options of `noisy_gd` (each optional).")
@@ -2222,6 +2317,19 @@ class PlanCreateNoisyGd(BaseModel):
     ] = 0.9
 
 
+PlanCreateNonPrivateLoss = TypeAliasType(
+    "PlanCreateNonPrivateLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            max_length=16,
+            title="Loss",
+        ),
+    ],
+)
+
+
 PlanCreateNonPrivateReferenceDatasetId = TypeAliasType(
     "PlanCreateNonPrivateReferenceDatasetId",
     Annotated[
@@ -2256,7 +2364,13 @@ class PlanCreateNonPrivate(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
-    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    loss: Annotated[
+        PlanCreateNonPrivateLoss | None,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["non_private"], Field(description="`non_private`.", title="Mechanism")
     ]
@@ -2297,6 +2411,19 @@ class PlanCreateNonPrivate(BaseModel):
     ] = 0.9
 
 
+PlanCreateObjectivePerturbationLoss = TypeAliasType(
+    "PlanCreateObjectivePerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            max_length=16,
+            title="Loss",
+        ),
+    ],
+)
+
+
 PlanCreateObjectivePerturbationReferenceDatasetId = TypeAliasType(
     "PlanCreateObjectivePerturbationReferenceDatasetId",
     Annotated[
@@ -2332,7 +2459,13 @@ class PlanCreateObjectivePerturbation(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
-    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    loss: Annotated[
+        PlanCreateObjectivePerturbationLoss | None,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["objective_perturbation"],
         Field(description="`objective_perturbation`.", title="Mechanism"),
@@ -2375,6 +2508,19 @@ class PlanCreateObjectivePerturbation(BaseModel):
     ] = 0.9
 
 
+PlanCreateOutputPerturbationLoss = TypeAliasType(
+    "PlanCreateOutputPerturbationLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            max_length=16,
+            title="Loss",
+        ),
+    ],
+)
+
+
 PlanCreateOutputPerturbationReferenceDatasetId = TypeAliasType(
     "PlanCreateOutputPerturbationReferenceDatasetId",
     Annotated[
@@ -2410,7 +2556,13 @@ class PlanCreateOutputPerturbation(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
-    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    loss: Annotated[
+        PlanCreateOutputPerturbationLoss | None,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["output_perturbation"],
         Field(description="`output_perturbation`.", title="Mechanism"),
@@ -2453,6 +2605,19 @@ class PlanCreateOutputPerturbation(BaseModel):
     ] = 0.9
 
 
+PlanCreateStackingFeaturesLoss = TypeAliasType(
+    "PlanCreateStackingFeaturesLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            max_length=16,
+            title="Loss",
+        ),
+    ],
+)
+
+
 PlanCreateStackingFeaturesReferenceDatasetId = TypeAliasType(
     "PlanCreateStackingFeaturesReferenceDatasetId",
     Annotated[
@@ -2475,6 +2640,19 @@ PlanCreateStackingFeaturesSeed = TypeAliasType(
 PlanCreateStackingFeaturesTargetAccuracy = TypeAliasType(
     "PlanCreateStackingFeaturesTargetAccuracy",
     Annotated[float, Field(ge=0.0, le=1.0, title="Target Accuracy")],
+)
+
+
+PlanCreateStackingSamplesLoss = TypeAliasType(
+    "PlanCreateStackingSamplesLoss",
+    Annotated[
+        str,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            max_length=16,
+            title="Loss",
+        ),
+    ],
 )
 
 
@@ -4205,7 +4383,13 @@ class PlanCreateStackingFeatures(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
-    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    loss: Annotated[
+        PlanCreateStackingFeaturesLoss | None,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["stacking_features"], Field(description="`stacking_features`.", title="Mechanism")
     ]
@@ -4257,7 +4441,13 @@ class PlanCreateStackingSamples(BaseModel):
     )
     delta: Annotated[float | None, Field(ge=0.0, lt=1.0, title="Delta")] = 0.0
     epsilons: Annotated[list[float], Field(max_length=40, min_length=1, title="Epsilons")]
-    loss: Annotated[str | None, Field(max_length=16, title="Loss")] = "logistic"
+    loss: Annotated[
+        PlanCreateStackingSamplesLoss | None,
+        Field(
+            description="The loss; without one, the dataset's task's default (`logistic` for class labels, `squared` for numeric ones).",
+            title="Loss",
+        ),
+    ] = None
     mechanism: Annotated[
         Literal["stacking_samples"], Field(description="`stacking_samples`.", title="Mechanism")
     ]

@@ -54,7 +54,12 @@ class PlanCreate(MechanismRequest):
         "fits without a λ (its record is on the point as `regularization_rule`).",
     )
     delta: float = Field(default=0.0, ge=0.0, lt=1.0)
-    loss: str = Field(default="logistic", max_length=16)
+    loss: str | None = Field(
+        default=None,
+        max_length=16,
+        description="The loss; without one, the dataset's task's default (`logistic` for "
+        "class labels, `squared` for numeric ones).",
+    )
     params: dict[str, Any] = Field(default_factory=dict)
     reference_dataset_id: str | None = Field(
         default=None,
@@ -90,7 +95,8 @@ class PlanCreate(MechanismRequest):
             epsilons=list(self.epsilons),
             regularizations=list(self.regularizations),
             delta=self.delta,
-            loss=self.loss,
+            loss=self.loss or "logistic",
+            loss_given=self.loss is not None,
             params=dict(self.params),
             reference_dataset_id=self.reference_dataset_id,
             repeats=self.repeats,

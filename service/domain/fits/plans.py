@@ -18,14 +18,20 @@ import numpy as np
 from service.db.models import Dataset
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
-from service.domain.datasets.catalog import get_owned_dataset, read_design
-from service.domain.datasets.labels import require_binary
+from service.domain.datasets.catalog import dataset_task, get_owned_dataset, read_design
+from service.domain.datasets.labels import LabelTask
 from service.domain.errors import InvalidInputError, NotFoundError
 from service.domain.fits import auto as fit_auto
+from service.domain.fits.plans_tasks import (
+    check_plan_target,
+    plan_regularization,
+    task_auto_plan,
+    task_majority,
+    with_simulation,
+)
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS
 from service.dp.analysis import auto as auto_numerics
-from service.dp.analysis.auto import majority_fraction
 from service.dp.analysis.baseline import split_budget
 from service.dp.analysis.planning import (
     MAX_SIMULATED_FITS,
@@ -35,6 +41,7 @@ from service.dp.analysis.planning import (
     smallest_epsilon,
 )
 from service.dp.analysis.regularization import auto_regularization
+from service.dp.core.tasks import TASK_LOSSES
 
 __all__ = ["MAX_GRID", "Plan", "PlanRequest", "make_plan"]
 
@@ -59,6 +66,8 @@ class PlanRequest:
     target_accuracy: float | None = None
     target_probability: float = 0.9
     seed: int | None = None
+    #: False: the request named no loss, and the dataset's task chooses it.
+    loss_given: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +111,8 @@ def _invalid(msg: str, loc: list[str | int]) -> InvalidInputError:
     return InvalidInputError(msg, errors=[{"loc": loc, "msg": msg}])
 
 
-def _grid(request: PlanRequest, n: int, d: int) -> list[GridPoint]:
+def _grid(request: PlanRequest, n: int, d: int, task: LabelTask | None = None) -> list[GridPoint]:
+    task = task or LabelTask("binary")
     if request.mechanism not in MECHANISMS or request.mechanism in NON_PRIVATE_MECHANISMS:
         raise _invalid(
             f"unknown or non-private mechanism {request.mechanism!r}", ["body", "mechanism"]
@@ -114,7 +124,9 @@ def _grid(request: PlanRequest, n: int, d: int) -> list[GridPoint]:
     numeric = sorted({float(v) for v in request.regularizations if v != "auto"})
     for eps in sorted(set(request.epsilons)):
         lambdas: list[tuple[float, Mapping[str, Any] | None]] = [(lam, None) for lam in numeric]
-        if auto:
+        if auto and task.task != "binary":  # the multi-class and regression rules
+            lambdas.append(plan_regularization(request, n=n, d=d, epsilon=eps, task=task))
+        elif auto:
             try:
                 choice = auto_regularization(
                     request.mechanism,
@@ -142,6 +154,7 @@ def _grid(request: PlanRequest, n: int, d: int) -> list[GridPoint]:
                     loss=request.loss,
                     regularization=lam,
                     params=request.params,
+                    **task.dp_kwargs,
                 )
             except (ValueError, TypeError, ArithmeticError) as exc:
                 raise _invalid(f"invalid plan parameters: {exc}", ["body"]) from exc
@@ -265,7 +278,9 @@ def make_plan(
     actor.site_or_not_found("dataset")
     with uow:
         target = get_owned_dataset(uow, dataset_id=dataset_id, actor=actor)
-        require_binary((target.spec or {}).get("label"), "the planner", loc=["path", "dataset_id"])
+        task = dataset_task(target)
+        if not request.loss_given:
+            request = replace(request, loss=TASK_LOSSES[task.task][0])
         reference = None
         if request.reference_dataset_id is not None:
             try:
@@ -279,6 +294,18 @@ def make_plan(
                     "reference_dataset_id names no live dataset of yours",
                     ["body", "reference_dataset_id"],
                 )
+    if request.mechanism == fit_auto.AUTO and task.task != "binary":
+        auto_points, auto_notes = task_auto_plan(target, request, task)
+        return Plan(
+            dataset_id=dataset_id,
+            mechanism=fit_auto.AUTO,
+            n=int(target.n_rows),
+            d=int(target.n_features),
+            points=auto_points,
+            reference_dataset_id=None,
+            target=None,
+            notes=auto_notes,
+        )
     if request.mechanism == fit_auto.AUTO:
         if reference is not None and (
             not reference.allow_non_private
@@ -298,7 +325,8 @@ def make_plan(
             reference=reference,
         )
     n, d = int(target.n_rows), int(target.n_features)
-    points = _grid(request, n, d)
+    points = _grid(request, n, d, task)
+    check_plan_target(request, task)
     notes: list[str] = []
     majority_baseline: float | None = None
     if reference is not None:
@@ -323,7 +351,7 @@ def make_plan(
         design = read_design(uow_factory, reference)
         # the public reference's own label frequency: the accuracy of always answering its
         # majority class, which every simulated band is shown against (issue 28 item 4)
-        majority_baseline = majority_fraction(np.asarray(design.y))
+        majority_baseline = task_majority(np.asarray(design.y), task)
         rng = np.random.default_rng(request.seed)
         if n > 50_000:
             notes.append("simulated fits use 50,000 rows (the dataset has more)")
@@ -342,21 +370,11 @@ def make_plan(
                     params=request.params,
                     repeats=request.repeats,
                     rng=rng,
+                    **task.dp_kwargs,
                 )
             except ValueError as exc:
                 raise _invalid(f"cannot simulate: {exc}", ["body", "reference_dataset_id"]) from exc
-            simulated.append(
-                GridPoint(
-                    epsilon=point.epsilon,
-                    regularization=point.regularization,
-                    spent_epsilon=point.spent_epsilon,
-                    spent_delta=point.spent_delta,
-                    expected_noise_norm=point.expected_noise_norm,
-                    excess_risk_bound=point.excess_risk_bound,
-                    accuracies=accuracies,
-                    regularization_rule=point.regularization_rule,
-                )
-            )
+            simulated.append(with_simulation(point, accuracies, task))
         points = simulated
     target_answer = None
     if request.target_accuracy is not None:

@@ -13,8 +13,9 @@ The dataset's label decides the task (:mod:`service.domain.datasets.labels`): bi
 multiclass or regression, passed to :func:`service.dp.calibrate` with K, so a mechanism that
 does not fit the task is a 422 before anything is charged. A request without a loss gets the
 task's default (``logistic`` for class labels, ``squared`` for numeric ones). Mechanism
-``auto``, λ ``"auto"`` and the expected-accuracy band are derived for binary labels and are
-not yet offered for the other tasks (422, or no band).
+``auto`` and λ ``"auto"`` have their own rules for the other tasks
+(:mod:`service.domain.fits.auto_tasks`, :mod:`service.dp.analysis.regularization_tasks`);
+the expected-accuracy band is simulated for binary labels only.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import dataset_task, get_owned_dataset, require_live
-from service.domain.datasets.labels import UnsupportedTaskError
 from service.domain.errors import InvalidInputError
 from service.domain.fits import auto as fit_auto
+from service.domain.fits.auto_tasks import resolve_task_auto
 from service.domain.jobs.charged import (
     DatasetCharge,
     JobDraft,
@@ -51,6 +52,7 @@ from service.domain.ranges import (
 from service.domain.records.base import json_safe
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, calibrate
 from service.dp.analysis.regularization import auto_regularization
+from service.dp.analysis.regularization_tasks import auto_regularization_task, task_record
 from service.dp.analysis.work import fit_work
 from service.dp.core.plan import plan_to_json
 from service.dp.core.tasks import TASK_LOSSES
@@ -121,25 +123,17 @@ class FitRequest:
 def for_task(request: FitRequest, dataset: Dataset) -> FitRequest:
     """``request`` for the dataset's task: without a loss of its own it gets the task's
     default loss (the first of :data:`~service.dp.core.tasks.TASK_LOSSES`); mechanism
-    ``auto`` and λ ``"auto"`` (derived for binary labels) are a 422 for the other tasks."""
+    ``auto`` and λ ``"auto"`` have rules of their own for the other tasks
+    (:mod:`.auto_tasks`, :mod:`service.dp.analysis.regularization_tasks`)."""
     task = dataset_task(dataset).task
     if not request.loss_given:
         request = replace(request, loss=TASK_LOSSES[task][0], loss_given=True)
-    if task == "binary":
-        return request
-    kind = "multiclass/regression datasets"
-    if request.mechanism == fit_auto.AUTO:
-        msg = f"mechanism 'auto' is not yet available for {kind}: name a mechanism"
-        raise UnsupportedTaskError(msg, errors=[{"loc": ["body", "mechanism"], "msg": msg}])
-    if request.regularization == AUTO:
-        msg = (
-            f"regularization 'auto' (the default) is not yet available for {kind}: give a numeric λ"
-        )
-        raise UnsupportedTaskError(msg, errors=[{"loc": ["body", "regularization"], "msg": msg}])
     return request
 
 
-def resolve_regularization(request: FitRequest, *, n: int, d: int) -> FitRequest:
+def resolve_regularization(
+    request: FitRequest, *, n: int, d: int, task: str = "binary", n_classes: int = 2
+) -> FitRequest:
     """``request`` with ``regularization="auto"`` replaced by the public rule's λ for (n, d,
     ε, δ, loss, mechanism) and its record (unchanged for a numeric λ). The λ is a function of
     public quantities only, so choosing it costs nothing; a mechanism without a rule, or
@@ -150,6 +144,8 @@ def resolve_regularization(request: FitRequest, *, n: int, d: int) -> FitRequest
         return request  # _calibrate names the unknown mechanism
     if request.epsilon is None and request.mechanism not in NON_PRIVATE_MECHANISMS:
         return request  # _calibrate asks for ε
+    if task != "binary":  # the multi-class and regression rules (issue 29)
+        return _resolve_task_regularization(request, n=n, d=d, task=task, n_classes=n_classes)
     try:
         choice = auto_regularization(
             request.mechanism,
@@ -168,6 +164,33 @@ def resolve_regularization(request: FitRequest, *, n: int, d: int) -> FitRequest
         ) from exc
     return replace(
         request, regularization=choice.regularization, regularization_rule=choice.record()
+    )
+
+
+def _resolve_task_regularization(
+    request: FitRequest, *, n: int, d: int, task: str, n_classes: int
+) -> FitRequest:
+    """:func:`resolve_regularization` for a multi-class or numeric label."""
+    try:
+        choice = auto_regularization_task(
+            request.mechanism,
+            task=task,
+            n_classes=n_classes,
+            n=int(n),
+            d=int(d),
+            epsilon=request.epsilon,
+            delta=request.delta,
+            loss=request.loss,
+            params=request.params,
+            bounds=(MIN_REGULARIZATION, MAX_REGULARIZATION),
+        )
+    except ValueError as exc:
+        raise InvalidInputError(
+            f"regularization 'auto': {exc}",
+            errors=[{"loc": ["body", "regularization"], "msg": str(exc)}],
+        ) from exc
+    return replace(
+        request, regularization=choice.regularization, regularization_rule=task_record(choice)
     )
 
 
@@ -301,7 +324,9 @@ def _resolve(
     """Inside an open ``with uow:``: the concrete request (auto resolved, docs/design.md §3),
     its calibration (422s first, for a concrete mechanism) and the assessment (the band and
     warnings; None for the non-private baseline and for tasks other than binary)."""
+    loss_requested = request.loss if request.loss_given else None
     request = for_task(request, dataset)
+    task = dataset_task(dataset)
     if request.mechanism == fit_auto.TRANSFER:
         # only auto chooses transfer, with the site's public model as its source
         raise InvalidInputError(
@@ -312,10 +337,21 @@ def _resolve(
         )
     if request.mechanism != fit_auto.AUTO:
         # λ "auto" (or omitted) on a named mechanism: the public rule's λ
-        request = resolve_regularization(request, n=dataset.n_rows, d=dataset.n_features)
+        request = resolve_regularization(
+            request, n=dataset.n_rows, d=dataset.n_features, **task.dp_kwargs
+        )
         calibration = _calibrate(dataset, request)
-        if request.mechanism in NON_PRIVATE_MECHANISMS or dataset_task(dataset).task != "binary":
+        if request.mechanism in NON_PRIVATE_MECHANISMS or task.task != "binary":
             return request, calibration, None
+    elif task.task != "binary":  # auto on a multi-class or numeric label (issue 29)
+        if request.regularization == AUTO:
+            request = replace(request, regularization=None)
+        return resolve_task_auto(
+            dataset,
+            request,
+            loss_requested=loss_requested,
+            calibrate=lambda concrete: _calibrate(dataset, concrete),
+        )
     else:
         fit_auto.check_auto_request(epsilon=request.epsilon, params=request.params)
         if request.regularization == AUTO:  # mechanism auto chooses λ with the mechanism

@@ -40,11 +40,15 @@ from service.db.models import Dataset, Model, new_id
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
-from service.domain.datasets.catalog import get_owned_dataset, read_design, require_live
-from service.domain.datasets.labels import require_binary
+from service.domain.datasets.catalog import (
+    dataset_task,
+    get_owned_dataset,
+    read_design,
+    require_live,
+)
 from service.domain.errors import InvalidInputError
 from service.domain.fits.run import DatasetFacts, dataset_facts
-from service.domain.fits.submit import FitQuote, FitRequest
+from service.domain.fits.submit import FitQuote, FitRequest, for_task
 from service.domain.fits.submit import _calibrate as calibrate_fit
 from service.domain.jobs.charged import (
     DatasetCharge,
@@ -201,10 +205,16 @@ class _Checked:
     plan: RepetitionPlan | None
 
 
+def for_dataset(request: TunedFitRequest, dataset: Dataset) -> TunedFitRequest:
+    """``request`` with the dataset task's default loss when it named none
+    (:func:`service.domain.fits.submit.for_task`)."""
+    return replace(request, base=for_task(request.base, dataset))
+
+
 def _check(dataset: Dataset, request: TunedFitRequest) -> _Checked:
-    """422 for a bad candidate list, grid or selection, or a dataset whose label is not
-    binary (tuning the other tasks is a later step); else what :class:`_Checked` holds."""
-    require_binary((dataset.spec or {}).get("label"), "private tuning (candidates)", loc=["body"])
+    """422 for a bad candidate list, grid or selection; else what :class:`_Checked` holds.
+    Every task is tuned: the score is the task's (:mod:`service.dp.analysis.task_scores`)."""
+    request = for_dataset(request, dataset)
     _check_candidates(request)
     settings = request.settings()
     n, d = int(dataset.n_rows), int(dataset.n_features)
@@ -226,11 +236,13 @@ def _check(dataset: Dataset, request: TunedFitRequest) -> _Checked:
             if request.selection in REPETITION_SELECTIONS:
                 raise
             plan, repetition = None, None
+    task = dataset_task(dataset)
     choice = choose_selection(
         request.selection,
         k=len(settings),
         n=n,
-        d=d,
+        # the noise dimension (dK for a multi-class model) in the noise proxy
+        d=d * task.n_classes if task.task == "multiclass" else d,
         epsilon=epsilon,
         delta=delta,
         min_regularization=min(s.regularization for s in settings),
@@ -428,6 +440,7 @@ class _PartFacts:
             n_rows=self.n,
             n_features=self.dataset.n_features,
             allow_non_private=self.dataset.allow_non_private,
+            spec=self.dataset.spec,  # the label: the task and K of every calibration
         )
 
 
@@ -438,6 +451,7 @@ def quote_tuned_fit(
     with uow:
         dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
+    request = for_dataset(request, dataset)
     checked = _check(dataset, request)
     calibration = checked.calibration
     details = json_safe(dict(calibration.details))
@@ -500,9 +514,10 @@ def submit_tuned_fit(
 
     def draft(u: UnitOfWork) -> JobDraft:
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
+        concrete = for_dataset(request, dataset)
 
         def price() -> Pricing:
-            checked = _check(require_live(dataset), request)
+            checked = _check(require_live(dataset), concrete)
             epsilon, delta, work = checked.epsilon, checked.delta, checked.work
             return Pricing(
                 mechanism=request.base.mechanism,
@@ -525,7 +540,7 @@ def submit_tuned_fit(
             )
 
         return JobDraft(
-            kind=TUNED_FIT_KIND, dataset_id=dataset.id, params=request.to_params(), price=price
+            kind=TUNED_FIT_KIND, dataset_id=dataset.id, params=concrete.to_params(), price=price
         )
 
     return submit_charged_job(
@@ -579,6 +594,7 @@ def run_tuned_fit_job(
     epsilon = float(params["epsilon"])
     delta = float(params["delta"])
     rng = context.randomness.generator(job.id)
+    task_kwargs = dataset_task(row).dp_kwargs
     done = [0]
 
     def fit_one(part: PreparedDesign, setting: Setting) -> FitResult:
@@ -592,6 +608,7 @@ def run_tuned_fit_job(
             loss=str(params["loss"]),
             regularization=setting.regularization,
             **request.setting_params(setting),
+            **task_kwargs,
         )
         done[0] += 1
         context.progress(done[0] / (len(settings) + 1))
@@ -652,6 +669,7 @@ def _run_repetition(
     assert plan is not None
     settings = request.settings()
     base = request.base
+    design_task = {"task": design.task, "n_classes": design.n_classes}
 
     def fit_one(full: PreparedDesign, setting: Setting) -> FitResult:
         # a constant 0: checks for a cancel (throttled by time) without showing the run count
@@ -666,6 +684,7 @@ def _run_repetition(
             loss=base.loss,
             regularization=setting.regularization,
             **_run_params(request, setting, plan),
+            **design_task,
         )
 
     chosen = repeat_and_select(design, settings, plan=plan, fit_one=fit_one, rng=rng)

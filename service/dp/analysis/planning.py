@@ -44,6 +44,7 @@ from numpy.typing import NDArray
 
 from service.dp import calibrate
 from service.dp import fit as dp_fit
+from service.dp.core.tasks import Task
 from service.dp.data.prepared import prepare_design
 from service.dp.mechanisms import MECHANISMS
 
@@ -89,6 +90,8 @@ class GridPoint:
     regularization_rule: Mapping[str, Any] | None = None
     #: The mechanism of this point when the plan's is ``auto`` (chosen per ε), else None.
     mechanism: str | None = None
+    #: Simulated RMSEs (numeric labels, in the label's units) instead of accuracies.
+    rmses: tuple[float, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {} if self.mechanism is None else {"mechanism": self.mechanism}
@@ -112,6 +115,16 @@ class GridPoint:
                 "p50": float(np.quantile(acc, 0.5)),
                 "p90": float(np.quantile(acc, 0.9)),
             }
+        if self.rmses:
+            err = np.asarray(self.rmses)
+            out["simulated_rmse"] = {
+                "draws": len(self.rmses),
+                "mean": float(err.mean()),
+                "std": float(err.std(ddof=1)) if err.size > 1 else 0.0,
+                "p10": float(np.quantile(err, 0.1)),
+                "p50": float(np.quantile(err, 0.5)),
+                "p90": float(np.quantile(err, 0.9)),
+            }
         return out
 
 
@@ -128,7 +141,8 @@ def excess_risk_bound(
     if found is None:
         return None
     shift, smooth = found
-    d = int(details["d"])
+    # the noise's dimension: dK for a multi-class model (a Gamma(dK, ·) norm), else d
+    d = int(details.get("noise_dimension") or details["d"])
     if not math.isfinite(shift):
         return None
     return smooth / 2.0 * (d + 1) / d * shift**2
@@ -144,8 +158,11 @@ def plan_point(
     loss: str,
     regularization: float,
     params: Mapping[str, Any],
+    task: Task = "binary",
+    n_classes: int = 2,
 ) -> GridPoint:
-    """Noise and bound at one (ε, λ) from public n, d (raises ``ValueError`` when invalid)."""
+    """Noise and bound at one (ε, λ) from public n, d (and the task with its K; raises
+    ``ValueError`` when invalid)."""
     calibration = calibrate(
         mechanism,
         n=n,
@@ -154,6 +171,8 @@ def plan_point(
         delta=delta,
         loss=loss,
         regularization=regularization,
+        task=task,
+        n_classes=n_classes,
         **dict(params),
     )
     return GridPoint(
@@ -181,9 +200,14 @@ def simulate_accuracy(
     params: Mapping[str, Any],
     repeats: int,
     rng: np.random.Generator,
+    task: Task = "binary",
+    n_classes: int = 2,
 ) -> tuple[float, ...]:
-    """Test accuracies of ``repeats`` fits of the mechanism on public reference rows (X, y):
-    each trained on n rows drawn from a random half and scored on the other half."""
+    """Test scores of ``repeats`` fits of the mechanism on public reference rows (X, y):
+    each trained on n rows drawn from a random half and scored on the other half. The score
+    is the accuracy for class labels (binary: sign of wᵀx; multi-class: argmax of Cx) and,
+    for a numeric label (``task="regression"``), the RMSE of the clipped prediction
+    clip(wᵀx, −1, 1) in the label's [−1, 1] units (multiply by (U − L)/2 for the label's)."""
     if X.shape[0] < 4:
         raise ValueError("the reference dataset needs at least 4 rows")
     n_fit = min(int(n), MAX_SIMULATED_ROWS)
@@ -193,7 +217,7 @@ def simulate_accuracy(
         half = X.shape[0] // 2
         pool, test = order[:half], order[half:]
         rows = rng.choice(pool, size=n_fit, replace=n_fit > pool.size)
-        design = prepare_design(X[rows], y[rows])
+        design = prepare_design(X[rows], y[rows], task, n_classes)
         result = dp_fit(
             design,
             None,
@@ -203,10 +227,18 @@ def simulate_accuracy(
             loss=loss,
             regularization=regularization,
             rng=rng,
+            task=task,
+            n_classes=n_classes,
             **dict(params),
         )
-        scores = result.model.decision_function(X[test])
-        out.append(float(np.mean((scores > 0) == (y[test] > 0))))
+        scores = np.nan_to_num(result.model.decision_function(X[test]), nan=0.0)
+        if task == "multiclass":
+            out.append(float(np.mean(np.argmax(scores, axis=1) == y[test])))
+        elif task == "regression":
+            residual = y[test] - np.clip(scores, -1.0, 1.0)
+            out.append(float(np.sqrt(np.mean(residual * residual))))
+        else:
+            out.append(float(np.mean((scores > 0) == (y[test] > 0))))
     return tuple(out)
 
 

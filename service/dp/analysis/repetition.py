@@ -16,10 +16,12 @@ per-repetition budget ε₀ = ε_t + ε_s and a law D_{η,γ} for the number of 
 
 **Q is ε₀-DP.** The fit is ε_t-DP (its mechanism's docstring; run at δ = 0, so only pure-ε
 mechanisms qualify). For a *fixed* model w, replacing one row changes the error count e by at
-most 1 (that row's own 0/1 error): sensitivity Δ = 1, so s = e + Z with the discrete Laplace
-of scale b is (Δ/b) = ε_s-DP (pmf ratio e^{(|x−e′|−|x−e|)/b} ≤ e^{1/b}). The candidate is drawn
-independently of the data. Adaptive basic composition: (c, w, s) is (ε_t + ε_s)-DP; the tie-break
-key is data-independent.
+most 1 (that row's own 0/1 error): sensitivity Δ = 1 (for a numeric label e is the quantised
+clipped squared error, Δ = 64, and b = Δ/ε_s: :mod:`service.dp.analysis.task_scores`), so
+s = e + Z with the discrete Laplace of scale b is (Δ/b) = ε_s-DP (pmf ratio
+e^{(|x−e′|−|x−e|)/b} ≤ e^{Δ/b}). The candidate is drawn independently of the data.
+Adaptive basic composition: (c, w, s) is (ε_t + ε_s)-DP; the tie-break key is
+data-independent.
 
 **The law of K** (PS22 Def. 1), for η ∈ [0, 1] and γ ∈ (0, 1), on k = 1, 2, …:
 
@@ -114,6 +116,7 @@ from typing import Any, Final, Generic, TypeVar
 
 import numpy as np
 
+from service.dp.analysis.task_scores import error_score, score_sensitivity
 from service.dp.core.base import FitResult
 from service.dp.data.prepared import PreparedDesign
 from service.dp.noise.discrete import bernoulli, discrete_laplace, randbelow
@@ -474,7 +477,8 @@ class RepetitionPlan:
         common = {
             "score_epsilon": self.score_epsilon,
             "score": "training-set error count + discrete Laplace of scale 1/score_epsilon "
-            "(sensitivity 1)",
+            "(sensitivity 1; for a numeric label Σ⌈64·(y − clip(wᵀx, −1, 1))²/4⌉, "
+            "sensitivity 64, scale 64/score_epsilon)",
             "candidate": "uniform over the grid, fitted on all rows",
         }
         if self.base == "gaussian":
@@ -545,13 +549,13 @@ def repeat_and_select(
     if k < 1:
         raise ValueError("at least one candidate")
     runs = plan.law.sample(rng)
-    scale = 1 / Fraction(plan.score_epsilon)  # Δ/b = ε_s exactly
+    sensitivity = score_sensitivity(design.task)
+    scale = sensitivity / Fraction(plan.score_epsilon)  # Δ/b = ε_s exactly
     best: tuple[tuple[int, int, int, bytes], int, FitResult] | None = None
     for _ in range(runs):
         index = randbelow(k, rng)
         result = fit_one(design, candidates[index])
-        scores = result.model.decision_function(design.X)
-        errors = int(np.sum((scores > 0) != (design.y > 0)))
+        errors = error_score(result.model, design.X, design.y, design.task)
         noisy = errors + discrete_laplace(scale, rng)
         key = (noisy, randbelow(2**_KEY_BITS, rng), index, _coefficient_bytes(result))
         if best is None or key < best[0]:

@@ -9,16 +9,19 @@ Given k candidates and a budget (ε, δ):
 1. split the n rows, in an order drawn independently of the data, into k + 1 disjoint parts
    D₁..D_k, D_{k+1} of sizes ⌊n/(k+1)⌋ or ⌈n/(k+1)⌉;
 2. fit candidate i on Dᵢ with the mechanism at the full (ε, δ) and candidate i's setting: wᵢ;
-3. count eᵢ = #errors of wᵢ on the held-out part D_{k+1};
-4. release w_I with I drawn by the exponential mechanism, P(I = i) ∝ exp(−ε eᵢ / 2).
+3. count eᵢ = #errors of wᵢ on the held-out part D_{k+1} (for a numeric label the quantised
+   clipped squared error, sensitivity Δ = 64: :mod:`service.dp.analysis.task_scores`);
+4. release w_I with I drawn by the exponential mechanism, P(I = i) ∝ exp(−ε eᵢ / (2Δ))
+   (Δ = 1 for error counts: binary and multi-class labels).
 
 **Privacy: (ε, δ) in total.** Every row lies in exactly one part. A row of Dᵢ (i ≤ k) enters
 only wᵢ, which is (ε, δ)-DP in Dᵢ; the e's and the choice are post-processing of the models and
 of D_{k+1}, which does not contain that row. A row of D_{k+1} enters only the counts: replacing
-it changes each eᵢ by at most 1 (sensitivity Δ = 1), so the exponential mechanism with
-exp(−ε e / (2Δ)) is ε-DP in D_{k+1}, and the models do not depend on it. Parallel composition
-over the disjoint parts gives (ε, δ) for every row (CMS 2011, Theorem 24). Nothing but w_I is
-released (and the candidates, the split sizes and I, which are functions of the release).
+it changes each eᵢ by at most Δ (1 for an error count, q = 64 for the regression score), so
+the exponential mechanism with exp(−ε e / (2Δ)) is ε-DP in D_{k+1}, and the models do not
+depend on it. Parallel composition over the disjoint parts gives (ε, δ) for every row (CMS
+2011, Theorem 24). Nothing but w_I is released (and the candidates, the split sizes and I,
+which are functions of the release).
 
 The price: each candidate is trained on about n/(k+1) rows, so its noise is calibrated at that
 size (k+1 times the noise norm of a fit on all rows, for output perturbation).
@@ -42,6 +45,7 @@ from service.dp.analysis.repetition import (
     RepetitionResult,
     repeat_and_select,
 )
+from service.dp.analysis.task_scores import error_score, score_sensitivity
 from service.dp.core.accounting import ledger_floor
 from service.dp.core.base import FitResult
 from service.dp.data.prepared import PreparedDesign, prepare_design
@@ -116,6 +120,8 @@ class TuningResult(Generic[C]):
     result: FitResult
     candidates: tuple[C, ...]
     part_sizes: tuple[int, ...]
+    #: Δ of the held-out score (:func:`~service.dp.analysis.task_scores.score_sensitivity`).
+    score_sensitivity: int = 1
 
     def record(self: TuningResult[Setting], epsilon: float, delta: float) -> dict[str, Any]:
         """The ``tuning`` part of the model's privacy record: the λ candidates, the η
@@ -124,10 +130,16 @@ class TuningResult(Generic[C]):
         settings = self.candidates
         chosen = settings[self.chosen]
         tuned_eta = any(s.eta is not None for s in settings)
+        score = (
+            "held-out error counts (sensitivity 1)"
+            if self.score_sensitivity == 1
+            else "the held-out clipped squared error Σ⌈64·(y − clip(wᵀx, −1, 1))²/4⌉ "
+            f"(sensitivity {self.score_sensitivity})"
+        )
         out: dict[str, Any] = {
             "method": "Chaudhuri, Monteleoni and Sarwate 2011 private tuning: candidate i fitted "
-            "on disjoint part i at the full (ε, δ), chosen by the exponential mechanism on "
-            "held-out error counts (sensitivity 1) with ε",
+            f"on disjoint part i at the full (ε, δ), chosen by the exponential mechanism on "
+            f"{score} with ε",
             "candidates": _distinct([s.regularization for s in settings]),
         }
         if tuned_eta:
@@ -166,10 +178,14 @@ def split_parts(n: int, k: int, rng: np.random.Generator | None) -> list[NDArray
 
 
 def exponential_mechanism(
-    errors: Sequence[int], epsilon: float, rng: np.random.Generator | None
+    errors: Sequence[int],
+    epsilon: float,
+    rng: np.random.Generator | None,
+    sensitivity: int = 1,
 ) -> tuple[int, tuple[float, ...]]:
-    """Index i with probability exactly ∝ exp(−ε eᵢ / 2) (ε-DP for counts of sensitivity 1),
-    and the probabilities (floats, computed stably from the minimum error; never released).
+    """Index i with probability exactly ∝ exp(−ε eᵢ / (2Δ)) (ε-DP for integer scores of
+    sensitivity Δ = ``sensitivity``, 1 for error counts), and the probabilities (floats,
+    computed stably from the minimum error; never released).
 
     Exact sampling (issue 19 §1): propose i uniformly, accept with probability
     exp(−ε(eᵢ − e_min)/2), decided exactly by CKS's Bernoulli(e^{−γ}) on the rational γ (ε is a
@@ -179,13 +195,15 @@ def exponential_mechanism(
     a float CDF searched with a 52-bit uniform would round small probabilities to zero.
     The candidate with the smallest error is accepted surely, so ≤ k proposals on average.
     """
+    if isinstance(sensitivity, bool) or not isinstance(sensitivity, int) or sensitivity < 1:
+        raise ValueError("the score's sensitivity must be a positive integer")
     e = np.asarray(errors, dtype=np.float64)
-    logits = -epsilon * (e - e.min()) / 2.0
+    logits = -epsilon * (e - e.min()) / (2.0 * sensitivity)
     weights = np.exp(logits)
     probs = weights / weights.sum()
     counts = [int(v) for v in errors]
     best = min(counts)
-    half_epsilon = Fraction(epsilon) / 2
+    half_epsilon = Fraction(epsilon) / (2 * sensitivity)
     while True:
         index = randbelow(len(counts), rng)
         if bernoulli_exp(half_epsilon * (counts[index] - best), rng):
@@ -263,18 +281,21 @@ def tune(
     results: list[FitResult] = []
     errors: list[int] = []
     for candidate, part in zip(candidates, parts[:-1], strict=True):
-        result = fit_one(prepare_design(design.X[part], design.y[part]), candidate)
+        piece = prepare_design(design.X[part], design.y[part], design.task, design.n_classes)
+        result = fit_one(piece, candidate)
         results.append(result)
-        scores = result.model.decision_function(X_held)
-        errors.append(int(np.sum((scores > 0) != (y_held > 0))))
+        errors.append(error_score(result.model, X_held, y_held, design.task))
     # the errors and the probabilities are functions of private data: never released
     # calibrated with what the ledger charges, never more (issue 19 §4)
-    chosen, _ = exponential_mechanism(errors, ledger_floor(epsilon), rng)
+    chosen, _ = exponential_mechanism(
+        errors, ledger_floor(epsilon), rng, sensitivity=score_sensitivity(design.task)
+    )
     return TuningResult(
         chosen=chosen,
         result=results[chosen],
         candidates=tuple(candidates),
         part_sizes=tuple(int(p.size) for p in parts),
+        score_sensitivity=score_sensitivity(design.task),
     )
 
 
