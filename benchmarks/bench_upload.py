@@ -193,7 +193,7 @@ def bench_ingest(path: Path, repeats: int) -> Runs:
     from service.domain.datasets.spec import BudgetLimits
 
     spec = DatasetCreate.model_validate_json(_upload_spec()).to_domain(
-        BudgetLimits(max_epsilon=1e6, max_delta=0.5)
+        BudgetLimits(max_epsilon=1e6, max_delta=0.5), max_classes=100
     )
     runs = Runs(http="none")
     for _ in range(repeats):

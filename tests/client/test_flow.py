@@ -86,7 +86,7 @@ def run_walkthrough(server: LiveServer, train_csv: Path, test_csv: Path) -> None
         # Batching keeps the order: the last row alone gives the last prediction.
         alone = pf.predict(model.id, rows[-1:])[0]
         assert alone.score == pytest.approx(predictions[-1].score, rel=1e-9)
-        assert all((p.score > 0) == p.positive for p in predictions)
+        assert all(p.score is not None and (p.score > 0) == p.positive for p in predictions)
 
         frame = pd.DataFrame(rows[:10]).astype({"age": "int64", "hours-per-week": "float64"})
         scored = pf.predict(model.id, frame)

@@ -96,7 +96,7 @@ def models(client: TestClient, site: SiteHandle, uow_factory: UnitOfWorkFactory)
 def _readme_conversion() -> str:
     """The README's numpy + scikit-learn conversion of a JSON export (no PrivFit code)."""
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
-    (code,) = [b for b in blocks if "def to_sklearn" in b]
+    (code,) = [str(b) for b in blocks if "def to_sklearn" in b]
     return code
 
 
@@ -244,7 +244,7 @@ def test_every_task_exports_to_a_file_that_predicts_what_privfit_predicts_in_a_f
     api = _api(client, site, models["regression"])
     values = np.array([p["value"] for p in api])
     got = np.array(outputs["regression"]["values"])
-    upper = NUMERIC["upper"]
+    upper = float(NUMERIC["upper"])  # type: ignore[arg-type]
     assert got.min() >= LOWER
     assert got.max() <= upper
     tolerance = 1e-9 if fmt != "onnx" else 2e-6 * (upper - LOWER)  # ONNX: float32

@@ -83,7 +83,9 @@ def test_sklearn_conversion_agrees_with_the_service(spec: PreprocessingSpec) -> 
         sk_pred = estimator.predict(X)
     ok_rows = rows[1:]
     service = predict_rows(service_model, spec, ok_rows, loss="logistic")
-    np.testing.assert_allclose(sk_scores[1:], [p.score for p in service], atol=1e-9)
+    np.testing.assert_allclose(
+        sk_scores[1:], np.asarray([p.score for p in service], dtype=float), atol=1e-9
+    )
     probabilities = [p.probability for p in service]
     assert None not in probabilities
     np.testing.assert_allclose(sk_proba[1:], np.asarray(probabilities, dtype=float), atol=1e-9)
@@ -144,8 +146,8 @@ def test_weights_must_match_feature_names() -> None:
 # --- multi-class and regression (issue 29) ---------------------------------------------------
 
 CLASSES3 = ["low", "mid", "high"]
-MULTICLASS_LABEL = {"column": "grade", "classes": CLASSES3}
-NUMERIC_LABEL = {"column": "hours", "lower": 5.0, "upper": 45.0}
+MULTICLASS_LABEL: dict[str, Any] = {"column": "grade", "classes": CLASSES3}
+NUMERIC_LABEL: dict[str, Any] = {"column": "hours", "lower": 5.0, "upper": 45.0}
 
 
 def task_export(label: dict[str, Any], body: dict[str, Any], spec: PreprocessingSpec) -> Any:
@@ -288,10 +290,11 @@ def test_standard_exports_of_every_task_hold_only_trusted_types_and_their_task()
     import skops.io
 
     spec = _data.spec()
-    for label, body in [
+    cases: list[tuple[dict[str, Any], dict[str, Any]]] = [
         (MULTICLASS_LABEL, multiclass_body(spec)),
         (NUMERIC_LABEL, regression_body(spec)),
-    ]:
+    ]
+    for label, body in cases:
         doc = task_export(label, body, spec)
         data = to_skops(doc)
         assert skops.io.get_untrusted_types(data=data) == []

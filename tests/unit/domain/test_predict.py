@@ -30,6 +30,7 @@ def test_scores_follow_the_training_transform() -> None:
     expected = spec.transform(_data.columns(data)) @ model().coef
     assert [p.score for p in got] == pytest.approx(list(expected), abs=1e-12)
     for p in got:
+        assert p.score is not None
         assert p.positive == (p.score > 0)
         assert p.probability == pytest.approx(1.0 / (1.0 + math.exp(-p.score)))
 
@@ -145,6 +146,7 @@ def test_scores_are_finite_and_clipped_whatever_the_weights(coef: list[float]) -
         LinearModel(coef=np.array(coef)), _data.spec(), [*data, *extreme], loss="logistic"
     )
     for p in got:
+        assert p.score is not None
         assert math.isfinite(p.score)
         assert abs(p.score) <= MAX_ABS_SCORE
         assert p.positive == (p.score > 0)
@@ -159,6 +161,7 @@ def test_huge_weights_keep_the_sign_of_the_exact_score() -> None:
     small = predict_rows(LinearModel(coef=coef), spec, data, loss="logistic")
     huge = predict_rows(LinearModel(coef=coef * 1e307), spec, data, loss="logistic")
     for a, b in zip(small, huge, strict=True):
+        assert a.score is not None
         assert b.positive == a.positive
         assert b.score == (MAX_ABS_SCORE if a.score > 0 else -MAX_ABS_SCORE if a.score < 0 else 0)
         assert b.probability == (1.0 if a.score > 0 else 0.0 if a.score < 0 else 0.5)

@@ -251,9 +251,9 @@ def test_linear_stacking_of_other_tasks_is_the_meta_level_fit_mapped_back_by_han
     meta = fit(Z, y, mechanism, rng=np.random.default_rng(9), **kwargs)
     assert result.details["d"] == M.shape[0] == (6 if task == "multiclass" else 2)
     assert result.epsilon == meta.epsilon
-    released = np.asarray(result.model.coef)  # type: ignore[union-attr]
+    released = np.asarray(result.model.to_dict()["coef"])
     if task == "multiclass":
-        expected = round_to_grid(s * (np.asarray(meta.model.coef) @ M))  # type: ignore[union-attr]
+        expected = round_to_grid(s * (np.asarray(meta.model.to_dict()["coef"]) @ M))
         assert released.shape == (3, 4)
     else:
         expected = round_to_grid(s * (M.T @ np.asarray(meta.coef)))

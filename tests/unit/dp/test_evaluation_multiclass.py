@@ -84,7 +84,7 @@ def test_released_noise_follows_the_discrete_laplace_law(epsilon: float) -> None
     assert stats.chisquare(observed, expected).pvalue > 1e-3
     # and the reported scale is the hand-derived one
     scores = np.eye(3)[np.arange(30) % 3]
-    result = evaluate_multiclass(scores, np.arange(30) % 3, epsilon=epsilon, randbelow=draw)
+    result = evaluate_multiclass(scores, np.arange(30.0) % 3, epsilon=epsilon, randbelow=draw)
     assert result.to_dict()["noise"]["scale_confusion_matrix"] == b
     assert result.epsilon_split == {"confusion_matrix": epsilon}
 
@@ -210,7 +210,7 @@ def test_the_noise_is_calibrated_with_the_ledger_floor() -> None:
     assert ledger_floor(0.2) < 0.2
     scores = np.eye(3)[np.arange(30) % 3]
     result = evaluate_multiclass(
-        scores, np.arange(30) % 3, epsilon=0.2, randbelow=random.Random(1).randrange
+        scores, np.arange(30.0) % 3, epsilon=0.2, randbelow=random.Random(1).randrange
     )
     assert result.epsilon == 0.2
     assert result.epsilon_split == {"confusion_matrix": ledger_floor(0.2)}

@@ -397,12 +397,14 @@ def test_multinomial_beats_one_vs_rest_at_equal_epsilon() -> None:
         multi.append(np.mean(m.model.predict(X) == y))  # type: ignore[attr-defined]
         W = np.stack(
             [
-                dp.fit(
-                    X,
-                    np.where(y == k, 1.0, -1.0),
-                    "objective_perturbation",
-                    **{**kw, "epsilon": 0.5 / K},
-                ).coef
+                np.asarray(
+                    dp.fit(
+                        X,
+                        np.where(y == k, 1.0, -1.0),
+                        "objective_perturbation",
+                        **{**kw, "epsilon": 0.5 / K},
+                    ).coef
+                )
                 for k in range(K)
             ]
         )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ MU_1_1E5 = 0.268051123211294
 Z_1_1E5 = math.sqrt(3.0) / MU_1_1E5
 
 
-def _plan(n: int, d: int, epsilon: float, delta: float, **params: object) -> adassp.AdaSSPPlan:
+def _plan(n: int, d: int, epsilon: float, delta: float, **params: Any) -> adassp.AdaSSPPlan:
     cal = calibrate(
         "adassp",
         n=n,
@@ -163,7 +164,10 @@ def test_the_released_noise_has_the_planned_law() -> None:
     gram, moment = X.T @ X, X.T @ y
     lam = float(np.linalg.eigvalsh(gram)[0])
     rng = np.random.default_rng(2)
-    eig, diag, off, mom = [], [], [], []
+    eig: list[float] = []
+    diag: list[float] = []
+    off: list[float] = []
+    mom: list[float] = []
     for _ in range(runs):
         lam_noisy, g, b = adassp.noisy_statistics(X, y, plan, rng=rng)
         assert np.array_equal(g, g.T)
@@ -273,8 +277,10 @@ def test_rmse_beats_predicting_zero_at_epsilon_one() -> None:
     exact = fit(
         X, y, "non_private", epsilon=1.0, loss="squared", regularization=1e-6, task="regression"
     )
-    rmse = float(np.sqrt(np.mean((X @ result.coef - y) ** 2)))  # type: ignore[operator]
-    best = float(np.sqrt(np.mean((X @ exact.coef - y) ** 2)))  # type: ignore[operator]
+    assert result.coef is not None
+    assert exact.coef is not None
+    rmse = float(np.sqrt(np.mean((X @ result.coef - y) ** 2)))
+    best = float(np.sqrt(np.mean((X @ exact.coef - y) ** 2)))
     zero = float(np.sqrt(np.mean(y**2)))
     assert rmse < 0.5 * zero
     assert rmse < 1.1 * best

@@ -227,6 +227,7 @@ def test_output_perturbation_noise_norm_is_gamma() -> None:
     exact = fit(
         X, y, "non_private", epsilon=1.0, loss="huber", regularization=lam, task="regression", h=0.5
     ).coef
+    assert exact is not None
     coefs, cal, _ = _runs(
         "output_perturbation", X, y, runs=1500, seed=8, epsilon=eps, regularization=lam
     )
@@ -344,7 +345,10 @@ def test_output_perturbation_audit_stays_below_epsilon_and_catches_half_the_nois
     assert lower < EPS_AUDIT
     plan = cal.plan
     assert plan is not None
-    half = dataclasses.replace(cal, plan=dataclasses.replace(plan, beta=2.0 * cal.details["beta"]))
+    half = dataclasses.replace(
+        cal,
+        plan=dataclasses.replace(plan, beta=2.0 * cal.details["beta"]),  # type: ignore[call-arg]
+    )
     caught = epsilon_lower_bound(
         _released(half, problem, Y_D, 22),
         _released(half, problem, Y_D_PRIME, 23),

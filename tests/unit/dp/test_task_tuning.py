@@ -30,6 +30,7 @@ from service.dp.analysis.task_scores import (
 from service.dp.core.base import FitResult, LinearModel
 from service.dp.core.released import MulticlassModel
 from service.dp.data.prepared import PreparedDesign, prepare_design
+from service.dp.noise.discrete import discrete_laplace
 
 R, A = 10.0, 0.01
 
@@ -265,7 +266,7 @@ def test_repetition_adds_discrete_laplace_of_scale_64_over_eps_s_for_regression(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     scales: list[Fraction] = []
-    real = repetition.discrete_laplace
+    real = discrete_laplace
 
     def spy(scale: Fraction, rng: Any) -> int:
         scales.append(scale)
