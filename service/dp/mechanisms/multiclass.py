@@ -76,8 +76,8 @@ from service.dp.core.plan import plan_kind
 from service.dp.core.released import MulticlassModel
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data import clipping
-from service.dp.data.clipping import round_up, scale_for
-from service.dp.mechanisms._common import Inputs, MechanismPlan, ObjectivePlan, report
+from service.dp.data.clipping import scale_for
+from service.dp.mechanisms._common import Inputs, ObjectivePlan, OutputPlan, report
 from service.dp.noise import draws as noise
 from service.dp.noise import lattice
 from service.dp.noise.rounding import UNIT_ROUNDOFF
@@ -273,91 +273,43 @@ def run_objective(
 
 @plan_kind("output_perturbation_multiclass")
 @dataclass(frozen=True, slots=True)
-class MulticlassOutputPlan(MechanismPlan):
+class MulticlassOutputPlan(OutputPlan):
     """Output perturbation's plan for K classes: the certificate's tolerance τ (and its
     floor F at b = 0), S = 2√2/(nλ) + 2τ/λ with its two terms (rounded up) and β = ε/S of
     the norm-exponential noise in ℝ^{dK}."""
 
     mechanism = "output_perturbation"
-
-    tolerance: float
-    floor: float
-    sensitivity: float
-    sensitivity_exact_minimiser: float
-    distance_to_exact_minimiser_bound: float
-    sensitivity_certificate_term: float
-    beta: float
+    shows_dimension = True
 
     @property
     def dimension(self) -> int:
         return self.inputs.d * self.inputs.n_classes
 
-    @property
-    def expected_noise_norm(self) -> float:
-        return self.dimension / self.beta
-
-    def details(self) -> dict[str, Any]:
-        dim, beta = self.dimension, self.beta
-        details = self.inputs.details()
-        details.update(
-            delta=0.0,
-            noise="norm_exponential",
-            noise_dimension=dim,
-            sensitivity=self.sensitivity,
-            sensitivity_exact_minimiser=self.sensitivity_exact_minimiser,
-            certificate_tolerance=self.tolerance,
-            certificate_floor=self.floor,
-            distance_to_exact_minimiser_bound=self.distance_to_exact_minimiser_bound,
-            sensitivity_certificate_term=self.sensitivity_certificate_term,
-            beta=beta,
-            noise_norm_distribution=f"Gamma(shape={dim}, scale={1.0 / beta!r})",
-            expected_noise_norm=self.expected_noise_norm,
-            release=lattice.RELEASE_NOTE,
-        )
-        return details
-
     def calibration(self) -> Calibration:
         eps, beta, tau, K = self.inputs.epsilon, self.beta, self.tolerance, self.inputs.n_classes
-        return Calibration(
-            epsilon=eps,
-            delta=0.0,
-            details=self.details(),
-            expected_noise_norm=self.expected_noise_norm,
-            composition=(
-                f"single release of the {K}-class multinomial model, ε = {eps:g}: noise "
-                f"∝ exp(−β‖b‖) in dimension d·K = {self.dimension} with β = ε/S = {beta:.6g} "
-                f"added to a minimiser whose gradient is proved (in IEEE arithmetic) to be at "
-                f"most τ = {tau:.6g}; its L2 sensitivity is S = 2√2/(nλ) + 2τ/λ = "
-                f"{self.sensitivity:.10g} (Chaudhuri et al. 2011, Thm 6, with the multinomial "
-                f"loss's Lipschitz constant √2); no δ is spent. If the certificate is not met "
-                f"the job fails and nothing is released"
-            ),
-            plan=self,
+        return self.pure_calibration(
+            f"single release of the {K}-class multinomial model, ε = {eps:g}: noise "
+            f"∝ exp(−β‖b‖) in dimension d·K = {self.dimension} with β = ε/S = {beta:.6g} "
+            f"added to a minimiser whose gradient is proved (in IEEE arithmetic) to be at "
+            f"most τ = {tau:.6g}; its L2 sensitivity is S = 2√2/(nλ) + 2τ/λ = "
+            f"{self.sensitivity:.10g} (Chaudhuri et al. 2011, Thm 6, with the multinomial "
+            f"loss's Lipschitz constant √2); no δ is spent. If the certificate is not met "
+            f"the job fails and nothing is released"
         )
 
 
 def output_plan(problem: Problem) -> MulticlassOutputPlan:
     """The multi-class output-perturbation plan of a validated problem (public numbers)."""
-    n, d, K = problem.n, problem.d, problem.n_classes
-    lam, eps = problem.regularization, problem.epsilon
-    base = certified.tolerance(
-        n=n, d=d * K, c=multinomial.CURVATURE, strong_convexity=lam, linear_bound=0.0
-    )
-    floor = multinomial.certificate_floor(
-        n=n, d=d, n_classes=K, strong_convexity=lam, noise_norm=0.0
-    )
-    tau = max(base, 2.0 * floor)
-    exact = Fraction(GRADIENT_SENSITIVITY) / (n * Fraction(lam))
-    slack = 2 * Fraction(tau) / Fraction(lam)
-    return MulticlassOutputPlan(
-        inputs=Inputs.of(problem),
-        tolerance=float(tau),
-        floor=float(floor),
-        sensitivity=round_up(exact + slack),
-        sensitivity_exact_minimiser=round_up(exact),
-        distance_to_exact_minimiser_bound=round_up(Fraction(tau) / Fraction(lam)),
-        sensitivity_certificate_term=round_up(slack),
-        beta=float(scale_for(eps, exact + slack)),
+    n, d, K, lam = problem.n, problem.d, problem.n_classes, problem.regularization
+    return MulticlassOutputPlan.calibrated(
+        problem,
+        exact_sensitivity=Fraction(GRADIENT_SENSITIVITY) / (n * Fraction(lam)),
+        base_tolerance=certified.tolerance(
+            n=n, d=d * K, c=multinomial.CURVATURE, strong_convexity=lam, linear_bound=0.0
+        ),
+        floor=multinomial.certificate_floor(
+            n=n, d=d, n_classes=K, strong_convexity=lam, noise_norm=0.0
+        ),
     )
 
 
