@@ -31,6 +31,7 @@ from service.dp.optimize import certified, certified_failure, multinomial
 __all__ = [
     "Inputs",
     "MechanismPlan",
+    "NormExponentialObjectivePlan",
     "ObjectivePlan",
     "OutputPlan",
     "certificate_failure",
@@ -177,6 +178,26 @@ class MechanismPlan(Plan):
     def calibration(self) -> Calibration:
         raise NotImplementedError
 
+    def details(self) -> dict[str, Any]:
+        """The calibration's record (the plan's public numbers)."""
+        raise NotImplementedError
+
+    @property
+    def expected_noise_norm(self) -> float | None:
+        """E‖noise‖ of the release, if the mechanism states one."""
+        raise NotImplementedError
+
+    def pure_calibration(self, composition: str) -> Calibration:
+        """The ε-DP calibration (δ = 0) of this plan with its ``composition`` sentence."""
+        return Calibration(
+            epsilon=self.inputs.epsilon,
+            delta=0.0,
+            details=self.details(),
+            expected_noise_norm=self.expected_noise_norm,
+            composition=composition,
+            plan=self,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ObjectivePlan(MechanismPlan):
@@ -208,6 +229,59 @@ class ObjectivePlan(MechanismPlan):
         if self.noise != "gaussian" or self.sigma is None:
             raise ValueError(f"a {type(self).kind} plan with {self.noise} noise has no σ")
         return self.sigma
+
+
+@dataclass(frozen=True, slots=True)
+class NormExponentialObjectivePlan(ObjectivePlan):
+    """Objective perturbation's plans with norm-exponential noise b ∝ exp(−β‖b‖) in
+    ℝ^:attr:`dimension` (binary, regression, K classes): ε₁ = ε′ + ε_J with β·S_g ≤ ε′ for
+    the gradient sensitivity S_g = sup ‖∇ℓ(D) − ∇ℓ(D′)‖ of replace-one neighbours (the
+    noise part of the change of variables b ↦ w), and the record they share. E‖b‖ = dim/β
+    (‖b‖ ~ Gamma(dim, 1/β)); the released minimiser moves by at most E‖b‖/(n(λ + Δ))."""
+
+    #: Whether the record names the noise dimension (K-class plans: dK ≠ d).
+    shows_dimension: ClassVar[bool] = False
+
+    epsilon_prime: float
+
+    @property
+    def dimension(self) -> int:
+        """The dimension of b (d; dK for K classes)."""
+        return self.inputs.d
+
+    @property
+    def gradient_sensitivity(self) -> float:
+        """S_g: 2 for a margin loss with |l′| ≤ 1 and ‖x‖ ≤ 1 (‖l′y x − l′′y′x′‖ ≤ 2)."""
+        return 2.0
+
+    @property
+    def expected_noise_norm(self) -> float:
+        return self.dimension / self.noise_beta
+
+    def details(self) -> dict[str, Any]:
+        n, beta, dim = self.inputs.n, self.noise_beta, self.dimension
+        sensitivity, expected = self.gradient_sensitivity, self.expected_noise_norm
+        details = self.inputs.details()
+        details.update(delta=0.0, noise="norm_exponential")
+        if self.shows_dimension:
+            details.update(noise_dimension=dim)
+        details.update(
+            branch="no_extra_regularization" if self.Delta == 0.0 else "extra_regularization",
+            epsilon_objective=self.epsilon_objective,
+            epsilon_prime=self.epsilon_prime,
+            Delta=self.Delta,
+            effective_regularization=self.effective_regularization,
+            beta=beta,
+            gradient_sensitivity=sensitivity,
+            noise_epsilon=sensitivity * beta,
+            jacobian_epsilon=self.jacobian_epsilon,
+            noise_norm_distribution=f"Gamma(shape={dim}, scale={1.0 / beta!r})",
+            expected_noise_norm=expected,
+            expected_coef_shift_bound=expected / (n * self.effective_regularization),
+        )
+        details.update(self.certificate.details())
+        details.update(self.failure.details())
+        return details
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,17 +359,6 @@ class OutputPlan(MechanismPlan):
             release=lattice.RELEASE_NOTE,
         )
         return details
-
-    def pure_calibration(self, composition: str) -> Calibration:
-        """The ε-DP calibration (δ = 0) of this plan with its ``composition`` sentence."""
-        return Calibration(
-            epsilon=self.inputs.epsilon,
-            delta=0.0,
-            details=self.details(),
-            expected_noise_norm=self.expected_noise_norm,
-            composition=composition,
-            plan=self,
-        )
 
 
 def jacobian_slack(

@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -77,7 +77,12 @@ from service.dp.core.released import MulticlassModel
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.data import clipping
 from service.dp.data.clipping import scale_for
-from service.dp.mechanisms._common import Inputs, ObjectivePlan, OutputPlan, report
+from service.dp.mechanisms._common import (
+    Inputs,
+    NormExponentialObjectivePlan,
+    OutputPlan,
+    report,
+)
 from service.dp.noise import draws as noise
 from service.dp.noise import lattice
 from service.dp.noise.rounding import UNIT_ROUNDOFF
@@ -147,66 +152,34 @@ def _noise_beta(epsilon_prime: float) -> float:
 
 @plan_kind("objective_perturbation_multiclass")
 @dataclass(frozen=True, slots=True)
-class MulticlassObjectivePlan(ObjectivePlan):
+class MulticlassObjectivePlan(NormExponentialObjectivePlan):
     """Objective perturbation's plan for K classes (module docstring): noise ∝ exp(−β‖b‖) in
     ℝ^{dK} with β = ε′/(2√2), ε′ = ε₁ − ε_J, ε_J = (K − 1)ln(1 + 1/(Kn(λ + Δ))), and the
     certified release in dimension dK."""
 
     mechanism = "objective_perturbation"
 
-    epsilon_prime: float
+    shows_dimension = True
 
     @property
     def dimension(self) -> int:
         return self.inputs.d * self.inputs.n_classes
 
     @property
-    def expected_noise_norm(self) -> float:
-        return self.dimension / self.noise_beta
-
-    def details(self) -> dict[str, Any]:
-        n, beta, dim = self.inputs.n, self.noise_beta, self.dimension
-        expected = self.expected_noise_norm
-        details = self.inputs.details()
-        details.update(
-            delta=0.0,
-            noise="norm_exponential",
-            noise_dimension=dim,
-            branch="no_extra_regularization" if self.Delta == 0.0 else "extra_regularization",
-            epsilon_objective=self.epsilon_objective,
-            epsilon_prime=self.epsilon_prime,
-            Delta=self.Delta,
-            effective_regularization=self.effective_regularization,
-            beta=beta,
-            gradient_sensitivity=GRADIENT_SENSITIVITY,
-            noise_epsilon=GRADIENT_SENSITIVITY * beta,
-            jacobian_epsilon=self.jacobian_epsilon,
-            noise_norm_distribution=f"Gamma(shape={dim}, scale={1.0 / beta!r})",
-            expected_noise_norm=expected,
-            expected_coef_shift_bound=expected / (n * self.effective_regularization),
-        )
-        details.update(self.certificate.details())
-        details.update(self.failure.details())
-        return details
+    def gradient_sensitivity(self) -> float:
+        return GRADIENT_SENSITIVITY
 
     def calibration(self) -> Calibration:
         eps, extra, K = self.inputs.epsilon, self.Delta, self.inputs.n_classes
-        return Calibration(
-            epsilon=eps,
-            delta=0.0,
-            details=self.details(),
-            expected_noise_norm=self.expected_noise_norm,
-            composition=(
-                f"single release of the {K}-class multinomial model (noise in dimension "
-                f"d·K = {self.dimension}), ε = {eps:g} = noise part ε′ = "
-                f"{self.epsilon_prime:.6g} (gradient sensitivity 2√2) + Jacobian part "
-                f"(K − 1)ln(1 + 1/(Kn(λ+Δ))) = {self.jacobian_epsilon:.6g} (Chaudhuri et al. "
-                f"2011, Alg. 2, rank ≤ K − 1 Hessians, "
-                f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
-                f"ε_r = {self.certificate.epsilon:.6g}: {self.certificate.describe()}; no δ is "
-                f"spent. {certified_failure.failure_sentence(self.failure.details())}"
-            ),
-            plan=self,
+        return self.pure_calibration(
+            f"single release of the {K}-class multinomial model (noise in dimension "
+            f"d·K = {self.dimension}), ε = {eps:g} = noise part ε′ = "
+            f"{self.epsilon_prime:.6g} (gradient sensitivity 2√2) + Jacobian part "
+            f"(K − 1)ln(1 + 1/(Kn(λ+Δ))) = {self.jacobian_epsilon:.6g} (Chaudhuri et al. "
+            f"2011, Alg. 2, rank ≤ K − 1 Hessians, "
+            f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
+            f"ε_r = {self.certificate.epsilon:.6g}: {self.certificate.describe()}; no δ is "
+            f"spent. {certified_failure.failure_sentence(self.failure.details())}"
         )
 
 
