@@ -187,11 +187,12 @@ class MechanismPlan(Plan):
         """E‖noise‖ of the release, if the mechanism states one."""
         raise NotImplementedError
 
-    def pure_calibration(self, composition: str) -> Calibration:
-        """The ε-DP calibration (δ = 0) of this plan with its ``composition`` sentence."""
+    def calibration_with(self, composition: str, *, delta: float = 0.0) -> Calibration:
+        """The calibration of this plan: its (ε, δ) (δ = 0 for a pure ε-DP release), record
+        and expected noise norm, with its ``composition`` sentence."""
         return Calibration(
-            epsilon=self.inputs.epsilon,
-            delta=0.0,
+            epsilon=float(self.inputs.epsilon),
+            delta=float(delta),
             details=self.details(),
             expected_noise_norm=self.expected_noise_norm,
             composition=composition,

@@ -171,7 +171,7 @@ class MulticlassObjectivePlan(NormExponentialObjectivePlan):
 
     def calibration(self) -> Calibration:
         eps, extra, K = self.inputs.epsilon, self.Delta, self.inputs.n_classes
-        return self.pure_calibration(
+        return self.calibration_with(
             f"single release of the {K}-class multinomial model (noise in dimension "
             f"d·K = {self.dimension}), ε = {eps:g} = noise part ε′ = "
             f"{self.epsilon_prime:.6g} (gradient sensitivity 2√2) + Jacobian part "
@@ -260,7 +260,7 @@ class MulticlassOutputPlan(OutputPlan):
 
     def calibration(self) -> Calibration:
         eps, beta, tau, K = self.inputs.epsilon, self.beta, self.tolerance, self.inputs.n_classes
-        return self.pure_calibration(
+        return self.calibration_with(
             f"single release of the {K}-class multinomial model, ε = {eps:g}: noise "
             f"∝ exp(−β‖b‖) in dimension d·K = {self.dimension} with β = ε/S = {beta:.6g} "
             f"added to a minimiser whose gradient is proved (in IEEE arithmetic) to be at "

@@ -132,7 +132,7 @@ class ObjectivePerturbationPlan(NormExponentialObjectivePlan):
 
     def calibration(self) -> Calibration:
         eps, extra = self.inputs.epsilon, self.Delta
-        return self.pure_calibration(
+        return self.calibration_with(
             f"single release, ε = {eps:g} = noise part ε′ = {self.epsilon_prime:.6g} + "
             f"Jacobian part ln(1 + c/(n(λ+Δ))) = {self.jacobian_epsilon:.6g} (Chaudhuri et "
             f"al. 2011, Alg. 2 with the determinant lemma, "

@@ -118,7 +118,7 @@ class OutputPerturbationPlan(OutputPlan):
         eps, beta, tau = self.inputs.epsilon, self.beta, self.tolerance
         if self.inputs.task == "regression":
             return self._regression_calibration()
-        return self.pure_calibration(
+        return self.calibration_with(
             f"single release, ε = {eps:g}: noise ∝ exp(−β‖b‖) with β = ε/S = {beta:.6g} "
             f"added to a minimiser whose gradient is proved (in IEEE arithmetic) to be at "
             f"most τ = {tau:.6g}, so within τ/λ of the exact one; its L2 sensitivity is "
@@ -129,7 +129,7 @@ class OutputPerturbationPlan(OutputPlan):
 
     def _regression_calibration(self) -> Calibration:
         eps, beta, tau = self.inputs.epsilon, self.beta, self.tolerance
-        return self.pure_calibration(
+        return self.calibration_with(
             f"single release, ε = {eps:g}: noise ∝ exp(−β‖b‖) with β = ε/S = {beta:.6g} "
             f"added to a Huber regression minimiser whose gradient is proved (in IEEE "
             f"arithmetic) to be at most τ = {tau:.6g}; its L2 sensitivity is "
