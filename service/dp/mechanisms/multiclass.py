@@ -75,7 +75,6 @@ from service.dp.core.base import Calibration, Problem, ProgressCallback
 from service.dp.core.plan import plan_kind
 from service.dp.core.released import MulticlassModel
 from service.dp.core.validation import PrivacyParameterError
-from service.dp.data import clipping
 from service.dp.data.clipping import scale_for
 from service.dp.mechanisms._common import (
     Inputs,
@@ -87,12 +86,12 @@ from service.dp.noise import draws as noise
 from service.dp.noise import lattice
 from service.dp.noise.rounding import UNIT_ROUNDOFF
 from service.dp.optimize import certified, certified_failure, multinomial
-from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
     "GRADIENT_SENSITIVITY",
     "MulticlassObjectivePlan",
     "MulticlassOutputPlan",
+    "clipped_minibatch_gradient",
     "jacobian_slack",
     "objective_plan",
     "output_plan",
@@ -100,7 +99,6 @@ __all__ = [
     "run_non_private",
     "run_objective",
     "run_output",
-    "sgd",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -343,75 +341,14 @@ def clipped_gradient_mean(R: FloatArray, X: FloatArray, caps: FloatArray) -> Flo
     return out
 
 
-def sgd(
-    Z: FloatArray,
-    y: FloatArray,
-    n_classes: int,
-    *,
-    lam: float,
-    epochs: int,
-    sizes: NDArray[np.int64],
-    beta: float,
-    scale: int,
-    schedule: str,
-    eta: float,
-    radius: float | None,
-    clip: float,
-    rng: np.random.Generator | None,
-    progress: ProgressCallback | None,
+def clipped_minibatch_gradient(
+    X: FloatArray, labels: NDArray[np.intp], W: FloatArray, caps: FloatArray
 ) -> FloatArray:
-    """DP-SGD's loop (:func:`service.dp.mechanisms.dp_sgd._sgd`) for the multinomial loss:
-    the iterate is C ∈ ℝ^{K×d}, each update releases the clipped mean gradient
-    (:func:`clipped_gradient_mean`) plus noise ∝ exp(−β‖z‖) in ℝ^{dK} exactly on the grid
-    s·2⁻³², and steps C ← Π_R(C − η_t(λC + o_t)). Returns the last iterate (K × d)."""
-    n, dim = Z.shape
-    K = int(n_classes)
-    idx = np.asarray(y).astype(np.intp)
-    s = float(scale)
-    m = int(sizes.size)
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
-    caps = clipping.clip_caps(clipping.row_norm_bounds(Z), clip)
-    total = epochs * m
-    every = max(1, total // 100)
-    chunk = max(1, min(m, 4_000_000 // (dim * K)))
-    W = np.zeros((K, dim))
-    t = 0
-    for _ in range(epochs):
-        perm = np.argsort(noise.uniforms(n, rng), kind="stable")
-        for start in range(0, m, chunk):
-            stop = min(m, start + chunk)
-            block = lattice.NormExponentialBlock(stop - start, dim * K, beta=beta * s, rng=rng)
-            for j in range(start, stop):
-                t += 1
-                rows = perm[bounds[j] : bounds[j + 1]]
-                Xb = Z[rows]
-                S = Xb @ W.T
-                P = np.exp(S - S.max(axis=1, keepdims=True))
-                P /= P.sum(axis=1, keepdims=True)
-                P[np.arange(rows.size), idx[rows]] -= 1.0
-                grad = clipped_gradient_mean(P, Xb, caps[rows])
-                released = s * block.release(j - start, grad.ravel() / s)
-                if schedule == "constant":
-                    step = eta
-                elif schedule == "inverse_sqrt":
-                    step = eta / math.sqrt(t)
-                else:
-                    step = 1.0 / (lam * t)
-                W = W - step * (lam * W + released.reshape(K, dim))
-                if radius is not None:
-                    norm = math.sqrt(float(np.sum(W * W)))
-                    if norm > radius:
-                        W *= radius / norm
-                if t % every == 0:
-                    _check_finite(W)
-                    report(progress, min(0.99, t / total))
-    _check_finite(W)
-    return W
-
-
-def _check_finite(W: FloatArray) -> None:
-    if not np.all(np.isfinite(W)):
-        raise ConvergenceError(
-            "DP-SGD iterates diverged (non-finite weights); lower eta, use the "
-            "'inverse_sqrt' schedule or set a radius. No model was released"
-        )
+    """DP-SGD's update direction (:func:`service.dp.mechanisms.dp_sgd._sgd`) for the
+    multinomial loss at the K × d iterate W: the residuals p_i − e_{y_i} of the batch's
+    softmax probabilities, clipped and averaged by :func:`clipped_gradient_mean`."""
+    S = X @ W.T
+    P = np.exp(S - S.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    P[np.arange(labels.size), labels] -= 1.0
+    return clipped_gradient_mean(P, X, caps)
