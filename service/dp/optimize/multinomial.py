@@ -589,23 +589,13 @@ def failure_plan(
             noise_norm=q,
         )
 
-    at_zero = floor(0.0)
-    if not at_zero <= tau:
-        q = -1.0
-    else:
-        slope = (floor(1.0) - at_zero) * _SAFE
-        q = (tau - at_zero) / slope * (1.0 - 2.0**-30)
-        while q > 0.0 and floor(q) > tau:
-            q *= 1.0 - 2.0**-20
-        q = max(q, 0.0)
-    threshold = n * q * (1.0 - 2.0 * certified_failure.NOISE_RADIUS_RATIO)
-    log10 = (
-        certified_failure.norm_exponential_tail_log10(d * n_classes, beta, threshold)
-        if beta > 0.0
-        else -math.inf
-    )
-    failure = certified_failure.CertificateFailure(
-        noise_norm_threshold=float(threshold), log10_probability_bound=float(log10)
+    dim = d * n_classes
+    failure = certified_failure.failure_at(
+        n,
+        certified_failure.largest_feasible(floor, tau),
+        lambda t: (
+            certified_failure.norm_exponential_tail_log10(dim, beta, t) if beta > 0.0 else -math.inf
+        ),
     )
     if check:
         certified_failure.check_failure_probability(failure.details(), mechanism)

@@ -375,16 +375,5 @@ def failure_plan(
             n=n, d=d, loss=loss, strong_convexity=strong_convexity, noise_norm=q
         )
 
-    at_zero = floor(0.0)
-    if not at_zero <= tolerance:
-        q = -1.0
-    else:
-        slope = (floor(1.0) - at_zero) * _SAFE
-        q = (tolerance - at_zero) / slope * (1.0 - 2.0**-30)
-        while q > 0.0 and floor(q) > tolerance:
-            q *= 1.0 - 2.0**-20
-        q = max(q, 0.0)
-    threshold = n * q * (1.0 - 2.0 * certified_failure.NOISE_RADIUS_RATIO)
-    return certified_failure.CertificateFailure(
-        noise_norm_threshold=float(threshold), log10_probability_bound=float(log10_tail(threshold))
-    )
+    q = certified_failure.largest_feasible(floor, tolerance)
+    return certified_failure.failure_at(n, q, log10_tail)
