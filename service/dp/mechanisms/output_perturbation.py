@@ -220,10 +220,7 @@ class OutputPerturbation:
             loss,
             regularization=plan.inputs.regularization,
             tolerance=plan.tolerance,
-            failure=(
-                "the minimiser could not be certified to the tolerance the sensitivity "
-                "assumes; no model was released"
-            ),
+            failure=certified.SENSITIVITY_FAILURE,
         )
         report(progress, 0.9)
         model = release(lattice.norm_exponential_release(coef, beta=plan.beta, rng=rng))

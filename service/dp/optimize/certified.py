@@ -73,11 +73,14 @@ from service.dp.optimize.solvers import ConvergenceError, FinalPass, solve_erm
 
 __all__ = [
     "BLOCK_ROWS",
+    "RELEASE_FAILURE",
+    "SENSITIVITY_FAILURE",
     "CertifiedRelease",
     "base_tolerance",
     "certified_erm",
     "certified_solve",
     "exp_enclosure",
+    "first_certified",
     "gaussian_quantile",
     "gradient_bound",
     "gradient_bound_from_pass",
@@ -96,6 +99,16 @@ FloatArray = NDArray[np.float64]
 
 #: the solver's own (non-rigorous) target is this fraction of τ
 _SOLVER_SHARE: Final[float] = 0.25
+#: Why nothing is released when a noise-free minimiser (output perturbation) is not certified.
+SENSITIVITY_FAILURE: Final[str] = (
+    "the minimiser could not be certified to the tolerance the sensitivity assumes; "
+    "no model was released"
+)
+#: Why nothing is released when the perturbed objective's minimiser is not certified.
+RELEASE_FAILURE: Final[str] = (
+    "the perturbed objective's minimiser could not be certified to the tolerance its "
+    "release assumes; no model was released"
+)
 #: base tolerance per unit of (1 + ‖g‖) (the solver's DEFAULT_TOLERANCE)
 _BASE: Final[float] = 1e-10
 #: the largest share of ε the release noise may take
@@ -573,6 +586,26 @@ def certified_solve(
     raise ConvergenceError(failure)
 
 
+def first_certified(
+    attempt: Callable[[float, FloatArray | None], FloatArray],
+    bound: Callable[[FloatArray], float],
+    *,
+    threshold: float,
+    tol: float,
+    failure: str,
+) -> FloatArray:
+    """The first of the solver's answers ``attempt(tol, None)`` and, warm-started from it,
+    ``attempt(tol/64, first)`` whose proved ``bound`` is ≤ ``threshold``;
+    :class:`ConvergenceError` with ``failure`` (nothing released) when neither meets it."""
+    initial: FloatArray | None = None
+    for k in range(2):
+        coef = attempt(tol / 64.0**k, initial)
+        if bound(coef) <= threshold:
+            return coef
+        initial = coef
+    raise ConvergenceError(failure)
+
+
 def certified_erm(
     X: FloatArray,
     y: FloatArray,
@@ -632,10 +665,7 @@ def release_minimiser(
         noise=noise,
         threshold=release.tolerance,
         tol=release.tolerance * _SOLVER_SHARE / scale,
-        failure=(
-            "the perturbed objective's minimiser could not be certified to the tolerance its "
-            "release assumes; no model was released"
-        ),
+        failure=RELEASE_FAILURE,
         centre=centre,
         centre_weight=centre_weight,
         initial=initial,

@@ -431,18 +431,12 @@ def certified_solve(
     n, d = np.shape(X)
     linear = (noise.value / n).reshape(n_classes, d)
     ridge = regularization + extra_regularization
-    initial: FloatArray | None = None
-    for attempt in range(2):
-        C = minimise(
-            X,
-            y,
-            n_classes,
-            ridge=ridge,
-            linear=linear,
-            tol=tol / 64.0**attempt,
-            initial=initial,
-        )
-        bound = gradient_bound(
+
+    def attempt(tol: float, initial: FloatArray | None) -> FloatArray:
+        return minimise(X, y, n_classes, ridge=ridge, linear=linear, tol=tol, initial=initial)
+
+    def bound(C: FloatArray) -> float:
+        return gradient_bound(
             X,
             y,
             C,
@@ -450,10 +444,8 @@ def certified_solve(
             extra_regularization=extra_regularization,
             noise=noise,
         )
-        if bound <= threshold:
-            return C
-        initial = C
-    raise ConvergenceError(failure)
+
+    return certified.first_certified(attempt, bound, threshold=threshold, tol=tol, failure=failure)
 
 
 def certified_erm(
@@ -472,10 +464,7 @@ def certified_erm(
         noise=lattice.Enclosure(value=np.zeros(d * n_classes), radius=0.0),
         threshold=tolerance,
         tol=tolerance * _SOLVER_SHARE,
-        failure=(
-            "the minimiser could not be certified to the tolerance the sensitivity assumes; "
-            "no model was released"
-        ),
+        failure=certified.SENSITIVITY_FAILURE,
     )
 
 
@@ -504,10 +493,7 @@ def release_minimiser(
         noise=noise,
         threshold=release.tolerance,
         tol=release.tolerance * _SOLVER_SHARE / scale,
-        failure=(
-            "the perturbed objective's minimiser could not be certified to the tolerance its "
-            "release assumes; no model was released"
-        ),
+        failure=certified.RELEASE_FAILURE,
     )
     released = lattice.norm_exponential_release(C.ravel(), beta=release.beta, rng=rng)
     return released.reshape(n_classes, d)

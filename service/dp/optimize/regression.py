@@ -235,22 +235,24 @@ def _certified_solve(
     """A minimiser of J̃_b̂ whose proved gradient bound is ≤ ``threshold`` (asked for ``tol``,
     then once for tol/64); :class:`ConvergenceError` with ``failure`` otherwise."""
     _bound(loss)
-    initial = None
-    for attempt in range(2):
+
+    def attempt(tol: float, initial: FloatArray | None) -> FloatArray:
         try:
-            coef = minimize_regression(
+            return minimize_regression(
                 X,
                 y,
                 loss,
                 regularization=regularization,
                 linear=noise.value,
                 extra_regularization=extra_regularization,
-                tol=tol / 64.0**attempt,
+                tol=tol,
                 initial=initial,
             )
         except ConvergenceError:
-            break
-        bound = regression_gradient_bound(
+            raise ConvergenceError(failure) from None
+
+    def bound(coef: FloatArray) -> float:
+        return regression_gradient_bound(
             X,
             y,
             loss,
@@ -259,10 +261,8 @@ def _certified_solve(
             extra_regularization=extra_regularization,
             noise=noise,
         )
-        if bound <= threshold:
-            return coef
-        initial = coef
-    raise ConvergenceError(failure)
+
+    return certified.first_certified(attempt, bound, threshold=threshold, tol=tol, failure=failure)
 
 
 def certified_regression_erm(
@@ -280,10 +280,7 @@ def certified_regression_erm(
         noise=lattice.Enclosure(value=np.zeros(d), radius=0.0),
         threshold=tolerance,
         tol=tolerance * 0.25,
-        failure=(
-            "the minimiser could not be certified to the tolerance the sensitivity assumes; "
-            "no model was released"
-        ),
+        failure=certified.SENSITIVITY_FAILURE,
     )
 
 
@@ -311,10 +308,7 @@ def release_regression_minimiser(
         noise=noise,
         threshold=release.tolerance,
         tol=release.tolerance * 0.25 / scale,
-        failure=(
-            "the perturbed objective's minimiser could not be certified to the tolerance its "
-            "release assumes; no model was released"
-        ),
+        failure=certified.RELEASE_FAILURE,
     )
     return lattice.norm_exponential_release(coef, beta=release.beta, rng=rng)
 
