@@ -77,6 +77,7 @@ __all__ = [
     "SENSITIVITY_FAILURE",
     "CertifiedRelease",
     "base_tolerance",
+    "block_total",
     "certified_erm",
     "certified_solve",
     "exp_enclosure",
@@ -232,17 +233,23 @@ def loss_gradient_sum(
         parts.append(block.T @ s)
         abs_s += float(np.abs(s).sum())
         sum_e += float(e_derivative.sum())
-    if len(parts) == 1:
-        t: FloatArray = parts[0]
-        combine = 0.0
-    else:
-        t, per_column = compensated_row_sums(np.stack(parts, axis=1))
-        combine = norm_up(per_column)
+    t, combine = block_total(parts)
     # the sums of nonnegative terms above: ≤ γ_n relative each, block totals ≤ γ_m more
     up = 1.0 + 2.0 * gamma(n)
     gamma_b = gamma(min(n, BLOCK_ROWS))
     error = gamma_b * abs_s * up + combine + sum_e * up
     return t, (error + n * float(loss.c) * e_z) * KAPPA
+
+
+def block_total(parts: list[FloatArray]) -> tuple[FloatArray, float]:
+    """(t̂, e): the sum of the per-block vectors P̂_k (each a BLAS product over ≤ B rows),
+    added by compensated summation when there are m > 1 blocks, and a proved bound e on
+    ‖t̂ − Σ_k P̂_k‖ (0 for one block; otherwise the norm, rounded up, of the per-coordinate
+    bounds u|t̂_j| + γ²_{m−1}Σ_k|P̂_kj|, :func:`~service.dp.noise.rounding.compensated_row_sums`)."""
+    if len(parts) == 1:
+        return parts[0], 0.0
+    t, per_column = compensated_row_sums(np.stack(parts, axis=1))
+    return t, norm_up(per_column)
 
 
 def gradient_bound(

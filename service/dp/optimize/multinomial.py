@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 from scipy import sparse
 
 from service.dp.noise import lattice
-from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, compensated_row_sums, gamma, norm_up
+from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma, norm_up
 from service.dp.optimize import certified, certified_failure
 from service.dp.optimize.certified import _DEGREE, _LN2_LO, _TINY, BLOCK_ROWS, exp_enclosure
 from service.dp.optimize.solvers import ConvergenceError
@@ -374,12 +374,7 @@ def loss_gradient_sum(X: FloatArray, y: FloatArray, C: FloatArray) -> tuple[Floa
             + u
         )
         sum_err += float(err.sum())
-    if len(parts) == 1:
-        t: FloatArray = parts[0]
-        combine = 0.0
-    else:
-        t, per_column = compensated_row_sums(np.stack(parts, axis=1))
-        combine = norm_up(per_column)
+    t, combine = certified.block_total(parts)
     up = 1.0 + 2.0 * gamma(n)
     error = gamma(min(n, BLOCK_ROWS)) * abs_r * up + combine + sum_err * up
     return t.reshape(K, d), error * KAPPA

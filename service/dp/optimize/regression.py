@@ -40,7 +40,7 @@ from scipy import linalg
 
 from service.dp.core.regression_losses import RegressionHuberLoss, RegressionLoss
 from service.dp.noise import lattice
-from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, compensated_row_sums, gamma, norm_up
+from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma, norm_up
 from service.dp.optimize import certified, certified_failure
 from service.dp.optimize.certified import BLOCK_ROWS, _bound_from_loss_sum
 from service.dp.optimize.solvers import ConvergenceError
@@ -183,12 +183,7 @@ def regression_gradient_sum(
         parts.append(-(block.T @ psi))
         abs_psi += float(np.abs(psi).sum())
         abs_r += float(np.abs(r).sum())
-    if len(parts) == 1:
-        t: FloatArray = parts[0]
-        combine = 0.0
-    else:
-        t, per_column = compensated_row_sums(np.stack(parts, axis=1))
-        combine = norm_up(per_column)
+    t, combine = certified.block_total(parts)
     up = 1.0 + 2.0 * gamma(n)
     error = gamma(min(n, BLOCK_ROWS)) * abs_psi * up + combine
     error += (n * e_z + 2.0 * UNIT_ROUNDOFF * abs_r) * up
