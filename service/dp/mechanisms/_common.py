@@ -49,6 +49,7 @@ __all__ = [
 
 P = TypeVar("P", bound=Plan)
 OP = TypeVar("OP", bound="OutputPlan")
+NP = TypeVar("NP", bound="NormExponentialObjectivePlan")
 
 
 def task_loss(name: str, *, h: float, task: str) -> Loss:
@@ -244,6 +245,34 @@ class NormExponentialObjectivePlan(ObjectivePlan):
     shows_dimension: ClassVar[bool] = False
 
     epsilon_prime: float
+
+    @classmethod
+    def split(
+        cls: type[NP],
+        inputs: Inputs,
+        *,
+        extra: float,
+        beta: float,
+        split: tuple[float, float, float],
+        certificate: certified.CertifiedRelease,
+        failure: certified_failure.CertificateFailure,
+    ) -> NP:
+        """The plan with extra ridge Δ = ``extra`` (λ + Δ solved), noise rate β and
+        ``split`` = (ε₁, ε′, ε_J), the objective's budget and its noise and Jacobian parts."""
+        epsilon_objective, epsilon_prime, jacobian_epsilon = split
+        return cls(
+            inputs=inputs,
+            noise="norm_exponential",
+            beta=beta,
+            sigma=None,
+            Delta=float(extra),
+            effective_regularization=inputs.regularization + extra,
+            epsilon_objective=epsilon_objective,
+            jacobian_epsilon=jacobian_epsilon,
+            certificate=certificate,
+            failure=failure,
+            epsilon_prime=epsilon_prime,
+        )
 
     @property
     def dimension(self) -> int:

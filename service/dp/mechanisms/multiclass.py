@@ -196,20 +196,15 @@ def objective_plan(problem: Problem, *, mechanism: str) -> MulticlassObjectivePl
     eps_objective, certificate = certified.split(eps, n=n, d=dim, c=c, public=public)
     extra, epsilon_prime, jacobian_epsilon = jacobian_slack(eps_objective, lam, n, K)
     beta = _noise_beta(epsilon_prime)
-    return MulticlassObjectivePlan(
-        inputs=Inputs.of(problem),
-        noise="norm_exponential",
+    return MulticlassObjectivePlan.split(
+        Inputs.of(problem),
+        extra=extra,
         beta=beta,
-        sigma=None,
-        Delta=float(extra),
-        effective_regularization=lam + extra,
-        epsilon_objective=eps_objective,
-        jacobian_epsilon=jacobian_epsilon,
+        split=(eps_objective, epsilon_prime, jacobian_epsilon),
         certificate=certificate,
         failure=multinomial.failure_plan(
             n=n, d=d, n_classes=K, beta=beta, certificate=certificate, mechanism=mechanism
         ),
-        epsilon_prime=epsilon_prime,
     )
 
 

@@ -204,20 +204,15 @@ class ObjectivePerturbation:
         extra, epsilon_prime, jacobian_epsilon = jacobian_slack(eps_objective, lam, n, c)
         beta = epsilon_prime / 2.0
         inputs = Inputs.of(problem)
-        return ObjectivePerturbationPlan(
-            inputs=inputs,
-            noise="norm_exponential",
+        return ObjectivePerturbationPlan.split(
+            inputs,
+            extra=extra,
             beta=beta,
-            sigma=None,
-            Delta=float(extra),
-            effective_regularization=lam + extra,
-            epsilon_objective=eps_objective,
-            jacobian_epsilon=jacobian_epsilon,
+            split=(eps_objective, epsilon_prime, jacobian_epsilon),
             certificate=certificate,
             failure=certificate_failure(
                 inputs, ("norm_exponential", beta, None), certificate, mechanism=self.name
             ),
-            epsilon_prime=epsilon_prime,
         )
 
     def run(
@@ -285,18 +280,13 @@ def regression_plan(problem: Problem) -> ObjectivePerturbationPlan:
             "coefficients); use a larger regularization or a smaller Huber width h"
         )
     certified_failure.check_failure_probability(failure.details(), ObjectivePerturbation.name)
-    return ObjectivePerturbationPlan(
-        inputs=Inputs.of(problem),
-        noise="norm_exponential",
+    return ObjectivePerturbationPlan.split(
+        Inputs.of(problem),
+        extra=extra,
         beta=beta,
-        sigma=None,
-        Delta=float(extra),
-        effective_regularization=lam + extra,
-        epsilon_objective=eps_objective,
-        jacobian_epsilon=jacobian_epsilon,
+        split=(eps_objective, epsilon_prime, jacobian_epsilon),
         certificate=certificate,
         failure=failure,
-        epsilon_prime=epsilon_prime,
     )
 
 
