@@ -60,6 +60,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -76,6 +77,7 @@ __all__ = [
     "RELEASE_FAILURE",
     "SENSITIVITY_FAILURE",
     "CertifiedRelease",
+    "CertifiedSolve",
     "base_tolerance",
     "block_total",
     "certified_erm",
@@ -87,7 +89,9 @@ __all__ = [
     "gradient_bound_from_pass",
     "loss_derivative_enclosure",
     "loss_gradient_sum",
+    "noise_free",
     "norm_exponential_quantile",
+    "perturbed",
     "plan",
     "release_minimiser",
     "release_share",
@@ -613,6 +617,54 @@ def first_certified(
     raise ConvergenceError(failure)
 
 
+#: A certified solve with its data bound (``certified_solve`` and its regression and
+#: multinomial counterparts, partially applied to X, y and the model's own arguments).
+CertifiedSolve = Callable[..., FloatArray]
+
+
+def noise_free(
+    solve: CertifiedSolve,
+    dim: int,
+    *,
+    regularization: float,
+    tolerance: float,
+    failure: str = SENSITIVITY_FAILURE,
+) -> FloatArray:
+    """``solve`` for the noise-free objective (b = 0 as an exact enclosure, e_b = 0; Δ = 0)
+    to a *proved* ‖∇J(ŵ)‖ ≤ τ = ``tolerance``, the solver asked for τ/4: by λ-strong
+    convexity ‖ŵ − w*‖ ≤ τ/λ for the exact minimiser w*."""
+    return solve(
+        regularization=regularization,
+        extra_regularization=0.0,
+        noise=lattice.Enclosure(value=np.zeros(dim), radius=0.0),
+        threshold=tolerance,
+        tol=tolerance * _SOLVER_SHARE,
+        failure=failure,
+    )
+
+
+def perturbed(
+    solve: CertifiedSolve,
+    *,
+    regularization: float,
+    extra_regularization: float,
+    noise: lattice.Enclosure,
+    release: CertifiedRelease,
+    scale: float,
+) -> FloatArray:
+    """Step 3 of the module docstring: ``solve`` for J̃_b to the release's proved
+    ‖∇J̃_b(ŵ)‖ ≤ τ, the solver asked for τ/(4·scale) (scale = 1 + ‖g‖, g the objective's
+    linear term); :class:`ConvergenceError` (nothing released) when it cannot be met."""
+    return solve(
+        regularization=regularization,
+        extra_regularization=extra_regularization,
+        noise=noise,
+        threshold=release.tolerance,
+        tol=release.tolerance * _SOLVER_SHARE / scale,
+        failure=RELEASE_FAILURE,
+    )
+
+
 def certified_erm(
     X: FloatArray,
     y: FloatArray,
@@ -628,16 +680,11 @@ def certified_erm(
     asked for τ/4. By λ-strong convexity ‖ŵ − w*‖ ≤ τ/λ for the exact minimiser w*; output
     perturbation and the noisy average charge 2τ/λ for it. :class:`ConvergenceError` with
     ``failure`` (nothing released) when the bound is not met."""
-    d = int(np.shape(X)[1])
-    return certified_solve(
-        X,
-        y,
-        loss,
+    return noise_free(
+        partial(certified_solve, X, y, loss),
+        int(np.shape(X)[1]),
         regularization=regularization,
-        extra_regularization=0.0,
-        noise=lattice.Enclosure(value=np.zeros(d), radius=0.0),
-        threshold=tolerance,
-        tol=tolerance * _SOLVER_SHARE,
+        tolerance=tolerance,
         failure=failure,
     )
 
@@ -663,18 +710,14 @@ def release_minimiser(
     if centre is not None and centre_weight != 0.0:
         g = g - centre_weight * np.asarray(centre, dtype=np.float64)
     scale = 1.0 + float(np.linalg.norm(g))
-    coef = certified_solve(
-        X,
-        y,
-        loss,
+    coef = perturbed(
+        partial(
+            certified_solve, X, y, loss, centre=centre, centre_weight=centre_weight, initial=initial
+        ),
         regularization=regularization,
         extra_regularization=extra_regularization,
         noise=noise,
-        threshold=release.tolerance,
-        tol=release.tolerance * _SOLVER_SHARE / scale,
-        failure=RELEASE_FAILURE,
-        centre=centre,
-        centre_weight=centre_weight,
-        initial=initial,
+        release=release,
+        scale=scale,
     )
     return lattice.norm_exponential_release(coef, beta=release.beta, rng=rng)

@@ -67,8 +67,6 @@ FloatArray = NDArray[np.float64]
 LIPSCHITZ: Final[float] = math.sqrt(2.0)
 #: sup ‖∇²ℓ‖ (spectral norm) over ‖x‖ ≤ 1: the smoothness c of the multinomial loss
 CURVATURE: Final[float] = 0.5
-#: the solver's own (non-rigorous) target is this fraction of τ (as in certified)
-_SOLVER_SHARE: Final[float] = 0.25
 _MAX_NEWTON: Final[int] = 200
 _SAFE: Final[float] = 1.0 + 2.0**-30
 
@@ -449,17 +447,11 @@ def certified_erm(
     """A double Ĉ with a *proved* ‖∇J(Ĉ)‖_F ≤ τ for the noise-free objective
     J(C) = (1/n)Σℓ + (λ/2)‖C‖² (λ the double given): by λ-strong convexity
     ‖Ĉ − C*‖_F ≤ τ/λ, which output perturbation charges. :class:`ConvergenceError` otherwise."""
-    d = int(np.shape(X)[1])
-    return certified_solve(
-        X,
-        y,
-        n_classes,
+    return certified.noise_free(
+        partial(certified_solve, X, y, n_classes),
+        int(np.shape(X)[1]) * n_classes,
         regularization=regularization,
-        extra_regularization=0.0,
-        noise=lattice.Enclosure(value=np.zeros(d * n_classes), radius=0.0),
-        threshold=tolerance,
-        tol=tolerance * _SOLVER_SHARE,
-        failure=certified.SENSITIVITY_FAILURE,
+        tolerance=tolerance,
     )
 
 
@@ -479,16 +471,13 @@ def release_minimiser(
     γ·round((vec Ĉ + Z)/γ), Z ∝ exp(−β_r‖z‖) in ℝ^{dK}; returned as a K × d matrix."""
     n, d = np.shape(X)
     scale = 1.0 + float(np.linalg.norm(noise.value)) / n
-    C = certified_solve(
-        X,
-        y,
-        n_classes,
+    C = certified.perturbed(
+        partial(certified_solve, X, y, n_classes),
         regularization=regularization,
         extra_regularization=extra_regularization,
         noise=noise,
-        threshold=release.tolerance,
-        tol=release.tolerance * _SOLVER_SHARE / scale,
-        failure=certified.RELEASE_FAILURE,
+        release=release,
+        scale=scale,
     )
     released = lattice.norm_exponential_release(C.ravel(), beta=release.beta, rng=rng)
     return released.reshape(n_classes, d)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 import numpy as np
@@ -265,17 +266,11 @@ def certified_regression_erm(
 ) -> FloatArray:
     """ŵ with a proved ‖∇J(ŵ)‖ ≤ τ for the noise-free objective (b = 0, Δ = 0): within τ/λ of
     the exact minimiser (output perturbation)."""
-    d = int(X.shape[1])
-    return _certified_solve(
-        X,
-        y,
-        loss,
+    return certified.noise_free(
+        partial(_certified_solve, X, y, loss),
+        int(X.shape[1]),
         regularization=regularization,
-        extra_regularization=0.0,
-        noise=lattice.Enclosure(value=np.zeros(d), radius=0.0),
-        threshold=tolerance,
-        tol=tolerance * 0.25,
-        failure=certified.SENSITIVITY_FAILURE,
+        tolerance=tolerance,
     )
 
 
@@ -294,16 +289,13 @@ def release_regression_minimiser(
     ‖∇J̃_b(ŵ)‖ ≤ τ, then the exact lattice release γ·round((ŵ + Z)/γ), Z ∝ exp(−β_r‖z‖)
     (:mod:`service.dp.optimize.certified`, steps 3–4)."""
     scale = 1.0 + float(np.linalg.norm(noise.value / X.shape[0]))
-    coef = _certified_solve(
-        X,
-        y,
-        loss,
+    coef = certified.perturbed(
+        partial(_certified_solve, X, y, loss),
         regularization=regularization,
         extra_regularization=extra_regularization,
         noise=noise,
-        threshold=release.tolerance,
-        tol=release.tolerance * 0.25 / scale,
-        failure=certified.RELEASE_FAILURE,
+        release=release,
+        scale=scale,
     )
     return lattice.norm_exponential_release(coef, beta=release.beta, rng=rng)
 
