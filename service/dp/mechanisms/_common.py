@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from functools import partial
 from typing import Any, ClassVar, TypeVar
 
@@ -22,6 +23,7 @@ from service.dp.core.validation import (
     check_known_params,
     check_regularization,
 )
+from service.dp.data.clipping import round_up, scale_for
 from service.dp.noise import draws as noise
 from service.dp.noise import lattice
 from service.dp.optimize import certified, certified_failure, multinomial
@@ -29,7 +31,9 @@ from service.dp.optimize import certified, certified_failure, multinomial
 __all__ = [
     "Inputs",
     "MechanismPlan",
+    "NormExponentialObjectivePlan",
     "ObjectivePlan",
+    "OutputPlan",
     "certificate_failure",
     "certified_minimiser",
     "check_common",
@@ -44,6 +48,8 @@ __all__ = [
 ]
 
 P = TypeVar("P", bound=Plan)
+OP = TypeVar("OP", bound="OutputPlan")
+NP = TypeVar("NP", bound="NormExponentialObjectivePlan")
 
 
 def task_loss(name: str, *, h: float, task: str) -> Loss:
@@ -173,6 +179,27 @@ class MechanismPlan(Plan):
     def calibration(self) -> Calibration:
         raise NotImplementedError
 
+    def details(self) -> dict[str, Any]:
+        """The calibration's record (the plan's public numbers)."""
+        raise NotImplementedError
+
+    @property
+    def expected_noise_norm(self) -> float | None:
+        """E‖noise‖ of the release, if the mechanism states one."""
+        raise NotImplementedError
+
+    def calibration_with(self, composition: str, *, delta: float = 0.0) -> Calibration:
+        """The calibration of this plan: its (ε, δ) (δ = 0 for a pure ε-DP release), record
+        and expected noise norm, with its ``composition`` sentence."""
+        return Calibration(
+            epsilon=float(self.inputs.epsilon),
+            delta=float(delta),
+            details=self.details(),
+            expected_noise_norm=self.expected_noise_norm,
+            composition=composition,
+            plan=self,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class ObjectivePlan(MechanismPlan):
@@ -204,6 +231,164 @@ class ObjectivePlan(MechanismPlan):
         if self.noise != "gaussian" or self.sigma is None:
             raise ValueError(f"a {type(self).kind} plan with {self.noise} noise has no σ")
         return self.sigma
+
+
+@dataclass(frozen=True, slots=True)
+class NormExponentialObjectivePlan(ObjectivePlan):
+    """Objective perturbation's plans with norm-exponential noise b ∝ exp(−β‖b‖) in
+    ℝ^:attr:`dimension` (binary, regression, K classes): ε₁ = ε′ + ε_J with β·S_g ≤ ε′ for
+    the gradient sensitivity S_g = sup ‖∇ℓ(D) − ∇ℓ(D′)‖ of replace-one neighbours (the
+    noise part of the change of variables b ↦ w), and the record they share. E‖b‖ = dim/β
+    (‖b‖ ~ Gamma(dim, 1/β)); the released minimiser moves by at most E‖b‖/(n(λ + Δ))."""
+
+    #: Whether the record names the noise dimension (K-class plans: dK ≠ d).
+    shows_dimension: ClassVar[bool] = False
+
+    epsilon_prime: float
+
+    @classmethod
+    def split(
+        cls: type[NP],
+        inputs: Inputs,
+        *,
+        extra: float,
+        beta: float,
+        split: tuple[float, float, float],
+        certificate: certified.CertifiedRelease,
+        failure: certified_failure.CertificateFailure,
+    ) -> NP:
+        """The plan with extra ridge Δ = ``extra`` (λ + Δ solved), noise rate β and
+        ``split`` = (ε₁, ε′, ε_J), the objective's budget and its noise and Jacobian parts."""
+        epsilon_objective, epsilon_prime, jacobian_epsilon = split
+        return cls(
+            inputs=inputs,
+            noise="norm_exponential",
+            beta=beta,
+            sigma=None,
+            Delta=float(extra),
+            effective_regularization=inputs.regularization + extra,
+            epsilon_objective=epsilon_objective,
+            jacobian_epsilon=jacobian_epsilon,
+            certificate=certificate,
+            failure=failure,
+            epsilon_prime=epsilon_prime,
+        )
+
+    @property
+    def dimension(self) -> int:
+        """The dimension of b (d; dK for K classes)."""
+        return self.inputs.d
+
+    @property
+    def gradient_sensitivity(self) -> float:
+        """S_g: 2 for a margin loss with |l′| ≤ 1 and ‖x‖ ≤ 1 (‖l′y x − l′′y′x′‖ ≤ 2)."""
+        return 2.0
+
+    @property
+    def expected_noise_norm(self) -> float:
+        return self.dimension / self.noise_beta
+
+    def details(self) -> dict[str, Any]:
+        n, beta, dim = self.inputs.n, self.noise_beta, self.dimension
+        sensitivity, expected = self.gradient_sensitivity, self.expected_noise_norm
+        details = self.inputs.details()
+        details.update(delta=0.0, noise="norm_exponential")
+        if self.shows_dimension:
+            details.update(noise_dimension=dim)
+        details.update(
+            branch="no_extra_regularization" if self.Delta == 0.0 else "extra_regularization",
+            epsilon_objective=self.epsilon_objective,
+            epsilon_prime=self.epsilon_prime,
+            Delta=self.Delta,
+            effective_regularization=self.effective_regularization,
+            beta=beta,
+            gradient_sensitivity=sensitivity,
+            noise_epsilon=sensitivity * beta,
+            jacobian_epsilon=self.jacobian_epsilon,
+            noise_norm_distribution=f"Gamma(shape={dim}, scale={1.0 / beta!r})",
+            expected_noise_norm=expected,
+            expected_coef_shift_bound=expected / (n * self.effective_regularization),
+        )
+        details.update(self.certificate.details())
+        details.update(self.failure.details())
+        return details
+
+
+@dataclass(frozen=True, slots=True)
+class OutputPlan(MechanismPlan):
+    """What output perturbation's plans share (binary, regression, K classes): the certificate's
+    tolerance τ = max(τ₀, 2F) (F its floor at b = 0), the L2 sensitivity S = S₀ + 2τ/λ of the
+    released minimiser with its terms (each rounded up) and β = ε/S of the norm-exponential
+    noise in ℝ^:attr:`dimension`. S₀ = 2L/(nλ) is the exact minimiser's sensitivity for an
+    L-Lipschitz loss (CMS11 Cor. 8: the neighbours' objectives differ by G with ‖∇G‖ ≤ 2L/n
+    and are λ-strongly convex) and 2τ/λ twice the distance τ/λ of a point with ‖∇J‖ ≤ τ to
+    the exact minimiser (λ-strong convexity), so β·S ≤ ε exactly gives ε-DP."""
+
+    #: Whether the record names the noise dimension (K-class plans: dK ≠ d).
+    shows_dimension: ClassVar[bool] = False
+
+    tolerance: float
+    floor: float
+    sensitivity: float
+    sensitivity_exact_minimiser: float
+    distance_to_exact_minimiser_bound: float
+    sensitivity_certificate_term: float
+    beta: float
+
+    @classmethod
+    def calibrated(
+        cls: type[OP],
+        problem: Problem,
+        *,
+        exact_sensitivity: Fraction,
+        base_tolerance: float,
+        floor: float,
+    ) -> OP:
+        """The plan of ``problem`` for the exact minimiser's sensitivity S₀ (a rational),
+        the certificate's τ₀ and floor F: τ = max(τ₀, 2F), S = S₀ + 2τ/λ in exact rational
+        arithmetic (τ and λ the doubles used) and β the largest double with β·S ≤ ε."""
+        lam = Fraction(problem.regularization)
+        tau = max(base_tolerance, 2.0 * floor)
+        slack = 2 * Fraction(tau) / lam
+        return cls(
+            inputs=Inputs.of(problem),
+            tolerance=float(tau),
+            floor=float(floor),
+            sensitivity=round_up(exact_sensitivity + slack),
+            sensitivity_exact_minimiser=round_up(exact_sensitivity),
+            distance_to_exact_minimiser_bound=round_up(Fraction(tau) / lam),
+            sensitivity_certificate_term=round_up(slack),
+            beta=float(scale_for(problem.epsilon, exact_sensitivity + slack)),
+        )
+
+    @property
+    def dimension(self) -> int:
+        """The dimension of the noise (d; dK for K classes)."""
+        return self.inputs.d
+
+    @property
+    def expected_noise_norm(self) -> float:
+        return self.dimension / self.beta
+
+    def details(self) -> dict[str, Any]:
+        dim, beta = self.dimension, self.beta
+        details = self.inputs.details()
+        details.update(delta=0.0, noise="norm_exponential")
+        if self.shows_dimension:
+            details.update(noise_dimension=dim)
+        details.update(
+            sensitivity=self.sensitivity,
+            sensitivity_exact_minimiser=self.sensitivity_exact_minimiser,
+            certificate_tolerance=self.tolerance,
+            certificate_floor=self.floor,
+            distance_to_exact_minimiser_bound=self.distance_to_exact_minimiser_bound,
+            sensitivity_certificate_term=self.sensitivity_certificate_term,
+            beta=beta,
+            noise_norm_distribution=f"Gamma(shape={dim}, scale={1.0 / beta!r})",
+            expected_noise_norm=self.expected_noise_norm,
+            release=lattice.RELEASE_NOTE,
+        )
+        return details
 
 
 def jacobian_slack(

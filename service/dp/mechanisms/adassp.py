@@ -98,7 +98,7 @@ from service.dp.mechanisms._common import (
     report,
     require_plan,
 )
-from service.dp.mechanisms.noisy_gd import MIN_DELTA, noise_multiplier
+from service.dp.mechanisms.noisy_gd import checked_noise_multiplier, require_delta
 from service.dp.noise import lattice
 from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma, norm_up
 from service.dp.optimize.solvers import ConvergenceError
@@ -342,12 +342,8 @@ class AdaSSPPlan(MechanismPlan):
 
     def calibration(self) -> Calibration:
         eps, delta = self.inputs.epsilon, self.inputs.delta
-        return Calibration(
-            epsilon=float(eps),
-            delta=float(delta),
-            details=self.details(),
-            expected_noise_norm=self.expected_noise_norm,
-            composition=(
+        return self.calibration_with(
+            (
                 f"three Gaussian releases (λ_min(XᵀX) σ = {self.sigma_eigenvalue:.6g}, XᵀX "
                 f"σ = {self.sigma_gram:.6g} on the diagonal, Xᵀy σ = {self.sigma_moment:.6g}) "
                 f"with noise multiplier z = {self.noise_multiplier:.6g} each, exactly on the "
@@ -355,7 +351,7 @@ class AdaSSPPlan(MechanismPlan):
                 f"gives ε = {self.epsilon_pld:.6g} ≤ {eps:g} at δ = {delta:g} (Wang 2018, "
                 f"AdaSSP, with replace-one sensitivities and tight composition)"
             ),
-            plan=self,
+            delta=delta,
         )
 
 
@@ -384,11 +380,7 @@ class AdaSSP:
                 f"{NAME} fits linear regression with the squared loss (task regression, loss "
                 f"squared); got task {problem.task}, loss {problem.loss}"
             )
-        if not problem.delta >= MIN_DELTA:
-            raise PrivacyParameterError(
-                f"{NAME} is (ε, δ)-DP (Gaussian noise) and needs {MIN_DELTA:g} ≤ delta < 1; "
-                f"got delta = {problem.delta!r}"
-            )
+        require_delta(NAME, problem.delta)
         n, d = problem.n, problem.d
         if n > MAX_ROWS:
             raise PrivacyParameterError(
@@ -396,13 +388,7 @@ class AdaSSP:
             )
         rho = _rho(problem.params)
         eps, delta = float(problem.epsilon), float(problem.delta)
-        try:
-            found = noise_multiplier(eps, delta, 3)
-        except (MemoryError, OverflowError, FloatingPointError) as exc:
-            raise PrivacyParameterError(
-                f"{NAME}: the accountant cannot calibrate (ε = {eps:g}, δ = {delta:g}) "
-                f"({type(exc).__name__})"
-            ) from exc
+        found = checked_noise_multiplier(NAME, eps, delta, 3)
         z = found.multiplier
         e_gram = gram_error_bound(n, d)
         tau = eigenvalue_tolerance(n, d)

@@ -88,7 +88,7 @@ original rows: coefᵀx = wᵀ(Px). Folding is post-processing.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any, Final, Literal
@@ -104,7 +104,6 @@ from service.dp.core.accounting import (
     best_composition,
 )
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
-from service.dp.core.losses import Loss
 from service.dp.core.options import Capabilities, MechanismOptions, option
 from service.dp.core.plan import plan_kind
 from service.dp.core.validation import PrivacyParameterError
@@ -626,33 +625,29 @@ class DPSGD:
             Z = X
 
         if plan.inputs.task == "multiclass":
-            with np.errstate(over="ignore", invalid="ignore"):
-                coef_mc = multiclass.sgd(
-                    Z,
-                    y,
-                    plan.inputs.n_classes,
-                    lam=plan.inputs.regularization,
-                    epochs=plan.epochs,
-                    sizes=sizes,
-                    beta=plan.beta,
-                    scale=plan.release_scale,
-                    schedule=plan.schedule,
-                    eta=plan.eta if plan.eta is not None else 0.0,
-                    radius=plan.radius,
-                    clip=CLIP,
-                    rng=rng,
-                    progress=progress,
-                )
-            mc_model = multiclass.release(coef_mc)
-            report(progress, 1.0)
-            return mc_model
+            K, labels = plan.inputs.n_classes, np.asarray(y).astype(np.intp)
+
+            def multinomial(rows: NDArray[np.intp], caps: FloatArray, W: FloatArray) -> FloatArray:
+                return multiclass.clipped_minibatch_gradient(Z[rows], labels[rows], W, caps)
+
+            shape: tuple[int, ...] = (K, Z.shape[1])
+            gradient: Gradient = multinomial
+        else:
+
+            def margin(rows: NDArray[np.intp], caps: FloatArray, w: FloatArray) -> FloatArray:
+                Xb, yb = Z[rows], y[rows]
+                lp = loss.derivative(yb * (Xb @ w))
+                # the per-example gradient l′·y·x clipped to norm < 1 (service.dp.data.clipping)
+                return clipping.clipped_mean(lp * yb, Xb, caps)
+
+            shape, gradient = (Z.shape[1],), margin
         # A diverging run (step size far too large) ends in non-finite weights, which
         # _check_finite turns into an error; the overflow warnings on the way are noise.
         with np.errstate(over="ignore", invalid="ignore"):
             w = _sgd(
                 Z,
-                y,
-                loss,
+                gradient,
+                shape,
                 lam=plan.inputs.regularization,
                 epochs=plan.epochs,
                 sizes=sizes,
@@ -664,16 +659,25 @@ class DPSGD:
                 rng=rng,
                 progress=progress,
             )
+        if plan.inputs.task == "multiclass":
+            mc_model = multiclass.release(w)
+            report(progress, 1.0)
+            return mc_model
         coef = projection.fold(w) if projection is not None else w
         model = release(coef)
         report(progress, 1.0)
         return model
 
 
+#: The clipped mean gradient of a batch: (rows, their clip caps, iterate) ↦ an array shaped
+#: like the iterate, each row's gradient of Frobenius norm < C = 1.
+Gradient = Callable[[NDArray[np.intp], FloatArray, FloatArray], FloatArray]
+
+
 def _sgd(
     Z: FloatArray,
-    y: FloatArray,
-    loss: Loss,
+    gradient: Gradient,
+    shape: tuple[int, ...],
     *,
     lam: float,
     epochs: int,
@@ -686,8 +690,12 @@ def _sgd(
     rng: np.random.Generator | None,
     progress: ProgressCallback | None,
 ) -> FloatArray:
-    """The noisy SGD loop of the module docstring; returns the last iterate."""
-    n, dim = Z.shape
+    """The noisy SGD loop of the module docstring; returns the last iterate. The iterate has
+    ``shape`` ((d,) for a margin loss, (K, d) for the multinomial one, :mod:`multiclass`);
+    each update releases ``gradient``'s clipped mean plus noise ∝ exp(−β‖z‖) in ℝ^{size}
+    exactly on the grid s·2⁻³² and steps w ← Π_R(w − η_t(λw + o_t)) (Frobenius norm)."""
+    n = Z.shape[0]
+    dim = math.prod(shape)
     s = float(scale)  # the release grid is s·2⁻³² (release_scale)
     m = int(sizes.size)
     bounds = np.concatenate([[0], np.cumsum(sizes)])
@@ -695,7 +703,7 @@ def _sgd(
     total = epochs * m
     every = max(1, total // 100)
     chunk = max(1, min(m, _NOISE_CHUNK_FLOATS // dim))
-    w = np.zeros(dim)
+    w = np.zeros(shape)
     t = 0
     for _ in range(epochs):
         # A uniformly random permutation, independent of the data (ties have probability ~0
@@ -708,13 +716,9 @@ def _sgd(
             for j in range(start, stop):
                 t += 1
                 idx = perm[bounds[j] : bounds[j + 1]]
-                Xb = Z[idx]
-                yb = y[idx]
-                lp = loss.derivative(yb * (Xb @ w))
-                # the per-example gradient l′·y·x clipped to norm < 1 (service.dp.data.clipping)
-                grad = clipping.clipped_mean(lp * yb, Xb, caps[idx])
+                grad = gradient(idx, caps[idx], w)
                 # the exact point of the grid sγ for grad + z (s a power of two: exact)
-                released = s * block.release(j - start, grad / s)
+                released = (s * block.release(j - start, grad.ravel() / s)).reshape(shape)
                 if schedule == "constant":
                     step = eta
                 elif schedule == "inverse_sqrt":
@@ -723,7 +727,7 @@ def _sgd(
                     step = 1.0 / (lam * t)
                 w = w - step * (lam * w + released)
                 if radius is not None:
-                    norm = math.sqrt(float(w @ w))
+                    norm = math.sqrt(_squared_norm(w))
                     if norm > radius:
                         w *= radius / norm
                 if t % every == 0:
@@ -731,6 +735,11 @@ def _sgd(
                     report(progress, min(0.99, t / total))
     _check_finite(w)
     return w
+
+
+def _squared_norm(w: FloatArray) -> float:
+    """‖w‖² (Frobenius for a K × d iterate)."""
+    return float(w @ w) if w.ndim == 1 else float(np.sum(w * w))
 
 
 def _check_finite(w: FloatArray) -> None:

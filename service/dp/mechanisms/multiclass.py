@@ -66,7 +66,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, Final
+from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -75,19 +75,23 @@ from service.dp.core.base import Calibration, Problem, ProgressCallback
 from service.dp.core.plan import plan_kind
 from service.dp.core.released import MulticlassModel
 from service.dp.core.validation import PrivacyParameterError
-from service.dp.data import clipping
-from service.dp.data.clipping import round_up, scale_for
-from service.dp.mechanisms._common import Inputs, MechanismPlan, ObjectivePlan, report
+from service.dp.data.clipping import scale_for
+from service.dp.mechanisms._common import (
+    Inputs,
+    NormExponentialObjectivePlan,
+    OutputPlan,
+    report,
+)
 from service.dp.noise import draws as noise
 from service.dp.noise import lattice
 from service.dp.noise.rounding import UNIT_ROUNDOFF
 from service.dp.optimize import certified, certified_failure, multinomial
-from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
     "GRADIENT_SENSITIVITY",
     "MulticlassObjectivePlan",
     "MulticlassOutputPlan",
+    "clipped_minibatch_gradient",
     "jacobian_slack",
     "objective_plan",
     "output_plan",
@@ -95,7 +99,6 @@ __all__ = [
     "run_non_private",
     "run_objective",
     "run_output",
-    "sgd",
 ]
 
 FloatArray = NDArray[np.float64]
@@ -147,66 +150,34 @@ def _noise_beta(epsilon_prime: float) -> float:
 
 @plan_kind("objective_perturbation_multiclass")
 @dataclass(frozen=True, slots=True)
-class MulticlassObjectivePlan(ObjectivePlan):
+class MulticlassObjectivePlan(NormExponentialObjectivePlan):
     """Objective perturbation's plan for K classes (module docstring): noise ∝ exp(−β‖b‖) in
     ℝ^{dK} with β = ε′/(2√2), ε′ = ε₁ − ε_J, ε_J = (K − 1)ln(1 + 1/(Kn(λ + Δ))), and the
     certified release in dimension dK."""
 
     mechanism = "objective_perturbation"
 
-    epsilon_prime: float
+    shows_dimension = True
 
     @property
     def dimension(self) -> int:
         return self.inputs.d * self.inputs.n_classes
 
     @property
-    def expected_noise_norm(self) -> float:
-        return self.dimension / self.noise_beta
-
-    def details(self) -> dict[str, Any]:
-        n, beta, dim = self.inputs.n, self.noise_beta, self.dimension
-        expected = self.expected_noise_norm
-        details = self.inputs.details()
-        details.update(
-            delta=0.0,
-            noise="norm_exponential",
-            noise_dimension=dim,
-            branch="no_extra_regularization" if self.Delta == 0.0 else "extra_regularization",
-            epsilon_objective=self.epsilon_objective,
-            epsilon_prime=self.epsilon_prime,
-            Delta=self.Delta,
-            effective_regularization=self.effective_regularization,
-            beta=beta,
-            gradient_sensitivity=GRADIENT_SENSITIVITY,
-            noise_epsilon=GRADIENT_SENSITIVITY * beta,
-            jacobian_epsilon=self.jacobian_epsilon,
-            noise_norm_distribution=f"Gamma(shape={dim}, scale={1.0 / beta!r})",
-            expected_noise_norm=expected,
-            expected_coef_shift_bound=expected / (n * self.effective_regularization),
-        )
-        details.update(self.certificate.details())
-        details.update(self.failure.details())
-        return details
+    def gradient_sensitivity(self) -> float:
+        return GRADIENT_SENSITIVITY
 
     def calibration(self) -> Calibration:
         eps, extra, K = self.inputs.epsilon, self.Delta, self.inputs.n_classes
-        return Calibration(
-            epsilon=eps,
-            delta=0.0,
-            details=self.details(),
-            expected_noise_norm=self.expected_noise_norm,
-            composition=(
-                f"single release of the {K}-class multinomial model (noise in dimension "
-                f"d·K = {self.dimension}), ε = {eps:g} = noise part ε′ = "
-                f"{self.epsilon_prime:.6g} (gradient sensitivity 2√2) + Jacobian part "
-                f"(K − 1)ln(1 + 1/(Kn(λ+Δ))) = {self.jacobian_epsilon:.6g} (Chaudhuri et al. "
-                f"2011, Alg. 2, rank ≤ K − 1 Hessians, "
-                f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
-                f"ε_r = {self.certificate.epsilon:.6g}: {self.certificate.describe()}; no δ is "
-                f"spent. {certified_failure.failure_sentence(self.failure.details())}"
-            ),
-            plan=self,
+        return self.calibration_with(
+            f"single release of the {K}-class multinomial model (noise in dimension "
+            f"d·K = {self.dimension}), ε = {eps:g} = noise part ε′ = "
+            f"{self.epsilon_prime:.6g} (gradient sensitivity 2√2) + Jacobian part "
+            f"(K − 1)ln(1 + 1/(Kn(λ+Δ))) = {self.jacobian_epsilon:.6g} (Chaudhuri et al. "
+            f"2011, Alg. 2, rank ≤ K − 1 Hessians, "
+            f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
+            f"ε_r = {self.certificate.epsilon:.6g}: {self.certificate.describe()}; no δ is "
+            f"spent. {certified_failure.failure_sentence(self.failure.details())}"
         )
 
 
@@ -225,20 +196,15 @@ def objective_plan(problem: Problem, *, mechanism: str) -> MulticlassObjectivePl
     eps_objective, certificate = certified.split(eps, n=n, d=dim, c=c, public=public)
     extra, epsilon_prime, jacobian_epsilon = jacobian_slack(eps_objective, lam, n, K)
     beta = _noise_beta(epsilon_prime)
-    return MulticlassObjectivePlan(
-        inputs=Inputs.of(problem),
-        noise="norm_exponential",
+    return MulticlassObjectivePlan.split(
+        Inputs.of(problem),
+        extra=extra,
         beta=beta,
-        sigma=None,
-        Delta=float(extra),
-        effective_regularization=lam + extra,
-        epsilon_objective=eps_objective,
-        jacobian_epsilon=jacobian_epsilon,
+        split=(eps_objective, epsilon_prime, jacobian_epsilon),
         certificate=certificate,
         failure=multinomial.failure_plan(
             n=n, d=d, n_classes=K, beta=beta, certificate=certificate, mechanism=mechanism
         ),
-        epsilon_prime=epsilon_prime,
     )
 
 
@@ -273,91 +239,43 @@ def run_objective(
 
 @plan_kind("output_perturbation_multiclass")
 @dataclass(frozen=True, slots=True)
-class MulticlassOutputPlan(MechanismPlan):
+class MulticlassOutputPlan(OutputPlan):
     """Output perturbation's plan for K classes: the certificate's tolerance τ (and its
     floor F at b = 0), S = 2√2/(nλ) + 2τ/λ with its two terms (rounded up) and β = ε/S of
     the norm-exponential noise in ℝ^{dK}."""
 
     mechanism = "output_perturbation"
-
-    tolerance: float
-    floor: float
-    sensitivity: float
-    sensitivity_exact_minimiser: float
-    distance_to_exact_minimiser_bound: float
-    sensitivity_certificate_term: float
-    beta: float
+    shows_dimension = True
 
     @property
     def dimension(self) -> int:
         return self.inputs.d * self.inputs.n_classes
 
-    @property
-    def expected_noise_norm(self) -> float:
-        return self.dimension / self.beta
-
-    def details(self) -> dict[str, Any]:
-        dim, beta = self.dimension, self.beta
-        details = self.inputs.details()
-        details.update(
-            delta=0.0,
-            noise="norm_exponential",
-            noise_dimension=dim,
-            sensitivity=self.sensitivity,
-            sensitivity_exact_minimiser=self.sensitivity_exact_minimiser,
-            certificate_tolerance=self.tolerance,
-            certificate_floor=self.floor,
-            distance_to_exact_minimiser_bound=self.distance_to_exact_minimiser_bound,
-            sensitivity_certificate_term=self.sensitivity_certificate_term,
-            beta=beta,
-            noise_norm_distribution=f"Gamma(shape={dim}, scale={1.0 / beta!r})",
-            expected_noise_norm=self.expected_noise_norm,
-            release=lattice.RELEASE_NOTE,
-        )
-        return details
-
     def calibration(self) -> Calibration:
         eps, beta, tau, K = self.inputs.epsilon, self.beta, self.tolerance, self.inputs.n_classes
-        return Calibration(
-            epsilon=eps,
-            delta=0.0,
-            details=self.details(),
-            expected_noise_norm=self.expected_noise_norm,
-            composition=(
-                f"single release of the {K}-class multinomial model, ε = {eps:g}: noise "
-                f"∝ exp(−β‖b‖) in dimension d·K = {self.dimension} with β = ε/S = {beta:.6g} "
-                f"added to a minimiser whose gradient is proved (in IEEE arithmetic) to be at "
-                f"most τ = {tau:.6g}; its L2 sensitivity is S = 2√2/(nλ) + 2τ/λ = "
-                f"{self.sensitivity:.10g} (Chaudhuri et al. 2011, Thm 6, with the multinomial "
-                f"loss's Lipschitz constant √2); no δ is spent. If the certificate is not met "
-                f"the job fails and nothing is released"
-            ),
-            plan=self,
+        return self.calibration_with(
+            f"single release of the {K}-class multinomial model, ε = {eps:g}: noise "
+            f"∝ exp(−β‖b‖) in dimension d·K = {self.dimension} with β = ε/S = {beta:.6g} "
+            f"added to a minimiser whose gradient is proved (in IEEE arithmetic) to be at "
+            f"most τ = {tau:.6g}; its L2 sensitivity is S = 2√2/(nλ) + 2τ/λ = "
+            f"{self.sensitivity:.10g} (Chaudhuri et al. 2011, Thm 6, with the multinomial "
+            f"loss's Lipschitz constant √2); no δ is spent. If the certificate is not met "
+            f"the job fails and nothing is released"
         )
 
 
 def output_plan(problem: Problem) -> MulticlassOutputPlan:
     """The multi-class output-perturbation plan of a validated problem (public numbers)."""
-    n, d, K = problem.n, problem.d, problem.n_classes
-    lam, eps = problem.regularization, problem.epsilon
-    base = certified.tolerance(
-        n=n, d=d * K, c=multinomial.CURVATURE, strong_convexity=lam, linear_bound=0.0
-    )
-    floor = multinomial.certificate_floor(
-        n=n, d=d, n_classes=K, strong_convexity=lam, noise_norm=0.0
-    )
-    tau = max(base, 2.0 * floor)
-    exact = Fraction(GRADIENT_SENSITIVITY) / (n * Fraction(lam))
-    slack = 2 * Fraction(tau) / Fraction(lam)
-    return MulticlassOutputPlan(
-        inputs=Inputs.of(problem),
-        tolerance=float(tau),
-        floor=float(floor),
-        sensitivity=round_up(exact + slack),
-        sensitivity_exact_minimiser=round_up(exact),
-        distance_to_exact_minimiser_bound=round_up(Fraction(tau) / Fraction(lam)),
-        sensitivity_certificate_term=round_up(slack),
-        beta=float(scale_for(eps, exact + slack)),
+    n, d, K, lam = problem.n, problem.d, problem.n_classes, problem.regularization
+    return MulticlassOutputPlan.calibrated(
+        problem,
+        exact_sensitivity=Fraction(GRADIENT_SENSITIVITY) / (n * Fraction(lam)),
+        base_tolerance=certified.tolerance(
+            n=n, d=d * K, c=multinomial.CURVATURE, strong_convexity=lam, linear_bound=0.0
+        ),
+        floor=multinomial.certificate_floor(
+            n=n, d=d, n_classes=K, strong_convexity=lam, noise_norm=0.0
+        ),
     )
 
 
@@ -418,75 +336,14 @@ def clipped_gradient_mean(R: FloatArray, X: FloatArray, caps: FloatArray) -> Flo
     return out
 
 
-def sgd(
-    Z: FloatArray,
-    y: FloatArray,
-    n_classes: int,
-    *,
-    lam: float,
-    epochs: int,
-    sizes: NDArray[np.int64],
-    beta: float,
-    scale: int,
-    schedule: str,
-    eta: float,
-    radius: float | None,
-    clip: float,
-    rng: np.random.Generator | None,
-    progress: ProgressCallback | None,
+def clipped_minibatch_gradient(
+    X: FloatArray, labels: NDArray[np.intp], W: FloatArray, caps: FloatArray
 ) -> FloatArray:
-    """DP-SGD's loop (:func:`service.dp.mechanisms.dp_sgd._sgd`) for the multinomial loss:
-    the iterate is C ∈ ℝ^{K×d}, each update releases the clipped mean gradient
-    (:func:`clipped_gradient_mean`) plus noise ∝ exp(−β‖z‖) in ℝ^{dK} exactly on the grid
-    s·2⁻³², and steps C ← Π_R(C − η_t(λC + o_t)). Returns the last iterate (K × d)."""
-    n, dim = Z.shape
-    K = int(n_classes)
-    idx = np.asarray(y).astype(np.intp)
-    s = float(scale)
-    m = int(sizes.size)
-    bounds = np.concatenate([[0], np.cumsum(sizes)])
-    caps = clipping.clip_caps(clipping.row_norm_bounds(Z), clip)
-    total = epochs * m
-    every = max(1, total // 100)
-    chunk = max(1, min(m, 4_000_000 // (dim * K)))
-    W = np.zeros((K, dim))
-    t = 0
-    for _ in range(epochs):
-        perm = np.argsort(noise.uniforms(n, rng), kind="stable")
-        for start in range(0, m, chunk):
-            stop = min(m, start + chunk)
-            block = lattice.NormExponentialBlock(stop - start, dim * K, beta=beta * s, rng=rng)
-            for j in range(start, stop):
-                t += 1
-                rows = perm[bounds[j] : bounds[j + 1]]
-                Xb = Z[rows]
-                S = Xb @ W.T
-                P = np.exp(S - S.max(axis=1, keepdims=True))
-                P /= P.sum(axis=1, keepdims=True)
-                P[np.arange(rows.size), idx[rows]] -= 1.0
-                grad = clipped_gradient_mean(P, Xb, caps[rows])
-                released = s * block.release(j - start, grad.ravel() / s)
-                if schedule == "constant":
-                    step = eta
-                elif schedule == "inverse_sqrt":
-                    step = eta / math.sqrt(t)
-                else:
-                    step = 1.0 / (lam * t)
-                W = W - step * (lam * W + released.reshape(K, dim))
-                if radius is not None:
-                    norm = math.sqrt(float(np.sum(W * W)))
-                    if norm > radius:
-                        W *= radius / norm
-                if t % every == 0:
-                    _check_finite(W)
-                    report(progress, min(0.99, t / total))
-    _check_finite(W)
-    return W
-
-
-def _check_finite(W: FloatArray) -> None:
-    if not np.all(np.isfinite(W)):
-        raise ConvergenceError(
-            "DP-SGD iterates diverged (non-finite weights); lower eta, use the "
-            "'inverse_sqrt' schedule or set a radius. No model was released"
-        )
+    """DP-SGD's update direction (:func:`service.dp.mechanisms.dp_sgd._sgd`) for the
+    multinomial loss at the K × d iterate W: the residuals p_i − e_{y_i} of the batch's
+    softmax probabilities, clipped and averaged by :func:`clipped_gradient_mean`."""
+    S = X @ W.T
+    P = np.exp(S - S.max(axis=1, keepdims=True))
+    P /= P.sum(axis=1, keepdims=True)
+    P[np.arange(labels.size), labels] -= 1.0
+    return clipped_gradient_mean(P, X, caps)

@@ -256,6 +256,29 @@ def noise_multiplier(epsilon: float, delta: float, rounds: int) -> NoiseMultipli
     )
 
 
+def require_delta(name: str, delta: float, *, note: str = "") -> None:
+    """Refuse (422) a Gaussian mechanism's δ below :data:`MIN_DELTA` (``note`` says why)."""
+    if not delta >= MIN_DELTA:
+        raise PrivacyParameterError(
+            f"{name} is (ε, δ)-DP (Gaussian noise) and needs {MIN_DELTA:g} ≤ delta < 1{note}; "
+            f"got delta = {delta!r}"
+        )
+
+
+def checked_noise_multiplier(
+    name: str, epsilon: float, delta: float, rounds: int, *, context: str = ""
+) -> NoiseMultiplier:
+    """:func:`noise_multiplier`, with the accountant's numerical failures refused (422)
+    rather than raised (``context`` is added to the message's public parameters)."""
+    try:
+        return noise_multiplier(epsilon, delta, rounds)
+    except (MemoryError, OverflowError, FloatingPointError) as exc:
+        raise PrivacyParameterError(
+            f"{name}: the accountant cannot calibrate (ε = {epsilon:g}, δ = {delta:g}{context}) "
+            f"({type(exc).__name__})"
+        ) from exc
+
+
 def rdp_curve(multiplier: float, iterations: int, orders: Sequence[float]) -> list[float]:
     """The Rényi DP of a fit with T steps at noise multiplier z, at each order α > 1:
 
@@ -441,12 +464,8 @@ class NoisyGDPlan(MechanismPlan):
 
     def calibration(self) -> Calibration:
         eps, delta = self.inputs.epsilon, self.inputs.delta
-        return Calibration(
-            epsilon=float(eps),
-            delta=float(delta),
-            details=self.details(),
-            expected_noise_norm=self.expected_noise_norm,
-            composition=(
+        return self.calibration_with(
+            (
                 f"{self.iterations} full-batch gradient-sum releases (sensitivity 2C = "
                 f"{2 * self.clip:g}) with Gaussian noise σ = {self.sigma:.6g} (noise multiplier "
                 f"z = {self.noise_multiplier:.6g}), exactly on the 2^-32 grid: adaptive "
@@ -454,7 +473,7 @@ class NoisyGDPlan(MechanismPlan):
                 f"gives ε = {self.epsilon_pld:.6g} ≤ {eps:g} at δ = {delta:g} (zCDP with the "
                 f"Canonne–Kamath–Steinke conversion would need σ = {self.sigma_zcdp:.6g})"
             ),
-            plan=self,
+            delta=delta,
         )
 
 
@@ -475,12 +494,7 @@ class NoisyGD:
 
     def calibrate(self, problem: Problem) -> Calibration:
         loss = problem_loss(problem)
-        if not problem.delta >= MIN_DELTA:
-            raise PrivacyParameterError(
-                f"{NAME} is (ε, δ)-DP (Gaussian noise) and needs {MIN_DELTA:g} ≤ delta < 1 "
-                "(the ledger charges any δ below 1e-15 as 1e-15); "
-                f"got delta = {problem.delta!r}"
-            )
+        require_delta(NAME, problem.delta, note=" (the ledger charges any δ below 1e-15 as 1e-15)")
         rule = "iterations" not in problem.params
         iterations = int_param(
             problem.params, "iterations", DEFAULT_ITERATIONS, minimum=1, maximum=MAX_ITERATIONS
@@ -499,13 +513,9 @@ class NoisyGD:
             raise PrivacyParameterError(str(exc)) from exc
         if rule:
             iterations = default_iterations(n, d, gdp_mu(float(eps), float(delta)))
-        try:
-            found = noise_multiplier(float(eps), float(delta), iterations)
-        except (MemoryError, OverflowError, FloatingPointError) as exc:
-            raise PrivacyParameterError(
-                f"{NAME}: the accountant cannot calibrate (ε = {eps:g}, δ = {delta:g}, "
-                f"T = {iterations}) ({type(exc).__name__})"
-            ) from exc
+        found = checked_noise_multiplier(
+            NAME, float(eps), float(delta), iterations, context=f", T = {iterations}"
+        )
         sigma = 2.0 * CLIP * found.multiplier
         own = site_noise(n, d, CLIP, sigma)
         zcdp = calibrate_rounds(eps, delta, rounds=iterations, clip=CLIP, conversion="cks")

@@ -85,7 +85,7 @@ from service.dp.core.validation import PrivacyParameterError
 from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     Inputs,
-    ObjectivePlan,
+    NormExponentialObjectivePlan,
     certificate_failure,
     certified_minimiser,
     check_common,
@@ -116,64 +116,29 @@ __all__ = [
 
 @plan_kind("objective_perturbation")
 @dataclass(frozen=True, slots=True)
-class ObjectivePerturbationPlan(ObjectivePlan):
+class ObjectivePerturbationPlan(NormExponentialObjectivePlan):
     """Objective perturbation's plan (module docstring): the norm-exponential noise rate
     β = ε′/2 with ε′ = ε₁ − ε_J, Δ, λ + Δ, the split ε = ε₁ + ε_r and the certified
     release."""
 
     mechanism = "objective_perturbation"
 
-    epsilon_prime: float
-
     @property
-    def expected_noise_norm(self) -> float:
-        return self.inputs.d / self.noise_beta
-
-    def details(self) -> dict[str, Any]:
-        d, n, beta = self.inputs.d, self.inputs.n, self.noise_beta
-        expected = self.expected_noise_norm
-        details = self.inputs.details()
-        details.update(
-            delta=0.0,
-            noise="norm_exponential",
-            branch="no_extra_regularization" if self.Delta == 0.0 else "extra_regularization",
-            epsilon_objective=self.epsilon_objective,
-            epsilon_prime=self.epsilon_prime,
-            Delta=self.Delta,
-            effective_regularization=self.effective_regularization,
-            beta=beta,
-            gradient_sensitivity=2.0,
-            noise_epsilon=2.0 * beta,
-            jacobian_epsilon=self.jacobian_epsilon,
-            noise_norm_distribution=f"Gamma(shape={d}, scale={1.0 / beta!r})",
-            expected_noise_norm=expected,
-            expected_coef_shift_bound=expected / (n * self.effective_regularization),
-        )
-        details.update(self.certificate.details())
-        details.update(self.failure.details())
-        if self.inputs.task == "regression":  # |ψ| ≤ h: the gradient moves by 2h
-            details.update(
-                gradient_sensitivity=2.0 * self.inputs.huber_h,
-                noise_epsilon=2.0 * self.inputs.huber_h * beta,
-            )
-        return details
+    def gradient_sensitivity(self) -> float:
+        """2, or 2h for Huber regression (|ψ| ≤ h: the gradient moves by 2h)."""
+        if self.inputs.task == "regression":
+            return 2.0 * self.inputs.huber_h
+        return 2.0
 
     def calibration(self) -> Calibration:
         eps, extra = self.inputs.epsilon, self.Delta
-        return Calibration(
-            epsilon=eps,
-            delta=0.0,
-            details=self.details(),
-            expected_noise_norm=self.expected_noise_norm,
-            composition=(
-                f"single release, ε = {eps:g} = noise part ε′ = {self.epsilon_prime:.6g} + "
-                f"Jacobian part ln(1 + c/(n(λ+Δ))) = {self.jacobian_epsilon:.6g} (Chaudhuri et "
-                f"al. 2011, Alg. 2 with the determinant lemma, "
-                f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
-                f"ε_r = {self.certificate.epsilon:.6g}: {self.certificate.describe()}; no δ is "
-                f"spent. {certified_failure.failure_sentence(self.failure.details())}"
-            ),
-            plan=self,
+        return self.calibration_with(
+            f"single release, ε = {eps:g} = noise part ε′ = {self.epsilon_prime:.6g} + "
+            f"Jacobian part ln(1 + c/(n(λ+Δ))) = {self.jacobian_epsilon:.6g} (Chaudhuri et "
+            f"al. 2011, Alg. 2 with the determinant lemma, "
+            f"{'Δ = 0' if extra == 0.0 else f'Δ = {extra:.6g}'}) + release part "
+            f"ε_r = {self.certificate.epsilon:.6g}: {self.certificate.describe()}; no δ is "
+            f"spent. {certified_failure.failure_sentence(self.failure.details())}"
         )
 
 
@@ -239,20 +204,15 @@ class ObjectivePerturbation:
         extra, epsilon_prime, jacobian_epsilon = jacobian_slack(eps_objective, lam, n, c)
         beta = epsilon_prime / 2.0
         inputs = Inputs.of(problem)
-        return ObjectivePerturbationPlan(
-            inputs=inputs,
-            noise="norm_exponential",
+        return ObjectivePerturbationPlan.split(
+            inputs,
+            extra=extra,
             beta=beta,
-            sigma=None,
-            Delta=float(extra),
-            effective_regularization=lam + extra,
-            epsilon_objective=eps_objective,
-            jacobian_epsilon=jacobian_epsilon,
+            split=(eps_objective, epsilon_prime, jacobian_epsilon),
             certificate=certificate,
             failure=certificate_failure(
                 inputs, ("norm_exponential", beta, None), certificate, mechanism=self.name
             ),
-            epsilon_prime=epsilon_prime,
         )
 
     def run(
@@ -320,18 +280,13 @@ def regression_plan(problem: Problem) -> ObjectivePerturbationPlan:
             "coefficients); use a larger regularization or a smaller Huber width h"
         )
     certified_failure.check_failure_probability(failure.details(), ObjectivePerturbation.name)
-    return ObjectivePerturbationPlan(
-        inputs=Inputs.of(problem),
-        noise="norm_exponential",
+    return ObjectivePerturbationPlan.split(
+        Inputs.of(problem),
+        extra=extra,
         beta=beta,
-        sigma=None,
-        Delta=float(extra),
-        effective_regularization=lam + extra,
-        epsilon_objective=eps_objective,
-        jacobian_epsilon=jacobian_epsilon,
+        split=(eps_objective, epsilon_prime, jacobian_epsilon),
         certificate=certificate,
         failure=failure,
-        epsilon_prime=epsilon_prime,
     )
 
 

@@ -81,11 +81,9 @@ from service.dp.core.options import Capabilities, MechanismOptions
 from service.dp.core.plan import plan_kind
 from service.dp.core.regression_losses import RegressionHuberLoss
 from service.dp.core.validation import PrivacyParameterError
-from service.dp.data.clipping import round_up, scale_for
 from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
-    Inputs,
-    MechanismPlan,
+    OutputPlan,
     check_common,
     problem_loss,
     release,
@@ -108,80 +106,36 @@ __all__ = [
 
 @plan_kind("output_perturbation")
 @dataclass(frozen=True, slots=True)
-class OutputPerturbationPlan(MechanismPlan):
-    """Output perturbation's plan: the certificate's tolerance τ (and its floor F), the
-    sensitivity S = 2/(nλ) + 2τ/λ with its two terms (each rounded up) and the
+class OutputPerturbationPlan(OutputPlan):
+    """Output perturbation's plan (:class:`~service.dp.mechanisms._common.OutputPlan`): the
+    certificate's tolerance τ (and its floor F), the sensitivity S = 2/(nλ) + 2τ/λ
+    (2h/(nλ) + 2τ/λ for Huber regression) with its two terms (each rounded up) and the
     norm-exponential noise rate β = ε/S of the released minimiser."""
 
     mechanism = "output_perturbation"
-
-    tolerance: float
-    floor: float
-    sensitivity: float
-    sensitivity_exact_minimiser: float
-    distance_to_exact_minimiser_bound: float
-    sensitivity_certificate_term: float
-    beta: float
-
-    @property
-    def expected_noise_norm(self) -> float:
-        return self.inputs.d / self.beta
-
-    def details(self) -> dict[str, Any]:
-        d, beta = self.inputs.d, self.beta
-        details = self.inputs.details()
-        details.update(
-            delta=0.0,
-            noise="norm_exponential",
-            sensitivity=self.sensitivity,
-            sensitivity_exact_minimiser=self.sensitivity_exact_minimiser,
-            certificate_tolerance=self.tolerance,
-            certificate_floor=self.floor,
-            distance_to_exact_minimiser_bound=self.distance_to_exact_minimiser_bound,
-            sensitivity_certificate_term=self.sensitivity_certificate_term,
-            beta=beta,
-            noise_norm_distribution=f"Gamma(shape={d}, scale={1.0 / beta!r})",
-            expected_noise_norm=self.expected_noise_norm,
-            release=lattice.RELEASE_NOTE,
-        )
-        return details
 
     def calibration(self) -> Calibration:
         eps, beta, tau = self.inputs.epsilon, self.beta, self.tolerance
         if self.inputs.task == "regression":
             return self._regression_calibration()
-        return Calibration(
-            epsilon=eps,
-            delta=0.0,
-            details=self.details(),
-            expected_noise_norm=self.expected_noise_norm,
-            composition=(
-                f"single release, ε = {eps:g}: noise ∝ exp(−β‖b‖) with β = ε/S = {beta:.6g} "
-                f"added to a minimiser whose gradient is proved (in IEEE arithmetic) to be at "
-                f"most τ = {tau:.6g}, so within τ/λ of the exact one; its L2 sensitivity is "
-                f"S = 2/(nλ) + 2τ/λ = {self.sensitivity:.10g} (Chaudhuri et al. 2011, Thm 6, "
-                f"plus twice the distance τ/λ to the exact minimiser); no δ is spent. If the "
-                f"certificate is not met the job fails and nothing is released"
-            ),
-            plan=self,
+        return self.calibration_with(
+            f"single release, ε = {eps:g}: noise ∝ exp(−β‖b‖) with β = ε/S = {beta:.6g} "
+            f"added to a minimiser whose gradient is proved (in IEEE arithmetic) to be at "
+            f"most τ = {tau:.6g}, so within τ/λ of the exact one; its L2 sensitivity is "
+            f"S = 2/(nλ) + 2τ/λ = {self.sensitivity:.10g} (Chaudhuri et al. 2011, Thm 6, "
+            f"plus twice the distance τ/λ to the exact minimiser); no δ is spent. If the "
+            f"certificate is not met the job fails and nothing is released"
         )
 
     def _regression_calibration(self) -> Calibration:
         eps, beta, tau = self.inputs.epsilon, self.beta, self.tolerance
-        return Calibration(
-            epsilon=eps,
-            delta=0.0,
-            details=self.details(),
-            expected_noise_norm=self.expected_noise_norm,
-            composition=(
-                f"single release, ε = {eps:g}: noise ∝ exp(−β‖b‖) with β = ε/S = {beta:.6g} "
-                f"added to a Huber regression minimiser whose gradient is proved (in IEEE "
-                f"arithmetic) to be at most τ = {tau:.6g}; its L2 sensitivity is "
-                f"S = 2h/(nλ) + 2τ/λ = {self.sensitivity:.10g} (|ℓ′| ≤ h = "
-                f"{self.inputs.huber_h:g}); no δ is spent. If the certificate is not met the "
-                f"job fails and nothing is released"
-            ),
-            plan=self,
+        return self.calibration_with(
+            f"single release, ε = {eps:g}: noise ∝ exp(−β‖b‖) with β = ε/S = {beta:.6g} "
+            f"added to a Huber regression minimiser whose gradient is proved (in IEEE "
+            f"arithmetic) to be at most τ = {tau:.6g}; its L2 sensitivity is "
+            f"S = 2h/(nλ) + 2τ/λ = {self.sensitivity:.10g} (|ℓ′| ≤ h = "
+            f"{self.inputs.huber_h:g}); no δ is spent. If the certificate is not met the "
+            f"job fails and nothing is released"
         )
 
 
@@ -229,26 +183,16 @@ class OutputPerturbation:
         if problem.task == "multiclass":
             return multiclass.output_plan(problem).calibration()
         loss = problem_loss(problem)
-        n, lam, eps, d = problem.n, problem.regularization, problem.epsilon, problem.d
-        base = certified.tolerance(
-            n=n, d=d, c=float(loss.c), strong_convexity=lam, linear_bound=0.0
-        )
-        floor = certified_failure.certificate_floor(
-            n=n, d=d, loss=loss, strong_convexity=lam, noise_norm=0.0
-        )
-        tau = max(base, 2.0 * floor)
-        # S = 2/(nλ) + 2τ/λ in exact rational arithmetic (τ and λ the doubles used)
-        exact = Fraction(2) / (n * Fraction(lam))
-        slack = 2 * Fraction(tau) / Fraction(lam)
-        plan = OutputPerturbationPlan(
-            inputs=Inputs.of(problem),
-            tolerance=float(tau),
-            floor=float(floor),
-            sensitivity=round_up(exact + slack),
-            sensitivity_exact_minimiser=round_up(exact),
-            distance_to_exact_minimiser_bound=round_up(Fraction(tau) / Fraction(lam)),
-            sensitivity_certificate_term=round_up(slack),
-            beta=float(scale_for(eps, exact + slack)),
+        n, lam, d = problem.n, problem.regularization, problem.d
+        plan = OutputPerturbationPlan.calibrated(
+            problem,
+            exact_sensitivity=Fraction(2) / (n * Fraction(lam)),  # 2/(nλ), exactly
+            base_tolerance=certified.tolerance(
+                n=n, d=d, c=float(loss.c), strong_convexity=lam, linear_bound=0.0
+            ),
+            floor=certified_failure.certificate_floor(
+                n=n, d=d, loss=loss, strong_convexity=lam, noise_norm=0.0
+            ),
         )
         return plan.calibration()
 
@@ -276,10 +220,7 @@ class OutputPerturbation:
             loss,
             regularization=plan.inputs.regularization,
             tolerance=plan.tolerance,
-            failure=(
-                "the minimiser could not be certified to the tolerance the sensitivity "
-                "assumes; no model was released"
-            ),
+            failure=certified.SENSITIVITY_FAILURE,
         )
         report(progress, 0.9)
         model = release(lattice.norm_exponential_release(coef, beta=plan.beta, rng=rng))
@@ -317,21 +258,16 @@ def regression_plan(problem: Problem) -> OutputPerturbationPlan:
             "output_perturbation fits regression with the huber loss only: the squared loss "
             "has no bound on its derivative (use adassp for it)"
         )
-    n, lam, eps, d = problem.n, problem.regularization, problem.epsilon, problem.d
-    base = certified.tolerance(n=n, d=d, c=float(loss.c), strong_convexity=lam, linear_bound=0.0)
-    floor = regression.certificate_floor(n=n, d=d, loss=loss, strong_convexity=lam, noise_norm=0.0)
-    tau = max(base, 2.0 * floor)
-    exact = 2 * Fraction(loss.lipschitz) / (n * Fraction(lam))
-    slack = 2 * Fraction(tau) / Fraction(lam)
-    return OutputPerturbationPlan(
-        inputs=Inputs.of(problem),
-        tolerance=float(tau),
-        floor=float(floor),
-        sensitivity=round_up(exact + slack),
-        sensitivity_exact_minimiser=round_up(exact),
-        distance_to_exact_minimiser_bound=round_up(Fraction(tau) / Fraction(lam)),
-        sensitivity_certificate_term=round_up(slack),
-        beta=float(scale_for(eps, exact + slack)),
+    n, lam, d = problem.n, problem.regularization, problem.d
+    return OutputPerturbationPlan.calibrated(
+        problem,
+        exact_sensitivity=2 * Fraction(loss.lipschitz) / (n * Fraction(lam)),
+        base_tolerance=certified.tolerance(
+            n=n, d=d, c=float(loss.c), strong_convexity=lam, linear_bound=0.0
+        ),
+        floor=regression.certificate_floor(
+            n=n, d=d, loss=loss, strong_convexity=lam, noise_norm=0.0
+        ),
     )
 
 

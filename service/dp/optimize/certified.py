@@ -60,6 +60,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import partial
 from typing import Any, Final
 
 import numpy as np
@@ -73,17 +74,24 @@ from service.dp.optimize.solvers import ConvergenceError, FinalPass, solve_erm
 
 __all__ = [
     "BLOCK_ROWS",
+    "RELEASE_FAILURE",
+    "SENSITIVITY_FAILURE",
     "CertifiedRelease",
+    "CertifiedSolve",
     "base_tolerance",
+    "block_total",
     "certified_erm",
     "certified_solve",
     "exp_enclosure",
+    "first_certified",
     "gaussian_quantile",
     "gradient_bound",
     "gradient_bound_from_pass",
     "loss_derivative_enclosure",
     "loss_gradient_sum",
+    "noise_free",
     "norm_exponential_quantile",
+    "perturbed",
     "plan",
     "release_minimiser",
     "release_share",
@@ -96,6 +104,16 @@ FloatArray = NDArray[np.float64]
 
 #: the solver's own (non-rigorous) target is this fraction of τ
 _SOLVER_SHARE: Final[float] = 0.25
+#: Why nothing is released when a noise-free minimiser (output perturbation) is not certified.
+SENSITIVITY_FAILURE: Final[str] = (
+    "the minimiser could not be certified to the tolerance the sensitivity assumes; "
+    "no model was released"
+)
+#: Why nothing is released when the perturbed objective's minimiser is not certified.
+RELEASE_FAILURE: Final[str] = (
+    "the perturbed objective's minimiser could not be certified to the tolerance its "
+    "release assumes; no model was released"
+)
 #: base tolerance per unit of (1 + ‖g‖) (the solver's DEFAULT_TOLERANCE)
 _BASE: Final[float] = 1e-10
 #: the largest share of ε the release noise may take
@@ -219,17 +237,23 @@ def loss_gradient_sum(
         parts.append(block.T @ s)
         abs_s += float(np.abs(s).sum())
         sum_e += float(e_derivative.sum())
-    if len(parts) == 1:
-        t: FloatArray = parts[0]
-        combine = 0.0
-    else:
-        t, per_column = compensated_row_sums(np.stack(parts, axis=1))
-        combine = norm_up(per_column)
+    t, combine = block_total(parts)
     # the sums of nonnegative terms above: ≤ γ_n relative each, block totals ≤ γ_m more
     up = 1.0 + 2.0 * gamma(n)
     gamma_b = gamma(min(n, BLOCK_ROWS))
     error = gamma_b * abs_s * up + combine + sum_e * up
     return t, (error + n * float(loss.c) * e_z) * KAPPA
+
+
+def block_total(parts: list[FloatArray]) -> tuple[FloatArray, float]:
+    """(t̂, e): the sum of the per-block vectors P̂_k (each a BLAS product over ≤ B rows),
+    added by compensated summation when there are m > 1 blocks, and a proved bound e on
+    ‖t̂ − Σ_k P̂_k‖ (0 for one block; otherwise the norm, rounded up, of the per-coordinate
+    bounds u|t̂_j| + γ²_{m−1}Σ_k|P̂_kj|, :func:`~service.dp.noise.rounding.compensated_row_sums`)."""
+    if len(parts) == 1:
+        return parts[0], 0.0
+    t, per_column = compensated_row_sums(np.stack(parts, axis=1))
+    return t, norm_up(per_column)
 
 
 def gradient_bound(
@@ -573,6 +597,74 @@ def certified_solve(
     raise ConvergenceError(failure)
 
 
+def first_certified(
+    attempt: Callable[[float, FloatArray | None], FloatArray],
+    bound: Callable[[FloatArray], float],
+    *,
+    threshold: float,
+    tol: float,
+    failure: str,
+) -> FloatArray:
+    """The first of the solver's answers ``attempt(tol, None)`` and, warm-started from it,
+    ``attempt(tol/64, first)`` whose proved ``bound`` is ≤ ``threshold``;
+    :class:`ConvergenceError` with ``failure`` (nothing released) when neither meets it."""
+    initial: FloatArray | None = None
+    for k in range(2):
+        coef = attempt(tol / 64.0**k, initial)
+        if bound(coef) <= threshold:
+            return coef
+        initial = coef
+    raise ConvergenceError(failure)
+
+
+#: A certified solve with its data bound (``certified_solve`` and its regression and
+#: multinomial counterparts, partially applied to X, y and the model's own arguments).
+CertifiedSolve = Callable[..., FloatArray]
+
+
+def noise_free(
+    solve: CertifiedSolve,
+    dim: int,
+    *,
+    regularization: float,
+    tolerance: float,
+    failure: str = SENSITIVITY_FAILURE,
+) -> FloatArray:
+    """``solve`` for the noise-free objective (b = 0 as an exact enclosure, e_b = 0; Δ = 0)
+    to a *proved* ‖∇J(ŵ)‖ ≤ τ = ``tolerance``, the solver asked for τ/4: by λ-strong
+    convexity ‖ŵ − w*‖ ≤ τ/λ for the exact minimiser w*."""
+    return solve(
+        regularization=regularization,
+        extra_regularization=0.0,
+        noise=lattice.Enclosure(value=np.zeros(dim), radius=0.0),
+        threshold=tolerance,
+        tol=tolerance * _SOLVER_SHARE,
+        failure=failure,
+    )
+
+
+def perturbed(
+    solve: CertifiedSolve,
+    *,
+    regularization: float,
+    extra_regularization: float,
+    noise: lattice.Enclosure,
+    release: CertifiedRelease,
+    scale: float,
+) -> FloatArray:
+    """Step 3 of the module docstring: ``solve`` for J̃_b to the release's proved
+    ‖∇J̃_b(ŵ)‖ ≤ τ, the solver asked for τ/(4·scale) (scale = 1 + ‖g‖, g the objective's
+    linear term); :class:`ConvergenceError` (nothing released) when it cannot be met."""
+    return solve(
+        regularization=regularization,
+        extra_regularization=extra_regularization,
+        noise=noise,
+        threshold=release.tolerance,
+        tol=release.tolerance * _SOLVER_SHARE / scale,
+        failure=RELEASE_FAILURE,
+    )
+
+
 def certified_erm(
     X: FloatArray,
     y: FloatArray,
@@ -588,16 +680,11 @@ def certified_erm(
     asked for τ/4. By λ-strong convexity ‖ŵ − w*‖ ≤ τ/λ for the exact minimiser w*; output
     perturbation and the noisy average charge 2τ/λ for it. :class:`ConvergenceError` with
     ``failure`` (nothing released) when the bound is not met."""
-    d = int(np.shape(X)[1])
-    return certified_solve(
-        X,
-        y,
-        loss,
+    return noise_free(
+        partial(certified_solve, X, y, loss),
+        int(np.shape(X)[1]),
         regularization=regularization,
-        extra_regularization=0.0,
-        noise=lattice.Enclosure(value=np.zeros(d), radius=0.0),
-        threshold=tolerance,
-        tol=tolerance * _SOLVER_SHARE,
+        tolerance=tolerance,
         failure=failure,
     )
 
@@ -623,21 +710,14 @@ def release_minimiser(
     if centre is not None and centre_weight != 0.0:
         g = g - centre_weight * np.asarray(centre, dtype=np.float64)
     scale = 1.0 + float(np.linalg.norm(g))
-    coef = certified_solve(
-        X,
-        y,
-        loss,
+    coef = perturbed(
+        partial(
+            certified_solve, X, y, loss, centre=centre, centre_weight=centre_weight, initial=initial
+        ),
         regularization=regularization,
         extra_regularization=extra_regularization,
         noise=noise,
-        threshold=release.tolerance,
-        tol=release.tolerance * _SOLVER_SHARE / scale,
-        failure=(
-            "the perturbed objective's minimiser could not be certified to the tolerance its "
-            "release assumes; no model was released"
-        ),
-        centre=centre,
-        centre_weight=centre_weight,
-        initial=initial,
+        release=release,
+        scale=scale,
     )
     return lattice.norm_exponential_release(coef, beta=release.beta, rng=rng)

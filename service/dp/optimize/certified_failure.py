@@ -30,11 +30,13 @@ __all__ = [
     "certificate_floor",
     "check_failure_probability",
     "derivative_error_bound",
+    "failure_at",
     "failure_details",
     "failure_plan",
     "failure_sentence",
     "feasible_noise_norm",
     "gaussian_tail_log10",
+    "largest_feasible",
     "norm_exponential_tail_log10",
     "probability_text",
 ]
@@ -141,14 +143,31 @@ def feasible_noise_norm(
         "strong_convexity": strong_convexity,
         "centre_norm": centre_norm,
     }
-    at_zero = certificate_floor(noise_norm=0.0, **terms)
+    return largest_feasible(lambda q: certificate_floor(noise_norm=q, **terms), tolerance)
+
+
+def largest_feasible(floor: Callable[[float], float], tolerance: float) -> float:
+    """q* = the largest q ≥ 0 with ``floor(q)`` ≤ τ for a floor F affine in q (any of the
+    certificate floors: margin, regression, multinomial), or −1 when F(0) > τ. From the
+    secant slope (F(1) − F(0)) taken up by a safety factor, the root is approached from
+    below and stepped down (by 2⁻²⁰ relative) until F(q) ≤ τ holds in floating point."""
+    at_zero = floor(0.0)
     if not at_zero <= tolerance:
         return -1.0
-    slope = (certificate_floor(noise_norm=1.0, **terms) - at_zero) * _SAFE
+    slope = (floor(1.0) - at_zero) * _SAFE
     q = (tolerance - at_zero) / slope * (1.0 - 2.0**-30)
-    while q > 0.0 and certificate_floor(noise_norm=q, **terms) > tolerance:
+    while q > 0.0 and floor(q) > tolerance:
         q *= 1.0 - 2.0**-20
     return max(q, 0.0)
+
+
+def failure_at(n: int, q: float, log10_tail: Callable[[float], float]) -> CertificateFailure:
+    """The failure plan for the feasible ‖b̂‖/n = q (:func:`largest_feasible`): the noise
+    norm T = n·q(1 − 2ρ_b) (‖b̂‖ ≤ ‖b‖/(1 − ρ_b)) and ``log10_tail(T)`` ≥ log₁₀ P[‖b‖ > T]."""
+    threshold = n * q * (1.0 - 2.0 * NOISE_RADIUS_RATIO)
+    return CertificateFailure(
+        noise_norm_threshold=float(threshold), log10_probability_bound=float(log10_tail(threshold))
+    )
 
 
 def norm_exponential_tail_log10(d: int, beta: float, t: float) -> float:
@@ -231,10 +250,7 @@ def failure_plan(
         tolerance=tolerance,
         centre_norm=centre_norm,
     )
-    threshold = n * q * (1.0 - 2.0 * NOISE_RADIUS_RATIO)
-    return CertificateFailure(
-        noise_norm_threshold=float(threshold), log10_probability_bound=float(log10_tail(threshold))
-    )
+    return failure_at(n, q, log10_tail)
 
 
 def failure_details(

@@ -41,7 +41,7 @@ from numpy.typing import NDArray
 from scipy import sparse
 
 from service.dp.noise import lattice
-from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, compensated_row_sums, gamma, norm_up
+from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma, norm_up
 from service.dp.optimize import certified, certified_failure
 from service.dp.optimize.certified import _DEGREE, _LN2_LO, _TINY, BLOCK_ROWS, exp_enclosure
 from service.dp.optimize.solvers import ConvergenceError
@@ -67,8 +67,6 @@ FloatArray = NDArray[np.float64]
 LIPSCHITZ: Final[float] = math.sqrt(2.0)
 #: sup ‖∇²ℓ‖ (spectral norm) over ‖x‖ ≤ 1: the smoothness c of the multinomial loss
 CURVATURE: Final[float] = 0.5
-#: the solver's own (non-rigorous) target is this fraction of τ (as in certified)
-_SOLVER_SHARE: Final[float] = 0.25
 _MAX_NEWTON: Final[int] = 200
 _SAFE: Final[float] = 1.0 + 2.0**-30
 
@@ -374,12 +372,7 @@ def loss_gradient_sum(X: FloatArray, y: FloatArray, C: FloatArray) -> tuple[Floa
             + u
         )
         sum_err += float(err.sum())
-    if len(parts) == 1:
-        t: FloatArray = parts[0]
-        combine = 0.0
-    else:
-        t, per_column = compensated_row_sums(np.stack(parts, axis=1))
-        combine = norm_up(per_column)
+    t, combine = certified.block_total(parts)
     up = 1.0 + 2.0 * gamma(n)
     error = gamma(min(n, BLOCK_ROWS)) * abs_r * up + combine + sum_err * up
     return t.reshape(K, d), error * KAPPA
@@ -431,18 +424,12 @@ def certified_solve(
     n, d = np.shape(X)
     linear = (noise.value / n).reshape(n_classes, d)
     ridge = regularization + extra_regularization
-    initial: FloatArray | None = None
-    for attempt in range(2):
-        C = minimise(
-            X,
-            y,
-            n_classes,
-            ridge=ridge,
-            linear=linear,
-            tol=tol / 64.0**attempt,
-            initial=initial,
-        )
-        bound = gradient_bound(
+
+    def attempt(tol: float, initial: FloatArray | None) -> FloatArray:
+        return minimise(X, y, n_classes, ridge=ridge, linear=linear, tol=tol, initial=initial)
+
+    def bound(C: FloatArray) -> float:
+        return gradient_bound(
             X,
             y,
             C,
@@ -450,10 +437,8 @@ def certified_solve(
             extra_regularization=extra_regularization,
             noise=noise,
         )
-        if bound <= threshold:
-            return C
-        initial = C
-    raise ConvergenceError(failure)
+
+    return certified.first_certified(attempt, bound, threshold=threshold, tol=tol, failure=failure)
 
 
 def certified_erm(
@@ -462,20 +447,11 @@ def certified_erm(
     """A double Ĉ with a *proved* ‖∇J(Ĉ)‖_F ≤ τ for the noise-free objective
     J(C) = (1/n)Σℓ + (λ/2)‖C‖² (λ the double given): by λ-strong convexity
     ‖Ĉ − C*‖_F ≤ τ/λ, which output perturbation charges. :class:`ConvergenceError` otherwise."""
-    d = int(np.shape(X)[1])
-    return certified_solve(
-        X,
-        y,
-        n_classes,
+    return certified.noise_free(
+        partial(certified_solve, X, y, n_classes),
+        int(np.shape(X)[1]) * n_classes,
         regularization=regularization,
-        extra_regularization=0.0,
-        noise=lattice.Enclosure(value=np.zeros(d * n_classes), radius=0.0),
-        threshold=tolerance,
-        tol=tolerance * _SOLVER_SHARE,
-        failure=(
-            "the minimiser could not be certified to the tolerance the sensitivity assumes; "
-            "no model was released"
-        ),
+        tolerance=tolerance,
     )
 
 
@@ -495,19 +471,13 @@ def release_minimiser(
     γ·round((vec Ĉ + Z)/γ), Z ∝ exp(−β_r‖z‖) in ℝ^{dK}; returned as a K × d matrix."""
     n, d = np.shape(X)
     scale = 1.0 + float(np.linalg.norm(noise.value)) / n
-    C = certified_solve(
-        X,
-        y,
-        n_classes,
+    C = certified.perturbed(
+        partial(certified_solve, X, y, n_classes),
         regularization=regularization,
         extra_regularization=extra_regularization,
         noise=noise,
-        threshold=release.tolerance,
-        tol=release.tolerance * _SOLVER_SHARE / scale,
-        failure=(
-            "the perturbed objective's minimiser could not be certified to the tolerance its "
-            "release assumes; no model was released"
-        ),
+        release=release,
+        scale=scale,
     )
     released = lattice.norm_exponential_release(C.ravel(), beta=release.beta, rng=rng)
     return released.reshape(n_classes, d)
@@ -589,23 +559,13 @@ def failure_plan(
             noise_norm=q,
         )
 
-    at_zero = floor(0.0)
-    if not at_zero <= tau:
-        q = -1.0
-    else:
-        slope = (floor(1.0) - at_zero) * _SAFE
-        q = (tau - at_zero) / slope * (1.0 - 2.0**-30)
-        while q > 0.0 and floor(q) > tau:
-            q *= 1.0 - 2.0**-20
-        q = max(q, 0.0)
-    threshold = n * q * (1.0 - 2.0 * certified_failure.NOISE_RADIUS_RATIO)
-    log10 = (
-        certified_failure.norm_exponential_tail_log10(d * n_classes, beta, threshold)
-        if beta > 0.0
-        else -math.inf
-    )
-    failure = certified_failure.CertificateFailure(
-        noise_norm_threshold=float(threshold), log10_probability_bound=float(log10)
+    dim = d * n_classes
+    failure = certified_failure.failure_at(
+        n,
+        certified_failure.largest_feasible(floor, tau),
+        lambda t: (
+            certified_failure.norm_exponential_tail_log10(dim, beta, t) if beta > 0.0 else -math.inf
+        ),
     )
     if check:
         certified_failure.check_failure_probability(failure.details(), mechanism)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 from typing import Final
 
 import numpy as np
@@ -40,7 +41,7 @@ from scipy import linalg
 
 from service.dp.core.regression_losses import RegressionHuberLoss, RegressionLoss
 from service.dp.noise import lattice
-from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, compensated_row_sums, gamma, norm_up
+from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma, norm_up
 from service.dp.optimize import certified, certified_failure
 from service.dp.optimize.certified import BLOCK_ROWS, _bound_from_loss_sum
 from service.dp.optimize.solvers import ConvergenceError
@@ -183,12 +184,7 @@ def regression_gradient_sum(
         parts.append(-(block.T @ psi))
         abs_psi += float(np.abs(psi).sum())
         abs_r += float(np.abs(r).sum())
-    if len(parts) == 1:
-        t: FloatArray = parts[0]
-        combine = 0.0
-    else:
-        t, per_column = compensated_row_sums(np.stack(parts, axis=1))
-        combine = norm_up(per_column)
+    t, combine = certified.block_total(parts)
     up = 1.0 + 2.0 * gamma(n)
     error = gamma(min(n, BLOCK_ROWS)) * abs_psi * up + combine
     error += (n * e_z + 2.0 * UNIT_ROUNDOFF * abs_r) * up
@@ -235,22 +231,24 @@ def _certified_solve(
     """A minimiser of J̃_b̂ whose proved gradient bound is ≤ ``threshold`` (asked for ``tol``,
     then once for tol/64); :class:`ConvergenceError` with ``failure`` otherwise."""
     _bound(loss)
-    initial = None
-    for attempt in range(2):
+
+    def attempt(tol: float, initial: FloatArray | None) -> FloatArray:
         try:
-            coef = minimize_regression(
+            return minimize_regression(
                 X,
                 y,
                 loss,
                 regularization=regularization,
                 linear=noise.value,
                 extra_regularization=extra_regularization,
-                tol=tol / 64.0**attempt,
+                tol=tol,
                 initial=initial,
             )
         except ConvergenceError:
-            break
-        bound = regression_gradient_bound(
+            raise ConvergenceError(failure) from None
+
+    def bound(coef: FloatArray) -> float:
+        return regression_gradient_bound(
             X,
             y,
             loss,
@@ -259,10 +257,8 @@ def _certified_solve(
             extra_regularization=extra_regularization,
             noise=noise,
         )
-        if bound <= threshold:
-            return coef
-        initial = coef
-    raise ConvergenceError(failure)
+
+    return certified.first_certified(attempt, bound, threshold=threshold, tol=tol, failure=failure)
 
 
 def certified_regression_erm(
@@ -270,20 +266,11 @@ def certified_regression_erm(
 ) -> FloatArray:
     """ŵ with a proved ‖∇J(ŵ)‖ ≤ τ for the noise-free objective (b = 0, Δ = 0): within τ/λ of
     the exact minimiser (output perturbation)."""
-    d = int(X.shape[1])
-    return _certified_solve(
-        X,
-        y,
-        loss,
+    return certified.noise_free(
+        partial(_certified_solve, X, y, loss),
+        int(X.shape[1]),
         regularization=regularization,
-        extra_regularization=0.0,
-        noise=lattice.Enclosure(value=np.zeros(d), radius=0.0),
-        threshold=tolerance,
-        tol=tolerance * 0.25,
-        failure=(
-            "the minimiser could not be certified to the tolerance the sensitivity assumes; "
-            "no model was released"
-        ),
+        tolerance=tolerance,
     )
 
 
@@ -302,19 +289,13 @@ def release_regression_minimiser(
     ‖∇J̃_b(ŵ)‖ ≤ τ, then the exact lattice release γ·round((ŵ + Z)/γ), Z ∝ exp(−β_r‖z‖)
     (:mod:`service.dp.optimize.certified`, steps 3–4)."""
     scale = 1.0 + float(np.linalg.norm(noise.value / X.shape[0]))
-    coef = _certified_solve(
-        X,
-        y,
-        loss,
+    coef = certified.perturbed(
+        partial(_certified_solve, X, y, loss),
         regularization=regularization,
         extra_regularization=extra_regularization,
         noise=noise,
-        threshold=release.tolerance,
-        tol=release.tolerance * 0.25 / scale,
-        failure=(
-            "the perturbed objective's minimiser could not be certified to the tolerance its "
-            "release assumes; no model was released"
-        ),
+        release=release,
+        scale=scale,
     )
     return lattice.norm_exponential_release(coef, beta=release.beta, rng=rng)
 
@@ -375,16 +356,5 @@ def failure_plan(
             n=n, d=d, loss=loss, strong_convexity=strong_convexity, noise_norm=q
         )
 
-    at_zero = floor(0.0)
-    if not at_zero <= tolerance:
-        q = -1.0
-    else:
-        slope = (floor(1.0) - at_zero) * _SAFE
-        q = (tolerance - at_zero) / slope * (1.0 - 2.0**-30)
-        while q > 0.0 and floor(q) > tolerance:
-            q *= 1.0 - 2.0**-20
-        q = max(q, 0.0)
-    threshold = n * q * (1.0 - 2.0 * certified_failure.NOISE_RADIUS_RATIO)
-    return certified_failure.CertificateFailure(
-        noise_norm_threshold=float(threshold), log10_probability_bound=float(log10_tail(threshold))
-    )
+    q = certified_failure.largest_feasible(floor, tolerance)
+    return certified_failure.failure_at(n, q, log10_tail)
