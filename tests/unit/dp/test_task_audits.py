@@ -101,7 +101,7 @@ def _with_beta(cal: Calibration, beta: float) -> Calibration:
 
 def _problem(name: str, epsilon: float, regularization: float, **kw: object) -> Problem:
     mech = get_mechanism(name)
-    return mech.validate_params(  # type: ignore[no-any-return]
+    return mech.validate_params(
         Problem(
             mechanism=name,
             n=2,
