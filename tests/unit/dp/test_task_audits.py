@@ -1,0 +1,367 @@
+"""Empirical distinguishing audits of the multi-class and regression mechanisms (issue 29), each
+with a half-noise control that the audit must catch.
+
+Every audit runs the real mechanism (``mechanism.run``, seeded) on a neighbouring pair chosen so
+that its privacy loss on that pair is known exactly, maps each release to a one-dimensional
+statistic (the log-likelihood ratio of the pair, or a coordinate monotone in it), and asks
+:func:`tests.unit.dp._audit.epsilon_lower_bound` (thresholds fixed before sampling,
+99 % confidence) for a lower bound on the ε spent. Two assertions per mechanism:
+
+* the real mechanism's bound stays below the claimed ε and below the pair's own, hand-derived
+  privacy loss ε_pair (the most the mechanism can spend on this pair);
+* the same mechanism with half its noise (the plan's β doubled or its σ's halved, real runs
+  too, not a simulation) gives a bound above ε_pair (and, where the pair attains the full
+  sensitivity, above the claimed ε): the audit has the power to see a factor of two in the noise.
+
+Hand derivations (all pairs have identical feature rows x = 1, d = 1, and differ in one label):
+
+* Regression objective perturbation, Huber h = ½, n = 2, λ = 10, ε = 2. D = (1, 1), D′ = (−1, 1).
+  The perturbed objective (1/n)Σℓ(y_i − w) + (λ/2)w² + bw/n has the first-order condition
+  w = (Σℓ′(y_i − w) − b)/(nλ). For |w| < ½ every residual |y_i − w| > h, so ℓ′ = ±h: Σℓ′ = 2h = 1
+  under D and 0 under D′, and ℓ″ = 0 for both (equal Jacobians). With b ~ Laplace(1/β) (the
+  norm-exponential law in d = 1), w_D ~ 1/(nλ) + Laplace(1/(βnλ)) and w_D′ ~ Laplace(1/(βnλ)):
+  a shift of the full gradient sensitivity 2h = 1, so for t ≥ 1/(nλ) the tail ratio is exactly
+  e^{β·2h} = e^{ε′}. ε′ = ε₁ − ln(1 + 1/(nλ)) = ε₁ − ln 1.05 (Δ = 0 since ln 1.05 ≤ ε₁/2) and
+  β = ε′/(2L) = ε′ (L = h = ½). With half the noise the pair spends 2ε′ ≈ 3.9 > ε.
+* Multi-class output perturbation, K = 3, n = 2, λ = 1, ε = 8. D = (0, 0), D′ = (1, 0). The
+  release is o = c + b, b ∝ exp(−β‖b‖) in ℝ³, c = C*_D (certified, deterministic), so
+  ln p_D(o)/p_D′(o) = β(‖o − c′‖ − ‖o − c‖) ≤ β‖c − c′‖ = ε_pair; the statistic is that log
+  ratio over β. The pair does not attain the sensitivity S = 2√2/(nλ) (‖c − c′‖ ≈ 0.52 against
+  S ≈ 1.41: the multinomial loss's curvature and one shared x), so ε_pair ≈ 2.94 < ε, and the
+  half-noise control is caught against ε_pair (it spends 2ε_pair).
+* Multi-class objective perturbation, K = 3, n = 2, λ = 1, ε = 4. D = (0, 0), D′ = (1, 0). The
+  release C has density ν(b_D(C))|det ∇b_D(C)| with b_D(C) = −Σ_i(p(C) − e_{y_i}) − n(λ + Δ)C
+  (x = 1, so p(C) = softmax(C)). The Hessians of the replaced records depend on x and C only, not
+  on the label, so the Jacobians are equal and ln p_D(C)/p_D′(C) = β(‖b_D′(C)‖ − ‖b_D(C)‖), with
+  |‖b_D′‖ − ‖b_D‖| ≤ ‖b_D − b_D′‖ = ‖e_1 − e_0‖ = √2: ε_pair = √2β + ε_r (ε_r = ε − ε₁, the
+  certified release's share) ≈ 1.85 < ε. The statistic is ‖b_D′(C)‖ − ‖b_D(C)‖, computed from the
+  released C and the two public datasets. Half the noise spends 2√2β ≈ 3.69 on the pair.
+* AdaSSP as a whole mechanism, n = 200, ε = 4, δ = 0.05. D has y = (1, 0, …, 0), D′ replaces the
+  first label by −1: XᵀX = n and λ_min are the same for both, so the releases of λ̂_min and Ĝ
+  have the same law and only Xᵀy moves, by the full sensitivity 2. The pair's loss is therefore
+  that of the moment release alone, (1/z)-GDP: ε_pair = 1.715 at δ = 0.05 (GDP curve, as in
+  tests/unit/dp/test_regression_adassp.py); with half of every σ it is 2/z-GDP, ε = 5.00.
+  The statistic is n·ŵ, the released coefficient rescaled: ŵ = b̂/(Ĝ + λ_A) with Ĝ = n + N(0, σ₂²)
+  and λ_A = 0 here (λ̂ − σ₁t ≈ 197 ≫ σ₂(2 + t)), so n·ŵ = b̂·(1 + O(σ₂/n)) ≈ ±1 + N(0, σ₃²):
+  dividing by the noisy Gram matrix costs under 1 % of the signal, where a pair with the labels
+  ±1 on all rows (b̂ ≈ Ĝ) would add σ₂-sized noise to the statistic and lose the power.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+from scipy import optimize, stats
+
+from service.dp import calibrate
+from service.dp.core.base import Calibration, Problem
+from service.dp.mechanisms import adassp, get_mechanism, multiclass
+from service.dp.optimize import multinomial
+from tests.unit.dp._audit import epsilon_lower_bound
+from tests.unit.dp._budget import objective_budget
+
+FloatArray = NDArray[np.float64]
+CONFIDENCE = 0.99
+X_ONES = np.ones((2, 1))
+MC_D = np.array([0.0, 0.0])
+MC_D_PRIME = np.array([1.0, 0.0])
+
+
+def _releases(
+    name: str,
+    X: FloatArray,
+    y: FloatArray,
+    problem: Problem,
+    cal: Calibration,
+    *,
+    runs: int,
+    seed: int,
+) -> FloatArray:
+    """``runs`` independent releases of the real mechanism, flattened coefficients per row."""
+    mech = get_mechanism(name)
+    rng = np.random.default_rng(seed)
+    return np.array(
+        [
+            np.ravel(mech.run(X, y, problem, cal, rng=rng, progress=None).coef)  # type: ignore[attr-defined]
+            for _ in range(runs)
+        ]
+    )
+
+
+def _with_beta(cal: Calibration, beta: float) -> Calibration:
+    """The same calibration with the plan's noise rate replaced (β doubled = half the noise)."""
+    assert cal.plan is not None
+    return dataclasses.replace(cal, plan=dataclasses.replace(cal.plan, beta=beta))  # type: ignore[call-arg]
+
+
+def _problem(name: str, epsilon: float, regularization: float, **kw: object) -> Problem:
+    mech = get_mechanism(name)
+    return mech.validate_params(
+        Problem(
+            mechanism=name,
+            n=2,
+            d=1,
+            epsilon=epsilon,
+            delta=0.0,
+            regularization=regularization,
+            **kw,  # type: ignore[arg-type]
+        )
+    )
+
+
+# ---- regression objective perturbation (Huber) ----------------------------------------------
+
+REG_EPS, REG_LAM, REG_RUNS = 2.0, 10.0, 1000
+REG_D = np.array([1.0, 1.0])
+REG_D_PRIME = np.array([-1.0, 1.0])
+
+
+def _regression_thresholds(beta: float) -> list[float]:
+    """Tails beyond both means (shift 1/(nλ), scale s = 1/(βnλ)), fixed before sampling."""
+    shift, scale = 1.0 / (2 * REG_LAM), 1.0 / (beta * 2 * REG_LAM)
+    return [shift + k * scale for k in (0.0, 0.5, 1.0)] + [-k * scale for k in (0.0, 0.5, 1.0)]
+
+
+@pytest.mark.statistical
+def test_regression_objective_perturbation_audit_and_its_half_noise_control() -> None:
+    problem = _problem(
+        "objective_perturbation", REG_EPS, REG_LAM, loss="huber", huber_h=0.5, task="regression"
+    )
+    mech = get_mechanism("objective_perturbation")
+    cal = mech.calibrate(problem)
+    eps1 = objective_budget(REG_EPS, 2, 1)
+    eps_prime = eps1 - math.log(1.05)
+    assert cal.details["Delta"] == 0.0
+    assert cal.details["beta"] == pytest.approx(eps_prime, rel=1e-12)  # β = ε′/(2h), 2h = 1
+    beta = cal.details["beta"]
+
+    def audit(c: Calibration, b: float, seed: int) -> float:
+        w_d = _releases(
+            "objective_perturbation", X_ONES, REG_D, problem, c, runs=REG_RUNS, seed=seed
+        )
+        w_dp = _releases(
+            "objective_perturbation", X_ONES, REG_D_PRIME, problem, c, runs=REG_RUNS, seed=seed + 1
+        )
+        assert np.max(np.abs(w_d)) < 0.5
+        assert np.max(np.abs(w_dp)) < 0.5
+        return epsilon_lower_bound(
+            w_d, w_dp, confidence=CONFIDENCE, thresholds=_regression_thresholds(b)
+        )
+
+    lower = audit(cal, beta, 30)
+    assert lower < eps_prime < REG_EPS
+    caught = audit(_with_beta(cal, 2.0 * beta), 2.0 * beta, 32)
+    assert REG_EPS < caught <= 2.0 * eps_prime
+
+
+# ---- multi-class output perturbation -----------------------------------------------------------
+
+MC_OUT_EPS, MC_OUT_LAM, MC_OUT_RUNS = 8.0, 1.0, 1000
+
+
+@pytest.mark.statistical
+def test_multiclass_output_perturbation_audit_and_its_half_noise_control() -> None:
+    problem = _problem(
+        "output_perturbation",
+        MC_OUT_EPS,
+        MC_OUT_LAM,
+        loss="logistic",
+        task="multiclass",
+        n_classes=3,
+    )
+    cal = get_mechanism("output_perturbation").calibrate(problem)
+    plan = cal.plan
+    assert isinstance(plan, multiclass.MulticlassOutputPlan)
+    assert plan.beta == pytest.approx(MC_OUT_EPS * MC_OUT_LAM * 2 / (2 * math.sqrt(2)), rel=1e-8)
+    centre = {
+        key: multinomial.certified_erm(
+            X_ONES, y, 3, regularization=MC_OUT_LAM, tolerance=plan.tolerance
+        ).ravel()
+        for key, y in (("d", MC_D), ("d_prime", MC_D_PRIME))
+    }
+    distance = float(np.linalg.norm(centre["d"] - centre["d_prime"]))
+    assert 0.45 < distance < 0.6  # well inside S = √2: the pair is not the worst case
+    pair_eps = plan.beta * (distance + 2 * plan.tolerance / MC_OUT_LAM)
+    assert pair_eps < MC_OUT_EPS
+
+    def log_ratio(o: FloatArray) -> FloatArray:
+        """(1/β)·ln p_D(o)/p_D′(o) = ‖o − c′‖ − ‖o − c‖ ∈ [−‖c − c′‖, ‖c − c′‖]."""
+        return np.asarray(
+            np.linalg.norm(o - centre["d_prime"], axis=1) - np.linalg.norm(o - centre["d"], axis=1)
+        )
+
+    thresholds = [f * distance for f in (0.5, 0.75, 0.9, -0.5, -0.75, -0.9)]
+
+    def audit(c: Calibration, seed: int) -> float:
+        a = _releases("output_perturbation", X_ONES, MC_D, problem, c, runs=MC_OUT_RUNS, seed=seed)
+        b = _releases(
+            "output_perturbation", X_ONES, MC_D_PRIME, problem, c, runs=MC_OUT_RUNS, seed=seed + 1
+        )
+        return epsilon_lower_bound(
+            log_ratio(a), log_ratio(b), confidence=CONFIDENCE, thresholds=thresholds
+        )
+
+    lower = audit(cal, 40)
+    assert lower < pair_eps < MC_OUT_EPS
+    caught = audit(_with_beta(cal, 2.0 * plan.beta), 42)
+    assert pair_eps < caught <= 2.0 * pair_eps
+
+
+# ---- multi-class objective perturbation --------------------------------------------------------
+
+MC_OBJ_EPS, MC_OBJ_LAM, MC_OBJ_RUNS = 4.0, 1.0, 1000
+#: Events on ‖b_D′(C)‖ − ‖b_D(C)‖ ∈ [−√2, √2], fixed before sampling.
+MC_OBJ_THRESHOLDS = [f * math.sqrt(2.0) for f in (0.5, 0.75, 0.9, -0.5, -0.75, -0.9)]
+
+
+def _mc_objective_setup() -> tuple[Problem, Calibration, float, Callable[[FloatArray], FloatArray]]:
+    problem = _problem(
+        "objective_perturbation",
+        MC_OBJ_EPS,
+        MC_OBJ_LAM,
+        loss="logistic",
+        task="multiclass",
+        n_classes=3,
+    )
+    cal = get_mechanism("objective_perturbation").calibrate(problem)
+    plan = cal.plan
+    assert isinstance(plan, multiclass.MulticlassObjectivePlan)
+    # ε_J = 2 ln(1 + 1/(3·2·1)) = 2 ln(7/6) ≤ ε₁/2: Δ = 0, β = (ε₁ − ε_J)/(2√2)
+    eps1 = objective_budget(MC_OBJ_EPS, 2, 3)
+    beta = (eps1 - 2.0 * math.log(7.0 / 6.0)) / (2.0 * math.sqrt(2.0))
+    assert plan.Delta == 0.0
+    assert plan.noise_beta == pytest.approx(beta, rel=1e-12)
+    pair_eps = math.sqrt(2.0) * plan.noise_beta + (MC_OBJ_EPS - plan.epsilon_objective)
+    ridge = plan.effective_regularization
+
+    def b_of(C: FloatArray, y: FloatArray) -> FloatArray:
+        """b_D(C) = −Σ_i(softmax(C) − e_{y_i}) − n(λ + Δ)C, row by row (x = 1)."""
+        p = np.exp(C - C.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        onehots = np.eye(3)[y.astype(int)].sum(axis=0)
+        return np.asarray(-(len(y) * p - onehots) - len(y) * ridge * C)
+
+    def statistic(C: FloatArray) -> FloatArray:
+        """(1/β)·ln p_D(C)/p_D′(C) = ‖b_D′(C)‖ − ‖b_D(C)‖ (equal Jacobians)."""
+        return np.asarray(
+            np.linalg.norm(b_of(C, MC_D_PRIME), axis=1) - np.linalg.norm(b_of(C, MC_D), axis=1)
+        )
+
+    return problem, cal, pair_eps, statistic
+
+
+def _mc_objective_audit(cal: Calibration, seed: int) -> float:
+    problem, _, _, statistic = _mc_objective_setup()
+    a = _releases("objective_perturbation", X_ONES, MC_D, problem, cal, runs=MC_OBJ_RUNS, seed=seed)
+    b = _releases(
+        "objective_perturbation", X_ONES, MC_D_PRIME, problem, cal, runs=MC_OBJ_RUNS, seed=seed + 1
+    )
+    sa, sb = statistic(a), statistic(b)
+    bound = math.sqrt(2.0) * (1 + 1e-6)
+    assert np.all(np.abs(sa) <= bound)
+    assert np.all(np.abs(sb) <= bound)
+    return epsilon_lower_bound(sa, sb, confidence=CONFIDENCE, thresholds=MC_OBJ_THRESHOLDS)
+
+
+@pytest.mark.statistical
+def test_multiclass_objective_perturbation_audit_stays_below_the_pair_loss() -> None:
+    _, cal, pair_eps, _ = _mc_objective_setup()
+    assert pair_eps < MC_OBJ_EPS
+    assert _mc_objective_audit(cal, 50) < pair_eps
+
+
+@pytest.mark.statistical
+def test_multiclass_objective_perturbation_audit_catches_half_the_noise() -> None:
+    """Real runs with β doubled: the pair then spends 2√2β ≈ 2·ε_pair."""
+    _, cal, pair_eps, _ = _mc_objective_setup()
+    assert cal.plan is not None
+    beta = cal.details["beta"]
+    caught = _mc_objective_audit(_with_beta(cal, 2.0 * beta), 52)
+    assert pair_eps < caught <= 2.0 * math.sqrt(2.0) * beta + 1e-9
+
+
+# ---- AdaSSP, the whole mechanism -------------------------------------------------------------
+
+ADA_N, ADA_EPS, ADA_DELTA, ADA_RUNS = 200, 4.0, 0.05, 600
+
+
+def _gdp_epsilon(mu: float, delta: float) -> float:
+    """The ε at δ of μ-GDP: δ(ε; μ) = Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2)."""
+
+    def excess(e: float) -> float:
+        return (
+            float(
+                stats.norm.cdf(-e / mu + mu / 2.0)
+                - math.exp(e) * stats.norm.cdf(-e / mu - mu / 2.0)
+            )
+            - delta
+        )
+
+    return float(optimize.brentq(excess, 0.0, 50.0))
+
+
+def _halved(plan: adassp.AdaSSPPlan) -> adassp.AdaSSPPlan:
+    return dataclasses.replace(
+        plan,
+        sigma_eigenvalue_added=plan.sigma_eigenvalue_added / 2.0,
+        sigma_gram_added=plan.sigma_gram_added / 2.0,
+        sigma_gram_off_diagonal_added=plan.sigma_gram_off_diagonal_added / 2.0,
+        sigma_moment_added=plan.sigma_moment_added / 2.0,
+    )
+
+
+@pytest.mark.statistical
+def test_adassp_whole_mechanism_audit_and_its_half_noise_control() -> None:
+    cal = calibrate(
+        "adassp",
+        n=ADA_N,
+        d=1,
+        epsilon=ADA_EPS,
+        delta=ADA_DELTA,
+        loss="squared",
+        regularization=1e-6,
+        task="regression",
+    )
+    plan = cal.plan
+    assert isinstance(plan, adassp.AdaSSPPlan)
+    problem = Problem(
+        mechanism="adassp",
+        n=ADA_N,
+        d=1,
+        epsilon=ADA_EPS,
+        delta=ADA_DELTA,
+        loss="squared",
+        regularization=1e-6,
+        task="regression",
+    )
+    X = np.ones((ADA_N, 1))
+    y_d = np.zeros(ADA_N)
+    y_d[0] = 1.0
+    y_dp = y_d.copy()
+    y_dp[0] = -1.0
+    z = plan.noise_multiplier
+    pair_eps = _gdp_epsilon(1.0 / z, ADA_DELTA)
+    assert pair_eps == pytest.approx(1.715, abs=1e-3)
+    assert _gdp_epsilon(2.0 / z, ADA_DELTA) == pytest.approx(5.00, abs=1e-2)
+
+    def audit(p: adassp.AdaSSPPlan, seed: int) -> float:
+        c = dataclasses.replace(cal, plan=p)
+        a = ADA_N * _releases("adassp", X, y_d, problem, c, runs=ADA_RUNS, seed=seed)[:, 0]
+        b = ADA_N * _releases("adassp", X, y_dp, problem, c, runs=ADA_RUNS, seed=seed + 1)[:, 0]
+        s = p.sigma_moment_added
+        thresholds = [1.0 - k * s for k in (0.0, 0.5, 1.0, 1.5)] + [
+            -1.0 + k * s for k in (0.0, 0.5, 1.0, 1.5)
+        ]
+        return epsilon_lower_bound(
+            a, b, confidence=CONFIDENCE, delta=ADA_DELTA, thresholds=thresholds
+        )
+
+    lower = audit(plan, 60)
+    assert lower < pair_eps < ADA_EPS
+    caught = audit(_halved(plan), 62)
+    assert pair_eps < caught <= _gdp_epsilon(2.0 / z, ADA_DELTA)
