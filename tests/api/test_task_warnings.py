@@ -10,6 +10,7 @@ reference there is no band and no warning.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -69,7 +70,7 @@ def _reference_mean_rmse() -> float:
     hours = [r[4] for r in REFERENCE_ROWS]
     test, pool = hours[:200], hours[200:]
     centre = sum(pool) / len(pool)
-    return (sum((h - centre) ** 2 for h in test) / len(test)) ** 0.5
+    return math.sqrt(sum((h - centre) ** 2 for h in test) / len(test))
 
 
 def test_a_regression_fit_at_small_epsilon_is_warned_worse_than_the_mean(

@@ -101,7 +101,7 @@ def with_task_band(
             loss=request.loss,
             half_range=half_range,
         )
-    except (ValueError, TypeError, ConvergenceError):  # advice: the fit still runs
+    except (ValueError, ConvergenceError):  # advice: the fit still runs
         logger.info("no expected band for %s", request.mechanism, exc_info=True)
         return assessment
     expected = band.to_dict() | {"reference_dataset_id": reference.dataset_id}
