@@ -34,6 +34,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 #: The public reference rows: drawn like the private ones, from another seed.
 REFERENCE_ROWS = make_rows(400, seed=11)
+#: A multi-class reference where the majority class ("high") is clearly the most frequent:
+#: every "high" row of 600 and every other "low"/"mid" row, in the order drawn.
+SKEWED_ROWS = [r for i, r in enumerate(make_rows(600, seed=13)) if r[3] == "high" or i % 2 == 0]
 
 
 @pytest.fixture
@@ -41,8 +44,13 @@ def db_url(any_db_url: str) -> str:
     return any_db_url
 
 
-def _public_reference(client: TestClient, site: SiteHandle, label: dict[str, Any]) -> str:
-    response = upload(client, site, label, data=csv_bytes(REFERENCE_ROWS), allow_non_private=True)
+def _public_reference(
+    client: TestClient,
+    site: SiteHandle,
+    label: dict[str, Any],
+    rows: list[tuple[str, int, str, str, float]] = REFERENCE_ROWS,
+) -> str:
+    response = upload(client, site, label, data=csv_bytes(rows), allow_non_private=True)
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
 
@@ -112,12 +120,14 @@ def test_a_multiclass_dp_sgd_fit_at_small_epsilon_is_below_the_majority_class(
     client: TestClient, site: SiteHandle
 ) -> None:
     dataset = uploaded(client, site, MULTICLASS)
-    _public_reference(client, site, MULTICLASS)
+    _public_reference(client, site, MULTICLASS, SKEWED_ROWS)
     body = {"mechanism": "dp_sgd", "epsilon": 0.05, "delta": 1e-6, "regularization": 0.01}
     quote, job, model = _quote_job_model(client, site, dataset["id"], body)
     band = quote["expected_accuracy"]
-    grades = [r[3] for r in REFERENCE_ROWS[:200]]
-    assert band["majority_baseline"] == max(grades.count(c) for c in CLASSES) / 200
+    test = len(SKEWED_ROWS) // 2  # the reference's first half is the test sample
+    grades = [r[3] for r in SKEWED_ROWS[:test]]
+    assert band["majority_baseline"] == max(grades.count(c) for c in CLASSES) / test
+    assert band["majority_baseline"] > 0.45
     assert band["mean"] < band["majority_baseline"]
     assert _codes(quote["warnings"]) == _codes(job["warnings"]) == ["below_majority_baseline"]
     assert _codes(model["privacy"]["warnings"]) == ["below_majority_baseline"]
