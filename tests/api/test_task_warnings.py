@@ -140,3 +140,30 @@ def test_without_a_public_reference_there_is_no_band(client: TestClient, site: S
     assert quote.status_code == 200, quote.text
     assert quote.json()["expected_accuracy"] is None
     assert quote.json()["warnings"] == []
+
+
+def test_an_auto_fit_on_a_numeric_label_carries_the_band_of_its_choice(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = uploaded(client, site, NUMERIC)
+    reference_id = _public_reference(client, site, NUMERIC)
+    body = {"mechanism": "auto", "epsilon": 1.0, "delta": 1e-6}
+    quote = _fit(client, site, dataset["id"], body, dry_run=True)
+    assert quote.status_code == 200, quote.text
+    out = quote.json()
+    assert out["auto"]["chosen"]["mechanism"] == out["mechanism"] == "adassp"
+    assert out["expected_accuracy"]["metric"] == "rmse"
+    assert out["expected_accuracy"]["reference_dataset_id"] == reference_id
+
+
+def test_a_public_dataset_with_another_label_is_no_reference(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = uploaded(client, site, MULTICLASS)
+    _public_reference(client, site, NUMERIC)  # same features, a numeric label
+    _public_reference(client, site, {**MULTICLASS, "classes": list(reversed(CLASSES))})
+    body = {"mechanism": "dp_sgd", "epsilon": 0.05, "delta": 1e-6, "regularization": 0.01}
+    quote = _fit(client, site, dataset["id"], body, dry_run=True)
+    assert quote.status_code == 200, quote.text
+    assert quote.json()["expected_accuracy"] is None
+    assert quote.json()["warnings"] == []
