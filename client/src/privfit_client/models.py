@@ -1254,7 +1254,7 @@ class FitQuoteRead(BaseModel):
     expected_accuracy: Annotated[
         dict[str, Any] | None,
         Field(
-            description="Expected accuracy (mean, p10–p90 of fits simulated on a public reference) next to the majority-class baseline (`majority_baseline`, null when no public source gives it).",
+            description="Expected accuracy (mean, p10–p90 of fits simulated on a public reference) next to the majority-class baseline (`majority_baseline`, null when no public source gives it). On a numeric label (`metric: \"rmse\"`): the RMSE band in the label's units next to predicting the public reference's mean (`mean_baseline_rmse`); multi-class and numeric fits have a band only when the site has a public reference dataset.",
             title="Expected Accuracy",
         ),
     ] = None
@@ -1286,7 +1286,7 @@ class FitQuoteRead(BaseModel):
     warnings: Annotated[
         list[dict[str, Any]] | None,
         Field(
-            description="E.g. `below_majority_baseline`: the expected accuracy is below always answering the majority class.",
+            description="E.g. `below_majority_baseline`: the expected accuracy is below always answering the majority class; `worse_than_mean_baseline` (numeric label): the expected RMSE is above always predicting the public reference's mean.",
             title="Warnings",
         ),
     ] = None
@@ -1460,7 +1460,7 @@ class JobRead(BaseModel):
     warnings: Annotated[
         list[dict[str, Any]] | None,
         Field(
-            description="Warnings fixed at submission (also in `params` and the model's record), e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering the majority class. (An auto fit whose baseline is estimated privately gets its warning in the model's record, once the count is released.)",
+            description="Warnings fixed at submission (also in `params` and the model's record), e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering the majority class, or `worse_than_mean_baseline` (numeric label): its expected RMSE is above always predicting the public reference's mean. (An auto fit whose baseline is estimated privately gets its warning in the model's record, once the count is released.)",
             title="Warnings",
         ),
     ] = None
@@ -2841,7 +2841,7 @@ class PrivacyRecordRead(BaseModel):
     expected_accuracy: Annotated[
         dict[str, Any] | None,
         Field(
-            description="The accuracy band expected at submission (simulated on a public reference) next to the majority-class baseline.",
+            description='The accuracy band expected at submission (simulated on a public reference) next to the majority-class baseline; on a numeric label the RMSE band (`metric: "rmse"`) next to the mean\'s RMSE (`mean_baseline_rmse`).',
             title="Expected Accuracy",
         ),
     ] = None
@@ -2884,7 +2884,7 @@ class PrivacyRecordRead(BaseModel):
     warnings: Annotated[
         list[dict[str, Any]] | None,
         Field(
-            description="Warnings fixed at submission, e.g. `below_majority_baseline`; for `mechanism: auto` without a public baseline, set when the job ran, against the privately estimated baseline (`private_baseline`).",
+            description="Warnings fixed at submission, e.g. `below_majority_baseline` or `worse_than_mean_baseline` (numeric label); for `mechanism: auto` without a public baseline, set when the job ran, against the privately estimated baseline (`private_baseline`).",
             title="Warnings",
         ),
     ] = None

@@ -242,6 +242,13 @@ function warnings(list) {
 function expectation(params) {
   const e = params && params.expected_accuracy;
   if (!e) return "—";
+  if (e.metric === "rmse") {  // a numeric label: RMSE against predicting the mean
+    return el("span", {}, el("span", { class: "expected-accuracy" },
+      `RMSE ${Number(e.mean).toPrecision(4)} [${Number(e.p10).toPrecision(4)}, `
+      + `${Number(e.p90).toPrecision(4)}]`),
+    " vs mean ", el("span", { class: "majority-baseline" },
+      Number(e.mean_baseline_rmse).toPrecision(4)));
+  }
   const base = e.majority_baseline === null || e.majority_baseline === undefined
     ? "unknown" : Number(e.majority_baseline).toFixed(3);
   const parts = [el("span", { class: "expected-accuracy" },

@@ -265,12 +265,16 @@ class FitQuoteRead(ResponseModel):
         default=None,
         description="Expected accuracy (mean, p10–p90 of fits simulated on a public "
         "reference) next to the majority-class baseline (`majority_baseline`, null when no "
-        "public source gives it).",
+        'public source gives it). On a numeric label (`metric: "rmse"`): the RMSE band '
+        "in the label's units next to predicting the public reference's mean "
+        "(`mean_baseline_rmse`); multi-class and numeric fits have a band only when the site "
+        "has a public reference dataset.",
     )
     warnings: list[dict[str, Any]] = Field(
         default_factory=list,
         description="E.g. `below_majority_baseline`: the expected accuracy is below always "
-        "answering the majority class.",
+        "answering the majority class; `worse_than_mean_baseline` (numeric label): the "
+        "expected RMSE is above always predicting the public reference's mean.",
     )
 
     @classmethod

@@ -63,8 +63,10 @@ class JobRead(ResponseModel):
         default_factory=list,
         description="Warnings fixed at submission (also in `params` and the model's record), "
         "e.g. `below_majority_baseline`: the fit's expected accuracy is below always answering "
-        "the majority class. (An auto fit whose baseline is estimated privately gets its "
-        "warning in the model's record, once the count is released.)",
+        "the majority class, or `worse_than_mean_baseline` (numeric label): its expected RMSE "
+        "is above always predicting the public reference's mean. (An auto fit whose "
+        "baseline is estimated privately gets its warning in the model's record, once the "
+        "count is released.)",
     )
 
     @classmethod

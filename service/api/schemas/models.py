@@ -101,11 +101,13 @@ class PrivacyRecordRead(ResponseModel):
     expected_accuracy: dict[str, Any] | None = Field(
         default=None,
         description="The accuracy band expected at submission (simulated on a public "
-        "reference) next to the majority-class baseline.",
+        "reference) next to the majority-class baseline; on a numeric label the RMSE band "
+        '(`metric: "rmse"`) next to the mean\'s RMSE (`mean_baseline_rmse`).',
     )
     warnings: list[dict[str, Any]] | None = Field(
         default=None,
-        description="Warnings fixed at submission, e.g. `below_majority_baseline`; for "
+        description="Warnings fixed at submission, e.g. `below_majority_baseline` or "
+        "`worse_than_mean_baseline` (numeric label); for "
         "`mechanism: auto` without a public baseline, set when the job ran, against the "
         "privately estimated baseline (`private_baseline`).",
     )

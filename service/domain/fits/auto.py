@@ -147,7 +147,8 @@ def check_auto_request(*, epsilon: float | None, params: Mapping[str, Any]) -> N
 def find_public_reference(
     uow: UnitOfWork, uow_factory: UnitOfWorkFactory | None, dataset: Dataset
 ) -> PublicReference | None:
-    """The site's newest live public dataset with ``dataset``'s encoding (module docstring),
+    """The site's newest live public dataset with ``dataset``'s encoding and label (the same
+    task and classes or bounds; module docstring),
     read in a transaction of its own; None without one. Call inside an open ``with uow:``."""
     if uow_factory is None or dataset.allow_non_private:
         return None
@@ -157,7 +158,7 @@ def find_public_reference(
     for row in rows:
         if (
             row.id != dataset.id
-            and dataset_task(row).task == "binary"
+            and dataset_task(row) == dataset_task(dataset)
             and row.allow_non_private
             and row.deleted_at is None
             and list(row.feature_names) == list(dataset.feature_names)
@@ -166,7 +167,8 @@ def find_public_reference(
             design = read_design(uow_factory, row)
             X = np.asarray(design.X[:MAX_REFERENCE_ROWS], dtype=np.float64)
             y = np.asarray(design.y[:MAX_REFERENCE_ROWS], dtype=np.float64)
-            if X.shape[0] < 8 or len(set(np.sign(y).tolist())) < 2:
+            values = np.sign(y) if dataset_task(dataset).task == "binary" else y
+            if X.shape[0] < 8 or len(set(values.tolist())) < 2:
                 continue
             return PublicReference(row.id, X, y)
     return None

@@ -6,9 +6,9 @@ admits (the others' refusals are kept in the record), with its loss and its auto
 the request's own λ when one is given). The job's params keep ``requested_mechanism: "auto"``
 and the ``auto`` record (task, rule, reason, chosen mechanism, loss and λ, and every
 candidate with its λ and bound or why it was excluded), which the model's record repeats. A
-deterministic function of public inputs: nothing is charged for it. No expected-accuracy band
-is simulated for these tasks (the binary band's reference tasks are binary), so there is no
-``below_majority_baseline`` warning either.
+deterministic function of public inputs: nothing is charged for it. The expected band
+against the trivial model and its warning are added by :mod:`.expected_tasks` when the site
+has a public reference.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ does not fit the task is a 422 before anything is charged. A request without a l
 task's default (``logistic`` for class labels, ``squared`` for numeric ones). Mechanism
 ``auto`` and λ ``"auto"`` have their own rules for the other tasks
 (:mod:`service.domain.fits.auto_tasks`, :mod:`service.dp.analysis.regularization_tasks`);
-the expected-accuracy band is simulated for binary labels only.
+the expected band against the trivial model is :mod:`service.domain.fits.expected_tasks`'s.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from service.domain.datasets.catalog import dataset_task, get_owned_dataset, req
 from service.domain.errors import InvalidInputError
 from service.domain.fits import auto as fit_auto
 from service.domain.fits.auto_tasks import resolve_task_auto
+from service.domain.fits.expected_tasks import with_task_band
 from service.domain.jobs.charged import (
     DatasetCharge,
     JobDraft,
@@ -323,7 +324,8 @@ def _resolve(
 ) -> tuple[FitRequest, Calibration, fit_auto.Assessment | None]:
     """Inside an open ``with uow:``: the concrete request (auto resolved, docs/design.md §3),
     its calibration (422s first, for a concrete mechanism) and the assessment (the band and
-    warnings; None for the non-private baseline and for tasks other than binary)."""
+    warnings; None for the non-private baseline, and for other tasks without a public
+    reference: :mod:`.expected_tasks`)."""
     loss_requested = request.loss if request.loss_given else None
     request = for_task(request, dataset)
     task = dataset_task(dataset)
@@ -341,16 +343,24 @@ def _resolve(
             request, n=dataset.n_rows, d=dataset.n_features, **task.dp_kwargs
         )
         calibration = _calibrate(dataset, request)
-        if request.mechanism in NON_PRIVATE_MECHANISMS or task.task != "binary":
+        if request.mechanism in NON_PRIVATE_MECHANISMS:
             return request, calibration, None
+        if task.task != "binary":  # the band against the trivial model (issue 29)
+            band = with_task_band(uow, uow_factory, dataset, request, None)
+            return request, calibration, band
     elif task.task != "binary":  # auto on a multi-class or numeric label (issue 29)
         if request.regularization == AUTO:
             request = replace(request, regularization=None)
-        return resolve_task_auto(
+        concrete, calibration, assessment = resolve_task_auto(
             dataset,
             request,
             loss_requested=loss_requested,
             calibrate=lambda concrete: _calibrate(dataset, concrete),
+        )
+        return (
+            concrete,
+            calibration,
+            with_task_band(uow, uow_factory, dataset, concrete, assessment),
         )
     else:
         fit_auto.check_auto_request(epsilon=request.epsilon, params=request.params)
