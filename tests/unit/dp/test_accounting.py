@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from decimal import Decimal
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from hypothesis import given
@@ -270,9 +270,9 @@ def test_evaluation_and_tuning_noise_use_the_ledger_floor(monkeypatch: pytest.Mo
     seen: list[float] = []
     real_em = selection.exponential_mechanism
 
-    def spy(errors: object, epsilon: float, rng: object) -> object:
+    def spy(errors: object, epsilon: float, rng: object, **kwargs: Any) -> object:
         seen.append(epsilon)
-        return real_em(errors, epsilon, rng)  # type: ignore[arg-type]
+        return real_em(errors, epsilon, rng, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(selection, "exponential_mechanism", spy)
     from service.dp import fit
