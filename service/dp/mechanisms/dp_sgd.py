@@ -332,7 +332,7 @@ def multiclass_defaults(n: int, dim: int, epsilon_pass: float) -> tuple[int, flo
     quotient of the doubles, so 2D/(b·ε_pass) ≤ 2 holds exactly unless b = n) and η = √(b/50)."""
     if n < 1 or dim < 1 or not epsilon_pass > 0.0:
         raise ValueError("n, the dimension and ε_pass must be positive")
-    quotient = Fraction(dim * MULTICLASS_NOISE_RATIO, 2) / Fraction(epsilon_pass)
+    quotient = Fraction(2 * dim, MULTICLASS_NOISE_RATIO) / Fraction(epsilon_pass)
     b = min(n, max(DEFAULT_BATCH_SIZE, math.ceil(quotient)))
     return b, math.sqrt(b / DEFAULT_BATCH_SIZE)
 
