@@ -62,6 +62,7 @@ def test_omitted_options_follow_the_rule_and_the_record_states_it() -> None:
     # 21 batches of ⌊30162/21⌋ = 1436 or 1437 rows: E‖z‖ = 2D/(b_min·ε) = 1414/718 ≤ 2
     assert det["min_batch_size"] == 1_436
     assert cal.expected_noise_norm == pytest.approx(1_414 / 718, rel=1e-9)
+    assert cal.expected_noise_norm is not None
     assert cal.expected_noise_norm <= 2.0
 
 
@@ -103,6 +104,7 @@ def test_the_accounting_of_the_rules_options_is_that_of_the_same_options_given(
     b, eta = multiclass_defaults(ADULT["n"], 707, eps_pass)
     assert b == {0.1: 7_071, 1.0: 707, 5.0: 142}[eps]
     given = dp.calibrate("dp_sgd", batch_size=b, eta=eta, **common)
+    assert isinstance(given.plan, DPSGDPlan)
     assert plan_to_json(ruled.plan) == plan_to_json(given.plan)
     assert ruled.details == given.details
     assert (ruled.epsilon, ruled.delta) == (eps, 0.0)
@@ -121,4 +123,5 @@ def test_binary_defaults_and_records_are_unchanged() -> None:
     assert not {"defaults_rule", "default_batch_size", "default_eta"} & set(det)
     given = dp.calibrate("dp_sgd", epsilon=0.1, batch_size=50, eta=1.0, **ADULT)
     assert isinstance(cal.plan, DPSGDPlan)
+    assert isinstance(given.plan, DPSGDPlan)
     assert plan_to_json(cal.plan) == plan_to_json(given.plan)
