@@ -8,7 +8,8 @@ and holds the intercept.
 Contenders, at ε ∈ {0.1, 0.5, 1, 5}, every private one pure ε-DP (δ = 0), on the same matrix:
 
 * PrivFit ``objective_perturbation``, ``output_perturbation`` and ``dp_sgd`` (its defaults: one
-  pass, batches of 50) with ``task="multiclass"``; λ from :func:`benchmarks._tasks29.
+  pass; for K classes b = min(n, max(50, ⌈dK/ε⌉)) and η = √(b/50) since the K-class rule,
+  batches of 50 and η = 1 before it) with ``task="multiclass"``; λ from :func:`benchmarks._tasks29.
   privfit_lambda` (the automatic rule where it applies, else a fixed public value; the output
   names which). A mechanism that does not fit multi-class labels yet is "not available".
 * diffprivlib 0.6.6 ``LogisticRegression`` (objective perturbation, one-vs-rest with ε/K per

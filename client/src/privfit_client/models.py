@@ -390,7 +390,7 @@ class DpSgdOptions(BaseModel):
     batch_size: Annotated[
         int | None,
         Field(
-            description="Mini-batch size b (1 ≤ b ≤ n); each pass makes ⌊n/b⌋ noisy updates. Default: min(50, n).",
+            description="Mini-batch size b (1 ≤ b ≤ n); each pass makes ⌊n/b⌋ noisy updates. Default: min(50, n); for K classes min(n, max(50, ⌈dK/ε_pass⌉)), ε_pass the budget of one pass.",
             ge=1,
             title="Batch Size",
         ),
@@ -407,7 +407,7 @@ class DpSgdOptions(BaseModel):
     eta: Annotated[
         float | None,
         Field(
-            description="Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1 (the `inverse` schedule has none).",
+            description="Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1; for K classes with the default batch size and `inverse_sqrt`, √(b/50) (the `inverse` schedule has none).",
             gt=0.0,
             title="Eta",
         ),
@@ -462,7 +462,7 @@ DpSgdTunableOptionsEta = TypeAliasType(
     Annotated[
         float,
         Field(
-            description='Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1 (the `inverse` schedule has none). Or `{"candidates": [...]}` (1 to 10 distinct values > 0): PrivFit chooses one privately within the same (ε, δ).',
+            description='Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1; for K classes with the default batch size and `inverse_sqrt`, √(b/50) (the `inverse` schedule has none). Or `{"candidates": [...]}` (1 to 10 distinct values > 0): PrivFit chooses one privately within the same (ε, δ).',
             gt=0.0,
             title="Eta",
         ),
@@ -3623,7 +3623,7 @@ class DpSgdTunableOptions(BaseModel):
     batch_size: Annotated[
         int | None,
         Field(
-            description="Mini-batch size b (1 ≤ b ≤ n); each pass makes ⌊n/b⌋ noisy updates. Default: min(50, n).",
+            description="Mini-batch size b (1 ≤ b ≤ n); each pass makes ⌊n/b⌋ noisy updates. Default: min(50, n); for K classes min(n, max(50, ⌈dK/ε_pass⌉)), ε_pass the budget of one pass.",
             ge=1,
             title="Batch Size",
         ),
@@ -3640,7 +3640,7 @@ class DpSgdTunableOptions(BaseModel):
     eta: Annotated[
         DpSgdTunableOptionsEta | OptionCandidates | None,
         Field(
-            description='Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1 (the `inverse` schedule has none). Or `{"candidates": [...]}` (1 to 10 distinct values > 0): PrivFit chooses one privately within the same (ε, δ).',
+            description='Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for `inverse`). Default: 1; for K classes with the default batch size and `inverse_sqrt`, √(b/50) (the `inverse` schedule has none). Or `{"candidates": [...]}` (1 to 10 distinct values > 0): PrivFit chooses one privately within the same (ε, δ).',
             title="Eta",
         ),
     ] = None

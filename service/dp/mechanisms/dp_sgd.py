@@ -83,6 +83,25 @@ independently of the data (``projection_seed``, or drawn from the CSPRNG / the t
 SGD runs in R^k (noise in k dimensions, ‖Px‖ may exceed 1 but the per-example clip keeps the
 sensitivity), and the released coefficients are folded back, coef = Pᵀw, so the model scores
 original rows: coefᵀx = wᵀ(Px). Folding is post-processing.
+
+Defaults for K classes (issue 29; :func:`multiclass_defaults`). The binary defaults (one pass,
+b = min(50, n), η = 1, ``inverse_sqrt``) are kept as they are. For K classes the noise lives in
+ℝ^D, D = dK, while every clipped mean gradient still has norm ≤ 1, so the per-update
+noise-to-gradient ratio E‖z‖/1 = D/β = 2D/(b·ε_pass) is K times the binary one (707·2/(50·0.1)
+≈ 283 on Adult marital at ε = 0.1: the gradient is lost). When ``batch_size`` is omitted the
+multi-class default is the smallest batch that keeps that ratio ≤ 2,
+
+    b = min(n, max(50, ⌈D/ε_pass⌉))   (so 2D/(b·ε_pass) ≤ 2 unless b = n),
+
+and, when ``eta`` is omitted as well with the ``inverse_sqrt`` schedule, η = √(b/50): over the
+pass's T = n/b updates the steps add up to Σ η/√t ≈ 2η√T = 2√(n/50), the same total step length
+as the binary default, so the larger batches (fewer, less noisy updates) do not stop short.
+Why not more passes: with basic composition E passes cut ε_pass to ε/E, and the noise of the
+average over all E·n/b updates, 2DE/(ε·√(bnE)) = (2D/ε)·√(E/(bn)), grows with E. Every input of
+the rule (n, d, K, ε, δ, E) is public, and ε_pass is the same per-pass budget the accounting
+uses, so the rule picks options only: the privacy analysis above holds for whatever b and η it
+returns, exactly as for options the caller gives. Measured on Adult marital status (K = 7) in
+``benchmarks/bench_dpsgd_classes.py`` (benchmarks/RESULTS.md, "DP-SGD defaults for K classes").
 """
 
 from __future__ import annotations
@@ -138,6 +157,7 @@ __all__ = [
     "Options",
     "batch_sizes",
     "gradient_sensitivity",
+    "multiclass_defaults",
     "per_step_epsilon",
     "split_epsilon",
     "work_estimate",
@@ -152,6 +172,16 @@ SCHEDULES = ("constant", "inverse_sqrt", "inverse")
 DEFAULT_BATCH_SIZE = 50
 DEFAULT_EPOCHS = 1
 DEFAULT_ETA = 1.0
+#: K classes, ``batch_size`` omitted: the largest per-update noise-to-gradient ratio
+#: E‖z‖/1 = 2D/(b·ε_pass) the default batch allows (module docstring, "Defaults for K classes").
+MULTICLASS_NOISE_RATIO: Final[int] = 2
+MULTICLASS_RULE = (
+    "K classes with batch_size omitted: b = min(n, max(50, ⌈dK/ε_pass⌉)), the smallest batch "
+    "whose expected noise norm per update 2dK/(b·ε_pass) is ≤ 2 (the clipped gradient has norm "
+    "≤ 1); with eta omitted too (inverse_sqrt), η = √(b/50), so the pass's steps add up to "
+    "2√(n/50) as with the binary default b = 50, η = 1. Public inputs only; options given are "
+    "used as given"
+)
 #: Upper limits that keep a request from running for days.
 MAX_EPOCHS = 10_000
 #: Noise is drawn in chunks of at most this many floats (updates × dimension).
@@ -193,7 +223,10 @@ class Options(MechanismOptions):
         None,
         "Mini-batch size b (1 ≤ b ≤ n); each pass makes ⌊n/b⌋ noisy updates.",
         ge=1,
-        computed_default=f"min({DEFAULT_BATCH_SIZE}, n)",
+        computed_default=(
+            f"min({DEFAULT_BATCH_SIZE}, n); for K classes min(n, max({DEFAULT_BATCH_SIZE}, "
+            "⌈dK/ε_pass⌉)), ε_pass the budget of one pass"
+        ),
     )
     schedule: Literal["constant", "inverse_sqrt", "inverse"] = option(
         "inverse_sqrt",
@@ -204,7 +237,10 @@ class Options(MechanismOptions):
         "Base step size η of the `constant` and `inverse_sqrt` schedules (leave it out for "
         "`inverse`).",
         gt=0.0,
-        computed_default=f"{DEFAULT_ETA:g} (the `inverse` schedule has none)",
+        computed_default=(
+            f"{DEFAULT_ETA:g}; for K classes with the default batch size and `inverse_sqrt`, "
+            "√(b/50) (the `inverse` schedule has none)"
+        ),
     )
     radius: float | None = option(
         None, "Radius R of the ball the iterates are projected onto (null: no projection).", gt=0.0
@@ -290,6 +326,17 @@ def per_step_epsilon(
     return step, best_composition(PrivacyCost(step), steps, delta_prime)
 
 
+def multiclass_defaults(n: int, dim: int, epsilon_pass: float) -> tuple[int, float]:
+    """(b, η): the multi-class defaults of the module docstring for n rows, noise dimension
+    D = dK and per-pass budget ε_pass: b = min(n, max(50, ⌈D/ε_pass⌉)) (⌈·⌉ of the exact
+    quotient of the doubles, so 2D/(b·ε_pass) ≤ 2 holds exactly unless b = n) and η = √(b/50)."""
+    if n < 1 or dim < 1 or not epsilon_pass > 0.0:
+        raise ValueError("n, the dimension and ε_pass must be positive")
+    quotient = Fraction(2 * dim, MULTICLASS_NOISE_RATIO) / Fraction(epsilon_pass)
+    b = min(n, max(DEFAULT_BATCH_SIZE, math.ceil(quotient)))
+    return b, math.sqrt(b / DEFAULT_BATCH_SIZE)
+
+
 def _outputs(problem: Problem) -> int:
     """Rows of the iterate: K for a multiclass fit (:mod:`service.dp.mechanisms.multiclass`),
     else 1."""
@@ -347,6 +394,13 @@ def gradient_sensitivity(sizes: NDArray[np.int64], dim: int) -> Fraction:
     """Δ: the largest L2 change of a computed clipped mini-batch mean under replace-one, over
     the batch sizes of a pass (:func:`service.dp.data.clipping.mean_sensitivity`, exact)."""
     return max(clipping.mean_sensitivity(int(b), dim, CLIP) for b in np.unique(sizes))
+
+
+def _multiclass_defaults(problem: Problem, epochs: int) -> tuple[int, float]:
+    """:func:`multiclass_defaults` for a problem: D = d·K and the ε_pass its accounting uses."""
+    delta_prime = float(problem.delta) if problem.delta > 0.0 else None
+    eps_pass, _ = per_step_epsilon(problem.epsilon, epochs, delta_prime)
+    return multiclass_defaults(problem.n, problem.d * _outputs(problem), eps_pass)
 
 
 def _int_param(params: dict[str, Any], name: str, default: int | None, low: int, high: int) -> Any:
@@ -458,6 +512,9 @@ class DPSGDPlan(MechanismPlan):
             projection_dim=self.projection_dim,
             projection_kind=self.projection_kind,
         )
+        if self.inputs.task == "multiclass":
+            b, eta = multiclass_defaults(self.inputs.n, dim, self.epsilon_per_epoch)
+            details.update(defaults_rule=MULTICLASS_RULE, default_batch_size=b, default_eta=eta)
         return details
 
     def calibration(self) -> Calibration:
@@ -507,13 +564,17 @@ class DPSGD:
         raw = dict(problem.params)
         params: dict[str, Any] = {}
         params["epochs"] = _int_param(raw, "epochs", DEFAULT_EPOCHS, 1, MAX_EPOCHS)
-        default_b = min(DEFAULT_BATCH_SIZE, problem.n)
-        params["batch_size"] = _int_param(raw, "batch_size", default_b, 1, problem.n)
+        default_b, default_eta = min(DEFAULT_BATCH_SIZE, problem.n), DEFAULT_ETA
         schedule = raw.get("schedule", "inverse_sqrt")
         if schedule not in SCHEDULES:
             raise PrivacyParameterError(
                 f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule!r}"
             )
+        if problem.task == "multiclass" and raw.get("batch_size") is None:
+            default_b, rule_eta = _multiclass_defaults(problem, params["epochs"])
+            if schedule == "inverse_sqrt":
+                default_eta = rule_eta
+        params["batch_size"] = _int_param(raw, "batch_size", default_b, 1, problem.n)
         params["schedule"] = schedule
         if schedule == "inverse":
             if "eta" in raw:
@@ -521,7 +582,7 @@ class DPSGD:
                     "eta is not used by the 'inverse' schedule (η_t = 1/(λt)); leave it out"
                 )
         else:
-            params["eta"] = _positive_float(raw, "eta", DEFAULT_ETA)
+            params["eta"] = _positive_float(raw, "eta", default_eta)
         params["radius"] = _positive_float(raw, "radius", None)
         k = _int_param(raw, "projection_dim", None, 1, 1_000_000)
         params["projection_dim"] = k

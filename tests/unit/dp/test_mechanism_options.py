@@ -131,7 +131,9 @@ def test_dp_sgd_defaults_by_hand() -> None:
     specs = option_specs(dp_sgd.Options)
     assert specs["epochs"].bounds() == {"ge": 1, "le": 10_000}
     assert specs["eta"].bounds() == {"gt": 0.0}
-    assert specs["batch_size"].computed_default == "min(50, n)"
+    assert specs["batch_size"].computed_default == (
+        "min(50, n); for K classes min(n, max(50, ⌈dK/ε_pass⌉)), ε_pass the budget of one pass"
+    )
     used = _problem("dp_sgd", {}).params
     assert (used["eta"], used["batch_size"]) == (1.0, 50)
 
