@@ -149,8 +149,13 @@ def minimise(
     # Hessian–vector products in single precision (the gradient stays in double, so only the
     # Newton direction is approximate: each step still multiplies ‖g‖ by ~10⁻³); back to
     # double precision if a step fails
-    (scores, back), (_, back_sq), (scores32, back32) = _products(X)
+    Xs = _sparse_copy(X)
+    (scores, back), (scores32, back32) = _products(X, Xs)
     gram = _gram_eigen(X) if d <= _GRAM_MAX_D else None
+    # Jacobi's products with X∘X only when the Gram preconditioner is off
+    back_sq = (
+        None if gram is not None else _pair(X * X if Xs is None else Xs.multiply(Xs).tocsr())[1]
+    )
     single = [True]
 
     def state(C: FloatArray) -> _State:
@@ -168,9 +173,8 @@ def minimise(
             g = g + linear
         return _State(C=C, value=value, grad=g, P=P)
 
-    def hess(P: FloatArray, V: FloatArray) -> FloatArray:
+    def hess(P: FloatArray, P32: FloatArray, V: FloatArray) -> FloatArray:
         if single[0]:
-            P32 = P.astype(np.float32)
             PU32 = P32 * scores32(V.astype(np.float32))
             Q32 = PU32 - P32 * PU32.sum(axis=1, keepdims=True)
             approx: FloatArray = np.asarray(back32(Q32), dtype=np.float64) / n + ridge * V
@@ -191,12 +195,14 @@ def minimise(
         forcing = min(0.5, max(math.sqrt(gnorm), 1e-3 if single[0] else 0.0))
         # Jacobi preconditioner: diag H = (1/n)Σ_i p_ik(1 − p_ik)x_ij² + ridge
         weights = st.P * (1.0 - st.P)
-        if gram is not None:
+        if back_sq is None:
+            assert gram is not None
             precondition = partial(_gram_solve, gram, weights.mean(axis=0), ridge)
         else:
             # Jacobi: diag H = (1/n)Σ_i p_ik(1 − p_ik)x_ij² + ridge
             precondition = partial(np.multiply, 1.0 / (back_sq(weights) / n + ridge))
-        step = _cg(partial(hess, st.P), -st.grad, forcing * gnorm, 4 * K * d, precondition)
+        P32 = st.P.astype(np.float32) if single[0] else st.P
+        step = _cg(partial(hess, st.P, P32), -st.grad, forcing * gnorm, 4 * K * d, precondition)
         slope = float(np.sum(st.grad * step))
         t = 1.0
         for _ in range(40):
@@ -231,15 +237,36 @@ def _pair(M: Any) -> tuple[_Product, _Product]:
     return (lambda V: np.asarray(M @ V.T), lambda R: np.asarray(Mt @ R).T)
 
 
-def _products(X: FloatArray) -> tuple[tuple[_Product, _Product], ...]:
-    """The solver's products with X, with X∘X (the preconditioner) and with X in single
-    precision, through a CSR copy when X is sparse (one-hot designs: Adult's rows have 13
-    nonzeros of 101). Only the solver uses them; the certificate's products are dense and
-    analysed in :func:`loss_gradient_sum`."""
-    if X.size and np.count_nonzero(X) < _SPARSE_DENSITY * X.size:
-        Xs = sparse.csr_matrix(X)
-        return _pair(Xs), _pair(Xs.multiply(Xs).tocsr()), _pair(Xs.astype(np.float32))
-    return _pair(X), _pair(X * X), _pair(X.astype(np.float32))
+def _sparse_copy(X: FloatArray) -> sparse.csr_matrix | None:
+    """A CSR copy of X when under ``_SPARSE_DENSITY`` of its entries are nonzero (one-hot
+    designs: Adult's rows have 13 nonzeros of 101), else None. Built straight from the
+    nonzero mask (row pointers from its row counts, column indices from the flat positions),
+    without scipy's COO pass; the same matrix as ``sparse.csr_matrix(X)``."""
+    n, d = X.shape
+    if not X.size:
+        return None
+    mask = X != 0
+    counts = mask.sum(axis=1)
+    if int(counts.sum()) >= _SPARSE_DENSITY * X.size:
+        return None
+    index = np.int32 if X.size < 2**31 else np.int64
+    flat = np.flatnonzero(mask)
+    indptr = np.zeros(n + 1, dtype=index)
+    np.cumsum(counts, out=indptr[1:])
+    return sparse.csr_matrix(
+        (X.ravel()[flat], (flat % d).astype(index), indptr), shape=(n, d), copy=False
+    )
+
+
+def _products(
+    X: FloatArray, Xs: sparse.csr_matrix | None
+) -> tuple[tuple[_Product, _Product], tuple[_Product, _Product]]:
+    """The solver's products with X and with X in single precision, through the CSR copy
+    ``Xs`` when there is one. Only the solver uses them; the certificate's products are
+    dense and analysed in :func:`loss_gradient_sum`."""
+    if Xs is not None:
+        return _pair(Xs), _pair(Xs.astype(np.float32))
+    return _pair(X), _pair(X.astype(np.float32))
 
 
 #: the class-blocked Gram preconditioner is used up to this many features (an eigh of d × d)
@@ -247,13 +274,10 @@ _GRAM_MAX_D: Final[int] = 2000
 
 
 def _gram_eigen(X: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """The eigendecomposition (Λ, Q) of XᵀX/n, once per solve."""
+    """The eigendecomposition (Λ, Q) of XᵀX/n, once per solve (a dense product even for
+    one-hot designs: BLAS's XᵀX beats the sparse product at d ≈ 100)."""
     n = X.shape[0]
-    if X.size and np.count_nonzero(X) < _SPARSE_DENSITY * X.size:
-        Xs = sparse.csr_matrix(X)
-        G = np.asarray((Xs.transpose() @ Xs).toarray()) / n
-    else:
-        G = X.T @ X / n
+    G = X.T @ X / n
     values, vectors = np.linalg.eigh(G)
     return np.maximum(values, 0.0), vectors
 
