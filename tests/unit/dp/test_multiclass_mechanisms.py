@@ -363,6 +363,32 @@ def test_the_exact_minimiser_matches_a_reference_solver(design: str) -> None:
     assert np.allclose(got.coef.ravel(), ref, atol=1e-6)
 
 
+def test_the_solvers_sparse_copy_is_scipys_csr_matrix() -> None:
+    from scipy import sparse
+
+    X, _ = _one_hot_design(300, seed=7)
+    got, ref = multinomial._sparse_copy(X), sparse.csr_matrix(X)
+    assert got is not None
+    for part in ("indptr", "indices", "data"):
+        assert np.array_equal(getattr(got, part), getattr(ref, part))
+    assert multinomial._sparse_copy(_data(50, 4, 3, seed=7)[0]) is None
+
+
+def test_the_kronecker_preconditioner_inverts_its_matrix() -> None:
+    """_kron_solve(R) = M⁻¹R for M = Ā ⊗ XᵀX/n + ridge·I, built here entry by entry (row-major
+    vec: vec(ĀVG) = (Ā ⊗ G)vec V for symmetric G)."""
+    X, _ = _data(200, 5, 4, seed=8)
+    C = np.random.default_rng(8).normal(size=(4, 5))
+    P = np.exp(X @ C.T)
+    P /= P.sum(axis=1, keepdims=True)
+    n = X.shape[0]
+    A = sum(np.diag(p) - np.outer(p, p) for p in P) / n
+    M = np.kron(A, X.T @ X / n) + 0.01 * np.eye(20)
+    R = np.random.default_rng(9).normal(size=(4, 5))
+    got = multinomial._kron_solve(multinomial._gram_eigen(X), multinomial._class_eigen(P), 0.01, R)
+    assert np.allclose(M @ got.ravel(), R.ravel(), rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize("mechanism", ["objective_perturbation", "output_perturbation", "dp_sgd"])
 def test_a_private_fit_on_separable_three_class_data_beats_chance(mechanism: str) -> None:
     X, y = _data(3000, 4, 3, seed=7, noise=0.0)
