@@ -20,7 +20,7 @@ class AdasspOptions(BaseModel):
     h: Annotated[
         float | None,
         Field(
-            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            description="Width h of the `huber` loss (used only when `loss` is `huber`): binary, the Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
             gt=0.0,
             title="H",
         ),
@@ -415,7 +415,7 @@ class DpSgdOptions(BaseModel):
     h: Annotated[
         float | None,
         Field(
-            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            description="Width h of the `huber` loss (used only when `loss` is `huber`): binary, the Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
             gt=0.0,
             title="H",
         ),
@@ -1303,7 +1303,7 @@ class GaussianObjectivePerturbationOptions(BaseModel):
     h: Annotated[
         float | None,
         Field(
-            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            description="Width h of the `huber` loss (used only when `loss` is `huber`): binary, the Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
             gt=0.0,
             title="H",
         ),
@@ -1321,7 +1321,7 @@ class GeneralizedObjectivePerturbationOptions(BaseModel):
     h: Annotated[
         float | None,
         Field(
-            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            description="Width h of the `huber` loss (used only when `loss` is `huber`): binary, the Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
             gt=0.0,
             title="H",
         ),
@@ -1675,7 +1675,7 @@ class NoisyGdOptions(BaseModel):
     h: Annotated[
         float | None,
         Field(
-            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            description="Width h of the `huber` loss (used only when `loss` is `huber`): binary, the Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
             gt=0.0,
             title="H",
         ),
@@ -1709,7 +1709,7 @@ class NonPrivateOptions(BaseModel):
     h: Annotated[
         float | None,
         Field(
-            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            description="Width h of the `huber` loss (used only when `loss` is `huber`): binary, the Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
             gt=0.0,
             title="H",
         ),
@@ -1753,7 +1753,7 @@ class ObjectivePerturbationOptions(BaseModel):
     h: Annotated[
         float | None,
         Field(
-            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            description="Width h of the `huber` loss (used only when `loss` is `huber`): binary, the Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
             gt=0.0,
             title="H",
         ),
@@ -1837,7 +1837,7 @@ class OutputPerturbationOptions(BaseModel):
     h: Annotated[
         float | None,
         Field(
-            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            description="Width h of the `huber` loss (used only when `loss` is `huber`): binary, the Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
             gt=0.0,
             title="H",
         ),
@@ -3069,7 +3069,7 @@ class StackingFeaturesOptions(BaseModel):
     h: Annotated[
         float | None,
         Field(
-            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            description="Width h of the `huber` loss (used only when `loss` is `huber`): binary, the Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
             gt=0.0,
             title="H",
         ),
@@ -3132,7 +3132,7 @@ class StackingSamplesOptions(BaseModel):
     h: Annotated[
         float | None,
         Field(
-            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            description="Width h of the `huber` loss (used only when `loss` is `huber`): binary, the Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
             gt=0.0,
             title="H",
         ),
@@ -3647,7 +3647,7 @@ class DpSgdTunableOptions(BaseModel):
     h: Annotated[
         float | None,
         Field(
-            description="Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+            description="Width h of the `huber` loss (used only when `loss` is `huber`): binary, the Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
             gt=0.0,
             title="H",
         ),

@@ -38,7 +38,7 @@ __all__ = [
     "option_specs",
 ]
 
-#: Default width of the Huber-smoothed hinge when ``h`` is not given.
+#: Default width ``h`` of the ``huber`` loss (hinge or regression) when ``h`` is not given.
 DEFAULT_HUBER_H: Final[float] = 0.5
 
 
@@ -93,7 +93,9 @@ class MechanismOptions:
 
     h: float = option(
         DEFAULT_HUBER_H,
-        "Width of the Huber-smoothed hinge (used when `loss` is `huber`; l″ ≤ 1/(2h)).",
+        "Width h of the `huber` loss (used only when `loss` is `huber`): binary, the "
+        "Huber-smoothed hinge of width h (l″ ≤ 1/(2h)); regression, the Huber loss of the "
+        "residual, quadratic for |r| ≤ h and linear beyond (ℓ′ bounded by h).",
         gt=0.0,
     )
 
