@@ -10,9 +10,7 @@
   these tasks are tested beside them (evaluations in tests/api/test_evaluation_tasks.py,
   exports in tests/e2e/test_task_exports.py, auto, λ "auto", tuning and the planner in
   tests/api/test_task_auto.py and test_task_tuning.py, studies in tests/api/test_study_tasks.py).
-* End to end with ``non_private`` (upload, fit, GET the model, predict) once it fits the task;
-  skipped, saying so, while it does not (its multi-class and regression fits are built in
-  service.dp by their own change).
+* End to end with ``non_private`` (upload, fit, GET the model, predict) on each task.
 """
 
 from __future__ import annotations
@@ -30,7 +28,7 @@ from sqlalchemy import Engine, text
 from service.db.models import Model, new_id
 from service.db.uow import UnitOfWorkFactory
 from service.domain.datasets.catalog import load_design
-from service.dp import MECHANISMS, get_mechanism
+from service.dp import MECHANISMS
 from tests.api._studies import N_WEIGHTS, create_study, upload_model
 from tests.api.test_datasets import assert_nothing_stored, assert_problem
 from tests.api.test_datasets import upload as upload_file
@@ -282,11 +280,7 @@ def test_a_numeric_label_refuses_a_class_loss(
     _nothing_charged(client, site, engine, dataset["id"])
 
 
-# ---- end to end with non_private (once it fits these tasks) --------------------------------
-
-
-def _fits(task: str) -> bool:
-    return task in get_mechanism("non_private").capabilities.tasks
+# ---- end to end with non_private ----------------------------------------------------------
 
 
 def _model_of(client: TestClient, site: SiteHandle, dataset_id: str) -> dict[str, Any]:
@@ -313,7 +307,6 @@ def _predict(client: TestClient, site: SiteHandle, model_id: str) -> list[dict[s
     return out
 
 
-@pytest.mark.skipif(not _fits("multiclass"), reason="non_private does not fit multiclass yet")
 def test_a_multiclass_fit_predicts_a_declared_class_with_its_scores_and_softmax(
     client: TestClient, site: SiteHandle
 ) -> None:
@@ -340,7 +333,6 @@ def test_a_multiclass_fit_predicts_a_declared_class_with_its_scores_and_softmax(
     assert right / len(ROWS) > 0.5  # the grade is a function of the age
 
 
-@pytest.mark.skipif(not _fits("regression"), reason="non_private does not fit regression yet")
 def test_a_regression_fit_predicts_numbers_within_the_bounds(
     client: TestClient, site: SiteHandle
 ) -> None:
@@ -359,7 +351,7 @@ def test_a_regression_fit_predicts_numbers_within_the_bounds(
     assert rmse < float(np.std(truth))  # better than predicting the mean
 
 
-# ---- what is not built for these tasks yet: a clear 422 ------------------------------------
+# ---- a label that is not the model's or the study's: a clear 422 --------------------------
 
 
 def test_evaluating_a_binary_model_on_a_numeric_label_is_refused_with_nothing_charged(
