@@ -165,6 +165,31 @@ class BudgetIn(RequestModel):
     delta: float = Field(default=0.0, ge=0, lt=1, description="Total δ.")
 
 
+_WORKCLASS: dict[str, Any] = {
+    "column": "workclass",
+    "type": "categorical",
+    "categories": ["Private", "Self-emp-not-inc", "Federal-gov"],
+}
+_MARITAL_STATUS: dict[str, Any] = {
+    "column": "marital-status",
+    "type": "categorical",
+    "categories": ["Never-married", "Married-civ-spouse", "Divorced"],
+}
+
+
+def _adult_example(
+    name: str, label: dict[str, Any], other: dict[str, Any], **extra: Any
+) -> dict[str, Any]:
+    """An example spec on the Adult census columns: ``age`` and ``other`` as features."""
+    return {
+        "name": name,
+        "label": label,
+        "features": [{"column": "age", "type": "numeric", "lower": 17, "upper": 90}, other],
+        "budget": {"epsilon": 4.0, "delta": 1e-6},
+        **extra,
+    }
+
+
 class DatasetCreate(RequestModel):
     """The ``spec`` part of ``POST /v1/datasets`` (a JSON object). Everything in it is public:
     bounds and categories must be known without looking at the data."""
@@ -172,52 +197,25 @@ class DatasetCreate(RequestModel):
     model_config = ConfigDict(
         json_schema_extra={
             "examples": [
-                {
-                    "name": "adult",
-                    "label": {"column": "income", "positive": ">50K", "negative": "<=50K"},
-                    "features": [
-                        {"column": "age", "type": "numeric", "lower": 17, "upper": 90},
-                        {
-                            "column": "workclass",
-                            "type": "categorical",
-                            "categories": ["Private", "Self-emp-not-inc", "Federal-gov"],
-                        },
-                    ],
-                    "budget": {"epsilon": 4.0, "delta": 1e-6},
-                    "missing": "error",
-                    "allow_non_private": False,
-                },
-                {
-                    "name": "adult hours",
-                    "label": {"column": "hours-per-week", "lower": 1, "upper": 99},
-                    "features": [
-                        {"column": "age", "type": "numeric", "lower": 17, "upper": 90},
-                        {
-                            "column": "marital-status",
-                            "type": "categorical",
-                            "categories": ["Never-married", "Married-civ-spouse", "Divorced"],
-                        },
-                    ],
-                    "budget": {"epsilon": 4.0, "delta": 1e-6},
-                },
-                {
-                    "name": "adult marital status",
-                    "label": {
-                        "column": "marital-status",
-                        "classes": ["Never-married", "Married-civ-spouse", "Divorced"],
-                    },
-                    "features": [
-                        {"column": "age", "type": "numeric", "lower": 17, "upper": 90},
-                        {
-                            "column": "workclass",
-                            "type": "categorical",
-                            "categories": ["Private", "Self-emp-not-inc", "Federal-gov"],
-                        },
-                    ],
-                    "budget": {"epsilon": 4.0, "delta": 1e-6},
-                    "missing": "error",
-                    "allow_non_private": False,
-                },
+                _adult_example(
+                    "adult",
+                    {"column": "income", "positive": ">50K", "negative": "<=50K"},
+                    _WORKCLASS,
+                    missing="error",
+                    allow_non_private=False,
+                ),
+                _adult_example(
+                    "adult hours",
+                    {"column": "hours-per-week", "lower": 1, "upper": 99},
+                    _MARITAL_STATUS,
+                ),
+                _adult_example(
+                    "adult marital status",
+                    {"column": "marital-status", "classes": _MARITAL_STATUS["categories"]},
+                    _WORKCLASS,
+                    missing="error",
+                    allow_non_private=False,
+                ),
             ]
         },
     )
