@@ -17,7 +17,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from benchmarks._common import timed
-from service.dp import PrivacyParameterError, calibrate, fit
+from service.dp import PrivacyParameterError, fit
+from service.dp.analysis.planning import plan_point
 from service.dp.core.tasks import Task
 
 __all__ = [
@@ -113,7 +114,7 @@ def privfit_refusal(
     else the refusal's message: a mechanism that does not fit the task yet is reported as
     "not available" instead of failing the benchmark."""
     try:
-        calibrate(
+        plan_point(
             mechanism,
             n=n,
             d=d,
@@ -123,7 +124,7 @@ def privfit_refusal(
             regularization=regularization,
             task=task,
             n_classes=n_classes,
-            **dict(params or {}),
+            params=params or {},
         )
     except (PrivacyParameterError, ValueError, NotImplementedError, KeyError) as exc:
         return str(exc) or type(exc).__name__
