@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,6 +26,7 @@ __all__ = [
     "FIXED_LAMBDA",
     "FIXED_LAMBDAS",
     "LambdaChoice",
+    "Split",
     "Tally",
     "dp_source",
     "mean_se",
@@ -131,9 +132,21 @@ def privfit_refusal(
     return None
 
 
+class Split(Protocol):
+    """A benchmark data set's training arrays and its test features."""
+
+    @property
+    def X(self) -> FloatArray: ...
+
+    @property
+    def y(self) -> FloatArray: ...
+
+    @property
+    def X_test(self) -> FloatArray: ...
+
+
 def timed_privfit(
-    X: FloatArray,
-    y: FloatArray,
+    data: Split,
     mechanism: str,
     *,
     epsilon: float,
@@ -144,13 +157,13 @@ def timed_privfit(
     n_classes: int,
     rng: np.random.Generator,
     params: Mapping[str, Any] | None = None,
-) -> tuple[Any, float]:
-    """``service.dp.fit`` on the raw arrays (its checks included, as a user's call) and its
-    wall-clock seconds; returns the released model."""
+) -> tuple[FloatArray, float]:
+    """``service.dp.fit`` on the raw training arrays (its checks included, as a user's call)
+    and its wall-clock seconds; returns the released model's scores on the test features."""
     result, seconds, _ = timed(
         lambda: fit(
-            X,
-            y,
+            data.X,
+            data.y,
             mechanism,
             epsilon=epsilon,
             delta=delta,
@@ -162,7 +175,7 @@ def timed_privfit(
             **dict(params or {}),
         )
     )
-    return result.model, seconds
+    return np.asarray(result.model.decision_function(data.X_test), dtype=np.float64), seconds
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float]:
