@@ -11,13 +11,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
 from benchmarks._common import timed
-from service.dp import PrivacyParameterError, calibrate, fit
+from service.dp import PrivacyParameterError, fit
+from service.dp.analysis.planning import plan_point
 from service.dp.core.tasks import Task
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "FIXED_LAMBDA",
     "FIXED_LAMBDAS",
     "LambdaChoice",
+    "Split",
     "Tally",
     "dp_source",
     "mean_se",
@@ -113,7 +115,7 @@ def privfit_refusal(
     else the refusal's message: a mechanism that does not fit the task yet is reported as
     "not available" instead of failing the benchmark."""
     try:
-        calibrate(
+        plan_point(
             mechanism,
             n=n,
             d=d,
@@ -123,16 +125,28 @@ def privfit_refusal(
             regularization=regularization,
             task=task,
             n_classes=n_classes,
-            **dict(params or {}),
+            params=params or {},
         )
     except (PrivacyParameterError, ValueError, NotImplementedError, KeyError) as exc:
         return str(exc) or type(exc).__name__
     return None
 
 
+class Split(Protocol):
+    """A benchmark data set's training arrays and its test features."""
+
+    @property
+    def X(self) -> FloatArray: ...
+
+    @property
+    def y(self) -> FloatArray: ...
+
+    @property
+    def X_test(self) -> FloatArray: ...
+
+
 def timed_privfit(
-    X: FloatArray,
-    y: FloatArray,
+    data: Split,
     mechanism: str,
     *,
     epsilon: float,
@@ -143,13 +157,13 @@ def timed_privfit(
     n_classes: int,
     rng: np.random.Generator,
     params: Mapping[str, Any] | None = None,
-) -> tuple[Any, float]:
-    """``service.dp.fit`` on the raw arrays (its checks included, as a user's call) and its
-    wall-clock seconds; returns the released model."""
+) -> tuple[FloatArray, float]:
+    """``service.dp.fit`` on the raw training arrays (its checks included, as a user's call)
+    and its wall-clock seconds; returns the released model's scores on the test features."""
     result, seconds, _ = timed(
         lambda: fit(
-            X,
-            y,
+            data.X,
+            data.y,
             mechanism,
             epsilon=epsilon,
             delta=delta,
@@ -161,7 +175,7 @@ def timed_privfit(
             **dict(params or {}),
         )
     )
-    return result.model, seconds
+    return np.asarray(result.model.decision_function(data.X_test), dtype=np.float64), seconds
 
 
 def mean_se(values: Sequence[float]) -> tuple[float, float]:

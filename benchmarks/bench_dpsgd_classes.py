@@ -59,9 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for params in SETUPS.values():
             accs, secs = [], []
             for _ in range(args.reps):
-                model, seconds = timed_privfit(
-                    data.X,
-                    data.y,
+                scores, seconds = timed_privfit(
+                    data,
                     "dp_sgd",
                     epsilon=eps,
                     delta=0.0,
@@ -72,7 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rng=rng,
                     params=params,
                 )
-                scores = np.asarray(model.decision_function(data.X_test))
                 accs.append(float(np.mean(np.argmax(scores, axis=1) == data.y_test)))
                 secs.append(seconds)
             mean, se = mean_se(accs)

@@ -111,9 +111,8 @@ def privfit_run(
     rng: np.random.Generator,
 ) -> tuple[float, float]:
     """One PrivFit fit: test accuracy and fit seconds."""
-    model, seconds = timed_privfit(
-        data.X,
-        data.y,
+    scores, seconds = timed_privfit(
+        data,
         mechanism,
         epsilon=epsilon,
         delta=0.0,
@@ -123,7 +122,7 @@ def privfit_run(
         n_classes=data.n_classes,
         rng=rng,
     )
-    return accuracy(predict(model.decision_function(data.X_test)), data.y_test), seconds
+    return accuracy(predict(scores), data.y_test), seconds
 
 
 def diffprivlib_run(

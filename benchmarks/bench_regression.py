@@ -82,9 +82,8 @@ def privfit_run(
     rng: np.random.Generator,
 ) -> tuple[float, float]:
     """One PrivFit fit: test RMSE in the label's units and fit seconds."""
-    model, seconds = timed_privfit(
-        data.X,
-        data.y,
+    scores, seconds = timed_privfit(
+        data,
         mechanism,
         epsilon=epsilon,
         delta=delta,
@@ -94,7 +93,6 @@ def privfit_run(
         n_classes=1,
         rng=rng,
     )
-    scores = np.asarray(model.decision_function(data.X_test), dtype=np.float64)
     return rmse(datasets29.hours_from_unit(scores, data.bounds), data.v_test), seconds
 
 

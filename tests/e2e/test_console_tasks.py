@@ -35,6 +35,8 @@ pytestmark = pytest.mark.slow
 
 CLASSES = ["low", "mid", "high"]  # not alphabetical: the page keeps the declared order
 LOWER, UPPER = 0.0, 40.0
+#: the regression label: weekly hours clipped to [LOWER, UPPER]
+HOURS_LABEL: dict[str, Any] = {"column": "hours", "lower": LOWER, "upper": UPPER}
 FEATURES: list[dict[str, Any]] = [
     {"column": "age", "type": "numeric", "lower": 18, "upper": 90},
     {"column": "color", "type": "categorical", "categories": ["red", "green", "blue"]},
@@ -196,7 +198,7 @@ def test_the_console_shows_a_regression_dataset_and_its_weights_in_label_units(
 ) -> None:
     key, dataset, model, site = _site_with_model(
         shared_live_server,
-        {"column": "hours", "lower": LOWER, "upper": UPPER},
+        HOURS_LABEL,
         {"mechanism": "adassp"},
         clip_rows=4,
     )
@@ -290,7 +292,7 @@ def test_the_console_shows_a_regression_evaluations_errors_with_intervals(
 ) -> None:
     key, dataset, model, site = _site_with_model(
         shared_live_server,
-        {"column": "hours", "lower": LOWER, "upper": UPPER},
+        HOURS_LABEL,
         {"mechanism": "adassp"},
     )
     result = _evaluate(shared_live_server, site, model, dataset)["result"]

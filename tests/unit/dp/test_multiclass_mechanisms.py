@@ -42,6 +42,13 @@ def _data(
     return X, y
 
 
+def _calibrate(mechanism: str, n: int, d: int, K: int, lam: float, eps: float) -> dp.Calibration:
+    """The multi-class calibration of ``mechanism`` (ε-DP, δ = 0) at public n, d, K, λ."""
+    return dp.calibrate(
+        mechanism, n=n, d=d, epsilon=eps, regularization=lam, task="multiclass", n_classes=K
+    )
+
+
 # ---- the loss's constants -------------------------------------------------------------------
 
 
@@ -97,15 +104,7 @@ def test_the_jacobian_ratio_is_within_the_am_gm_bound() -> None:
 
 def test_objective_perturbation_calibration_is_the_hand_derived_one() -> None:
     n, d, K, lam, eps = 60, 3, 3, 0.05, 0.5
-    cal = dp.calibrate(
-        "objective_perturbation",
-        n=n,
-        d=d,
-        epsilon=eps,
-        regularization=lam,
-        task="multiclass",
-        n_classes=K,
-    )
+    cal = _calibrate("objective_perturbation", n, d, K, lam, eps)
     # ε₁ from the split in dimension dK = 9 (tests/unit/dp/_budget.py)
     eps1 = objective_budget(eps, n, d * K)
     # ε_J = 2 ln(1 + 1/(3·60·0.05)) = 2 ln(10/9) = 0.2107210313 ≤ ε₁/2: Δ = 0
@@ -129,15 +128,7 @@ def test_objective_perturbation_calibration_is_the_hand_derived_one() -> None:
 
 def test_objective_perturbation_adds_the_ridge_that_halves_the_budget() -> None:
     n, d, K, lam, eps = 60, 3, 4, 1e-4, 0.5
-    cal = dp.calibrate(
-        "objective_perturbation",
-        n=n,
-        d=d,
-        epsilon=eps,
-        regularization=lam,
-        task="multiclass",
-        n_classes=K,
-    )
+    cal = _calibrate("objective_perturbation", n, d, K, lam, eps)
     eps1 = objective_budget(eps, n, d * K)
     # (K − 1)ln(1 + 1/(Knλ)) = 3 ln(1 + 1/0.024) ≫ ε₁/2, so λ + Δ = 1/(Kn(e^{ε₁/6} − 1))
     ridge = 1.0 / (K * n * math.expm1(eps1 / 6.0))
@@ -148,15 +139,7 @@ def test_objective_perturbation_adds_the_ridge_that_halves_the_budget() -> None:
 
 def test_output_perturbation_calibration_is_the_hand_derived_one() -> None:
     n, d, K, lam, eps = 200, 4, 5, 0.1, 1.0
-    cal = dp.calibrate(
-        "output_perturbation",
-        n=n,
-        d=d,
-        epsilon=eps,
-        regularization=lam,
-        task="multiclass",
-        n_classes=K,
-    )
+    cal = _calibrate("output_perturbation", n, d, K, lam, eps)
     dim = d * K
     # τ = 10⁻¹⁰ + 8(n + dK)u + 4cγ_{dK}/λ with c = ½ (the floor is far below τ/2)
     gamma = dim * U / (1 - dim * U) * (1 + 2.0**-20)

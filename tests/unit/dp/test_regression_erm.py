@@ -361,25 +361,18 @@ def test_output_perturbation_audit_stays_below_epsilon_and_catches_half_the_nois
 def test_a_wide_huber_loss_is_certified_with_a_tolerance_scaled_by_h() -> None:
     """h = 2: the gradient's terms reach h + ‖b/n‖, so τ's public scale is h + L (L the noise
     quantile over n); the fit runs and its certificate is met."""
-    narrow = calibrate(
-        "objective_perturbation",
-        n=1000,
-        d=3,
-        epsilon=100.0,
-        loss="huber",
-        regularization=1e-5,
-        task="regression",
-        h=1.0,
-    )
-    wide = calibrate(
-        "objective_perturbation",
-        n=1000,
-        d=3,
-        epsilon=100.0,
-        loss="huber",
-        regularization=1e-5,
-        task="regression",
-        h=2.0,
+    narrow, wide = (
+        calibrate(
+            "objective_perturbation",
+            n=1000,
+            d=3,
+            epsilon=100.0,
+            loss="huber",
+            regularization=1e-5,
+            task="regression",
+            h=h,
+        )
+        for h in (1.0, 2.0)
     )
     assert wide.details["certified_release"]["linear_bound"] == pytest.approx(
         narrow.details["certified_release"]["linear_bound"] * 2.0 + 1.0, rel=1e-9
