@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -142,41 +143,30 @@ def fit(
             raise PrivacyParameterError(
                 f"the prepared design's labels were checked for a {X.task} task, not {task}"
             )
-        with using(X):
-            return _fit(
-                X.X,
-                X.y,
-                mechanism,
-                epsilon,
-                delta,
-                loss,
-                regularization,
-                rng,
-                progress,
-                params,
-                plan,
-                task,
-                n_classes,
-            )
-    if y is None:
-        raise ValueError("y is required unless X is a PreparedDesign")
-    task, n_classes = _checked_task(task, n_classes)
-    Xf, yf = validate_design(X, y, task, n_classes)
-    return _fit(
-        Xf,
-        yf,
-        mechanism,
-        epsilon,
-        delta,
-        loss,
-        regularization,
-        rng,
-        progress,
-        params,
-        plan,
-        task,
-        n_classes,
-    )
+        Xf, yf, task, n_classes = X.X, X.y, X.task, X.n_classes
+        scope: AbstractContextManager[None] = using(X)
+    else:
+        if y is None:
+            raise ValueError("y is required unless X is a PreparedDesign")
+        task, n_classes = _checked_task(task, n_classes)
+        Xf, yf = validate_design(X, y, task, n_classes)
+        scope = nullcontext()
+    with scope:
+        return _fit(
+            Xf,
+            yf,
+            mechanism,
+            epsilon,
+            delta,
+            loss,
+            regularization,
+            rng,
+            progress,
+            params,
+            plan,
+            task,
+            n_classes,
+        )
 
 
 def _fit(

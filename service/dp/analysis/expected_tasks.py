@@ -20,7 +20,6 @@ hash of the public inputs, so a quote and its submission agree.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -29,7 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.dp import fit as dp_fit
-from service.dp.analysis.auto import REPEATS, SIMULATED_ROWS, TEST_ROWS, Candidate
+from service.dp.analysis.auto import REPEATS, SIMULATED_ROWS, TEST_ROWS, Candidate, _seed
 from service.dp.analysis.auto import _simulated_params as simulated_params
 from service.dp.data.prepared import prepare_design
 
@@ -71,11 +70,6 @@ class TaskExpectation:
         }
         key = "mean_baseline_rmse" if self.metric == "rmse" else "majority_baseline"
         return out | {key: self.baseline}
-
-
-def _seed(*parts: object) -> int:
-    digest = hashlib.sha256(repr(parts).encode()).digest()
-    return int.from_bytes(digest[:8], "big")
 
 
 def expected_task_band(

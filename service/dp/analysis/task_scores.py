@@ -18,7 +18,10 @@ holds for the computed values, not only for exact arithmetic.
   and product by q (powers of two) are exact or monotone, so the computed e stays in
   {0, …, q}. Minimising Σe is maximising the negative clipped MSE (equivalently the negative
   RMSE, a monotone function of it) up to the quantisation of 4/q = 1/16 per row in squared
-  [−1, 1] units; a non-finite score counts as the prediction 0.
+  [−1, 1] units.
+
+A NaN score counts as 0 and ±∞ as ±(the largest double) for every task (each row's term stays
+in {0, …, Δ} whatever the model outputs).
 """
 
 from __future__ import annotations

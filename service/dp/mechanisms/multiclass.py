@@ -36,8 +36,8 @@ neighbours differing in record i:
 
       Π(1 + ν_i) ≤ (1 + (1 − 1/K)/((K − 1)n(λ + Δ)))^{K−1} = (1 + 1/(Kn(λ + Δ)))^{K−1},
 
-  so ε_J = (K − 1)·ln(1 + 1/(Kn(λ + Δ))) — at most exp(tr(E₁)/(n(λ + Δ))), the brief's
-  (1 − 1/K)/(n(λ + Δ)), and tighter by the rank. (The binary code's ln(1 + c/(n(λ + Δ))) is
+  so ε_J = (K − 1)·ln(1 + 1/(Kn(λ + Δ))) ≤ (1 − 1/K)/(n(λ + Δ)) (the plain trace bound, by
+  ln(1 + ν) ≤ ν), tighter by the rank. (The binary code's ln(1 + c/(n(λ + Δ))) is
   the K = 2 case of the same argument: one nonzero eigenvalue.)
 
 The privacy loss is ε′ + ε_J = ε₁ (:func:`jacobian_slack`, the binary code's no-cliff rule:
