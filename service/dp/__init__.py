@@ -149,6 +149,7 @@ def fit(
         if y is None:
             raise ValueError("y is required unless X is a PreparedDesign")
         task, n_classes = _checked_task(task, n_classes)
+        _require_task(get_mechanism(mechanism), task)  # refused before the labels are read
         Xf, yf = validate_design(X, y, task, n_classes)
         scope = nullcontext()
     with scope:
@@ -296,12 +297,7 @@ def make_problem(
     mech = get_mechanism(mechanism)
     n, d = check_dimensions(n, d)
     task, n_classes = _checked_task(task, n_classes)
-    if task not in mech.capabilities.tasks:
-        able = sorted(name for name, m in MECHANISMS.items() if task in m.capabilities.tasks)
-        raise PrivacyParameterError(
-            f"the mechanism {mech.name} does not fit {task} labels; "
-            f"mechanisms that do: {', '.join(able) or 'none yet'}"
-        )
+    _require_task(mech, task)
     losses = TASK_LOSSES[task]
     if not isinstance(loss, str) or loss not in losses:
         raise PrivacyParameterError(
@@ -334,6 +330,16 @@ def make_problem(
         n_classes=n_classes,
     )
     return mech, mech.validate_params(problem)
+
+
+def _require_task(mech: Mechanism, task: Task) -> None:
+    """PrivacyParameterError unless ``mech`` fits ``task`` (its capabilities say so)."""
+    if task not in mech.capabilities.tasks:
+        able = sorted(name for name, m in MECHANISMS.items() if task in m.capabilities.tasks)
+        raise PrivacyParameterError(
+            f"the mechanism {mech.name} does not fit {task} labels; "
+            f"mechanisms that do: {', '.join(able) or 'none yet'}"
+        )
 
 
 def _checked_task(task: object, n_classes: object) -> tuple[Task, int]:

@@ -59,3 +59,19 @@ def test_a_prepared_design_keeps_the_task_it_was_checked_for() -> None:
     assert (design.task, design.n_classes) == ("multiclass", 3)
     with pytest.raises(dp.PrivacyParameterError, match="checked for a multiclass task"):
         dp.fit(design, None, "non_private", epsilon=1.0, regularization=0.1)
+
+
+def test_a_mechanism_that_does_not_fit_the_task_is_refused_before_the_labels_are_read() -> None:
+    # labels that break the regression encoding: a refusal naming the task, not the labels,
+    # shows the mechanism was checked first
+    X = np.full((4, 2), 0.5)
+    with pytest.raises(dp.PrivacyParameterError, match="does not fit regression labels"):
+        dp.fit(
+            X,
+            np.array([5.0, 7.0, 9.0, 2.0]),
+            "dp_sgd",
+            epsilon=1.0,
+            regularization=0.1,
+            task="regression",
+            loss="squared",
+        )
