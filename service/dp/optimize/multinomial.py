@@ -437,11 +437,16 @@ def gradient_bound(
     regularization: float,
     extra_regularization: float,
     noise: lattice.Enclosure,
+    centre: FloatArray | None = None,
+    centre_weight: float = 0.0,
 ) -> float:
     """A proved upper bound on ‖∇J̃_b(C)‖_F for the real b enclosed by ``noise`` (ℝ^{dK},
     vec(C) = C.ravel()): :func:`loss_gradient_sum`, then the tail of
     :func:`service.dp.optimize.certified.gradient_bound` (the ridge, b/n and the roundings
-    of their sums are the same computation in dimension dK)."""
+    of their sums are the same computation in dimension dK). With a public ``centre`` C₀
+    (K × d) and weight η the objective has the extra term (η/2)‖C − C₀‖_F² (transfer,
+    :mod:`service.dp.multisite.transfer`): ridge λ + Δ + η and linear term −η vec C₀, the
+    tail's own centred case."""
     C = np.asarray(C, dtype=np.float64)
     t, e_t = loss_gradient_sum(X, y, C)
     return certified._bound_from_loss_sum(
@@ -452,8 +457,8 @@ def gradient_bound(
         regularization=regularization,
         extra_regularization=extra_regularization,
         noise=noise,
-        centre=None,
-        centre_weight=0.0,
+        centre=None if centre is None else np.asarray(centre, dtype=np.float64).ravel(),
+        centre_weight=centre_weight if centre is not None else 0.0,
     )
 
 
@@ -468,13 +473,19 @@ def certified_solve(
     threshold: float,
     tol: float,
     failure: str,
+    centre: FloatArray | None = None,
+    centre_weight: float = 0.0,
 ) -> FloatArray:
     """A minimiser Ĉ of J̃_b̂ whose *proved* ‖∇J̃_b(Ĉ)‖_F (real b) is ≤ ``threshold``: the
     solver asked for ``tol``, then once for tol/64 from there; :class:`ConvergenceError`
-    with ``failure`` (nothing released) when neither meets it."""
+    with ``failure`` (nothing released) when neither meets it. A ``centre`` C₀ with weight η
+    adds (η/2)‖C − C₀‖_F² (:func:`gradient_bound`)."""
     n, d = np.shape(X)
     linear = (noise.value / n).reshape(n_classes, d)
     ridge = regularization + extra_regularization
+    if centre is not None and centre_weight != 0.0:
+        linear = linear - centre_weight * np.asarray(centre, dtype=np.float64).reshape(n_classes, d)
+        ridge = ridge + centre_weight
 
     def attempt(tol: float, initial: FloatArray | None) -> FloatArray:
         return minimise(X, y, n_classes, ridge=ridge, linear=linear, tol=tol, initial=initial)
@@ -487,6 +498,8 @@ def certified_solve(
             regularization=regularization,
             extra_regularization=extra_regularization,
             noise=noise,
+            centre=centre,
+            centre_weight=centre_weight,
         )
 
     return certified.first_certified(attempt, bound, threshold=threshold, tol=tol, failure=failure)
@@ -516,14 +529,20 @@ def release_minimiser(
     noise: lattice.Enclosure,
     release: certified.CertifiedRelease,
     rng: np.random.Generator | None,
+    centre: FloatArray | None = None,
+    centre_weight: float = 0.0,
 ) -> FloatArray:
     """The certified release (:mod:`service.dp.optimize.certified`, steps 3–4) of the
     multinomial objective: Ĉ certified to ‖∇J̃_b(Ĉ)‖_F ≤ τ, then the exact lattice release
-    γ·round((vec Ĉ + Z)/γ), Z ∝ exp(−β_r‖z‖) in ℝ^{dK}; returned as a K × d matrix."""
+    γ·round((vec Ĉ + Z)/γ), Z ∝ exp(−β_r‖z‖) in ℝ^{dK}; returned as a K × d matrix. An
+    optional public ``centre`` C₀ with weight η adds (η/2)‖C − C₀‖_F² (transfer)."""
     n, d = np.shape(X)
-    scale = 1.0 + float(np.linalg.norm(noise.value)) / n
+    g = noise.value / n
+    if centre is not None and centre_weight != 0.0:
+        g = g - centre_weight * np.asarray(centre, dtype=np.float64).ravel()
+    scale = 1.0 + float(np.linalg.norm(g))
     C = certified.perturbed(
-        partial(certified_solve, X, y, n_classes),
+        partial(certified_solve, X, y, n_classes, centre=centre, centre_weight=centre_weight),
         regularization=regularization,
         extra_regularization=extra_regularization,
         noise=noise,
@@ -538,7 +557,13 @@ def release_minimiser(
 
 
 def certificate_floor(
-    *, n: int, d: int, n_classes: int, strong_convexity: float, noise_norm: float
+    *,
+    n: int,
+    d: int,
+    n_classes: int,
+    strong_convexity: float,
+    noise_norm: float,
+    centre_norm: float = 0.0,
 ) -> float:
     """F(q): a public upper bound on :func:`gradient_bound` at the double Ĉ nearest
     θ = argmin J̃_b for ‖b̂‖/n = q (:func:`service.dp.optimize.certified_failure.certificate_floor`
@@ -546,14 +571,17 @@ def certificate_floor(
     ‖θ‖_F ≤ s/μ and ‖Ĉ‖ ≤ W = s(1 + 2u)/μ; rounding θ moves the gradient by
     ≤ (½ + μ)(u·s/μ + √(dK)·2⁻¹⁰⁷⁴). The bound is ≤ ‖∇J̃_b(Ĉ)‖ + 2e with e the error terms of
     :func:`loss_gradient_sum` and the tail at their worst: ‖r̂_i‖ ≤ √2(1 + 2u) + small,
-    ‖v̂_i‖ ≤ (1 + √K)‖ŝ_i‖ ≤ (1 + √K)W(1 + γ_d), ē ≤ K·(exp error), e_s = γ_dW."""
+    ‖v̂_i‖ ≤ (1 + √K)‖ŝ_i‖ ≤ (1 + √K)W(1 + γ_d), ē ≤ K·(exp error), e_s = γ_dW. A public
+    centre term (η/2)‖C − C₀‖² adds η‖C₀‖ = ``centre_norm`` to s (the linear term is
+    B/n − ηC₀) and its roundings to the tail, as in the margin floor
+    (:func:`service.dp.optimize.certified_failure.certificate_floor`)."""
     u = UNIT_ROUNDOFF
     K = int(n_classes)
     dim = d * K
     rho = certified_failure.NOISE_RADIUS_RATIO
     mu = strong_convexity * (1.0 - 4.0 * u)
     q = noise_norm
-    s = LIPSCHITZ + q * (1.0 + rho)
+    s = LIPSCHITZ + q * (1.0 + rho) + centre_norm
     width = s * (1.0 + 2.0 * u) / mu
     mu_hat = strong_convexity * (1.0 + 4.0 * u)
     e_bar = K * _exp_error_max() * (1.0 + 2.0 * gamma(K))
@@ -575,10 +603,10 @@ def certificate_floor(
     tail = (
         u * r_max * 1.01
         + (2.0 * u + gamma(2)) * mu_hat * width
-        + u * partial
+        + u * (2.0 * centre_norm + partial)
         + u * q
         + rho * q
-        + u * (2.0 * partial + q)
+        + u * (2.0 * partial + centre_norm + q)
     )
     error = (loss_sum + tail) * KAPPA
     rounding = (CURVATURE + mu_hat) * (u * s / mu + math.sqrt(dim) * _TINY)
@@ -594,11 +622,13 @@ def failure_plan(
     certificate: certified.CertifiedRelease,
     mechanism: str,
     check: bool = True,
+    centre_norm: float = 0.0,
 ) -> certified_failure.CertificateFailure:
     """When the multinomial certified release can fail (norm-exponential noise of rate β in
     ℝ^{dK}): q* the largest ‖b̂‖/n with :func:`certificate_floor` ≤ τ (F is affine in q),
     T = n·q*(1 − 2ρ_b) and a bound on P[‖b‖ > T]; refused (422, before any charge) like the
-    binary plans when that probability is above 10⁻³⁰ or no point is certifiable at b = 0."""
+    binary plans when that probability is above 10⁻³⁰ or no point is certifiable at b = 0.
+    ``centre_norm`` = η‖C₀‖ for a centred (transfer) objective."""
     tau = certificate.tolerance
 
     def floor(q: float) -> float:
@@ -608,6 +638,7 @@ def failure_plan(
             n_classes=n_classes,
             strong_convexity=certificate.strong_convexity,
             noise_norm=q,
+            centre_norm=centre_norm,
         )
 
     dim = d * n_classes

@@ -200,8 +200,12 @@ def regression_gradient_bound(
     regularization: float,
     extra_regularization: float,
     noise: lattice.Enclosure,
+    centre: FloatArray | None = None,
+    centre_weight: float = 0.0,
 ) -> float:
-    """A proved upper bound on ‖∇J̃_b(w)‖ for the real b enclosed by ``noise``."""
+    """A proved upper bound on ‖∇J̃_b(w)‖ for the real b enclosed by ``noise``; with a public
+    ``centre`` u and weight η, of J̃_b + (η/2)‖w − u‖² (ridge λ + Δ + η, linear term −ηu:
+    the tail's own centred case)."""
     t, e_t = regression_gradient_sum(X, y, loss, np.asarray(w, dtype=np.float64))
     return _bound_from_loss_sum(
         t,
@@ -211,8 +215,8 @@ def regression_gradient_bound(
         regularization=regularization,
         extra_regularization=extra_regularization,
         noise=noise,
-        centre=None,
-        centre_weight=0.0,
+        centre=centre,
+        centre_weight=centre_weight if centre is not None else 0.0,
     )
 
 
@@ -227,10 +231,19 @@ def _certified_solve(
     threshold: float,
     tol: float,
     failure: str,
+    centre: FloatArray | None = None,
+    centre_weight: float = 0.0,
 ) -> FloatArray:
     """A minimiser of J̃_b̂ whose proved gradient bound is ≤ ``threshold`` (asked for ``tol``,
-    then once for tol/64); :class:`ConvergenceError` with ``failure`` otherwise."""
+    then once for tol/64); :class:`ConvergenceError` with ``failure`` otherwise. A public
+    ``centre`` u with weight η adds (η/2)‖w − u‖²: the solver sees ridge λ + η and the linear
+    term b − nηu (the same objective up to a constant)."""
     _bound(loss)
+    linear = noise.value
+    ridge = regularization
+    if centre is not None and centre_weight != 0.0:
+        linear = linear - X.shape[0] * centre_weight * np.asarray(centre, dtype=np.float64)
+        ridge = regularization + centre_weight
 
     def attempt(tol: float, initial: FloatArray | None) -> FloatArray:
         try:
@@ -238,8 +251,8 @@ def _certified_solve(
                 X,
                 y,
                 loss,
-                regularization=regularization,
-                linear=noise.value,
+                regularization=ridge,
+                linear=linear,
                 extra_regularization=extra_regularization,
                 tol=tol,
                 initial=initial,
@@ -256,6 +269,8 @@ def _certified_solve(
             regularization=regularization,
             extra_regularization=extra_regularization,
             noise=noise,
+            centre=centre,
+            centre_weight=centre_weight,
         )
 
     return certified.first_certified(attempt, bound, threshold=threshold, tol=tol, failure=failure)
@@ -284,13 +299,19 @@ def release_regression_minimiser(
     noise: lattice.Enclosure,
     release: certified.CertifiedRelease,
     rng: np.random.Generator | None,
+    centre: FloatArray | None = None,
+    centre_weight: float = 0.0,
 ) -> FloatArray:
     """The certified release of argmin J̃_b (objective perturbation): solve to the proved
     ‖∇J̃_b(ŵ)‖ ≤ τ, then the exact lattice release γ·round((ŵ + Z)/γ), Z ∝ exp(−β_r‖z‖)
-    (:mod:`service.dp.optimize.certified`, steps 3–4)."""
-    scale = 1.0 + float(np.linalg.norm(noise.value / X.shape[0]))
+    (:mod:`service.dp.optimize.certified`, steps 3–4). An optional public ``centre`` u with
+    weight η adds (η/2)‖w − u‖² (transfer, :mod:`service.dp.multisite.transfer`)."""
+    g = noise.value / X.shape[0]
+    if centre is not None and centre_weight != 0.0:
+        g = g - centre_weight * np.asarray(centre, dtype=np.float64)
+    scale = 1.0 + float(np.linalg.norm(g))
     coef = certified.perturbed(
-        partial(_certified_solve, X, y, loss),
+        partial(_certified_solve, X, y, loss, centre=centre, centre_weight=centre_weight),
         regularization=regularization,
         extra_regularization=extra_regularization,
         noise=noise,
@@ -304,20 +325,28 @@ def release_regression_minimiser(
 
 
 def certificate_floor(
-    *, n: int, d: int, loss: RegressionLoss, strong_convexity: float, noise_norm: float
+    *,
+    n: int,
+    d: int,
+    loss: RegressionLoss,
+    strong_convexity: float,
+    noise_norm: float,
+    centre_norm: float = 0.0,
 ) -> float:
     """F(q) for the regression objective: a public upper bound on the proved bound at the double
     ŵ nearest θ = argmin J̃_b for ‖b̂‖/n = q (``certified_failure.certificate_floor`` with |ψ| ≤ L
     and c = 1): s = L + q(1 + ρ_b) bounds ‖(1/n)Σψx − b/n‖, so ‖θ‖ ≤ s/μ and
     ‖ŵ‖ ≤ W = s(1 + 2u)/μ; the residuals are at most 1 + W(1 + γ_d); each e_i ≤ γ_d W(1 + (d + 8)u)
-    + 2u(1 + W(1 + γ_d)); the other terms are the margin floor's with ‖t/n‖ ≤ L. Affine in q."""
+    + 2u(1 + W(1 + γ_d)); the other terms are the margin floor's with ‖t/n‖ ≤ L. Affine in q.
+    A public centre term (η/2)‖w − u‖² adds η‖u‖ = ``centre_norm`` to s (the linear term is
+    b/n − ηu) and its roundings to the tail, as in the margin floor."""
     u = UNIT_ROUNDOFF
     big_l = _bound(loss)
     mu = strong_convexity * (1.0 - 4.0 * u)
     mu_hat = strong_convexity * (1.0 + 4.0 * u)
     q = noise_norm
     rho_b = certified_failure.NOISE_RADIUS_RATIO
-    s = big_l + q * (1.0 + rho_b)
+    s = big_l + q * (1.0 + rho_b) + centre_norm
     width = s * (1.0 + 2.0 * u) / mu
     rows = min(n, BLOCK_ROWS)
     blocks = -(-n // BLOCK_ROWS)
@@ -329,10 +358,10 @@ def certificate_floor(
     tail = (
         u * 1.01 * big_l
         + (2.0 * u + gamma(2)) * mu_hat * width
-        + u * partial
+        + u * (2.0 * centre_norm + partial)
         + u * q
         + rho_b * q
-        + u * (2.0 * partial + q)
+        + u * (2.0 * partial + centre_norm + q)
     )
     error = (loss_sum + tail) * KAPPA
     rounding = (1.0 + mu_hat) * (u * s / mu + math.sqrt(d) * _TINY)
@@ -347,13 +376,20 @@ def failure_plan(
     strong_convexity: float,
     tolerance: float,
     log10_tail: Callable[[float], float],
+    centre_norm: float = 0.0,
 ) -> certified_failure.CertificateFailure:
     """When the regression certificate can fail: T = n·q*(1 − 2ρ_b), q* the largest q with
-    :func:`certificate_floor` ≤ τ (−1 when none, even at b = 0), and a bound on P[‖b‖ > T]."""
+    :func:`certificate_floor` ≤ τ (−1 when none, even at b = 0), and a bound on P[‖b‖ > T];
+    ``centre_norm`` = η‖u‖ for a centred (transfer) objective."""
 
     def floor(q: float) -> float:
         return certificate_floor(
-            n=n, d=d, loss=loss, strong_convexity=strong_convexity, noise_norm=q
+            n=n,
+            d=d,
+            loss=loss,
+            strong_convexity=strong_convexity,
+            noise_norm=q,
+            centre_norm=centre_norm,
         )
 
     q = certified_failure.largest_feasible(floor, tolerance)
