@@ -6,15 +6,21 @@
 * ``average`` averages multi-class models' (K, d) matrices and regression models' vectors
   entry by entry, exactly as computed by hand (then the release grid), charging nothing.
 * ``feature`` with linear meta-features fits the study's task on the N·K (or N) site-model
-  scores, charged as quoted; ``feature`` with sigmoid meta-features, ``transfer``, the binary
-  federated protocols and node offers refuse a study of these labels with
-  ``unsupported-label-task`` and the reason, nothing charged (dry runs too).
+  scores, charged as quoted; ``feature`` with sigmoid meta-features, PST-H (``transfer`` with
+  feature groups), the binary federated protocols and node offers refuse a study of these
+  labels with ``unsupported-label-task`` and the reason, nothing charged (dry runs too).
+* ``transfer`` fits a multi-class study (the centred multinomial objective perturbation, a
+  K × d model) and a numeric one (the centred Huber residual fit) end to end: quoted with the
+  hand-derived calibration at λ + η, charged as quoted to the target alone, stored with the
+  study's label, predicted with and exported; a target of another label form, or a loss the
+  task does not take, is a 422 with nothing charged.
 * ``distributed_lasso`` fits a study of numeric labels end to end: charged as quoted, the
   calibration the binary one (no new sensitivity), predictions within the public bounds.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +49,7 @@ from tests.api.test_label_tasks import (
     upload,
 )
 from tests.conftest import MakeSite, SiteHandle
+from tests.unit.dp._budget import objective_budget
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -248,7 +255,7 @@ def test_average_combines_multiclass_matrices_and_regression_vectors_entry_by_en
 @pytest.mark.parametrize("label", [MULTICLASS, NUMERIC])
 @pytest.mark.parametrize("method", ["feature", "transfer"])
 @pytest.mark.parametrize("dry_run", [False, True])
-def test_sigmoid_stacking_and_transfer_refuse_these_studies_with_the_reason(
+def test_sigmoid_stacking_and_pst_h_refuse_these_studies_with_the_reason(
     client: TestClient,
     site: SiteHandle,
     make_site: MakeSite,
@@ -264,7 +271,11 @@ def test_sigmoid_stacking_and_transfer_refuse_these_studies_with_the_reason(
     if method == "feature":
         body.update(holdout_dataset_id=own["id"], meta_features="sigmoid")
     else:
-        body.update(target_dataset_id=own["id"], transfer_strength=0.1)
+        body.update(
+            target_dataset_id=own["id"],
+            transfer_strength=0.1,
+            feature_groups=[["age"], ["color"]],
+        )
     response = client.post(
         f"/v1/studies/{study['id']}/aggregations",
         params={"dry_run": "true"} if dry_run else None,
@@ -274,7 +285,9 @@ def test_sigmoid_stacking_and_transfer_refuse_these_studies_with_the_reason(
     problem = assert_problem(response, 422, "unsupported-label-task")
     assert f"the {method} method" in problem["detail"]
     assert "average the models instead" in problem["detail"]
-    field = "meta_features" if method == "feature" else "method"
+    assert "probability" in problem["detail"]  # the reason: a binary label's probabilities
+    assert "not yet" not in problem["detail"]
+    field = "meta_features" if method == "feature" else "feature_groups"
     assert problem["errors"][0]["loc"] == ["body", field]
     assert _spent(client, site, own["id"]) == 0.0
     assert ledger_rows(engine) == 0
@@ -459,3 +472,190 @@ def test_the_distributed_lasso_fits_a_study_of_numeric_labels_charged_as_quoted(
     assert model["label"] == NUMERIC
     assert model["privacy"]["calibration"]["task"] == "regression"
     assert all(LOWER <= p["value"] <= UPPER for p in _predict(client, b, job["model_id"]))
+
+
+# ---- transfer on multi-class and numeric labels ----------------------------------------------
+
+TRANSFER_ETA, TRANSFER_LAM = 0.5, 0.05
+
+
+def _transfer_study(
+    client: TestClient, site: SiteHandle, make_site: MakeSite, label: dict[str, Any]
+) -> tuple[dict[str, Any], list[str], dict[str, Any]]:
+    """A study of ``label`` with two members' contributed private models and the
+    coordinator's own target dataset: (study, source model ids, target)."""
+    a, b = make_site(), make_site()
+    study = study_of(client, site, [a, b], label)
+    mechanism = "objective_perturbation"
+    models = []
+    for member, seed in ((a, 21), (b, 22)):
+        _, model_id = _fitted(client, member, label, mechanism, seed)
+        contribute(client, member, study["id"], {"model_id": model_id})
+        models.append(model_id)
+    return study, models, dataset_of(client, site, label, seed=23)
+
+
+@pytest.mark.parametrize("label", [MULTICLASS, NUMERIC])
+def test_transfer_fits_a_multiclass_or_numeric_study_charged_as_quoted(
+    client: TestClient,
+    site: SiteHandle,
+    make_site: MakeSite,
+    engine: Engine,
+    uow_factory: UnitOfWorkFactory,
+    label: dict[str, Any],
+) -> None:
+    study, sources, target = _transfer_study(client, site, make_site, label)
+    n = len(make_rows(seed=23))
+    body: dict[str, Any] = {
+        "method": "transfer",
+        "target_dataset_id": target["id"],
+        "epsilon": 1.0,
+        "transfer_strength": TRANSFER_ETA,
+        "regularization": TRANSFER_LAM,
+    }
+    if label is NUMERIC:
+        body["loss"] = "huber"
+    url = f"/v1/studies/{study['id']}/aggregations"
+    quote = client.post(url, params={"dry_run": "true"}, json=body, headers=site.headers)
+    assert quote.status_code == 200, quote.text
+    quoted = quote.json()
+    cal = quoted["calibration"]
+    assert cal["task"] == ("multiclass" if label is MULTICLASS else "regression")
+    assert cal["transfer_strength"] == TRANSFER_ETA
+    assert cal["regularization"] == TRANSFER_LAM
+    assert cal["calibration_strong_convexity"] == pytest.approx(TRANSFER_LAM + TRANSFER_ETA)
+    # hand-derived: the Jacobian part at λ + η = 0.55 (Δ = 0: it is far below ε₁/2), the
+    # noise rate from the task's gradient sensitivity (2√2 for K classes, 2h = 1 for Huber h = ½)
+    k = len(CLASSES)
+    ridge = TRANSFER_LAM + TRANSFER_ETA
+    if label is MULTICLASS:
+        jacobian = (k - 1) * math.log1p(1.0 / (k * n * ridge))
+        eps1 = objective_budget(1.0, n, 5 * k)
+        beta = (eps1 - jacobian) / (2.0 * math.sqrt(2.0))
+    else:
+        jacobian = math.log1p(1.0 / (n * ridge))
+        eps1 = objective_budget(1.0, n, 5)
+        beta = eps1 - jacobian
+    assert cal["Delta"] == 0.0
+    assert cal["jacobian_epsilon"] == pytest.approx(jacobian, rel=1e-12)
+    assert cal["beta"] == pytest.approx(beta, rel=1e-12)
+    assert quoted["cost"]["epsilon"] == 1.0
+    charges = ledger_rows(engine)
+    response = client.post(url, json=body, headers={**site.headers, "Prefer": "wait=30"})
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["status"] == "succeeded", job["error"]
+    # charged as quoted, to the target alone (the sources are post-processed)
+    assert ledger_rows(engine) == charges + 1
+    assert _spent(client, site, target["id"]) == pytest.approx(quoted["cost"]["epsilon"])
+    with uow_factory() as uow:
+        result = uow.models.get(job["model_id"])
+        source_models = [uow.models.get(m) for m in sources]
+    assert result is not None
+    coef = np.asarray(result.body["coef"])
+    if label is MULTICLASS:
+        assert result.body["kind"] == "multiclass"
+        assert coef.shape == (k, 5)
+    else:
+        assert result.body["kind"] == "linear"
+        assert coef.shape == (5,)
+    assert all(m is not None and np.shape(m.body["coef"]) == coef.shape for m in source_models)
+    model = client.get(f"/v1/models/{job['model_id']}", headers=site.headers).json()
+    assert model["mechanism"] == "transfer"
+    assert model["task"] == cal["task"]
+    assert model["label"] == label
+    record = model["privacy"]
+    assert record["calibration"]["transfer_strength"] == TRANSFER_ETA
+    assert record["calibration"]["task"] == cal["task"]
+    assert record["calibration"]["calibration_strong_convexity"] == pytest.approx(ridge)
+    assert "beta" not in record["calibration"]  # depends on the target's n: not shown
+    what = "multinomial" if label is MULTICLASS else "Huber-residual"
+    assert what in record["composition"]["within_job"]
+    # the coordinator predicts with and exports it (every member reads it: test_aggregations)
+    predictions = _predict(client, site, job["model_id"])
+    if label is MULTICLASS:
+        assert {p["predicted_class"] for p in predictions} <= set(CLASSES)
+    else:
+        assert all(LOWER <= p["value"] <= UPPER for p in predictions)
+    exported = client.get(f"/v1/models/{job['model_id']}/export", headers=site.headers)
+    assert exported.status_code == 200, exported.text
+    assert exported.json()["task"] == cal["task"]
+
+
+def test_a_strong_transfer_returns_the_average_of_the_multiclass_sources(
+    client: TestClient,
+    site: SiteHandle,
+    make_site: MakeSite,
+    uow_factory: UnitOfWorkFactory,
+) -> None:
+    study, sources, target = _transfer_study(client, site, make_site, MULTICLASS)
+    body = {
+        "method": "transfer",
+        "target_dataset_id": target["id"],
+        "epsilon": 1.0,
+        "transfer_strength": 1e6,
+        "regularization": TRANSFER_LAM,
+    }
+    response = client.post(
+        f"/v1/studies/{study['id']}/aggregations",
+        json=body,
+        headers={**site.headers, "Prefer": "wait=30"},
+    )
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["status"] == "succeeded", job["error"]
+    with uow_factory() as uow:
+        result = uow.models.get(job["model_id"])
+        coefs = [np.asarray(m.body["coef"]) for m in map(uow.models.get, sources) if m]
+    assert result is not None
+    average = round_to_grid(0.5 * coefs[0] + 0.5 * coefs[1])
+    # class k is row k of the sources and of the result: η = 10⁶ pins the fit to C₀
+    np.testing.assert_allclose(np.asarray(result.body["coef"]), average, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("study_label", "body", "status", "slug", "text"),
+    [
+        # a target whose classes are in another order (class k would be another row)
+        (MULTICLASS, {"classes": ["high", "mid", "low"]}, 422, "invalid-input", "label classes"),
+        (NUMERIC, {"upper": 50.0}, 422, "invalid-input", "label bounds"),
+        # the numeric label's losses are squared and huber; objective perturbation takes huber
+        (NUMERIC, {"loss": "logistic"}, 422, "invalid-input", "huber"),
+    ],
+)
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_a_mismatched_target_or_loss_is_a_422_with_nothing_charged(
+    client: TestClient,
+    site: SiteHandle,
+    make_site: MakeSite,
+    engine: Engine,
+    study_label: dict[str, Any],
+    body: dict[str, Any],
+    status: int,
+    slug: str,
+    text: str,
+    dry_run: bool,
+) -> None:
+    study, _, target = _transfer_study(client, site, make_site, study_label)
+    if "loss" in body:
+        target_id, loss = target["id"], body["loss"]
+    else:
+        other = dataset_of(client, site, {**study_label, **body}, seed=24)
+        target_id, loss = other["id"], ("huber" if study_label is NUMERIC else "logistic")
+    charges = ledger_rows(engine)
+    response = client.post(
+        f"/v1/studies/{study['id']}/aggregations",
+        params={"dry_run": "true"} if dry_run else None,
+        json={
+            "method": "transfer",
+            "target_dataset_id": target_id,
+            "epsilon": 1.0,
+            "transfer_strength": TRANSFER_ETA,
+            "loss": loss,
+        },
+        headers=site.headers,
+    )
+    problem = assert_problem(response, status, slug)
+    assert text in problem["detail"]
+    assert _spent(client, site, target_id) == 0.0
+    assert ledger_rows(engine) == charges

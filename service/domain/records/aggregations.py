@@ -144,6 +144,9 @@ def average_privacy_record(
 #: Calibration numbers safe to show every member: none of them reveals the target's row count.
 PUBLIC_CALIBRATION_KEYS = (
     "loss",
+    # the label task the fit ran for (multi-class: K; public, the study's label form)
+    "task",
+    "n_classes",
     "regularization",
     "transfer_strength",
     "c",

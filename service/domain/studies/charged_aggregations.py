@@ -43,7 +43,7 @@ from service.domain.records.base import (
 from service.domain.studies.aggregation_inputs import SourceInput, average_inputs, select_inputs
 from service.domain.studies.membership import (
     StudyFacts,
-    require_binary_study,
+    binary_only,
     require_matching,
     study_task,
     visible_study,
@@ -99,19 +99,23 @@ class FeatureRequest:
 
 
 #: Why a charged method refuses a study of multi-class or numeric labels (a 422 saying so,
-#: nothing charged; docs/design.md, "Studies of multi-class and numeric labels").
+#: nothing charged; docs/design.md, "Studies of multi-class and numeric labels"), by the
+#: variant's name: ``feature`` with sigmoid meta-features and PST-H (``transfer`` with
+#: feature groups). Plain ``transfer`` and ``feature`` with linear meta-features fit every task.
 BINARY_ONLY: Mapping[str, str] = {
     "feature": (
-        "sigmoid meta-features are per-model probabilities of a binary label and their "
-        "stacked model has one score per site model; K classes would need the K softmax "
-        "probabilities of every site model and a stacked multi-class model, not derived here; "
-        "use linear meta-features (a K-class fit on the N·K site-model scores) or average "
-        "the models instead"
+        "sigmoid meta-features are each site model's probability σ(fᵀx) of the positive class "
+        "of a binary label, and the stacked model's high level is a binary logistic fit on "
+        "them; a multi-class model gives K softmax probabilities and a numeric one a value, "
+        "neither one probability per model; use linear meta-features (a fit of the study's "
+        "task on the site models' scores) or average the models instead"
     ),
     "transfer": (
-        "PST's biased regulariser (η/2)‖w − u‖² and the sensitivity of its objective "
-        "perturbation are derived for the binary logistic or Huber loss on one weight vector, "
-        "not for a (K, d) multinomial model or a numeric label; average the models instead"
+        "PST-H's high level is a binary logistic fit on sigmoid meta-features σ(u_kᵀx), each "
+        "group model's probability of the positive class of a binary label; a multi-class or "
+        "numeric label has no such probability per group; use transfer without "
+        "feature_groups (the centred multinomial or Huber objective perturbation) or "
+        "average the models instead"
     ),
 }
 
@@ -119,23 +123,29 @@ BINARY_ONLY: Mapping[str, str] = {
 def _for_task(
     study: Study, spec: ChargedAggregation, params: Mapping[str, Any]
 ) -> tuple[ChargedAggregation, Mapping[str, Any]]:
-    """The method and its job parameters for the study's label task: unchanged for a binary
-    study; for a multi-class or numeric one, the feature method with linear meta-features
-    fits the task (its parameters name it), anything else is a 422 with the reason."""
+    """The method and its job parameters for the study's label task (derived once): unchanged
+    for a binary study; for a multi-class or numeric one, ``transfer`` without feature groups
+    and ``feature`` with linear meta-features fit the task (their parameters name it),
+    sigmoid stacking and PST-H are a 422 with the reason."""
     labels = study_task(study)
     if labels.task == "binary":
         return spec, params
-    if spec.method == "feature" and params.get("meta_features") == "linear":
-        with_task = {**params, **labels.dp_kwargs}
-        return CHARGED_AGGREGATIONS[spec.method](with_task), with_task
-    feature = spec.method == "feature"
-    require_binary_study(
-        study,
-        f"the {spec.method} method" + (" with sigmoid meta-features" if feature else ""),
-        loc=["body", "meta_features" if feature else "method"],
-        why=BINARY_ONLY[spec.method],
-    )
-    raise AssertionError("unreachable: require_binary_study raised")  # pragma: no cover
+    if spec.method == "feature" and params.get("meta_features") != "linear":
+        raise binary_only(
+            labels,
+            "the feature method with sigmoid meta-features",
+            loc=["body", "meta_features"],
+            why=BINARY_ONLY["feature"],
+        )
+    if spec.method == "transfer" and params.get("feature_groups"):
+        raise binary_only(
+            labels,
+            "the transfer method with feature groups (PST-H)",
+            loc=["body", "feature_groups"],
+            why=BINARY_ONLY["transfer"],
+        )
+    with_task = {**params, **labels.dp_kwargs}
+    return CHARGED_AGGREGATIONS[spec.method](with_task), with_task
 
 
 def _method_draft(
@@ -156,6 +166,7 @@ def _method_draft(
         if study.coordinator_site_id != site_id:
             raise PermissionDeniedError("only the study's coordinator can run aggregations")
         method, job_params = _for_task(study, spec, params)
+        multiclass = job_params.get("task") == "multiclass"
         inputs = select_inputs(uow, study, source_models)
         average_inputs(inputs, None)  # refuses stacked (non-linear) sources
         dataset = uow.datasets.get(dataset_id) if looks_like_id(dataset_id) else None
@@ -186,8 +197,13 @@ def _method_draft(
                 audit_details={"method": method.method, "dataset_id": dataset.id},
                 used_contributions=[i.contribution_id for i in inputs],
                 calibration=calibration,
-                # one solve on the caller's dataset (stacking: over the K source scores)
-                work=solve_work(int(dataset.n_rows), int(dataset.n_features) + len(inputs)),
+                # one solve on the caller's dataset (stacking: over the K source scores), in
+                # dimension d·K for a multi-class model
+                work=solve_work(
+                    int(dataset.n_rows),
+                    (int(dataset.n_features) + len(inputs))
+                    * (int(job_params.get("n_classes", 1)) if multiclass else 1),
+                ),
             )
 
         return JobDraft(

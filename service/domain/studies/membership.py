@@ -44,6 +44,7 @@ __all__ = [
     "create_study",
     "get_study",
     "list_studies",
+    "binary_only",
     "require_binary_study",
     "require_matching",
     "spec_differences",
@@ -306,14 +307,21 @@ def study_task(study: Study) -> LabelTask:
     return LabelTask.from_label(dict(study.spec.get("label") or {}))
 
 
-def require_binary_study(study: Study, what: str, *, loc: list[str | int], why: str) -> None:
-    """422 :class:`UnsupportedTaskError` unless the study's label is binary: ``what`` (e.g.
-    "the feature method") is defined for binary labels only, for the reason ``why``."""
-    task = study_task(study)
-    if task.task == "binary":
-        return
+def binary_only(
+    task: LabelTask, what: str, *, loc: list[str | int], why: str
+) -> UnsupportedTaskError:
+    """The 422 :class:`UnsupportedTaskError` for ``what`` (e.g. "the feature method"), defined
+    for binary labels only, on a study whose label is ``task``, for the reason ``why``."""
     msg = f"{what} is available for studies of binary labels only ({task.describe()}): {why}"
-    raise UnsupportedTaskError(msg, errors=[{"loc": loc, "msg": msg}])
+    return UnsupportedTaskError(msg, errors=[{"loc": loc, "msg": msg}])
+
+
+def require_binary_study(study: Study, what: str, *, loc: list[str | int], why: str) -> None:
+    """422 :class:`UnsupportedTaskError` (:func:`binary_only`) unless the study's label is
+    binary."""
+    task = study_task(study)
+    if task.task != "binary":
+        raise binary_only(task, what, loc=loc, why=why)
 
 
 def require_matching(

@@ -34,6 +34,7 @@ from service.dp.multisite.aggregation import (
 from service.dp.multisite.transfer import (
     stacked_transfer_calibration,
     stacked_transfer_fit,
+    transfer_calibration,
     transfer_fit,
 )
 
@@ -75,10 +76,27 @@ PST_H_WITHIN_JOB = (
 
 
 def transfer_method(p: Mapping[str, Any]) -> ChargedAggregation:
+    """``transfer``; ``p`` names ``task`` and ``n_classes`` only for a study of multi-class or
+    numeric labels (then the centred multinomial or Huber-residual objective perturbation of
+    :func:`~service.dp.multisite.transfer.transfer_fit`, calibrated at λ + η)."""
     if p.get("feature_groups"):
         return pst_h_method(p)
+    task = str(p.get("task", "binary"))
+    labels: dict[str, Any] = (
+        {} if task == "binary" else {"task": task, "n_classes": int(p.get("n_classes", 2))}
+    )
 
     def calibrate(n: int, d: int, _k: int) -> Calibration:
+        if labels:
+            return transfer_calibration(
+                n,
+                d,
+                epsilon=float(p["epsilon"]),
+                transfer_strength=float(p["transfer_strength"]),
+                regularization=float(p["regularization"]),
+                loss=str(p["loss"]),
+                **labels,
+            )
         return dp_calibrate(
             OBJECTIVE_PERTURBATION.name,
             n=n,
@@ -99,16 +117,32 @@ def transfer_method(p: Mapping[str, Any]) -> ChargedAggregation:
             regularization=float(p["regularization"]),
             loss=str(p["loss"]),
             rng=rng,
+            **labels,
         )
 
+    within_job = {
+        "multiclass": "objective perturbation on the target dataset of the multinomial model "
+        "C (K × d) with the regulariser (η/2)‖C − C₀‖²_F centred on the entry-by-entry average "
+        "C₀ of the source models (public, post-processed), calibrated at λ + η: ε′ with "
+        "gradient sensitivity 2√2 plus (K − 1)·ln(1 + 1/(Kn(λ + η + Δ))) (see "
+        "service.dp.multisite.transfer)",
+        "regression": "objective perturbation on the target dataset of the Huber-residual "
+        "model w (labels in the study's bounds mapped onto [−1, 1], as the sources' "
+        "coefficients) with the regulariser (η/2)‖w − u‖² centred on the average u of the "
+        "source models (public, post-processed), calibrated at λ + η: ε′ with gradient "
+        "sensitivity 2h plus ln(1 + 1/(n(λ + η + Δ))) (see service.dp.multisite.transfer)",
+    }.get(
+        task,
+        "objective perturbation on the target dataset with the regulariser "
+        "(η/2)‖w − w₀‖² centred on the average w₀ of the source models (public, "
+        "post-processed); the same ε bound holds (see service.dp.multisite.transfer)",
+    )
     return ChargedAggregation(
         method="transfer",
         role="target",
         field="target_dataset_id",
         base_mechanism=OBJECTIVE_PERTURBATION.name,
-        within_job="objective perturbation on the target dataset with the regulariser "
-        "(η/2)‖w − w₀‖² centred on the average w₀ of the source models (public, "
-        "post-processed); the same ε bound holds (see service.dp.multisite.transfer)",
+        within_job=within_job,
         calibrate=calibrate,
         compute=compute,
     )

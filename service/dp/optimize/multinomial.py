@@ -537,10 +537,10 @@ def release_minimiser(
     γ·round((vec Ĉ + Z)/γ), Z ∝ exp(−β_r‖z‖) in ℝ^{dK}; returned as a K × d matrix. An
     optional public ``centre`` C₀ with weight η adds (η/2)‖C − C₀‖_F² (transfer)."""
     n, d = np.shape(X)
-    g = noise.value / n
-    if centre is not None and centre_weight != 0.0:
-        g = g - centre_weight * np.asarray(centre, dtype=np.float64).ravel()
-    scale = 1.0 + float(np.linalg.norm(g))
+    # this solver's test is absolute (‖∇J̃‖_F ≤ tol), so it is asked τ/(4(1 + ‖b‖/n)); a
+    # centre's η‖C₀‖ is not in the scale: τ already grows with it (the public bound L), and a
+    # tolerance divided by it again would fall below the rounding of μC − ηC₀
+    scale = 1.0 + float(np.linalg.norm(noise.value)) / n
     C = certified.perturbed(
         partial(certified_solve, X, y, n_classes, centre=centre, centre_weight=centre_weight),
         regularization=regularization,
