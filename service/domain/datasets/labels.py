@@ -51,7 +51,8 @@ DEFAULT_MAX_CLASSES: Final[int] = 100
 
 
 class UnsupportedTaskError(InvalidInputError):
-    """An operation that does not yet handle multi-class or numeric labels (422)."""
+    """An operation whose analysis or encoding assumes another kind of label (422; the message
+    gives the reason)."""
 
     slug = "unsupported-label-task"
     title = "Not available for this kind of label"
@@ -124,12 +125,16 @@ class LabelTask:
 
 
 def require_binary(label: Mapping[str, Any] | None, what: str, *, loc: list[str]) -> None:
-    """422 :class:`UnsupportedTaskError` unless ``label`` is binary: ``what`` (e.g. "private
-    evaluation") does not yet handle multi-class or numeric labels."""
+    """422 :class:`UnsupportedTaskError` unless ``label`` is binary: ``what`` (e.g. offering a
+    dataset to a study from a node) assumes labels ±1; the message says so."""
     task = LabelTask.from_label(label)
     if task.task == "binary":
         return
-    msg = f"{what} is not yet available for multiclass/regression datasets ({task.describe()})"
+    msg = (
+        f"{what} is available for binary labels only ({task.describe()}): it assumes labels "
+        "y = ±1 (a positive and a negative class), which a multi-class or numeric label does "
+        "not have"
+    )
     raise UnsupportedTaskError(msg, errors=[{"loc": loc, "msg": msg}])
 
 

@@ -110,26 +110,35 @@ PROTOCOL_TASKS: dict[str, frozenset[Task]] = {
 }
 
 #: Why a protocol does not fit a task (the refusal's message; docs/design.md, "Studies of
-#: multi-class and numeric labels"), by protocol and task.
+#: multi-class and numeric labels"), by protocol and task: what the protocol's calibration is
+#: derived for, and what a (K, d) model or a numeric label would change in it.
 TASK_REFUSALS: dict[str, dict[str, str]] = {
     noisy_average.NAME: {
-        "multiclass": "its sensitivity 2/(nλ) and the certificate of each local minimiser are "
-        "derived for one weight vector; a (K, d) multinomial model is not",
-        "regression": "its sensitivity uses the margin loss's |l′| ≤ 1 and its local solves "
-        "certify the binary objective; the regression losses' local certificate is not built",
+        "multiclass": "its noise is calibrated to 2/(n_min·λ), the sensitivity of one weight "
+        "vector fitted with a margin loss of |l′| ≤ 1, and its public tolerance τ to the binary "
+        "certificate; a (K, d) model moves by 2√2/(n_min·λ) in dimension dK under the "
+        "multinomial certificate, a calibration this protocol does not make",
+        "regression": "its noise is calibrated to 2/(n_min·λ) for a margin loss l(y·wᵀx) on "
+        "labels ±1 with |l′| ≤ 1, and its tolerance τ to that loss's certificate; the Huber "
+        "loss of a residual (|ψ| ≤ h) needs 2h/(n_min·λ) and the regression certificate, a "
+        "calibration this protocol does not make",
     },
     psgd.NAME: {
-        "multiclass": "its answers are d-vectors of clipped margin-loss gradients; a (K, d) "
-        "multinomial gradient per answer is not built",
-        "regression": "its answers are clipped sums of l′(y·vᵀx)·y·x; the clip would bound a "
-        "regression loss's ψ′(vᵀx − y)·x alike, but the sites' regression gradients and the "
-        "step bound for them are not built",
+        "multiclass": "seed 002's answers are d-vectors, sums of l′(y·vᵀx)·y·x for a margin "
+        "loss on labels ±1, and their Gaussian noise is calibrated in dimension d; a (K, d) "
+        "model's gradients (p − e_y)xᵀ are K × d matrices, outside that protocol",
+        "regression": "seed 002's answers are gradients l′(y·vᵀx)·y·x of a margin loss on "
+        "labels ±1; a numeric label's gradient ψ(y − vᵀx)·x is another answer, outside that "
+        "protocol (its clip would bound it, but the protocol and its step rule are defined "
+        "for the margin loss)",
     },
     admm.NAME: {
-        "multiclass": "seed 004's DVP/PVP noise is calibrated for one weight vector and the "
-        "binary margin losses; a (K, d) model is not derived",
-        "regression": "seed 004's DVP/PVP sensitivities use the binary margin losses' |l′| ≤ 1 "
-        "and curvature; the regression losses are not derived",
+        "multiclass": "seed 004 derives DVP/PVP for one weight vector per site through the "
+        "rank-one Hessian l″(y·wᵀx)·xxᵀ of a margin loss; a multinomial Hessian has rank K − 1 "
+        "in dimension dK, outside its analysis",
+        "regression": "seed 004 derives DVP/PVP for binary classifiers (labels ±1, a margin "
+        "loss with |l′| ≤ 1 and its curvature bound); the Huber loss of a residual is outside "
+        "its analysis as stated",
     },
     distributed_lasso.NAME: {
         "multiclass": "it is a least-squares fit of one numeric target; K classes are not one "

@@ -188,7 +188,9 @@ def test_a_label_json_of_every_earlier_form_reads_as_binary() -> None:
     with pytest.raises(UnsupportedTaskError) as caught:
         require_binary({"column": "y", "lower": 0, "upper": 1}, "exporting", loc=["body"])
     assert caught.value.slug == "unsupported-label-task"
-    assert "not yet available for multiclass/regression datasets" in caught.value.detail
+    assert "exporting is available for binary labels only" in caught.value.detail
+    assert "labels y = ±1" in caught.value.detail  # the reason, not a promise
+    assert "not yet" not in caught.value.detail
 
 
 # ---- predictions ---------------------------------------------------------------------------
