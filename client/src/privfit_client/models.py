@@ -3355,6 +3355,12 @@ class TransferAggregationIn(BaseModel):
     perturbation on group k's columns with budget q_k·ε and the regulariser centred on w₀
     restricted to group k; the high level is objective perturbation with ε on the other rows —
     released as a stacked model. Its whole cost is still ε, charged to the target.
+
+    In a study of multi-class labels the fit is the K-class multinomial model pulled towards
+    the entry-by-entry average of the sources' K × d models; in a study of numeric labels it is
+    the Huber-residual fit (`loss: huber`) pulled towards the sources' average, in the labels'
+    [−1, 1] units. Both cost ε, calibrated at λ + η. `feature_groups` (PST-H) takes binary
+    labels only: its high level stacks the groups' probabilities of the positive class.
     """
 
     model_config = ConfigDict(
@@ -3378,7 +3384,13 @@ class TransferAggregationIn(BaseModel):
             title="Importance",
         ),
     ] = None
-    loss: Annotated[Literal["logistic", "huber"] | None, Field(title="Loss")] = "logistic"
+    loss: Annotated[
+        Literal["logistic", "huber"] | None,
+        Field(
+            description="The loss: `logistic` or `huber` for binary labels, `logistic` (the multinomial loss) for multi-class labels, `huber` (of the residual) for numeric labels.",
+            title="Loss",
+        ),
+    ] = "logistic"
     meta_features: Annotated[
         Literal["sigmoid", "centered_sigmoid"] | None,
         Field(

@@ -295,7 +295,13 @@ class TransferAggregationIn(RequestModel):
     rows split at random into a low and a high level; low-level model k is objective
     perturbation on group k's columns with budget q_k·ε and the regulariser centred on w₀
     restricted to group k; the high level is objective perturbation with ε on the other rows —
-    released as a stacked model. Its whole cost is still ε, charged to the target."""
+    released as a stacked model. Its whole cost is still ε, charged to the target.
+
+    In a study of multi-class labels the fit is the K-class multinomial model pulled towards
+    the entry-by-entry average of the sources' K × d models; in a study of numeric labels it is
+    the Huber-residual fit (`loss: huber`) pulled towards the sources' average, in the labels'
+    [−1, 1] units. Both cost ε, calibrated at λ + η. `feature_groups` (PST-H) takes binary
+    labels only: its high level stacks the groups' probabilities of the positive class."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -335,7 +341,11 @@ class TransferAggregationIn(RequestModel):
     regularization: FiniteFloat = Field(
         default=0.01, ge=MIN_REGULARIZATION, le=MAX_REGULARIZATION, description="λ."
     )
-    loss: Literal["logistic", "huber"] = "logistic"
+    loss: Literal["logistic", "huber"] = Field(
+        default="logistic",
+        description="The loss: `logistic` or `huber` for binary labels, `logistic` (the "
+        "multinomial loss) for multi-class labels, `huber` (of the residual) for numeric labels.",
+    )
     name: Annotated[StrictStr, Field(min_length=1, max_length=200)] | None = None
     feature_groups: (
         list[
