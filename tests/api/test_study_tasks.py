@@ -619,6 +619,7 @@ def test_a_strong_transfer_returns_the_average_of_the_multiclass_sources(
         # a target whose classes are in another order (class k would be another row)
         (MULTICLASS, {"classes": ["high", "mid", "low"]}, 422, "invalid-input", "label classes"),
         (NUMERIC, {"upper": 50.0}, 422, "invalid-input", "label bounds"),
+        (MULTICLASS, {"label": NUMERIC}, 422, "invalid-input", "label task"),
         # the numeric label's losses are squared and huber; objective perturbation takes huber
         (NUMERIC, {"loss": "logistic"}, 422, "invalid-input", "huber"),
     ],
@@ -640,7 +641,8 @@ def test_a_mismatched_target_or_loss_is_a_422_with_nothing_charged(
     if "loss" in body:
         target_id, loss = target["id"], body["loss"]
     else:
-        other = dataset_of(client, site, {**study_label, **body}, seed=24)
+        label = body.get("label", {**study_label, **body})
+        other = dataset_of(client, site, label, seed=24)
         target_id, loss = other["id"], ("huber" if study_label is NUMERIC else "logistic")
     charges = ledger_rows(engine)
     response = client.post(
