@@ -87,24 +87,16 @@ def transfer_method(p: Mapping[str, Any]) -> ChargedAggregation:
     )
 
     def calibrate(n: int, d: int, _k: int) -> Calibration:
-        if labels:
-            return transfer_calibration(
-                n,
-                d,
-                epsilon=float(p["epsilon"]),
-                transfer_strength=float(p["transfer_strength"]),
-                regularization=float(p["regularization"]),
-                loss=str(p["loss"]),
-                **labels,
-            )
-        return dp_calibrate(
-            OBJECTIVE_PERTURBATION.name,
-            n=n,
-            d=d,
+        # the fit's own calibration (at λ + η) before its centre is known: the quote shows
+        # the numbers the run uses
+        return transfer_calibration(
+            n,
+            d,
             epsilon=float(p["epsilon"]),
-            delta=0.0,
-            loss=str(p["loss"]),
+            transfer_strength=float(p["transfer_strength"]),
             regularization=float(p["regularization"]),
+            loss=str(p["loss"]),
+            **labels,
         )
 
     def compute(X: Any, y: Any, sources: list[Any], rng: np.random.Generator | None) -> FitResult:
