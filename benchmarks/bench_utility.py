@@ -16,8 +16,10 @@ the repetitions, of
 * **auto λ**: objective perturbation at λ =
   :func:`service.dp.analysis.regularization.auto_regularization` (public inputs only; the whole ε);
 * **tuned**: private selection over :data:`TUNING_GRID` within the same ε, through
-  :func:`service.dp.analysis.selection.tune` with ``method="auto"`` (random repetition,
-  PS22 / Liu–Talwar, where its public rule picks it; every run on all rows);
+  :func:`service.dp.analysis.selection.tune` with ``method="auto"`` given the automatic λ
+  (``rule_candidate``): the automatic λ alone at the whole ε when the excess-risk bound says
+  the runs' cost exceeds what selection can gain (κ > 1.5), else random repetition (PS22 /
+  Liu–Talwar) or CMS over the grid and the automatic λ;
 * **best λ (hindsight)**: objective perturbation at the λ of :data:`HINDSIGHT_GRID` with the
   best mean test accuracy (not a private procedure: an upper reference);
 
@@ -48,7 +50,7 @@ from service.dp import PreparedDesign, fit, prepare_design
 from service.dp.analysis import auto as chooser
 from service.dp.analysis.baseline import private_majority, reference_majority, split_budget
 from service.dp.analysis.regularization import NORM_CONSTANT, auto_regularization
-from service.dp.analysis.selection import tune
+from service.dp.analysis.selection import AUTOMATIC_LAMBDA, RuleOnlyResult, tune
 from service.dp.core.base import FitResult
 
 FloatArray = NDArray[np.float64]
@@ -125,9 +127,13 @@ def privfit(design: PreparedDesign, eps: float, lam: float, rng: np.random.Gener
     return fit(design, None, MECHANISM, epsilon=eps, regularization=lam, rng=rng).model
 
 
-def tuned_fit(design: PreparedDesign, eps: float, rng: np.random.Generator) -> tuple[Any, str]:
-    """The tuned-fit job's selection (:func:`service.dp.analysis.selection.tune`, method
-    ``auto``): the released model and the method its public rule chose."""
+def tuned_fit(
+    design: PreparedDesign, eps: float, auto_lam: float, rng: np.random.Generator
+) -> tuple[Any, str]:
+    """Private tuning as ``selection="auto"`` decides it given the automatic λ
+    (:func:`service.dp.analysis.selection.tune`, ``rule_candidate``): the automatic λ alone at
+    the whole ε when tuning's cost factor κ exceeds its threshold, else a selection among
+    :data:`TUNING_GRID` and the automatic λ. The released model and the method used."""
 
     def fit_one(part: PreparedDesign, lam: float) -> FitResult:
         return fit(part, None, MECHANISM, epsilon=eps, regularization=lam, rng=rng)
@@ -143,7 +149,11 @@ def tuned_fit(design: PreparedDesign, eps: float, rng: np.random.Generator) -> t
         fit_at=fit_at,
         rng=rng,
         method="auto",
+        rule_candidate=auto_lam,
+        mechanism=MECHANISM,
     )
+    if isinstance(out, RuleOnlyResult):
+        return out.result.model, AUTOMATIC_LAMBDA
     method = getattr(getattr(out, "plan", None), "method", "cms")
     return out.result.model, str(method)
 
@@ -245,7 +255,7 @@ def run_dataset(
             cols["auto λ (OP)"].append(score(privfit(design, eps, auto_lam, rng)))
             clock["auto"] += time.time() - t
             t = time.time()
-            model, method = tuned_fit(design, eps, rng)
+            model, method = tuned_fit(design, eps, auto_lam, rng)
             cols["tuned"].append(score(model))
             methods.append(method)
             clock["tuned"] += time.time() - t
