@@ -6,6 +6,7 @@ what ``tune`` fits and records in each case."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -99,7 +100,7 @@ def _design(n: int = 200) -> PreparedDesign:
     return prepare_design(X, y)
 
 
-def _fit_at(log: list[tuple[float, float]]) -> object:
+def _fit_at(log: list[tuple[float, float]]) -> Callable[[PreparedDesign, float, float], FitResult]:
     def fit_at(full: PreparedDesign, lam: float, eps_t: float) -> FitResult:
         log.append((lam, eps_t))
         return FitResult(
@@ -116,14 +117,18 @@ def _fit_at(log: list[tuple[float, float]]) -> object:
     return fit_at
 
 
+def _no_part_fit(part: PreparedDesign, lam: float) -> FitResult:
+    raise AssertionError("no candidate is fitted on a part here")
+
+
 def test_tune_fits_the_automatic_lambda_once_at_the_whole_budget() -> None:
     log: list[tuple[float, float]] = []
     out = tune(
         _design(),
         [1e-4, 1e-3, 1e-2],
         epsilon=1.0,
-        fit_one=lambda part, lam: None,  # type: ignore[arg-type,return-value]
-        fit_at=_fit_at(log),  # type: ignore[arg-type]
+        fit_one=_no_part_fit,
+        fit_at=_fit_at(log),
         rng=np.random.default_rng(1),
         method="auto",
         rule_candidate=0.05,
@@ -147,8 +152,8 @@ def test_when_tuning_runs_the_automatic_lambda_is_a_candidate(
         _design(4000),
         [1e-4, 1e-3],
         epsilon=1.0,
-        fit_one=lambda part, lam: None,  # type: ignore[arg-type,return-value]
-        fit_at=_fit_at(log),  # type: ignore[arg-type]
+        fit_one=_no_part_fit,
+        fit_at=_fit_at(log),
         rng=np.random.default_rng(2),
         method="auto",
         rule_candidate=0.05,
@@ -168,8 +173,8 @@ def test_the_rule_candidate_needs_auto_and_a_rule_mechanism() -> None:
                 design,
                 [1e-3],
                 epsilon=1.0,
-                fit_one=lambda part, lam: None,  # type: ignore[arg-type,return-value]
-                fit_at=_fit_at([]),  # type: ignore[arg-type]
+                fit_one=_no_part_fit,
+                fit_at=_fit_at([]),
                 rng=None,
                 method=method,
                 rule_candidate=0.05,
