@@ -264,7 +264,23 @@ def tune(
     method: str,
     delta: float = 0.0,
     fit_at: Callable[[PreparedDesign, C, float], FitResult] | None = None,
-    rule_candidate: C | None = None,
+    rule_candidate: None = None,
+    mechanism: str | None = None,
+) -> TuningResult[C] | RepetitionResult[C]: ...
+
+
+@overload
+def tune(
+    design: PreparedDesign,
+    candidates: Sequence[C],
+    *,
+    epsilon: float,
+    fit_one: Callable[[PreparedDesign, C], FitResult],
+    rng: np.random.Generator | None,
+    method: str,
+    delta: float = 0.0,
+    fit_at: Callable[[PreparedDesign, C, float], FitResult] | None = None,
+    rule_candidate: C,
     mechanism: str | None = None,
 ) -> TuningResult[C] | RepetitionResult[C] | RuleOnlyResult[C]: ...
 
