@@ -16,8 +16,10 @@ the repetitions, of
 * **auto λ**: objective perturbation at λ =
   :func:`service.dp.analysis.regularization.auto_regularization` (public inputs only; the whole ε);
 * **tuned**: private selection over :data:`TUNING_GRID` within the same ε, through
-  :func:`service.dp.analysis.selection.tune` with ``method="auto"`` (random repetition,
-  PS22 / Liu–Talwar, where its public rule picks it; every run on all rows);
+  :func:`service.dp.analysis.selection.tune` with ``method="auto"`` given the automatic λ
+  (``rule_candidate``): the automatic λ alone at the whole ε when the excess-risk bound says
+  the runs' cost exceeds what selection can gain (κ > 1.5), else random repetition (PS22 /
+  Liu–Talwar) or CMS over the grid and the automatic λ;
 * **best λ (hindsight)**: objective perturbation at the λ of :data:`HINDSIGHT_GRID` with the
   best mean test accuracy (not a private procedure: an upper reference);
 
@@ -48,8 +50,9 @@ from service.dp import PreparedDesign, fit, prepare_design
 from service.dp.analysis import auto as chooser
 from service.dp.analysis.baseline import private_majority, reference_majority, split_budget
 from service.dp.analysis.regularization import NORM_CONSTANT, auto_regularization
-from service.dp.analysis.selection import tune
+from service.dp.analysis.selection import AUTOMATIC_LAMBDA, RuleOnlyResult, tune
 from service.dp.core.base import FitResult
+from service.dp.mechanisms.objective_perturbation import ObjectivePerturbationPlan
 
 FloatArray = NDArray[np.float64]
 Split = tuple[FloatArray, FloatArray, FloatArray, FloatArray]
@@ -125,9 +128,13 @@ def privfit(design: PreparedDesign, eps: float, lam: float, rng: np.random.Gener
     return fit(design, None, MECHANISM, epsilon=eps, regularization=lam, rng=rng).model
 
 
-def tuned_fit(design: PreparedDesign, eps: float, rng: np.random.Generator) -> tuple[Any, str]:
-    """The tuned-fit job's selection (:func:`service.dp.analysis.selection.tune`, method
-    ``auto``): the released model and the method its public rule chose."""
+def tuned_fit(
+    design: PreparedDesign, eps: float, auto_lam: float, rng: np.random.Generator
+) -> tuple[Any, str]:
+    """Private tuning as ``selection="auto"`` decides it given the automatic λ
+    (:func:`service.dp.analysis.selection.tune`, ``rule_candidate``): the automatic λ alone at
+    the whole ε when tuning's cost factor κ exceeds its threshold, else a selection among
+    :data:`TUNING_GRID` and the automatic λ. The released model and the method used."""
 
     def fit_one(part: PreparedDesign, lam: float) -> FitResult:
         return fit(part, None, MECHANISM, epsilon=eps, regularization=lam, rng=rng)
@@ -143,7 +150,11 @@ def tuned_fit(design: PreparedDesign, eps: float, rng: np.random.Generator) -> t
         fit_at=fit_at,
         rng=rng,
         method="auto",
+        rule_candidate=auto_lam,
+        mechanism=MECHANISM,
     )
+    if isinstance(out, RuleOnlyResult):
+        return out.result.model, AUTOMATIC_LAMBDA
     method = getattr(getattr(out, "plan", None), "method", "cms")
     return out.result.model, str(method)
 
@@ -245,7 +256,7 @@ def run_dataset(
             cols["auto λ (OP)"].append(score(privfit(design, eps, auto_lam, rng)))
             clock["auto"] += time.time() - t
             t = time.time()
-            model, method = tuned_fit(design, eps, rng)
+            model, method = tuned_fit(design, eps, auto_lam, rng)
             cols["tuned"].append(score(model))
             methods.append(method)
             clock["tuned"] += time.time() - t
@@ -355,14 +366,88 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+#: λ of the fine curves (``--curve``): the hindsight grid's middle, half-decades, and the rule's.
+CURVE_GRID: tuple[float, ...] = (1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1)
+
+
+def calibration_table(n: int, d: int, epsilons: Sequence[float], lams: Sequence[float]) -> str:
+    """PrivFit's objective-perturbation calibration (ε′, Δ, Jacobian part, release part) next
+    to diffprivlib 0.6.6's ``Vector`` mechanism at the same (n, d, ε, λ): its noise budget is
+    ε′ = ε − 2 ln(1 + c/(nλ)) (CMS11 Alg. 1's squared Jacobian factor), and when that is ≤ 0,
+    Δ = c/(n(e^{ε/4} − 1)) − λ and ε′ = ε/2. Both draw ‖b‖ ~ Gamma(d, 2/ε′)."""
+    from service.dp import calibrate
+
+    c = 0.25
+    lines = [
+        "| ε | λ | PrivFit ε′ | PrivFit Δ | PrivFit ε_J | PrivFit ε_r | diffprivlib ε′ | "
+        "diffprivlib Δ |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for eps in epsilons:
+        for lam in lams:
+            plan = calibrate(MECHANISM, n=n, d=d, epsilon=eps, regularization=lam).plan
+            assert isinstance(plan, ObjectivePerturbationPlan)
+            eps_p = eps - 2.0 * math.log1p(c / (n * lam))
+            extra = 0.0
+            if eps_p <= 0.0:
+                extra, eps_p = (c / math.expm1(eps / 4.0) - n * lam) / n, eps / 2.0
+            lines.append(
+                f"| {eps:g} | {lam:g} | {plan.epsilon_prime:.4f} | {plan.Delta:.3g} | "
+                f"{plan.jacobian_epsilon:.4f} | {plan.certificate.epsilon:.2g} | {eps_p:.4f} | "
+                f"{extra:.3g} |"
+            )
+    return "\n".join(lines)
+
+
+def curve(name: str, eps: float, reps: int, lams: Sequence[float]) -> list[str]:
+    """Test accuracy (mean ± s.e. over ``reps``) of PrivFit's and diffprivlib's objective
+    perturbation at each λ of ``lams`` and the automatic λ: the λ curves the 20-repetition
+    hindsight columns estimate with a selection bias."""
+    X, y, Xte, yte = DATASETS[name]()
+    n, d = X.shape
+    design = prepare_design(X, y)
+    rule = auto_regularization(MECHANISM, n=n, d=d, epsilon=eps).regularization
+    rng = np.random.default_rng(7)
+    lines = []
+    for lam in sorted({*lams, rule}):
+        ours, theirs = [], []
+        for _ in range(reps):
+            seed = int(rng.integers(2**31))
+            ours.append(accuracy(privfit(design, eps, lam, rng).decision_function(Xte), yte))
+            peer = fit_diffprivlib(X, y, epsilon=eps, lam=lam, seed=seed)
+            theirs.append(accuracy(Xte @ peer.coef, yte))
+        (m1, s1), (m2, s2) = mean_se(ours), mean_se(theirs)
+        tag = " (rule)" if lam == rule else ""
+        lines.append(
+            f"| {name} | {eps:g} | {lam:.3g}{tag} | {m1:.4f} ± {s1:.4f} | {m2:.4f} ± {s2:.4f} |"
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: 2 repetitions, 2 ε")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--datasets", nargs="*", default=list(DATASETS))
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--curve",
+        action="store_true",
+        help="instead: PrivFit's and diffprivlib's accuracy at each λ of CURVE_GRID and the "
+        "rule's (--reps repetitions, --datasets, --epsilons), and their calibrations",
+    )
+    parser.add_argument("--epsilons", nargs="*", type=float, default=list(EPSILONS))
     args = parser.parse_args(argv)
     limit_threads(1)
+    if args.curve:
+        for name in args.datasets:
+            X = DATASETS[name]()[0]
+            print(calibration_table(X.shape[0], X.shape[1], args.epsilons, CURVE_GRID[:3]))
+            print("| data | ε | λ | PrivFit | diffprivlib |\n|---|---|---|---|---|")
+            for eps in args.epsilons:
+                curve(name, eps, args.reps, CURVE_GRID)
+        return 0
     epsilons = (0.1, 1.0) if args.quick else EPSILONS
     reps = 2 if args.quick else args.reps
     grid = HINDSIGHT_GRID[::2] if args.quick else HINDSIGHT_GRID

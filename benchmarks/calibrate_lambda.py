@@ -18,7 +18,9 @@ norm), s ∈ {2, 4} the signal strength and t the offset giving a positive rate 
 
 Run: ``.venv/bin/python -m benchmarks.calibrate_lambda [--quick]``; writes
 ``benchmarks/calibration/lambda_rule.json`` and prints a Markdown summary (``--rescore``
-chooses (R, A) again from the curves saved there, without refitting).
+chooses (R, A) again from the curves saved there, without refitting; ``--tuning-gain`` prints,
+from the same curves, what an oracle selection at a fraction of ε would gain over the rule at
+ε, and the best power-law form λ = K·d^a·n^(−b)·ε^(−g)).
 """
 
 from __future__ import annotations
@@ -103,8 +105,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--reps", type=int, default=8)
     parser.add_argument("--rescore", action="store_true")
+    parser.add_argument(
+        "--tuning-gain",
+        action="store_true",
+        help="from the saved curves: what an oracle selection at a fraction of ε gains over the "
+        "rule at ε (the evidence for selection.MAX_COST_FACTOR), and the best power-law form",
+    )
     args = parser.parse_args()
     limit_threads(1)
+    if args.tuning_gain:
+        saved = json.loads(OUT.read_text())
+        tuning_gain(saved["cells"])
+        power_forms(saved["cells"])
+        return
     if args.rescore:
         saved = json.loads(OUT.read_text())
         report(saved["cells"], saved["repetitions"], saved["seconds"], quick=False)
@@ -131,6 +144,70 @@ def main() -> None:
                     )
                     print(f"d={d} s={signal} n={n} ε={eps}: best {max(accs):.4f}", flush=True)
     report(cells, reps, time.time() - start, quick=args.quick)
+
+
+#: The grid a tuned fit selects among in benchmarks/bench_utility.py.
+TUNING_GRID = (1e-4, 1e-3, 1e-2, 1e-1)
+
+
+def tuning_gain(cells: list[dict[str, Any]]) -> None:
+    """For each family and ε ∈ {1, 0.5, 0.1} read the curve at the next smaller ε of the
+    grid (ε/2, ε/5, ε/2: at or above random repetition's ε_t ≤ ε/(2 + η)), take the best of
+    :data:`TUNING_GRID` on it (an oracle selection, no selection error) and compare it with the
+    rule's λ at the whole ε; print κ of the excess-risk bound at ε_t = ε/2.5 next to it."""
+    from service.dp.analysis.regularization import ESTIMATION_WEIGHT
+
+    by_key = {(c["d"], c["signal"], c["n"], c["epsilon"]): c for c in cells}
+    lower = {1.0: 0.5, 0.5: 0.1, 0.1: 0.05}
+    print("| d | signal | n | ε | ε of the runs | oracle tuning − rule (points) | κ (ε/2.5) |")
+    print("|---|---|---|---|---|---|---|")
+    gains: list[float] = []
+    kappas: list[float] = []
+    for key, cell in sorted(by_key.items()):
+        d, _, n, eps = key
+        if eps not in lower:
+            continue
+        runs = by_key[(*key[:3], lower[eps])]
+        best = max(at(lam, runs["accuracy"]) for lam in TUNING_GRID)
+        gain = 100.0 * (best - cell["rule_accuracy"])
+        a = 2.0 * ESTIMATION_WEIGHT / n
+        m2 = 4.0 * d * (d + 1)
+        kappa = math.sqrt((a + m2 / (n * eps / 2.5) ** 2) / (a + m2 / (n * eps) ** 2))
+        gains.append(gain)
+        kappas.append(kappa)
+        print(f"| {d} | {key[1]:g} | {n} | {eps:g} | {lower[eps]:g} | {gain:+.2f} | {kappa:.2f} |")
+    g = np.asarray(gains)
+    print(
+        f"\n{g.size} cells: mean {g.mean():+.2f} points, max {g.max():+.2f}, gains > 0 in "
+        f"{int((g > 0).sum())}; κ from {min(kappas):.2f} to {max(kappas):.2f}"
+    )
+
+
+def power_forms(cells: list[dict[str, Any]]) -> None:
+    """The best λ = K·d^a·n^(−b)·ε^(−g) (clamped to [1e-6, 1]) on the saved curves, by the mean
+    gap to the best λ in hindsight: does another public scaling than the rule's d/(nε) fit
+    the synthetic families better?"""
+    rows = []
+    for a in (0.5, 0.75, 1.0, 1.25):
+        for b in (0.5, 0.75, 1.0):
+            for g in (0.25, 0.5, 0.75, 1.0):
+                for lk in np.arange(-4.0, 3.01, 0.25):
+                    k = float(10.0**lk)
+                    gaps = [
+                        max(c["accuracy"])
+                        - at(
+                            min(
+                                1.0, max(1e-6, k * c["d"] ** a * c["n"] ** -b * c["epsilon"] ** -g)
+                            ),
+                            c["accuracy"],
+                        )
+                        for c in cells
+                    ]
+                    rows.append((float(np.mean(gaps)), a, b, g, k))
+    rows.sort()
+    print("\n| mean gap (points) | a (d) | b (n) | g (ε) | K |\n|---|---|---|---|---|")
+    for m, a, b, g, k in rows[:5]:
+        print(f"| {100 * m:.2f} | {a:g} | {b:g} | {g:g} | {k:.3g} |")
 
 
 def rule(cell: dict[str, Any], norm: float, weight: float) -> float:

@@ -53,10 +53,14 @@ from service.dp.noise.discrete import bernoulli_exp, randbelow
 from service.dp.noise.draws import uniforms
 
 __all__ = [
+    "AUTOMATIC_LAMBDA",
     "GAUSSIAN_RUN_MECHANISMS",
     "MAX_CANDIDATES",
+    "MAX_COST_FACTOR",
     "REPETITION_SELECTIONS",
+    "RULE_ONLY_MECHANISMS",
     "SELECTIONS",
+    "RuleOnlyResult",
     "SelectionChoice",
     "Setting",
     "TuningResult",
@@ -69,6 +73,7 @@ __all__ = [
     "repetition_plan",
     "split_parts",
     "tune",
+    "tuning_cost_factor",
 ]
 
 #: At most this many candidates (each costs a fit on n/(k+1) rows); for a grid Λ × H, at most
@@ -165,6 +170,30 @@ class TuningResult(Generic[C]):
         }
 
 
+@dataclass(frozen=True, slots=True)
+class RuleOnlyResult(Generic[C]):
+    """``auto`` declined to tune (:func:`choose_selection`, :data:`AUTOMATIC_LAMBDA`): the
+    automatic λ's fit on all rows at the whole budget, and why."""
+
+    candidate: C
+    result: FitResult
+    reason: str
+    #: The candidates that were asked for (none was fitted).
+    candidates: tuple[C, ...]
+
+    def record(self, epsilon: float, delta: float) -> dict[str, Any]:
+        """The ``tuning`` part of the record: no selection ran, the rule's λ at (ε, δ)."""
+        return {
+            "method": "automatic λ only: tuning's expected cost exceeds its expected gain "
+            "(service/dp/analysis/selection.py, tuning_cost_factor)",
+            "reason": self.reason,
+            "candidates": [_regularization_of(c) for c in self.candidates],
+            "chosen_regularization": _regularization_of(self.candidate),
+            "epsilon_split": {"fit": epsilon, "selection": 0.0, "total": epsilon},
+            "delta": delta,
+        }
+
+
 def part_size(n: int, k: int) -> int:
     """The smallest part when n rows are split into k + 1 parts: ⌊n/(k+1)⌋."""
     return n // (k + 1)
@@ -235,7 +264,25 @@ def tune(
     method: str,
     delta: float = 0.0,
     fit_at: Callable[[PreparedDesign, C, float], FitResult] | None = None,
+    rule_candidate: None = None,
+    mechanism: str | None = None,
 ) -> TuningResult[C] | RepetitionResult[C]: ...
+
+
+@overload
+def tune(
+    design: PreparedDesign,
+    candidates: Sequence[C],
+    *,
+    epsilon: float,
+    fit_one: Callable[[PreparedDesign, C], FitResult],
+    rng: np.random.Generator | None,
+    method: str,
+    delta: float = 0.0,
+    fit_at: Callable[[PreparedDesign, C, float], FitResult] | None = None,
+    rule_candidate: C,
+    mechanism: str | None = None,
+) -> TuningResult[C] | RepetitionResult[C] | RuleOnlyResult[C]: ...
 
 
 def tune(
@@ -248,7 +295,9 @@ def tune(
     method: str = "cms",
     delta: float = 0.0,
     fit_at: Callable[[PreparedDesign, C, float], FitResult] | None = None,
-) -> TuningResult[C] | RepetitionResult[C]:
+    rule_candidate: C | None = None,
+    mechanism: str | None = None,
+) -> TuningResult[C] | RepetitionResult[C] | RuleOnlyResult[C]:
     """Private selection among ``candidates`` within (ε, δ).
 
     ``method="cms"`` (the default): CMS 2011 private tuning (module docstring);
@@ -256,7 +305,14 @@ def tune(
     or a :class:`Setting`) on a part. ``"papernot_steinke"`` / ``"liu_talwar"``: random
     repetition (:mod:`service.dp.analysis.repetition`), where ``fit_at(design, candidate, ε_t)``
     runs the mechanism at (ε_t, 0) on all rows. ``"auto"``: :func:`choose_selection` with the
-    candidates' smallest λ (candidates that are λs or :class:`Setting` values)."""
+    candidates' smallest λ (candidates that are λs or :class:`Setting` values).
+
+    With ``method="auto"`` and ``rule_candidate`` (the mechanism's automatic λ, public, for a
+    ``mechanism`` of :data:`RULE_ONLY_MECHANISMS` with pure runs): when
+    :func:`tuning_cost_factor` exceeds :data:`MAX_COST_FACTOR` no selection is run and the
+    rule's candidate is fitted on all rows at the whole ε (:class:`RuleOnlyResult`, whose
+    record says why); otherwise the rule's candidate joins the candidates (when absent and
+    there is room) and the selection runs as above."""
     if method != "cms":
         return _tune_by_repetition(
             design,
@@ -267,7 +323,11 @@ def tune(
             fit_at=fit_at,
             rng=rng,
             fit_one=fit_one,
+            rule_candidate=rule_candidate,
+            mechanism=mechanism,
         )
+    if rule_candidate is not None:
+        raise ValueError("the automatic λ is weighed against tuning only by method='auto'")
     k = len(candidates)
     if not 1 <= k <= MAX_CANDIDATES:
         raise ValueError(f"between 1 and {MAX_CANDIDATES} candidates")
@@ -320,6 +380,50 @@ MAX_MISS: Final[float] = 0.15
 #: CMS is kept when its candidates are already nearly non-private: the noise proxy
 #: 2d/(m·λ_min·ε) (the norm of output perturbation's noise on a part of m rows) at most this.
 NEGLIGIBLE_NOISE: Final[float] = 0.01
+
+
+#: ``auto``'s outcome when tuning is not expected to pay for itself: the automatic λ alone,
+#: fitted at the whole budget (only when the caller gives it: ``rule_regularization``).
+AUTOMATIC_LAMBDA: Final[str] = "automatic_lambda"
+#: Mechanisms whose tuning cost :func:`tuning_cost_factor` measures with the excess-risk bound
+#: of :mod:`service.dp.analysis.regularization` (objective-type noise of second moment m₂).
+RULE_ONLY_MECHANISMS: Final[frozenset[str]] = frozenset(
+    {"objective_perturbation", "generalized_objective_perturbation", "noisy_gd"}
+)
+#: ``auto`` tunes only while the bound's cost factor κ is at most this (see
+#: :func:`tuning_cost_factor`): on the 54 synthetic calibration cells of
+#: benchmarks/calibration/lambda_rule.json (ε ∈ {0.1, 0.5, 1}) κ ≥ 1.79 everywhere, and an
+#: *oracle* choice of the best of λ ∈ {1e-4, …, 1e-1} with runs at ε/2 (ε/5 for ε = 0.5)
+#: gained at most 0.38 points over the rule at ε, and over 0 in 5 cells (mean −3.0 points;
+#: ``python -m benchmarks.calibrate_lambda --tuning-gain``).
+MAX_COST_FACTOR: Final[float] = 1.5
+
+
+def tuning_cost_factor(
+    mechanism: str, *, n: int, d: int, epsilon: float, delta: float, plan: RepetitionPlan
+) -> float:
+    """κ = √(K_run/K_whole): how much larger the excess-risk bound's minimum is for the runs
+    of random repetition than for one fit at the whole budget.
+
+    Derivation. The bound of :mod:`service.dp.analysis.regularization` is
+    f(λ) = (λ/2)R² + K/λ with K = 2A/n + m₂/n² (m₂ = E‖b‖² of the fit's noise); its minimum
+    over λ is R√(2K), at λ* = √(2K)/R. If the true comparator norm is R′ = rR, the rule's λ*
+    has f = R′√(2K)·(r + 1/r)/2, while a selection whose runs have K_run can at best (an
+    oracle choice among its candidates) reach R′√(2K_run). Selection therefore improves the
+    bound only when the rule is misspecified by (r + 1/r)/2 > κ; its runs pay κ whatever r.
+    K_run uses the runs' noise: pure runs at (ε_t, 0) (m₂ of ε_t, e.g. 4d(d+1)/ε_t²);
+    Gaussian runs of GDP parameter μ_r (``noisy_gd``, m₂ = 8d/μ_r²). Public: n, d, ε, δ, the
+    plan, and the rule's constants A (R cancels)."""
+    from service.dp.analysis.regularization import ESTIMATION_WEIGHT, noise_second_moment
+
+    whole = noise_second_moment(mechanism, d=d, epsilon=epsilon, delta=delta)
+    if plan.base == "gaussian":
+        run = 8.0 * d / (plan.fit_mu * plan.fit_mu)
+    else:
+        pure = "objective_perturbation" if mechanism == "noisy_gd" else mechanism
+        run = noise_second_moment(pure, d=d, epsilon=plan.train_epsilon, delta=0.0)
+    estimation = 2.0 * ESTIMATION_WEIGHT / n
+    return math.sqrt((estimation + run / n**2) / (estimation + whole / n**2))
 
 
 def expected_runs(k: int) -> float:
@@ -409,6 +513,7 @@ def choose_selection(
     repetition_possible: bool,
     mechanism: str | None = None,
     iterations: int | None = None,
+    rule_regularization: float | None = None,
 ) -> SelectionChoice:
     """The selection method from public quantities only (k, n, d, ε, δ, the smallest λ, and
     whether the mechanism runs at δ = 0, which random repetition needs).
@@ -431,6 +536,14 @@ def choose_selection(
     in the mean gradient is σ/rows ∝ 1/(rows·μ) (σ = 2√T/μ), and its λ does not scale the noise,
     so rule 2 does not apply; rule 3 compares n·μ_r (each run on all rows at the solved GDP
     parameter μ_r) with m·μ(ε, δ) (CMS: each candidate on m rows at the whole (ε, δ)).
+
+    0. (Only when the caller gives the mechanism's automatic λ, ``rule_regularization``, for
+       a mechanism of :data:`RULE_ONLY_MECHANISMS` that random repetition can run.) No
+       selection, :data:`AUTOMATIC_LAMBDA`, when the runs of the random-repetition method
+       rule 3 would pick cost the excess-risk bound a factor κ > :data:`MAX_COST_FACTOR`
+       (:func:`tuning_cost_factor`): the automatic λ is then fitted on all rows at the whole
+       budget. CMS is not weighed: its parts of n/(k + 1) rows cost the bound at least
+       √(k + 1) ≥ √2 at k ≥ 1 and κ ≥ k + 1 when noise dominates (both terms of K grow).
     """
     if requested not in SELECTIONS:
         raise ValueError(f"selection must be one of {', '.join(SELECTIONS)}")
@@ -441,6 +554,20 @@ def choose_selection(
         return SelectionChoice(
             "cms", requested, "the mechanism needs δ > 0: random repetition runs fits at δ = 0"
         )
+    if rule_regularization is not None and mechanism in RULE_ONLY_MECHANISMS:
+        declined = _rule_only(
+            requested,
+            k=k,
+            n=n,
+            d=d,
+            epsilon=epsilon,
+            delta=delta,
+            mechanism=mechanism,
+            iterations=iterations,
+            rule_regularization=rule_regularization,
+        )
+        if declined is not None:
+            return declined
     if mechanism in GAUSSIAN_RUN_MECHANISMS:
         return _choose_for_gaussian_runs(
             requested, k=k, n=n, d=d, epsilon=epsilon, delta=delta, iterations=iterations
@@ -469,6 +596,47 @@ def choose_selection(
         "cms",
         requested,
         f"n·ε_t = {n * plan.train_epsilon:.4g} < m·ε = {m * epsilon:.4g}",
+    )
+
+
+def _rule_only(
+    requested: str,
+    *,
+    k: int,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    mechanism: str,
+    iterations: int | None,
+    rule_regularization: float,
+) -> SelectionChoice | None:
+    """Rule 0 of :func:`choose_selection`: :data:`AUTOMATIC_LAMBDA` when κ of the
+    random-repetition plan rule 3 would use exceeds :data:`MAX_COST_FACTOR`, else None."""
+    miss = repetition_law("papernot_steinke", k).miss_probability(k)
+    method = "papernot_steinke" if miss <= MAX_MISS else "liu_talwar"
+    gaussian = mechanism in GAUSSIAN_RUN_MECHANISMS
+    plan = repetition_plan(
+        method,
+        k=k,
+        n=n,
+        epsilon=epsilon,
+        delta=delta,
+        mechanism=mechanism if gaussian else None,
+        d=d,
+        iterations=iterations,
+    )
+    kappa = tuning_cost_factor(mechanism, n=n, d=d, epsilon=epsilon, delta=delta, plan=plan)
+    if kappa <= MAX_COST_FACTOR:
+        return None
+    return SelectionChoice(
+        AUTOMATIC_LAMBDA,
+        requested,
+        f"tuning by {method} would fit its runs at "
+        + (f"μ_r = {plan.fit_mu:.4g}" if gaussian else f"ε_t = {plan.train_epsilon:.4g}")
+        + f", which costs the excess-risk bound a factor κ = {kappa:.3g} > "
+        f"{MAX_COST_FACTOR:g}; the automatic λ = {rule_regularization:.4g} is fitted at the "
+        "whole budget instead",
     )
 
 
@@ -532,14 +700,23 @@ def _tune_by_repetition(
     fit_at: Callable[[PreparedDesign, C, float], FitResult] | None,
     fit_one: Callable[[PreparedDesign, C], FitResult],
     rng: np.random.Generator | None,
-) -> TuningResult[C] | RepetitionResult[C]:
+    rule_candidate: C | None = None,
+    mechanism: str | None = None,
+) -> TuningResult[C] | RepetitionResult[C] | RuleOnlyResult[C]:
     k = len(candidates)
     if not 1 <= k <= MAX_CANDIDATES:
         raise ValueError(f"between 1 and {MAX_CANDIDATES} candidates")
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError("private selection needs a finite ε > 0")
+    if rule_candidate is not None and (
+        method != "auto" or mechanism not in RULE_ONLY_MECHANISMS - GAUSSIAN_RUN_MECHANISMS
+    ):
+        raise ValueError(
+            "the automatic λ is weighed against tuning only by method='auto', for "
+            + ", ".join(sorted(RULE_ONLY_MECHANISMS - GAUSSIAN_RUN_MECHANISMS))
+        )
     if method == "auto":
-        method = choose_selection(
+        choice = choose_selection(
             "auto",
             k=k,
             n=design.n,
@@ -548,7 +725,35 @@ def _tune_by_repetition(
             delta=delta,
             min_regularization=min(_regularization_of(c) for c in candidates),
             repetition_possible=fit_at is not None,
-        ).method
+            rule_regularization=(
+                None if rule_candidate is None else _regularization_of(rule_candidate)
+            ),
+            mechanism=None if rule_candidate is None else mechanism,
+        )
+        method = choice.method
+        if method == AUTOMATIC_LAMBDA:
+            assert fit_at is not None
+            assert rule_candidate is not None
+            return RuleOnlyResult(
+                candidate=rule_candidate,
+                result=fit_at(design, rule_candidate, epsilon),
+                reason=choice.reason,
+                candidates=tuple(candidates),
+            )
+        # the automatic λ is always a candidate when there is room
+        if rule_candidate is not None and rule_candidate not in candidates and k < MAX_CANDIDATES:
+            candidates = [*candidates, rule_candidate]
+            k += 1
+            method = choose_selection(
+                "auto",
+                k=k,
+                n=design.n,
+                d=int(design.X.shape[1]),
+                epsilon=epsilon,
+                delta=delta,
+                min_regularization=min(_regularization_of(c) for c in candidates),
+                repetition_possible=True,
+            ).method
         if method == "cms":
             return tune(design, candidates, epsilon=epsilon, fit_one=fit_one, rng=rng)
     if method not in REPETITION_SELECTIONS:
