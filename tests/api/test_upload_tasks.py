@@ -271,7 +271,7 @@ def test_a_bad_upload_is_a_422_naming_the_field_and_stores_nothing(
         client.post("/v1/models", json=payload, headers=site.headers), 422, "invalid-input"
     )
     assert needle in problem["detail"], problem
-    assert [e["loc"][: len(loc)] for e in problem["errors"]][0] == loc, problem
+    assert problem["errors"][0]["loc"][: len(loc)] == loc, problem
     assert stored(engine) == before
 
 
