@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, StrictStr
+from pydantic import ConfigDict, Field, StrictStr, WithJsonSchema
 
 from service.api.schemas.base import RequestModel, ResponseModel
 from service.api.schemas.datasets import CategoricalFeatureIn, DatasetLabelIn, NumericFeatureIn
@@ -33,7 +33,29 @@ MAX_PREDICT_ROWS = 1_000
 
 FeatureIn = Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]
 #: One weight of an uploaded model: finite, |w| ≤ MAX_ABS_WEIGHT.
-Weight = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_ABS_WEIGHT, le=MAX_ABS_WEIGHT)]
+_WEIGHT_SCHEMA: dict[str, Any] = {
+    "type": "number",
+    "minimum": -MAX_ABS_WEIGHT,
+    "maximum": MAX_ABS_WEIGHT,
+}
+#: An uploaded model's weights: a vector, or one row per class. The schema states the bounds;
+#: they are checked by the domain (``catalog.build_upload``), whose 422 names each bad weight
+#: by its place (``["body", "weights", i]`` or ``[..., k, j]``) rather than by union member.
+UploadWeights = Annotated[
+    list[float] | list[list[float]],
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "array", "items": _WEIGHT_SCHEMA, "minItems": 1},
+                {
+                    "type": "array",
+                    "items": {"type": "array", "items": _WEIGHT_SCHEMA, "minItems": 1},
+                    "minItems": 1,
+                },
+            ]
+        }
+    ),
+]
 
 
 class Coefficient(ResponseModel):
@@ -371,8 +393,7 @@ class ModelUpload(RequestModel):
     label: DatasetLabelIn
     features: list[FeatureIn] = Field(min_length=1)
     row_norm: Literal["clip", "scale"] = "clip"
-    weights: list[Weight] | list[Annotated[list[Weight], Field(min_length=1)]] = Field(
-        min_length=1,
+    weights: UploadWeights = Field(
         description="Binary label: one weight per encoded feature, the positive class when "
         "wᵀx > 0. Multi-class label (`classes`): one row of those weights per declared class, "
         "in the label's order (row k scores `classes[k]`; the class of the largest score is "

@@ -117,6 +117,11 @@ def build_upload(
     ``body``), not a dataset upload. Each weight must be finite with |w| ≤
     :data:`MAX_ABS_WEIGHT`; the loss must suit the label's task (:data:`TASK_UPLOAD_LOSSES`;
     None: the task's default)."""
+    if not weights or any(_is_row(item) and not item for item in weights):
+        raise InvalidInputError(
+            "weights must hold at least one weight (in every row)",
+            errors=[{"loc": ["body", "weights"], "msg": "must not be empty"}],
+        )
     bad = [loc for loc, w in _entries(weights) if not _bounded(w)]
     if bad:
         raise InvalidInputError(
@@ -181,11 +186,15 @@ def _bounded(w: object) -> bool:
     )
 
 
+def _is_row(item: object) -> bool:
+    return isinstance(item, Sequence) and not isinstance(item, str | bytes)
+
+
 def _entries(weights: Weights) -> list[tuple[tuple[int, ...], object]]:
     """Every weight with its location: (i,) in a vector, (k, j) in a matrix."""
     out: list[tuple[tuple[int, ...], object]] = []
     for i, item in enumerate(weights):
-        if isinstance(item, Sequence) and not isinstance(item, str | bytes):
+        if _is_row(item):
             out.extend(((i, j), w) for j, w in enumerate(item))
         else:
             out.append(((i,), item))
