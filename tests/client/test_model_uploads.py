@@ -4,18 +4,25 @@
 one row of weights per class, a ``lower``/``upper`` label with one vector in the label's
 [−1, 1] units. Against a live server: the stored models predict declared classes and numbers
 within the bounds, an export uploaded back predicts the same, and a shape that does not match
-the label is a ``ValidationFailed`` naming ``weights`` with nothing stored.
+the label is a ``ValidationFailed`` naming ``weights`` with nothing stored. The command line's
+``upload-model`` takes the body as a JSON file, or a PrivFit JSON export.
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 from privfit_client import Client
+from privfit_client.cli import main
 from privfit_client.errors import ValidationFailed
 from privfit_client.models import DatasetLabelIn, ModelUpload, NumericFeatureIn
+
+from tests.client.conftest import SiteAccount
+from tests.support.live_server import LiveServer
 
 CLASSES = ["low", "mid", "high"]
 FEATURES: list[dict[str, Any]] = [
@@ -102,3 +109,53 @@ def test_rows_of_weights_for_a_numeric_label_are_refused_naming_the_weights(
     assert [list(e.loc) for e in caught.value.errors] == [["body", "weights"]]
     assert "not rows of weights" in (caught.value.detail or "")
     assert len(site_client.models()) == before
+
+
+@pytest.fixture
+def logged_in(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, server: LiveServer, site: SiteAccount
+) -> None:
+    """The command line's credentials for ``site`` (and a private config directory)."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config-home"))
+    monkeypatch.setenv("PRIVFIT_URL", server.base_url)
+    monkeypatch.setenv("PRIVFIT_KEY", site.key)
+
+
+@pytest.mark.usefixtures("logged_in")
+def test_the_command_line_uploads_a_model_file_or_a_privfit_export(
+    capsys: pytest.CaptureFixture[str], site_client: Client, tmp_path: Path
+) -> None:
+    path = tmp_path / "model.json"
+    path.write_text(
+        json.dumps(
+            {
+                "label": {"column": "grade", "classes": CLASSES},
+                "features": FEATURES,
+                "weights": MATRIX,
+            }
+        )
+    )
+    assert main(["upload-model", str(path), "--json"]) == 0
+    uploaded = json.loads(capsys.readouterr().out)
+    assert (uploaded["task"], uploaded["model"]["coef"]) == ("multiclass", MATRIX)
+
+    exported = tmp_path / "export.json"
+    exported.write_text(site_client.export(uploaded["id"]).model_dump_json())
+    assert main(["upload-model", str(exported)]) == 0
+    assert "multiclass" in capsys.readouterr().out
+    ids = {m.id for m in site_client.models()}
+    (again,) = ids - {uploaded["id"]}
+    assert site_client.predict(again, ROWS) == site_client.predict(uploaded["id"], ROWS)
+
+    path.write_text(
+        json.dumps(
+            {
+                "label": {"column": "grade", "classes": CLASSES},
+                "features": FEATURES,
+                "weights": MATRIX[:2],
+            }
+        )
+    )
+    assert main(["upload-model", str(path)]) == 7  # invalid request
+    assert "weights" in capsys.readouterr().err
+    assert {m.id for m in site_client.models()} == ids
