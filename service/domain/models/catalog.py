@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeGuard
 
 from service.db.models import Model, new_id
 from service.db.uow import UnitOfWork
@@ -186,7 +186,7 @@ def _bounded(w: object) -> bool:
     )
 
 
-def _is_row(item: object) -> bool:
+def _is_row(item: object) -> TypeGuard[Sequence[object]]:
     return isinstance(item, Sequence) and not isinstance(item, str | bytes)
 
 
