@@ -98,7 +98,14 @@ def offer(client: TestClient, site: SiteHandle, model_id: str, study_id: str) ->
     )
 
 
-@pytest.mark.parametrize("label", [MULTICLASS, NUMERIC], ids=["multiclass", "regression"])
+@pytest.mark.parametrize(
+    "label",
+    [
+        pytest.param(MULTICLASS, id="multiclass"),
+        # two AdaSSP fits: a few seconds, so in the heavy tier (multi-class guards the default)
+        pytest.param(NUMERIC, id="regression", marks=pytest.mark.heavy),
+    ],
+)
 def test_a_node_offers_a_model_of_its_task_and_the_coordinator_averages_them(
     client: TestClient, site: SiteHandle, make_site: MakeSite, label: dict[str, Any]
 ) -> None:
