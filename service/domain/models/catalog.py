@@ -6,7 +6,8 @@ PrivFit carry a verified record (:func:`~service.domain.records.base.fit_privacy
 uploaded ones carry the uploader's declared claim, labelled as not verified. Uploads are JSON
 weights only: nothing is ever unpickled.
 
-An upload takes any of the three label forms (docs/design.md §5, "Uploading a model"):
+An upload takes any of the three label forms (docs/design.md §5, "Uploaded models of every
+task"):
 
 * binary: one weight per encoded feature, score s = wᵀx, the positive class when s > 0;
 * multi-class (``classes``, K ≥ 3): K rows of d weights, row k scoring ``classes[k]``
@@ -339,7 +340,8 @@ def upload_model(
         return model
 
 
-_ENCODED = "numeric: 1 each, categorical: one per category, plus the intercept"  # how d is counted
+#: How the encoded width d is counted, for messages.
+_ENCODED = "numeric: 1 each, categorical: one per category, plus the intercept"
 
 
 def _released_body(upload: UploadedModel) -> dict[str, Any]:
