@@ -68,7 +68,7 @@ def test_a_weight_over_the_bound_is_a_422_naming_it(
     assert response.status_code == 422, response.text
     problem = response.json()
     assert [e["loc"] for e in problem["errors"]] == [["body", "weights", 3]]
-    assert "1000000" in problem["errors"][0]["msg"]
+    assert "1,000,000" in problem["errors"][0]["msg"]
     assert _no_models(client, site)
 
 

@@ -668,7 +668,8 @@ def test_a_node_refuses_to_offer_a_dataset_whose_label_is_not_binary(network: Ne
     with node.uow_factory() as uow:
         registered = len(uow.remote_contributions.of_study(node.study_id))
     offers = len(node.offers)
-    with pytest.raises(UnsupportedTaskError, match="from a node is available for binary labels"):
+    reason = r"the node protocols \(psgd, admm\) compute every step for labels y = ±1"
+    with pytest.raises(UnsupportedTaskError, match=reason):
         node.offer(dataset.id)
     assert len(node.offers) == offers
     with node.uow_factory() as uow:

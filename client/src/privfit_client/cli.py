@@ -320,6 +320,42 @@ def job(
     _fail_unless_succeeded(found)
 
 
+@app.command("upload-model")
+def upload_model(
+    file: Annotated[
+        Path,
+        typer.Argument(
+            exists=True,
+            dir_okay=False,
+            help="JSON: the POST /v1/models body (label, features, weights, loss, "
+            "privacy_claim), or a PrivFit JSON export.",
+        ),
+    ],
+    as_json: JsonFlag = False,
+) -> None:
+    """Upload a model trained elsewhere: binary (one weight per encoded feature), multi-class
+    (one row of weights per class) or regression (weights in the label's [-1, 1] units)."""
+    try:
+        body = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageProblem(f"{file} is not a JSON file: {exc}") from exc
+    if not isinstance(body, dict):
+        raise UsageProblem(f"{file} must hold a JSON object")
+    with _client() as client:
+        try:
+            model = client.upload_model(body)
+        except ValueError as exc:  # pydantic's ValidationError included
+            raise UsageProblem(f"{file} is not a model upload: {exc}") from exc
+    _emit(
+        as_json,
+        model,
+        lambda: out.print(
+            f"model {model.id}: {model.task}, {len(model.feature_names)} features, "
+            f"verified: {model.privacy.verified}"
+        ),
+    )
+
+
 @app.command()
 def models(as_json: JsonFlag = False) -> None:
     """List the models the site can read."""

@@ -122,6 +122,33 @@ def _body(model: BaseModel) -> dict[str, Any]:
     return model.model_dump(mode="json", exclude_none=True)
 
 
+#: The ``format`` of PrivFit's JSON export document.
+EXPORT_FORMAT: Final = "privfit.model"
+
+
+def upload_from_export(doc: ModelExportRead | Mapping[str, Any]) -> ModelUpload:
+    """The ``POST /v1/models`` body of a PrivFit JSON export: its label, its preprocessing's
+    features and row norm, its ``weights.coef`` (a vector, one row per class, or a regression
+    model's vector in the label's [−1, 1] units) and its loss. Exports without weights
+    (stacked models) or with a random projection cannot be uploaded (``ValueError``)."""
+    data = doc.model_dump(mode="json") if isinstance(doc, ModelExportRead) else dict(doc)
+    weights = data.get("weights")
+    preprocessing = data.get("preprocessing") or {}
+    if not isinstance(weights, Mapping) or data.get("projection_matrix") is not None:
+        raise ValueError(
+            "only a linear model over its public features (no random projection) uploads"
+        )
+    loss = data.get("loss")
+    body: dict[str, Any] = {
+        "label": data.get("label"),
+        "features": preprocessing.get("features"),
+        "row_norm": preprocessing.get("row_norm", "clip"),
+        "weights": weights.get("coef"),
+        "loss": loss if loss in ("logistic", "huber", "squared", "other") else "other",
+    }
+    return ModelUpload.model_validate(body)
+
+
 class Client:
     """A session with a PrivFit server.
 
@@ -485,8 +512,18 @@ class Client:
         """The models the calling site can read, newest first."""
         return list(self._pages("/v1/models", ModelList))
 
-    def upload_model(self, model: ModelUpload | Mapping[str, Any]) -> ModelRead:
-        """Store a classifier the site trained itself (its privacy claim is kept as declared)."""
+    def upload_model(self, model: ModelUpload | ModelExportRead | Mapping[str, Any]) -> ModelRead:
+        """Store a model the site trained itself (its privacy claim is kept as declared).
+
+        By the label's form: binary (one weight per encoded feature), multi-class
+        (``classes``: one row of weights per class, row k scoring ``classes[k]``) or
+        numeric (``lower``/``upper``: one weight per encoded feature, scoring in the label's
+        [−1, 1] units). A PrivFit JSON export (:meth:`export`, or its dict) is uploaded as
+        :func:`upload_from_export` makes it, and predicts the same."""
+        if isinstance(model, ModelExportRead) or (
+            isinstance(model, Mapping) and model.get("format") == EXPORT_FORMAT
+        ):
+            model = upload_from_export(model)
         body = model if isinstance(model, ModelUpload) else ModelUpload.model_validate(model)
         return self._post("/v1/models", ModelRead, body)
 

@@ -1466,34 +1466,6 @@ class JobRead(BaseModel):
     ] = None
 
 
-class LabelIn(BaseModel):
-    """
-    The label column and its two classes. In a dataset upload a label value of neither
-    class is refused (422 `invalid-label-values`, counting rows, never showing values).
-    Without `negative` (the earlier form) an upload is read only when the column holds exactly
-    one value besides `positive`, which then is the negative class.
-    """
-
-    model_config = ConfigDict(
-        extra="forbid",
-    )
-    column: Annotated[str, Field(max_length=1000, min_length=1, title="Column")]
-    negative: Annotated[
-        str | int | bool | None,
-        Field(
-            description="The negative class, compared like `positive`. Declare it: without it an upload whose label column holds more than one other value is refused.",
-            title="Negative",
-        ),
-    ] = None
-    positive: Annotated[
-        str | int | bool,
-        Field(
-            description="The positive class. Compared as text, exactly (case and spaces count): integers in decimal, booleans as 'True'/'False'.",
-            title="Positive",
-        ),
-    ]
-
-
 class LabelRead(BaseModel):
     """
     What the model predicts. Binary: `positive` means the label column equals this value
@@ -1637,8 +1609,53 @@ class ModelSummary(BaseModel):
     verified: Annotated[bool, Field(title="Verified")]
 
 
-ModelUploadWeight = TypeAliasType(
-    "ModelUploadWeight", Annotated[float, Field(ge=-1000000.0, le=1000000.0)]
+ModelUploadWeightsModelUploadWeight = TypeAliasType(
+    "ModelUploadWeightsModelUploadWeight", Annotated[float, Field(ge=-1000000.0, le=1000000.0)]
+)
+
+
+ModelUploadWeights = TypeAliasType(
+    "ModelUploadWeights",
+    Annotated[
+        list[ModelUploadWeightsModelUploadWeight],
+        Field(
+            description="Binary label: one weight per encoded feature, the positive class when wᵀx > 0. Multi-class label (`classes`): one row of those weights per declared class, in the label's order (row k scores `classes[k]`; the class of the largest score is predicted). Numeric label (`lower`/`upper`): one weight per encoded feature scoring in the label's [−1, 1] units, not in label units: the prediction is lower + (clip(wᵀx, −1, 1) + 1)/2 · (upper − lower), as for a model PrivFit fits and as its export's `weights.coef` and `decision_rule` state. Each weight finite with |w| ≤ 1,000,000.",
+            min_length=1,
+            title="Weights",
+        ),
+    ],
+)
+
+
+ModelUploadWeights1ModelUploadWeights1ItemModelUploadWeights1ModelUploadWeights1ItemItem = (
+    TypeAliasType(
+        "ModelUploadWeights1ModelUploadWeights1ItemModelUploadWeights1ModelUploadWeights1ItemItem",
+        Annotated[float, Field(ge=-1000000.0, le=1000000.0)],
+    )
+)
+
+
+ModelUploadWeights1ModelUploadWeights1Item = TypeAliasType(
+    "ModelUploadWeights1ModelUploadWeights1Item",
+    Annotated[
+        list[
+            ModelUploadWeights1ModelUploadWeights1ItemModelUploadWeights1ModelUploadWeights1ItemItem
+        ],
+        Field(min_length=1),
+    ],
+)
+
+
+ModelUploadWeights1 = TypeAliasType(
+    "ModelUploadWeights1",
+    Annotated[
+        list[ModelUploadWeights1ModelUploadWeights1Item],
+        Field(
+            description="Binary label: one weight per encoded feature, the positive class when wᵀx > 0. Multi-class label (`classes`): one row of those weights per declared class, in the label's order (row k scores `classes[k]`; the class of the largest score is predicted). Numeric label (`lower`/`upper`): one weight per encoded feature scoring in the label's [−1, 1] units, not in label units: the prediction is lower + (clip(wᵀx, −1, 1) + 1)/2 · (upper − lower), as for a model PrivFit fits and as its export's `weights.coef` and `decision_rule` state. Each weight finite with |w| ≤ 1,000,000.",
+            min_length=1,
+            title="Weights",
+        ),
+    ],
 )
 
 
@@ -4346,12 +4363,16 @@ class ModelRead(BaseModel):
 
 class ModelUpload(BaseModel):
     """
-    A linear classifier a site trained itself: weights over the encoded features.
+    A linear model a site trained itself: weights over the encoded features, for any of
+    a dataset spec's three label forms.
 
     The feature spec has the shape of a dataset spec's `features`/`label`: numeric columns
     with public bounds (mapped onto [0, 1]) and categorical columns with their category list
     (one-hot), then the intercept and the row-norm step. `weights` has one entry per encoded
-    feature, in that order (see `feature_names` in the response).
+    feature, in that order (see `feature_names` in the response); for a multi-class label,
+    one such row per declared class. A model exported by PrivFit (`format=json`) uploads back
+    with its `label`, its `preprocessing` `features`/`row_norm` and its `weights.coef`, and
+    predicts the same.
     """
 
     model_config = ConfigDict(
@@ -4361,21 +4382,20 @@ class ModelUpload(BaseModel):
         list[Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]],
         Field(min_length=1, title="Features"),
     ]
-    label: LabelIn
+    label: DatasetLabelIn
     loss: Annotated[
-        Literal["logistic", "huber", "other"] | None,
+        Literal["logistic", "huber", "squared", "other"] | None,
         Field(
-            description="The loss it was trained with; `logistic` makes σ(score) a probability.",
+            description="The loss it was trained with: `logistic` (the default for a class label: σ(score), or the softmax for classes, is a probability), `huber` or `other` for a binary label; `logistic` (multinomial) or `other` for classes; `squared` (the default for a numeric label), `huber` or `other` for a numeric label. Another combination is a 422 naming `loss`.",
             title="Loss",
         ),
-    ] = "logistic"
+    ] = None
     privacy_claim: PrivacyClaimIn | None = None
     row_norm: Annotated[Literal["clip", "scale"] | None, Field(title="Row Norm")] = "clip"
     weights: Annotated[
-        list[ModelUploadWeight],
+        ModelUploadWeights | ModelUploadWeights1,
         Field(
-            description="One per encoded feature; each finite with |w| ≤ 1,000,000.",
-            min_length=1,
+            description="Binary label: one weight per encoded feature, the positive class when wᵀx > 0. Multi-class label (`classes`): one row of those weights per declared class, in the label's order (row k scores `classes[k]`; the class of the largest score is predicted). Numeric label (`lower`/`upper`): one weight per encoded feature scoring in the label's [−1, 1] units, not in label units: the prediction is lower + (clip(wᵀx, −1, 1) + 1)/2 · (upper − lower), as for a model PrivFit fits and as its export's `weights.coef` and `decision_rule` state. Each weight finite with |w| ≤ 1,000,000.",
             title="Weights",
         ),
     ]

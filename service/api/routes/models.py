@@ -1,4 +1,4 @@
-"""Models: read, list, predict with, export, and upload a site's own classifier."""
+"""Models: read, list, predict with, export, and upload a site's own model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, status
 from fastapi.responses import JSONResponse, Response
 
-from service.api.deps import AuditContextDep, Expensive, PrincipalDep, UowDep, access
+from service.api.deps import (
+    AuditContextDep,
+    Expensive,
+    PrincipalDep,
+    SettingsDep,
+    UowDep,
+    access,
+)
 from service.api.errors import problem_responses
 from service.api.inert_json import InertJSONResponse
 from service.api.json_body import JsonRoute
@@ -55,20 +62,30 @@ def list_models(
     "",
     dependencies=[Expensive],
     status_code=status.HTTP_201_CREATED,
-    summary="Upload a classifier trained elsewhere",
+    summary="Upload a model trained elsewhere",
     description=(
-        "Stores a linear classifier a site trained itself: JSON weights over the features "
+        "Stores a linear model a site trained itself: JSON weights over the features "
         "encoded by the given spec (same shape as a dataset spec), and optionally the privacy "
         "guarantee the site claims for it. The claim is stored and shown as declared by the "
-        "uploader, **not verified by PrivFit**. The number of weights must equal the number of "
-        "encoded features (422 otherwise). Nothing is ever unpickled. Requires a site key."
+        "uploader, **not verified by PrivFit**. The label takes a dataset spec's three forms: "
+        "binary (one weight per encoded feature), multi-class (`classes`: one row of weights "
+        "per class, row k scoring `classes[k]`) or numeric (`lower`/`upper`: one weight per "
+        "encoded feature, scoring in the label's [−1, 1] units as a PrivFit export's "
+        "`weights.coef` does). A weight count or row count that does not match the feature "
+        "spec and the label, a non-finite or too large weight, or a loss that does not suit "
+        "the label is a 422 naming the field, and nothing is stored. Nothing is ever "
+        "unpickled. Requires a site key."
     ),
     response_model=ModelRead,
     responses=problem_responses(401, 403, 413, 422),
     openapi_extra=access("site"),
 )
 def upload_model(
-    body: ModelUpload, uow: UowDep, principal: PrincipalDep, audit_context: AuditContextDep
+    body: ModelUpload,
+    uow: UowDep,
+    principal: PrincipalDep,
+    settings: SettingsDep,
+    audit_context: AuditContextDep,
 ) -> ModelRead:
     principal.require_site()  # the admin owns no models: 403 before the body is judged
     claim = None
@@ -84,6 +101,7 @@ def upload_model(
         weights=body.weights,
         loss=body.loss,
         claim=claim,
+        max_classes=settings.max_classes,
     )
     row = models.upload_model(uow, upload=upload, actor=principal, context=audit_context)
     return ModelRead.from_row(row)

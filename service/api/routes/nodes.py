@@ -268,10 +268,12 @@ def withdraw_offer(
     description=(
         "On a node: uploads a model this site fitted here (weights, public feature spec, label "
         "and its privacy record as a claim) to the coordinator and contributes it to the "
-        "study for `average`, `feature` or `transfer` aggregation, in one call. Nothing is "
-        "charged (the model is already a DP release). 502 with the coordinator's reason when "
-        "it refuses. Owner only: for other sites and the admin key the model does not exist "
-        "(404, as for an unknown id)."
+        "study for `average`, `feature` or `transfer` aggregation, in one call. Binary, "
+        "multi-class and regression models alike (in the form `POST /v1/models` takes); the "
+        "coordinator admits one only into a study of the same label (task, classes in order, "
+        "bounds). Nothing is charged (the model is already a DP release). 502 with the "
+        "coordinator's reason when it refuses. Owner only: for other sites and the admin key "
+        "the model does not exist (404, as for an unknown id)."
     ),
     response_model=ModelOfferRead,
     responses=problem_responses(401, 404, 413, 422, 502),

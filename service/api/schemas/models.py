@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, StrictStr
+from pydantic import ConfigDict, Field, StrictStr, WithJsonSchema
 
 from service.api.schemas.base import RequestModel, ResponseModel
-from service.api.schemas.datasets import CategoricalFeatureIn, LabelIn, NumericFeatureIn
+from service.api.schemas.datasets import CategoricalFeatureIn, DatasetLabelIn, NumericFeatureIn
 from service.db.models import Model
 from service.domain.datasets.labels import LabelTask
 from service.domain.models.catalog import MAX_ABS_WEIGHT
@@ -33,7 +33,29 @@ MAX_PREDICT_ROWS = 1_000
 
 FeatureIn = Annotated[NumericFeatureIn | CategoricalFeatureIn, Field(discriminator="type")]
 #: One weight of an uploaded model: finite, |w| ≤ MAX_ABS_WEIGHT.
-Weight = Annotated[float, Field(allow_inf_nan=False, ge=-MAX_ABS_WEIGHT, le=MAX_ABS_WEIGHT)]
+_WEIGHT_SCHEMA: dict[str, Any] = {
+    "type": "number",
+    "minimum": -MAX_ABS_WEIGHT,
+    "maximum": MAX_ABS_WEIGHT,
+}
+#: An uploaded model's weights: a vector, or one row per class. The schema states the bounds;
+#: they are checked by the domain (``catalog.build_upload``), whose 422 names each bad weight
+#: by its place (``["body", "weights", i]`` or ``[..., k, j]``) rather than by union member.
+UploadWeights = Annotated[
+    list[float] | list[list[float]],
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "array", "items": _WEIGHT_SCHEMA, "minItems": 1},
+                {
+                    "type": "array",
+                    "items": {"type": "array", "items": _WEIGHT_SCHEMA, "minItems": 1},
+                    "minItems": 1,
+                },
+            ]
+        }
+    ),
+]
 
 
 class Coefficient(ResponseModel):
@@ -319,12 +341,16 @@ class PrivacyClaimIn(RequestModel):
 
 
 class ModelUpload(RequestModel):
-    """A linear classifier a site trained itself: weights over the encoded features.
+    """A linear model a site trained itself: weights over the encoded features, for any of
+    a dataset spec's three label forms.
 
     The feature spec has the shape of a dataset spec's `features`/`label`: numeric columns
     with public bounds (mapped onto [0, 1]) and categorical columns with their category list
     (one-hot), then the intercept and the row-norm step. `weights` has one entry per encoded
-    feature, in that order (see `feature_names` in the response)."""
+    feature, in that order (see `feature_names` in the response); for a multi-class label,
+    one such row per declared class. A model exported by PrivFit (`format=json`) uploads back
+    with its `label`, its `preprocessing` `features`/`row_norm` and its `weights.coef`, and
+    predicts the same."""
 
     model_config = ConfigDict(
         json_schema_extra={
@@ -347,21 +373,43 @@ class ModelUpload(RequestModel):
                         "mechanism": "objective_perturbation",
                         "description": "Fitted in-house with diffprivlib 0.6.",
                     },
-                }
+                },
+                {
+                    "label": {"column": "workclass", "classes": ["Private", "Self-emp", "Gov"]},
+                    "features": [{"column": "age", "type": "numeric", "lower": 17, "upper": 90}],
+                    "weights": [[0.5, 0.2], [-0.1, 0.3], [0.4, -0.6]],
+                    "loss": "logistic",
+                },
+                {
+                    "label": {"column": "hours-per-week", "lower": 1, "upper": 99},
+                    "features": [{"column": "age", "type": "numeric", "lower": 17, "upper": 90}],
+                    "weights": [0.6, -0.4],
+                    "loss": "squared",
+                },
             ]
         }
     )
 
-    label: LabelIn
+    label: DatasetLabelIn
     features: list[FeatureIn] = Field(min_length=1)
     row_norm: Literal["clip", "scale"] = "clip"
-    weights: list[Weight] = Field(
-        min_length=1,
-        description=f"One per encoded feature; each finite with |w| ≤ {MAX_ABS_WEIGHT:,.0f}.",
+    weights: UploadWeights = Field(
+        description="Binary label: one weight per encoded feature, the positive class when "
+        "wᵀx > 0. Multi-class label (`classes`): one row of those weights per declared class, "
+        "in the label's order (row k scores `classes[k]`; the class of the largest score is "
+        "predicted). Numeric label (`lower`/`upper`): one weight per encoded feature scoring "
+        "in the label's [−1, 1] units, not in label units: the prediction is lower + "
+        "(clip(wᵀx, −1, 1) + 1)/2 · (upper − lower), as for a model PrivFit fits and as its "
+        "export's `weights.coef` and `decision_rule` state. Each weight finite with "
+        f"|w| ≤ {MAX_ABS_WEIGHT:,.0f}.",
     )
-    loss: Literal["logistic", "huber", "other"] = Field(
-        default="logistic",
-        description="The loss it was trained with; `logistic` makes σ(score) a probability.",
+    loss: Literal["logistic", "huber", "squared", "other"] | None = Field(
+        default=None,
+        description="The loss it was trained with: `logistic` (the default for a class "
+        "label: σ(score), or the softmax for classes, is a probability), `huber` or `other` "
+        "for a binary label; `logistic` (multinomial) or `other` for classes; `squared` (the "
+        "default for a numeric label), `huber` or `other` for a numeric label. Another "
+        "combination is a 422 naming `loss`.",
     )
     privacy_claim: PrivacyClaimIn | None = None
 

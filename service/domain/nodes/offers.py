@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -24,7 +25,7 @@ from service.domain import audit
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import get_owned_dataset, require_live
-from service.domain.datasets.labels import require_binary
+from service.domain.datasets.labels import LabelTask, UnsupportedTaskError
 from service.domain.errors import InvalidInputError, NotFoundError, UpstreamError
 from service.domain.ids import looks_like_id
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
@@ -89,6 +90,26 @@ def _require_link(link: CoordinatorLink | None) -> CoordinatorLink:
     return link
 
 
+#: Why a node offers datasets of binary labels only (its protocols' steps assume it).
+NODE_LABEL_REASON = (
+    "the node protocols (psgd, admm) compute every step for labels y = ±1, and the terms a "
+    "node accepts carry no label form, so the node could not check that a step suits other "
+    "labels; contribute a model fitted here instead (POST /v1/models/{id}/offers)"
+)
+
+
+def _require_binary_label(label: Mapping[str, Any] | None) -> None:
+    """422 :class:`UnsupportedTaskError` with the reason unless ``label`` is binary."""
+    task = LabelTask.from_label(label)
+    if task.task == "binary":
+        return
+    msg = (
+        "a dataset is offered to a study from a node only with a binary label "
+        f"({task.describe()}): {NODE_LABEL_REASON}"
+    )
+    raise UnsupportedTaskError(msg, errors=[{"loc": ["body", "dataset_id"], "msg": msg}])
+
+
 def create_offer(
     uow: UnitOfWork,
     *,
@@ -110,11 +131,7 @@ def create_offer(
         coordinator = _require_link(link)
         # The node's own guard (the coordinator refuses too): the terms a node accepts carry
         # no label form, and every node protocol step assumes y = ±1.
-        require_binary(
-            dataset.spec.get("label"),
-            "offering a dataset to a study from a node",
-            loc=["body", "dataset_id"],
-        )
+        _require_binary_label(dataset.spec.get("label"))
         if not (math.isfinite(epsilon_cap) and epsilon_cap > 0):
             errors.append({"loc": ["body", "epsilon_cap"], "msg": "must be a finite number > 0"})
         elif to_units(epsilon_cap, EPSILON_UNIT, "up") > dataset.epsilon_cap_units:

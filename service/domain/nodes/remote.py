@@ -121,8 +121,10 @@ def add_remote_contribution(
             study,
             "a dataset on a site node",
             loc=["body", "spec"],
-            why="the terms a node accepts carry no label form, so a node could not check that "
-            "its labels suit the protocol's task; grant the dataset to the study instead",
+            why="the node protocols (psgd, admm) compute every step for labels y = ±1, and the "
+            "terms a node accepts carry no label form, so a node could not check that a step "
+            "suits its labels; grant the dataset to the study instead, or contribute a model "
+            "fitted on the node",
         )
         require_matching(study, offer.preprocessing, offer.label, "dataset", field="spec")
         row = RemoteContribution(
