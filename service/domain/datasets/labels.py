@@ -124,17 +124,20 @@ class LabelTask:
         return "a binary label"
 
 
-def require_binary(label: Mapping[str, Any] | None, what: str, *, loc: list[str]) -> None:
+def require_binary(
+    label: Mapping[str, Any] | None, what: str, *, loc: list[str], why: str | None = None
+) -> None:
     """422 :class:`UnsupportedTaskError` unless ``label`` is binary: ``what`` (e.g. offering a
-    dataset to a study from a node) assumes labels ±1; the message says so."""
+    dataset to a study from a node) assumes labels ±1; the message gives ``why`` (by default,
+    that it assumes labels ±1)."""
     task = LabelTask.from_label(label)
     if task.task == "binary":
         return
-    msg = (
-        f"{what} is available for binary labels only ({task.describe()}): it assumes labels "
-        "y = ±1 (a positive and a negative class), which a multi-class or numeric label does "
-        "not have"
+    reason = why or (
+        "it assumes labels y = ±1 (a positive and a negative class), which a multi-class or "
+        "numeric label does not have"
     )
+    msg = f"{what} is available for binary labels only ({task.describe()}): {reason}"
     raise UnsupportedTaskError(msg, errors=[{"loc": loc, "msg": msg}])
 
 

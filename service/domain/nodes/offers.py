@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -25,7 +24,7 @@ from service.domain import audit
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
 from service.domain.datasets.catalog import get_owned_dataset, require_live
-from service.domain.datasets.labels import LabelTask, UnsupportedTaskError
+from service.domain.datasets.labels import require_binary
 from service.domain.errors import InvalidInputError, NotFoundError, UpstreamError
 from service.domain.ids import looks_like_id
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
@@ -98,18 +97,6 @@ NODE_LABEL_REASON = (
 )
 
 
-def _require_binary_label(label: Mapping[str, Any] | None) -> None:
-    """422 :class:`UnsupportedTaskError` with the reason unless ``label`` is binary."""
-    task = LabelTask.from_label(label)
-    if task.task == "binary":
-        return
-    msg = (
-        "a dataset is offered to a study from a node only with a binary label "
-        f"({task.describe()}): {NODE_LABEL_REASON}"
-    )
-    raise UnsupportedTaskError(msg, errors=[{"loc": ["body", "dataset_id"], "msg": msg}])
-
-
 def create_offer(
     uow: UnitOfWork,
     *,
@@ -131,7 +118,12 @@ def create_offer(
         coordinator = _require_link(link)
         # The node's own guard (the coordinator refuses too): the terms a node accepts carry
         # no label form, and every node protocol step assumes y = ±1.
-        _require_binary_label(dataset.spec.get("label"))
+        require_binary(
+            dataset.spec.get("label"),
+            "offering a dataset to a study from a node",
+            loc=["body", "dataset_id"],
+            why=NODE_LABEL_REASON,
+        )
         if not (math.isfinite(epsilon_cap) and epsilon_cap > 0):
             errors.append({"loc": ["body", "epsilon_cap"], "msg": "must be a finite number > 0"})
         elif to_units(epsilon_cap, EPSILON_UNIT, "up") > dataset.epsilon_cap_units:
