@@ -285,7 +285,8 @@ class DatasetLabelIn(BaseModel):
     The label column and what it holds, in one of three forms (a mixture is a 422 naming
     each field that does not belong):
 
-    * **binary**: `positive` and `negative` (the form of `LabelIn`);
+    * **binary**: `positive` and `negative` (without `negative`, the earlier form, an upload is read
+      only when the column holds exactly one value besides `positive`);
     * **multi-class**: `classes`, 3 to the server's `max_classes` (default 100) distinct values
       in a public order (class k is `classes[k]`; a predicted class is answered by its
       value). A list of exactly two is the binary form with `negative = classes[0]` and

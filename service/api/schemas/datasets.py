@@ -30,7 +30,6 @@ __all__ = [
     "DatasetList",
     "DatasetRead",
     "IngestRead",
-    "LabelIn",
     "LedgerChargeRead",
     "NumericFeatureIn",
     "feature_inputs",
@@ -42,29 +41,12 @@ _COLUMN = Annotated[StrictStr, Field(min_length=1, max_length=1000)]
 _LABEL_VALUE = StrictStr | StrictInt | StrictBool
 
 
-class LabelIn(RequestModel):
-    """The label column and its two classes. In a dataset upload a label value of neither
-    class is refused (422 `invalid-label-values`, counting rows, never showing values).
-    Without `negative` (the earlier form) an upload is read only when the column holds exactly
-    one value besides `positive`, which then is the negative class."""
-
-    column: _COLUMN
-    positive: _LABEL_VALUE = Field(
-        description="The positive class. Compared as text, exactly (case and spaces count): "
-        "integers in decimal, booleans as 'True'/'False'."
-    )
-    negative: _LABEL_VALUE | None = Field(
-        default=None,
-        description="The negative class, compared like `positive`. Declare it: without it an "
-        "upload whose label column holds more than one other value is refused.",
-    )
-
-
 class DatasetLabelIn(RequestModel):
     """The label column and what it holds, in one of three forms (a mixture is a 422 naming
     each field that does not belong):
 
-    * **binary**: `positive` and `negative` (the form of `LabelIn`);
+    * **binary**: `positive` and `negative` (without `negative`, the earlier form, an upload is read
+      only when the column holds exactly one value besides `positive`);
     * **multi-class**: `classes`, 3 to the server's `max_classes` (default 100) distinct values
       in a public order (class k is `classes[k]`; a predicted class is answered by its
       value). A list of exactly two is the binary form with `negative = classes[0]` and
