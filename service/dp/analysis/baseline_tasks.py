@@ -62,7 +62,9 @@ __all__ = [
     "PrivateHistogram",
     "PrivateSpread",
     "baseline_share",
+    "class_histogram",
     "discrete_laplace_variance",
+    "label_grid_sums",
     "private_histogram",
     "private_spread",
     "reference_proportions",
@@ -164,6 +166,15 @@ class PrivateHistogram:
         }
 
 
+def class_histogram(y: NDArray[np.float64], n_classes: int) -> NDArray[np.int64]:
+    """h_k = #{i : yᵢ = k} (the exact statistic; replace-one L1 sensitivity 2)."""
+    labels = np.asarray(y, dtype=np.float64)
+    if n_classes < 2 or not np.all((labels >= 0) & (labels < n_classes) & (labels % 1 == 0)):
+        raise ValueError(f"y must hold class indices 0 to {n_classes - 1}")
+    out: NDArray[np.int64] = np.bincount(labels.astype(np.int64), minlength=n_classes)
+    return out
+
+
 def private_histogram(
     y: NDArray[np.float64], n_classes: int, epsilon: float, rng: np.random.Generator | None
 ) -> PrivateHistogram:
@@ -174,9 +185,7 @@ def private_histogram(
     n = int(labels.shape[0])
     if n < 1:
         raise ValueError("no rows")
-    if n_classes < 2 or not np.all((labels >= 0) & (labels < n_classes) & (labels % 1 == 0)):
-        raise ValueError(f"y must hold class indices 0 to {n_classes - 1}")
-    counts = np.bincount(labels.astype(np.int64), minlength=n_classes)
+    counts = class_histogram(labels, n_classes)
     scale = Fraction(HISTOGRAM_SENSITIVITY) / Fraction(epsilon)  # exact: e^{2/b} = e^{ε}
     noisy = tuple(int(c) + discrete_laplace(scale, rng) for c in counts)
     return PrivateHistogram(noisy, n, float(epsilon))
@@ -187,7 +196,9 @@ def private_histogram(
 
 def _grid_terms(values: NDArray[np.float64], low: int, high: int) -> int:
     """Σ clip(round(v/g), low/g, high/g) as an exact integer (module docstring)."""
-    scaled = np.clip(np.rint(np.asarray(values, dtype=np.float64) * _UNITS), low * _UNITS, high * _UNITS)
+    scaled = np.clip(
+        np.rint(np.asarray(values, dtype=np.float64) * _UNITS), low * _UNITS, high * _UNITS
+    )
     return int(np.sum(scaled.astype(np.int64), dtype=np.int64))
 
 
@@ -271,6 +282,13 @@ class PrivateSpread:
         }
 
 
+def label_grid_sums(y: NDArray[np.float64]) -> tuple[int, int]:
+    """(T₁, T₂): Σy and Σy² on the grid, in grid units (the exact statistics; replace-one
+    sensitivities 2·2²⁰ and 1·2²⁰)."""
+    labels = np.asarray(y, dtype=np.float64)
+    return _grid_terms(labels, -1, 1), _grid_terms(labels * labels, 0, 1)
+
+
 def private_spread(
     y: NDArray[np.float64],
     epsilon: float,
@@ -287,10 +305,9 @@ def private_spread(
     if not np.all(np.isfinite(labels)):
         raise ValueError("labels must be finite")
     half = float(epsilon) / 2.0
-    t1 = _grid_terms(labels, -1, 1) + discrete_laplace(_grid_scale(SUM_SENSITIVITY, half), rng)
-    t2 = _grid_terms(labels * labels, 0, 1) + discrete_laplace(
-        _grid_scale(SQUARE_SENSITIVITY, half), rng
-    )
+    sum_terms, square_terms = label_grid_sums(labels)
+    t1 = sum_terms + discrete_laplace(_grid_scale(SUM_SENSITIVITY, half), rng)
+    t2 = square_terms + discrete_laplace(_grid_scale(SQUARE_SENSITIVITY, half), rng)
     return PrivateSpread(
         float(Fraction(t1, _UNITS)),
         float(Fraction(t2, _UNITS)),
