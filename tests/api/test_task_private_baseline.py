@@ -101,7 +101,8 @@ def test_auto_multiclass_without_a_reference_pays_a_noisy_histogram_within_the_r
     assert released["scale"] == pytest.approx(40.0)
     assert released["sensitivity"] == 2
     counts = released["noisy_class_counts"]
-    assert len(counts) == len(CLASSES) and all(isinstance(c, int) for c in counts)
+    assert len(counts) == len(CLASSES)
+    assert all(isinstance(c, int) for c in counts)
     assert released["majority_baseline"] == pytest.approx(
         min(1.0, max(1 / 3, max(counts) / N)), rel=1e-12
     )

@@ -256,6 +256,4 @@ def test_an_auto_plan_shows_the_rule_choice_per_epsilon(
     ).json()
     assert quote["expected_accuracy"]["private_baseline"]["fit_epsilon"] == pytest.approx(0.5)
     assert quote["mechanism"] == mechanism
-    assert quote["regularization"] == pytest.approx(
-        plan["points"][0]["regularization"], rel=1e-9
-    )
+    assert quote["regularization"] == pytest.approx(plan["points"][0]["regularization"], rel=1e-9)
