@@ -325,7 +325,7 @@ def _resolve(
     """Inside an open ``with uow:``: the concrete request (auto resolved, docs/design.md §3),
     its calibration (422s first, for a concrete mechanism) and the assessment (the band and
     warnings; None for the non-private baseline, and for other tasks without a public
-    reference: :mod:`.expected_tasks`)."""
+    reference or a private baseline: :mod:`.expected_tasks`)."""
     loss_requested = request.loss if request.loss_given else None
     request = for_task(request, dataset)
     task = dataset_task(dataset)

@@ -1,6 +1,7 @@
 """The expected band of a multi-class or regression fit against its trivial model (issue 29).
 Pure; spends nothing: it reads only public reference rows (a dataset uploaded with
-``allow_non_private``, whose rows are not protected) and public inputs (n, d, ε, δ, λ).
+``allow_non_private``, whose rows are not protected), a seeded synthetic reference, public
+inputs (n, d, ε, δ, λ) and already released values (a private baseline's).
 
 As for binary fits (:func:`service.dp.analysis.auto.expected_accuracy`), ``repeats`` fits of
 the mechanism are simulated on the reference: the first min(:data:`~.auto.TEST_ROWS`, rows/2)
