@@ -281,7 +281,7 @@ def _direction(d: int, k: int) -> NDArray[np.float64]:
     return out
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=8)  # up to 6000 × 256 doubles each
 def multiclass_reference(
     d: int, proportions: tuple[float, ...], rows: int = SYNTHETIC_ROWS
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -315,7 +315,7 @@ def multiclass_reference(
     return X, y
 
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=8)  # up to 6000 × 256 doubles each
 def regression_reference(
     d: int, mean: float, variance: float, rows: int = SYNTHETIC_ROWS
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
