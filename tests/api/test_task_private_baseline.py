@@ -166,12 +166,12 @@ def test_a_tiny_epsilon_on_a_weak_signal_is_warned_in_the_record(
     client: TestClient, site: SiteHandle, label: dict[str, Any], code: str
 ) -> None:
     dataset = uploaded(client, site, label, data=csv_bytes(WEAK_ROWS))
-    # ε = 0.01 on 90 rows, λ omitted (auto): the release gets ε_b = 0.0005, so the
-    # baseline's sd is far above its range and the bound (m̂ + 1.645·sd > 1, or
-    # max(0, σ̂ − 1.645·sd) = 0) flags every band
-    body = {"mechanism": "output_perturbation", "loss": "huber", "epsilon": 0.01}
-    if label is MULTICLASS:
-        body = {"mechanism": "output_perturbation", "epsilon": 0.01}
+    # ε = 0.01 on 90 rows, mechanism auto (multi-class) or λ omitted (numeric): the release
+    # gets ε_b = 0.0005, so the baseline's sd is far above its range and the bound
+    # (m̂ + 1.645·sd > 1, or max(0, σ̂ − 1.645·sd) = 0) flags every band
+    body: dict[str, Any] = {"mechanism": "auto", "epsilon": 0.01}
+    if label is NUMERIC:
+        body = {"mechanism": "output_perturbation", "loss": "huber", "epsilon": 0.01}
     quote, job, record = _run(client, site, dataset["id"], body)
     assert quote["expected_accuracy"]["private_baseline"]["epsilon"] == pytest.approx(5e-4)
     assert job["warnings"] == []  # at submission nothing is released yet
@@ -230,14 +230,20 @@ def test_with_a_public_reference_no_slice_is_spent(client: TestClient, site: Sit
 
 
 @pytest.mark.parametrize(
-    "fields",
-    [{"params": {"epochs": 3}}, {"epsilon": None}, {"regularization": -1.0}],
+    ("label", "fields"),
+    [
+        (MULTICLASS, {"params": {"epochs": 3}}),
+        (MULTICLASS, {"epsilon": None}),
+        (MULTICLASS, {"regularization": -1.0}),
+        (NUMERIC, {"loss": "logistic"}),
+        (NUMERIC, {"mechanism": "dp_sgd", "regularization": "auto"}),
+    ],
 )
 @pytest.mark.parametrize("dry", [True, False])
 def test_a_bad_auto_request_is_a_422_that_charges_nothing(
-    client: TestClient, site: SiteHandle, fields: dict[str, Any], dry: bool
+    client: TestClient, site: SiteHandle, label: dict[str, Any], fields: dict[str, Any], dry: bool
 ) -> None:
-    dataset = uploaded(client, site, MULTICLASS)
+    dataset = uploaded(client, site, label)
     body = {"mechanism": "auto", "epsilon": 1.0, **fields}
     response = _fit(client, site, dataset["id"], body, dry_run=dry)
     assert response.status_code == 422, response.text
