@@ -244,13 +244,16 @@ def test_an_auto_plan_shows_the_rule_choice_per_epsilon(
     assert [p["mechanism"] for p in plan["points"]] == [mechanism, mechanism]
     assert all(p["regularization_rule"] for p in plan["points"])
     assert any("simulates nothing" in note for note in plan["notes"])
-    # the same choice as the fit's dry run at that ε
+    # the same choice as the fit's dry run at that ε for the fit: without a public reference
+    # the fit runs at the request's ε less the private baseline's 5 %
+    # (service/dp/analysis/baseline_tasks.py), so ask for 0.5/0.95
     quote = _fit(
         client,
         site,
         dataset["id"],
-        {"mechanism": "auto", "epsilon": 0.5, "delta": delta},
+        {"mechanism": "auto", "epsilon": 0.5 / 0.95, "delta": delta},
         dry_run=True,
     ).json()
+    assert quote["expected_accuracy"]["private_baseline"]["fit_epsilon"] == pytest.approx(0.5)
     assert quote["mechanism"] == mechanism
-    assert quote["regularization"] == plan["points"][0]["regularization"]
+    assert quote["regularization"] == pytest.approx(plan["points"][0]["regularization"], rel=1e-9)

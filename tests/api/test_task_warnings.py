@@ -5,7 +5,8 @@ With a public reference (a dataset of the site uploaded with ``allow_non_private
 and label), a private fit's quote, job and model record carry the expected band against the
 trivial model — accuracy against the reference's majority class, or RMSE in the label's units
 against predicting the reference's mean — and a warning when the band is worse. Without a
-reference there is no band and no warning.
+reference a fit with a given λ has no band and no warning (auto fits estimate the baseline
+privately: tests/api/test_task_private_baseline.py).
 """
 
 from __future__ import annotations
@@ -134,8 +135,15 @@ def test_a_multiclass_dp_sgd_fit_at_small_epsilon_is_below_the_majority_class(
 
 
 def test_without_a_public_reference_there_is_no_band(client: TestClient, site: SiteHandle) -> None:
+    # (with a given λ: λ "auto" or mechanism auto estimate the baseline privately instead,
+    # tests/api/test_task_private_baseline.py)
     dataset = uploaded(client, site, NUMERIC)
-    body = {"mechanism": "output_perturbation", "loss": "huber", "epsilon": 0.01}
+    body = {
+        "mechanism": "output_perturbation",
+        "loss": "huber",
+        "epsilon": 0.01,
+        "regularization": 0.01,
+    }
     quote = _fit(client, site, dataset["id"], body, dry_run=True)
     assert quote.status_code == 200, quote.text
     assert quote.json()["expected_accuracy"] is None

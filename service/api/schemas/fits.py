@@ -267,8 +267,10 @@ class FitQuoteRead(ResponseModel):
         "reference) next to the majority-class baseline (`majority_baseline`, null when no "
         'public source gives it). On a numeric label (`metric: "rmse"`): the RMSE band '
         "in the label's units next to predicting the public reference's mean "
-        "(`mean_baseline_rmse`); multi-class and numeric fits have a band only when the site "
-        "has a public reference dataset.",
+        "(`mean_baseline_rmse`). Multi-class and numeric fits have a band when the site has "
+        "a public reference dataset, or, for `auto` (mechanism or λ), on a synthetic "
+        "reference with `private_baseline` (the slice of ε spent on a private baseline, "
+        "released when the job runs: the model's record then holds the band against it).",
     )
     warnings: list[dict[str, Any]] = Field(
         default_factory=list,

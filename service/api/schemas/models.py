@@ -130,15 +130,19 @@ class PrivacyRecordRead(ResponseModel):
         default=None,
         description="Warnings fixed at submission, e.g. `below_majority_baseline` or "
         "`worse_than_mean_baseline` (numeric label); for "
-        "`mechanism: auto` without a public baseline, set when the job ran, against the "
-        "privately estimated baseline (`private_baseline`).",
+        "`mechanism: auto` (or, on a multi-class or numeric label, λ `auto`) without a "
+        "public baseline, set when the job ran, against the privately estimated baseline "
+        "(`private_baseline`).",
     )
     private_baseline: dict[str, Any] | None = Field(
         default=None,
         description="For `mechanism: auto` without a public reference or declared "
         "`positive_fraction`: the noisy count of positive labels released for the "
         "majority-class baseline (discrete Laplace, sensitivity 1, its ε a public slice of "
-        "the request, charged with the fit in the same job) and the baseline derived from it.",
+        "the request, charged with the fit in the same job) and the baseline derived from it. "
+        "On a multi-class label (mechanism or λ `auto`, no public reference): the noisy class "
+        "counts (L1 sensitivity 2); on a numeric label: the noisy Σy and Σy² of the labels "
+        "mapped onto [−1, 1] (sensitivities 2 and 1, ε/2 each) and the mean's RMSE.",
     )
 
 

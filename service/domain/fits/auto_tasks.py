@@ -7,8 +7,10 @@ the request's own λ when one is given). The job's params keep ``requested_mecha
 and the ``auto`` record (task, rule, reason, chosen mechanism, loss and λ, and every
 candidate with its λ and bound or why it was excluded), which the model's record repeats. A
 deterministic function of public inputs: nothing is charged for it. The expected band
-against the trivial model and its warning are added by :mod:`.expected_tasks` when the site
-has a public reference.
+against the trivial model and its warning are added by :mod:`.expected_tasks`: on the site's
+public reference, or, without one, against a private baseline for which
+:func:`.expected_tasks.task_baseline_slice` has already taken a public slice of ε (auto then
+chooses at the request's ε less that slice).
 """
 
 from __future__ import annotations

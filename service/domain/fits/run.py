@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ from service.db.models import Dataset, Model, new_id
 from service.db.uow import UnitOfWorkFactory
 from service.domain.datasets.catalog import dataset_task, read_design
 from service.domain.fits.auto import run_private_baseline
+from service.domain.fits.expected_tasks import run_task_private_baseline
 from service.domain.jobs.lifecycle import ClaimedJob, JobContext, Release, charged_amounts
 from service.domain.records.base import (
     DatasetRef,
@@ -111,9 +113,15 @@ def run_fit_job(uow_factory: UnitOfWorkFactory, job: ClaimedJob, context: JobCon
     spent = (float(result.epsilon), float(result.delta)) if private else (0.0, 0.0)
     plan = params.get("private_baseline")
     if plan is not None and private:
-        # auto without a public baseline: the noisy label count (charged with the fit at
-        # submission), then the band and warning at the noisy baseline (post-processing)
-        count, expected, warnings = run_private_baseline(
+        # auto without a public baseline: the noisy label count (or, for multi-class and
+        # numeric labels, histogram or label sums; charged with the fit at submission), then
+        # the band and warning at the noisy baseline (post-processing)
+        task = dataset_task(row)
+        count, expected, warnings = (
+            run_private_baseline
+            if task.task == "binary"
+            else partial(run_task_private_baseline, task=task)
+        )(
             plan,
             np.asarray(design.y),
             rng=rng,

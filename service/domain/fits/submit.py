@@ -34,7 +34,7 @@ from service.domain.datasets.catalog import dataset_task, get_owned_dataset, req
 from service.domain.errors import InvalidInputError
 from service.domain.fits import auto as fit_auto
 from service.domain.fits.auto_tasks import resolve_task_auto
-from service.domain.fits.expected_tasks import with_task_band
+from service.domain.fits.expected_tasks import task_baseline_slice, with_task_band
 from service.domain.jobs.charged import (
     DatasetCharge,
     JobDraft,
@@ -325,7 +325,7 @@ def _resolve(
     """Inside an open ``with uow:``: the concrete request (auto resolved, docs/design.md §3),
     its calibration (422s first, for a concrete mechanism) and the assessment (the band and
     warnings; None for the non-private baseline, and for other tasks without a public
-    reference: :mod:`.expected_tasks`)."""
+    reference or a private baseline: :mod:`.expected_tasks`)."""
     loss_requested = request.loss if request.loss_given else None
     request = for_task(request, dataset)
     task = dataset_task(dataset)
@@ -337,6 +337,9 @@ def _resolve(
             + " (auto may choose a transfer towards your public reference's model)",
             errors=[{"loc": ["body", "mechanism"], "msg": "unknown mechanism"}],
         )
+    # auto (mechanism or λ) on a multi-class or numeric label without a public reference:
+    # a slice of ε for the private trivial-model baseline, the fit at the rest (issue 29)
+    request, baseline_plan = task_baseline_slice(uow, uow_factory, dataset, request)
     if request.mechanism != fit_auto.AUTO:
         # λ "auto" (or omitted) on a named mechanism: the public rule's λ
         request = resolve_regularization(
@@ -346,7 +349,9 @@ def _resolve(
         if request.mechanism in NON_PRIVATE_MECHANISMS:
             return request, calibration, None
         if task.task != "binary":  # the band against the trivial model (issue 29)
-            band = with_task_band(uow, uow_factory, dataset, request, None)
+            band = with_task_band(
+                uow, uow_factory, dataset, request, None, private_baseline=baseline_plan
+            )
             return request, calibration, band
     elif task.task != "binary":  # auto on a multi-class or numeric label (issue 29)
         if request.regularization == AUTO:
@@ -360,7 +365,9 @@ def _resolve(
         return (
             concrete,
             calibration,
-            with_task_band(uow, uow_factory, dataset, concrete, assessment),
+            with_task_band(
+                uow, uow_factory, dataset, concrete, assessment, private_baseline=baseline_plan
+            ),
         )
     else:
         fit_auto.check_auto_request(epsilon=request.epsilon, params=request.params)

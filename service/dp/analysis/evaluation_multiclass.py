@@ -19,8 +19,12 @@ per-class precision_k = C_kk / Σ_i C_ik (column), recall_k = C_kk / Σ_j C_kj (
 F1_k = 2C_kk / (row_k + column_k), and macro-F1 = the mean of F1_k over the K classes (an empty
 denominator gives 0). Intervals come from the binary evaluation's parametric bootstrap: the
 evaluation set as Multinomial(n, p̂) over the K² cells with p̂ the clipped noisy matrix
-normalised, plus the release's own discrete Laplace noise; the percentile interval of each
-metric over the replicates (reads only released values and public n).
+normalised, plus the release's own discrete Laplace noise, drawn by the evaluations' shared
+bootstrap sampler :func:`~service.dp.analysis.evaluation.bootstrap_discrete_laplace` (the same
+law, G₁ − G₂ with G geometric of ratio e^{−1/b}; vectorised and not exact, which the bootstrap,
+never released, does not need: the exact per-draw sampler of :mod:`service.dp.noise.discrete`
+would take minutes for its up to 10⁷ draws); the percentile interval of each metric over the
+replicates (reads only released values and public n).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from service.dp.analysis.evaluation import (
     DEFAULT_BOOTSTRAP,
     SENSITIVITY,
     RandBelow,
+    bootstrap_discrete_laplace,
     noise_scale,
     sample_discrete_laplace,
 )
@@ -97,17 +102,6 @@ def noisy_matrix(
     b = noise_scale(epsilon)
     flat = [sample_discrete_laplace(b, randbelow) for _ in range(counts.size)]
     return counts + np.asarray(flat, dtype=np.int64).reshape(counts.shape)
-
-
-def _bootstrap_noise(
-    rng: np.random.Generator, scale: float, size: tuple[int, int]
-) -> NDArray[np.float64]:
-    """Discrete Laplace draws for the bootstrap only (never released): ⌊bE₁⌋ − ⌊bE₂⌋ with E
-    standard exponential, since P(⌊bE⌋ ≥ k) = e^{−k/b} makes ⌊bE⌋ geometric of ratio e^{−1/b}
-    (the law of :func:`~service.dp.analysis.evaluation.bootstrap_discrete_laplace`, faster)."""
-    return np.floor(scale * rng.standard_exponential(size)) - np.floor(
-        scale * rng.standard_exponential(size)
-    )
 
 
 def _ratio(a: NDArray[np.float64], b: NDArray[np.float64]) -> NDArray[np.float64]:
@@ -172,7 +166,7 @@ def bootstrap_intervals(
     while done < reps:
         r = min(chunk, reps - done)
         sample = rng.multinomial(max(int(n), 0), p, size=r).astype(np.float64)
-        sample += _bootstrap_noise(rng, scale, (r, cells))
+        sample += bootstrap_discrete_laplace(rng, scale, (r, cells))
         for name, values in _metrics_batch(sample.reshape(r, k, k)).items():
             parts.setdefault(name, []).append(values)
         done += r

@@ -44,6 +44,7 @@ def test_the_multiclass_baseline_is_the_test_rows_majority_frequency() -> None:
     band = _band("multiclass", 10.0)
     assert band.baseline == np.bincount(test).max() / 300
     assert band.metric == "accuracy"
+    assert band.baseline is not None
     assert band.mean > band.baseline  # well powered: n = 5000 at ε = 10
     assert not band.worse_than_baseline
     assert _band("multiclass", 1e-4).worse_than_baseline  # noise swamps the model
@@ -57,8 +58,10 @@ def test_the_regression_baseline_is_the_rmse_of_the_pool_mean_in_label_units() -
     assert band.baseline == pytest.approx(expected, rel=1e-12)
     assert band.to_dict()["mean_baseline_rmse"] == band.baseline
     assert band.p10 <= band.p90
+    assert band.baseline is not None
     assert band.mean < band.baseline
     small = _band("regression", 1e-4, half_range=20.0)
+    assert small.baseline is not None
     assert small.mean > small.baseline
     assert small.worse_than_baseline
 
