@@ -189,9 +189,8 @@ def test_the_automatic_lambda_already_among_the_candidates_is_marked_not_repeate
 ) -> None:
     dataset = upload(client, site.headers, raw=toy_csv(n=2000, seed=4))
     lam, _ = _automatic_lambda(client, site, dataset["id"], 5.0)
-    decision = _quote(client, site, dataset["id"], _body(5.0, [lam, 1e-1]))["calibration"][
-        "tuning"
-    ]
+    quote = _quote(client, site, dataset["id"], _body(5.0, [lam, 1e-1]))
+    decision = quote["calibration"]["tuning"]
     assert decision["candidates"] == decision["requested_candidates"] == [lam, 1e-1]
     assert decision["automatic_regularization_is_candidate"] is True
 
