@@ -16,10 +16,14 @@ import math
 from typing import Any
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from service.dp import FitResult
 from service.dp.analysis.regularization import ESTIMATION_WEIGHT
 from service.dp.analysis.selection import MAX_COST_FACTOR, repetition_plan
+from service.runtime.worker import run_job
+from tests.api.conftest import HeldRunner
 from tests.api.test_label_tasks import MULTICLASS, uploaded
 from tests.conftest import SiteHandle
 from tests.unit.jobs._flow import budget, fit_body, toy_csv, upload
@@ -257,3 +261,77 @@ def test_bad_candidates_on_a_dataset_that_would_decline_are_422_and_charge_nothi
         assert response.headers["content-type"].startswith(PROBLEM_JSON)
     assert budget(client, site.headers, dataset["id"])["charges"] == []
     assert client.get("/v1/jobs", headers=site.headers).json()["total"] == 0
+
+
+def _submit_held(client: TestClient, site: SiteHandle, dataset_id: str, body: Any) -> Any:
+    response = client.post(f"/v1/datasets/{dataset_id}/fits", json=body, headers=site.headers)
+    assert response.status_code == 202, response.text
+    return response.json()
+
+
+def _set_params(app: FastAPI, job_id: str, params: dict[str, Any]) -> None:
+    with app.state.uow_factory() as uow:
+        job = uow.jobs.get(job_id)
+        assert job is not None
+        job.params = params
+        uow.commit()
+
+
+def test_the_worker_runs_the_stored_decision_one_fit_at_the_automatic_lambda(
+    app: FastAPI, client: TestClient, site: SiteHandle, held: HeldRunner
+) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
+    lam, _ = _automatic_lambda(client, site, dataset["id"], 1.0)
+    job = _submit_held(client, site, dataset["id"], _body(1.0))
+    assert job["params"]["tuning_decision"]["selection"] == "automatic_lambda"
+    seen: list[tuple[int, float, float, float]] = []
+
+    def spying_fit(*args: Any, **kwargs: Any) -> FitResult:
+        from service.dp import fit as dp_fit
+
+        seen.append((args[0].n, kwargs["regularization"], kwargs["epsilon"], kwargs["delta"]))
+        return dp_fit(*args, **kwargs)
+
+    assert run_job(app.state.uow_factory, job["id"], fit=spying_fit).status == "succeeded"
+    # exactly one fit: all 600 rows, the automatic λ, the whole (ε, δ)
+    assert seen == [(600, lam, 1.0, 0.0)]
+
+
+def _must_not_fit(*_: Any, **__: Any) -> FitResult:
+    raise AssertionError("a job whose decision does not hold was fitted")
+
+
+@pytest.mark.parametrize("tamper", ["selection", "cost_factor"])
+def test_a_job_whose_stored_decision_differs_fails_and_releases_nothing(
+    app: FastAPI, client: TestClient, site: SiteHandle, held: HeldRunner, tamper: str
+) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
+    job = _submit_held(client, site, dataset["id"], _body(1.0))
+    params = dict(job["params"])
+    decision = dict(params["tuning_decision"])
+    decision[tamper] = "papernot_steinke" if tamper == "selection" else 1.0
+    _set_params(app, job["id"], params | {"tuning_decision": decision})
+
+    assert run_job(app.state.uow_factory, job["id"], fit=_must_not_fit).status == "failed"
+    failed = client.get(f"/v1/jobs/{job['id']}", headers=site.headers).json()
+    assert failed["model_id"] is None
+    assert failed["error"]["type"].endswith("/plan-mismatch")
+    assert client.get("/v1/models", headers=site.headers).json()["total"] == 0
+    assert budget(client, site.headers, dataset["id"])["epsilon_spent"] == 1.0
+
+
+def test_a_job_stored_without_a_decision_tunes_as_before(
+    app: FastAPI, client: TestClient, site: SiteHandle, held: HeldRunner
+) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
+    job = _submit_held(client, site, dataset["id"], _body(1.0))
+    params = {k: v for k, v in job["params"].items() if k != "tuning_decision"}
+    _set_params(app, job["id"], params)  # a row written before the decision was stored
+
+    assert run_job(app.state.uow_factory, job["id"]).status == "succeeded"
+    finished = client.get(f"/v1/jobs/{job['id']}", headers=site.headers).json()
+    model = client.get(f"/v1/models/{finished['model_id']}", headers=site.headers).json()
+    record = model["privacy"]["tuning"]
+    assert record["selection"] != "automatic_lambda"
+    assert record["candidates"] == CANDIDATES
+    assert "automatic_regularization" not in record

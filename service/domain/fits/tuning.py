@@ -813,12 +813,12 @@ def run_tuned_fit_job(
     params = job.params
     row = job.live_dataset()
     facts = dataset_facts(row)
-    design = read_design(uow_factory, row)
     stored = params.get("tuning_decision")
     # jobs stored before the decision was fixed at submission tuned without the automatic λ
     checked = _check(row, _stored_request(params), weigh_rule=stored is not None)
-    if stored is not None and checked.decision() != stored:
+    if stored is not None and checked.decision() != stored:  # checked before any row is read
         raise PlanMismatchError("the tuning decision differs from the one fixed at submission")
+    design = read_design(uow_factory, row)
     request = checked.request
     settings = request.settings()
     epsilon = float(params["epsilon"])
