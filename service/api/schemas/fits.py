@@ -117,7 +117,15 @@ class FitCreate(MechanismRequest):
         "geometric number of runs). `auto` picks from public quantities (k, n, d, ε, δ, the "
         "smallest λ); the quote and the record show the method, the reason and the "
         "per-run budget. Random repetition needs a mechanism that runs at δ = 0, or "
-        "`noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve).",
+        "`noisy_gd` at δ > 0 (its Gaussian runs are accounted by their Rényi curve). With "
+        "`auto` and objective or generalized objective perturbation, the λ that "
+        '`"regularization": "auto"` would give is weighed against tuning: when random '
+        "repetition's smaller per-run budget would raise the excess-risk bound by a factor "
+        "κ > 1.5, selection declines (`selection: automatic_lambda`) and that λ is fitted "
+        "once on all rows at the whole (ε, δ); otherwise it joins the candidates. The quote "
+        "(`calibration.tuning`), the job (`params.tuning_decision`) and the model's record "
+        "show the decision: `tuned`, `cost_factor` (κ), `cost_factor_threshold`, "
+        "`automatic_regularization`, `requested_candidates` and `candidates`.",
     )
     params: dict[str, Any] = Field(
         default_factory=dict,

@@ -8,6 +8,19 @@ list of candidates, ``{"candidates": [λ₁, …, λ_k]}``, and/or, for ``dp_sgd
 the smallest λ, whether the mechanism runs at δ = 0); the quote and the record show the method
 and the reason.
 
+With ``auto`` and a mechanism of :data:`RULE_MECHANISMS` (objective-type, pure runs), the
+mechanism's automatic λ — the λ a fit with ``regularization: "auto"`` gets for the request's
+mechanism, n, d, ε, δ, loss and task (:func:`service.domain.fits.submit.resolve_regularization`)
+— is weighed against tuning (docs/design.md §3, "Tuning that declines"): when random
+repetition's runs would cost the excess-risk bound a factor κ > :data:`MAX_COST_FACTOR`
+(:func:`service.dp.analysis.selection.rule_cost_factor`, public quantities only) no selection
+runs and the automatic λ is fitted once on all rows at the request's (ε, δ)
+(:class:`~service.dp.analysis.selection.RuleOnlyResult`); otherwise the automatic λ joins the
+candidates (when absent and there is room) and the method is chosen for the longer list. The
+decision is fixed at submission (the job's ``params.tuning_decision``, also the quote's
+``calibration.tuning``) and the worker runs exactly it (a re-derivation that differs fails the
+job, nothing released).
+
 * ``cms`` — :func:`service.dp.analysis.selection.tune`: grid point i is fitted on the i-th of
   k + 1 disjoint parts at the request's full (ε, δ), the held-out part's error counts choose one
   with the exponential mechanism at ε. The total is the request's (ε, δ) by parallel
@@ -48,7 +61,13 @@ from service.domain.datasets.catalog import (
 )
 from service.domain.errors import InvalidInputError
 from service.domain.fits.run import DatasetFacts, dataset_facts
-from service.domain.fits.submit import FitQuote, FitRequest, for_task
+from service.domain.fits.submit import (
+    AUTO,
+    FitQuote,
+    FitRequest,
+    for_task,
+    resolve_regularization,
+)
 from service.domain.fits.submit import _calibrate as calibrate_fit
 from service.domain.jobs.charged import (
     DatasetCharge,
@@ -70,22 +89,30 @@ from service.domain.records.base import fit_privacy_record, json_safe, software_
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, FitResult
 from service.dp.analysis.repetition import RepetitionPlan, repeat_and_select
 from service.dp.analysis.selection import (
+    AUTOMATIC_LAMBDA,
+    GAUSSIAN_RUN_MECHANISMS,
     MAX_CANDIDATES,
+    MAX_COST_FACTOR,
     REPETITION_SELECTIONS,
+    RULE_ONLY_MECHANISMS,
     SELECTIONS,
+    RuleOnlyResult,
     SelectionChoice,
     Setting,
     choose_selection,
     grid,
     part_size,
     repetition_plan,
+    rule_cost_factor,
     tune,
 )
 from service.dp.analysis.work import evaluation_work, fit_work
+from service.dp.core.plan import PlanMismatchError
 from service.dp.data.prepared import PreparedDesign
 
 __all__ = [
     "MAX_CANDIDATES",
+    "RULE_MECHANISMS",
     "TUNED_FIT_KIND",
     "TunedFitRequest",
     "quote_tuned_fit",
@@ -98,6 +125,11 @@ TUNED_FIT_KIND = "tuned_fit"
 #: The option a step-size candidate list sets; the mechanisms that take one are the registry's
 #: with it in ``capabilities.tunable_options``.
 STEP_SIZE_OPTION = "eta"
+#: The mechanisms whose automatic λ ``selection: "auto"`` weighs against tuning: those of
+#: :data:`~service.dp.analysis.selection.RULE_ONLY_MECHANISMS` whose runs are pure (as
+#: :func:`~service.dp.analysis.selection.tune` with ``rule_candidate``); ``noisy_gd``'s
+#: Gaussian runs keep the choice between CMS and random repetition.
+RULE_MECHANISMS: frozenset[str] = RULE_ONLY_MECHANISMS - GAUSSIAN_RUN_MECHANISMS
 
 
 def step_size_mechanisms() -> tuple[str, ...]:
@@ -193,9 +225,23 @@ def _check_values(
 
 
 @dataclass(frozen=True, slots=True)
+class _Rule:
+    """The automatic λ that ``auto`` weighed against tuning: the value, the rule's record (as a
+    fit with ``regularization: "auto"`` shows it), κ for the requested candidates, and the
+    candidates as requested."""
+
+    regularization: float
+    record: Mapping[str, Any]
+    cost_factor: float
+    requested: tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class _Checked:
-    """What validation found: the cost, the first grid point's calibration, the estimated work,
-    the method chosen and, for random repetition, its plan."""
+    """What validation found: the cost, the first grid point's calibration (the automatic λ's
+    when ``auto`` declined to tune), the estimated work, the method chosen, for random
+    repetition its plan, the request as it runs (with the automatic λ among its candidates
+    when it joined them) and the automatic λ when ``auto`` weighed it."""
 
     epsilon: float
     delta: float
@@ -203,6 +249,34 @@ class _Checked:
     work: float
     choice: SelectionChoice
     plan: RepetitionPlan | None
+    request: TunedFitRequest
+    rule: _Rule | None = None
+
+    @property
+    def declined(self) -> bool:
+        """``auto`` declined to tune: one fit of the automatic λ at the whole budget."""
+        return self.choice.method == AUTOMATIC_LAMBDA
+
+    def decision(self) -> dict[str, Any]:
+        """The decision fixed at submission (public): the job's ``params.tuning_decision``,
+        shown in the quote's and the record's ``tuning``."""
+        out: dict[str, Any] = _choice_record(self.choice) | {
+            "candidates": list(self.request.regularizations)
+        }
+        if self.rule is not None:
+            rule = self.rule
+            out |= {
+                "tuned": not self.declined,
+                "requested_candidates": list(rule.requested),
+                "automatic_regularization": rule.regularization,
+                "automatic_regularization_is_candidate": (
+                    not self.declined and rule.regularization in self.request.regularizations
+                ),
+                "cost_factor": rule.cost_factor,
+                "cost_factor_threshold": MAX_COST_FACTOR,
+                "regularization_rule": dict(rule.record),
+            }
+        return dict(json_safe(out))
 
 
 def for_dataset(request: TunedFitRequest, dataset: Dataset) -> TunedFitRequest:
@@ -211,11 +285,80 @@ def for_dataset(request: TunedFitRequest, dataset: Dataset) -> TunedFitRequest:
     return replace(request, base=for_task(request.base, dataset))
 
 
-def _check(dataset: Dataset, request: TunedFitRequest) -> _Checked:
+def _check(dataset: Dataset, request: TunedFitRequest, *, weigh_rule: bool = True) -> _Checked:
     """422 for a bad candidate list, grid or selection; else what :class:`_Checked` holds.
-    Every task is tuned: the score is the task's (:mod:`service.dp.analysis.task_scores`)."""
+    Every task is tuned: the score is the task's (:mod:`service.dp.analysis.task_scores`).
+
+    With ``auto`` (and ``weigh_rule``: jobs stored before the decision was fixed at submission
+    ran without it) the automatic λ is weighed first (module docstring): declined, or the
+    automatic λ joins the candidates and the method is chosen again for the longer list (as
+    :func:`service.dp.analysis.selection.tune` does)."""
     request = for_dataset(request, dataset)
     _check_candidates(request)
+    rule = _automatic_rule(dataset, request) if weigh_rule else None
+    checked = _check_grid(dataset, request, rule)
+    if checked.rule is None or checked.declined:
+        return checked
+    lambdas = request.regularizations
+    if checked.rule.regularization in lambdas or len(request.settings()) >= MAX_CANDIDATES:
+        return checked
+    extended = replace(request, candidates=(*lambdas, checked.rule.regularization))
+    return replace(_check_grid(dataset, extended, None), rule=checked.rule)
+
+
+def _automatic_rule(dataset: Dataset, request: TunedFitRequest) -> _Rule | None:
+    """The automatic λ ``auto`` weighs for this request (the λ of
+    :func:`~service.domain.fits.submit.resolve_regularization`, task-aware) and κ for the
+    requested candidates; None for another selection or mechanism, step-size candidates, or
+    a request the rule or the plan refuses (then tuning runs as without it)."""
+    base = request.base
+    if (
+        request.selection != "auto"
+        or base.mechanism not in RULE_MECHANISMS
+        or request.candidates is None
+        or request.step_sizes is not None
+        or base.epsilon is None
+    ):
+        return None
+    n, d = int(dataset.n_rows), int(dataset.n_features)
+    task = dataset_task(dataset)
+    try:
+        resolved = resolve_regularization(
+            replace(base, regularization=AUTO, regularization_rule=None),
+            n=n,
+            d=d,
+            task=task.task,
+            n_classes=task.n_classes,
+        )
+        kappa = rule_cost_factor(
+            base.mechanism,
+            k=len(request.settings()),
+            n=n,
+            d=_noise_dimension(dataset),
+            epsilon=float(base.epsilon),
+            delta=float(base.delta),
+            iterations=_requested_iterations(request),
+        )
+    except (InvalidInputError, ValueError):
+        return None
+    return _Rule(
+        regularization=resolved.lam,
+        record=json_safe(dict(resolved.regularization_rule or {})),
+        cost_factor=kappa,
+        requested=request.regularizations,
+    )
+
+
+def _noise_dimension(dataset: Dataset) -> int:
+    """d, or dK for a multi-class model (the noise proxy's and κ's dimension)."""
+    task = dataset_task(dataset)
+    d = int(dataset.n_features)
+    return d * task.n_classes if task.task == "multiclass" else d
+
+
+def _check_grid(dataset: Dataset, request: TunedFitRequest, rule: _Rule | None) -> _Checked:
+    """:func:`_check` for one candidate list, the automatic λ weighed when ``rule`` is given
+    and random repetition can run (``rule`` is kept in the result only then)."""
     settings = request.settings()
     n, d = int(dataset.n_rows), int(dataset.n_features)
     epsilon = float(request.base.epsilon or 0.0)
@@ -236,29 +379,70 @@ def _check(dataset: Dataset, request: TunedFitRequest) -> _Checked:
             if request.selection in REPETITION_SELECTIONS:
                 raise
             plan, repetition = None, None
-    task = dataset_task(dataset)
+    weighed = rule if repetition is not None else None
     choice = choose_selection(
         request.selection,
         k=len(settings),
         n=n,
         # the noise dimension (dK for a multi-class model) in the noise proxy
-        d=d * task.n_classes if task.task == "multiclass" else d,
+        d=_noise_dimension(dataset),
         epsilon=epsilon,
         delta=delta,
         min_regularization=min(s.regularization for s in settings),
         repetition_possible=repetition is not None,
         mechanism=request.base.mechanism,
         iterations=_requested_iterations(request),
+        rule_regularization=None if weighed is None else weighed.regularization,
     )
+    if choice.method == AUTOMATIC_LAMBDA:
+        assert weighed is not None
+        return _check_rule_only(dataset, request, choice, weighed)
     if choice.method in REPETITION_SELECTIONS:
         assert repetition is not None
         assert plan is not None
         if plan.method != choice.method:  # auto chose the other law: its own ε_t
             plan = _repetition_plan(choice.method, request, k=len(settings), n=n, d=d)
             repetition = _check_repetition(dataset, request, settings, plan)
-        return _Checked(*repetition, choice=choice, plan=plan)
+        return _Checked(*repetition, choice=choice, plan=plan, request=request, rule=weighed)
     cost_epsilon, cost_delta, first, work = _check_cms(dataset, request)
-    return _Checked(cost_epsilon, cost_delta, first, work, choice=choice, plan=None)
+    return _Checked(
+        cost_epsilon,
+        cost_delta,
+        first,
+        work,
+        choice=choice,
+        plan=None,
+        request=request,
+        rule=weighed,
+    )
+
+
+def _rule_fit(request: TunedFitRequest, rule: _Rule) -> FitRequest:
+    """The one fit of a declined tuning: the automatic λ at the request's (ε, δ), all rows."""
+    return replace(
+        request.base, regularization=rule.regularization, regularization_rule=rule.record
+    )
+
+
+def _check_rule_only(
+    dataset: Dataset, request: TunedFitRequest, choice: SelectionChoice, rule: _Rule
+) -> _Checked:
+    """``auto`` declined to tune: the automatic λ's calibration on all n rows at the request's
+    (ε, δ), which is the whole cost (one fit, no selection); the work is that fit's."""
+    calibration = calibrate_fit(dataset, _rule_fit(request, rule))
+    work = fit_work(
+        request.base.mechanism, int(dataset.n_rows), int(dataset.n_features), calibration.details
+    )
+    return _Checked(
+        float(calibration.epsilon),
+        float(calibration.delta),
+        calibration,
+        work,
+        choice=choice,
+        plan=None,
+        request=request,
+        rule=rule,
+    )
 
 
 def _requested_iterations(request: TunedFitRequest) -> int | None:
@@ -451,10 +635,12 @@ def quote_tuned_fit(
     with uow:
         dataset = require_live(get_owned_dataset(uow, dataset_id=dataset_id, actor=actor))
         remaining_epsilon, remaining_delta = budgets.remaining(dataset)
-    request = for_dataset(request, dataset)
-    checked = _check(dataset, request)
+    checked = _check(dataset, for_dataset(request, dataset))
     calibration = checked.calibration
     details = json_safe(dict(calibration.details))
+    if checked.declined:
+        return _quote_rule_only(checked, details, remaining_epsilon, remaining_delta)
+    request = checked.request
     settings = request.settings()
     common: dict[str, Any] = {
         "candidates": list(request.regularizations),
@@ -485,7 +671,7 @@ def quote_tuned_fit(
             )
             + " and scored at ε_s; the best run is released (Papernot and Steinke 2022 Thm 2)"
         )
-    details["tuning"] |= _choice_record(checked.choice)
+    details["tuning"] |= checked.decision()
     return FitQuote(
         mechanism=request.base.mechanism,
         epsilon=checked.epsilon,
@@ -496,6 +682,33 @@ def quote_tuned_fit(
         calibration=details,
         remaining_epsilon=remaining_epsilon,
         remaining_delta=remaining_delta,
+    )
+
+
+def _quote_rule_only(
+    checked: _Checked,
+    details: dict[str, Any],
+    remaining_epsilon: float,
+    remaining_delta: float,
+) -> FitQuote:
+    """The quote of a tuning ``auto`` declines: the automatic λ's one fit at (ε, δ)."""
+    rule = checked.rule
+    assert rule is not None
+    details["tuning"] = checked.decision() | {"chosen_regularization": rule.regularization}
+    return FitQuote(
+        mechanism=checked.request.base.mechanism,
+        epsilon=checked.epsilon,
+        delta=checked.delta,
+        private=True,
+        expected_noise_norm=checked.calibration.expected_noise_norm,
+        composition="no selection (auto declined to tune, κ = "
+        f"{rule.cost_factor:.3g} > {MAX_COST_FACTOR:g}): one fit of the automatic λ = "
+        f"{rule.regularization:.4g} on all rows at (ε, δ); {checked.calibration.composition}",
+        calibration=details,
+        remaining_epsilon=remaining_epsilon,
+        remaining_delta=remaining_delta,
+        regularization=rule.regularization,
+        regularization_rule=rule.record,
     )
 
 
@@ -510,14 +723,28 @@ def submit_tuned_fit(
     context: AuditContext | None = None,
 ) -> SubmittedJob:
     """Validate, charge the total (ε, δ) and enqueue a tuned fit, through the one charged-job
-    contract (:func:`service.domain.jobs.charged.submit_charged_job`)."""
+    contract (:func:`service.domain.jobs.charged.submit_charged_job`). The selection decision
+    (public) is fixed here and stored in the job's ``params.tuning_decision``; the worker runs
+    exactly it."""
 
     def draft(u: UnitOfWork) -> JobDraft:
         dataset = get_owned_dataset(u, dataset_id=dataset_id, actor=actor)
         concrete = for_dataset(request, dataset)
+        params = concrete.to_params()
+        checked: _Checked | None = None
+        try:
+            checked = _check(dataset, concrete)
+        except InvalidInputError:
+            if dataset.deleted_at is None:
+                raise
+            # deleted: ``price`` answers first, as for any fit of a deleted dataset
+        if checked is not None:
+            # a deterministic function of public inputs: a retry repeats it
+            params["tuning_decision"] = checked.decision()
 
         def price() -> Pricing:
-            checked = _check(require_live(dataset), concrete)
+            require_live(dataset)
+            assert checked is not None
             epsilon, delta, work = checked.epsilon, checked.delta, checked.work
             return Pricing(
                 mechanism=request.base.mechanism,
@@ -528,7 +755,7 @@ def submit_tuned_fit(
                     "mechanism": request.base.mechanism,
                     "epsilon": epsilon,
                     "delta": delta,
-                    "candidates": list(request.regularizations),
+                    "candidates": list(checked.request.regularizations),
                     "selection": checked.choice.method,
                     **(
                         {}
@@ -539,9 +766,7 @@ def submit_tuned_fit(
                 work=work,
             )
 
-        return JobDraft(
-            kind=TUNED_FIT_KIND, dataset_id=dataset.id, params=concrete.to_params(), price=price
-        )
+        return JobDraft(kind=TUNED_FIT_KIND, dataset_id=dataset.id, params=params, price=price)
 
     return submit_charged_job(
         uow,
@@ -588,8 +813,13 @@ def run_tuned_fit_job(
     params = job.params
     row = job.live_dataset()
     facts = dataset_facts(row)
+    stored = params.get("tuning_decision")
+    # jobs stored before the decision was fixed at submission tuned without the automatic λ
+    checked = _check(row, _stored_request(params), weigh_rule=stored is not None)
+    if stored is not None and checked.decision() != stored:  # checked before any row is read
+        raise PlanMismatchError("the tuning decision differs from the one fixed at submission")
     design = read_design(uow_factory, row)
-    request = _stored_request(params)
+    request = checked.request
     settings = request.settings()
     epsilon = float(params["epsilon"])
     delta = float(params["delta"])
@@ -614,7 +844,8 @@ def run_tuned_fit_job(
         context.progress(done[0] / (len(settings) + 1))
         return result
 
-    checked = _check(row, request)
+    if checked.declined:
+        return _run_rule_only(job, context, design, checked, facts, rng, task_kwargs)
     if checked.plan is not None:
         return _run_repetition(job, context, design, request, checked, facts, rng)
     tuned = tune(design, settings, epsilon=epsilon, fit_one=fit_one, rng=rng)
@@ -626,7 +857,7 @@ def run_tuned_fit_job(
         charged=charged_amounts(job),
         version=software_version(),
     )
-    record["tuning"] = tuned.record(epsilon, delta) | _choice_record(checked.choice)
+    record["tuning"] = tuned.record(epsilon, delta) | checked.decision()
     model = _model(job, tuned.result, record, facts, str(params["loss"]))
     # Parallel composition: every candidate and the selection read disjoint parts at (ε, δ).
     return Release(
@@ -719,8 +950,56 @@ def _run_repetition(
             **({} if setting.eta is None else {"chosen_eta": setting.eta}),
         }
         | json_safe(plan.record())
-        | _choice_record(checked.choice)
+        | checked.decision()
     )
     record["tuning"]["fit_details"] = json_safe(dict(chosen.result.details))
     model = _model(job, chosen.result, record, facts, base.loss)
     return Release(model=model, spent={str(job.dataset_id): (plan.accounted_epsilon, spent_delta)})
+
+
+def _run_rule_only(
+    job: ClaimedJob,
+    context: JobContext,
+    design: PreparedDesign,
+    checked: _Checked,
+    facts: DatasetFacts,
+    rng: np.random.Generator | None,
+    task_kwargs: Mapping[str, Any],
+) -> Release:
+    """``auto`` declined to tune: the automatic λ fitted once on all rows at the request's
+    (ε, δ), which is what was charged (no selection runs, nothing else is released)."""
+    rule = checked.rule
+    assert rule is not None
+    base = checked.request.base
+    context.progress(0.0)
+    result = context.fit(
+        design,
+        None,
+        base.mechanism,
+        rng=rng,
+        epsilon=float(base.epsilon or 0.0),
+        delta=float(base.delta),
+        loss=base.loss,
+        regularization=rule.regularization,
+        **base.params,
+        **task_kwargs,
+    )
+    if result.epsilon > checked.epsilon or result.delta > checked.delta:
+        raise RuntimeError("the automatic λ's fit spent more than its charge")
+    outcome = RuleOnlyResult(
+        candidate=rule.regularization,
+        result=result,
+        reason=checked.choice.reason,
+        candidates=rule.requested,
+    )
+    record = fit_privacy_record(
+        result,
+        datasets=[facts.ref],
+        randomness=context.randomness,
+        job_id=job.id,
+        charged=charged_amounts(job),
+        version=software_version(),
+    )
+    record["tuning"] = outcome.record(result.epsilon, result.delta) | checked.decision()
+    model = _model(job, result, record, facts, base.loss)
+    return Release(model=model, spent={str(job.dataset_id): (result.epsilon, result.delta)})

@@ -71,6 +71,7 @@ __all__ = [
     "part_size",
     "repetition_law",
     "repetition_plan",
+    "rule_cost_factor",
     "split_parts",
     "tune",
     "tuning_cost_factor",
@@ -599,6 +600,52 @@ def choose_selection(
     )
 
 
+def _rule_plan(
+    *,
+    k: int,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    mechanism: str,
+    iterations: int | None,
+) -> tuple[str, RepetitionPlan]:
+    """The random-repetition method and plan that rule 0 weighs (the law rule 3 would pick)."""
+    miss = repetition_law("papernot_steinke", k).miss_probability(k)
+    method = "papernot_steinke" if miss <= MAX_MISS else "liu_talwar"
+    gaussian = mechanism in GAUSSIAN_RUN_MECHANISMS
+    plan = repetition_plan(
+        method,
+        k=k,
+        n=n,
+        epsilon=epsilon,
+        delta=delta,
+        mechanism=mechanism if gaussian else None,
+        d=d,
+        iterations=iterations,
+    )
+    return method, plan
+
+
+def rule_cost_factor(
+    mechanism: str,
+    *,
+    k: int,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    iterations: int | None = None,
+) -> float:
+    """κ that rule 0 of :func:`choose_selection` compares with :data:`MAX_COST_FACTOR` for k
+    candidates (:func:`tuning_cost_factor` of the random-repetition plan rule 3 would use):
+    a function of public quantities only, shown in quotes and records."""
+    _, plan = _rule_plan(
+        k=k, n=n, d=d, epsilon=epsilon, delta=delta, mechanism=mechanism, iterations=iterations
+    )
+    return tuning_cost_factor(mechanism, n=n, d=d, epsilon=epsilon, delta=delta, plan=plan)
+
+
 def _rule_only(
     requested: str,
     *,
@@ -613,18 +660,9 @@ def _rule_only(
 ) -> SelectionChoice | None:
     """Rule 0 of :func:`choose_selection`: :data:`AUTOMATIC_LAMBDA` when κ of the
     random-repetition plan rule 3 would use exceeds :data:`MAX_COST_FACTOR`, else None."""
-    miss = repetition_law("papernot_steinke", k).miss_probability(k)
-    method = "papernot_steinke" if miss <= MAX_MISS else "liu_talwar"
     gaussian = mechanism in GAUSSIAN_RUN_MECHANISMS
-    plan = repetition_plan(
-        method,
-        k=k,
-        n=n,
-        epsilon=epsilon,
-        delta=delta,
-        mechanism=mechanism if gaussian else None,
-        d=d,
-        iterations=iterations,
+    method, plan = _rule_plan(
+        k=k, n=n, d=d, epsilon=epsilon, delta=delta, mechanism=mechanism, iterations=iterations
     )
     kappa = tuning_cost_factor(mechanism, n=n, d=d, epsilon=epsilon, delta=delta, plan=plan)
     if kappa <= MAX_COST_FACTOR:
