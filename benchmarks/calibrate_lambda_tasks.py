@@ -34,6 +34,7 @@ from numpy.typing import NDArray
 
 from benchmarks._common import limit_threads
 from service.dp import fit, prepare_design
+from service.dp.core.tasks import Task
 from service.dp.analysis.regularization_tasks import auto_regularization_task
 
 FloatArray = NDArray[np.float64]
@@ -46,12 +47,14 @@ TEST_ROWS = 20_000
 def _rows(d: int, m: int, A: FloatArray, rng: np.random.Generator) -> FloatArray:
     z = rng.normal(size=(m, d - 1)) @ A.T
     X = np.hstack([z, np.ones((m, 1))])
-    return X / np.linalg.norm(X, axis=1, keepdims=True)
+    out: FloatArray = X / np.linalg.norm(X, axis=1, keepdims=True)
+    return out
 
 
 def _standardised(X: FloatArray) -> FloatArray:
     Z = X[:, :-1]
-    return (Z - Z.mean(axis=0)) / np.maximum(Z.std(axis=0), 1e-12)
+    out: FloatArray = (Z - Z.mean(axis=0)) / np.maximum(Z.std(axis=0), 1e-12)
+    return out
 
 
 def sample(task: str, d: int, k: int, level: float, seed: int, m: int, draw: int) -> Any:
@@ -80,7 +83,7 @@ def score(model: Any, X: FloatArray, y: FloatArray, task: str) -> float:
 
 
 def curve(
-    task: str,
+    task: Task,
     mechanism: str,
     loss: str,
     d: int,
@@ -145,7 +148,7 @@ def main() -> None:
     _keep = limit_threads(args.threads)
     repeats = 2 if args.quick else 3
     ns = (2000,) if args.quick else (2000, 10000)
-    setups = [
+    setups: list[tuple[Task, str, str, tuple[int, ...], tuple[float, ...]]] = [
         ("multiclass", "objective_perturbation", "logistic", (3, 5), (2.0, 4.0)),
         ("multiclass", "output_perturbation", "logistic", (3, 5), (4.0,)),
         ("regression", "objective_perturbation", "huber", (1,), (0.1, 0.3)),
