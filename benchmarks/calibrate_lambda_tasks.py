@@ -57,8 +57,11 @@ def _standardised(X: FloatArray) -> FloatArray:
     return out
 
 
-def sample(task: str, d: int, k: int, level: float, seed: int, m: int, draw: int) -> Any:
-    """(X, y) of the family (task, d, K, signal or σ) from its public seed."""
+def sample(
+    task: str, d: int, k: int, level: float, seed: int, m: int, draw: int, offset: float = 0.0
+) -> Any:
+    """(X, y) of the family (task, d, K, signal or σ; regression labels centred at
+    ``offset``) from its public seed."""
     law = np.random.default_rng(seed)
     A = law.normal(0.0, 1.0 / math.sqrt(d - 1), (d - 1, d - 1)) + np.eye(d - 1)
     if task == "multiclass":
@@ -71,7 +74,7 @@ def sample(task: str, d: int, k: int, level: float, seed: int, m: int, draw: int
     if task == "multiclass":
         scores = level * Z @ U.T + rng.gumbel(size=(m, k))
         return X, np.argmax(scores, axis=1).astype(np.float64)
-    y = np.clip(Z @ u / 2.0 + level * rng.normal(size=m), -1.0, 1.0)
+    y = np.clip(offset + Z @ u / 2.0 + level * rng.normal(size=m), -1.0, 1.0)
     return X, y
 
 
@@ -140,12 +143,204 @@ def rule(
     ).regularization
 
 
+#: The Huber study (``--huber``): widths, label offsets, noise levels, sizes and ε.
+HUBER_WIDTHS = (0.1, 0.25, 0.5)
+HUBER_OFFSETS = (0.0, -0.4)
+HUBER_DIMS = (10, 30, 100)
+HUBER_NS = (2000, 10_000)
+HUBER_EPSILONS = (0.1, 0.5, 1.0)
+HUBER_OUT = OUT.with_name("huber_rule_regression.json")
+
+
+def huber_curve(
+    mechanism: str, d: int, h: float, offset: float, n: int, eps: float, repeats: int, seed: int
+) -> tuple[list[float], float]:
+    """Test RMSE ([−1, 1] units) at every λ of the grid, and the training mean's RMSE."""
+    Xt, yt = sample("regression", d, 1, 0.2, seed, TEST_ROWS, 10_000, offset)
+    out: list[float] = []
+    trivial: list[float] = []
+    for lam in LAMBDAS:
+        vals = []
+        for r in range(repeats):
+            X, y = sample("regression", d, 1, 0.2, seed, n, r, offset)
+            if lam == LAMBDAS[0]:
+                trivial.append(float(np.sqrt(np.mean((yt - float(np.mean(y))) ** 2))))
+            result = fit(
+                prepare_design(X, y, "regression", 1),
+                None,
+                mechanism,
+                epsilon=eps,
+                delta=0.0,
+                loss="huber",
+                regularization=lam,
+                task="regression",
+                n_classes=1,
+                rng=np.random.default_rng([seed, r, int(lam * 1e9), int(h * 100)]),
+                h=h,
+            )
+            vals.append(-score(result.model, Xt, yt, "regression"))
+        out.append(float(np.mean(vals)))
+    return out, float(np.mean(trivial))
+
+
+def huber_rule(mechanism: str, n: int, d: int, eps: float, h: float, R: float) -> float:
+    return auto_regularization_task(
+        mechanism,
+        task="regression",
+        n_classes=1,
+        n=n,
+        d=d,
+        epsilon=eps,
+        loss="huber",
+        params={"h": h},
+        norm=R,
+    ).regularization
+
+
+def huber_study(repeats: int) -> None:
+    """Regression with the Huber loss: per mechanism, width h and comparator norm R, the mean
+    RMSE gap to the best λ in hindsight and the cells where the rule does worse than the
+    training mean (labels centred at 0 or off-centre, as bounded labels usually are)."""
+    cells: list[dict[str, Any]] = []
+    start = time.time()
+    for mechanism in ("objective_perturbation", "output_perturbation"):
+        for d in HUBER_DIMS:
+            for offset in HUBER_OFFSETS:
+                for n in HUBER_NS:
+                    for eps in HUBER_EPSILONS:
+                        for h in HUBER_WIDTHS:
+                            seed = int(1000 * d + 7 + 100 * abs(offset))
+                            values, trivial = huber_curve(
+                                mechanism, d, h, offset, n, eps, repeats, seed
+                            )
+                            cells.append(
+                                {
+                                    "mechanism": mechanism,
+                                    "d": d,
+                                    "offset": offset,
+                                    "n": n,
+                                    "epsilon": eps,
+                                    "h": h,
+                                    "curve": values,
+                                    "trivial": trivial,
+                                    "best": min(values),
+                                    "rule": {
+                                        str(R): at(values, huber_rule(mechanism, n, d, eps, h, R))
+                                        for R in NORMS
+                                    },
+                                }
+                            )
+        print(f"{mechanism}: {len(cells)} cells, {time.time() - start:.0f} s", flush=True)
+    HUBER_OUT.parent.mkdir(exist_ok=True)
+    HUBER_OUT.write_text(json.dumps({"lambdas": LAMBDAS, "cells": cells}, indent=1))
+    print(huber_summary(cells))
+
+
+def huber_summary(cells: list[dict[str, Any]]) -> str:
+    """Per mechanism and h: the R minimising the mean gap, that gap, and how many cells are
+    worse than the training mean at that R (and at the best λ in hindsight)."""
+    lines = [
+        "| mechanism | h | cells | best R | mean RMSE gap at best R | worse than the mean at "
+        "best R | worse than the mean at the best λ |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mechanism in ("objective_perturbation", "output_perturbation"):
+        for h in HUBER_WIDTHS:
+            mine = [c for c in cells if c["mechanism"] == mechanism and c["h"] == h]
+            if not mine:
+                continue
+            gaps = {R: float(np.mean([c["rule"][str(R)] - c["best"] for c in mine])) for R in NORMS}
+            best_R = min(gaps, key=lambda R: gaps[R])
+            worse = sum(c["rule"][str(best_R)] > c["trivial"] for c in mine)
+            worse_best = sum(c["best"] > c["trivial"] for c in mine)
+            lines.append(
+                f"| {mechanism} | {h:g} | {len(mine)} | {best_R:g} | {gaps[best_R]:.4f} | "
+                f"{worse} | {worse_best} |"
+            )
+    return "\n".join(lines)
+
+
+#: The wide multi-class output study (``--multiclass-output``): noise dimensions dK up to
+#: 1000, as real multi-class fits have.
+WIDE_DIMS = (30, 100)
+WIDE_CLASSES = (5, 10)
+WIDE_NS = (10_000, 30_000)
+WIDE_EPSILONS = (0.1, 0.5, 1.0)
+WIDE_OUT = OUT.with_name("lambda_rule_multiclass_output_wide.json")
+
+
+def wide_output_study(repeats: int) -> None:
+    """Multi-class output perturbation on wide softmax families (signal 4): per R, the mean
+    accuracy gap to the best λ in hindsight (the first study's cells have dK ≤ 150)."""
+    cells: list[dict[str, Any]] = []
+    start = time.time()
+    for d in WIDE_DIMS:
+        for k in WIDE_CLASSES:
+            for n in WIDE_NS:
+                for eps in WIDE_EPSILONS:
+                    seed = int(1000 * d + 10 * k + 400)
+                    values = curve(
+                        "multiclass",
+                        "output_perturbation",
+                        "logistic",
+                        d,
+                        k,
+                        4.0,
+                        n,
+                        eps,
+                        repeats,
+                        seed,
+                    )
+                    cells.append(
+                        {
+                            "d": d,
+                            "K": k,
+                            "n": n,
+                            "epsilon": eps,
+                            "curve": values,
+                            "best": max(values),
+                            "rule": {
+                                str(R): at(
+                                    values,
+                                    rule(
+                                        "output_perturbation",
+                                        "multiclass",
+                                        "logistic",
+                                        n,
+                                        d,
+                                        k,
+                                        eps,
+                                        R,
+                                    ),
+                                )
+                                for R in NORMS
+                            },
+                        }
+                    )
+                    print(f"{len(cells)} cells, {time.time() - start:.0f} s", flush=True)
+    WIDE_OUT.parent.mkdir(exist_ok=True)
+    WIDE_OUT.write_text(json.dumps({"lambdas": LAMBDAS, "cells": cells}, indent=1))
+    gaps = {R: float(np.mean([c["best"] - c["rule"][str(R)] for c in cells])) for R in NORMS}
+    for R in NORMS:
+        print(f"R = {R:g}: mean accuracy gap {gaps[R]:.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--multiclass-output", action="store_true", help="the wide multi-class output study"
+    )
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--huber", action="store_true", help="the Huber width study only")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     _keep = limit_threads(args.threads)
+    if args.huber:
+        huber_study(2)
+        return
+    if args.multiclass_output:
+        wide_output_study(1)
+        return
     repeats = 2 if args.quick else 3
     ns = (2000,) if args.quick else (2000, 10000)
     setups: list[tuple[Task, str, str, tuple[int, ...], tuple[float, ...]]] = [

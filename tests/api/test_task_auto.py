@@ -125,9 +125,9 @@ def test_an_omitted_lambda_on_a_huber_regression_fit_is_the_task_rule(
         "loss": "huber",
         "params": {"h": 0.5},
     }
-    # L = h = 0.5, D = 5, R = 5: m₂ = 5·6·4·0.25 = 30, λ = √(4·0.01·0.25·90 + 60)/(90·5)
+    # L = h = 0.5, D = 5, R = 3: m₂ = 5·6·4·0.25 = 30, λ = √(4·0.01·0.25·90 + 60)/(90·3)
     quote = _quote(client, site, dataset["id"], body)
-    assert math.isclose(quote["regularization"], math.sqrt(60.9) / 450.0, rel_tol=1e-12)
+    assert math.isclose(quote["regularization"], math.sqrt(60.9) / 270.0, rel_tol=1e-12)
 
 
 def test_adassp_automatic_lambda_is_the_smallest_so_its_own_ridge_regularises(
