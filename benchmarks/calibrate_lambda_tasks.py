@@ -72,7 +72,9 @@ def sample(
     X = _rows(d, m, A, rng)
     Z = _standardised(X)
     if task == "multiclass":
-        scores = level * Z @ U.T + rng.gumbel(size=(m, k))
+        # offset > 0: imbalanced classes, log-prior −offset·j for class j (offset 0.7: the
+        # first class about half the rows at K ≥ 5)
+        scores = level * Z @ U.T - offset * np.arange(k) + rng.gumbel(size=(m, k))
         return X, np.argmax(scores, axis=1).astype(np.float64)
     y = np.clip(offset + Z @ u / 2.0 + level * rng.normal(size=m), -1.0, 1.0)
     return X, y
@@ -96,13 +98,14 @@ def curve(
     eps: float,
     repeats: int,
     seed: int,
+    offset: float = 0.0,
 ) -> list[float]:
-    Xt, yt = sample(task, d, k, level, seed, TEST_ROWS, 10_000)
+    Xt, yt = sample(task, d, k, level, seed, TEST_ROWS, 10_000, offset)
     out = []
     for lam in LAMBDAS:
         vals = []
         for r in range(repeats):
-            X, y = sample(task, d, k, level, seed, n, r)
+            X, y = sample(task, d, k, level, seed, n, r, offset)
             design = prepare_design(X, y, task, k if task == "multiclass" else 1)
             result = fit(
                 design,
@@ -267,16 +270,19 @@ WIDE_CLASSES = (5, 10)
 WIDE_NS = (10_000, 30_000)
 WIDE_EPSILONS = (0.1, 0.5, 1.0)
 WIDE_OUT = OUT.with_name("lambda_rule_multiclass_output_wide.json")
+#: class imbalance of the wide study's second half (``--imbalanced``)
+WIDE_OFFSET = 0.7
 
 
-def wide_output_study(repeats: int) -> None:
+def wide_output_study(repeats: int, offset: float = 0.0) -> None:
     """Multi-class output perturbation on wide softmax families (signal 4): per R, the mean
-    accuracy gap to the best λ in hindsight (the first study's cells have dK ≤ 150)."""
+    accuracy gap to the best λ in hindsight (the first study's cells have dK ≤ 150); with an
+    ``offset``, imbalanced classes at n = 10⁴ only."""
     cells: list[dict[str, Any]] = []
     start = time.time()
     for d in WIDE_DIMS:
         for k in WIDE_CLASSES:
-            for n in WIDE_NS:
+            for n in WIDE_NS if offset == 0.0 else WIDE_NS[:1]:
                 for eps in WIDE_EPSILONS:
                     seed = int(1000 * d + 10 * k + 400)
                     values = curve(
@@ -290,6 +296,7 @@ def wide_output_study(repeats: int) -> None:
                         eps,
                         repeats,
                         seed,
+                        offset,
                     )
                     cells.append(
                         {
@@ -318,8 +325,9 @@ def wide_output_study(repeats: int) -> None:
                         }
                     )
                     print(f"{len(cells)} cells, {time.time() - start:.0f} s", flush=True)
-    WIDE_OUT.parent.mkdir(exist_ok=True)
-    WIDE_OUT.write_text(json.dumps({"lambdas": LAMBDAS, "cells": cells}, indent=1))
+    out = WIDE_OUT if offset == 0.0 else WIDE_OUT.with_name(WIDE_OUT.stem + "_imbalanced.json")
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"lambdas": LAMBDAS, "cells": cells}, indent=1))
     gaps = {R: float(np.mean([c["best"] - c["rule"][str(R)] for c in cells])) for R in NORMS}
     for R in NORMS:
         print(f"R = {R:g}: mean accuracy gap {gaps[R]:.4f}")
@@ -332,6 +340,9 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--huber", action="store_true", help="the Huber width study only")
+    parser.add_argument(
+        "--imbalanced", action="store_true", help="with --multiclass-output: imbalanced classes"
+    )
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     _keep = limit_threads(args.threads)
@@ -339,7 +350,7 @@ def main() -> None:
         huber_study(2)
         return
     if args.multiclass_output:
-        wide_output_study(1)
+        wide_output_study(1, WIDE_OFFSET if args.imbalanced else 0.0)
         return
     repeats = 2 if args.quick else 3
     ns = (2000,) if args.quick else (2000, 10000)
