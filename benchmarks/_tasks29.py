@@ -23,20 +23,20 @@ from service.dp.core.tasks import Task
 
 __all__ = [
     "EPSILONS",
+    "FIXED_LAMBDA",
+    "FIXED_LAMBDAS",
     "SERVICE_LAMBDA_BOUNDS",
     "AutoChoice",
     "Band",
-    "privfit_auto",
-    "service_band",
-    "FIXED_LAMBDA",
-    "FIXED_LAMBDAS",
     "LambdaChoice",
     "Split",
     "Tally",
     "dp_source",
     "mean_se",
+    "privfit_auto",
     "privfit_lambda",
     "privfit_refusal",
+    "service_band",
     "timed_privfit",
     "write_json",
 ]
@@ -147,7 +147,8 @@ def privfit_auto(
         bounds=SERVICE_LAMBDA_BOUNDS,
     )
     for cand in choice.ranked:
-        assert cand.loss is not None and cand.regularization is not None
+        assert cand.loss is not None
+        assert cand.regularization is not None
         own = given if cand.loss == "huber" else {}
         refusal = privfit_refusal(
             cand.mechanism,

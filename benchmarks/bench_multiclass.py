@@ -7,11 +7,17 @@ and holds the intercept.
 
 Contenders, at ε ∈ {0.1, 0.5, 1, 5}, every private one pure ε-DP (δ = 0), on the same matrix:
 
-* PrivFit ``objective_perturbation``, ``output_perturbation`` and ``dp_sgd`` (its defaults: one
-  pass; for K classes b = min(n, max(50, ⌈dK/ε⌉)) and η = √(b/50) since the K-class rule,
-  batches of 50 and η = 1 before it) with ``task="multiclass"``; λ from :func:`benchmarks._tasks29.
-  privfit_lambda` (the automatic rule where it applies, else a fixed public value; the output
-  names which). A mechanism that does not fit multi-class labels yet is "not available".
+* PrivFit ``objective_perturbation``, ``output_perturbation`` and ``dp_sgd`` with
+  ``task="multiclass"``, each as a user gets it: objective and output perturbation at the
+  service's task-aware automatic λ (:func:`benchmarks._tasks29.privfit_lambda`, R per task and
+  mechanism), DP-SGD at its K-class defaults (one pass, b = min(n, max(50, ⌈dK/ε⌉)), η =
+  √(b/50)) with a fixed public λ = 10⁻³ (it has no rule); and **PrivFit auto**, the mechanism,
+  loss and λ that ``mechanism: "auto"`` resolves to (:func:`benchmarks._tasks29.privfit_auto`,
+  the service's own ranking), fitted with its own draws and full ε. For each, the service's
+  expected band on a public reference (the published test split, as a site that uploaded it
+  with ``allow_non_private`` would have) says whether the fit would carry the
+  ``below_majority_baseline`` warning. A mechanism that does not fit multi-class labels is
+  "not available".
 * diffprivlib 0.6.6 ``LogisticRegression`` (objective perturbation, one-vs-rest with ε/K per
   class), ``data_norm=1``, ``fit_intercept=False``: with the λ of PrivFit's objective
   perturbation (C = 1/(nλ)) and with its default C = 1.

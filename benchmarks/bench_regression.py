@@ -8,10 +8,14 @@ entry in [0, 1], ``bounds_X = (0, 1)``) and the label in hours (``bounds_y = (1,
 
 Contenders at ε ∈ {0.1, 0.5, 1, 5}:
 
-* PrivFit ``adassp`` (AdaSSP, Wang 2018; (ε, δ)-DP with δ = 10⁻⁶ < 1/n, the only contender that
-  spends a δ), ``objective_perturbation`` and ``output_perturbation`` with the Huber loss
-  (pure ε-DP), ``task="regression"``; λ from :func:`benchmarks._tasks29.privfit_lambda` (the
-  output names it). A mechanism that does not fit regression yet is "not available".
+* PrivFit ``adassp`` (AdaSSP, Wang 2018; (ε, δ)-DP with δ = 10⁻⁶ < 1/n),
+  ``objective_perturbation`` and ``output_perturbation`` with the Huber loss (pure ε-DP, the
+  default width h = ½), ``task="regression"``, at the service's task-aware automatic λ
+  (:func:`benchmarks._tasks29.privfit_lambda`); and **PrivFit auto** at δ = 10⁻⁶ and at
+  δ = 0, the mechanism, loss and λ ``mechanism: "auto"`` resolves to
+  (:func:`benchmarks._tasks29.privfit_auto`), fitted with its own draws. For each, the
+  service's expected band on a public reference (the published test split) says whether the
+  fit would carry the ``worse_than_mean_baseline`` warning.
 * diffprivlib 0.6.6 ``LinearRegression`` (the functional mechanism, ε-DP, its intercept fitted
   from a private mean), predictions clipped to the public bounds like PrivFit's; the same fit
   unclipped is shown too (no time: it is the same fit).

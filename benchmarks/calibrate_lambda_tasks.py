@@ -34,8 +34,8 @@ from numpy.typing import NDArray
 
 from benchmarks._common import limit_threads
 from service.dp import fit, prepare_design
-from service.dp.core.tasks import Task
 from service.dp.analysis.regularization_tasks import auto_regularization_task
+from service.dp.core.tasks import Task
 
 FloatArray = NDArray[np.float64]
 OUT = Path(__file__).resolve().parent / "calibration" / "lambda_rule_tasks.json"
