@@ -104,7 +104,12 @@ def privfit_lambda(
         bounds=SERVICE_LAMBDA_BOUNDS,
     )
     R = choice.constants["R"]
-    return LambdaChoice(choice.regularization, f"auto, task rule R = {R:g}", task_record(choice))
+    source = (
+        "auto: the smallest accepted λ, AdaSSP's own ridge regularises"
+        if mechanism == "adassp"
+        else f"auto, task rule R = {R:g}"
+    )
+    return LambdaChoice(choice.regularization, source, task_record(choice))
 
 
 @dataclass(frozen=True)
