@@ -5,7 +5,6 @@ markdown tables (mean ± standard error, fit times and ratios).
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -17,6 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from benchmarks._common import timed
+from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.dp import PrivacyParameterError, fit
 from service.dp.analysis.planning import plan_point
 from service.dp.core.tasks import Task
@@ -25,13 +25,18 @@ __all__ = [
     "EPSILONS",
     "FIXED_LAMBDA",
     "FIXED_LAMBDAS",
+    "SERVICE_LAMBDA_BOUNDS",
+    "AutoChoice",
+    "Band",
     "LambdaChoice",
     "Split",
     "Tally",
     "dp_source",
     "mean_se",
+    "privfit_auto",
     "privfit_lambda",
     "privfit_refusal",
+    "service_band",
     "timed_privfit",
     "write_json",
 ]
@@ -46,12 +51,18 @@ FIXED_LAMBDA = 1e-3
 FIXED_LAMBDAS: dict[str, float] = {"adassp": 1e-6}
 
 
+#: The λ bounds the service clamps to, so the benchmark's λ is the service's.
+SERVICE_LAMBDA_BOUNDS: tuple[float, float] = (MIN_REGULARIZATION, MAX_REGULARIZATION)
+
+
 @dataclass(frozen=True)
 class LambdaChoice:
-    """PrivFit's λ for one (mechanism, ε) and where it came from (shown in the output)."""
+    """PrivFit's λ for one (mechanism, ε), where it came from (shown in the output) and the
+    rule's record as a fit's record would carry it (None for a fixed λ)."""
 
     value: float
     source: str
+    record: Mapping[str, Any] | None = None
 
 
 def privfit_lambda(
@@ -64,38 +75,153 @@ def privfit_lambda(
     loss: str,
     task: Task,
     n_classes: int,
+    params: Mapping[str, Any] | None = None,
 ) -> LambdaChoice:
-    """The automatic rule (:func:`service.dp.analysis.regularization.auto_regularization`)
-    where it applies, from public n, d, ε, δ only.
+    """λ ``"auto"`` as the service resolves it for a multi-class or regression fit
+    (:func:`service.dp.analysis.regularization_tasks.auto_regularization_task`, the task-aware
+    rule with R per task and mechanism, clamped to the service's bounds), from public n, d, K,
+    ε, δ, the loss and its Huber width; for a mechanism without a rule (DP-SGD) the public
+    :data:`FIXED_LAMBDAS` or :data:`FIXED_LAMBDA`, as a user must give one."""
+    from service.dp.analysis.regularization_tasks import (
+        TASK_RULE_MECHANISMS,
+        auto_regularization_task,
+        task_record,
+    )
 
-    * If the rule takes the task, it is asked for this task.
-    * Otherwise, for a mechanism the rule covers, the binary rule is evaluated at the dimension
-      of the released noise, d·K for K classes (d for regression), with the task's loss where
-      the binary rule knows it (``huber``; else ``logistic``'s constants): a public proxy, since
-      every noise term of the rule grows with the noise's dimension.
-    * Otherwise :data:`FIXED_LAMBDAS` or :data:`FIXED_LAMBDA`.
-    """
-    from service.dp.analysis import regularization as rule
-
-    takes_task = "task" in inspect.signature(rule.auto_regularization).parameters
-    if mechanism not in rule.AUTO_MECHANISMS:
+    if mechanism not in TASK_RULE_MECHANISMS.get(task, frozenset()):
         fixed = FIXED_LAMBDAS.get(mechanism, FIXED_LAMBDA)
         return LambdaChoice(fixed, f"fixed {fixed:g} (no automatic rule)")
-    try:
-        if takes_task:
-            kwargs: dict[str, Any] = {"task": task, "n_classes": n_classes}
-            choice = rule.auto_regularization(
-                mechanism, n=n, d=d, epsilon=epsilon, delta=delta, loss=loss, **kwargs
-            )
-            return LambdaChoice(choice.regularization, "auto")
-        outputs = n_classes if task == "multiclass" else 1
-        proxy_loss = loss if loss in ("logistic", "huber") else "logistic"
-        choice = rule.auto_regularization(
-            mechanism, n=n, d=d * outputs, epsilon=epsilon, delta=delta, loss=proxy_loss
+    choice = auto_regularization_task(
+        mechanism,
+        task=task,
+        n_classes=n_classes,
+        n=n,
+        d=d,
+        epsilon=epsilon,
+        delta=delta,
+        loss=loss,
+        params=params,
+        bounds=SERVICE_LAMBDA_BOUNDS,
+    )
+    R = choice.constants["R"]
+    source = (
+        "auto: the smallest accepted λ, AdaSSP's own ridge regularises"
+        if mechanism == "adassp"
+        else f"auto, task rule R = {R:g}"
+    )
+    return LambdaChoice(choice.regularization, source, task_record(choice))
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    """``mechanism: "auto"`` as the service resolves it for the task: the mechanism, loss, λ
+    and params of the first ranked candidate the dry run admits, and the rule's reason."""
+
+    mechanism: str
+    loss: str
+    regularization: float
+    params: Mapping[str, Any]
+    reason: str
+
+
+def privfit_auto(
+    *,
+    task: Task,
+    n_classes: int,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    params: Mapping[str, Any] | None = None,
+) -> AutoChoice:
+    """:func:`service.dp.analysis.auto_tasks.rank_for_task` (the function the service's
+    ``resolve_task_auto`` calls, no loss requested) and the first candidate PrivFit's dry run
+    accepts, as the service keeps the first whose calibration it admits."""
+    from service.dp.analysis.auto_tasks import rank_for_task
+
+    given = dict(params or {})
+    choice = rank_for_task(
+        task,
+        n_classes=n_classes,
+        n=n,
+        d=d,
+        epsilon=epsilon,
+        delta=delta,
+        loss=None,
+        params=given,
+        bounds=SERVICE_LAMBDA_BOUNDS,
+    )
+    for cand in choice.ranked:
+        assert cand.loss is not None
+        assert cand.regularization is not None
+        own = given if cand.loss == "huber" else {}
+        refusal = privfit_refusal(
+            cand.mechanism,
+            n=n,
+            d=d,
+            epsilon=epsilon,
+            delta=delta,
+            loss=cand.loss,
+            regularization=cand.regularization,
+            task=task,
+            n_classes=n_classes,
+            params=own,
         )
-        return LambdaChoice(choice.regularization, f"binary auto rule at dimension {d * outputs}")
-    except ValueError as exc:
-        return LambdaChoice(FIXED_LAMBDA, f"fixed {FIXED_LAMBDA:g} (rule refused: {exc})")
+        if refusal is None:
+            return AutoChoice(cand.mechanism, cand.loss, cand.regularization, own, choice.reason)
+    raise ValueError("auto: no candidate admitted")
+
+
+@dataclass(frozen=True)
+class Band:
+    """The service's expected band of one configuration on the public reference: its mean,
+    the trivial model's score on the reference, and whether the fit would carry the warning."""
+
+    mean: float
+    baseline: float
+    warns: bool
+
+
+def service_band(
+    mechanism: str,
+    *,
+    reference_X: FloatArray,
+    reference_y: FloatArray,
+    task: Task,
+    n_classes: int,
+    n: int,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    regularization: float,
+    params: Mapping[str, Any] | None = None,
+    half_range: float = 1.0,
+) -> Band | None:
+    """:func:`service.dp.analysis.expected_tasks.expected_task_band` (what
+    ``service.domain.fits.expected_tasks.with_task_band`` calls for a site with a public
+    reference) on the benchmark's public reference rows; None when the service would give no
+    band (it raises: the fit runs without one)."""
+    from service.dp.analysis.expected_tasks import expected_task_band
+    from service.dp.optimize.solvers import ConvergenceError
+
+    try:
+        band = expected_task_band(
+            mechanism,
+            regularization=regularization,
+            params=dict(params or {}),
+            X=reference_X,
+            y=reference_y,
+            task=task,
+            n_classes=n_classes,
+            n=n,
+            epsilon=epsilon,
+            delta=delta,
+            loss=loss,
+            half_range=half_range,
+        )
+    except (ValueError, ConvergenceError):
+        return None
+    return Band(band.mean, band.baseline, band.worse_than_baseline)
 
 
 def privfit_refusal(
@@ -198,6 +324,33 @@ class Tally:
     unavailable: dict[str, str] = field(default_factory=dict)
     failures: dict[str, list[str]] = field(default_factory=dict)
     lambdas: dict[float, dict[str, str]] = field(default_factory=dict)
+    #: per ε and PrivFit contender: the service's band on the public reference (None: none)
+    bands: dict[float, dict[str, dict[str, Any] | None]] = field(default_factory=dict)
+
+    def add_band(self, eps: float, name: str, band: Band | None) -> None:
+        self.bands.setdefault(eps, {})[name] = (
+            None
+            if band is None
+            else {"mean": band.mean, "baseline": band.baseline, "warns": band.warns}
+        )
+
+    def band_table(self, digits: int = 3) -> str:
+        """Per ε and PrivFit contender: the band's mean on the public reference, and whether
+        the fit would carry the service's trivial-model warning."""
+        names = list(next(iter(self.bands.values()), {}))
+        lines = ["| ε | " + " | ".join(names) + " | trivial model on the reference |"]
+        lines.append("|" + "---|" * (len(names) + 2))
+        for eps in sorted(self.bands):
+            cells, base = [], "—"
+            for c in names:
+                b = self.bands[eps].get(c)
+                if b is None:
+                    cells.append("no band")
+                    continue
+                base = f"{b['baseline']:.{digits}f}"
+                cells.append(f"{b['mean']:.{digits}f}" + (" **warns**" if b["warns"] else ""))
+            lines.append(f"| {eps:g} | " + " | ".join(cells) + f" | {base} |")
+        return "\n".join(lines)
 
     def add(self, eps: float, name: str, value: float, seconds: float | None) -> None:
         self.values.setdefault(eps, {}).setdefault(name, []).append(float(value))
@@ -287,6 +440,8 @@ class Tally:
             wins: list[str] = []
             losses: list[str] = []
             below: list[str] = []
+            unwarned: list[str] = []
+            false_alarms: list[str] = []
             for eps in sorted(self.values):
                 vals = self.values[eps].get(name)
                 if not vals:
@@ -301,13 +456,25 @@ class Tally:
                     best = max(peer) if self.higher_is_better else min(peer)
                     (wins if sign * (m - best) > 0 else losses).append(f"{eps:g}")
                 triv = self.values[eps].get(trivial)
+                band = self.bands.get(eps, {}).get(name)
+                warns = bool(band and band["warns"])
                 if triv and sign * (m - float(np.mean(triv))) < 0:
                     below.append(f"{eps:g}")
-            lines.append(
+                    if not warns:
+                        unwarned.append(f"{eps:g}")
+                elif warns:
+                    false_alarms.append(f"{eps:g}")
+            line = (
                 f"- {name}: better than the best diffprivlib column at ε ∈ {{{', '.join(wins)}}}"
                 f"; not at ε ∈ {{{', '.join(losses)}}}; worse than {trivial} at ε ∈ "
                 f"{{{', '.join(below)}}}"
             )
+            if self.bands:
+                line += (
+                    f", of which without the service's warning at ε ∈ {{{', '.join(unwarned)}}}"
+                    f"; warned although not worse at ε ∈ {{{', '.join(false_alarms)}}}"
+                )
+            lines.append(line)
         return lines
 
     def failure_lines(self) -> list[str]:
@@ -329,6 +496,7 @@ class Tally:
             unavailable=dict(raw["unavailable"]),
             failures=dict(raw["failures"]),
             lambdas={float(e): v for e, v in raw["lambdas"].items()},
+            bands={float(e): v for e, v in raw.get("bands", {}).items()},
         )
 
     def raw(self) -> dict[str, Any]:
@@ -340,6 +508,7 @@ class Tally:
             "unavailable": self.unavailable,
             "failures": self.failures,
             "lambdas": {f"{e:g}": v for e, v in self.lambdas.items()},
+            "bands": {f"{e:g}": v for e, v in self.bands.items()},
         }
 
 

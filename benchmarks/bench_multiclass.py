@@ -7,11 +7,17 @@ and holds the intercept.
 
 Contenders, at ε ∈ {0.1, 0.5, 1, 5}, every private one pure ε-DP (δ = 0), on the same matrix:
 
-* PrivFit ``objective_perturbation``, ``output_perturbation`` and ``dp_sgd`` (its defaults: one
-  pass; for K classes b = min(n, max(50, ⌈dK/ε⌉)) and η = √(b/50) since the K-class rule,
-  batches of 50 and η = 1 before it) with ``task="multiclass"``; λ from :func:`benchmarks._tasks29.
-  privfit_lambda` (the automatic rule where it applies, else a fixed public value; the output
-  names which). A mechanism that does not fit multi-class labels yet is "not available".
+* PrivFit ``objective_perturbation``, ``output_perturbation`` and ``dp_sgd`` with
+  ``task="multiclass"``, each as a user gets it: objective and output perturbation at the
+  service's task-aware automatic λ (:func:`benchmarks._tasks29.privfit_lambda`, R per task and
+  mechanism), DP-SGD at its K-class defaults (one pass, b = min(n, max(50, ⌈dK/ε⌉)), η =
+  √(b/50)) with a fixed public λ = 10⁻³ (it has no rule); and **PrivFit auto**, the mechanism,
+  loss and λ that ``mechanism: "auto"`` resolves to (:func:`benchmarks._tasks29.privfit_auto`,
+  the service's own ranking), fitted with its own draws and full ε. For each, the service's
+  expected band on a public reference (the published test split, as a site that uploaded it
+  with ``allow_non_private`` would have) says whether the fit would carry the
+  ``below_majority_baseline`` warning. A mechanism that does not fit multi-class labels is
+  "not available".
 * diffprivlib 0.6.6 ``LogisticRegression`` (objective perturbation, one-vs-rest with ε/K per
   class), ``data_norm=1``, ``fit_intercept=False``: with the λ of PrivFit's objective
   perturbation (C = 1/(nλ)) and with its default C = 1.
@@ -42,10 +48,13 @@ from benchmarks import datasets29
 from benchmarks._common import OUT_DIR, environment, limit_threads, load_average, timed
 from benchmarks._tasks29 import (
     EPSILONS,
+    LambdaChoice,
     Tally,
     dp_source,
+    privfit_auto,
     privfit_lambda,
     privfit_refusal,
+    service_band,
     timed_privfit,
     write_json,
 )
@@ -56,6 +65,7 @@ PRIVFIT = {
     "PrivFit OP": "objective_perturbation",
     "PrivFit output": "output_perturbation",
     "PrivFit DP-SGD": "dp_sgd",
+    "PrivFit auto": "auto",
 }
 DPL_SAME = "diffprivlib (same λ)"
 DPL_DEFAULT = "diffprivlib (C = 1)"
@@ -148,6 +158,9 @@ def run_dataset(
     K = data.n_classes
     tally = Tally(CONTENDERS, "accuracy", higher_is_better=True)
     rng = np.random.default_rng(seed)
+    # the public reference of the service's expected band: the published test split, as a
+    # site that uploaded it with allow_non_private would have it
+    reference = (Xte, yte)
 
     counts = np.bincount(y.astype(np.intp), minlength=K)
     majority = int(np.argmax(counts))
@@ -159,8 +172,18 @@ def run_dataset(
 
     for eps in epsilons:
         t0 = time.perf_counter()
-        lam = {
-            name: privfit_lambda(
+        lam: dict[str, LambdaChoice] = {}
+        mech_of: dict[str, str] = {}
+        for name, mech in PRIVFIT.items():
+            if mech == "auto":
+                auto = privfit_auto(
+                    task="multiclass", n_classes=K, n=n, d=d, epsilon=eps, delta=0.0
+                )
+                mech_of[name] = auto.mechanism
+                lam[name] = LambdaChoice(auto.regularization, f"auto → {auto.mechanism}")
+                continue
+            mech_of[name] = mech
+            lam[name] = privfit_lambda(
                 mech,
                 n=n,
                 d=d,
@@ -170,12 +193,10 @@ def run_dataset(
                 task="multiclass",
                 n_classes=K,
             )
-            for name, mech in PRIVFIT.items()
-        }
         tally.lambdas[eps] = {name: f"{c.value:.3g} ({c.source})" for name, c in lam.items()}
-        for name, mech in PRIVFIT.items():
+        for name in PRIVFIT:
             reason = privfit_refusal(
-                mech,
+                mech_of[name],
                 n=n,
                 d=d,
                 epsilon=eps,
@@ -187,13 +208,27 @@ def run_dataset(
             )
             if reason is not None:
                 tally.unavailable[name] = reason
+                continue
+            band = service_band(
+                mech_of[name],
+                reference_X=reference[0],
+                reference_y=reference[1],
+                task="multiclass",
+                n_classes=K,
+                n=n,
+                epsilon=eps,
+                delta=0.0,
+                loss="logistic",
+                regularization=lam[name].value,
+            )
+            tally.add_band(eps, name, band)
         C_same = 1.0 / (n * lam["PrivFit OP"].value)
         for _ in range(reps):
             run_seed = int(rng.integers(2**31))
-            for name, mech in PRIVFIT.items():
+            for name in PRIVFIT:
                 if name not in tally.unavailable:
                     run = partial(
-                        privfit_run, data, mech, epsilon=eps, lam=lam[name].value, rng=rng
+                        privfit_run, data, mech_of[name], epsilon=eps, lam=lam[name].value, rng=rng
                     )
                     tally.run(eps, name, run)
             for name, C, offset in ((DPL_SAME, C_same, 0), (DPL_DEFAULT, 1.0, 1)):
@@ -239,6 +274,11 @@ def report(name: str, tally: Tally, info: dict[str, Any], reps: int) -> list[str
         "PrivFit's λ:",
         "",
         tally.lambda_table(),
+        "",
+        "The service's expected accuracy (band mean, 4 simulated fits on the public reference) "
+        "and its warning (**warns**: the fit would carry `below_majority_baseline`):",
+        "",
+        tally.band_table(),
         "",
         *tally.verdict(list(PRIVFIT), [DPL_SAME, DPL_DEFAULT], MAJORITY),
         *tally.failure_lines(),

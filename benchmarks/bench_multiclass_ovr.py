@@ -29,6 +29,8 @@ def _ovr_scores(
     for k in range(K):
         yk = np.where(y == k, 1.0, -1.0)
         r = fit(X, yk, mechanism, epsilon=eps / K, regularization=lam, rng=rng)  # type: ignore[arg-type]
+        if r.coef is None:
+            raise RuntimeError(f"{mechanism} released no coefficient vector")
         coefs.append(r.coef)
     return np.stack(coefs)
 

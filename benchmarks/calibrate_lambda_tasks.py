@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 from benchmarks._common import limit_threads
 from service.dp import fit, prepare_design
 from service.dp.analysis.regularization_tasks import auto_regularization_task
+from service.dp.core.tasks import Task
 
 FloatArray = NDArray[np.float64]
 OUT = Path(__file__).resolve().parent / "calibration" / "lambda_rule_tasks.json"
@@ -46,16 +47,21 @@ TEST_ROWS = 20_000
 def _rows(d: int, m: int, A: FloatArray, rng: np.random.Generator) -> FloatArray:
     z = rng.normal(size=(m, d - 1)) @ A.T
     X = np.hstack([z, np.ones((m, 1))])
-    return X / np.linalg.norm(X, axis=1, keepdims=True)
+    out: FloatArray = X / np.linalg.norm(X, axis=1, keepdims=True)
+    return out
 
 
 def _standardised(X: FloatArray) -> FloatArray:
     Z = X[:, :-1]
-    return (Z - Z.mean(axis=0)) / np.maximum(Z.std(axis=0), 1e-12)
+    out: FloatArray = (Z - Z.mean(axis=0)) / np.maximum(Z.std(axis=0), 1e-12)
+    return out
 
 
-def sample(task: str, d: int, k: int, level: float, seed: int, m: int, draw: int) -> Any:
-    """(X, y) of the family (task, d, K, signal or σ) from its public seed."""
+def sample(
+    task: str, d: int, k: int, level: float, seed: int, m: int, draw: int, offset: float = 0.0
+) -> Any:
+    """(X, y) of the family (task, d, K, signal or σ; regression labels centred at
+    ``offset``) from its public seed."""
     law = np.random.default_rng(seed)
     A = law.normal(0.0, 1.0 / math.sqrt(d - 1), (d - 1, d - 1)) + np.eye(d - 1)
     if task == "multiclass":
@@ -66,9 +72,11 @@ def sample(task: str, d: int, k: int, level: float, seed: int, m: int, draw: int
     X = _rows(d, m, A, rng)
     Z = _standardised(X)
     if task == "multiclass":
-        scores = level * Z @ U.T + rng.gumbel(size=(m, k))
+        # offset > 0: imbalanced classes, log-prior −offset·j for class j (offset 0.7: the
+        # first class about half the rows at K ≥ 5)
+        scores = level * Z @ U.T - offset * np.arange(k) + rng.gumbel(size=(m, k))
         return X, np.argmax(scores, axis=1).astype(np.float64)
-    y = np.clip(Z @ u / 2.0 + level * rng.normal(size=m), -1.0, 1.0)
+    y = np.clip(offset + Z @ u / 2.0 + level * rng.normal(size=m), -1.0, 1.0)
     return X, y
 
 
@@ -80,7 +88,7 @@ def score(model: Any, X: FloatArray, y: FloatArray, task: str) -> float:
 
 
 def curve(
-    task: str,
+    task: Task,
     mechanism: str,
     loss: str,
     d: int,
@@ -90,13 +98,14 @@ def curve(
     eps: float,
     repeats: int,
     seed: int,
+    offset: float = 0.0,
 ) -> list[float]:
-    Xt, yt = sample(task, d, k, level, seed, TEST_ROWS, 10_000)
+    Xt, yt = sample(task, d, k, level, seed, TEST_ROWS, 10_000, offset)
     out = []
     for lam in LAMBDAS:
         vals = []
         for r in range(repeats):
-            X, y = sample(task, d, k, level, seed, n, r)
+            X, y = sample(task, d, k, level, seed, n, r, offset)
             design = prepare_design(X, y, task, k if task == "multiclass" else 1)
             result = fit(
                 design,
@@ -137,15 +146,215 @@ def rule(
     ).regularization
 
 
+#: The Huber study (``--huber``): widths, label offsets, noise levels, sizes and ε.
+HUBER_WIDTHS = (0.1, 0.25, 0.5)
+HUBER_OFFSETS = (0.0, -0.4)
+HUBER_DIMS = (10, 30, 100)
+HUBER_NS = (2000, 10_000)
+HUBER_EPSILONS = (0.1, 0.5, 1.0)
+HUBER_OUT = OUT.with_name("huber_rule_regression.json")
+
+
+def huber_curve(
+    mechanism: str, d: int, h: float, offset: float, n: int, eps: float, repeats: int, seed: int
+) -> tuple[list[float], float]:
+    """Test RMSE ([−1, 1] units) at every λ of the grid, and the training mean's RMSE."""
+    Xt, yt = sample("regression", d, 1, 0.2, seed, TEST_ROWS, 10_000, offset)
+    out: list[float] = []
+    trivial: list[float] = []
+    for lam in LAMBDAS:
+        vals = []
+        for r in range(repeats):
+            X, y = sample("regression", d, 1, 0.2, seed, n, r, offset)
+            if lam == LAMBDAS[0]:
+                trivial.append(float(np.sqrt(np.mean((yt - float(np.mean(y))) ** 2))))
+            result = fit(
+                prepare_design(X, y, "regression", 1),
+                None,
+                mechanism,
+                epsilon=eps,
+                delta=0.0,
+                loss="huber",
+                regularization=lam,
+                task="regression",
+                n_classes=1,
+                rng=np.random.default_rng([seed, r, int(lam * 1e9), int(h * 100)]),
+                h=h,
+            )
+            vals.append(-score(result.model, Xt, yt, "regression"))
+        out.append(float(np.mean(vals)))
+    return out, float(np.mean(trivial))
+
+
+def huber_rule(mechanism: str, n: int, d: int, eps: float, h: float, R: float) -> float:
+    return auto_regularization_task(
+        mechanism,
+        task="regression",
+        n_classes=1,
+        n=n,
+        d=d,
+        epsilon=eps,
+        loss="huber",
+        params={"h": h},
+        norm=R,
+    ).regularization
+
+
+def huber_study(repeats: int) -> None:
+    """Regression with the Huber loss: per mechanism, width h and comparator norm R, the mean
+    RMSE gap to the best λ in hindsight and the cells where the rule does worse than the
+    training mean (labels centred at 0 or off-centre, as bounded labels usually are)."""
+    cells: list[dict[str, Any]] = []
+    start = time.time()
+    for mechanism in ("objective_perturbation", "output_perturbation"):
+        for d in HUBER_DIMS:
+            for offset in HUBER_OFFSETS:
+                for n in HUBER_NS:
+                    for eps in HUBER_EPSILONS:
+                        for h in HUBER_WIDTHS:
+                            seed = int(1000 * d + 7 + 100 * abs(offset))
+                            values, trivial = huber_curve(
+                                mechanism, d, h, offset, n, eps, repeats, seed
+                            )
+                            cells.append(
+                                {
+                                    "mechanism": mechanism,
+                                    "d": d,
+                                    "offset": offset,
+                                    "n": n,
+                                    "epsilon": eps,
+                                    "h": h,
+                                    "curve": values,
+                                    "trivial": trivial,
+                                    "best": min(values),
+                                    "rule": {
+                                        str(R): at(values, huber_rule(mechanism, n, d, eps, h, R))
+                                        for R in NORMS
+                                    },
+                                }
+                            )
+        print(f"{mechanism}: {len(cells)} cells, {time.time() - start:.0f} s", flush=True)
+    HUBER_OUT.parent.mkdir(exist_ok=True)
+    HUBER_OUT.write_text(json.dumps({"lambdas": LAMBDAS, "cells": cells}, indent=1))
+    print(huber_summary(cells))
+
+
+def huber_summary(cells: list[dict[str, Any]]) -> str:
+    """Per mechanism and h: the R minimising the mean gap, that gap, and how many cells are
+    worse than the training mean at that R (and at the best λ in hindsight)."""
+    lines = [
+        "| mechanism | h | cells | best R | mean RMSE gap at best R | worse than the mean at "
+        "best R | worse than the mean at the best λ |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for mechanism in ("objective_perturbation", "output_perturbation"):
+        for h in HUBER_WIDTHS:
+            mine = [c for c in cells if c["mechanism"] == mechanism and c["h"] == h]
+            if not mine:
+                continue
+            gaps = {R: float(np.mean([c["rule"][str(R)] - c["best"] for c in mine])) for R in NORMS}
+            best_R = min(gaps, key=lambda R: gaps[R])
+            worse = sum(c["rule"][str(best_R)] > c["trivial"] for c in mine)
+            worse_best = sum(c["best"] > c["trivial"] for c in mine)
+            lines.append(
+                f"| {mechanism} | {h:g} | {len(mine)} | {best_R:g} | {gaps[best_R]:.4f} | "
+                f"{worse} | {worse_best} |"
+            )
+    return "\n".join(lines)
+
+
+#: The wide multi-class output study (``--multiclass-output``): noise dimensions dK up to
+#: 1000, as real multi-class fits have.
+WIDE_DIMS = (30, 100)
+WIDE_CLASSES = (5, 10)
+WIDE_NS = (10_000, 30_000)
+WIDE_EPSILONS = (0.1, 0.5, 1.0)
+WIDE_OUT = OUT.with_name("lambda_rule_multiclass_output_wide.json")
+#: class imbalance of the wide study's second half (``--imbalanced``)
+WIDE_OFFSET = 0.7
+
+
+def wide_output_study(repeats: int, offset: float = 0.0) -> None:
+    """Multi-class output perturbation on wide softmax families (signal 4): per R, the mean
+    accuracy gap to the best λ in hindsight (the first study's cells have dK ≤ 150); with an
+    ``offset``, imbalanced classes at n = 10⁴ only."""
+    cells: list[dict[str, Any]] = []
+    start = time.time()
+    for d in WIDE_DIMS:
+        for k in WIDE_CLASSES:
+            for n in WIDE_NS if offset == 0.0 else WIDE_NS[:1]:
+                for eps in WIDE_EPSILONS:
+                    seed = int(1000 * d + 10 * k + 400)
+                    values = curve(
+                        "multiclass",
+                        "output_perturbation",
+                        "logistic",
+                        d,
+                        k,
+                        4.0,
+                        n,
+                        eps,
+                        repeats,
+                        seed,
+                        offset,
+                    )
+                    cells.append(
+                        {
+                            "d": d,
+                            "K": k,
+                            "n": n,
+                            "epsilon": eps,
+                            "curve": values,
+                            "best": max(values),
+                            "rule": {
+                                str(R): at(
+                                    values,
+                                    rule(
+                                        "output_perturbation",
+                                        "multiclass",
+                                        "logistic",
+                                        n,
+                                        d,
+                                        k,
+                                        eps,
+                                        R,
+                                    ),
+                                )
+                                for R in NORMS
+                            },
+                        }
+                    )
+                    print(f"{len(cells)} cells, {time.time() - start:.0f} s", flush=True)
+    out = WIDE_OUT if offset == 0.0 else WIDE_OUT.with_name(WIDE_OUT.stem + "_imbalanced.json")
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"lambdas": LAMBDAS, "cells": cells}, indent=1))
+    gaps = {R: float(np.mean([c["best"] - c["rule"][str(R)] for c in cells])) for R in NORMS}
+    for R in NORMS:
+        print(f"R = {R:g}: mean accuracy gap {gaps[R]:.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument(
+        "--multiclass-output", action="store_true", help="the wide multi-class output study"
+    )
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--huber", action="store_true", help="the Huber width study only")
+    parser.add_argument(
+        "--imbalanced", action="store_true", help="with --multiclass-output: imbalanced classes"
+    )
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     _keep = limit_threads(args.threads)
+    if args.huber:
+        huber_study(2)
+        return
+    if args.multiclass_output:
+        wide_output_study(1, WIDE_OFFSET if args.imbalanced else 0.0)
+        return
     repeats = 2 if args.quick else 3
     ns = (2000,) if args.quick else (2000, 10000)
-    setups = [
+    setups: list[tuple[Task, str, str, tuple[int, ...], tuple[float, ...]]] = [
         ("multiclass", "objective_perturbation", "logistic", (3, 5), (2.0, 4.0)),
         ("multiclass", "output_perturbation", "logistic", (3, 5), (4.0,)),
         ("regression", "objective_perturbation", "huber", (1,), (0.1, 0.3)),

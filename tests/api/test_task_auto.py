@@ -131,13 +131,13 @@ def test_an_omitted_lambda_on_a_huber_regression_fit_is_the_task_rule(
         "loss": "huber",
         "params": {"h": 0.5},
     }
-    # L = h = 0.5, D = 5, R = 5, at the fit's ε = 0.95 (the private baseline's 5 % off):
-    # m₂ = 5·6·4·0.25/ε² = 30/0.95², λ = √(4·0.01·0.25·90 + 60/0.95²)/(90·5)
+    # L = h = 0.5, D = 5, R = 3, at the fit's ε = 0.95 (the private baseline's 5 % off):
+    # m₂ = 5·6·4·0.25/ε² = 30/0.95², λ = √(4·0.01·0.25·90 + 60/0.95²)/(90·3)
     quote = _quote(client, site, dataset["id"], body)
     fit_epsilon = quote["expected_accuracy"]["private_baseline"]["fit_epsilon"]
     assert fit_epsilon == pytest.approx(0.95, rel=1e-12)
     assert math.isclose(
-        quote["regularization"], math.sqrt(0.9 + 60.0 / fit_epsilon**2) / 450.0, rel_tol=1e-12
+        quote["regularization"], math.sqrt(0.9 + 60.0 / fit_epsilon**2) / 270.0, rel_tol=1e-12
     )
 
 

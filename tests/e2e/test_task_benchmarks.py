@@ -97,8 +97,13 @@ def test_the_multiclass_benchmark_compares_privfit_with_diffprivlib(
         _check_runs(cell, bench.CONTENDERS, bench.QUICK_REPS, lambda v: 0.0 <= v <= 1.0)
         # the majority class is what it says: the most frequent class is at least 1/K
         assert cell["values"]["1"][bench.MAJORITY][0] > 0.0
+        # every PrivFit contender has the service's expected band (and its warning) per ε
+        for eps in EPSILONS:
+            assert set(cell["bands"][eps]) == set(bench.PRIVFIT)
+            assert all(0.0 <= b["mean"] <= 1.0 for b in cell["bands"][eps].values())
     text = capsys.readouterr().out
-    assert "| ε | PrivFit OP | PrivFit output | PrivFit DP-SGD | diffprivlib" in text
+    assert "| ε | PrivFit OP | PrivFit output | PrivFit DP-SGD | PrivFit auto | diffprivlib" in text
+    assert "auto → objective_perturbation" in text
 
 
 def test_the_regression_benchmark_compares_privfit_with_diffprivlib(
@@ -117,4 +122,10 @@ def test_the_regression_benchmark_compares_privfit_with_diffprivlib(
     for eps in EPSILONS:
         clipped, raw_rmse = cell["values"][eps][bench.DPL], cell["values"][eps][bench.DPL_RAW]
         assert all(c <= r + 1e-9 for c, r in zip(clipped, raw_rmse, strict=True))
-    assert "| ε | PrivFit AdaSSP | PrivFit OP (Huber)" in capsys.readouterr().out
+    for eps in EPSILONS:
+        assert set(cell["bands"][eps]) == set(bench.PRIVFIT)
+    text = capsys.readouterr().out
+    assert "| ε | PrivFit AdaSSP | PrivFit OP (Huber)" in text
+    # auto: AdaSSP at δ > 0, Huber objective perturbation at δ = 0
+    assert "auto → adassp" in text
+    assert "auto → objective_perturbation" in text

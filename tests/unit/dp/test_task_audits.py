@@ -45,6 +45,33 @@ Hand derivations (all pairs have identical feature rows x = 1, d = 1, and differ
   and λ_A = 0 here (λ̂ − σ₁t ≈ 197 ≫ σ₂(2 + t)), so n·ŵ = b̂·(1 + O(σ₂/n)) ≈ ±1 + N(0, σ₃²):
   dividing by the noisy Gram matrix costs under 1 % of the signal, where a pair with the labels
   ±1 on all rows (b̂ ≈ Ĝ) would add σ₂-sized noise to the statistic and lose the power.
+
+Worst-case pairs for the multinomial loss (heavy tier). The pairs above change a label on a
+shared feature row, where the gradient gap is Δ = e_{y′} − e_y, ‖Δ‖ = √2, half the sensitivity
+2√2 the calibration pays for. Which replace-one pair maximises the loss? For rows x, x′ (‖x‖,
+‖x′‖ ≤ 1) with labels y, y′ the gap at C is Δ(C) = (p(Cx) − e_y)xᵀ − (p(Cx′) − e_{y′})x′ᵀ.
+
+* orthogonal x ⊥ x′: ‖Δ‖² = ‖p − e_y‖² + ‖p′ − e_{y′}‖² ≤ 2 + 2, ‖Δ‖ ≤ 2;
+* x′ = x (the pairs above): ‖Δ‖ = ‖e_{y′} − e_y‖ = √2 whatever C;
+* x′ = −x, |x| = 1, y′ = y: Δ = (p(s) + p(−s) − 2e_y)xᵀ with s = Cx, and
+  ‖p(s) + p(−s) − 2e_y‖² = (p_y + p′_y − 2)² + Σ_{k≠y}(p_k + p′_k)². The bound 2√2 would need
+  p(s) = p(−s) = e_k, impossible (s_k cannot be both the largest score of s and of −s); the
+  supremum is √6 for K ≥ 3, approached at s = (0, t, −t), t → ∞ (p → e_1, p′ → e_2: 4 + 1 + 1),
+  against 2 for x′ = −x with y′ ≠ y (K ≥ 4; ≤ √2 for K = 3).
+
+So the worst pair flips the replaced row's feature to the opposite direction at norm 1 and
+keeps its label: D = {(1, 0), (1, 0)}, D′ = {(1, 0), (−1, 0)} (K = 3, d = 1, n = 2, λ = 1).
+
+* Objective perturbation, ε = 4 (plan as above: Δ = 0, β = (ε₁ − 2ln(7/6))/(2√2)). The rows'
+  Hessians (diag p − ppᵀ)x² now differ (p(s) against p(−s)), so the statistic is the exact log
+  ratio ln p_D(C)/p_D′(C) = β(‖b_D′(C)‖ − ‖b_D(C)‖) + ln det J_D(C) − ln det J_D′(C), with
+  b_D(C) = −Σ_i(p(Cx_i) − e_{y_i})x_i − n(λ + Δ)C and J_D(C) = Σ_i(diag p_i − p_ip_iᵀ)x_i² +
+  n(λ + Δ)I (the certified release's ε_r ≈ 6·10⁻⁵ aside). Its supremum over C, ε_pair,
+  is at most √6β + ε_J ≈ 3.51 < ε; maximised numerically (Nelder–Mead from 120 starts) it
+  is 2.131 (the label pair's is √2β + ε_r = 1.846): :data:`MC_FLIP_OBJ_PAIR_EPS`, which every
+  sampled statistic must respect. Half the noise is caught above it.
+* Output perturbation, ε = 8: ‖c_D − c_D′‖ = 0.600 (the label pair's 0.520, S = √2), so
+  ε_pair = β(‖c_D − c_D′‖ + 2τ/λ) as above; half the noise is caught above it.
 """
 
 from __future__ import annotations
@@ -365,3 +392,128 @@ def test_adassp_whole_mechanism_audit_and_its_half_noise_control() -> None:
     assert lower < pair_eps < ADA_EPS
     caught = audit(_halved(plan), 62)
     assert pair_eps < caught <= _gdp_epsilon(2.0 / z, ADA_DELTA)
+
+
+# ---- worst-case pairs for the multinomial loss (module docstring) ---------------------------
+
+X_FLIP_D = np.array([[1.0], [1.0]])
+X_FLIP_D_PRIME = np.array([[1.0], [-1.0]])
+Y_FLIP = np.array([0.0, 0.0])
+#: sup_C of the exact log ratio on the flipped pair at ε = 4, λ = 1 (numerical maximum, module
+#: docstring), plus the certified release's share; below √6β + ε_J + ε_r ≈ 3.505.
+MC_FLIP_OBJ_PAIR_EPS = 2.131 + 1e-4
+
+
+def _flip_log_density(C: FloatArray, X: FloatArray, ridge: float, beta: float) -> FloatArray:
+    """ln p_D(C) up to a constant shared by D and D′ (K = 3, d = 1, labels 0): −β‖b_D(C)‖ +
+    ln det J_D(C), row by row of the released C (runs × 3)."""
+    runs, K = C.shape
+    b = np.zeros((runs, K))
+    hessian = np.zeros((runs, K, K))
+    for x in X[:, 0]:
+        s = C * x
+        p = np.exp(s - s.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        b -= (p - np.eye(K)[0]) * x
+        hessian += (np.einsum("rk,kl->rkl", p, np.eye(K)) - np.einsum("rk,rl->rkl", p, p)) * x * x
+    b -= X.shape[0] * ridge * C
+    logdet = np.linalg.slogdet(hessian + X.shape[0] * ridge * np.eye(K))[1]
+    return np.asarray(-beta * np.linalg.norm(b, axis=1) + logdet)
+
+
+@pytest.mark.heavy
+@pytest.mark.statistical
+def test_multiclass_objective_perturbation_worst_case_pair_and_its_half_noise_control() -> None:
+    """The flipped-feature pair: below its numerically maximised loss with the real noise,
+    above it with half the noise."""
+    problem, cal, label_pair_eps, _ = _mc_objective_setup()
+    plan = cal.plan
+    assert isinstance(plan, multiclass.MulticlassObjectivePlan)
+    beta, ridge = plan.noise_beta, plan.effective_regularization
+    eps_r = MC_OBJ_EPS - plan.epsilon_objective
+    hand_bound = math.sqrt(6.0) * beta + plan.jacobian_epsilon + eps_r
+    assert label_pair_eps < MC_FLIP_OBJ_PAIR_EPS < hand_bound < MC_OBJ_EPS
+
+    def audit(c: Calibration, b: float, seed: int) -> tuple[float, float]:
+        runs = MC_OBJ_RUNS
+        a = _releases("objective_perturbation", X_FLIP_D, Y_FLIP, problem, c, runs=runs, seed=seed)
+        bb = _releases(
+            "objective_perturbation", X_FLIP_D_PRIME, Y_FLIP, problem, c, runs=runs, seed=seed + 1
+        )
+        sa, sb = (
+            _flip_log_density(r, X_FLIP_D, ridge, b)
+            - _flip_log_density(r, X_FLIP_D_PRIME, ridge, b)
+            for r in (a, bb)
+        )
+        top = math.sqrt(6.0) * b + plan.jacobian_epsilon
+        thresholds = [f * top for f in (0.3, 0.5, 0.7, -0.3, -0.5, -0.7)]
+        bound = epsilon_lower_bound(sa, sb, confidence=CONFIDENCE, thresholds=thresholds)
+        return bound, float(max(np.abs(sa).max(), np.abs(sb).max()))
+
+    lower, largest = audit(cal, beta, 70)
+    assert largest <= MC_FLIP_OBJ_PAIR_EPS  # the numerical supremum holds on every release
+    assert lower < MC_FLIP_OBJ_PAIR_EPS
+    caught, _ = audit(_with_beta(cal, 2.0 * beta), 2.0 * beta, 72)
+    assert MC_FLIP_OBJ_PAIR_EPS < caught <= 2.0 * math.sqrt(6.0) * beta + plan.jacobian_epsilon
+
+
+@pytest.mark.heavy
+@pytest.mark.statistical
+def test_multiclass_output_perturbation_worst_case_pair_and_its_half_noise_control() -> None:
+    problem = _problem(
+        "output_perturbation",
+        MC_OUT_EPS,
+        MC_OUT_LAM,
+        loss="logistic",
+        task="multiclass",
+        n_classes=3,
+    )
+    cal = get_mechanism("output_perturbation").calibrate(problem)
+    plan = cal.plan
+    assert isinstance(plan, multiclass.MulticlassOutputPlan)
+    centre = {
+        key: multinomial.certified_erm(
+            X, Y_FLIP, 3, regularization=MC_OUT_LAM, tolerance=plan.tolerance
+        ).ravel()
+        for key, X in (("d", X_FLIP_D), ("d_prime", X_FLIP_D_PRIME))
+    }
+    label_pair = {
+        key: multinomial.certified_erm(
+            X_ONES, y, 3, regularization=MC_OUT_LAM, tolerance=plan.tolerance
+        ).ravel()
+        for key, y in (("d", MC_D), ("d_prime", MC_D_PRIME))
+    }
+    distance = float(np.linalg.norm(centre["d"] - centre["d_prime"]))
+    label_distance = float(np.linalg.norm(label_pair["d"] - label_pair["d_prime"]))
+    assert label_distance < distance < 2.0 * math.sqrt(2.0) / (2 * MC_OUT_LAM)
+    pair_eps = plan.beta * (distance + 2 * plan.tolerance / MC_OUT_LAM)
+    assert pair_eps < MC_OUT_EPS
+
+    def log_ratio(o: FloatArray) -> FloatArray:
+        return np.asarray(
+            np.linalg.norm(o - centre["d_prime"], axis=1) - np.linalg.norm(o - centre["d"], axis=1)
+        )
+
+    thresholds = [f * distance for f in (0.5, 0.75, 0.9, -0.5, -0.75, -0.9)]
+
+    def audit(c: Calibration, seed: int) -> float:
+        a = _releases(
+            "output_perturbation", X_FLIP_D, Y_FLIP, problem, c, runs=MC_OUT_RUNS, seed=seed
+        )
+        b = _releases(
+            "output_perturbation",
+            X_FLIP_D_PRIME,
+            Y_FLIP,
+            problem,
+            c,
+            runs=MC_OUT_RUNS,
+            seed=seed + 1,
+        )
+        return epsilon_lower_bound(
+            log_ratio(a), log_ratio(b), confidence=CONFIDENCE, thresholds=thresholds
+        )
+
+    lower = audit(cal, 80)
+    assert lower < pair_eps < MC_OUT_EPS
+    caught = audit(_with_beta(cal, 2.0 * plan.beta), 82)
+    assert pair_eps < caught <= 2.0 * pair_eps
