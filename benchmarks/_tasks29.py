@@ -221,6 +221,8 @@ def service_band(
         )
     except (ValueError, ConvergenceError):
         return None
+    # A band on a public reference always has the reference's trivial-model score.
+    assert band.baseline is not None
     return Band(band.mean, band.baseline, band.worse_than_baseline)
 
 
