@@ -121,7 +121,8 @@ class FederatedRequest:
     protocol: str
     epsilon: float | None
     delta: float = 0.0
-    #: None: the protocol's own loss (``squared`` for the Lasso, ``logistic`` otherwise).
+    #: None: the protocol's own loss for the study's label (``squared`` for the Lasso,
+    #: ``huber`` for another protocol on a numeric label, ``logistic`` otherwise).
     loss: str | None = None
     regularization: float = 0.01
     datasets: Sequence[str] | None = None
@@ -130,17 +131,24 @@ class FederatedRequest:
 
     @property
     def resolved_loss(self) -> str:
+        """The loss for a binary label."""
+        return self.loss_for("binary")
+
+    def loss_for(self, task: str) -> str:
+        """The loss named, or the protocol's default for a label of ``task``."""
         if self.loss is not None:
             return self.loss
-        return "squared" if self.protocol == "distributed_lasso" else "logistic"
+        if self.protocol == "distributed_lasso":
+            return "squared"
+        return "huber" if task == "regression" else "logistic"
 
-    def to_params(self) -> dict[str, Any]:
+    def to_params(self, task: str = "binary") -> dict[str, Any]:
         """The JSON stored as the job's ``params`` (with the study and datasets added)."""
         return {
             "protocol": self.protocol,
             "epsilon": None if self.epsilon is None else float(self.epsilon),
             "delta": float(self.delta),
-            "loss": self.resolved_loss,
+            "loss": self.loss_for(task),
             "regularization": float(self.regularization),
             "params": json_safe(dict(self.params)),
             "name": self.name,
@@ -346,9 +354,10 @@ def _calibrate(
             d=d.pop(),
             epsilon=_PROBE_EPSILON if request.epsilon is None else request.epsilon,
             delta=request.delta,
-            loss=request.resolved_loss,
+            loss=request.loss_for(labels.task),
             regularization=request.regularization,
             task=labels.task,
+            n_classes=labels.n_classes,
             **dict(request.params),
         ),
     )
@@ -510,7 +519,7 @@ def _job_params(
     rounds: int,
 ) -> dict[str, Any]:
     params = {
-        **request.to_params(),
+        **request.to_params(study_task(study).task),
         "study_id": study.id,
         "datasets": [p.dataset.id for p in _hosted(participants)],
     }
@@ -677,7 +686,7 @@ def run_federated_job(
             progress=context.progress,
             # the plan fixed at submission runs; the fit re-derives it only as a check
             plan=None if job.plan is None else plan_from_json(job.plan),
-            task=LabelTask.from_label(facts.label).task,
+            **LabelTask.from_label(facts.label).dp_kwargs,
             **dict(params.get("params") or {}),
         )
     except PlanMismatchError as exc:
