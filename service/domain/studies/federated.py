@@ -89,6 +89,7 @@ from service.dp.federated import (
     FederatedCalibration,
     federated_calibrate,
     federated_fit,
+    protocol_losses,
     protocols_for_task,
 )
 from service.dp.federated.parties import REMOTE_PROTOCOLS
@@ -325,6 +326,22 @@ def _require_task(protocol: str, labels: LabelTask) -> None:
     raise UnsupportedTaskError(msg, errors=[{"loc": ["body", "protocol"], "msg": msg}])
 
 
+def _require_task_loss(request: FederatedRequest, labels: LabelTask) -> None:
+    """422 (``unsupported-label-task``, nothing charged) when the loss asked for is not one the
+    protocol takes for the study's label (the squared loss of a numeric label for the noisy
+    average, whose sensitivity needs a bounded derivative; a multi-class label's multinomial
+    ``logistic``); the message names the losses it takes and why."""
+    allowed, why = protocol_losses(request.protocol, labels.task)
+    loss = request.loss_for(labels.task)
+    if not why or loss in allowed:
+        return
+    msg = (
+        f"the {request.protocol} protocol on a study of {labels.describe()} takes the loss "
+        f"{' or '.join(repr(x) for x in allowed)}, not {loss!r}: {why}"
+    )
+    raise UnsupportedTaskError(msg, errors=[{"loc": ["body", "loss"], "msg": msg}])
+
+
 def _calibrate(
     request: FederatedRequest,
     participants: Sequence[_Participant | _RemoteParticipant],
@@ -337,6 +354,7 @@ def _calibrate(
             errors=[{"loc": ["body", "protocol"], "msg": "unknown protocol"}],
         )
     _require_task(request.protocol, labels)
+    _require_task_loss(request, labels)
     has_remote = any(isinstance(p, _RemoteParticipant) for p in participants)
     if has_remote and request.protocol not in REMOTE_PROTOCOLS:
         raise InvalidInputError(

@@ -77,6 +77,7 @@ __all__ = [
     "federated_calibrate",
     "federated_fit",
     "make_federated_problem",
+    "protocol_losses",
     "protocols_for_task",
 ]
 
@@ -153,6 +154,12 @@ TASK_REFUSALS: dict[str, dict[str, str]] = {
         "target",
     },
 }
+
+
+def protocol_losses(protocol: str, task: str) -> tuple[tuple[str, ...], str]:
+    """The losses ``protocol`` takes for a label of ``task`` and, when they differ from the
+    binary ones, why (the refusal's reason for any other loss)."""
+    return _TASK_LOSSES.get((protocol, task), (_LOSSES[protocol], ""))
 
 
 def protocols_for_task(task: str) -> tuple[str, ...]:
@@ -339,7 +346,7 @@ def make_federated_problem(
         raise PrivacyParameterError(f"{protocol} needs at least one site")
     sizes = tuple(check_dimensions(n, d)[0] for n in site_sizes)
     _, d = check_dimensions(sizes[0], d)
-    allowed, why = _TASK_LOSSES.get((protocol, task), (_LOSSES[protocol], ""))
+    allowed, why = protocol_losses(protocol, task)
     if not isinstance(loss, str) or loss not in allowed:
         raise PrivacyParameterError(
             f"{protocol} supports the loss {' or '.join(repr(x) for x in allowed)}"
