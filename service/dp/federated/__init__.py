@@ -136,18 +136,18 @@ TASK_REFUSALS: dict[str, dict[str, str]] = {
         "multiclass": "seed 002's answers are d-vectors, sums of l′(y·vᵀx)·y·x for a margin "
         "loss on labels ±1, and their Gaussian noise is calibrated in dimension d; a (K, d) "
         "model's gradients (p − e_y)xᵀ are K × d matrices, outside that protocol",
-        "regression": "seed 002's answers are gradients l′(y·vᵀx)·y·x of a margin loss on "
-        "labels ±1; a numeric label's gradient ψ(y − vᵀx)·x is another answer, outside that "
-        "protocol (its clip would bound it, but the protocol and its step rule are defined "
-        "for the margin loss)",
+        "regression": "seed 002's analysis, as implemented, is for answers l′(y·vᵀx)·y·x, "
+        "gradients of a margin loss on labels ±1 in dimension d, with a step rule from that "
+        "loss's smoothness; a numeric label's gradient ψ(y − vᵀx)·x is another answer, "
+        "outside that analysis",
     },
     admm.NAME: {
         "multiclass": "seed 004 derives DVP/PVP for one weight vector per site through the "
         "rank-one Hessian l″(y·wᵀx)·xxᵀ of a margin loss; a multinomial Hessian has rank K − 1 "
         "in dimension dK, outside its analysis",
-        "regression": "seed 004 derives DVP/PVP for binary classifiers (labels ±1, a margin "
-        "loss with |l′| ≤ 1 and its curvature bound); the Huber loss of a residual is outside "
-        "its analysis as stated",
+        "regression": "seed 004 derives DVP/PVP for binary classifiers: one weight vector in "
+        "dimension d fitted with a margin loss on labels ±1 (|l′| ≤ 1 and its curvature "
+        "bound); the Huber loss of a residual is outside that analysis",
     },
     distributed_lasso.NAME: {
         "multiclass": "it is a least-squares fit of one numeric target; K classes are not one "
