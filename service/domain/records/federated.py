@@ -39,6 +39,7 @@ _PUBLIC_CALIBRATION: Final[Mapping[str, frozenset[str]]] = {
             "certificate_tolerance",
             "distance_to_exact_minimiser_bound",
             "mean_rounding_bound",
+            "noise_dimension",
         }
     ),
     "psgd": GAUSSIAN_ROUNDS_PUBLIC
@@ -130,11 +131,13 @@ def public_composition(calibration: FederatedCalibration) -> str:
             "differential privacy, nothing charged"
         )
     if calibration.protocol == "noisy_average":
+        lipschitz = float(calibration.details.get("lipschitz", 1.0))
+        two_l = "2" if lipschitz == 1.0 else f"2L (L = {lipschitz:.6g}, the loss's gradient bound)"
         return (
             "one release: the computed average of the K local minimisers plus noise "
             "∝ exp(−β‖b‖) with β = ε/S; each local minimiser is certified (its gradient proved "
             "≤ τ, so within τ/λ of the exact one), and the average moves by at most "
-            "S_i = (2/(nᵢ λ) + 2τ/λ)/K + 2ρ (ρ the rounding of the mean) when one record of "
+            f"S_i = ({two_l}/(nᵢ λ) + 2τ/λ)/K + 2ρ (ρ the rounding of the mean) when one record of "
             "site i changes, so every dataset is protected at ε or better (the smallest at "
             "exactly ε), and every dataset is charged ε; a site whose certificate is not met "
             "fails the job with nothing released"

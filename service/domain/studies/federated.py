@@ -89,6 +89,7 @@ from service.dp.federated import (
     FederatedCalibration,
     federated_calibrate,
     federated_fit,
+    protocol_losses,
     protocols_for_task,
 )
 from service.dp.federated.parties import REMOTE_PROTOCOLS
@@ -121,7 +122,8 @@ class FederatedRequest:
     protocol: str
     epsilon: float | None
     delta: float = 0.0
-    #: None: the protocol's own loss (``squared`` for the Lasso, ``logistic`` otherwise).
+    #: None: the protocol's own loss for the study's label (``squared`` for the Lasso,
+    #: ``huber`` for another protocol on a numeric label, ``logistic`` otherwise).
     loss: str | None = None
     regularization: float = 0.01
     datasets: Sequence[str] | None = None
@@ -130,17 +132,24 @@ class FederatedRequest:
 
     @property
     def resolved_loss(self) -> str:
+        """The loss for a binary label."""
+        return self.loss_for("binary")
+
+    def loss_for(self, task: str) -> str:
+        """The loss named, or the protocol's default for a label of ``task``."""
         if self.loss is not None:
             return self.loss
-        return "squared" if self.protocol == "distributed_lasso" else "logistic"
+        if self.protocol == "distributed_lasso":
+            return "squared"
+        return "huber" if task == "regression" else "logistic"
 
-    def to_params(self) -> dict[str, Any]:
+    def to_params(self, task: str = "binary") -> dict[str, Any]:
         """The JSON stored as the job's ``params`` (with the study and datasets added)."""
         return {
             "protocol": self.protocol,
             "epsilon": None if self.epsilon is None else float(self.epsilon),
             "delta": float(self.delta),
-            "loss": self.resolved_loss,
+            "loss": self.loss_for(task),
             "regularization": float(self.regularization),
             "params": json_safe(dict(self.params)),
             "name": self.name,
@@ -317,6 +326,22 @@ def _require_task(protocol: str, labels: LabelTask) -> None:
     raise UnsupportedTaskError(msg, errors=[{"loc": ["body", "protocol"], "msg": msg}])
 
 
+def _require_task_loss(request: FederatedRequest, labels: LabelTask) -> None:
+    """422 (``unsupported-label-task``, nothing charged) when the loss asked for is not one the
+    protocol takes for the study's label (the squared loss of a numeric label for the noisy
+    average, whose sensitivity needs a bounded derivative; a multi-class label's multinomial
+    ``logistic``); the message names the losses it takes and why."""
+    allowed, why = protocol_losses(request.protocol, labels.task)
+    loss = request.loss_for(labels.task)
+    if not why or loss in allowed:
+        return
+    msg = (
+        f"the {request.protocol} protocol on a study of {labels.describe()} takes the loss "
+        f"{' or '.join(repr(x) for x in allowed)}, not {loss!r}: {why}"
+    )
+    raise UnsupportedTaskError(msg, errors=[{"loc": ["body", "loss"], "msg": msg}])
+
+
 def _calibrate(
     request: FederatedRequest,
     participants: Sequence[_Participant | _RemoteParticipant],
@@ -329,6 +354,7 @@ def _calibrate(
             errors=[{"loc": ["body", "protocol"], "msg": "unknown protocol"}],
         )
     _require_task(request.protocol, labels)
+    _require_task_loss(request, labels)
     has_remote = any(isinstance(p, _RemoteParticipant) for p in participants)
     if has_remote and request.protocol not in REMOTE_PROTOCOLS:
         raise InvalidInputError(
@@ -346,9 +372,10 @@ def _calibrate(
             d=d.pop(),
             epsilon=_PROBE_EPSILON if request.epsilon is None else request.epsilon,
             delta=request.delta,
-            loss=request.resolved_loss,
+            loss=request.loss_for(labels.task),
             regularization=request.regularization,
             task=labels.task,
+            n_classes=labels.n_classes,
             **dict(request.params),
         ),
     )
@@ -510,7 +537,7 @@ def _job_params(
     rounds: int,
 ) -> dict[str, Any]:
     params = {
-        **request.to_params(),
+        **request.to_params(study_task(study).task),
         "study_id": study.id,
         "datasets": [p.dataset.id for p in _hosted(participants)],
     }
@@ -677,7 +704,7 @@ def run_federated_job(
             progress=context.progress,
             # the plan fixed at submission runs; the fit re-derives it only as a check
             plan=None if job.plan is None else plan_from_json(job.plan),
-            task=LabelTask.from_label(facts.label).task,
+            **LabelTask.from_label(facts.label).dp_kwargs,
             **dict(params.get("params") or {}),
         )
     except PlanMismatchError as exc:

@@ -6,7 +6,8 @@ its rows); a coordinator sees only the d-vectors the protocol lets cross. Protoc
 (docs/design.md §3, multi-site table):
 
 * ``noisy_average`` — exact local fits averaged at a trusted aggregator plus one noise
-  draw (seed 000 §4.4.1 scenario 2): ε-DP per dataset (ε·n_min/n_i for site i).
+  draw (seed 000 §4.4.1 scenario 2): ε-DP per dataset (ε·n_min/n_i for site i); binary,
+  multi-class (multinomial loss, noise in dimension dK) and numeric labels (Huber loss).
 * ``psgd`` — Rajkumar & Agarwal's multiparty gradient descent (seed 002), every site answer a
   fresh Gaussian release: (ε, δ)-DP per dataset for its whole transcript through zCDP.
 * ``admm`` — consensus ADMM over a graph of sites with ``perturbation`` ``"none"``,
@@ -45,7 +46,7 @@ from service.dp.core.accounting import (
 )
 from service.dp.core.base import ProgressCallback
 from service.dp.core.plan import Plan, PlanMismatchError, require_same_plan
-from service.dp.core.tasks import TASKS, Task
+from service.dp.core.tasks import TASKS, Task, check_task
 from service.dp.core.validation import (
     PrivacyParameterError,
     check_dimensions,
@@ -63,6 +64,7 @@ from service.dp.federated._common import (
     RoundClock,
 )
 from service.dp.federated.protocol import FederatedProtocol
+from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import release
 
 __all__ = [
@@ -75,6 +77,7 @@ __all__ = [
     "federated_calibrate",
     "federated_fit",
     "make_federated_problem",
+    "protocol_losses",
     "protocols_for_task",
 ]
 
@@ -88,7 +91,7 @@ _PROTOCOLS: dict[str, FederatedProtocol[Any]] = {
     distributed_lasso.NAME: distributed_lasso.PROTOCOL,
 }
 
-#: Losses each protocol accepts.
+#: Losses each protocol accepts (for a binary label).
 _LOSSES: dict[str, tuple[str, ...]] = {
     noisy_average.NAME: ("logistic", "huber"),
     psgd.NAME: ("logistic", "huber"),
@@ -96,14 +99,30 @@ _LOSSES: dict[str, tuple[str, ...]] = {
     distributed_lasso.NAME: ("squared",),
 }
 
-#: The label tasks each protocol fits (:mod:`service.dp.core.tasks`). Only the distributed
-#: Lasso extends: it is a least-squares method whose binary use already treats y = ±1 as
-#: regression targets, and neither its step bound (L = 1 from ‖x‖ ≤ 1) nor the sensitivity of
-#: its DP variant (each per-example gradient (vᵀx − y)x is clipped to norm < C whatever y is,
-#: so a replaced row moves the sum by < 2C, plus the floating-point margin 2E(n), which
-#: depends on n, d and C only) reads y; with y ∈ [−1, 1] the calibration is the binary one.
+#: Losses a protocol accepts for another label task, and why the others are refused.
+_TASK_LOSSES: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {
+    (noisy_average.NAME, "multiclass"): (
+        ("logistic",),
+        "a multi-class label is fitted with the multinomial logistic loss ('logistic')",
+    ),
+    (noisy_average.NAME, "regression"): (
+        ("huber",),
+        "a numeric label is fitted with the Huber loss of the residual: the squared loss's "
+        "derivative is unbounded, so a site's minimiser has no sensitivity to calibrate to",
+    ),
+}
+
+#: The label tasks each protocol fits (:mod:`service.dp.core.tasks`). The noisy average's
+#: analysis needs only a λ-strongly convex local ERM with an L-Lipschitz loss: the
+#: multinomial loss (L = √2, noise in dimension dK) and the Huber loss of a residual (L = h)
+#: qualify (:mod:`.noisy_average`, "Other label tasks"). The distributed Lasso is a
+#: least-squares method whose binary use already treats y = ±1 as regression targets, and
+#: neither its step bound (L = 1 from ‖x‖ ≤ 1) nor the sensitivity of its DP variant (each
+#: per-example gradient (vᵀx − y)x is clipped to norm < C whatever y is, so a replaced row
+#: moves the sum by < 2C, plus the floating-point margin 2E(n), which depends on n, d and C
+#: only) reads y; with y ∈ [−1, 1] the calibration is the binary one.
 PROTOCOL_TASKS: dict[str, frozenset[Task]] = {
-    noisy_average.NAME: frozenset({"binary"}),
+    noisy_average.NAME: frozenset({"binary", "multiclass", "regression"}),
     psgd.NAME: frozenset({"binary"}),
     admm.NAME: frozenset({"binary"}),
     distributed_lasso.NAME: frozenset({"binary", "regression"}),
@@ -113,38 +132,34 @@ PROTOCOL_TASKS: dict[str, frozenset[Task]] = {
 #: multi-class and numeric labels"), by protocol and task: what the protocol's calibration is
 #: derived for, and what a (K, d) model or a numeric label would change in it.
 TASK_REFUSALS: dict[str, dict[str, str]] = {
-    noisy_average.NAME: {
-        "multiclass": "its noise is calibrated to 2/(n_min·λ), the sensitivity of one weight "
-        "vector fitted with a margin loss of |l′| ≤ 1, and its public tolerance τ to the binary "
-        "certificate; a (K, d) model moves by 2√2/(n_min·λ) in dimension dK under the "
-        "multinomial certificate, a calibration this protocol does not make",
-        "regression": "its noise is calibrated to 2/(n_min·λ) for a margin loss l(y·wᵀx) on "
-        "labels ±1 with |l′| ≤ 1, and its tolerance τ to that loss's certificate; the Huber "
-        "loss of a residual (|ψ| ≤ h) needs 2h/(n_min·λ) and the regression certificate, a "
-        "calibration this protocol does not make",
-    },
     psgd.NAME: {
         "multiclass": "seed 002's answers are d-vectors, sums of l′(y·vᵀx)·y·x for a margin "
         "loss on labels ±1, and their Gaussian noise is calibrated in dimension d; a (K, d) "
         "model's gradients (p − e_y)xᵀ are K × d matrices, outside that protocol",
-        "regression": "seed 002's answers are gradients l′(y·vᵀx)·y·x of a margin loss on "
-        "labels ±1; a numeric label's gradient ψ(y − vᵀx)·x is another answer, outside that "
-        "protocol (its clip would bound it, but the protocol and its step rule are defined "
-        "for the margin loss)",
+        "regression": "seed 002's analysis, as implemented, is for answers l′(y·vᵀx)·y·x, "
+        "gradients of a margin loss on labels ±1 in dimension d, with a step rule from that "
+        "loss's smoothness; a numeric label's gradient ψ(y − vᵀx)·x is another answer, "
+        "outside that analysis",
     },
     admm.NAME: {
         "multiclass": "seed 004 derives DVP/PVP for one weight vector per site through the "
         "rank-one Hessian l″(y·wᵀx)·xxᵀ of a margin loss; a multinomial Hessian has rank K − 1 "
         "in dimension dK, outside its analysis",
-        "regression": "seed 004 derives DVP/PVP for binary classifiers (labels ±1, a margin "
-        "loss with |l′| ≤ 1 and its curvature bound); the Huber loss of a residual is outside "
-        "its analysis as stated",
+        "regression": "seed 004 derives DVP/PVP for binary classifiers: one weight vector in "
+        "dimension d fitted with a margin loss on labels ±1 (|l′| ≤ 1 and its curvature "
+        "bound); the Huber loss of a residual is outside that analysis",
     },
     distributed_lasso.NAME: {
         "multiclass": "it is a least-squares fit of one numeric target; K classes are not one "
         "target",
     },
 }
+
+
+def protocol_losses(protocol: str, task: str) -> tuple[tuple[str, ...], str]:
+    """The losses ``protocol`` takes for a label of ``task`` and, when they differ from the
+    binary ones, why (the refusal's reason for any other loss)."""
+    return _TASK_LOSSES.get((protocol, task), (_LOSSES[protocol], ""))
 
 
 def protocols_for_task(task: str) -> tuple[str, ...]:
@@ -162,6 +177,7 @@ def federated_calibrate(
     loss: str = "logistic",
     regularization: float,
     task: Task = "binary",
+    n_classes: int | None = None,
     **params: Any,
 ) -> FederatedCalibration:
     """Dry run: each dataset's cost and every calibration number, from public quantities.
@@ -170,7 +186,8 @@ def federated_calibrate(
     most that and is what a fit would spend. For the non-private variants (``admm`` with
     ``perturbation="none"``, ``distributed_lasso`` with ``noise=False``) ``epsilon`` is
     ignored, ``private`` is False and the costs are (0, 0). ``task``: what the sites'
-    labels hold (:data:`PROTOCOL_TASKS`: a protocol that does not fit it is refused).
+    labels hold (:data:`PROTOCOL_TASKS`: a protocol that does not fit it is refused);
+    ``n_classes``: K of a ``multiclass`` task (ignored otherwise).
     """
     problem = make_federated_problem(
         protocol,
@@ -182,6 +199,7 @@ def federated_calibrate(
         regularization=regularization,
         params=params,
         task=task,
+        n_classes=n_classes,
     )
     return calibrate_problem(problem)
 
@@ -230,7 +248,7 @@ def _with_task(
     """The record names a non-binary task (a binary record stays as it was)."""
     if problem.task == "binary":
         return calibration
-    details = {**calibration.details, "task": problem.task, "n_classes": 1}
+    details = {**calibration.details, "task": problem.task, "n_classes": problem.n_classes}
     return replace(calibration, details=details)
 
 
@@ -246,12 +264,15 @@ def federated_fit(
     progress: ProgressCallback | None = None,
     plan: Plan | None = None,
     task: Task = "binary",
+    n_classes: int | None = None,
     **params: Any,
 ) -> FederatedResult:
     """Run ``protocol`` over the sites' (X, y) and return the released model and its record.
 
     Every site's (X, y) is validated (finite, rows of norm ≤ 1, labels encoded for ``task``:
-    ±1, or in [−1, 1] for ``regression``; the same d everywhere). ``progress(fraction)`` is
+    ±1, class indices 0…K − 1 for ``multiclass`` with K = ``n_classes``, or in [−1, 1] for
+    ``regression``; the same d everywhere). A multi-class fit releases a
+    :class:`~service.dp.core.released.MulticlassModel` (K × d). ``progress(fraction)`` is
     called once per communication round and may raise to abort: the exception propagates
     unchanged and nothing is returned. ``rng`` None uses the operating system's CSPRNG; a
     generator marks the result ``seeded``.
@@ -267,7 +288,8 @@ def federated_fit(
             f"got {type(rng).__name__}"
         )
     _check_protocol_task(protocol, task)
-    data = _validate_sites(sites, task)
+    classes = _check_classes(task, n_classes)
+    data = _validate_sites(sites, task, classes)
     problem = make_federated_problem(
         protocol,
         site_sizes=[int(X.shape[0]) for X, _ in data],
@@ -278,6 +300,7 @@ def federated_fit(
         regularization=regularization,
         params=params,
         task=task,
+        n_classes=classes,
     )
     calibration = calibrate_problem(problem)
     if plan is not None:
@@ -286,9 +309,14 @@ def federated_fit(
         calibration = replace(calibration, plan=require_same_plan(plan, calibration.plan))
     clock = RoundClock(calibration.rounds, progress)
     coef = _PROTOCOLS[problem.protocol].run(data, problem, calibration, rng=rng, clock=clock)
+    model = (
+        multiclass.release(coef.reshape(classes, problem.d))
+        if task == "multiclass"
+        else release(coef)
+    )
     return FederatedResult(
         protocol=problem.protocol,
-        model=release(coef),
+        model=model,
         calibration=calibration,
         seeded=rng is not None,
         rounds_run=len(clock.seconds),
@@ -307,19 +335,23 @@ def make_federated_problem(
     regularization: float,
     params: Mapping[str, Any],
     task: Task = "binary",
+    n_classes: int | None = None,
 ) -> FederatedProblem:
     """Validate everything that needs no data and build the :class:`FederatedProblem`."""
     _check_protocol_task(protocol, task)
+    classes = _check_classes(task, n_classes)
     if isinstance(site_sizes, str | bytes) or not isinstance(site_sizes, Sequence):
         raise PrivacyParameterError("site_sizes must be a sequence of positive integers")
     if len(site_sizes) < 1:
         raise PrivacyParameterError(f"{protocol} needs at least one site")
     sizes = tuple(check_dimensions(n, d)[0] for n in site_sizes)
     _, d = check_dimensions(sizes[0], d)
-    allowed = _LOSSES[protocol]
+    allowed, why = protocol_losses(protocol, task)
     if not isinstance(loss, str) or loss not in allowed:
         raise PrivacyParameterError(
-            f"{protocol} supports the loss {' or '.join(repr(x) for x in allowed)}, got {loss!r}"
+            f"{protocol} supports the loss {' or '.join(repr(x) for x in allowed)}"
+            + (f" for a {task} label ({why})" if why else "")
+            + f", got {loss!r}"
         )
     lam = check_regularization(regularization)
     own = dict(params)
@@ -342,6 +374,7 @@ def make_federated_problem(
         huber_h=huber_h,
         params=own,
         task=task,
+        n_classes=classes,
     )
 
 
@@ -367,6 +400,17 @@ def _check_protocol_task(protocol: object, task: object) -> None:
         )
 
 
+def _check_classes(task: Task, n_classes: object) -> int:
+    """K as the DP core counts it (:func:`service.dp.core.tasks.check_task`): 2 for binary,
+    1 for regression, the given 3 ≤ K ≤ MAX_CLASSES for multiclass (required)."""
+    if task == "multiclass" and n_classes is None:
+        raise PrivacyParameterError("a multiclass fit needs n_classes, its number of classes")
+    try:
+        return check_task(task, 2 if n_classes is None else n_classes)[1]
+    except ValueError as exc:
+        raise PrivacyParameterError(str(exc)) from exc
+
+
 def _is_private(protocol: str, params: Mapping[str, Any]) -> bool:
     if protocol == admm.NAME:
         return bool(params.get("perturbation", admm.DEFAULT_PERTURBATION) != "none")
@@ -376,7 +420,7 @@ def _is_private(protocol: str, params: Mapping[str, Any]) -> bool:
 
 
 def _validate_sites(
-    sites: Sequence[tuple[ArrayLike, ArrayLike]], task: Task
+    sites: Sequence[tuple[ArrayLike, ArrayLike]], task: Task, n_classes: int
 ) -> list[tuple[FloatArray, FloatArray]]:
     if isinstance(sites, str | bytes) or not isinstance(sites, Sequence) or len(sites) < 1:
         raise PrivacyParameterError("sites must be a non-empty sequence of (X, y) pairs")
@@ -385,7 +429,7 @@ def _validate_sites(
         if not isinstance(pair, tuple | list) or len(pair) != 2:
             raise PrivacyParameterError(f"site {k} must be an (X, y) pair")
         try:
-            X, y = validate_design(pair[0], pair[1], task, 1 if task == "regression" else 2)
+            X, y = validate_design(pair[0], pair[1], task, n_classes)
         except ValueError as exc:
             raise PrivacyParameterError(f"site {k}: {exc}") from exc
         if data and X.shape[1] != data[0][0].shape[1]:

@@ -33,6 +33,7 @@ from service.dp.core.accounting import PrivacyCost
 from service.dp.core.base import LinearModel, ProgressCallback
 from service.dp.core.losses import Loss, get_loss
 from service.dp.core.plan import Plan
+from service.dp.core.released import MulticlassModel
 from service.dp.core.tasks import Task
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.optimize.solvers import ConvergenceError
@@ -91,8 +92,12 @@ class FederatedProblem:
     huber_h: float
     params: Mapping[str, Any] = field(default_factory=dict)
     #: What the sites' labels hold (:mod:`service.dp.core.tasks`): ``binary`` (y = ±1) or,
-    #: for the protocols that fit it, ``regression`` (y ∈ [−1, 1]).
+    #: for the protocols that fit it, ``multiclass`` (y ∈ {0, …, K − 1}) or ``regression``
+    #: (y ∈ [−1, 1]).
     task: Task = "binary"
+    #: K as the DP core counts it: 2 (binary), the number of classes (multiclass), 1
+    #: (regression).
+    n_classes: int = 2
 
     @property
     def sites(self) -> int:
@@ -148,7 +153,8 @@ class FederatedResult:
     beyond what the service's own timing reveals, keep them internal)."""
 
     protocol: str
-    model: LinearModel
+    #: K × d for a multi-class fit (``noisy_average``), one weight vector otherwise
+    model: LinearModel | MulticlassModel
     calibration: FederatedCalibration
     seeded: bool
     rounds_run: int

@@ -148,12 +148,14 @@ def test_numeric_labels_outside_the_unit_interval_are_refused() -> None:
         )
 
 
-def test_only_the_lasso_fits_numeric_labels_and_no_protocol_fits_classes() -> None:
-    assert protocols_for_task("regression") == ("distributed_lasso",)
-    assert protocols_for_task("multiclass") == ()
+def test_the_lasso_and_the_noisy_average_fit_numeric_labels_and_only_the_average_classes() -> None:
+    assert protocols_for_task("regression") == ("noisy_average", "distributed_lasso")
+    assert protocols_for_task("multiclass") == ("noisy_average",)
     assert all("binary" in tasks for tasks in PROTOCOL_TASKS.values())
-    for protocol, loss in (("psgd", "logistic"), ("admm", "huber"), ("noisy_average", "logistic")):
-        with pytest.raises(PrivacyParameterError, match="the protocols that fit it: distributed"):
+    for protocol, loss in (("psgd", "logistic"), ("admm", "huber")):
+        with pytest.raises(
+            PrivacyParameterError, match="the protocols that fit it: noisy_average, distributed"
+        ):
             federated_calibrate(
                 protocol,
                 site_sizes=(100, 100),
@@ -164,7 +166,7 @@ def test_only_the_lasso_fits_numeric_labels_and_no_protocol_fits_classes() -> No
                 regularization=0.05,
                 task="regression",
             )
-    with pytest.raises(PrivacyParameterError, match="no federated protocol fits it"):
+    with pytest.raises(PrivacyParameterError, match="the protocols that fit it: noisy_average"):
         federated_fit(
             regression_sites((30, 30), 3, seed=2),
             "distributed_lasso",
