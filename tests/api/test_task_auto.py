@@ -92,29 +92,23 @@ def test_an_omitted_lambda_on_a_multiclass_fit_is_the_task_rule(
 ) -> None:
     dataset = uploaded(client, site, MULTICLASS)
     assert dataset["n_features"] == D
-    # without a public reference λ "auto" pays the private baseline's 5 % of ε
-    # (service/dp/analysis/baseline_tasks.py): the rule runs at the fit's ε = 0.95.
-    # objective perturbation: L² = 2, D = dK = 15, m₂ = 8·15·16/ε² = 1920/0.95²,
-    # λ = √(4·0.01·2·90 + 2·1920/0.95²)/(90·10)
+    # objective perturbation: L² = 2, D = dK = 15, m₂ = 8·15·16 = 1920,
+    # λ = √(4·0.01·2·90 + 2·1920)/(90·10) = √3847.2/900
     quote = _quote(
         client, site, dataset["id"], {"mechanism": "objective_perturbation", "epsilon": 1.0}
     )
-    fit_epsilon = quote["expected_accuracy"]["private_baseline"]["fit_epsilon"]
-    assert fit_epsilon == pytest.approx(0.95, rel=1e-12)
-    assert math.isclose(
-        quote["regularization"], math.sqrt(7.2 + 3840.0 / fit_epsilon**2) / 900.0, rel_tol=1e-12
-    )
+    assert math.isclose(quote["regularization"], math.sqrt(3847.2) / 900.0, rel_tol=1e-12)
     rule = quote["regularization_rule"]
     assert rule["inputs"]["noise_dimension"] == 15
     assert rule["inputs"]["lipschitz"] == math.sqrt(2.0)
     assert "regularization_tasks" in rule["source"]
     assert quote["calibration"]["regularization_rule"] == rule
-    # output perturbation (R = 0.5): the root of
-    # 0.125λ³ − (2·0.01·2/90 + 2·2·15·16/(90²ε²))λ − 4·2·(2/3)·16/(90²ε²), ε = 0.95
+    # output perturbation (R = 0.5): the root of 0.125λ³ − (2·0.01·2/90 + 2·2·15·16/(90²))λ
+    # − 4·2·(2/3)·16/90²
     out = _quote(client, site, dataset["id"], {"mechanism": "output_perturbation", "epsilon": 1.0})
     lam = out["regularization"]
-    p = 0.04 / 90 + 960.0 / (8100.0 * fit_epsilon**2)
-    q = 8.0 * (2.0 / 3.0) * 16.0 / (8100.0 * fit_epsilon**2)
+    p = 0.04 / 90 + 960.0 / 8100.0
+    q = 8.0 * (2.0 / 3.0) * 16.0 / 8100.0
     assert abs(0.125 * lam**3 - p * lam - q) < 1e-12
     assert out["regularization_rule"]["constants"] == {"R": 0.5, "A": 0.01}
     assert lam > 0
@@ -131,14 +125,9 @@ def test_an_omitted_lambda_on_a_huber_regression_fit_is_the_task_rule(
         "loss": "huber",
         "params": {"h": 0.5},
     }
-    # L = h = 0.5, D = 5, R = 3, at the fit's ε = 0.95 (the private baseline's 5 % off):
-    # m₂ = 5·6·4·0.25/ε² = 30/0.95², λ = √(4·0.01·0.25·90 + 60/0.95²)/(90·3)
+    # L = h = 0.5, D = 5, R = 3: m₂ = 5·6·4·0.25 = 30, λ = √(4·0.01·0.25·90 + 60)/(90·3)
     quote = _quote(client, site, dataset["id"], body)
-    fit_epsilon = quote["expected_accuracy"]["private_baseline"]["fit_epsilon"]
-    assert fit_epsilon == pytest.approx(0.95, rel=1e-12)
-    assert math.isclose(
-        quote["regularization"], math.sqrt(0.9 + 60.0 / fit_epsilon**2) / 270.0, rel_tol=1e-12
-    )
+    assert math.isclose(quote["regularization"], math.sqrt(60.9) / 270.0, rel_tol=1e-12)
 
 
 def test_adassp_automatic_lambda_is_the_smallest_so_its_own_ridge_regularises(

@@ -1,11 +1,11 @@
 """The private trivial-model baseline of multi-class and numeric labels without a public
 reference (issue 29; service/dp/analysis/baseline_tasks.py), on SQLite and PostgreSQL.
 
-An ``auto`` fit (mechanism or λ) without a public reference spends the public slice ρ·ε on a
+A ``"mechanism": "auto"`` fit without a public reference spends the public slice ρ·ε on a
 noisy class histogram or noisy label sums and the rest on the fit: the ledger is charged
 exactly the request's ε, the quote and the job show the slice, and the model's record the
-release, the band against it and any warning. A named mechanism with its own λ spends no
-slice; a bad request is a 422 that charges nothing.
+release, the band against it and any warning. A named mechanism spends no slice, whether its
+λ is given or automatic (as for binary fits); a bad request is a 422 that charges nothing.
 """
 
 from __future__ import annotations
@@ -166,12 +166,10 @@ def test_a_tiny_epsilon_on_a_weak_signal_is_warned_in_the_record(
     client: TestClient, site: SiteHandle, label: dict[str, Any], code: str
 ) -> None:
     dataset = uploaded(client, site, label, data=csv_bytes(WEAK_ROWS))
-    # ε = 0.01 on 90 rows, mechanism auto (multi-class) or λ omitted (numeric): the release
+    # ε = 0.01 on 90 rows, mechanism auto: the release
     # gets ε_b = 0.0005, so the baseline's sd is far above its range and the bound
     # (m̂ + 1.645·sd > 1, or max(0, σ̂ − 1.645·sd) = 0) flags every band
     body: dict[str, Any] = {"mechanism": "auto", "epsilon": 0.01}
-    if label is NUMERIC:
-        body = {"mechanism": "output_perturbation", "loss": "huber", "epsilon": 0.01}
     quote, job, record = _run(client, site, dataset["id"], body)
     assert quote["expected_accuracy"]["private_baseline"]["epsilon"] == pytest.approx(5e-4)
     assert job["warnings"] == []  # at submission nothing is released yet
@@ -205,11 +203,14 @@ def test_a_large_epsilon_on_a_strong_signal_is_not_warned(
     assert record["warnings"] == []
 
 
-def test_a_named_mechanism_with_its_own_lambda_pays_no_slice(
-    client: TestClient, site: SiteHandle
+@pytest.mark.parametrize("regularization", [0.01, "auto", None])
+def test_a_named_mechanism_pays_no_slice(
+    client: TestClient, site: SiteHandle, regularization: float | str | None
 ) -> None:
     dataset = uploaded(client, site, MULTICLASS)
-    body = {"mechanism": "objective_perturbation", "epsilon": 1.0, "regularization": 0.01}
+    body: dict[str, Any] = {"mechanism": "objective_perturbation", "epsilon": 1.0}
+    if regularization is not None:
+        body["regularization"] = regularization
     quote, job, record = _run(client, site, dataset["id"], body)
     assert quote["expected_accuracy"] is None
     assert quote["calibration"]["epsilon"] == 1.0

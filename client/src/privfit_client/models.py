@@ -1255,7 +1255,7 @@ class FitQuoteRead(BaseModel):
     expected_accuracy: Annotated[
         dict[str, Any] | None,
         Field(
-            description="Expected accuracy (mean, p10–p90 of fits simulated on a public reference) next to the majority-class baseline (`majority_baseline`, null when no public source gives it). On a numeric label (`metric: \"rmse\"`): the RMSE band in the label's units next to predicting the public reference's mean (`mean_baseline_rmse`). Multi-class and numeric fits have a band when the site has a public reference dataset, or, for `auto` (mechanism or λ), on a synthetic reference with `private_baseline` (the slice of ε spent on a private baseline, released when the job runs: the model's record then holds the band against it).",
+            description="Expected accuracy (mean, p10–p90 of fits simulated on a public reference) next to the majority-class baseline (`majority_baseline`, null when no public source gives it). On a numeric label (`metric: \"rmse\"`): the RMSE band in the label's units next to predicting the public reference's mean (`mean_baseline_rmse`). Multi-class and numeric fits have a band when the site has a public reference dataset, or, for mechanism `auto`, on a synthetic reference with `private_baseline` (the slice of ε spent on a private baseline, released when the job runs: the model's record then holds the band against it).",
             title="Expected Accuracy",
         ),
     ] = None
@@ -2872,7 +2872,7 @@ class PrivacyRecordRead(BaseModel):
     private_baseline: Annotated[
         dict[str, Any] | None,
         Field(
-            description="For `mechanism: auto` without a public reference or declared `positive_fraction`: the noisy count of positive labels released for the majority-class baseline (discrete Laplace, sensitivity 1, its ε a public slice of the request, charged with the fit in the same job) and the baseline derived from it. On a multi-class label (mechanism or λ `auto`, no public reference): the noisy class counts (L1 sensitivity 2); on a numeric label: the noisy Σy and Σy² of the labels mapped onto [−1, 1] (sensitivities 2 and 1, ε/2 each) and the mean's RMSE.",
+            description="For `mechanism: auto` without a public reference or declared `positive_fraction`: the noisy count of positive labels released for the majority-class baseline (discrete Laplace, sensitivity 1, its ε a public slice of the request, charged with the fit in the same job) and the baseline derived from it. On a multi-class label (mechanism `auto`, no public reference): the noisy class counts (L1 sensitivity 2); on a numeric label: the noisy Σy and Σy² of the labels mapped onto [−1, 1] (sensitivities 2 and 1, ε/2 each) and the mean's RMSE.",
             title="Private Baseline",
         ),
     ] = None

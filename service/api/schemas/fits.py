@@ -276,7 +276,7 @@ class FitQuoteRead(ResponseModel):
         'public source gives it). On a numeric label (`metric: "rmse"`): the RMSE band '
         "in the label's units next to predicting the public reference's mean "
         "(`mean_baseline_rmse`). Multi-class and numeric fits have a band when the site has "
-        "a public reference dataset, or, for `auto` (mechanism or λ), on a synthetic "
+        "a public reference dataset, or, for mechanism `auto`, on a synthetic "
         "reference with `private_baseline` (the slice of ε spent on a private baseline, "
         "released when the job runs: the model's record then holds the band against it).",
     )

@@ -140,7 +140,7 @@ class PrivacyRecordRead(ResponseModel):
         "`positive_fraction`: the noisy count of positive labels released for the "
         "majority-class baseline (discrete Laplace, sensitivity 1, its ε a public slice of "
         "the request, charged with the fit in the same job) and the baseline derived from it. "
-        "On a multi-class label (mechanism or λ `auto`, no public reference): the noisy class "
+        "On a multi-class label (mechanism `auto`, no public reference): the noisy class "
         "counts (L1 sensitivity 2); on a numeric label: the noisy Σy and Σy² of the labels "
         "mapped onto [−1, 1] (sensitivities 2 and 1, ε/2 each) and the mean's RMSE.",
     )

@@ -121,14 +121,15 @@ def _warning(band: TaskExpectation) -> dict[str, Any]:
 
 
 def _is_auto(request: Any) -> bool:
-    """Mechanism ``auto``, or λ ``"auto"`` (or omitted) on a named mechanism."""
-    return bool(request.mechanism == fit_auto.AUTO or request.regularization in ("auto", None))
+    """Mechanism ``auto`` (as for binary fits: a named mechanism, λ given or automatic, spends
+    nothing on a baseline it did not ask for)."""
+    return bool(request.mechanism == fit_auto.AUTO)
 
 
 def task_baseline_slice(
     uow: UnitOfWork, uow_factory: UnitOfWorkFactory | None, dataset: Dataset, request: Any
 ) -> tuple[Any, dict[str, Any] | None]:
-    """For a multi-class or regression ``auto`` request (mechanism or λ) with an ε and no
+    """For a multi-class or regression ``"mechanism": "auto"`` request with an ε and no
     public reference: the request at the fit's ε − ρε and the slice's plan; else the request
     unchanged and None. Public inputs only (n, ε, whether a reference exists). Call inside
     an open ``with uow:``."""

@@ -337,7 +337,7 @@ def _resolve(
             + " (auto may choose a transfer towards your public reference's model)",
             errors=[{"loc": ["body", "mechanism"], "msg": "unknown mechanism"}],
         )
-    # auto (mechanism or λ) on a multi-class or numeric label without a public reference:
+    # mechanism auto on a multi-class or numeric label without a public reference:
     # a slice of ε for the private trivial-model baseline, the fit at the rest (issue 29)
     request, baseline_plan = task_baseline_slice(uow, uow_factory, dataset, request)
     if request.mechanism != fit_auto.AUTO:
