@@ -28,6 +28,12 @@ Tiers
     :data:`POSTGRES_SMOKE`: one PostgreSQL run per API area and the database layer's tests
     whose outcome depends on the backend (racing transactions, constraints, migrations).
     Tests that use ``postgres_url`` directly are PostgreSQL-specific and stay in the default.
+    The default tier runs each behaviour once (issue 27 §5): one smoke of each real-process
+    deployment (browser pages, site nodes, the queue), every operation fuzzed briefly, the
+    tenancy matrix's other-site cells, every privacy audit the half-noise mutant must fail;
+    the rest is marked ``heavy`` where it is, with the reason. A module marked heavy as a whole
+    (its ``pytestmark``) is not even imported when ``-m`` deselects all of it
+    (:func:`pytest_ignore_collect`). ``-p tests.support.cpu_times`` logs each test's CPU time.
 
 Real processes
     ``live_server``     ``privfit serve`` on a free port over a fresh SQLite file (admin key
