@@ -52,8 +52,11 @@ run: $(VENV)/.installed ## Install, migrate the database (data/privfit.db by def
 # Two tiers (issue 27): `make test` is the default tier, everything not marked heavy; `make
 # test-heavy` is the rest: the PostgreSQL twins of SQLite tests outside a smoke set (see
 # tests/conftest.py), the audits' noise controls that run real fits, the benchmark scripts, the
-# long walkthroughs and the real-process repeats of in-process tests (each marked with its
-# reason where it is). CI (.ci/run) runs both.
+# long walkthroughs, the real-process repeats of in-process tests, all but one smoke of each
+# real-process deployment (browser pages, site nodes, the queue), the fuzzing's coverage phase
+# and the tenancy matrix beyond the other-site cells (each marked with its reason where it is;
+# a module heavy as a whole is not even imported by `make test`). CI (.ci/run) runs both.
+# -n 2 and -n 3 cost the same CPU on the default tier (benchmarks/RESULTS.md, third pass).
 test: $(VENV)/.installed-dev ## Install dev dependencies and run the default test tier (in parallel)
 	$(BIN)/pytest $(PYTEST_PARALLEL) -m 'not heavy' $(PYTEST_ARGS)
 

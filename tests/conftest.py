@@ -28,6 +28,12 @@ Tiers
     :data:`POSTGRES_SMOKE`: one PostgreSQL run per API area and the database layer's tests
     whose outcome depends on the backend (racing transactions, constraints, migrations).
     Tests that use ``postgres_url`` directly are PostgreSQL-specific and stay in the default.
+    The default tier runs each behaviour once (issue 27 §5): one smoke of each real-process
+    deployment (browser pages, site nodes, the queue), every operation fuzzed briefly, the
+    tenancy matrix's other-site cells, every privacy audit the half-noise mutant must fail;
+    the rest is marked ``heavy`` where it is, with the reason. A module marked heavy as a whole
+    (its ``pytestmark``) is not even imported when ``-m`` deselects all of it
+    (:func:`pytest_ignore_collect`). ``-p tests.support.cpu_times`` logs each test's CPU time.
 
 Real processes
     ``live_server``     ``privfit serve`` on a free port over a fresh SQLite file (admin key
@@ -40,11 +46,15 @@ Real processes
 
 from __future__ import annotations
 
+import ast
+import itertools
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -373,22 +383,76 @@ POSTGRES_TWIN_TESTS = frozenset({"tests/client/test_flow.py::test_walkthrough_on
 _TWIN_MODULE_MARKS = frozenset({"heavy", "postgres"})
 
 
-def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
-    """A whole-module PostgreSQL twin is not even imported when ``-m`` deselects its items
-    (``make test``'s ``not heavy``): schemathesis builds test_fuzz_postgres.py's cases at
-    collection, ≈ 5 s of CPU in every test process, for items the run then drops."""
-    markexpr = config.getoption("markexpr", "")
-    root = Path(__file__).parent.parent
-    if not markexpr or not collection_path.is_file() or not collection_path.is_relative_to(root):
-        return None
-    if collection_path.relative_to(root).as_posix() not in POSTGRES_TWIN_MODULES:
-        return None
+def module_marks(path: Path) -> frozenset[str]:
+    """The marks a test module's ``pytestmark`` gives every item in it, read from its source
+    without importing it (names of ``pytest.mark.NAME`` and ``pytest.mark.NAME(...)``; empty
+    for a module whose ``pytestmark`` is not a literal mark or list of marks)."""
+    source = path.read_text(encoding="utf-8")
+    if "mark.heavy" not in source:  # every use below needs it: skip parsing the others
+        return frozenset()
+    marks: set[str] = set()
+    for node in ast.parse(source).body:
+        if not (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
+        ):
+            continue
+        values = node.value.elts if isinstance(node.value, ast.List | ast.Tuple) else [node.value]
+        for value in values:
+            mark = value.func if isinstance(value, ast.Call) else value
+            if (
+                isinstance(mark, ast.Attribute)
+                and isinstance(mark.value, ast.Attribute)
+                and mark.value.attr == "mark"
+                and isinstance(mark.value.value, ast.Name)
+                and mark.value.value.id == "pytest"
+            ):
+                marks.add(mark.attr)
+    return frozenset(marks)
+
+
+def deselects_every_item(markexpr: str, marks: frozenset[str]) -> bool:
+    """Whether ``-m markexpr`` deselects every item carrying ``marks``, whatever other marks
+    an item adds (every truth value of the expression's other names is tried)."""
     from _pytest.mark.expression import Expression
 
-    def carried(name: str, /, **kwargs: str | int | bool | None) -> bool:
-        return not kwargs and name in _TWIN_MODULE_MARKS
+    if "(" in markexpr:  # marks with arguments: not worth deciding here
+        return False
+    names = sorted(set(re.findall(r"[^\s()]+", markexpr)) - {"and", "or", "not"} - marks)
+    expression = Expression.compile(markexpr)
+    for values in itertools.product((False, True), repeat=len(names)):
+        carried = marks | {name for name, value in zip(names, values, strict=True) if value}
+        if expression.evaluate(partial(_carries, carried)):
+            return False
+    return True
 
-    return None if Expression.compile(markexpr).evaluate(carried) else True
+
+def _carries(marks: frozenset[str], name: str, /, **kwargs: str | int | bool | None) -> bool:
+    return name in marks
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A module whose every item ``-m`` deselects is not even imported: ``make test``'s ``not
+    heavy`` skips the modules marked heavy as a whole (their ``pytestmark``) and the
+    whole-module PostgreSQL twins. Importing them costs CPU in every test process for items the
+    run then drops: schemathesis builds the fuzz modules' cases at collection (≈ 5 s each), the
+    benchmark modules import diffprivlib and scikit-learn."""
+    markexpr = config.getoption("markexpr", "")
+    root = Path(__file__).parent.parent
+    if (
+        not markexpr
+        or collection_path.suffix != ".py"
+        or not collection_path.name.startswith("test_")
+        or not collection_path.is_file()
+        or not collection_path.is_relative_to(root)
+    ):
+        return None
+    marks = module_marks(collection_path)
+    if collection_path.relative_to(root).as_posix() in POSTGRES_TWIN_MODULES:
+        marks |= _TWIN_MODULE_MARKS
+    if marks and deselects_every_item(markexpr, marks):
+        return True
+    return None
 
 
 def _module(item: pytest.Item) -> str:

@@ -4,11 +4,17 @@ Every operation (new routes join automatically) gets generated requests, valid a
 sent with the right key for the operation (its ``x-privfit-access``: admin, site, any or
 public). The test fails on any 5xx, on a status code or content type the spec does not
 document, on a body or header that violates the spec, and on invalid input that is not
-rejected with a 4xx. Run time is bounded by ``MAX_EXAMPLES`` per operation (a few seconds).
+rejected with a 4xx.
+
+The default tier fuzzes every operation briefly: schemathesis' examples and fuzzing phases with
+``SMOKE_EXAMPLES`` each. The heavy tier (test_fuzz_deep.py, and test_fuzz_postgres.py on
+PostgreSQL) adds the coverage phase (every boundary and negative case the schema defines,
+≈ 30 s of CPU at collection and run) and ``MAX_EXAMPLES`` per operation.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator
@@ -34,9 +40,12 @@ from service.settings import Settings
 from tests.api.conftest import FuzzKeys, FuzzTarget, fuzz_target
 from tests.support.snapshots import copy_sqlite
 
-#: Examples per operation. Keep CI fast and reproducible; fuzz deeper locally with e.g.
-#: PRIVFIT_FUZZ_EXAMPLES=1000 PRIVFIT_FUZZ_RANDOM=1 make test PYTEST_ARGS=tests/api/test_fuzz.py
+#: Examples per operation in the heavy tier. Keep CI fast and reproducible; fuzz deeper locally
+#: with e.g. PRIVFIT_FUZZ_EXAMPLES=1000 PRIVFIT_FUZZ_RANDOM=1 make test-heavy
+#: PYTEST_ARGS=tests/api/test_fuzz_deep.py
 MAX_EXAMPLES = int(os.environ.get("PRIVFIT_FUZZ_EXAMPLES", "40"))
+#: Examples per operation in the default tier (issue 27 §5).
+SMOKE_EXAMPLES = min(5, MAX_EXAMPLES)
 DERANDOMIZE = os.environ.get("PRIVFIT_FUZZ_RANDOM", "") != "1"
 
 CHECKS = [
@@ -56,10 +65,16 @@ def _spec() -> dict[str, Any]:
     ).openapi()
 
 
-schema = schemathesis.openapi.from_dict(_spec())
+SPEC = _spec()
+#: Every phase: the heavy tier's fuzzing (test_fuzz_deep.py, test_fuzz_postgres.py).
+schema = schemathesis.openapi.from_dict(copy.deepcopy(SPEC))
 # Credentials are ours (valid keys chosen per operation), not generated: missing and invalid
 # keys are covered by tests/api/test_auth.py.
 schema.config.generation.update(with_security_parameters=False)
+#: The default tier's: no coverage phase (it builds its cases at collection, in every process).
+smoke_schema = schemathesis.openapi.from_dict(copy.deepcopy(SPEC))
+smoke_schema.config.generation.update(with_security_parameters=False)
+smoke_schema.config.phases.coverage.enabled = False
 
 
 fuzz_settings = settings(
@@ -69,6 +84,7 @@ fuzz_settings = settings(
     suppress_health_check=list(HealthCheck),
     database=None,
 )
+smoke_settings = settings(fuzz_settings, max_examples=SMOKE_EXAMPLES)
 
 
 def check_case(case: schemathesis.Case[Any], client: TestClient, keys: FuzzKeys) -> None:
@@ -120,8 +136,8 @@ def sqlite_fuzz_target(
         yield target
 
 
-@schema.parametrize()
-@fuzz_settings
+@smoke_schema.parametrize()
+@smoke_settings
 def test_api_conforms_to_its_spec(
     case: schemathesis.Case[Any], sqlite_fuzz_target: FuzzTarget
 ) -> None:

@@ -107,6 +107,9 @@ def test_the_console_shows_a_sites_datasets_jobs_models_and_studies(
 RLO, RLI, PDI = "\u202e", "\u2067", "\u2069"
 
 
+# The console's browser smoke is the test above; this page in Chromium (a live server and a
+# browser, ≈ 9 s of CPU) runs in `make test-heavy` (issue 27 §5).
+@pytest.mark.heavy
 def test_the_console_shows_small_privacy_parameters_evaluations_and_inert_names(
     live_server: LiveServer, browser: Any
 ) -> None:
@@ -208,6 +211,9 @@ def test_the_console_shows_small_privacy_parameters_evaluations_and_inert_names(
     assert record.console_errors == []
 
 
+# The console's browser smoke is the test above; this page in Chromium (a live server and a
+# browser, ≈ 9 s of CPU) runs in `make test-heavy` (issue 27 §5).
+@pytest.mark.heavy
 def test_the_console_shows_the_admin_only_the_site_list(
     live_server: LiveServer, browser: Any
 ) -> None:

@@ -193,6 +193,9 @@ def test_the_console_shows_a_multiclass_dataset_and_its_per_class_weights(
     assert record.console_errors == []
 
 
+# The multi-class page above is the default tier's smoke of these pages; this one runs in
+# `make test-heavy` (issue 27 §5).
+@pytest.mark.heavy
 def test_the_console_shows_a_regression_dataset_and_its_weights_in_label_units(
     shared_live_server: LiveServer, browser: Any
 ) -> None:
@@ -244,6 +247,9 @@ def test_the_console_shows_a_regression_dataset_and_its_weights_in_label_units(
     assert record.console_errors == []
 
 
+# The multi-class page above is the default tier's smoke of these pages; this one runs in
+# `make test-heavy` (issue 27 §5).
+@pytest.mark.heavy
 def test_the_console_shows_a_multiclass_evaluations_confusion_matrix_and_per_class_metrics(
     shared_live_server: LiveServer, browser: Any
 ) -> None:
@@ -287,6 +293,9 @@ def test_the_console_shows_a_multiclass_evaluations_confusion_matrix_and_per_cla
     assert record.console_errors == []
 
 
+# The multi-class page above is the default tier's smoke of these pages; this one runs in
+# `make test-heavy` (issue 27 §5).
+@pytest.mark.heavy
 def test_the_console_shows_a_regression_evaluations_errors_with_intervals(
     shared_live_server: LiveServer, browser: Any
 ) -> None:

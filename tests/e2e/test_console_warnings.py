@@ -15,7 +15,9 @@ from benchmarks.adult import csv_bytes, load_spec
 from tests.support.browser import watched_page
 from tests.support.live_server import LiveServer
 
-pytestmark = pytest.mark.slow
+# A console page in Chromium (a live server and a browser, ≈ 9 s of CPU): the default tier's
+# browser smoke is tests/e2e/test_console.py's first test; CI runs this in `make test-heavy`.
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 ROWS = 1_000
 

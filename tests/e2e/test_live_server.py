@@ -10,7 +10,9 @@ import pytest
 from tests.support.browser import watched_page
 from tests.support.live_server import LiveServer
 
-pytestmark = pytest.mark.slow
+# The fixtures are exercised by every live-server and browser test of the default tier; their
+# own checks (≈ 12 s of CPU: a server of their own and a browser) run in `make test-heavy`.
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 def test_live_server_serves_with_the_known_admin_key(live_server: LiveServer) -> None:

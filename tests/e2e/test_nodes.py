@@ -341,9 +341,12 @@ def _children_command_lines(pid: int) -> list[str]:
 # processes what the default tier tests in-process — the process runner's node fits on the API
 # process (tests/api/test_node_fits.py, tests/integration/test_node_fit_routing.py), forged,
 # replayed and restarted tasks and withdrawn offers (tests/integration/test_node_tasks.py) — and
-# CI runs them in `make test-heavy`. The default tier keeps the fits over real nodes (exact
-# equality with the in-process fit, each node's charge), the refusals and the scan of the
-# coordinator for the nodes' rows.
+# CI runs them in `make test-heavy`. The default tier keeps one smoke (issue 27 §5): a psgd fit
+# over real nodes, exactly the in-process fit, each node charged once; the network costs
+# ≈ 30 s of CPU in every test process that runs one of its tests. The other protocols, the
+# refusals, the local models and the scan of the coordinator are heavy too (each protocol's
+# exactness and the refusals are tested in-process: tests/integration/test_node_tasks.py,
+# tests/integration/test_node_privacy.py, tests/api/test_node_fits.py).
 @pytest.mark.heavy
 def test_the_coordinator_runs_jobs_in_a_pool_of_worker_processes(network: Network) -> None:
     """The default runner: the pool's warmed worker is a spawned child of the server."""
@@ -351,7 +354,10 @@ def test_the_coordinator_runs_jobs_in_a_pool_of_worker_processes(network: Networ
     assert any("spawn_main" in line for line in lines), lines
 
 
-@pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(case, marks=() if case == "psgd" else pytest.mark.heavy) for case in CASES],
+)
 def test_remote_fit_equals_the_in_process_fit(network: Network, case: str) -> None:
     body: dict[str, Any] = {
         "regularization": 0.01,
@@ -390,6 +396,7 @@ def test_remote_fit_equals_the_in_process_fit(network: Network, case: str) -> No
         assert 0 < charged <= body["epsilon"] + 1e-9
 
 
+@pytest.mark.heavy  # the psgd fit is this module's smoke (see above)
 def test_noisy_average_over_nodes_is_refused_with_a_reason(network: Network) -> None:
     r = httpx2.post(
         f"{network.coordinator.base_url}/v1/studies/{network.study_id}/federated-fits",
@@ -407,6 +414,7 @@ def test_noisy_average_over_nodes_is_refused_with_a_reason(network: Network) -> 
     assert "trusted curator" in r.json()["detail"]
 
 
+@pytest.mark.heavy  # the psgd fit is this module's smoke (see above)
 def test_a_task_outside_the_offer_is_refused(network: Network) -> None:
     before = [n.budget()["epsilon_spent"] for n in network.nodes]
     # node 0 offered at most ε = 6 to the study in all
@@ -425,6 +433,7 @@ def test_a_task_outside_the_offer_is_refused(network: Network) -> None:
     assert [n.budget()["epsilon_spent"] for n in network.nodes] == before
 
 
+@pytest.mark.heavy  # the psgd fit is this module's smoke (see above)
 def test_nodes_contribute_local_models_that_the_coordinator_averages(network: Network) -> None:
     contributions = []
     for node in network.nodes[:2]:
@@ -618,6 +627,7 @@ def _scan(text: str) -> list[str]:
     return found
 
 
+@pytest.mark.heavy  # the psgd fit is this module's smoke (see above)
 def test_the_coordinator_holds_no_rows_and_no_row_counts(network: Network) -> None:
     for node in network.nodes:
         network.get(f"/v1/studies/{network.study_id}/remote-contributions")

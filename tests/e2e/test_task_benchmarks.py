@@ -21,8 +21,11 @@ import pytest
 
 from benchmarks import datasets29
 
+# The benchmark scripts are tools (≈ 48 s of CPU: diffprivlib and PrivFit on Adult), not the
+# service (every code path they drive has its own tests); CI runs them in `make test-heavy`.
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.heavy,
     # diffprivlib 0.6.6 passes L-BFGS-B options that recent SciPy deprecates
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
