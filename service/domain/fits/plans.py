@@ -6,13 +6,15 @@ owns, uploaded with ``allow_non_private`` (its rows are not protected, so readin
 a release) and encoded like the target (same features and preprocessing); anything else is a
 422. The numerics are in :mod:`service.dp.analysis.planning`.
 
-A plan of ``mechanism: auto`` agrees with the dry run of the same fit (docs/design.md §3, "The
-planner"): without a public baseline (no public reference, and for a binary label no declared
-prior) the fit spends a public slice ρ·ε on a private trivial-model baseline and chooses and
-fits at ε − ρε, so each point shows the choice, λ and band at ε − ρε, the slice
+A plan of ``mechanism: auto`` agrees with the dry run of the same fit (docs/design.md §3,
+"auto and the majority-class baseline" and "the planner" on multi-class and numeric labels).
+Without a public baseline (no public reference, and on a binary label no declared prior) the
+fit spends a public slice ρ·ε on a private trivial-model baseline and chooses and fits at
+ε − ρε; each point then shows the choice, λ, noise and band at ε − ρε, the slice
 (``private_baseline``, the quote's plan) and the quote's band (``expected_accuracy``), with
 ``spent_epsilon`` the whole ε. Both are functions of public n, d, ε, δ and whether a reference
-exists: a plan releases nothing and charges nothing.
+exists: a plan releases nothing and charges nothing. For binary labels the point reuses the
+fit's own :func:`service.domain.fits.auto.assess` and admission rule, so the two cannot drift.
 """
 
 from __future__ import annotations
