@@ -1,9 +1,12 @@
 """``POST /v1/datasets/{id}/plans``: the planner spends nothing, reads only public data, and
-refuses a private reference dataset."""
+refuses a private reference dataset. A plan of ``mechanism: auto`` says what the fit at each
+of its ε would do: without a public reference, the private baseline's slice and the choice,
+λ, noise and band at ε less the slice, exactly as the dry run of that fit."""
 
 from __future__ import annotations
 
 import io
+import math
 import struct
 from typing import Any
 
@@ -12,6 +15,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 
 from service.dp import calibrate
+from tests.api.test_label_tasks import MULTICLASS, NUMERIC, uploaded
 from tests.conftest import MakeSite, SiteHandle
 from tests.unit.jobs._flow import TOY_FEATURES, budget, toy_csv, toy_spec, upload
 
@@ -154,3 +158,96 @@ def test_the_openapi_document_offers_json_svg_and_png(client: TestClient) -> Non
     content = operation["post"]["responses"]["200"]["content"]
     assert set(content) == {"application/json", "image/svg+xml", "image/png"}
     assert content["image/png"]["schema"] == {"type": "string", "format": "binary"}
+
+
+# ---- mechanism auto: a plan point is the fit's dry run at its ε ------------------------------
+
+#: C of the private baseline's share ρ = clamp(C/(n·ε·τ), 1 %, 5 %), τ = 0.01, per task: the
+#: positive-label count (sd √2/(nρε)), the class histogram (scale 2/(ρε)) and the label's sums
+#: (service/dp/analysis/baseline.py, baseline_tasks.py).
+SHARE_CONSTANT = {
+    "binary": math.sqrt(2.0),
+    "multiclass": 2.0 * math.sqrt(2.0),
+    "regression": 136**0.5,
+}
+
+
+def _dry_run(
+    client: TestClient, site: SiteHandle, dataset_id: str, epsilon: float, delta: float
+) -> dict[str, Any]:
+    body = {"mechanism": "auto", "epsilon": epsilon, "delta": delta}
+    response = client.post(
+        f"/v1/datasets/{dataset_id}/fits?dry_run=true", json=body, headers=site.headers
+    )
+    assert response.status_code == 200, response.text
+    quote: dict[str, Any] = response.json()
+    return quote
+
+
+@pytest.mark.parametrize(
+    ("task", "label"),
+    [("binary", None), ("multiclass", MULTICLASS), ("regression", NUMERIC)],
+)
+def test_an_auto_plan_point_is_the_dry_run_of_the_fit_at_its_epsilon(
+    client: TestClient, site: SiteHandle, task: str, label: dict[str, Any] | None
+) -> None:
+    dataset = upload(client, site.headers) if label is None else uploaded(client, site, label)
+    delta = 1e-6
+    body = {"mechanism": "auto", "epsilons": [0.5, 20.0], "delta": delta}
+    response = _plan(client, site, dataset["id"], body)
+    assert response.status_code == 200, response.text
+    plan = response.json()
+    assert plan["spent"] == {"epsilon": 0.0, "delta": 0.0}
+    n = plan["n"]
+    shares = []
+    for point in plan["points"]:
+        eps = point["epsilon"]
+        quote = _dry_run(client, site, dataset["id"], eps, delta)
+        # the choice, λ (exactly) and noise at ε − ρε, and the slice and band, as the fit's
+        assert point["mechanism"] == quote["mechanism"]
+        assert point["regularization"] == quote["regularization"]
+        assert point["expected_noise_norm"] == pytest.approx(quote["expected_noise_norm"])
+        assert point["private_baseline"] == quote["expected_accuracy"]["private_baseline"]
+        assert point["expected_accuracy"] == quote["expected_accuracy"]
+        assert point["spent_epsilon"] == quote["cost"]["epsilon"] == eps
+        # the slice by hand: ρ = clamp(C/(n·ε·0.01), 1 %, 5 %) of ε, the fit at the rest
+        share = min(0.05, max(0.01, SHARE_CONSTANT[task] / (n * eps * 0.01)))
+        slice_ = point["private_baseline"]
+        assert slice_["share"] == pytest.approx(share, rel=1e-12)
+        assert slice_["epsilon"] == pytest.approx(share * eps, rel=1e-12)
+        assert slice_["requested_epsilon"] == eps
+        assert slice_["fit_epsilon"] == pytest.approx(eps - share * eps, rel=1e-12)
+        assert slice_["fit_epsilon"] + slice_["epsilon"] <= eps
+        shares.append(share)
+    assert shares[0] == 0.05  # a small n·ε: the cap
+    assert budget(client, site.headers, dataset["id"])["charges"] == []
+
+
+def test_an_auto_plan_with_a_public_reference_or_a_named_mechanism_has_no_slice(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = uploaded(client, site, MULTICLASS)
+    named = {"mechanism": "output_perturbation", "epsilons": [1.0], "regularizations": ["auto"]}
+    response = _plan(client, site, dataset["id"], named)
+    assert response.status_code == 200, response.text
+    [point] = response.json()["points"]
+    assert "private_baseline" not in point
+    assert point["spent_epsilon"] == 1.0
+    # a private dataset as the named reference is refused, nothing is planned on it
+    private = uploaded(client, site, MULTICLASS)
+    body = {"mechanism": "auto", "epsilons": [1.0], "reference_dataset_id": private["id"]}
+    refused = _plan(client, site, dataset["id"], body)
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["content-type"].startswith(PROBLEM_JSON)
+    # the site's public reference: the fit spends no slice, and neither does the plan
+    uploaded(client, site, MULTICLASS, allow_non_private=True)
+    response = _plan(client, site, dataset["id"], {"mechanism": "auto", "epsilons": [1.0]})
+    assert response.status_code == 200, response.text
+    [point] = response.json()["points"]
+    quote = _dry_run(client, site, dataset["id"], 1.0, 0.0)
+    assert "private_baseline" not in point
+    assert "private_baseline" not in (quote["expected_accuracy"] or {})
+    assert point["mechanism"] == quote["mechanism"]
+    assert point["regularization"] == quote["regularization"]
+    assert point["spent_epsilon"] == quote["cost"]["epsilon"] == 1.0
+    assert budget(client, site.headers, dataset["id"])["charges"] == []

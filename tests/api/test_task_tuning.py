@@ -236,24 +236,34 @@ def test_a_regression_plan_simulates_rmse_in_the_label_units(
     ],
 )
 def test_an_auto_plan_shows_the_rule_choice_per_epsilon(
-    client: TestClient, site: SiteHandle, label: dict[str, Any], delta: float, mechanism: str
+    client: TestClient,
+    site: SiteHandle,
+    engine: Engine,
+    label: dict[str, Any],
+    delta: float,
+    mechanism: str,
 ) -> None:
     dataset = uploaded(client, site, label)
     body = {"mechanism": "auto", "epsilons": [0.5, 2.0], "delta": delta}
     plan = _plan(client, site, dataset["id"], body)
     assert [p["mechanism"] for p in plan["points"]] == [mechanism, mechanism]
     assert all(p["regularization_rule"] for p in plan["points"])
-    assert any("simulates nothing" in note for note in plan["notes"])
-    # the same choice as the fit's dry run at that ε for the fit: without a public reference
-    # the fit runs at the request's ε less the private baseline's 5 %
-    # (service/dp/analysis/baseline_tasks.py), so ask for 0.5/0.95
-    quote = _fit(
-        client,
-        site,
-        dataset["id"],
-        {"mechanism": "auto", "epsilon": 0.5 / 0.95, "delta": delta},
-        dry_run=True,
-    ).json()
-    assert quote["expected_accuracy"]["private_baseline"]["fit_epsilon"] == pytest.approx(0.5)
-    assert quote["mechanism"] == mechanism
-    assert quote["regularization"] == pytest.approx(plan["points"][0]["regularization"], rel=1e-9)
+    assert any("private_baseline" in note for note in plan["notes"])
+    # each point is the dry run of the same auto fit at its ε: without a public reference
+    # the fit chooses and fits at ε less the private baseline's slice, and charges the slice
+    for point in plan["points"]:
+        quote = _fit(
+            client,
+            site,
+            dataset["id"],
+            {"mechanism": "auto", "epsilon": point["epsilon"], "delta": delta},
+            dry_run=True,
+        ).json()
+        assert quote["mechanism"] == point["mechanism"]
+        assert quote["regularization"] == point["regularization"]
+        assert point["private_baseline"] == quote["expected_accuracy"]["private_baseline"]
+        assert point["expected_accuracy"] == quote["expected_accuracy"]
+        assert point["private_baseline"]["requested_epsilon"] == point["epsilon"]
+        assert point["private_baseline"]["fit_epsilon"] < point["epsilon"]
+        assert point["spent_epsilon"] == quote["cost"]["epsilon"] == point["epsilon"]
+    _nothing_charged(client, site, engine, dataset["id"])

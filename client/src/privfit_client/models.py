@@ -2717,7 +2717,13 @@ class PlanRead(BaseModel):
     mechanism: Annotated[str, Field(title="Mechanism")]
     n: Annotated[int, Field(title="N")]
     notes: Annotated[list[str], Field(title="Notes")]
-    points: Annotated[list[dict[str, Any]], Field(title="Points")]
+    points: Annotated[
+        list[dict[str, Any]],
+        Field(
+            description="Per (ε, λ): `epsilon`, `regularization`, `spent_epsilon`, `spent_delta`, `expected_noise_norm`, `excess_risk_bound` and, when simulated, the band. A point of `auto` names its `mechanism`; without a public baseline (no public reference, nor a declared prior on a binary label) the fit at that ε spends a slice of it on a private trivial-model baseline and chooses and fits at the rest, and the point says so: the choice, λ, noise and bound at ε less the slice, `private_baseline` (the slice: its `epsilon`, `share`, `fit_epsilon` and rule) and `expected_accuracy` (the band), both as the fit's dry run shows them.",
+            title="Points",
+        ),
+    ]
     reference_dataset_id: Annotated[str | None, Field(title="Reference Dataset Id")]
     spent: Annotated[dict[str, float], Field(title="Spent")]
     target: Annotated[dict[str, Any] | None, Field(title="Target")]

@@ -43,7 +43,9 @@ class PlanCreate(MechanismRequest):
         description="A private mechanism, or `auto`: per ε, the mechanism and λ auto would "
         "choose (each point names it), simulated on `reference_dataset_id` or by default on "
         "your public reference dataset of the same spec (else a synthetic reference); at most "
-        "8 ε, no target accuracy.",
+        "8 ε, no target accuracy. Without a public baseline, each point is the dry run of the "
+        "auto fit at its ε: the choice, λ and band at ε less the private baseline's slice "
+        "(`private_baseline`), with `spent_epsilon` the whole ε.",
     )
     epsilons: list[float] = Field(min_length=1, max_length=MAX_GRID)
     regularizations: list[float | Literal["auto"]] = Field(
@@ -115,7 +117,16 @@ class PlanRead(ResponseModel):
     n: int
     d: int
     reference_dataset_id: str | None
-    points: list[dict[str, Any]]
+    points: list[dict[str, Any]] = Field(
+        description="Per (ε, λ): `epsilon`, `regularization`, `spent_epsilon`, `spent_delta`, "
+        "`expected_noise_norm`, `excess_risk_bound` and, when simulated, the band. A point of "
+        "`auto` names its `mechanism`; without a public baseline (no public reference, nor a "
+        "declared prior on a binary label) the fit at that ε spends a slice of it on a private "
+        "trivial-model baseline and chooses and fits at the rest, and the point says so: the "
+        "choice, λ, noise and bound at ε less the slice, `private_baseline` (the slice: its "
+        "`epsilon`, `share`, `fit_epsilon` and rule) and `expected_accuracy` (the band), both "
+        "as the fit's dry run shows them."
+    )
     target: dict[str, Any] | None
     notes: list[str]
     majority_baseline: float | None = Field(

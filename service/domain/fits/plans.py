@@ -5,6 +5,16 @@ d and spec. When the request names a reference dataset, that dataset must be one
 owns, uploaded with ``allow_non_private`` (its rows are not protected, so reading them is not
 a release) and encoded like the target (same features and preprocessing); anything else is a
 422. The numerics are in :mod:`service.dp.analysis.planning`.
+
+A plan of ``mechanism: auto`` agrees with the dry run of the same fit (docs/design.md §3,
+"auto and the majority-class baseline" and "the planner" on multi-class and numeric labels).
+Without a public baseline (no public reference, and on a binary label no declared prior) the
+fit spends a public slice ρ·ε on a private trivial-model baseline and chooses and fits at
+ε − ρε; each point then shows the choice, λ, noise and band at ε − ρε, the slice
+(``private_baseline``, the quote's plan) and the quote's band (``expected_accuracy``), with
+``spent_epsilon`` the whole ε. Both are functions of public n, d, ε, δ and whether a reference
+exists: a plan releases nothing and charges nothing. For binary labels the point reuses the
+fit's own :func:`service.domain.fits.auto.assess` and admission rule, so the two cannot drift.
 """
 
 from __future__ import annotations
@@ -26,13 +36,13 @@ from service.domain.fits.plans_tasks import (
     check_plan_target,
     plan_regularization,
     task_auto_plan,
+    task_auto_slices,
     task_majority,
     with_simulation,
 )
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS
 from service.dp.analysis import auto as auto_numerics
-from service.dp.analysis.baseline import split_budget
 from service.dp.analysis.planning import (
     MAX_SIMULATED_FITS,
     GridPoint,
@@ -84,11 +94,16 @@ class Plan:
     notes: list[str]
     #: The public reference's majority-class frequency (None without a reference).
     majority_baseline: float | None = None
+    #: Per point (same order), what it adds: an auto point's ``private_baseline`` slice and
+    #: the fit's ``expected_accuracy`` when the fit would spend one (module docstring).
+    extras: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         points = []
-        for p in self.points:
+        for i, p in enumerate(self.points):
             point = p.to_dict()
+            if i < len(self.extras):
+                point |= self.extras[i]
             simulated = point.get("simulated_accuracy")
             if simulated is not None and self.majority_baseline is not None:
                 point["below_majority_baseline"] = simulated["mean"] < self.majority_baseline
@@ -210,13 +225,31 @@ def _auto_plan(
         notes.append(
             "no public baseline: an auto fit spends a slice of each ε on a private count of "
             "the positive labels (the majority baseline) and chooses and fits at the rest; "
-            "the points show that choice, and spent_epsilon is the whole ε"
+            "each point shows that choice at the rest, the slice (private_baseline) and the "
+            "fit's band (expected_accuracy), and spent_epsilon is the whole ε"
         )
+    extras: list[dict[str, Any]] = []
     for eps in epsilons:
-        # an auto fit without a public baseline chooses at ε less the count's slice
+        extra: dict[str, Any] = {}
         eps_fit = eps
         if majority is None:
-            eps_fit, _ = split_budget(n, eps)
+            # the fit's own assessment: the slice, the choice at ε less it and the band
+            fit = fit_auto.assess(
+                target,
+                mechanism=fit_auto.AUTO,
+                epsilon=eps,
+                delta=request.delta,
+                loss=request.loss,
+                regularization=None,
+                params=request.params,
+                reference=None,
+            )
+            assert fit.epsilon is not None
+            assert fit.private_baseline is not None
+            eps_fit = fit.epsilon
+            extra["private_baseline"] = dict(fit.private_baseline)
+            if fit.expected_accuracy is not None:
+                extra["expected_accuracy"] = dict(fit.expected_accuracy)
         try:
             choice = auto_numerics.choose(
                 n=n,
@@ -229,12 +262,13 @@ def _auto_plan(
                 majority=majority,
                 public=None if public is None else (public.X, public.y),
                 public_key="" if public is None else public.dataset_id,
+                admissible=fit_auto._admissible,  # the fit's own admission
             )
         except ValueError as exc:
             raise _invalid(f"auto: {exc}", ["body", "mechanism"]) from exc
         chosen = choice.chosen
         best = next(f for f in choice.figures if f.candidate == chosen)
-        own = chosen.params
+        own = dict(chosen.params)
         mechanism, lam = chosen.mechanism, chosen.regularization
         if mechanism == fit_auto.TRANSFER:
             # objective perturbation at strong convexity λ + η (transfer_fit's calibration)
@@ -250,9 +284,10 @@ def _auto_plan(
             params=own,
         )
         point = replace(point, regularization=chosen.regularization, epsilon=eps)
-        if eps_fit != eps:  # the fit's ε and the count's make up the whole ε
+        if eps_fit != eps:  # the fit's ε and the slice's make up the whole ε
             point = replace(point, spent_epsilon=eps)
         points.append(replace(point, accuracies=best.accuracies, mechanism=chosen.mechanism))
+        extras.append(extra)
     return Plan(
         dataset_id=dataset_id,
         mechanism=fit_auto.AUTO,
@@ -263,6 +298,7 @@ def _auto_plan(
         target=None,
         notes=notes,
         majority_baseline=majority,
+        extras=extras,
     )
 
 
@@ -294,8 +330,26 @@ def make_plan(
                     "reference_dataset_id names no live dataset of yours",
                     ["body", "reference_dataset_id"],
                 )
+    if request.mechanism == fit_auto.AUTO and (
+        reference is not None
+        and (
+            not reference.allow_non_private
+            or dict(reference.preprocessing) != dict(target.preprocessing)
+            or list(reference.feature_names) != list(target.feature_names)
+        )
+    ):
+        raise _invalid(
+            "the reference dataset must be public (allow_non_private) with the dataset's spec",
+            ["body", "reference_dataset_id"],
+        )
     if request.mechanism == fit_auto.AUTO and task.task != "binary":
-        auto_points, auto_notes = task_auto_plan(target, request, task)
+        slices: dict[float, dict[str, Any]] = {}
+        if reference is None:  # the fit's slice at each ε, unless the site has a reference
+            with uow:
+                slices = task_auto_slices(
+                    uow, uow_factory, target, sorted({float(e) for e in request.epsilons})
+                )
+        auto_points, auto_notes, auto_extras = task_auto_plan(target, request, task, slices)
         return Plan(
             dataset_id=dataset_id,
             mechanism=fit_auto.AUTO,
@@ -305,17 +359,9 @@ def make_plan(
             reference_dataset_id=None,
             target=None,
             notes=auto_notes,
+            extras=auto_extras,
         )
     if request.mechanism == fit_auto.AUTO:
-        if reference is not None and (
-            not reference.allow_non_private
-            or dict(reference.preprocessing) != dict(target.preprocessing)
-            or list(reference.feature_names) != list(target.feature_names)
-        ):
-            raise _invalid(
-                "the reference dataset must be public (allow_non_private) with the dataset's spec",
-                ["body", "reference_dataset_id"],
-            )
         return _auto_plan(
             uow,
             uow_factory,
