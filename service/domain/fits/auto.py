@@ -59,6 +59,7 @@ __all__ = [
     "BELOW_BASELINE",
     "Assessment",
     "PublicReference",
+    "admissible",
     "assess",
     "check_auto_request",
     "find_public_reference",
@@ -188,7 +189,8 @@ def public_baseline(
     return None, "unknown"
 
 
-def _admissible(_mechanism: str, calibration: Any) -> None:
+def admissible(_mechanism: str, calibration: Any) -> None:
+    """The fit's admission of a candidate's calibration (the planner applies the same)."""
     try:
         check_calibration(
             epsilon=calibration.epsilon,
@@ -238,7 +240,7 @@ def assess(
                 majority=majority,
                 public=public,
                 public_key=public_key,
-                admissible=_admissible,
+                admissible=admissible,
             )
         except ValueError as exc:
             raise _invalid(f"auto: {exc}", ["body", "mechanism"]) from exc

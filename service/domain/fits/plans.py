@@ -262,7 +262,7 @@ def _auto_plan(
                 majority=majority,
                 public=None if public is None else (public.X, public.y),
                 public_key="" if public is None else public.dataset_id,
-                admissible=fit_auto._admissible,  # the fit's own admission
+                admissible=fit_auto.admissible,  # the fit's own admission
             )
         except ValueError as exc:
             raise _invalid(f"auto: {exc}", ["body", "mechanism"]) from exc
