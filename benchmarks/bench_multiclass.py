@@ -28,7 +28,8 @@ Test accuracy, mean ± standard error over the repetitions, and fit times (media
 ratios are medians of per-run ratios to diffprivlib with the same λ, one native thread each).
 
 Run: ``.venv/bin/python -m benchmarks.bench_multiclass [--quick] [--reps N] [--datasets ...]
-[--json PATH]``.
+[--contenders NAME ...] [--json PATH]`` (``--contenders``: a subset, e.g. ``"PrivFit output"
+"diffprivlib (same λ)"``; the non-private yardsticks always run).
 """
 
 from __future__ import annotations
@@ -149,14 +150,18 @@ def run_dataset(
     reps: int,
     *,
     seed: int = 29,
+    contenders: Sequence[str] = CONTENDERS,
 ) -> tuple[Tally, dict[str, Any]]:
+    """Every contender of ``contenders`` (the yardsticks always) at every ε."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
     X, y, Xte, yte = data.X, data.y, data.X_test, data.y_test
     n, d = X.shape
     K = data.n_classes
-    tally = Tally(CONTENDERS, "accuracy", higher_is_better=True)
+    chosen = [c for c in CONTENDERS if c in contenders or c in (SKLEARN, MAJORITY)]
+    ours = {name: mech for name, mech in PRIVFIT.items() if name in chosen}
+    tally = Tally(tuple(chosen), "accuracy", higher_is_better=True)
     rng = np.random.default_rng(seed)
     # the public reference of the service's expected band: the published test split, as a
     # site that uploaded it with allow_non_private would have it
@@ -193,8 +198,10 @@ def run_dataset(
                 task="multiclass",
                 n_classes=K,
             )
-        tally.lambdas[eps] = {name: f"{c.value:.3g} ({c.source})" for name, c in lam.items()}
-        for name in PRIVFIT:
+        tally.lambdas[eps] = {
+            name: f"{c.value:.3g} ({c.source})" for name, c in lam.items() if name in ours
+        }
+        for name in ours:
             reason = privfit_refusal(
                 mech_of[name],
                 n=n,
@@ -225,20 +232,22 @@ def run_dataset(
         C_same = 1.0 / (n * lam["PrivFit OP"].value)
         for _ in range(reps):
             run_seed = int(rng.integers(2**31))
-            for name in PRIVFIT:
+            for name in ours:
                 if name not in tally.unavailable:
                     run = partial(
                         privfit_run, data, mech_of[name], epsilon=eps, lam=lam[name].value, rng=rng
                     )
                     tally.run(eps, name, run)
             for name, C, offset in ((DPL_SAME, C_same, 0), (DPL_DEFAULT, 1.0, 1)):
+                if name not in chosen:
+                    continue
                 run = partial(diffprivlib_run, data, epsilon=eps, C=C, seed=run_seed + offset)
                 tally.run(eps, name, run)
         tally.add(eps, SKLEARN, sk_acc, sk_seconds)
         tally.add(eps, MAJORITY, float(np.mean(yte == majority)), None)
         print(
             f"{data.name} ε={eps:g}: "
-            + ", ".join(f"{c} {tally.cell(eps, c, 3)}" for c in CONTENDERS)
+            + ", ".join(f"{c} {tally.cell(eps, c, 3)}" for c in chosen)
             + f" ({time.perf_counter() - t0:.0f} s)",
             flush=True,
         )
@@ -256,7 +265,10 @@ def load(name: str, quick: bool) -> datasets29.ClassificationData:
 
 
 def report(name: str, tally: Tally, info: dict[str, Any], reps: int) -> list[str]:
-    timed_names = [c for c in (*PRIVFIT, DPL_SAME, DPL_DEFAULT) if c not in tally.unavailable]
+    run = tally.contenders
+    timed_names = [
+        c for c in (*PRIVFIT, DPL_SAME, DPL_DEFAULT) if c in run and c not in tally.unavailable
+    ]
     lines = [
         f"### {name}: n = {info['n']:,}, d = {info['d']}, K = {info['classes']}, "
         f"{info['n_test']:,} test rows, {reps} repetitions",
@@ -269,7 +281,7 @@ def report(name: str, tally: Tally, info: dict[str, Any], reps: int) -> list[str
         "",
         "Fit time (median seconds) and ratio to diffprivlib with the same λ:",
         "",
-        tally.time_table(timed_names, DPL_SAME),
+        tally.time_table(timed_names, DPL_SAME if DPL_SAME in run else timed_names[0]),
         "",
         "PrivFit's λ:",
         "",
@@ -280,7 +292,11 @@ def report(name: str, tally: Tally, info: dict[str, Any], reps: int) -> list[str
         "",
         tally.band_table(),
         "",
-        *tally.verdict(list(PRIVFIT), [DPL_SAME, DPL_DEFAULT], MAJORITY),
+        *tally.verdict(
+            [c for c in PRIVFIT if c in run],
+            [c for c in (DPL_SAME, DPL_DEFAULT) if c in run],
+            MAJORITY,
+        ),
         *tally.failure_lines(),
         "",
     ]
@@ -298,6 +314,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--datasets", nargs="*", default=list(DATASETS), choices=DATASETS)
     parser.add_argument("--epsilons", type=float, nargs="*", default=list(EPSILONS))
+    parser.add_argument(
+        "--contenders",
+        nargs="*",
+        default=list(CONTENDERS),
+        choices=CONTENDERS,
+        help="run only these (the non-private yardsticks always run)",
+    )
     parser.add_argument("--threads", type=int, default=1, help="native threads (0: default)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -319,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             lines += [f"### {name}: skipped ({exc})", ""]
             raw["datasets"][name] = {"skipped": str(exc)}
             continue
-        tally, info = run_dataset(data, args.epsilons, reps)
+        tally, info = run_dataset(data, args.epsilons, reps, contenders=args.contenders)
         lines += report(name, tally, info, reps)
         raw["datasets"][name] = {**info, **tally.raw()}
     lines.append(

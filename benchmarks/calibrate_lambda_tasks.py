@@ -80,6 +80,48 @@ def sample(
     return X, y
 
 
+#: The sparse one-hot family (``--sparse``): categorical columns per row, as tabular data
+#: one-hot encodes them.
+SPARSE_NUMERIC = 5
+SPARSE_LEVELS = (2, 3, 5, 6, 8, 12, 16, 40)
+
+
+def sample_sparse(
+    d: int, k: int, level: float, seed: int, m: int, draw: int, offset: float = 0.0
+) -> Any:
+    """(X, y) of the sparse one-hot family from its public seed: rows of non-negative,
+    non-centred columns as encoded tabular data has — categorical variables one-hot encoded
+    (cardinalities :data:`SPARSE_LEVELS` scaled to fill d − 1 − 5 columns, level frequencies
+    ∝ 1/rank: one common level per variable), 5 numeric columns uniform in [0, 1], an
+    intercept 1, the row clipped to norm ≤ 1 (about 14 active entries: every row is scaled by
+    its norm ≈ 3). Labels: class scores level·(a few variables' level effects, each N(0, 1)
+    per level and class, scaled by 1, ½, ¼, …) − offset·k + Gumbel noise."""
+    law = np.random.default_rng([seed, 17])
+    cats = SPARSE_LEVELS
+    total = d - 1 - SPARSE_NUMERIC
+    sizes = np.maximum(2, np.round(np.asarray(cats) * total / sum(cats))).astype(int)
+    sizes[-1] = total - int(sizes[:-1].sum())
+    weights = [law.normal(size=(int(s), k)) * 0.5**j for j, s in enumerate(sizes)]
+    freqs = [1.0 / np.arange(1, int(s) + 1) for s in sizes]
+    w_num = law.normal(size=(SPARSE_NUMERIC, k))
+    rng = np.random.default_rng([seed, draw])
+    X = np.zeros((m, d))
+    scores = np.zeros((m, k))
+    col = 0
+    for s, p, w in zip(sizes, freqs, weights, strict=True):
+        idx = rng.choice(int(s), size=m, p=p / p.sum())
+        X[np.arange(m), col + idx] = 1.0
+        scores += w[idx]
+        col += int(s)
+    num = rng.uniform(size=(m, SPARSE_NUMERIC))
+    X[:, col : col + SPARSE_NUMERIC] = num
+    X[:, -1] = 1.0
+    scores += (num - 0.5) @ w_num
+    scores = level * scores - offset * np.arange(k) + rng.gumbel(size=(m, k))
+    X /= np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1.0)
+    return X, np.argmax(scores, axis=1).astype(np.float64)
+
+
 def score(model: Any, X: FloatArray, y: FloatArray, task: str) -> float:
     s = model.decision_function(X)
     if task == "multiclass":
@@ -99,13 +141,19 @@ def curve(
     repeats: int,
     seed: int,
     offset: float = 0.0,
+    sparse: bool = False,
 ) -> list[float]:
-    Xt, yt = sample(task, d, k, level, seed, TEST_ROWS, 10_000, offset)
+    def draw(m: int, r: int) -> Any:
+        if sparse:
+            return sample_sparse(d, k, level, seed, m, r, offset)
+        return sample(task, d, k, level, seed, m, r, offset)
+
+    Xt, yt = draw(TEST_ROWS, 10_000)
     out = []
     for lam in LAMBDAS:
         vals = []
         for r in range(repeats):
-            X, y = sample(task, d, k, level, seed, n, r, offset)
+            X, y = draw(n, r)
             design = prepare_design(X, y, task, k if task == "multiclass" else 1)
             result = fit(
                 design,
@@ -333,6 +381,191 @@ def wide_output_study(repeats: int, offset: float = 0.0) -> None:
         print(f"R = {R:g}: mean accuracy gap {gaps[R]:.4f}")
 
 
+#: The sparse one-hot study (``--sparse``): Adult-like encoded tabular rows.
+SPARSE_DIMS = (50, 100)
+SPARSE_CLASSES = (5, 10)
+SPARSE_NS = (10_000, 30_000)
+SPARSE_EPSILONS = (0.1, 0.5, 1.0)
+SPARSE_LEVEL = 2.0
+#: class imbalance of the sparse study (``--balanced``: none): the largest class about a
+#: third of the rows
+SPARSE_OFFSET = 0.5
+SPARSE_OUT = OUT.with_name("lambda_rule_multiclass_output_sparse.json")
+
+
+def sparse_output_study(
+    repeats: int,
+    dims: tuple[int, ...],
+    offset: float,
+    ns: tuple[int, ...] = SPARSE_NS,
+    level: float = SPARSE_LEVEL,
+) -> None:
+    """Multi-class output perturbation on the sparse one-hot family (:func:`sample_sparse`):
+    the accuracy curve over the λ grid per cell, and the rule's accuracy per R."""
+    cells: list[dict[str, Any]] = []
+    start = time.time()
+    for d in dims:
+        for k in SPARSE_CLASSES:
+            for n in ns:
+                for eps in SPARSE_EPSILONS:
+                    seed = int(1000 * d + 10 * k + 500)
+                    values = curve(
+                        "multiclass",
+                        "output_perturbation",
+                        "logistic",
+                        d,
+                        k,
+                        level,
+                        n,
+                        eps,
+                        repeats,
+                        seed,
+                        offset,
+                        sparse=True,
+                    )
+                    cells.append(
+                        {
+                            "d": d,
+                            "K": k,
+                            "n": n,
+                            "epsilon": eps,
+                            "offset": offset,
+                            "level": level,
+                            "curve": values,
+                            "best": max(values),
+                            "rule": {
+                                str(R): at(
+                                    values,
+                                    rule(
+                                        "output_perturbation",
+                                        "multiclass",
+                                        "logistic",
+                                        n,
+                                        d,
+                                        k,
+                                        eps,
+                                        R,
+                                    ),
+                                )
+                                for R in NORMS
+                            },
+                        }
+                    )
+                    print(f"{len(cells)} cells, {time.time() - start:.0f} s", flush=True)
+    tag = "_".join(str(d) for d in dims) + ("_balanced" if offset == 0.0 else "")
+    if level != SPARSE_LEVEL:
+        tag += f"_signal{level:g}"
+    if offset not in (0.0, SPARSE_OFFSET):
+        tag += f"_offset{offset:g}"
+    out = SPARSE_OUT.with_name(f"{SPARSE_OUT.stem}_d{tag}.json")
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"lambdas": LAMBDAS, "cells": cells}, indent=1))
+    print(f"wrote {out}")
+
+
+#: R grid of the combined summary (``--combine``): the calibration grid and beyond.
+COMBINED_NORMS = (0.5, 1.0, 2.0, 3.0, 5.0, 7.0, 10.0, 15.0, 20.0, 30.0, 50.0, 100.0)
+
+
+def output_families() -> dict[str, list[dict[str, Any]]]:
+    """Every stored multi-class output-perturbation cell, per family (the saved curves of the
+    first study, the wide studies and the sparse studies)."""
+    families: dict[str, list[dict[str, Any]]] = {}
+    first = json.loads(OUT.read_text())["cells"]
+    families["softmax, first study"] = [
+        c for c in first if c["task"] == "multiclass" and c["mechanism"] == "output_perturbation"
+    ]
+    for path, name in (
+        (WIDE_OUT, "softmax, wide"),
+        (WIDE_OUT.with_name(WIDE_OUT.stem + "_imbalanced.json"), "softmax, wide, imbalanced"),
+    ):
+        if path.exists():
+            families[name] = json.loads(path.read_text())["cells"]
+    for path in sorted(SPARSE_OUT.parent.glob(SPARSE_OUT.stem + "_d*.json")):
+        tag = path.stem.removeprefix(SPARSE_OUT.stem + "_")
+        families[f"sparse one-hot, {tag.replace('_', ' ')}"] = json.loads(path.read_text())["cells"]
+    return families
+
+
+def adopted_output_lambda(n: int, d: int, k: int, eps: float) -> float:
+    """The service's multi-class output-perturbation λ (its own R, here R = 5ε)."""
+    return auto_regularization_task(
+        "output_perturbation",
+        task="multiclass",
+        n_classes=k,
+        n=n,
+        d=d,
+        epsilon=eps,
+        loss="logistic",
+    ).regularization
+
+
+def combined_summary() -> str:
+    """Per output family and R: the mean accuracy gap to the best λ in hindsight (the rule's
+    λ recomputed from each cell's n, d, K, ε and read off its saved curve), and at the
+    service's rule (R = 5ε)."""
+    families = output_families()
+    gaps: dict[str, dict[float, float]] = {}
+    adopted: dict[str, float] = {}
+    for name, cells in families.items():
+        adopted[name] = float(
+            np.mean(
+                [
+                    c["best"]
+                    - at(c["curve"], adopted_output_lambda(c["n"], c["d"], c["K"], c["epsilon"]))
+                    for c in cells
+                ]
+            )
+        )
+        gaps[name] = {
+            R: float(
+                np.mean(
+                    [
+                        c["best"]
+                        - at(
+                            c["curve"],
+                            rule(
+                                "output_perturbation",
+                                "multiclass",
+                                "logistic",
+                                c["n"],
+                                c["d"],
+                                c["K"],
+                                c["epsilon"],
+                                R,
+                            ),
+                        )
+                        for c in cells
+                    ]
+                )
+            )
+            for R in COMBINED_NORMS
+        }
+    lines = [
+        "| family | cells | "
+        + " | ".join(f"R = {R:g}" for R in COMBINED_NORMS)
+        + " | R = 5ε (adopted) |",
+        "|---|---|" + "---|" * (len(COMBINED_NORMS) + 1),
+    ]
+    for name, cells in families.items():
+        row = " | ".join(f"{gaps[name][R]:.3f}" for R in COMBINED_NORMS)
+        lines.append(f"| {name} | {len(cells)} | {row} | {adopted[name]:.3f} |")
+    old = [n for n in families if n.startswith("softmax")]
+    new = [n for n in families if n.startswith("sparse")]
+    for label, names in (
+        ("mean over the softmax families", old),
+        ("mean over the sparse families", new),
+        ("mean over all families", old + new),
+    ):
+        if names:
+            row = " | ".join(
+                f"{float(np.mean([gaps[n][R] for n in names])):.3f}" for R in COMBINED_NORMS
+            )
+            mine = float(np.mean([adopted[n] for n in names]))
+            lines.append(f"| **{label}** | | {row} | {mine:.3f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument(
@@ -343,9 +576,39 @@ def main() -> None:
     parser.add_argument(
         "--imbalanced", action="store_true", help="with --multiclass-output: imbalanced classes"
     )
+    parser.add_argument(
+        "--sparse", action="store_true", help="the sparse one-hot multi-class output study"
+    )
+    parser.add_argument(
+        "--balanced", action="store_true", help="with --sparse: balanced classes (n = 10⁴ only)"
+    )
+    parser.add_argument("--dims", type=int, nargs="*", default=list(SPARSE_DIMS))
+    parser.add_argument(
+        "--offset",
+        type=float,
+        default=SPARSE_OFFSET,
+        help="with --sparse: the class imbalance (log-prior −offset·k)",
+    )
+    parser.add_argument(
+        "--signal", type=float, default=SPARSE_LEVEL, help="with --sparse: the signal level"
+    )
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--combine",
+        action="store_true",
+        help="print the multi-class output gaps per family and R from the saved studies",
+    )
     args = parser.parse_args()
     _keep = limit_threads(args.threads)
+    if args.combine:
+        print(combined_summary())
+        return
+    if args.sparse:
+        if args.balanced:
+            sparse_output_study(1, tuple(args.dims), 0.0, SPARSE_NS[:1], args.signal)
+        else:
+            sparse_output_study(1, tuple(args.dims), args.offset, level=args.signal)
+        return
     if args.huber:
         huber_study(2)
         return

@@ -103,14 +103,15 @@ def test_an_omitted_lambda_on_a_multiclass_fit_is_the_task_rule(
     assert rule["inputs"]["lipschitz"] == math.sqrt(2.0)
     assert "regularization_tasks" in rule["source"]
     assert quote["calibration"]["regularization_rule"] == rule
-    # output perturbation (R = 0.5): the root of 0.125λ³ − (2·0.01·2/90 + 2·2·15·16/(90²))λ
-    # − 4·2·(2/3)·16/90²
+    # output perturbation (R = 5ε = 5 at ε = 1): the root of
+    # (5²/2)λ³ − (2·0.01·2/90 + 2·2·15·16/(90²))λ − 4·2·(2/3)·16/90²
     out = _quote(client, site, dataset["id"], {"mechanism": "output_perturbation", "epsilon": 1.0})
     lam = out["regularization"]
     p = 0.04 / 90 + 960.0 / 8100.0
     q = 8.0 * (2.0 / 3.0) * 16.0 / 8100.0
-    assert abs(0.125 * lam**3 - p * lam - q) < 1e-12
-    assert out["regularization_rule"]["constants"] == {"R": 0.5, "A": 0.01}
+    assert abs(5.0**2 / 2.0 * lam**3 - p * lam - q) < 1e-12
+    assert out["regularization_rule"]["constants"] == {"R": pytest.approx(5.0), "A": 0.01}
+    assert out["regularization_rule"]["formula"].endswith("R = 5ε")
     assert lam > 0
     _nothing_charged(client, site, engine, dataset["id"])
 

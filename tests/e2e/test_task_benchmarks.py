@@ -132,3 +132,19 @@ def test_the_regression_benchmark_compares_privfit_with_diffprivlib(
     # auto: AdaSSP at δ > 0, Huber objective perturbation at δ = 0
     assert "auto → adassp" in text
     assert "auto → objective_perturbation" in text
+
+
+def test_the_multiclass_benchmark_runs_a_subset_of_contenders(tmp_path: Path) -> None:
+    pytest.importorskip("diffprivlib", reason="the bench extra is not installed")
+    from benchmarks import bench_multiclass as bench
+
+    out = tmp_path / "mc.json"
+    args = ["--quick", "--threads", "0", "--datasets", "adult-marital", "--epsilons", "1"]
+    assert bench.main([*args, "--contenders", "PrivFit output", "--json", str(out)]) == 0
+    cell = json.loads(out.read_text())["datasets"]["adult-marital"]
+    # the chosen contender and the non-private yardsticks, nothing else
+    expected = ["PrivFit output", bench.SKLEARN, bench.MAJORITY]
+    assert cell["contenders"] == expected
+    assert sorted(cell["values"]["1"]) == sorted(expected)
+    assert len(cell["values"]["1"]["PrivFit output"]) == bench.QUICK_REPS
+    assert list(cell["bands"]["1"]) == ["PrivFit output"]

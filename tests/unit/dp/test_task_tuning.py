@@ -55,6 +55,41 @@ def test_multiclass_objective_lambda_by_hand() -> None:
     assert choice.inputs["curvature_trace"] == 0.75
 
 
+@pytest.mark.parametrize("epsilon", [0.1, 0.5, 2.0])
+def test_multiclass_output_lambda_is_the_root_of_the_hand_cubic_at_r_5_epsilon(
+    epsilon: float,
+) -> None:
+    # n = 1000, d = 10, K = 4: L² = 2, D = 40, c_tr = 3/4, R = 5ε:
+    # (R²/2)λ³ − (2·0.01·2/1000 + 2·2·40·41/(1000²ε²))λ − 4·2·(3/4)·41/(1000²ε²) = 0
+    choice = auto_regularization_task(
+        "output_perturbation",
+        task="multiclass",
+        n_classes=4,
+        n=1000,
+        d=10,
+        epsilon=epsilon,
+        loss="logistic",
+    )
+    lam, norm = choice.regularization, 5.0 * epsilon
+    p = 0.04 / 1000 + 6560.0 / (1e6 * epsilon**2)
+    q = 246.0 / (1e6 * epsilon**2)
+    assert abs(norm**2 / 2.0 * lam**3 - p * lam - q) <= 1e-12 * max(1.0, q)
+    assert lam > 0
+    assert choice.constants == {"R": pytest.approx(norm), "A": 0.01}
+    # an explicit R still wins (what the calibration scripts pass)
+    fixed = auto_regularization_task(
+        "output_perturbation",
+        task="multiclass",
+        n_classes=4,
+        n=1000,
+        d=10,
+        epsilon=epsilon,
+        loss="logistic",
+        norm=0.5,
+    )
+    assert fixed.constants["R"] == 0.5
+
+
 def test_regression_output_lambda_is_the_root_of_the_hand_cubic() -> None:
     # Huber h = 2: L = 2, c_tr = 1, D = d = 3, n = 500, ε = 1, R = 1:
     # 0.5λ³ − (2·0.01·4/500 + 2·4·3·4/500²)λ − 4·4·1·4/500² = 0
