@@ -38,6 +38,8 @@ Tiers
 Real processes
     ``live_server``     ``privfit serve`` on a free port over a fresh SQLite file (admin key
                         ``ADMIN_KEY``); ``tests.support.live_server.start_server`` for others.
+    ``jobless_live_server``  the same on the thread runner, without the process pool's warm
+                        worker, for tests that run no job.
     ``shared_live_server``  one such server per test process, for tests that only touch the
                         sites they create (the client tests).
     ``browser``         headless Debian Chromium under Playwright (skipped with a reason when
@@ -556,6 +558,27 @@ def browser() -> Iterator[object]:
     from tests.support.browser import chromium_browser
 
     yield from chromium_browser()
+
+
+#: The environment of a live server whose tests run no job: the thread runner, so that the
+#: server starts no process pool and no warm pool worker (a second interpreter importing the
+#: service, seconds of CPU) that the test would never use.
+NO_JOB_PROCESSES: dict[str, str] = {"PRIVFIT_JOB_RUNNER": "thread"}
+
+
+@pytest.fixture
+def jobless_live_server(tmp_path: Path, sqlite_template: Path) -> Iterator[LiveServer]:
+    """:func:`live_server` on the thread runner (:data:`NO_JOB_PROCESSES`), for tests that run
+    no job (refused requests, rate limits)."""
+    database = tmp_path / "live" / "privfit.db"
+    with start_server(
+        f"sqlite:///{database}",
+        admin_key=ADMIN_KEY,
+        workdir=tmp_path,
+        extra_env=NO_JOB_PROCESSES,
+        migrated=sqlite_template,
+    ) as server:
+        yield server
 
 
 @pytest.fixture

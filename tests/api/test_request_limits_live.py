@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from tests.conftest import ADMIN_KEY
+from tests.conftest import ADMIN_KEY, NO_JOB_PROCESSES
 from tests.support.large_bodies import HealthProbe, access_log_durations, post_large_body
 from tests.support.live_server import LiveServer, start_server
 
@@ -46,15 +46,20 @@ def logged(server: LiveServer, count: int, *, after: int) -> list[tuple[int, flo
 def warm_server(
     tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
 ) -> Iterator[LiveServer]:
-    """One live server (default settings) for this module's large-body tests, past its first
-    (cold) request: its thread pool and database connection exist, as on a server that has
-    been up for a while. Shared: starting a server costs seconds of CPU, and these tests only
-    send bodies the server refuses (a few failed authentications, far below the limit); the
-    rate-limit test below counts them from zero, so it has a server of its own."""
+    """One live server (default settings, but the thread runner: no job runs here) for this
+    module's large-body tests, past its first (cold) request: its thread pool and database
+    connection exist, as on a server that has been up for a while. Shared: starting a server
+    costs seconds of CPU, and these tests only send bodies the server refuses (a few failed
+    authentications, far below the limit); the rate-limit test below counts them from zero,
+    so it has a server of its own."""
     workdir = tmp_path_factory.mktemp("large-bodies")
     database = f"sqlite:///{workdir / 'privfit.db'}"
     with start_server(
-        database, admin_key=ADMIN_KEY, workdir=workdir, migrated=sqlite_template
+        database,
+        admin_key=ADMIN_KEY,
+        workdir=workdir,
+        extra_env=NO_JOB_PROCESSES,
+        migrated=sqlite_template,
     ) as live:
         warm = httpx2.get(f"{live.base_url}/v1/sites", headers=live.admin_headers)
         assert warm.status_code == 200
@@ -121,10 +126,13 @@ def guess(i: int) -> str:
     return f"Bearer pf_{i:08d}_{'x' * 43}"
 
 
-def test_rotating_x_forwarded_for_does_not_escape_the_limit(live_server: LiveServer) -> None:
+def test_rotating_x_forwarded_for_does_not_escape_the_limit(
+    jobless_live_server: LiveServer,
+) -> None:
     """Before: uvicorn believed X-Forwarded-For from 127.0.0.1, so 80 guessed keys, each from
     a "new" address, got 80 x 401 and 0 x 429. Now the default limit (30 a minute) holds, and
     the valid key from the same address is still let in."""
+    live_server = jobless_live_server
     with httpx2.Client(base_url=live_server.base_url, timeout=30) as client:
         statuses = [
             client.get(

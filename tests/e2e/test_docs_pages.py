@@ -16,6 +16,12 @@ from tests.support.live_server import LiveServer
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture
+def live_server(jobless_live_server: LiveServer) -> LiveServer:
+    """The pages run no job: a server without the process pool's warm worker."""
+    return jobless_live_server
+
+
 def _site_key(server: LiveServer) -> str:
     created = httpx2.post(
         f"{server.base_url}/v1/sites", json={"name": "Docs Hospital"}, headers=server.admin_headers

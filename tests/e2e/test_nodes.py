@@ -190,7 +190,12 @@ def _site(base_url: str, name: str) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
+def network(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Network]:
+    """The coordinator (the default process pool) and three nodes: servers on copies of the
+    session's migrated SQLite template (``privfit migrate`` is tested in tests/test_cli.py and
+    tests/e2e/test_serve.py), the nodes' servers on the thread runner (a node runs no job of
+    its own here: its agent answers the coordinator's tasks), which spares an interpreter each
+    for a warm pool worker they would never use."""
     tmp = tmp_path_factory.mktemp("nodes")
     coordinator_db = tmp / "coordinator.db"
     test_env = {"PRIVFIT_ENVIRONMENT": "test", "PRIVFIT_TEST_SEED": str(SEED)}
@@ -201,6 +206,7 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
         # no PRIVFIT_JOB_RUNNER: the default process pool, as a coordinator starts by default
         extra_env={**test_env, "PRIVFIT_NODE_TASK_DEADLINE": "20"},
         ready_timeout=READY_TIMEOUT,
+        migrated=sqlite_template,
     ) as coordinator:
         _coord_id, coord_key = _site(coordinator.base_url, "coordinator")
         members = [_site(coordinator.base_url, f"hospital-{k}") for k in range(3)]
@@ -234,8 +240,9 @@ def network(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Network]:
                     f"sqlite:///{db}",
                     admin_key=ADMIN,
                     workdir=tmp,
-                    extra_env=extra,
+                    extra_env={**extra, "PRIVFIT_JOB_RUNNER": "thread"},
                     ready_timeout=READY_TIMEOUT,
+                    migrated=sqlite_template,
                 )
             )
             env = {

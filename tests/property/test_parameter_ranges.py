@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -160,8 +161,13 @@ def _spent(client: TestClient, site: SiteHandle, dataset_id: str) -> tuple[float
     return budget["epsilon_spent"], budget["delta_spent"]
 
 
+#: Examples per property: the default tier (``make test``) runs every property briefly, its
+#: ``_at_length`` twin in the heavy tier (CI) runs it at length; derandomised, so each tier
+#: draws the same examples every run.
+DEFAULT_EXAMPLES, HEAVY_EXAMPLES = 25, 120
+
 FUZZ = settings(
-    max_examples=120,
+    max_examples=HEAVY_EXAMPLES,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     derandomize=True,
@@ -169,6 +175,16 @@ FUZZ = settings(
     # No explain phase: it reruns a failing example hundreds of times against a live app.
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink],
 )
+
+
+def in_both_tiers(
+    test: Callable[..., None], **strategies: st.SearchStrategy[Any]
+) -> tuple[Callable[..., None], Callable[..., None]]:
+    """``test`` under ``@given(**strategies)`` twice: with :data:`DEFAULT_EXAMPLES` for the
+    default tier and, marked heavy, with :data:`HEAVY_EXAMPLES`."""
+    brief = settings(FUZZ, max_examples=DEFAULT_EXAMPLES)(given(**strategies)(test))
+    at_length = settings(FUZZ, max_examples=HEAVY_EXAMPLES)(given(**strategies)(test))
+    return brief, pytest.mark.heavy(at_length)
 
 
 def _check(
@@ -197,9 +213,7 @@ def _check(
     return response.status_code, answer
 
 
-@FUZZ
-@given(body=wild_requests, dry_run=st.booleans())
-def test_fits_with_any_numbers_never_answer_500_nor_charge_a_refusal(
+def _fits_with_any_numbers_never_answer_500_nor_charge_a_refusal(
     client: TestClient, site: SiteHandle, body: dict[str, Any], dry_run: bool
 ) -> None:
     status, answer = _check(client, site, body, dry_run)
@@ -207,9 +221,17 @@ def test_fits_with_any_numbers_never_answer_500_nor_charge_a_refusal(
         assert answer["status"] == "succeeded", (body, answer)
 
 
-@FUZZ
-@given(body=in_range_requests)
-def test_fits_inside_the_documented_ranges_run_or_are_refused_before_charging(
+(
+    test_fits_with_any_numbers_never_answer_500_nor_charge_a_refusal,
+    test_fits_with_any_numbers_never_answer_500_nor_charge_a_refusal_at_length,
+) = in_both_tiers(
+    _fits_with_any_numbers_never_answer_500_nor_charge_a_refusal,
+    body=wild_requests,
+    dry_run=st.booleans(),
+)
+
+
+def _fits_inside_the_documented_ranges_run_or_are_refused_before_charging(
     client: TestClient, site: SiteHandle, body: dict[str, Any]
 ) -> None:
     status, answer = _check(client, site, body, dry_run=True)
@@ -220,6 +242,14 @@ def test_fits_inside_the_documented_ranges_run_or_are_refused_before_charging(
         status, answer = _check(client, site, body, dry_run=False)
         assert status in (201, 202), (body, answer)
         assert answer["status"] == "succeeded", (body, answer)
+
+
+(
+    test_fits_inside_the_documented_ranges_run_or_are_refused_before_charging,
+    test_fits_inside_the_documented_ranges_run_or_are_refused_before_charging_at_length,
+) = in_both_tiers(
+    _fits_inside_the_documented_ranges_run_or_are_refused_before_charging, body=in_range_requests
+)
 
 
 # --- studies: aggregations and federated fits -------------------------------------------------
@@ -364,13 +394,19 @@ def _aggregations(world: Consortium) -> st.SearchStrategy[dict[str, Any]]:
     return st.one_of(average, transfer, feature)
 
 
-@FUZZ
-@given(data=st.data())
-def test_aggregations_with_any_numbers_never_answer_500_nor_charge_a_refusal(
+def _aggregations_with_any_numbers_never_answer_500_nor_charge_a_refusal(
     client: TestClient, consortium: Consortium, data: st.DataObject
 ) -> None:
     body = data.draw(_aggregations(consortium), label="body")
     _post_study(client, consortium, "aggregations", body)
+
+
+(
+    test_aggregations_with_any_numbers_never_answer_500_nor_charge_a_refusal,
+    test_aggregations_with_any_numbers_never_answer_500_nor_charge_a_refusal_at_length,
+) = in_both_tiers(
+    _aggregations_with_any_numbers_never_answer_500_nor_charge_a_refusal, data=st.data()
+)
 
 
 #: Each protocol's own options, valid and not; ``h`` goes with the Huber loss.
@@ -422,12 +458,20 @@ federated_requests = st.tuples(
 ).flatmap(lambda pair: _federated(*pair))
 
 
-@FUZZ
-@given(body=federated_requests, dry_run=st.booleans())
-def test_federated_fits_with_any_numbers_never_answer_500_nor_charge_a_refusal(
+def _federated_fits_with_any_numbers_never_answer_500_nor_charge_a_refusal(
     client: TestClient, consortium: Consortium, body: dict[str, Any], dry_run: bool
 ) -> None:
     _post_study(client, consortium, "federated-fits", body, dry_run=dry_run)
+
+
+(
+    test_federated_fits_with_any_numbers_never_answer_500_nor_charge_a_refusal,
+    test_federated_fits_with_any_numbers_never_answer_500_nor_charge_a_refusal_at_length,
+) = in_both_tiers(
+    _federated_fits_with_any_numbers_never_answer_500_nor_charge_a_refusal,
+    body=federated_requests,
+    dry_run=st.booleans(),
+)
 
 
 #: Any positive finite double: the documented range of PSGD's, ADMM's and the Lasso's own
@@ -478,9 +522,7 @@ def _in_range_aggregations(world: Consortium) -> st.SearchStrategy[dict[str, Any
     return st.one_of(average, transfer, feature)
 
 
-@FUZZ
-@given(data=st.data())
-def test_aggregations_inside_the_documented_ranges_run_or_are_refused_before_charging(
+def _aggregations_inside_the_documented_ranges_run_or_are_refused_before_charging(
     client: TestClient, consortium: Consortium, data: st.DataObject
 ) -> None:
     body = data.draw(_in_range_aggregations(consortium), label="body")
@@ -488,3 +530,11 @@ def test_aggregations_inside_the_documented_ranges_run_or_are_refused_before_cha
     if status == 422 and ("delta" in answer["detail"] or "share q_k·ε" in answer["detail"]):
         return  # pure ε mechanisms take δ = 0; PST-H: each group's share q_k·ε ≥ 1e-6
     assert status in (201, 202), (body, answer)  # every other in-range request runs
+
+
+(
+    test_aggregations_inside_the_documented_ranges_run_or_are_refused_before_charging,
+    test_aggregations_inside_the_documented_ranges_run_or_are_refused_before_charging_at_length,
+) = in_both_tiers(
+    _aggregations_inside_the_documented_ranges_run_or_are_refused_before_charging, data=st.data()
+)

@@ -143,7 +143,9 @@ def test_soft_threshold() -> None:
     np.testing.assert_array_equal(soft_threshold(a, 1.0), [2.0, -0.0, 0.0, -1.0, 0.0])
 
 
-@pytest.mark.parametrize("accelerated", [True, False])
+# The plain iteration needs 6,000 rounds (≈ 2 s of CPU) to reach what the accelerated one
+# reaches in 2,000: the default tier runs the accelerated one, the heavy tier both (issue 27 §5).
+@pytest.mark.parametrize("accelerated", [True, pytest.param(False, marks=pytest.mark.heavy)])
 def test_without_noise_reaches_the_centralised_lasso(accelerated: bool) -> None:
     sites = make_sites((200, 300, 250), 5, seed=4)
     X, y = pooled(sites)
