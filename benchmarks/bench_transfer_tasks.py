@@ -18,12 +18,12 @@ baseline, so conservative for transfer).
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
+from benchmarks._tasks29 import mean_se
 from benchmarks.datasets29 import HOURS_BOUNDS, adult_hours, adult_marital
 from service.dp import fit
 from service.dp.multisite.transfer import transfer_fit
@@ -37,9 +37,8 @@ def _coef(result: object) -> FloatArray:
 
 
 def _mean_se(values: Sequence[float]) -> str:
-    v = np.asarray(values, dtype=np.float64)
-    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else 0.0
-    return f"{float(v.mean()):.3f} ± {se:.3f}"
+    mean, se = mean_se(values)
+    return f"{mean:.3f} ± {se:.3f}"
 
 
 def _run(
