@@ -322,6 +322,21 @@ WIDE_OUT = OUT.with_name("lambda_rule_multiclass_output_wide.json")
 WIDE_OFFSET = 0.7
 
 
+def _output_cell(values: list[float], n: int, d: int, k: int, eps: float) -> dict[str, Any]:
+    """One multi-class output-perturbation cell's accuracy curve, its best, and the rule's
+    accuracy per R (interpolated on the curve)."""
+    return {
+        "curve": values,
+        "best": max(values),
+        "rule": {
+            str(R): at(
+                values, rule("output_perturbation", "multiclass", "logistic", n, d, k, eps, R)
+            )
+            for R in NORMS
+        },
+    }
+
+
 def wide_output_study(repeats: int, offset: float = 0.0) -> None:
     """Multi-class output perturbation on wide softmax families (signal 4): per R, the mean
     accuracy gap to the best λ in hindsight (the first study's cells have dK ≤ 150); with an
@@ -352,24 +367,7 @@ def wide_output_study(repeats: int, offset: float = 0.0) -> None:
                             "K": k,
                             "n": n,
                             "epsilon": eps,
-                            "curve": values,
-                            "best": max(values),
-                            "rule": {
-                                str(R): at(
-                                    values,
-                                    rule(
-                                        "output_perturbation",
-                                        "multiclass",
-                                        "logistic",
-                                        n,
-                                        d,
-                                        k,
-                                        eps,
-                                        R,
-                                    ),
-                                )
-                                for R in NORMS
-                            },
+                            **_output_cell(values, n, d, k, eps),
                         }
                     )
                     print(f"{len(cells)} cells, {time.time() - start:.0f} s", flush=True)
@@ -431,24 +429,7 @@ def sparse_output_study(
                             "epsilon": eps,
                             "offset": offset,
                             "level": level,
-                            "curve": values,
-                            "best": max(values),
-                            "rule": {
-                                str(R): at(
-                                    values,
-                                    rule(
-                                        "output_perturbation",
-                                        "multiclass",
-                                        "logistic",
-                                        n,
-                                        d,
-                                        k,
-                                        eps,
-                                        R,
-                                    ),
-                                )
-                                for R in NORMS
-                            },
+                            **_output_cell(values, n, d, k, eps),
                         }
                     )
                     print(f"{len(cells)} cells, {time.time() - start:.0f} s", flush=True)
