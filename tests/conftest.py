@@ -388,7 +388,8 @@ _TWIN_MODULE_MARKS = frozenset({"heavy", "postgres"})
 def module_marks(path: Path) -> frozenset[str]:
     """The marks a test module's ``pytestmark`` gives every item in it, read from its source
     without importing it (names of ``pytest.mark.NAME`` and ``pytest.mark.NAME(...)``; empty
-    for a module whose ``pytestmark`` is not a literal mark or list of marks)."""
+    for a module whose ``pytestmark`` is not a literal mark or list of marks, and for a module
+    that never writes ``mark.heavy``, which the tiers leave out of nothing)."""
     source = path.read_text(encoding="utf-8")
     if "mark.heavy" not in source:  # every use below needs it: skip parsing the others
         return frozenset()
@@ -570,15 +571,7 @@ NO_JOB_PROCESSES: dict[str, str] = {"PRIVFIT_JOB_RUNNER": "thread"}
 def jobless_live_server(tmp_path: Path, sqlite_template: Path) -> Iterator[LiveServer]:
     """:func:`live_server` on the thread runner (:data:`NO_JOB_PROCESSES`), for tests that run
     no job (refused requests, rate limits)."""
-    database = tmp_path / "live" / "privfit.db"
-    with start_server(
-        f"sqlite:///{database}",
-        admin_key=ADMIN_KEY,
-        workdir=tmp_path,
-        extra_env=NO_JOB_PROCESSES,
-        migrated=sqlite_template,
-    ) as server:
-        yield server
+    yield from _own_live_server(tmp_path, sqlite_template, NO_JOB_PROCESSES)
 
 
 @pytest.fixture
@@ -587,9 +580,19 @@ def live_server(tmp_path: Path, sqlite_template: Path) -> Iterator[LiveServer]:
 
     For tests that need the server to themselves (an admin listing every site, names that
     must be free, the server's own log lines); the others use :func:`shared_live_server`."""
+    yield from _own_live_server(tmp_path, sqlite_template)
+
+
+def _own_live_server(
+    tmp_path: Path, sqlite_template: Path, extra_env: dict[str, str] | None = None
+) -> Iterator[LiveServer]:
     database = tmp_path / "live" / "privfit.db"
     with start_server(
-        f"sqlite:///{database}", admin_key=ADMIN_KEY, workdir=tmp_path, migrated=sqlite_template
+        f"sqlite:///{database}",
+        admin_key=ADMIN_KEY,
+        workdir=tmp_path,
+        extra_env=extra_env,
+        migrated=sqlite_template,
     ) as server:
         yield server
 

@@ -118,6 +118,19 @@ def test_a_node_offers_a_model_of_its_task_and_the_coordinator_averages_them(
         assert response.status_code == 201, response.text
         out = response.json()
         assert out["model_id"] == local["id"]
+        # what leaves the node: the released weights and public spec, the record's statement
+        sent = client.app.state.coordinator_link.bodies[-1]  # type: ignore[attr-defined]
+        assert set(sent) == {"label", "features", "row_norm", "weights", "loss", "privacy_claim"}
+        assert sent["weights"] == local["model"]["coef"]
+        assert sent["label"] == local["label"]
+        assert sent["features"] == local["preprocessing"]["features"]
+        assert sent["privacy_claim"] == {
+            "epsilon": local["privacy"]["epsilon"],
+            "delta": local["privacy"]["delta"],
+            "mechanism": local["mechanism"],
+            "description": f"fitted on a PrivFit node (its model {local['id']}); the node's "
+            f"privacy record: {local['privacy']['statement']}",
+        }
         copy = client.get(f"/v1/models/{out['coordinator_model_id']}", headers=member.headers)
         copy_model = copy.json()
         assert copy_model["source"] == "upload"

@@ -15,7 +15,8 @@ import resource
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,43 +37,35 @@ def _record(nodeid: str, phase: str, cpu: float, wall: float) -> None:
             log.write(f"{nodeid}\t{phase}\t{cpu:.3f}\t{wall:.3f}\n")
 
 
-def _timed(nodeid: str, phase: str) -> Generator[None, None, None]:
+@contextmanager
+def _timed(nodeid: str, phase: str) -> Iterator[None]:
+    """Log the CPU and wall seconds of the block, also when it raises."""
     cpu, wall = _cpu_seconds(), time.perf_counter()
-    yield
-    _record(nodeid, phase, _cpu_seconds() - cpu, time.perf_counter() - wall)
+    try:
+        yield
+    finally:
+        _record(nodeid, phase, _cpu_seconds() - cpu, time.perf_counter() - wall)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
     """Time the set-up of ``item``."""
-    timer = _timed(item.nodeid, "setup")
-    next(timer)
-    try:
+    with _timed(item.nodeid, "setup"):
         return (yield)
-    finally:
-        next(timer, None)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """Time the call of ``item``."""
-    timer = _timed(item.nodeid, "call")
-    next(timer)
-    try:
+    with _timed(item.nodeid, "call"):
         return (yield)
-    finally:
-        next(timer, None)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item) -> Generator[None, None, None]:
     """Time the teardown of ``item``."""
-    timer = _timed(item.nodeid, "teardown")
-    next(timer)
-    try:
+    with _timed(item.nodeid, "teardown"):
         return (yield)
-    finally:
-        next(timer, None)
 
 
 def summarise(path: Path, top: int = 40) -> str:

@@ -42,6 +42,7 @@ from service.domain.models.standard_export import StandardExportError, to_onnx, 
 from service.domain.records.base import PrivacyClaim, upload_privacy_record
 from service.dp import LinearModel
 from service.dp.core.released import MulticlassModel, model_from_dict
+from service.dp.core.tasks import TASK_LOSSES
 from service.dp.data.preprocessing import PreprocessingSpec
 
 __all__ = [
@@ -57,13 +58,10 @@ __all__ = [
     "upload_model",
 ]
 
-UPLOAD_LOSSES = ("logistic", "huber", "squared", "other")
 #: The losses an upload may declare for each label task (the first is the default):
 #: the losses PrivFit fits for the task (service.dp.core.tasks.TASK_LOSSES), or ``other``.
 TASK_UPLOAD_LOSSES: dict[str, tuple[str, ...]] = {
-    "binary": ("logistic", "huber", "other"),
-    "multiclass": ("logistic", "other"),
-    "regression": ("squared", "huber", "other"),
+    task: (*losses, "other") for task, losses in TASK_LOSSES.items()
 }
 
 

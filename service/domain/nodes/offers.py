@@ -28,7 +28,7 @@ from service.domain.datasets.labels import require_binary
 from service.domain.errors import InvalidInputError, NotFoundError, UpstreamError
 from service.domain.ids import looks_like_id
 from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, from_units, to_units
-from service.domain.nodes.remote import RemoteOffer
+from service.domain.nodes.remote import NODE_STEPS_ASSUME_BINARY, RemoteOffer
 
 __all__ = [
     "CoordinatorLink",
@@ -91,8 +91,7 @@ def _require_link(link: CoordinatorLink | None) -> CoordinatorLink:
 
 #: Why a node offers datasets of binary labels only (its protocols' steps assume it).
 NODE_LABEL_REASON = (
-    "the node protocols (psgd, admm) compute every step for labels y = ±1, and the terms a "
-    "node accepts carry no label form, so the node could not check that a step suits other "
+    f"{NODE_STEPS_ASSUME_BINARY}, so the node could not check that a step suits other "
     "labels; contribute a model fitted here instead (POST /v1/models/{id}/offers)"
 )
 

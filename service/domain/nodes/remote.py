@@ -98,6 +98,13 @@ def _caps(epsilon_cap: float, delta_cap: float) -> tuple[int, int]:
     )
 
 
+#: Why node protocols take datasets of binary labels only (the first half of either side's 422).
+NODE_STEPS_ASSUME_BINARY = (
+    "the node protocols (psgd, admm) compute every step for labels y = ±1, and the terms a node "
+    "accepts carry no label form"
+)
+
+
 def add_remote_contribution(
     uow: UnitOfWork,
     *,
@@ -121,10 +128,9 @@ def add_remote_contribution(
             study,
             "a dataset on a site node",
             loc=["body", "spec"],
-            why="the node protocols (psgd, admm) compute every step for labels y = ±1, and the "
-            "terms a node accepts carry no label form, so a node could not check that a step "
-            "suits its labels; grant the dataset to the study instead, or contribute a model "
-            "fitted on the node",
+            why=f"{NODE_STEPS_ASSUME_BINARY}, so a node could not check that a step suits its "
+            "labels; grant the dataset to the study instead, or contribute a model fitted on "
+            "the node",
         )
         require_matching(study, offer.preprocessing, offer.label, "dataset", field="spec")
         row = RemoteContribution(

@@ -26,6 +26,13 @@ CASES: list[tuple[str, dict[str, Any]]] = [
         },
     ),
     ("distributed_lasso", {"delta": 1e-6, "loss": "squared", "params": {}}),
+    # the label tasks' noisy average (its public task, classes and noise dimension)
+    (
+        "noisy_average",
+        {"delta": 0.0, "loss": "logistic", "params": {}, "task": "multiclass", "n_classes": 4},
+    ),
+    ("noisy_average", {"delta": 0.0, "loss": "huber", "params": {}, "task": "regression"}),
+    ("distributed_lasso", {"delta": 1e-6, "loss": "squared", "params": {}, "task": "regression"}),
 ]
 
 
