@@ -216,6 +216,8 @@ def test_a_regression_plan_simulates_rmse_in_the_label_units(
     assert point["regularization"] == 1e-10
     rmse = point["simulated_rmse"]
     assert 0.0 <= rmse["p10"] <= rmse["mean"] <= UPPER - LOWER
+    assert rmse["draws"] == 2
+    assert rmse["p10"] <= rmse["p50"] <= rmse["p90"]
     assert "simulated_accuracy" not in point
     assert plan["majority_baseline"] is None
     response = client.post(

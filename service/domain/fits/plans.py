@@ -126,8 +126,7 @@ def _invalid(msg: str, loc: list[str | int]) -> InvalidInputError:
     return InvalidInputError(msg, errors=[{"loc": loc, "msg": msg}])
 
 
-def _grid(request: PlanRequest, n: int, d: int, task: LabelTask | None = None) -> list[GridPoint]:
-    task = task or LabelTask("binary")
+def _grid(request: PlanRequest, n: int, d: int, task: LabelTask) -> list[GridPoint]:
     if request.mechanism not in MECHANISMS or request.mechanism in NON_PRIVATE_MECHANISMS:
         raise _invalid(
             f"unknown or non-private mechanism {request.mechanism!r}", ["body", "mechanism"]

@@ -207,6 +207,17 @@ def _scores(
     return np.asarray(scores)
 
 
+def _band(scores: NDArray[np.float64], **fields: Any) -> TaskExpectation:
+    """The band (mean, p10, p90, draws) of simulated ``scores``; ``fields`` the rest."""
+    return TaskExpectation(
+        mean=float(scores.mean()),
+        p10=float(np.quantile(scores, 0.1)),
+        p90=float(np.quantile(scores, 0.9)),
+        draws=int(scores.size),
+        **fields,
+    )
+
+
 def expected_task_band(
     mechanism: str,
     *,
@@ -253,15 +264,7 @@ def expected_task_band(
         centre = float(np.mean(np.asarray(y)[test_rows:]))
         baseline = float(np.sqrt(np.mean((y_test - centre) ** 2))) * half_range
         metric = "rmse"
-    return TaskExpectation(
-        task=task,
-        metric=metric,
-        mean=float(arr.mean()),
-        p10=float(np.quantile(arr, 0.1)),
-        p90=float(np.quantile(arr, 0.9)),
-        draws=int(arr.size),
-        baseline=baseline,
-    )
+    return _band(arr, task=task, metric=metric, baseline=baseline)
 
 
 def _sphere_rows(d: int, rows: int, rng: np.random.Generator) -> tuple[NDArray[np.float64], ...]:
@@ -279,6 +282,13 @@ def _direction(d: int, k: int) -> NDArray[np.float64]:
     v = np.random.default_rng(_seed("direction", d, k)).standard_normal(max(d - 1, 1))
     out: NDArray[np.float64] = v / np.linalg.norm(v)
     return out
+
+
+def _softmax(s: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Row-wise softmax, shifted by each row's maximum."""
+    prob: NDArray[np.float64] = np.exp(s - s.max(axis=1, keepdims=True))
+    prob /= prob.sum(axis=1, keepdims=True)
+    return prob
 
 
 @lru_cache(maxsize=8)  # up to 6000 × 256 doubles each
@@ -301,13 +311,8 @@ def multiclass_reference(
         margins = np.zeros((rows, k))
     b = np.log(p)
     for _ in range(200):  # intercepts matching the mean softmax to p
-        s = margins + b
-        prob = np.exp(s - s.max(axis=1, keepdims=True))
-        prob /= prob.sum(axis=1, keepdims=True)
-        b += np.log(p / prob.mean(axis=0))
-    s = margins + b
-    prob = np.exp(s - s.max(axis=1, keepdims=True))
-    prob /= prob.sum(axis=1, keepdims=True)
+        b += np.log(p / _softmax(margins + b).mean(axis=0))
+    prob = _softmax(margins + b)
     draws = rng.random(rows)[:, None] > np.cumsum(prob, axis=1)
     y = np.minimum(draws.sum(axis=1), k - 1).astype(np.float64)
     X.setflags(write=False)
@@ -430,13 +435,10 @@ def _synthetic_band(
         half_range=half_range,
         repeats=repeats,
     )
-    return TaskExpectation(
+    return _band(
+        arr,
         task=task,
         metric=metric,
-        mean=float(arr.mean()),
-        p10=float(np.quantile(arr, 0.1)),
-        p90=float(np.quantile(arr, 0.9)),
-        draws=int(arr.size),
         baseline=baseline,
         reference=SYNTHETIC,
         baseline_source=baseline_source,

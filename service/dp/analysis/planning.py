@@ -75,6 +75,19 @@ MAX_SIMULATED_FITS: Final[int] = 200
 MAX_SIMULATED_ROWS: Final[int] = 50_000
 
 
+def _summary(values: tuple[float, ...]) -> dict[str, Any]:
+    """draws, mean, sd (ddof 1; 0 for one draw), p10, p50, p90 of simulated scores."""
+    arr = np.asarray(values)
+    return {
+        "draws": len(values),
+        "mean": float(arr.mean()),
+        "std": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
+        "p10": float(np.quantile(arr, 0.1)),
+        "p50": float(np.quantile(arr, 0.5)),
+        "p90": float(np.quantile(arr, 0.9)),
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class GridPoint:
     """The planner's answer at one (ε, λ)."""
@@ -106,25 +119,9 @@ class GridPoint:
         if self.regularization_rule is not None:
             out["regularization_rule"] = dict(self.regularization_rule)
         if self.accuracies:
-            acc = np.asarray(self.accuracies)
-            out["simulated_accuracy"] = {
-                "draws": len(self.accuracies),
-                "mean": float(acc.mean()),
-                "std": float(acc.std(ddof=1)) if acc.size > 1 else 0.0,
-                "p10": float(np.quantile(acc, 0.1)),
-                "p50": float(np.quantile(acc, 0.5)),
-                "p90": float(np.quantile(acc, 0.9)),
-            }
+            out["simulated_accuracy"] = _summary(self.accuracies)
         if self.rmses:
-            err = np.asarray(self.rmses)
-            out["simulated_rmse"] = {
-                "draws": len(self.rmses),
-                "mean": float(err.mean()),
-                "std": float(err.std(ddof=1)) if err.size > 1 else 0.0,
-                "p10": float(np.quantile(err, 0.1)),
-                "p50": float(np.quantile(err, 0.5)),
-                "p90": float(np.quantile(err, 0.9)),
-            }
+            out["simulated_rmse"] = _summary(self.rmses)
         return out
 
 

@@ -581,8 +581,7 @@ def choose_selection(
             f"CMS's fits are nearly non-private: 2d/(m·λ_min·ε) = {proxy:.3g} ≤ "
             f"{NEGLIGIBLE_NOISE:g} with m = {m}",
         )
-    miss = repetition_law("papernot_steinke", k).miss_probability(k)
-    method = "papernot_steinke" if miss <= MAX_MISS else "liu_talwar"
+    method, miss = _repetition_method(k)
     plan = repetition_plan(method, k=k, n=n, epsilon=epsilon, delta=delta)
     if n * plan.train_epsilon >= m * epsilon:
         return SelectionChoice(
@@ -600,6 +599,14 @@ def choose_selection(
     )
 
 
+def _repetition_method(k: int) -> tuple[str, float]:
+    """The law of rule 3 of :func:`choose_selection` for k candidates and PS22's miss
+    probability G(1 − 1/k) at η = ½: ``papernot_steinke`` when it is ≤ :data:`MAX_MISS`,
+    else ``liu_talwar``."""
+    miss = repetition_law("papernot_steinke", k).miss_probability(k)
+    return ("papernot_steinke" if miss <= MAX_MISS else "liu_talwar"), miss
+
+
 def _rule_plan(
     *,
     k: int,
@@ -611,8 +618,7 @@ def _rule_plan(
     iterations: int | None,
 ) -> tuple[str, RepetitionPlan]:
     """The random-repetition method and plan that rule 0 weighs (the law rule 3 would pick)."""
-    miss = repetition_law("papernot_steinke", k).miss_probability(k)
-    method = "papernot_steinke" if miss <= MAX_MISS else "liu_talwar"
+    method, _ = _repetition_method(k)
     gaussian = mechanism in GAUSSIAN_RUN_MECHANISMS
     plan = repetition_plan(
         method,
@@ -692,8 +698,7 @@ def _choose_for_gaussian_runs(
     from service.dp.mechanisms.noisy_gd import gdp_mu
 
     m = part_size(n, k)
-    miss = repetition_law("papernot_steinke", k).miss_probability(k)
-    method = "papernot_steinke" if miss <= MAX_MISS else "liu_talwar"
+    method, miss = _repetition_method(k)
     plan = repetition_plan(
         method,
         k=k,
