@@ -91,9 +91,9 @@ def split_budget(n: int, epsilon: float) -> tuple[float, float]:
 
 
 def count_noise_variance(epsilon: float) -> float:
-    """Var Z = 2e^{−ε}/(1 − e^{−ε})² of the discrete Laplace of scale 1/ε."""
-    q = math.exp(-epsilon)
-    return 2.0 * q / (1.0 - q) ** 2
+    """Var Z = 2e^{−ε}/(1 − e^{−ε})² of the discrete Laplace of scale 1/ε (1 − e^{−ε} by
+    expm1, exact to the last digits for small ε)."""
+    return 2.0 * math.exp(-epsilon) / math.expm1(-epsilon) ** 2
 
 
 def count_noise_sd(n: int, epsilon: float) -> float:

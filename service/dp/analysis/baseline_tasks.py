@@ -50,7 +50,13 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp.analysis.baseline import MAX_SHARE, MIN_SHARE, TARGET_SD, WARNING_Z
+from service.dp.analysis.baseline import (
+    MAX_SHARE,
+    MIN_SHARE,
+    TARGET_SD,
+    WARNING_Z,
+    count_noise_variance,
+)
 from service.dp.analysis.evaluation_regression import GRID_BITS
 from service.dp.noise.discrete import discrete_laplace
 
@@ -114,9 +120,9 @@ def split_budget(task: str, n: int, epsilon: float) -> tuple[float, float]:
 
 
 def discrete_laplace_variance(scale: float) -> float:
-    """Var Z = 2q/(1 − q)², q = e^{−1/b}, of the discrete Laplace of scale b."""
-    q = math.exp(-1.0 / scale)
-    return 2.0 * q / math.expm1(-1.0 / scale) ** 2
+    """Var Z = 2q/(1 − q)², q = e^{−1/b}, of the discrete Laplace of scale b (the binary
+    count's law at ε = 1/b: :func:`service.dp.analysis.baseline.count_noise_variance`)."""
+    return count_noise_variance(1.0 / scale)
 
 
 # ---- multi-class ---------------------------------------------------------------------------
