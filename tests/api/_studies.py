@@ -173,3 +173,9 @@ def fit_model(
 
 def weights_of(model: dict[str, Any]) -> list[float]:
     return [float(c["weight"]) for c in model["coefficients"]]
+
+
+def epsilon_spent(client: TestClient, site: SiteHandle, dataset_id: str) -> float:
+    """The ε the dataset's budget has spent, as its owner reads it."""
+    budget = client.get(f"/v1/datasets/{dataset_id}/budget", headers=site.headers).json()
+    return float(budget["epsilon_spent"])

@@ -23,6 +23,7 @@ from sqlalchemy import Engine, text
 
 from service.db.uow import UnitOfWorkFactory
 from service.dp.federated import federated_calibrate
+from tests.api._studies import epsilon_spent
 from tests.api.test_datasets import assert_problem
 from tests.api.test_label_tasks import (
     CLASSES,
@@ -45,11 +46,6 @@ D = 5  # age, the three colours and the intercept (tests/api/test_label_tasks.py
 @pytest.fixture
 def db_url(any_db_url: str) -> str:
     return any_db_url
-
-
-def _spent(client: TestClient, site: SiteHandle, dataset_id: str) -> float:
-    body = client.get(f"/v1/datasets/{dataset_id}/budget", headers=site.headers).json()
-    return float(body["epsilon_spent"])
 
 
 def _study(
@@ -118,7 +114,7 @@ def test_noisy_average_fits_a_multiclass_or_numeric_study_charged_as_quoted(
     assert job["status"] == "succeeded", job["error"]
     for (member, dataset_id), cost in zip(datasets, quoted["costs"], strict=True):
         assert cost["dataset_id"] == dataset_id
-        assert _spent(client, member, dataset_id) == pytest.approx(cost["epsilon"]) == 1.0
+        assert epsilon_spent(client, member, dataset_id) == pytest.approx(cost["epsilon"]) == 1.0
     assert ledger_rows(engine) == 3
     with uow_factory() as uow:
         stored = uow.models.get(job["model_id"])

@@ -25,7 +25,7 @@ from fastapi.testclient import TestClient
 
 from service.domain.errors import UpstreamError
 from service.dp.noise.draws import round_to_grid
-from tests.api._studies import create_study
+from tests.api._studies import create_study, epsilon_spent
 from tests.api.test_label_tasks import (
     CLASSES,
     FEATURES,
@@ -82,13 +82,8 @@ def node_model(client: TestClient, site: SiteHandle, label: Mapping[str, Any]) -
     job = response.json()
     assert job["status"] == "succeeded", job
     model: dict[str, Any] = client.get(f"/v1/models/{job['model_id']}", headers=site.headers).json()
-    model["dataset_spent"] = _spent(client, site, dataset["id"])
+    model["dataset_spent"] = epsilon_spent(client, site, dataset["id"])
     return model
-
-
-def _spent(client: TestClient, site: SiteHandle, dataset_id: str) -> float:
-    budget = client.get(f"/v1/datasets/{dataset_id}/budget", headers=site.headers).json()
-    return float(budget["epsilon_spent"])
 
 
 def offer(client: TestClient, site: SiteHandle, model_id: str, study_id: str) -> Any:
@@ -142,7 +137,7 @@ def test_a_node_offers_a_model_of_its_task_and_the_coordinator_averages_them(
         assert _predict(client, member, copy_model["id"]) == _predict(client, member, local["id"])
         # post-processing of a release: the node's dataset is charged nothing more
         dataset_id = local["dataset_id"]
-        assert _spent(client, member, dataset_id) == local["dataset_spent"]
+        assert epsilon_spent(client, member, dataset_id) == local["dataset_spent"]
         copies.append(np.asarray(copy_model["model"]["coef"]))
     assert copies[0].shape == ((len(CLASSES), 5) if label is MULTICLASS else (5,))
 

@@ -32,7 +32,7 @@ from sqlalchemy import Engine, text
 from service.db.uow import UnitOfWorkFactory
 from service.dp.federated import federated_calibrate
 from service.dp.noise.draws import round_to_grid
-from tests.api._studies import contribute, create_study
+from tests.api._studies import contribute, create_study, epsilon_spent
 from tests.api.test_datasets import assert_problem
 from tests.api.test_label_tasks import (
     CLASSES,
@@ -186,11 +186,6 @@ def _fitted(
     return dataset["id"], str(job["model_id"])
 
 
-def _spent(client: TestClient, site: SiteHandle, dataset_id: str) -> float:
-    budget = client.get(f"/v1/datasets/{dataset_id}/budget", headers=site.headers).json()
-    return float(budget["epsilon_spent"])
-
-
 @pytest.mark.parametrize(
     ("label", "mechanism", "weights"),
     [
@@ -213,7 +208,7 @@ def test_average_combines_multiclass_matrices_and_regression_vectors_entry_by_en
     fitted = [_fitted(client, s, label, mechanism, seed) for s, seed in ((a, 5), (b, 6))]
     for member, (_, model_id) in zip((a, b), fitted, strict=True):
         contribute(client, member, study["id"], {"model_id": model_id})
-    spent = [_spent(client, s, d) for s, (d, _) in zip((a, b), fitted, strict=True)]
+    spent = [epsilon_spent(client, s, d) for s, (d, _) in zip((a, b), fitted, strict=True)]
     charges = ledger_rows(engine)
     body: dict[str, Any] = {"method": "average"}
     if weights is not None:
@@ -238,7 +233,7 @@ def test_average_combines_multiclass_matrices_and_regression_vectors_entry_by_en
     assert np.array_equal(np.asarray(result.body["coef"]), expected)
     # post-processing: nothing charged, every dataset's spend unchanged
     assert ledger_rows(engine) == charges
-    assert [_spent(client, s, d) for s, (d, _) in zip((a, b), fitted, strict=True)] == spent
+    assert [epsilon_spent(client, s, d) for s, (d, _) in zip((a, b), fitted, strict=True)] == spent
     model = client.get(f"/v1/models/{job['model_id']}", headers=a.headers).json()
     assert model["task"] == ("multiclass" if label is MULTICLASS else "regression")
     assert model["label"] == label
@@ -289,7 +284,7 @@ def test_sigmoid_stacking_and_pst_h_refuse_these_studies_with_the_reason(
     assert "not yet" not in problem["detail"]
     field = "meta_features" if method == "feature" else "feature_groups"
     assert problem["errors"][0]["loc"] == ["body", field]
-    assert _spent(client, site, own["id"]) == 0.0
+    assert epsilon_spent(client, site, own["id"]) == 0.0
     assert ledger_rows(engine) == 0
 
 
@@ -338,7 +333,9 @@ def test_linear_stacking_fits_the_study_task_on_the_site_models_scores(
     assert response.status_code == 201, response.text
     job = response.json()
     assert job["status"] == "succeeded", job["error"]
-    assert _spent(client, site, holdout["id"]) == pytest.approx(quote.json()["cost"]["epsilon"])
+    assert epsilon_spent(client, site, holdout["id"]) == pytest.approx(
+        quote.json()["cost"]["epsilon"]
+    )
     with uow_factory() as uow:
         result = uow.models.get(job["model_id"])
     assert result is not None
@@ -464,7 +461,7 @@ def test_the_distributed_lasso_fits_a_study_of_numeric_labels_charged_as_quoted(
     assert job["status"] == "succeeded", job
     for (member, dataset_id), cost in zip(datasets, quoted["costs"], strict=True):
         assert cost["dataset_id"] == dataset_id
-        assert _spent(client, member, dataset_id) == pytest.approx(cost["epsilon"]) == 1.0
+        assert epsilon_spent(client, member, dataset_id) == pytest.approx(cost["epsilon"]) == 1.0
     model = client.get(f"/v1/models/{job['model_id']}", headers=b.headers).json()
     assert model["task"] == "regression"
     assert model["label"] == NUMERIC
@@ -545,7 +542,7 @@ def test_transfer_fits_a_multiclass_or_numeric_study_charged_as_quoted(
     assert job["status"] == "succeeded", job["error"]
     # charged as quoted, to the target alone (the sources are post-processed)
     assert ledger_rows(engine) == charges + 1
-    assert _spent(client, site, target["id"]) == pytest.approx(quoted["cost"]["epsilon"])
+    assert epsilon_spent(client, site, target["id"]) == pytest.approx(quoted["cost"]["epsilon"])
     with uow_factory() as uow:
         result = uow.models.get(job["model_id"])
         source_models = [uow.models.get(m) for m in sources]
@@ -657,5 +654,5 @@ def test_a_mismatched_target_or_loss_is_a_422_with_nothing_charged(
     )
     problem = assert_problem(response, status, slug)
     assert text in problem["detail"]
-    assert _spent(client, site, target_id) == 0.0
+    assert epsilon_spent(client, site, target_id) == 0.0
     assert ledger_rows(engine) == charges

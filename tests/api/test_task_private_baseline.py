@@ -110,7 +110,10 @@ def test_auto_multiclass_without_a_reference_pays_a_noisy_histogram_within_the_r
     expected = record["expected_accuracy"]
     assert expected["baseline_source"] == "private_count"
     assert expected["majority_baseline"] == released["majority_baseline"]
-    sd = math.sqrt(bt.discrete_laplace_variance(40.0)) / N
+    # by hand: the discrete Laplace law ∝ q^|k|, q = e^{−1/40}, has variance 2q/(1 − q)²
+    q = math.exp(-1.0 / 40.0)
+    sd = math.sqrt(2 * q / (1 - q) ** 2) / N
+    assert math.sqrt(bt.discrete_laplace_variance(40.0)) / N == pytest.approx(sd, rel=1e-12)
     assert expected["baseline_sd"] == pytest.approx(sd, rel=1e-9)
     assert expected["warning_threshold"] == pytest.approx(
         released["majority_baseline"] + 1.645 * sd, rel=1e-9

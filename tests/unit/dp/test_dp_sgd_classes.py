@@ -114,6 +114,10 @@ def test_the_accounting_of_the_rules_options_is_that_of_the_same_options_given(
     assert 0.0 < margin < 1e-8
     sensitivity = 2 / det["min_batch_size"] * (1 + margin)
     assert det["beta"] == pytest.approx(eps_pass / sensitivity, rel=1e-12)
+    # by hand: ⌊30162/b⌋ batches of at least b_min = ⌊30162/⌊30162/b⌋⌋ rows, β ≈ ε·b_min/2
+    b_min = {0.1: 7_540, 1.0: 718, 5.0: 142}[eps]
+    assert det["min_batch_size"] == b_min
+    assert det["beta"] == pytest.approx(eps * b_min / 2, rel=1e-8)
 
 
 def test_binary_defaults_and_records_are_unchanged() -> None:

@@ -79,6 +79,8 @@ def test_noise_scales_by_hand() -> None:
     assert record["sensitivity"] == 2
     assert (record["epsilon"], record["delta"]) == (0.25, 0.0)
     assert histogram.sd == pytest.approx(math.sqrt(bt.discrete_laplace_variance(8.0)) / 4)
+    # by hand: q = e^{−1/8}, sd = √(2q/(1 − q)²)/n with n = 4
+    assert histogram.sd == pytest.approx(2.8265865, rel=1e-7)
     spread = bt.private_spread(np.array([0.5, -0.5]), 0.5, None, half_range=20.0)
     record = spread.record()
     assert record["epsilon_per_sum"] == 0.25

@@ -26,7 +26,6 @@ import math
 import numpy as np
 import pytest
 from numpy.typing import NDArray
-from scipy import stats
 
 from service.dp import calibrate, fit
 from service.dp.core.base import Calibration, Problem
@@ -41,9 +40,9 @@ from service.dp.noise import lattice
 from service.dp.optimize import regression
 from tests.unit.dp._audit import epsilon_lower_bound
 from tests.unit.dp._budget import objective_budget
+from tests.unit.dp._laws import gamma_norms_fit_only_at_the_right_scale
 
 FloatArray = NDArray[np.float64]
-P_MIN = 1e-4
 EPS1 = 0.4999612623338
 
 
@@ -183,12 +182,6 @@ def _recovered_noise(
     return b
 
 
-def _gamma_fits_only_at_the_right_scale(norms: FloatArray, d: int, beta: float) -> None:
-    assert stats.kstest(norms, stats.gamma(d, scale=1 / beta).cdf).pvalue > P_MIN
-    for wrong in (0.5, 2.0):
-        assert stats.kstest(norms, stats.gamma(d, scale=wrong / beta).cdf).pvalue < P_MIN
-
-
 @pytest.mark.statistical
 @pytest.mark.parametrize(
     ("lam", "beta", "branch"),
@@ -214,7 +207,7 @@ def test_objective_perturbation_noise_is_the_hand_derived_law(
     extra = 0.0 if lam == 0.1 else 1.0 / (60.0 * math.expm1(EPS1 / 2.0)) - lam
     assert cal.details["Delta"] == pytest.approx(extra, rel=1e-9)
     b = _recovered_noise(X, y, lam + extra, coefs)
-    _gamma_fits_only_at_the_right_scale(np.linalg.norm(b, axis=1), 3, beta)
+    gamma_norms_fit_only_at_the_right_scale(np.linalg.norm(b, axis=1), 3, beta)
 
 
 # ---- output perturbation ------------------------------------------------------------------------
@@ -235,7 +228,7 @@ def test_output_perturbation_noise_norm_is_gamma() -> None:
     assert cal.details["sensitivity"] == pytest.approx(0.5, rel=1e-8)
     assert cal.details["beta"] == pytest.approx(eps / 0.5, rel=1e-8)
     norms = np.linalg.norm(coefs - exact, axis=1)
-    _gamma_fits_only_at_the_right_scale(norms, 3, eps / 0.5)
+    gamma_norms_fit_only_at_the_right_scale(norms, 3, eps / 0.5)
 
 
 # ---- utility ----------------------------------------------------------------------------------

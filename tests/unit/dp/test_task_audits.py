@@ -191,6 +191,52 @@ def test_regression_objective_perturbation_audit_and_its_half_noise_control() ->
 MC_OUT_EPS, MC_OUT_LAM, MC_OUT_RUNS = 8.0, 1.0, 1000
 
 
+class _McOutputPair:
+    """A neighbouring pair (X, y), (X′, y′) for the multi-class output perturbation audit.
+
+    The release is o = c + b, b ∝ exp(−β‖b‖), c the certified minimiser (within τ of the exact
+    one), so ln p_D(o)/p_D′(o) = β(‖o − c′‖ − ‖o − c‖) ≤ β‖c − c′‖ and the pair spends at most
+    ε_pair = β(‖c − c′‖ + 2τ/λ) (module docstring)."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        plan: multiclass.MulticlassOutputPlan,
+        X_d: FloatArray,
+        y_d: FloatArray,
+        X_dp: FloatArray,
+        y_dp: FloatArray,
+    ) -> None:
+        self.problem = problem
+        self.data = ((X_d, y_d), (X_dp, y_dp))
+        self.centre, self.centre_prime = (
+            multinomial.certified_erm(
+                X, y, 3, regularization=MC_OUT_LAM, tolerance=plan.tolerance
+            ).ravel()
+            for X, y in self.data
+        )
+        self.distance = float(np.linalg.norm(self.centre - self.centre_prime))
+        self.epsilon = plan.beta * (self.distance + 2 * plan.tolerance / MC_OUT_LAM)
+
+    def log_ratio(self, o: FloatArray) -> FloatArray:
+        """(1/β)·ln p_D(o)/p_D′(o) = ‖o − c′‖ − ‖o − c‖ ∈ [−‖c − c′‖, ‖c − c′‖]."""
+        return np.asarray(
+            np.linalg.norm(o - self.centre_prime, axis=1) - np.linalg.norm(o - self.centre, axis=1)
+        )
+
+    def audit(self, cal: Calibration, seed: int) -> float:
+        """The ε lower bound from MC_OUT_RUNS real releases on each side (events fixed before
+        sampling, at fractions of ‖c − c′‖)."""
+        (X_d, y_d), (X_dp, y_dp) = self.data
+        name, runs = "output_perturbation", MC_OUT_RUNS
+        a = _releases(name, X_d, y_d, self.problem, cal, runs=runs, seed=seed)
+        b = _releases(name, X_dp, y_dp, self.problem, cal, runs=runs, seed=seed + 1)
+        thresholds = [f * self.distance for f in (0.5, 0.75, 0.9, -0.5, -0.75, -0.9)]
+        return epsilon_lower_bound(
+            self.log_ratio(a), self.log_ratio(b), confidence=CONFIDENCE, thresholds=thresholds
+        )
+
+
 @pytest.mark.statistical
 def test_multiclass_output_perturbation_audit_and_its_half_noise_control() -> None:
     problem = _problem(
@@ -205,38 +251,14 @@ def test_multiclass_output_perturbation_audit_and_its_half_noise_control() -> No
     plan = cal.plan
     assert isinstance(plan, multiclass.MulticlassOutputPlan)
     assert plan.beta == pytest.approx(MC_OUT_EPS * MC_OUT_LAM * 2 / (2 * math.sqrt(2)), rel=1e-8)
-    centre = {
-        key: multinomial.certified_erm(
-            X_ONES, y, 3, regularization=MC_OUT_LAM, tolerance=plan.tolerance
-        ).ravel()
-        for key, y in (("d", MC_D), ("d_prime", MC_D_PRIME))
-    }
-    distance = float(np.linalg.norm(centre["d"] - centre["d_prime"]))
-    assert 0.45 < distance < 0.6  # well inside S = √2: the pair is not the worst case
-    pair_eps = plan.beta * (distance + 2 * plan.tolerance / MC_OUT_LAM)
-    assert pair_eps < MC_OUT_EPS
+    pair = _McOutputPair(problem, plan, X_ONES, MC_D, X_ONES, MC_D_PRIME)
+    assert 0.45 < pair.distance < 0.6  # well inside S = √2: the pair is not the worst case
+    assert pair.epsilon < MC_OUT_EPS
 
-    def log_ratio(o: FloatArray) -> FloatArray:
-        """(1/β)·ln p_D(o)/p_D′(o) = ‖o − c′‖ − ‖o − c‖ ∈ [−‖c − c′‖, ‖c − c′‖]."""
-        return np.asarray(
-            np.linalg.norm(o - centre["d_prime"], axis=1) - np.linalg.norm(o - centre["d"], axis=1)
-        )
-
-    thresholds = [f * distance for f in (0.5, 0.75, 0.9, -0.5, -0.75, -0.9)]
-
-    def audit(c: Calibration, seed: int) -> float:
-        a = _releases("output_perturbation", X_ONES, MC_D, problem, c, runs=MC_OUT_RUNS, seed=seed)
-        b = _releases(
-            "output_perturbation", X_ONES, MC_D_PRIME, problem, c, runs=MC_OUT_RUNS, seed=seed + 1
-        )
-        return epsilon_lower_bound(
-            log_ratio(a), log_ratio(b), confidence=CONFIDENCE, thresholds=thresholds
-        )
-
-    lower = audit(cal, 40)
-    assert lower < pair_eps < MC_OUT_EPS
-    caught = audit(_with_beta(cal, 2.0 * plan.beta), 42)
-    assert pair_eps < caught <= 2.0 * pair_eps
+    lower = pair.audit(cal, 40)
+    assert lower < pair.epsilon < MC_OUT_EPS
+    caught = pair.audit(_with_beta(cal, 2.0 * plan.beta), 42)
+    assert pair.epsilon < caught <= 2.0 * pair.epsilon
 
 
 # ---- multi-class objective perturbation --------------------------------------------------------
@@ -471,49 +493,12 @@ def test_multiclass_output_perturbation_worst_case_pair_and_its_half_noise_contr
     cal = get_mechanism("output_perturbation").calibrate(problem)
     plan = cal.plan
     assert isinstance(plan, multiclass.MulticlassOutputPlan)
-    centre = {
-        key: multinomial.certified_erm(
-            X, Y_FLIP, 3, regularization=MC_OUT_LAM, tolerance=plan.tolerance
-        ).ravel()
-        for key, X in (("d", X_FLIP_D), ("d_prime", X_FLIP_D_PRIME))
-    }
-    label_pair = {
-        key: multinomial.certified_erm(
-            X_ONES, y, 3, regularization=MC_OUT_LAM, tolerance=plan.tolerance
-        ).ravel()
-        for key, y in (("d", MC_D), ("d_prime", MC_D_PRIME))
-    }
-    distance = float(np.linalg.norm(centre["d"] - centre["d_prime"]))
-    label_distance = float(np.linalg.norm(label_pair["d"] - label_pair["d_prime"]))
-    assert label_distance < distance < 2.0 * math.sqrt(2.0) / (2 * MC_OUT_LAM)
-    pair_eps = plan.beta * (distance + 2 * plan.tolerance / MC_OUT_LAM)
-    assert pair_eps < MC_OUT_EPS
+    pair = _McOutputPair(problem, plan, X_FLIP_D, Y_FLIP, X_FLIP_D_PRIME, Y_FLIP)
+    label_pair = _McOutputPair(problem, plan, X_ONES, MC_D, X_ONES, MC_D_PRIME)
+    assert label_pair.distance < pair.distance < 2.0 * math.sqrt(2.0) / (2 * MC_OUT_LAM)
+    assert pair.epsilon < MC_OUT_EPS
 
-    def log_ratio(o: FloatArray) -> FloatArray:
-        return np.asarray(
-            np.linalg.norm(o - centre["d_prime"], axis=1) - np.linalg.norm(o - centre["d"], axis=1)
-        )
-
-    thresholds = [f * distance for f in (0.5, 0.75, 0.9, -0.5, -0.75, -0.9)]
-
-    def audit(c: Calibration, seed: int) -> float:
-        a = _releases(
-            "output_perturbation", X_FLIP_D, Y_FLIP, problem, c, runs=MC_OUT_RUNS, seed=seed
-        )
-        b = _releases(
-            "output_perturbation",
-            X_FLIP_D_PRIME,
-            Y_FLIP,
-            problem,
-            c,
-            runs=MC_OUT_RUNS,
-            seed=seed + 1,
-        )
-        return epsilon_lower_bound(
-            log_ratio(a), log_ratio(b), confidence=CONFIDENCE, thresholds=thresholds
-        )
-
-    lower = audit(cal, 80)
-    assert lower < pair_eps < MC_OUT_EPS
-    caught = audit(_with_beta(cal, 2.0 * plan.beta), 82)
-    assert pair_eps < caught <= 2.0 * pair_eps
+    lower = pair.audit(cal, 80)
+    assert lower < pair.epsilon < MC_OUT_EPS
+    caught = pair.audit(_with_beta(cal, 2.0 * plan.beta), 82)
+    assert pair.epsilon < caught <= 2.0 * pair.epsilon

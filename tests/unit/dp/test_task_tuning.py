@@ -274,6 +274,11 @@ def test_the_exponential_mechanism_at_sensitivity_64_follows_its_law() -> None:
     draws = [exponential_mechanism(errors, epsilon, rng, sensitivity=64)[0] for _ in range(6000)]
     observed = np.bincount(draws, minlength=3)
     assert stats.chisquare(observed, 6000 * expected).pvalue > 1e-3
+    # control: the same draws reject the law at half or twice the sensitivity
+    for wrong in (32, 128):
+        wrong_weights = np.exp(-epsilon * np.asarray(errors) / (2 * wrong))
+        wrong_law = wrong_weights / wrong_weights.sum()
+        assert stats.chisquare(observed, 6000 * wrong_law).pvalue < 1e-6
     probs = exponential_mechanism(errors, epsilon, rng, sensitivity=64)[1]
     assert np.allclose(probs, expected)
     # a held-out row moves every score by at most 64: the probabilities by at most e^ε

@@ -35,7 +35,6 @@ from typing import Any
 import numpy as np
 import pytest
 from numpy.typing import NDArray
-from scipy import stats
 
 from service.dp import FitResult, fit
 from service.dp.core.base import Calibration
@@ -50,10 +49,10 @@ from service.dp.noise.draws import RELEASE_GRID
 from service.dp.optimize import multinomial, regression
 from tests.unit.dp._audit import epsilon_lower_bound
 from tests.unit.dp._budget import objective_budget
+from tests.unit.dp._laws import norm_exponential_fits_only_at_the_right_scale
 
 FloatArray = NDArray[np.float64]
 K = 3
-P_MIN = 1e-4
 
 
 def _classes(n: int, d: int, seed: int) -> tuple[FloatArray, FloatArray]:
@@ -247,17 +246,6 @@ def test_the_centre_adds_eta_times_its_norm_to_the_certificates_bound_only(task:
 # ---- the released noise --------------------------------------------------------------------
 
 
-def _law_fits_only_at_the_right_scale(noise: FloatArray, beta: float) -> None:
-    dim = noise.shape[1]
-    norms = np.linalg.norm(noise, axis=1)
-    assert stats.kstest(norms, stats.gamma(dim, scale=1.0 / beta).cdf).pvalue > P_MIN
-    for wrong in (0.5, 2.0):
-        assert stats.kstest(norms, stats.gamma(dim, scale=wrong / beta).cdf).pvalue < P_MIN
-    half = (dim - 1) / 2.0
-    u1 = noise[:, 0] / norms
-    assert stats.kstest((u1 + 1.0) / 2.0, stats.beta(half, half).cdf).pvalue > P_MIN
-
-
 @pytest.mark.statistical
 def test_multiclass_transfer_draws_the_hand_derived_law_in_dimension_dk() -> None:
     n, d, lam, eta, eps, runs = 60, 2, 0.05, 0.5, 1.0, 400
@@ -293,7 +281,7 @@ def test_multiclass_transfer_draws_the_hand_derived_law_in_dimension_dk() -> Non
             for r in results
         ]
     ).reshape(runs, d * K)
-    _law_fits_only_at_the_right_scale(b, beta)
+    norm_exponential_fits_only_at_the_right_scale(b, beta)
 
 
 @pytest.mark.statistical
@@ -328,7 +316,7 @@ def test_regression_transfer_draws_the_hand_derived_law() -> None:
             for r in results
         ]
     )
-    _law_fits_only_at_the_right_scale(b, beta)
+    norm_exponential_fits_only_at_the_right_scale(b, beta)
 
 
 # ---- a neighbouring pair ------------------------------------------------------------------

@@ -111,6 +111,9 @@ def test_the_noise_released_with_numeric_labels_is_gaussian_with_the_calibrated_
     )
     for j in range(3):
         assert stats.kstest(noise[:, j], "norm", args=(0.0, sigma)).pvalue > 1e-4
+        # control: the same test rejects a scale off by a fifth either way
+        for wrong in (0.8, 1.25):
+            assert stats.kstest(noise[:, j], "norm", args=(0.0, wrong * sigma)).pvalue < 1e-4
 
 
 def test_without_noise_numeric_labels_reach_the_centralised_lasso() -> None:
