@@ -219,21 +219,21 @@ def transfer_calibration(
     (module doc), ε in total, no δ; ``params`` the loss's (``h``). The record states λ, η and
     λ + η. Raises :class:`PrivacyParameterError` for bad parameters."""
     eta = _strength(transfer_strength)
-    mech, problem = make_problem(
-        OBJECTIVE_PERTURBATION.name,
-        n=n,
-        d=d,
+    problem = _problem(
+        n,
+        d,
         epsilon=epsilon,
-        delta=0.0,
         loss=loss,
         regularization=regularization,
-        params=params,
         task=task,
         n_classes=n_classes,
+        params=params,
     )
     # the calibration counts the public transfer term's strong convexity: λ + η (module doc)
     calibration = as_charged(
-        mech.calibrate(replace(problem, regularization=problem.regularization + eta)),
+        OBJECTIVE_PERTURBATION.calibrate(
+            replace(problem, regularization=problem.regularization + eta)
+        ),
         problem,
         epsilon,
         0.0,
@@ -255,9 +255,11 @@ def _problem(
     loss: str,
     regularization: float,
     task: Task,
-    k: int,
-    **p: Any,
+    n_classes: int,
+    params: dict[str, Any],
 ) -> Problem:
+    """The objective-perturbation :class:`Problem` (ε, no δ) the transfer fit and its
+    calibration share; raises :class:`PrivacyParameterError` for bad parameters."""
     _, problem = make_problem(
         OBJECTIVE_PERTURBATION.name,
         n=n,
@@ -266,9 +268,9 @@ def _problem(
         delta=0.0,
         loss=loss,
         regularization=regularization,
-        params=p,
+        params=params,
         task=task,
-        n_classes=k,
+        n_classes=n_classes,
     )
     return problem
 
@@ -417,8 +419,8 @@ def transfer_fit(
         loss=loss,
         regularization=regularization,
         task=task,
-        k=n_classes,
-        **params,
+        n_classes=n_classes,
+        params=params,
     )
     w0 = _source(source, d, problem.task, problem.n_classes)
     calibration = transfer_calibration(
