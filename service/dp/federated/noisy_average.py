@@ -123,7 +123,6 @@ from service.dp.federated.protocol import Coordinator, FederatedProtocol, run_ro
 from service.dp.noise import lattice
 from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma
 from service.dp.optimize import certified, certified_failure, multinomial, regression
-from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
     "NAME",
@@ -170,7 +169,7 @@ class NoisyAverageSite(Site):
                 tolerance=tolerance,
                 failure=failure,
             )
-            return self._send_flat(matrix.ravel(), self.d * n_classes)
+            return self._send(matrix.ravel(), self.d * n_classes)
         coef = certified.certified_erm(
             self._X,
             self._y,
@@ -180,17 +179,6 @@ class NoisyAverageSite(Site):
             failure=failure,
         )
         return self._send(coef)
-
-    def _send_flat(self, vector: FloatArray, dimension: int) -> FloatArray:
-        """A multi-class site's message: a fresh, finite float64 vector of length d·K."""
-        out = np.array(vector, dtype=np.float64, copy=True)
-        if out.shape != (dimension,):
-            raise ValueError(f"site {self.index} may only send a vector of length {dimension}")
-        if not bool(np.all(np.isfinite(out))):
-            raise ConvergenceError(
-                f"site {self.index}'s local step produced a non-finite vector; nothing was released"
-            )
-        return out
 
 
 class LocalFitter(Protocol):
