@@ -451,9 +451,7 @@ class _Aggregator(Coordinator):
 
     def ask(self, t: int, k: int, party: LocalFitter, rng: np.random.Generator | None) -> Any:
         del t, k, rng  # the sites draw no noise; one round
-        if self._classes >= 3:
-            return party.local_minimiser(self._loss, self._lam, self._tau, self._classes)
-        return party.local_minimiser(self._loss, self._lam, self._tau)
+        return party.local_minimiser(self._loss, self._lam, self._tau, self._classes)
 
     def combine(self, t: int, answers: list[Any], parties: Sequence[Any]) -> None:
         del t, parties
