@@ -100,7 +100,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import partial
 from typing import Any, Final, Protocol
 
 import numpy as np
@@ -162,9 +161,10 @@ class NoisyAverageSite(Site):
             )
             return self._send(coef)
         if n_classes >= 3:
-            matrix = certified.noise_free(
-                partial(multinomial.certified_solve, self._X, self._y, n_classes),
-                self.d * n_classes,
+            matrix = multinomial.certified_erm(
+                self._X,
+                self._y,
+                n_classes,
                 regularization=regularization,
                 tolerance=tolerance,
                 failure=failure,
