@@ -106,6 +106,7 @@ import numpy as np
 
 from service.dp.core.accounting import PrivacyCost
 from service.dp.core.losses import Loss, get_loss
+from service.dp.core.options import DEFAULT_HUBER_H
 from service.dp.core.plan import Plan, plan_kind
 from service.dp.core.regression_losses import RegressionHuberLoss, get_regression_loss
 from service.dp.core.validation import PrivacyParameterError, check_known_params
@@ -313,7 +314,7 @@ class NoisyAveragePlan(Plan):
 
     def loss_object(self) -> Loss:
         """The loss the sites fit (a residual loss for regression)."""
-        h = self.huber_h if self.huber_h is not None else 0.5
+        h = self.huber_h if self.huber_h is not None else DEFAULT_HUBER_H
         if self.task == "regression":
             return get_regression_loss(self.loss, h=h)
         return get_loss(self.loss, h=h)
