@@ -45,6 +45,7 @@ from service.dp.core.accounting import (
     shown_as_requested,
 )
 from service.dp.core.base import ProgressCallback
+from service.dp.core.options import DEFAULT_HUBER_H
 from service.dp.core.plan import Plan, PlanMismatchError, require_same_plan
 from service.dp.core.tasks import TASKS, Task, check_task
 from service.dp.core.validation import (
@@ -80,9 +81,6 @@ __all__ = [
     "protocol_losses",
     "protocols_for_task",
 ]
-
-#: Default width of the Huber-smoothed hinge (as ``service.dp.fit``'s ``h``).
-DEFAULT_HUBER_H = 0.5
 
 _PROTOCOLS: dict[str, FederatedProtocol[Any]] = {
     noisy_average.NAME: noisy_average.PROTOCOL,
@@ -355,7 +353,9 @@ def make_federated_problem(
         )
     lam = check_regularization(regularization)
     own = dict(params)
-    huber_h = positive_float_param(own, "h", DEFAULT_HUBER_H) if loss == "huber" else 0.5
+    huber_h = (
+        positive_float_param(own, "h", DEFAULT_HUBER_H) if loss == "huber" else DEFAULT_HUBER_H
+    )
     if loss == "huber":
         own.pop("h", None)
     if _is_private(protocol, own):

@@ -179,11 +179,13 @@ class Site:
         self._X = X
         self._y = y
 
-    def _send(self, vector: FloatArray) -> FloatArray:
-        """The message a site returns: a fresh, finite float64 d-vector and nothing else."""
+    def _send(self, vector: FloatArray, dimension: int | None = None) -> FloatArray:
+        """The message a site returns: a fresh, finite float64 vector of length ``dimension``
+        (default d; d·K for a multi-class model sent as vec C) and nothing else."""
+        length = self.d if dimension is None else dimension
         out = np.array(vector, dtype=np.float64, copy=True)
-        if out.shape != (self.d,):
-            raise ValueError(f"site {self.index} may only send a vector of length {self.d}")
+        if out.shape != (length,):
+            raise ValueError(f"site {self.index} may only send a vector of length {length}")
         if not bool(np.all(np.isfinite(out))):
             raise ConvergenceError(
                 f"site {self.index}'s local step produced a non-finite vector; nothing was released"

@@ -100,13 +100,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from functools import partial
 from typing import Any, Final, Protocol
 
 import numpy as np
 
 from service.dp.core.accounting import PrivacyCost
 from service.dp.core.losses import Loss, get_loss
+from service.dp.core.options import DEFAULT_HUBER_H
 from service.dp.core.plan import Plan, plan_kind
 from service.dp.core.regression_losses import RegressionHuberLoss, get_regression_loss
 from service.dp.core.validation import PrivacyParameterError, check_known_params
@@ -123,7 +123,6 @@ from service.dp.federated.protocol import Coordinator, FederatedProtocol, run_ro
 from service.dp.noise import lattice
 from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma
 from service.dp.optimize import certified, certified_failure, multinomial, regression
-from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
     "NAME",
@@ -163,14 +162,15 @@ class NoisyAverageSite(Site):
             )
             return self._send(coef)
         if n_classes >= 3:
-            matrix = certified.noise_free(
-                partial(multinomial.certified_solve, self._X, self._y, n_classes),
-                self.d * n_classes,
+            matrix = multinomial.certified_erm(
+                self._X,
+                self._y,
+                n_classes,
                 regularization=regularization,
                 tolerance=tolerance,
                 failure=failure,
             )
-            return self._send_flat(matrix.ravel(), self.d * n_classes)
+            return self._send(matrix.ravel(), self.d * n_classes)
         coef = certified.certified_erm(
             self._X,
             self._y,
@@ -180,17 +180,6 @@ class NoisyAverageSite(Site):
             failure=failure,
         )
         return self._send(coef)
-
-    def _send_flat(self, vector: FloatArray, dimension: int) -> FloatArray:
-        """A multi-class site's message: a fresh, finite float64 vector of length d·K."""
-        out = np.array(vector, dtype=np.float64, copy=True)
-        if out.shape != (dimension,):
-            raise ValueError(f"site {self.index} may only send a vector of length {dimension}")
-        if not bool(np.all(np.isfinite(out))):
-            raise ConvergenceError(
-                f"site {self.index}'s local step produced a non-finite vector; nothing was released"
-            )
-        return out
 
 
 class LocalFitter(Protocol):
@@ -325,7 +314,7 @@ class NoisyAveragePlan(Plan):
 
     def loss_object(self) -> Loss:
         """The loss the sites fit (a residual loss for regression)."""
-        h = self.huber_h if self.huber_h is not None else 0.5
+        h = self.huber_h if self.huber_h is not None else DEFAULT_HUBER_H
         if self.task == "regression":
             return get_regression_loss(self.loss, h=h)
         return get_loss(self.loss, h=h)
@@ -463,9 +452,7 @@ class _Aggregator(Coordinator):
 
     def ask(self, t: int, k: int, party: LocalFitter, rng: np.random.Generator | None) -> Any:
         del t, k, rng  # the sites draw no noise; one round
-        if self._classes >= 3:
-            return party.local_minimiser(self._loss, self._lam, self._tau, self._classes)
-        return party.local_minimiser(self._loss, self._lam, self._tau)
+        return party.local_minimiser(self._loss, self._lam, self._tau, self._classes)
 
     def combine(self, t: int, answers: list[Any], parties: Sequence[Any]) -> None:
         del t, parties

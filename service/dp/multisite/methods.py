@@ -75,16 +75,22 @@ PST_H_WITHIN_JOB = (
 )
 
 
+def _labels(p: Mapping[str, Any]) -> tuple[str, int, dict[str, Any]]:
+    """(task, K, the keyword arguments naming them): no keywords for a binary study, whose
+    job parameters do not name the task."""
+    task = str(p.get("task", "binary"))
+    n_classes = int(p.get("n_classes", 2))
+    labels: dict[str, Any] = {} if task == "binary" else {"task": task, "n_classes": n_classes}
+    return task, n_classes, labels
+
+
 def transfer_method(p: Mapping[str, Any]) -> ChargedAggregation:
     """``transfer``; ``p`` names ``task`` and ``n_classes`` only for a study of multi-class or
     numeric labels (then the centred multinomial or Huber-residual objective perturbation of
     :func:`~service.dp.multisite.transfer.transfer_fit`, calibrated at λ + η)."""
     if p.get("feature_groups"):
         return pst_h_method(p)
-    task = str(p.get("task", "binary"))
-    labels: dict[str, Any] = (
-        {} if task == "binary" else {"task": task, "n_classes": int(p.get("n_classes", 2))}
-    )
+    task, _, labels = _labels(p)
 
     def calibrate(n: int, d: int, _k: int) -> Calibration:
         # the fit's own calibration (at λ + η) before its centre is known: the quote shows
@@ -195,9 +201,7 @@ def feature_method(p: Mapping[str, Any]) -> ChargedAggregation:
     multi-class or numeric labels (the meta level then has N·K, or N, linear meta-features:
     :func:`~service.dp.multisite.aggregation.feature_fit`)."""
     mechanism, meta = str(p["mechanism"]), str(p["meta_features"])
-    task = str(p.get("task", "binary"))
-    n_classes = int(p.get("n_classes", 2))
-    labels: dict[str, Any] = {} if task == "binary" else {"task": task, "n_classes": n_classes}
+    task, n_classes, labels = _labels(p)
 
     def calibrate(n: int, _d: int, k: int) -> Calibration:
         width = k * n_classes if task == "multiclass" else k

@@ -219,21 +219,26 @@ def transfer_calibration(
     (module doc), ε in total, no δ; ``params`` the loss's (``h``). The record states λ, η and
     λ + η. Raises :class:`PrivacyParameterError` for bad parameters."""
     eta = _strength(transfer_strength)
-    mech, problem = make_problem(
-        OBJECTIVE_PERTURBATION.name,
-        n=n,
-        d=d,
+    problem = _problem(
+        n,
+        d,
         epsilon=epsilon,
-        delta=0.0,
         loss=loss,
         regularization=regularization,
-        params=params,
         task=task,
         n_classes=n_classes,
+        params=params,
     )
+    return _calibrated(problem, eta, epsilon)
+
+
+def _calibrated(problem: Problem, eta: float, epsilon: float) -> Calibration:
+    """:func:`transfer_calibration` of an already built ``problem`` (η already checked)."""
     # the calibration counts the public transfer term's strong convexity: λ + η (module doc)
     calibration = as_charged(
-        mech.calibrate(replace(problem, regularization=problem.regularization + eta)),
+        OBJECTIVE_PERTURBATION.calibrate(
+            replace(problem, regularization=problem.regularization + eta)
+        ),
         problem,
         epsilon,
         0.0,
@@ -255,9 +260,11 @@ def _problem(
     loss: str,
     regularization: float,
     task: Task,
-    k: int,
-    **p: Any,
+    n_classes: int,
+    params: dict[str, Any],
 ) -> Problem:
+    """The objective-perturbation :class:`Problem` (ε, no δ) the transfer fit and its
+    calibration share; raises :class:`PrivacyParameterError` for bad parameters."""
     _, problem = make_problem(
         OBJECTIVE_PERTURBATION.name,
         n=n,
@@ -266,9 +273,9 @@ def _problem(
         delta=0.0,
         loss=loss,
         regularization=regularization,
-        params=p,
+        params=params,
         task=task,
-        n_classes=k,
+        n_classes=n_classes,
     )
     return problem
 
@@ -417,21 +424,11 @@ def transfer_fit(
         loss=loss,
         regularization=regularization,
         task=task,
-        k=n_classes,
-        **params,
+        n_classes=n_classes,
+        params=params,
     )
     w0 = _source(source, d, problem.task, problem.n_classes)
-    calibration = transfer_calibration(
-        n,
-        d,
-        epsilon=epsilon,
-        transfer_strength=eta,
-        regularization=regularization,
-        loss=loss,
-        task=task,
-        n_classes=n_classes,
-        **params,
-    )
+    calibration = _calibrated(problem, eta, epsilon)
     report(progress, 0.0)
     model: FittedModel
     if problem.task == "binary":
@@ -572,6 +569,11 @@ def stacked_transfer_calibration(
         meta_features=meta_features,
         high_level_regularization=high_level_regularization,
     )
+    return _stacked_calibrated(problem, eta, epsilon, d)
+
+
+def _stacked_calibrated(problem: Problem, eta: float, epsilon: float, d: int) -> Calibration:
+    """:func:`stacked_transfer_calibration` of an already built ``problem`` (η checked)."""
     base = as_charged(
         STACKING_FEATURES.calibrate(problem, transfer_strength=eta), problem, epsilon, 0.0
     )
@@ -631,19 +633,7 @@ def stacked_transfer_fit(
         raise PrivacyParameterError(
             f"the source model must have {d} finite weights, one per feature"
         )
-    calibration = stacked_transfer_calibration(
-        n,
-        d,
-        feature_groups=feature_groups,
-        importance=importance,
-        epsilon=epsilon,
-        transfer_strength=transfer_strength,
-        regularization=regularization,
-        loss=loss,
-        high_level_fraction=high_level_fraction,
-        meta_features=meta_features,
-        high_level_regularization=high_level_regularization,
-    )
+    eta = _strength(transfer_strength)
     problem = _stacked_problem(
         n,
         d,
@@ -656,9 +646,9 @@ def stacked_transfer_fit(
         meta_features=meta_features,
         high_level_regularization=high_level_regularization,
     )
+    calibration = _stacked_calibrated(problem, eta, epsilon, d)
     groups = problem.params["feature_groups"]
     centres = group_centres(w0, groups)
-    eta = _strength(transfer_strength)
     model = STACKING_FEATURES.run_transfer(
         Xf,
         yf,

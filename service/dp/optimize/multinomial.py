@@ -506,16 +506,24 @@ def certified_solve(
 
 
 def certified_erm(
-    X: FloatArray, y: FloatArray, n_classes: int, *, regularization: float, tolerance: float
+    X: FloatArray,
+    y: FloatArray,
+    n_classes: int,
+    *,
+    regularization: float,
+    tolerance: float,
+    failure: str = certified.SENSITIVITY_FAILURE,
 ) -> FloatArray:
     """A double Ĉ with a *proved* ‖∇J(Ĉ)‖_F ≤ τ for the noise-free objective
     J(C) = (1/n)Σℓ + (λ/2)‖C‖² (λ the double given): by λ-strong convexity
-    ‖Ĉ − C*‖_F ≤ τ/λ, which output perturbation charges. :class:`ConvergenceError` otherwise."""
+    ‖Ĉ − C*‖_F ≤ τ/λ, which output perturbation charges. :class:`ConvergenceError` with
+    ``failure`` otherwise."""
     return certified.noise_free(
         partial(certified_solve, X, y, n_classes),
         int(np.shape(X)[1]) * n_classes,
         regularization=regularization,
         tolerance=tolerance,
+        failure=failure,
     )
 
 
