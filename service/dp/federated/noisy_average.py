@@ -158,7 +158,12 @@ class NoisyAverageSite(Site):
         )
         if isinstance(loss, RegressionHuberLoss):
             coef = regression.certified_regression_erm(
-                self._X, self._y, loss, regularization=regularization, tolerance=tolerance
+                self._X,
+                self._y,
+                loss,
+                regularization=regularization,
+                tolerance=tolerance,
+                failure=failure,
             )
             return self._send(coef)
         if n_classes >= 3:

@@ -277,15 +277,23 @@ def _certified_solve(
 
 
 def certified_regression_erm(
-    X: FloatArray, y: FloatArray, loss: RegressionLoss, *, regularization: float, tolerance: float
+    X: FloatArray,
+    y: FloatArray,
+    loss: RegressionLoss,
+    *,
+    regularization: float,
+    tolerance: float,
+    failure: str = certified.SENSITIVITY_FAILURE,
 ) -> FloatArray:
     """ŵ with a proved ‖∇J(ŵ)‖ ≤ τ for the noise-free objective (b = 0, Δ = 0): within τ/λ of
-    the exact minimiser (output perturbation)."""
+    the exact minimiser (output perturbation). :class:`ConvergenceError` with ``failure``
+    otherwise."""
     return certified.noise_free(
         partial(_certified_solve, X, y, loss),
         int(X.shape[1]),
         regularization=regularization,
         tolerance=tolerance,
+        failure=failure,
     )
 
 

@@ -19,8 +19,10 @@ from service.dp.core.regression_losses import RegressionHuberLoss
 from service.dp.core.released import MulticlassModel
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.federated import TASK_REFUSALS, federated_calibrate, federated_fit
-from service.dp.optimize import multinomial
+from service.dp.noise import lattice
+from service.dp.optimize import multinomial, regression
 from service.dp.optimize.regression import minimize_regression
+from service.dp.optimize.solvers import ConvergenceError
 from tests.unit.dp._laws import gamma_norms_fit_only_at_the_right_scale
 
 FloatArray = NDArray[np.float64]
@@ -203,6 +205,28 @@ def test_regression_release_is_the_average_of_the_sites_fits() -> None:
     )
     assert result.coef.shape == (3,)
     np.testing.assert_allclose(result.coef, _regression_mean(sites, 0.5, lam), atol=1e-6)
+
+
+def test_a_regression_site_that_cannot_be_certified_is_named_and_nothing_is_released(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def hopeless(*args: object, **kwargs: object) -> float:
+        return math.inf
+
+    released: list[object] = []
+    monkeypatch.setattr(regression, "regression_gradient_bound", hopeless)
+    monkeypatch.setattr(lattice, "norm_exponential_release", lambda *a, **k: released.append(a))
+    with pytest.raises(ConvergenceError, match="site 0's local minimiser could not be certified"):
+        federated_fit(
+            regression_sites((120, 200, 150), 3, seed=6),
+            "noisy_average",
+            epsilon=1.0,
+            loss="huber",
+            regularization=0.1,
+            task="regression",
+            rng=np.random.default_rng(0),
+        )
+    assert released == []
 
 
 def test_a_stored_multiclass_plan_runs_and_a_different_one_is_refused() -> None:
