@@ -29,7 +29,7 @@ reads back unchanged.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -137,8 +137,21 @@ def require_binary(
         "it assumes labels y = ±1 (a positive and a negative class), which a multi-class or "
         "numeric label does not have"
     )
-    msg = f"{what} is available for binary labels only ({task.describe()}): {reason}"
-    raise UnsupportedTaskError(msg, errors=[{"loc": loc, "msg": msg}])
+    raise binary_only(task, what, loc=loc, why=reason)
+
+
+def binary_only(
+    task: LabelTask,
+    what: str,
+    *,
+    loc: Sequence[str | int],
+    why: str,
+    scope: str = "binary labels",
+) -> UnsupportedTaskError:
+    """The 422 :class:`UnsupportedTaskError` for ``what``, defined for ``scope`` only (binary
+    labels, or studies of them), met with the label ``task``, for the reason ``why``."""
+    msg = f"{what} is available for {scope} only ({task.describe()}): {why}"
+    return UnsupportedTaskError(msg, errors=[{"loc": list(loc), "msg": msg}])
 
 
 def finite_bound(value: object) -> bool:

@@ -22,6 +22,7 @@ from service.db.uow import UnitOfWork
 from service.domain import audit
 from service.domain.access.principal import Principal
 from service.domain.audit import AuditContext
+from service.domain.datasets import labels
 from service.domain.datasets.labels import DEFAULT_MAX_CLASSES, LabelTask, UnsupportedTaskError
 from service.domain.datasets.spec import DatasetSpecError, FeatureInput, RowNorm, build_feature_spec
 from service.domain.errors import (
@@ -312,8 +313,7 @@ def binary_only(
 ) -> UnsupportedTaskError:
     """The 422 :class:`UnsupportedTaskError` for ``what`` (e.g. "the feature method"), defined
     for binary labels only, on a study whose label is ``task``, for the reason ``why``."""
-    msg = f"{what} is available for studies of binary labels only ({task.describe()}): {why}"
-    return UnsupportedTaskError(msg, errors=[{"loc": loc, "msg": msg}])
+    return labels.binary_only(task, what, loc=loc, why=why, scope="studies of binary labels")
 
 
 def require_binary_study(study: Study, what: str, *, loc: list[str | int], why: str) -> None:
