@@ -278,8 +278,8 @@ def test_sigmoid_stacking_and_pst_h_refuse_these_studies_with_the_reason(
         headers=site.headers,
     )
     problem = assert_problem(response, 422, "unsupported-label-task")
-    scope = "is available for studies of binary labels only ("
-    assert f"the {method} method {scope}" in problem["detail"]
+    assert f"the {method} method" in problem["detail"]
+    assert "is available for studies of binary labels only (" in problem["detail"]
     assert "average the models instead" in problem["detail"]
     assert "probability" in problem["detail"]  # the reason: a binary label's probabilities
     assert "not yet" not in problem["detail"]
