@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.dp import fit as dp_fit
-from service.dp.analysis import auto
+from service.dp.analysis import auto, auto_simulation
 from service.dp.multisite.transfer import transfer_fit
 
 FloatArray = NDArray[np.float64]
@@ -112,7 +112,7 @@ def run(
             delta=delta,
             loss="logistic",
             regularization=None,
-            majority=auto.majority_fraction(yp),
+            majority=auto_simulation.majority_fraction(yp),
             public=(Xp, yp),
             public_key=f"{name}-public",
         )
@@ -135,9 +135,9 @@ def run(
                 )
                 accs.append(_accuracy(result.model, Xte, yte))
             scores[(c.mechanism, c.regularization)] = accs
-        if public.chosen.mechanism == auto.TRANSFER:
+        if public.chosen.mechanism == auto_simulation.TRANSFER:
             # the public pick is a transfer towards the public rows' own model
-            source = auto.public_source(Xp, yp, "logistic")
+            source = auto_simulation.public_source(Xp, yp, "logistic")
             eta = float(public.chosen.params["transfer_strength"])
             key = (f"transfer η={eta:g}", public.chosen.regularization)
             scores[key] = [

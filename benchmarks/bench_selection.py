@@ -61,7 +61,7 @@ def _pooled_selection(
     fresh discrete Laplace noise of scale 1/ε_s to the count; the best run's test accuracy."""
     from fractions import Fraction
 
-    from service.dp.analysis.selection import repetition_plan
+    from service.dp.analysis.selection_choice import repetition_plan
     from service.dp.noise.discrete import discrete_laplace
 
     plan = repetition_plan(method, k=len(grid), n=n, epsilon=eps, delta=0.0)
@@ -97,7 +97,8 @@ def main() -> None:
     repeats, pool_size = (2, 2) if args.quick else (args.repeats, args.pool)
     from benchmarks.adult import design
     from service.dp import fit
-    from service.dp.analysis.selection import choose_selection, repetition_plan, tune
+    from service.dp.analysis.selection import tune
+    from service.dp.analysis.selection_choice import choose_selection, repetition_plan
     from service.dp.data.prepared import PreparedDesign, prepare_design
 
     started, load_before = time.perf_counter(), load_average()
@@ -228,7 +229,7 @@ def main_noisy_gd(args: argparse.Namespace) -> None:
     from service.dp import fit
     from service.dp.analysis.regularization import auto_regularization
     from service.dp.analysis.repetition import repeat_and_select
-    from service.dp.analysis.selection import choose_selection, repetition_plan
+    from service.dp.analysis.selection_choice import choose_selection, repetition_plan
     from service.dp.data.prepared import PreparedDesign, prepare_design
     from service.dp.noise.discrete import discrete_laplace
 

@@ -50,7 +50,8 @@ from service.dp import PreparedDesign, fit, prepare_design
 from service.dp.analysis import auto as chooser
 from service.dp.analysis.baseline import private_majority, reference_majority, split_budget
 from service.dp.analysis.regularization import NORM_CONSTANT, auto_regularization
-from service.dp.analysis.selection import AUTOMATIC_LAMBDA, RuleOnlyResult, tune
+from service.dp.analysis.selection import RuleOnlyResult, tune
+from service.dp.analysis.selection_choice import AUTOMATIC_LAMBDA
 from service.dp.core.base import FitResult
 from service.dp.mechanisms.objective_perturbation import ObjectivePerturbationPlan
 

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from service.dp import FitResult
 from service.dp.analysis.regularization import ESTIMATION_WEIGHT
-from service.dp.analysis.selection import MAX_COST_FACTOR, repetition_plan
+from service.dp.analysis.selection_choice import MAX_COST_FACTOR, repetition_plan
 from service.runtime.worker import run_job
 from tests.api.conftest import HeldRunner
 from tests.api.test_label_tasks import MULTICLASS, uploaded

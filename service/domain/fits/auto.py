@@ -1,6 +1,7 @@
 """``"mechanism": "auto"`` and the expected-accuracy band of a fit (issue 28 items 3–5).
 
-Use-case glue around :mod:`service.dp.analysis.auto` (the numerics and their argument):
+Use-case glue around :mod:`service.dp.analysis.auto` and its predictor
+:mod:`service.dp.analysis.auto_simulation` (the numerics and their argument):
 
 * **Public reference.** A site's *public* reference data is used by default: a live dataset
   of the same site uploaded with ``allow_non_private`` (its rows are not protected, so reading
@@ -50,6 +51,7 @@ from service.domain.errors import InvalidInputError
 from service.domain.ranges import check_calibration
 from service.dp import NON_PRIVATE_MECHANISMS
 from service.dp.analysis import auto as chooser
+from service.dp.analysis import auto_simulation as simulation
 from service.dp.analysis import baseline as private_baseline
 from service.dp.optimize.solvers import ConvergenceError
 
@@ -70,13 +72,13 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 AUTO: Final[str] = chooser.AUTO
-TRANSFER: Final[str] = chooser.TRANSFER
+TRANSFER: Final[str] = simulation.TRANSFER
 #: The only ``params`` auto accepts: options of the loss that every mechanism shares.
 AUTO_OPTIONS: Final[frozenset[str]] = frozenset({"h"})
 #: The warning code of a fit expected to do worse than always answering the majority class.
 BELOW_BASELINE: Final[str] = "below_majority_baseline"
 #: Public reference rows read at most (newest dataset's first rows).
-MAX_REFERENCE_ROWS: Final[int] = chooser.TEST_ROWS + 2 * chooser.SIMULATED_ROWS
+MAX_REFERENCE_ROWS: Final[int] = simulation.TEST_ROWS + 2 * simulation.SIMULATED_ROWS
 #: Datasets of the site looked through for a public reference.
 _SCAN: Final[int] = 200
 
@@ -91,7 +93,7 @@ class PublicReference:
 
     @property
     def majority(self) -> float:
-        return chooser.majority_fraction(self.y)
+        return simulation.majority_fraction(self.y)
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,14 +252,14 @@ def assess(
         mechanism = choice.chosen.mechanism
         regularization = choice.chosen.regularization
         own = choice.chosen.params
-        if mechanism == chooser.TRANSFER:
+        if mechanism == simulation.TRANSFER:
             assert reference is not None
             # the source: the public rows' own exact model (public: no budget)
-            w0 = chooser.public_source(reference.X, reference.y, loss)
+            w0 = simulation.public_source(reference.X, reference.y, loss)
             own = {**own, "source": [float(v) for v in w0]}
             auto_record["source"] = {
                 "reference_dataset_id": reference.dataset_id,
-                "regularization": chooser.SOURCE_LAMBDA,
+                "regularization": simulation.SOURCE_LAMBDA,
                 "fit": "non_private on the public reference rows",
             }
     if regularization is None:
@@ -274,7 +276,7 @@ def assess(
     if wanted and mechanism not in NON_PRIVATE_MECHANISMS and epsilon is not None:
         try:
             band = chooser.expected_accuracy(
-                chooser.Candidate.of(
+                simulation.Candidate.of(
                     mechanism, regularization, {k: v for k, v in own.items() if k != "source"}
                 ),
                 n=n,
@@ -373,7 +375,7 @@ def run_private_baseline(
     count = private_baseline.private_majority(y, float(plan["epsilon"]), rng)
     try:
         band = chooser.expected_accuracy(
-            chooser.Candidate.of(
+            simulation.Candidate.of(
                 mechanism, regularization, {k: v for k, v in params.items() if k != "source"}
             ),
             n=n,

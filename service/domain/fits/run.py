@@ -30,7 +30,7 @@ from service.domain.records.base import (
     software_version,
 )
 from service.dp import NON_PRIVATE_MECHANISMS, Plan, PlanMismatchError, calibrate
-from service.dp.analysis.auto import TRANSFER
+from service.dp.analysis.auto_simulation import TRANSFER
 from service.dp.core.plan import plan_from_json, require_same_plan
 from service.dp.multisite.transfer import transfer_fit
 

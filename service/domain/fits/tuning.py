@@ -4,17 +4,17 @@ list of candidates, ``{"candidates": [λ₁, …, λ_k]}``, and/or, for ``dp_sgd
 (:func:`service.dp.analysis.selection.grid`; a single λ or η is an axis of one value).
 
 ``selection`` (``auto`` by default) chooses how, by
-:func:`service.dp.analysis.selection.choose_selection` from public quantities (k, n, d, ε, δ,
-the smallest λ, whether the mechanism runs at δ = 0); the quote and the record show the method
-and the reason.
+:func:`service.dp.analysis.selection_choice.choose_selection` from public quantities (k, n, d,
+ε, δ, the smallest λ, whether the mechanism runs at δ = 0); the quote and the record show the
+method and the reason.
 
 With ``auto`` and a mechanism of :data:`RULE_MECHANISMS` (objective-type, pure runs), the
 mechanism's automatic λ — the λ a fit with ``regularization: "auto"`` gets for the request's
 mechanism, n, d, ε, δ, loss and task (:func:`service.domain.fits.submit.resolve_regularization`)
 — is weighed against tuning (docs/design.md §3, "Tuning that declines"): when random
 repetition's runs would cost the excess-risk bound a factor κ > :data:`MAX_COST_FACTOR`
-(:func:`service.dp.analysis.selection.rule_cost_factor`, public quantities only) no selection
-runs and the automatic λ is fitted once on all rows at the request's (ε, δ)
+(:func:`service.dp.analysis.selection_choice.rule_cost_factor`, public quantities only) no
+selection runs and the automatic λ is fitted once on all rows at the request's (ε, δ)
 (:class:`~service.dp.analysis.selection.RuleOnlyResult`); otherwise the automatic λ joins the
 candidates (when absent and there is room) and the method is chosen for the longer list. The
 decision is fixed at submission (the job's ``params.tuning_decision``, also the quote's
@@ -88,23 +88,19 @@ from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.domain.records.base import fit_privacy_record, json_safe, software_version
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS, Calibration, FitResult
 from service.dp.analysis.repetition import RepetitionPlan, repeat_and_select
-from service.dp.analysis.selection import (
+from service.dp.analysis.selection import MAX_CANDIDATES, RuleOnlyResult, Setting, grid, tune
+from service.dp.analysis.selection_choice import (
     AUTOMATIC_LAMBDA,
     GAUSSIAN_RUN_MECHANISMS,
-    MAX_CANDIDATES,
     MAX_COST_FACTOR,
     REPETITION_SELECTIONS,
     RULE_ONLY_MECHANISMS,
     SELECTIONS,
-    RuleOnlyResult,
     SelectionChoice,
-    Setting,
     choose_selection,
-    grid,
     part_size,
     repetition_plan,
     rule_cost_factor,
-    tune,
 )
 from service.dp.analysis.work import evaluation_work, fit_work
 from service.dp.core.plan import PlanMismatchError
@@ -126,7 +122,7 @@ TUNED_FIT_KIND = "tuned_fit"
 #: with it in ``capabilities.tunable_options``.
 STEP_SIZE_OPTION = "eta"
 #: The mechanisms whose automatic λ ``selection: "auto"`` weighs against tuning: those of
-#: :data:`~service.dp.analysis.selection.RULE_ONLY_MECHANISMS` whose runs are pure (as
+#: :data:`~service.dp.analysis.selection_choice.RULE_ONLY_MECHANISMS` whose runs are pure (as
 #: :func:`~service.dp.analysis.selection.tune` with ``rule_candidate``); ``noisy_gd``'s
 #: Gaussian runs keep the choice between CMS and random repetition.
 RULE_MECHANISMS: frozenset[str] = RULE_ONLY_MECHANISMS - GAUSSIAN_RUN_MECHANISMS
@@ -456,7 +452,7 @@ def _requested_iterations(request: TunedFitRequest) -> int | None:
 def _repetition_plan(
     method: str, request: TunedFitRequest, *, k: int, n: int, d: int
 ) -> RepetitionPlan:
-    """:func:`service.dp.analysis.selection.repetition_plan` for the request; a request it
+    """:func:`service.dp.analysis.selection_choice.repetition_plan` for the request; a request it
     cannot plan (Gaussian runs at δ = 0, a score share past ε) is a 422."""
     try:
         return repetition_plan(

@@ -4,11 +4,12 @@ Pure; spends nothing: it reads only public reference rows (a dataset uploaded wi
 inputs (n, d, ε, δ, λ) and already released values (a private baseline's).
 
 As for binary fits (:func:`service.dp.analysis.auto.expected_accuracy`), ``repeats`` fits of
-the mechanism are simulated on the reference: the first min(:data:`~.auto.TEST_ROWS`, rows/2)
-rows are the test sample, each fit draws n_sim = min(n, :data:`~.auto.SIMULATED_ROWS`) rows of
-the rest and runs at ε_sim = ε·n/n_sim (the noise of every mechanism here depends on n and ε
-through nε; DP-SGD's batch is scaled by n_sim/n, :mod:`service.dp.analysis.auto`). Seeded by a
-hash of the public inputs, so a quote and its submission agree.
+the mechanism are simulated on the reference: the first
+min(:data:`~.auto_simulation.TEST_ROWS`, rows/2) rows are the test sample, each fit draws
+n_sim = min(n, :data:`~.auto_simulation.SIMULATED_ROWS`) rows of the rest and runs at
+ε_sim = ε·n/n_sim (the noise of every mechanism here depends on n and ε through nε; DP-SGD's
+batch is scaled by n_sim/n, :mod:`service.dp.analysis.auto_simulation`). Seeded by a hash of
+the public inputs, so a quote and its submission agree.
 
 * **multiclass**: score = accuracy of argmax_k (Cx)_k on the test rows; the trivial model
   always answers the reference's majority class, accuracy = its frequency m. Flagged when
@@ -20,13 +21,13 @@ hash of the public inputs, so a quote and its submission agree.
 
 **Without a public reference** (:func:`expected_task_band_synthetic`) the fits are simulated
 on a fixed, seeded *synthetic* reference at the request's d, built like binary's
-:func:`~.auto.reference_task` (rows on the unit sphere with an intercept coordinate of weight
-:data:`~.auto.INTERCEPT_WEIGHT`, the rest uniform directions u):
+:func:`~.auto_simulation.reference_task` (rows on the unit sphere with an intercept coordinate
+of weight :data:`~.auto_simulation.INTERCEPT_WEIGHT`, the rest uniform directions u):
 
 * **multiclass** (:func:`multiclass_reference`): class scores s_k = κ·√(d−1)·v_kᵀu + b_k with
-  fixed unit directions v_k and κ = :data:`~.auto.REFERENCE_SIGNAL` (binary's), labels drawn
-  from softmax(s), the intercepts b_k set (fixed-point iteration b_k += ln(p_k/p̄_k)) so the
-  class frequencies are the given proportions p;
+  fixed unit directions v_k and κ = :data:`~.auto_simulation.REFERENCE_SIGNAL` (binary's),
+  labels drawn from softmax(s), the intercepts b_k set (fixed-point iteration
+  b_k += ln(p_k/p̄_k)) so the class frequencies are the given proportions p;
 * **regression** (:func:`regression_reference`): y = clip(μ + √V·(√R²·t + √(1 − R²)·e), −1, 1),
   t = √(d−1)·vᵀu (about standard normal), e standard normal, R² = :data:`REGRESSION_SIGNAL`:
   the label's mean μ and variance V given.
@@ -52,7 +53,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from service.dp import fit as dp_fit
-from service.dp.analysis.auto import (
+from service.dp.analysis.auto_simulation import (
     INTERCEPT_WEIGHT,
     MAX_SIMULATED_DIMENSION,
     REFERENCE_SIGNAL,
@@ -62,7 +63,7 @@ from service.dp.analysis.auto import (
     Candidate,
     _seed,
 )
-from service.dp.analysis.auto import _simulated_params as simulated_params
+from service.dp.analysis.auto_simulation import _simulated_params as simulated_params
 from service.dp.analysis.baseline import warning_threshold
 from service.dp.analysis.baseline_tasks import rmse_warning_threshold
 from service.dp.data.prepared import prepare_design
@@ -368,7 +369,7 @@ def expected_task_band_synthetic(
     neutral when None), set against ``baseline`` (the majority frequency, or the mean's RMSE
     in label units; None before a release) and its ``baseline_sd``. Deterministic in its
     inputs (cached); ValueError when the mechanism refuses or d is above
-    :data:`~.auto.MAX_SIMULATED_DIMENSION`."""
+    :data:`~.auto_simulation.MAX_SIMULATED_DIMENSION`."""
     if d > MAX_SIMULATED_DIMENSION:
         raise ValueError(f"no simulation above {MAX_SIMULATED_DIMENSION} encoded features")
     return _synthetic_band(

@@ -1,5 +1,6 @@
-"""The auto chooser's numerics (service/dp/analysis/auto.py): its reference task, its predictor
-against hand-derived accuracies, and its decisions for hand-set public inputs."""
+"""The auto chooser's numerics (service/dp/analysis/auto.py, auto_simulation.py): its reference
+task, its predictor against hand-derived accuracies, and its decisions for hand-set public
+inputs."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import math
 import numpy as np
 import pytest
 
-from service.dp.analysis import auto
+from service.dp.analysis import auto, auto_simulation
 from service.dp.analysis.regularization import auto_regularization
 
 
 def test_reference_task_is_the_documented_one() -> None:
-    X, y = auto.reference_task(21, 0.8, 6000)
+    X, y = auto_simulation.reference_task(21, 0.8, 6000)
     # rows on the unit sphere with the intercept coordinate 0.3
     assert np.allclose(np.linalg.norm(X, axis=1), 1.0)
     assert np.all(X[:, 0] == 0.3)
@@ -21,8 +22,8 @@ def test_reference_task_is_the_documented_one() -> None:
     # are Bernoulli draws whose mean the intercept sets to 0.2 on these rows (4 s.d.)
     assert abs(np.mean(y > 0) - 0.2) < 4 * math.sqrt(0.2 * 0.8 / 6000)
     # fixed: the same arrays again (not the cache's object: a fresh generation)
-    auto.reference_task.cache_clear()
-    X2, y2 = auto.reference_task(21, 0.8, 6000)
+    auto_simulation.reference_task.cache_clear()
+    X2, y2 = auto_simulation.reference_task(21, 0.8, 6000)
     assert np.array_equal(X, X2)
     assert np.array_equal(y, y2)
 
@@ -33,10 +34,10 @@ def test_predictor_without_noise_reaches_the_bayes_accuracy() -> None:
     # computed here by quadrature; ε = 1000 leaves a fit of 2000 rows only its sampling error.
     z = np.linspace(0.0, 8.0, 80001)
     phi = np.exp(-(z**2) / 2) / math.sqrt(2 * math.pi)
-    bayes = float(np.trapezoid(2 * phi / (1 + np.exp(-auto.REFERENCE_SIGNAL * z)), z))
+    bayes = float(np.trapezoid(2 * phi / (1 + np.exp(-auto_simulation.REFERENCE_SIGNAL * z)), z))
     assert bayes == pytest.approx(0.778, abs=1e-3)
     band = auto.expected_accuracy(
-        auto.Candidate.of("objective_perturbation", 1e-4),
+        auto_simulation.Candidate.of("objective_perturbation", 1e-4),
         n=2000,
         d=21,
         epsilon=1000.0,
@@ -52,7 +53,7 @@ def test_predictor_under_overwhelming_noise_is_a_coin_flip() -> None:
     # output perturbation: E‖b‖ = 2d/(nλε) = 2·21/(100·1e-4·0.01) = 4.2e6 against ‖w*‖ ≤ 1/λ
     # = 1e4: the released direction is uniform, about half right on the balanced reference
     band = auto.expected_accuracy(
-        auto.Candidate.of("output_perturbation", 1e-4),
+        auto_simulation.Candidate.of("output_perturbation", 1e-4),
         n=100,
         d=21,
         epsilon=0.01,
@@ -79,7 +80,9 @@ def test_tiny_budget_keeps_the_preferred_mechanism_at_its_rule_and_is_below_the_
         majority=0.75,
     )
     rule = auto_regularization("objective_perturbation", n=2000, d=51, epsilon=0.05)
-    assert choice.chosen == auto.Candidate.of("objective_perturbation", rule.regularization)
+    assert choice.chosen == auto_simulation.Candidate.of(
+        "objective_perturbation", rule.regularization
+    )
     best = max(f.mean for f in choice.figures if f.excluded is None)
     assert best < 0.75
     band = auto.expected_accuracy(
@@ -180,12 +183,12 @@ def test_no_admissible_candidate_is_an_error() -> None:
 
 
 def test_too_many_features_is_refused_before_any_work() -> None:
-    d = auto.MAX_SIMULATED_DIMENSION + 1
+    d = auto_simulation.MAX_SIMULATED_DIMENSION + 1
     with pytest.raises(ValueError, match="at most"):
         auto.choose(n=1000, d=d, epsilon=1.0, delta=0.0, loss="logistic", regularization=None)
     with pytest.raises(ValueError, match="at most"):
         auto.expected_accuracy(
-            auto.Candidate.of("objective_perturbation", 0.01),
+            auto_simulation.Candidate.of("objective_perturbation", 0.01),
             n=1000,
             d=d,
             epsilon=1.0,

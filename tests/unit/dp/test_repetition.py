@@ -28,12 +28,12 @@ from service.dp.analysis.repetition import (
     solve_gaussian_mu,
     total_epsilon,
 )
-from service.dp.analysis.selection import (
+from service.dp.analysis.selection import tune
+from service.dp.analysis.selection_choice import (
     choose_selection,
     expected_runs,
     repetition_law,
     repetition_plan,
-    tune,
 )
 from service.dp.core.base import FitResult, LinearModel
 from service.dp.data.prepared import PreparedDesign, prepare_design

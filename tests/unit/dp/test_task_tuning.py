@@ -21,7 +21,8 @@ from service.dp.analysis.regularization_tasks import (
     task_constants,
 )
 from service.dp.analysis.repetition import repeat_and_select
-from service.dp.analysis.selection import exponential_mechanism, repetition_plan, tune
+from service.dp.analysis.selection import exponential_mechanism, tune
+from service.dp.analysis.selection_choice import repetition_plan
 from service.dp.analysis.task_scores import (
     REGRESSION_RESOLUTION,
     error_score,

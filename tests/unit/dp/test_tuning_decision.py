@@ -1,5 +1,5 @@
 """``auto`` selection weighs tuning against the automatic λ
-(:func:`service.dp.analysis.selection.tuning_cost_factor`, rule 0 of ``choose_selection``):
+(:func:`service.dp.analysis.selection_choice.tuning_cost_factor`, rule 0 of ``choose_selection``):
 the cost factor against a hand computation, the decision on both sides of the threshold, and
 what ``tune`` fits and records in each case."""
 
@@ -11,16 +11,15 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from service.dp.analysis import selection
+from service.dp.analysis import selection_choice
 from service.dp.analysis.regularization import ESTIMATION_WEIGHT, auto_regularization
 from service.dp.analysis.repetition import RepetitionResult
-from service.dp.analysis.selection import (
+from service.dp.analysis.selection import RuleOnlyResult, tune
+from service.dp.analysis.selection_choice import (
     AUTOMATIC_LAMBDA,
     MAX_COST_FACTOR,
-    RuleOnlyResult,
     choose_selection,
     repetition_plan,
-    tune,
     tuning_cost_factor,
 )
 from service.dp.core.base import FitResult, LinearModel
@@ -29,7 +28,9 @@ from service.dp.data.prepared import PreparedDesign, prepare_design
 MECH = "objective_perturbation"
 
 
-def _choice(n: int, d: int, epsilon: float, *, rule: bool = True) -> selection.SelectionChoice:
+def _choice(
+    n: int, d: int, epsilon: float, *, rule: bool = True
+) -> selection_choice.SelectionChoice:
     lam = auto_regularization(MECH, n=n, d=d, epsilon=epsilon).regularization
     return choose_selection(
         "auto",
@@ -89,7 +90,7 @@ def test_noise_dominated_requests_fit_the_automatic_lambda(n: int, d: int, eps: 
 
 def test_estimation_dominated_requests_still_tune() -> None:
     """n = 10⁶, d = 10, ε = 1: the noise term is small next to 2A/n, κ ≤ 1.5."""
-    assert _choice(10**6, 10, 1.0).method in selection.REPETITION_SELECTIONS
+    assert _choice(10**6, 10, 1.0).method in selection_choice.REPETITION_SELECTIONS
 
 
 def _design(n: int = 200) -> PreparedDesign:
@@ -146,7 +147,7 @@ def test_tune_fits_the_automatic_lambda_once_at_the_whole_budget() -> None:
 def test_when_tuning_runs_the_automatic_lambda_is_a_candidate(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(selection, "MAX_COST_FACTOR", math.inf)
+    monkeypatch.setattr(selection_choice, "MAX_COST_FACTOR", math.inf)
     log: list[tuple[float, float]] = []
     out = tune(
         _design(4000),

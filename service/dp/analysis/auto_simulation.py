@@ -1,0 +1,258 @@
+"""The predictor of ``"mechanism": "auto"`` (issue 28 item 3; docs/design.md §3): simulated
+fits of a candidate on a public reference task, from public quantities only. Pure; reads no
+private data and spends nothing (:mod:`service.dp.analysis.auto` chooses with it).
+
+**Predictor: simulation on a public reference task.** Each candidate is fitted ``repeats``
+times on a reference training sample and scored on a reference test sample; the predicted
+accuracy is the mean (and p10–p90 the band). The reference is either
+
+* the site's own *public* reference rows with the same spec (uploaded with
+  ``allow_non_private``: their rows are not protected), which the domain passes in, or
+* the **synthetic reference** :func:`reference_task`: a fixed, seeded logistic task at the
+  request's d with rows on the unit sphere (like PrivFit's preprocessed rows, ‖x‖ = 1) and one
+  intercept coordinate, coefficient w₀ = κ·√(d−1)·v for a fixed unit v (so the margin
+  κ·√(d−1)·vᵀu has a spread that does not shrink with d) and the intercept set so that the
+  majority class has frequency ``majority``. κ = :data:`REFERENCE_SIGNAL` is calibrated on
+  Adult (benchmarks/RESULTS.md, "auto"); the held-out check is the breast-cancer set.
+
+**Size.** Fits use n_sim = min(n, :data:`SIMULATED_ROWS`) rows. When n > n_sim the simulation
+runs at ε_sim = ε·n/n_sim. Why that is the right scale: every mechanism here perturbs a
+quantity whose sensitivity is ∝ 1/n (the minimiser: 2/(nλ); the objective's linear term b/n
+with ‖b‖ ∝ 1/ε; the per-step gradient mean of DP-SGD: 2/b), so the coefficient noise depends
+on n and ε through nε (output perturbation: E‖b‖ = 2d/(nλε) exactly; objective perturbation
+up to the Jacobian term ln(1 + c/(nλ)), itself a function of nλ compared with nε; the Gaussian
+ones with σ ∝ √ln(1/δ)/ε up to lower-order terms). DP-SGD's batch size is scaled by n_sim/n so
+the number of steps and the noise per step are those of the real run (floored at
+:data:`MIN_SIMULATED_BATCH` rows to bound the work: then fewer steps, each less noisy by the
+same factor). What the simulation
+does not reproduce is the sampling error of n rows (it has that of n_sim): common to all
+candidates, it shifts the band, not the ranking.
+
+**Determinism.** The random numbers are seeded by a hash of the public inputs, and every
+candidate sees the same training samples (common random numbers), so the choice is
+reproducible and the comparison has less variance than independent draws. (Reproducible on one
+installation: a different BLAS or thread count can change the solvers' last bits, and so break
+a near-tie differently; the choice made at submission is stored in the job and is the one
+that runs.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from service.dp import fit as dp_fit
+from service.dp.data.prepared import prepare_design
+from service.dp.multisite.transfer import transfer_fit
+from service.dp.optimize.solvers import ConvergenceError
+
+__all__ = [
+    "MAX_SIMULATED_DIMENSION",
+    "REFERENCE_SIGNAL",
+    "SIMULATED_ROWS",
+    "TRANSFER",
+    "Candidate",
+    "majority_fraction",
+    "public_source",
+    "reference_task",
+]
+
+#: Hypothesis transfer towards the public reference's own model (objective perturbation
+#: centred on it, :func:`service.dp.multisite.transfer.transfer_fit`): a candidate only when
+#: the site has public reference rows.
+TRANSFER: Final[str] = "transfer"
+#: λ of the non-private source model fitted on the public reference rows.
+SOURCE_LAMBDA: Final[float] = 1e-3
+#: Rows per simulated fit at most (above, ε is scaled: module docstring).
+SIMULATED_ROWS: Final[int] = 2000
+#: Rows of the reference test sample.
+TEST_ROWS: Final[int] = 2000
+#: DP-SGD's simulated batch size at least (module docstring).
+MIN_SIMULATED_BATCH: Final[int] = 10
+#: The largest d simulated (the work of one choice grows like candidates × repeats × rows × d;
+#: above it auto is refused and a fit gets no expected band).
+MAX_SIMULATED_DIMENSION: Final[int] = 256
+#: Simulated fits per candidate.
+REPEATS: Final[int] = 4
+#: κ of the synthetic reference (module docstring).
+REFERENCE_SIGNAL: Final[float] = 2.0
+#: Fraction of the reference rows' norm on the intercept coordinate.
+INTERCEPT_WEIGHT: Final[float] = 0.3
+_SEED: Final[int] = 28_3
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One (mechanism, λ, settings) auto may choose."""
+
+    mechanism: str
+    regularization: float
+    params_json: str = "{}"
+
+    @classmethod
+    def of(
+        cls, mechanism: str, regularization: float, params: Mapping[str, Any] | None = None
+    ) -> Candidate:
+        return cls(mechanism, float(regularization), json.dumps(dict(params or {}), sort_keys=True))
+
+    @property
+    def params(self) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(self.params_json)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mechanism": self.mechanism,
+            "regularization": self.regularization,
+            "params": dict(self.params),
+        }
+
+
+def public_source(X: NDArray[np.float64], y: NDArray[np.float64], loss: str) -> NDArray[np.float64]:
+    """The source model of a transfer candidate: the exact (non-private) minimiser at λ =
+    :data:`SOURCE_LAMBDA` on public rows (their rows are not protected: no budget)."""
+    result = dp_fit(X, y, "non_private", epsilon=math.inf, loss=loss, regularization=SOURCE_LAMBDA)
+    coef = np.asarray(result.model.to_dict()["coef"], dtype=np.float64)
+    return coef
+
+
+def majority_fraction(y: NDArray[np.float64]) -> float:
+    """Frequency of the more frequent class of ±1 labels."""
+    positive = float(np.mean(np.asarray(y) > 0))
+    return max(positive, 1.0 - positive)
+
+
+def _seed(*parts: object) -> int:
+    text = json.dumps([repr(p) for p in parts])
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+@lru_cache(maxsize=64)
+def reference_task(d: int, majority: float, rows: int) -> tuple[NDArray[np.float64], ...]:
+    """The synthetic public reference (module docstring): ``rows`` rows of (X, y), fixed for
+    (d, majority, rows). The first column is the intercept coordinate."""
+    if d < 1 or rows < 4 or not 0.5 <= majority < 1.0:
+        raise ValueError("reference task needs d >= 1, rows >= 4 and 0.5 <= majority < 1")
+    rng = np.random.default_rng(_seed("reference", d, majority, rows))
+    X = np.empty((rows, d))
+    if d == 1:
+        X[:, 0] = 1.0
+        margin = np.zeros(rows)
+    else:
+        u = rng.standard_normal((rows, d - 1))
+        u /= np.linalg.norm(u, axis=1, keepdims=True)
+        v = np.random.default_rng(_seed("direction", d)).standard_normal(d - 1)
+        v /= np.linalg.norm(v)
+        X[:, 0] = INTERCEPT_WEIGHT
+        X[:, 1:] = math.sqrt(1.0 - INTERCEPT_WEIGHT**2) * u
+        margin = REFERENCE_SIGNAL * math.sqrt(d - 1) * (u @ v)
+    # the intercept b0 with mean σ(margin + b0) = 1 − majority (bisection; σ increasing in b0)
+    lo, hi = -50.0, 50.0
+    for _ in range(100):
+        mid = (lo + hi) / 2.0
+        if np.mean(1.0 / (1.0 + np.exp(-(margin + mid)))) < 1.0 - majority:
+            lo = mid
+        else:
+            hi = mid
+    p = 1.0 / (1.0 + np.exp(-(margin + lo)))
+    y = np.where(rng.random(rows) < p, 1.0, -1.0)
+    X.setflags(write=False)
+    y.setflags(write=False)
+    return X, y
+
+
+def _simulated_params(candidate: Candidate, n: int, n_sim: int) -> dict[str, Any]:
+    params = dict(candidate.params)
+    if candidate.mechanism == "dp_sgd" and n_sim < n:
+        from service.dp.mechanisms.dp_sgd import DEFAULT_BATCH_SIZE
+
+        batch = int(params.get("batch_size", min(DEFAULT_BATCH_SIZE, n)))
+        params["batch_size"] = min(n_sim, max(MIN_SIMULATED_BATCH, round(batch * n_sim / n)))
+    return params
+
+
+def _simulate(
+    candidates: Sequence[Candidate],
+    *,
+    X: NDArray[np.float64],
+    y: NDArray[np.float64],
+    n: int,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    repeats: int,
+    seed: int,
+) -> tuple[list[tuple[float, ...] | str], int, float]:
+    """Accuracies of every candidate on (X, y): the first rows are the test sample, the rest
+    the training pool; the same draws for every candidate."""
+    test_rows = min(TEST_ROWS, X.shape[0] // 2)
+    X_test, y_test = X[:test_rows], y[:test_rows]
+    pool = np.arange(test_rows, X.shape[0])
+    source: NDArray[np.float64] | None = None
+    if any(c.mechanism == TRANSFER for c in candidates):
+        # the source model sees rows no simulated private fit draws (the real source is
+        # fitted on public rows, never on the private ones)
+        half = pool.size // 2
+        source = public_source(X[pool[:half]], y[pool[:half]], loss)
+        pool = pool[half:]
+    n_sim = min(int(n), SIMULATED_ROWS)
+    eps_sim = float(epsilon) * n / n_sim
+    rng = np.random.default_rng(seed)
+    draws = [rng.choice(pool, size=n_sim, replace=n_sim > pool.size) for _ in range(repeats)]
+    noise_seeds = [int(s) for s in rng.integers(0, 2**63 - 1, size=repeats)]
+    designs = [prepare_design(X[rows], y[rows]) for rows in draws]
+    out: list[tuple[float, ...] | str] = []
+    for candidate in candidates:
+        params = _simulated_params(candidate, n, n_sim)
+        accuracies: list[float] = []
+        try:
+            for design, noise_seed in zip(designs, noise_seeds, strict=True):
+                if candidate.mechanism == TRANSFER:
+                    assert source is not None
+                    result = transfer_fit(
+                        design.X,
+                        design.y,
+                        source,
+                        epsilon=eps_sim,
+                        transfer_strength=float(params["transfer_strength"]),
+                        regularization=candidate.regularization,
+                        loss=loss,
+                        rng=np.random.default_rng(noise_seed),
+                    )
+                else:
+                    result = dp_fit(
+                        design,
+                        None,
+                        candidate.mechanism,
+                        epsilon=eps_sim,
+                        delta=delta,
+                        loss=loss,
+                        regularization=candidate.regularization,
+                        rng=np.random.default_rng(noise_seed),
+                        **params,
+                    )
+                scores = result.model.decision_function(X_test)
+                accuracies.append(float(np.mean((scores > 0) == (y_test > 0))))
+        except (ValueError, ConvergenceError) as exc:  # refused or unsolved: left out
+            out.append(f"simulation failed: {type(exc).__name__}")
+            continue
+        out.append(tuple(accuracies))
+    return out, n_sim, eps_sim
+
+
+def _reference(
+    d: int, majority: float | None, public: tuple[NDArray[np.float64], NDArray[np.float64]] | None
+) -> tuple[NDArray[np.float64], NDArray[np.float64], str]:
+    if public is not None:
+        return public[0], public[1], "public_reference_dataset"
+    rows = TEST_ROWS + 2 * SIMULATED_ROWS
+    X, y = reference_task(d, 0.5 if majority is None else round(majority, 4), rows)
+    return X, y, "synthetic"
