@@ -27,7 +27,8 @@ from typing import Any
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork, UnitOfWorkFactory
 from service.domain.fits.run import run_fit_job
-from service.domain.fits.tuning import TUNED_FIT_KIND, run_tuned_fit_job
+from service.domain.fits.tuning.run import run_tuned_fit_job
+from service.domain.fits.tuning.submit import TUNED_FIT_KIND
 from service.domain.jobs.lifecycle import (
     ApiProcessRule,
     InterruptedHook,
@@ -43,7 +44,7 @@ from service.domain.models.evaluations import EVALUATION_KIND, run_evaluation_jo
 from service.domain.nodes.remote_fit import abort_interrupted_fit, reaches_nodes
 from service.domain.randomness import Randomness
 from service.domain.studies.charged_aggregations import run_aggregation_job
-from service.domain.studies.federated import run_federated_job
+from service.domain.studies.federated.run import run_federated_job
 from service.runtime.runner import JobFunction, JobRunner, PoolJobRunner, RunnerKind
 from service.settings import Settings
 

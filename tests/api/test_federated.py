@@ -18,7 +18,7 @@ from fastapi.testclient import TestClient
 from service.db.models import Model
 from service.domain.jobs.lifecycle import ClaimedJob, JobCancelledError, JobContext
 from service.domain.randomness import Randomness
-from service.domain.studies.federated import run_federated_job
+from service.domain.studies.federated.run import run_federated_job
 from service.dp import fit as dp_fit
 from service.dp.federated import federated_calibrate
 from service.runtime.worker import run_job

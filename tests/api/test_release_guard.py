@@ -221,7 +221,7 @@ def test_a_federated_fit_whose_run_exceeds_a_sites_charge_releases_nothing(
         calibration = dataclasses.replace(result.calibration, site_costs=tuple(costs))
         return dataclasses.replace(result, calibration=calibration)
 
-    monkeypatch.setattr("service.domain.studies.federated.federated_fit", overspending)
+    monkeypatch.setattr("service.domain.studies.federated.run.federated_fit", overspending)
     assert run_job(app.state.uow_factory, job_id).status == "failed"
 
     _assert_refused(_job(client, coordinator, job_id))

@@ -39,7 +39,8 @@ from service.domain.nodes.remote import (
 )
 from service.domain.nodes.remote_fit import NodeRefusedError, _Link, _terms
 from service.domain.randomness import Randomness
-from service.domain.studies.federated import FederatedRequest, submit_federated_fit
+from service.domain.studies.federated.request import FederatedRequest
+from service.domain.studies.federated.submit import submit_federated_fit
 from service.domain.studies.membership import StudySpecInput, create_study
 
 CONTEXT = AuditContext(request_id="test", client_ip=None)

@@ -33,7 +33,8 @@ from service.domain.studies.aggregations import (
     quote_aggregation,
     submit_aggregation,
 )
-from service.domain.studies.federated import FederatedRequest, submit_federated_fit
+from service.domain.studies.federated.request import FederatedRequest
+from service.domain.studies.federated.submit import submit_federated_fit
 
 CONTEXT = AuditContext(request_id="test", client_ip=None)
 FIT = FitRequest(mechanism="objective_perturbation", epsilon=0.5, regularization=0.01)

@@ -39,11 +39,8 @@ from service.domain.ledger.units import DELTA_UNIT, EPSILON_UNIT, to_units
 from service.domain.nodes.exchange import EXCHANGE
 from service.domain.nodes.remote import RemoteOffer, add_remote_contribution
 from service.domain.nodes.remote_fit import reaches_nodes, task_deadline
-from service.domain.studies.federated import (
-    FederatedRequest,
-    quote_federated_fit,
-    submit_federated_fit,
-)
+from service.domain.studies.federated.request import FederatedRequest
+from service.domain.studies.federated.submit import quote_federated_fit, submit_federated_fit
 from service.domain.studies.membership import (
     DatasetGrant,
     StudySpecInput,

@@ -16,7 +16,7 @@ from service.api.routes import API_V1
 from service.api.schemas.fits import FitCreate, FitQuoteRead
 from service.api.schemas.jobs import JobRead
 from service.domain.fits import submit as fits
-from service.domain.fits import tuning
+from service.domain.fits.tuning import submit as tuning
 
 router = APIRouter(prefix=f"{API_V1}/datasets", tags=["fits"], route_class=JsonRoute)
 

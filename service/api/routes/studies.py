@@ -33,8 +33,9 @@ from service.api.schemas.studies import (
     StudyList,
     StudyRead,
 )
-from service.domain.studies import aggregations, federated
+from service.domain.studies import aggregations
 from service.domain.studies import membership as studies
+from service.domain.studies.federated import submit as federated
 
 router = APIRouter(prefix=f"{API_V1}/studies", tags=["studies"], route_class=JsonRoute)
 

@@ -13,7 +13,7 @@ from service.domain.ranges import (
     MIN_EPSILON,
     MIN_REGULARIZATION,
 )
-from service.domain.studies.federated import (
+from service.domain.studies.federated.request import (
     MAX_FEDERATED_DATASETS,
     FederatedQuote,
     FederatedRequest,

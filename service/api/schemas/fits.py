@@ -10,7 +10,11 @@ from service.api.schemas.base import RequestModel, ResponseModel
 from service.api.schemas.options import MechanismRequest
 from service.domain.errors import InvalidInputError
 from service.domain.fits.submit import AUTO, FitQuote, FitRequest
-from service.domain.fits.tuning import MAX_CANDIDATES, TunedFitRequest, step_size_candidates
+from service.domain.fits.tuning.request import (
+    MAX_CANDIDATES,
+    TunedFitRequest,
+    step_size_candidates,
+)
 from service.domain.ranges import (
     MAX_EPSILON,
     MAX_REGULARIZATION,
