@@ -438,6 +438,33 @@ def evaluate(config: dict[str, Any], names: Sequence[str], reps: int) -> list[di
     return rows
 
 
+def diagnose(rows: Sequence[dict[str, Any]]) -> str:
+    """For each evaluated (data set, ε): the comparator norm the public rule would have needed
+    to pick the best λ in hindsight, R_need = R·λ_rule/λ_best, next to the exact ‖ŵ(λ₀)‖ of
+    every reference (no noise): does any reference order the data sets as R_need does? A
+    diagnostic read after the evaluation, never used to choose the configuration."""
+    refs = [f"{kind}:{v:g}" for kind, v in REFERENCES]
+    lines = [
+        "| data | ε | R_need | " + " | ".join(f"‖ŵ‖ {r}" for r in refs) + " |",
+        "|" + "---|" * (len(refs) + 3),
+    ]
+    cache: dict[str, tuple[PreparedDesign, int, int]] = {}
+    for row in rows:
+        name, eps = row["dataset"], row["epsilon"]
+        if name not in cache:
+            X, y, _, _ = EVAL_SETS[name]()
+            cache[name] = (prepare_design(X, y), X.shape[0], X.shape[1])
+        design, n, d = cache[name]
+        need = NORM_CONSTANT * row["lambda_rule"] / row["best_lambda"]
+        norms = [
+            exact_norm(design, reference_lambda((kind, v), n, d, eps)) for kind, v in REFERENCES
+        ]
+        lines.append(
+            f"| {name} | {eps:g} | {need:.3g} | " + " | ".join(f"{v:.3g}" for v in norms) + " |"
+        )
+    return "\n".join(lines)
+
+
 def table(rows: Sequence[dict[str, Any]]) -> str:
     cols = ("rule", "norm rule", "exact-norm rule", "best λ (hindsight)", "diffprivlib best λ")
     lines = [
@@ -470,6 +497,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--datasets", nargs="*", default=list(EVAL_SETS))
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--diagnose",
+        type=Path,
+        nargs="*",
+        default=None,
+        help="evaluation JSON files: print R_need against each reference's exact norm",
+    )
     args = parser.parse_args(argv)
     limit_threads(1)
     if args.calibrate or args.rescore:
@@ -499,6 +533,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 indent=1,
             )
         )
+    if args.diagnose:
+        rows = [row for path in args.diagnose for row in json.loads(path.read_text())["rows"]]
+        print(diagnose(rows))
     if args.evaluate:
         config = json.loads(OUT.read_text())["chosen"]
         print("configuration (calibrated on synthetic data and Adult):", config)
