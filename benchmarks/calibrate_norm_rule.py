@@ -40,7 +40,10 @@ the public rule at ε, the norm rule paying its slice, the norm rule with the ex
 free) norm as a ceiling on what the statistic can predict, PrivFit's best λ in hindsight and
 diffprivlib's best λ in hindsight over :data:`EVAL_GRID`.
 
-Run: ``python -m benchmarks.calibrate_norm_rule --calibrate`` then ``--evaluate [--reps 60]``.
+Run: ``python -m benchmarks.calibrate_norm_rule --calibrate`` then ``--evaluate [--reps 60]
+[--json PATH]``; ``--diagnose PATH …`` prints, from evaluation JSON files, the comparator norm
+the public rule would have needed against every reference's exact norm. Figures and verdict:
+benchmarks/RESULTS.md, "A private norm for the λ rule" (the candidate loses).
 """
 
 from __future__ import annotations
