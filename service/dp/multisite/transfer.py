@@ -184,7 +184,7 @@ from service.dp.mechanisms.objective_perturbation import (
     run_certified,
     with_centre,
 )
-from service.dp.mechanisms.stacking import STACKING_FEATURES
+from service.dp.mechanisms.stacking.features import STACKING_FEATURES
 from service.dp.noise import lattice
 from service.dp.noise.rounding import norm_up
 from service.dp.optimize import certified_failure, multinomial, regression

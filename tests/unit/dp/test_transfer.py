@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from service.dp import FitResult, fit, make_problem
 from service.dp.core.accounting import ledger_amount, to_units
 from service.dp.core.released import StackedModel
-from service.dp.mechanisms.stacking import STACKING_FEATURES
+from service.dp.mechanisms.stacking.features import STACKING_FEATURES
 from service.dp.multisite.transfer import (
     group_centres,
     stacked_transfer_calibration,
