@@ -26,11 +26,10 @@ for uniform q_k and for other q_k differs only in how the Jacobian slack is appo
 release costs max(Σ_k ε_k, ε) = ε (Thm 4), no δ.
 
 PST-H on the target (seed 003 Alg. 4 step 3, :meth:`StackingFeatures.run_transfer`, called by
-:func:`service.dp.multisite.transfer.stacked_transfer_fit`): the same plan, row split and
-calibration,
-with low-level model k's objective given the extra term (η/2)‖w − u_k‖² around a public centre
-u_k. The cost is PST-F's (ε in total); the proof that the extra term changes nothing is in
-:mod:`service.dp.multisite.transfer`.
+:func:`service.dp.multisite.stacked_transfer.stacked_transfer_fit`): the same plan, row split
+and calibration, with low-level model k's objective given the extra term (η/2)‖w − u_k‖²
+around a public centre u_k. The cost is PST-F's (ε in total); the proof that the extra term
+changes nothing is in :mod:`service.dp.multisite.stacked_transfer`.
 """
 
 from __future__ import annotations
@@ -178,8 +177,8 @@ class StackingFeatures(_Stacking):
 
         The calibration is :meth:`calibrate` with the same η (ε in total): u_k is public and
         the Hessian of the extra term is ηI, so each low level is calibrated at strong
-        convexity λ + η (the full argument is in :mod:`service.dp.multisite.transfer`). η = 0 is
-        :meth:`run`.
+        convexity λ + η (the full argument is in :mod:`service.dp.multisite.stacked_transfer`).
+        η = 0 is :meth:`run`.
         """
         del problem  # the plan holds every option
         plan = require_plan(calibration, StackingFeaturesPlan)

@@ -155,8 +155,8 @@ class _Stacking:
         (:meth:`validate_params`). ``transfer_strength`` η > 0 (PST-H) calibrates every low
         level at strong convexity λ + η: its objective carries the public term
         (η/2)‖w − u_k‖², whose Hessian ηI enters the Jacobian bound
-        (``service.dp.multisite.transfer``); the low levels still solve with ridge λ (the
-        stacking plan's own λ)."""
+        (``service.dp.multisite.stacked_transfer``); the low levels still solve with ridge λ
+        (the stacking plan's own λ)."""
         p = problem.params
         n_high = round(float(p["high_level_fraction"]) * problem.n)
         n_low = problem.n - n_high
