@@ -2,9 +2,9 @@
 
 Adult's train split is shuffled once (public seed) and cut into a coordinator holdout of
 ``HOLDOUT`` rows and N equal, disjoint sites; the test split only evaluates. The functions are
-the ones behind ``POST /v1/studies/{id}/aggregations`` (``service.dp.multisite.aggregation`` and
-``service.dp.multisite.transfer``) and the fits behind ``POST /v1/datasets/{id}/fits``
-(``service.dp.fit``).
+the ones behind ``POST /v1/studies/{id}/aggregations`` (``service.dp.multisite.aggregation``,
+``service.dp.multisite.transfer`` and ``service.dp.multisite.stacked_transfer``) and the fits
+behind ``POST /v1/datasets/{id}/fits`` (``service.dp.fit``).
 
 (d) DP at the sites (seed 000 §5.3): N = 10 sites fit objective perturbation at ε; the
     coordinator averages them (Alg. 4, nothing charged) or runs the feature method (Alg. 5,
@@ -266,7 +266,8 @@ def experiment_g(
 ) -> tuple[dict[str, Any], list[str]]:
     from benchmarks.reproduce_papers import EXPERT_IMPORTANCE, feature_groups
     from service.dp import LinearModel, fit
-    from service.dp.multisite.transfer import stacked_transfer_fit, transfer_fit
+    from service.dp.multisite.stacked_transfer import stacked_transfer_fit
+    from service.dp.multisite.transfer import transfer_fit
 
     groups, labels = feature_groups(data.names)
     expert = [EXPERT_IMPORTANCE[g] for g in labels]

@@ -139,20 +139,19 @@ from service.dp.federated._common import (
     exactly,
     site_round,
 )
-from service.dp.federated.admm_calibration import (
+from service.dp.federated.admm_calibration import calibrate
+from service.dp.federated.admm_calibration.graph import neighbours_from_params
+from service.dp.federated.admm_calibration.laplace import per_iteration_alpha
+from service.dp.federated.admm_calibration.params import (
     DEFAULT_ITERATIONS,
     DEFAULT_PERTURBATION,
     NAME,
     PERTURBATIONS,
     SOLVER_SLACK,
-    ADMMPlan,
-    ADMMSitePlan,
-    calibrate,
     default_penalty,
     gaussian_default_penalty,
-    neighbours_from_params,
-    per_iteration_alpha,
 )
+from service.dp.federated.admm_calibration.plans import ADMMPlan, ADMMSitePlan
 from service.dp.federated.protocol import Coordinator, FederatedProtocol, run_rounds
 from service.dp.noise import lattice
 from service.dp.noise.rounding import UNIT_ROUNDOFF, norm_up

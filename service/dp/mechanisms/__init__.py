@@ -17,8 +17,9 @@ from service.dp.mechanisms import (
     non_private,
     objective_perturbation,
     output_perturbation,
-    stacking,
 )
+from service.dp.mechanisms.stacking.features import STACKING_FEATURES
+from service.dp.mechanisms.stacking.samples import STACKING_SAMPLES
 
 __all__ = ["MECHANISMS", "get_mechanism"]
 
@@ -33,8 +34,8 @@ MECHANISMS: dict[str, Mechanism] = {
         dp_sgd.MECHANISM,
         noisy_gd.MECHANISM,
         adassp.MECHANISM,
-        stacking.STACKING_SAMPLES,
-        stacking.STACKING_FEATURES,
+        STACKING_SAMPLES,
+        STACKING_FEATURES,
     )
 }
 

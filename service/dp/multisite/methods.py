@@ -31,12 +31,11 @@ from service.dp.multisite.aggregation import (
     average_coefficients,
     feature_fit,
 )
-from service.dp.multisite.transfer import (
+from service.dp.multisite.stacked_transfer import (
     stacked_transfer_calibration,
     stacked_transfer_fit,
-    transfer_calibration,
-    transfer_fit,
 )
+from service.dp.multisite.transfer import transfer_calibration, transfer_fit
 
 FitCompute = Callable[[Any, Any, list[Any], np.random.Generator | None], FitResult]
 
@@ -58,7 +57,7 @@ class ChargedAggregation:
 
 
 #: What the record says a PST-H job does and costs (docs/design.md §3;
-# service.dp.multisite.transfer).
+# service.dp.multisite.stacked_transfer).
 PST_H_WITHIN_JOB = (
     "PST-H (seed 003 Alg. 4, target side): the target's rows are split at random, "
     "independently of the data, into a low-level and a high-level part; low-level model k is "
@@ -147,7 +146,8 @@ def transfer_method(p: Mapping[str, Any]) -> ChargedAggregation:
 
 
 def pst_h_method(p: Mapping[str, Any]) -> ChargedAggregation:
-    """``transfer`` with feature groups: PST-H on the target (service.dp.multisite.transfer)."""
+    """``transfer`` with feature groups: PST-H on the target
+    (service.dp.multisite.stacked_transfer)."""
     groups = [[int(j) for j in g] for g in p["feature_groups"]]
     importance = None if p.get("importance") is None else [float(v) for v in p["importance"]]
     meta = str(p.get("meta_features") or "sigmoid")

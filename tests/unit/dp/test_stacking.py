@@ -17,12 +17,9 @@ from scipy import special
 from service.dp.core.base import LinearModel, Problem
 from service.dp.core.released import StackedModel, meta_features, model_from_dict
 from service.dp.mechanisms.objective_perturbation import MECHANISM as PLR
-from service.dp.mechanisms.stacking import (
-    STACKING_FEATURES,
-    STACKING_SAMPLES,
-    split_budget,
-    split_rows,
-)
+from service.dp.mechanisms.stacking.features import STACKING_FEATURES, split_budget
+from service.dp.mechanisms.stacking.levels import split_rows
+from service.dp.mechanisms.stacking.samples import STACKING_SAMPLES
 from tests.unit.dp._audit import epsilon_lower_bound
 
 

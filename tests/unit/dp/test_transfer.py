@@ -1,9 +1,10 @@
 """Hypothesis transfer (``service.dp.multisite.transfer``): η = 0 is objective perturbation, a large
 η returns the source model, η moves the fit towards the source, bad input is refused.
 
-PST-H (feature groups): the centres reproduce the source's group scores on the group's scale,
-η = 0 is PST-F with the same noise, a large η puts the low-level models on their centres, the
-calibration and the charged ε are the hand-derived ones."""
+PST-H (feature groups, ``service.dp.multisite.stacked_transfer``): the centres reproduce the
+source's group scores on the group's scale, η = 0 is PST-F with the same noise, a large η puts
+the low-level models on their centres, the calibration and the charged ε are the hand-derived
+ones."""
 
 from __future__ import annotations
 
@@ -18,13 +19,13 @@ from numpy.typing import NDArray
 from service.dp import FitResult, fit, make_problem
 from service.dp.core.accounting import ledger_amount, to_units
 from service.dp.core.released import StackedModel
-from service.dp.mechanisms.stacking import STACKING_FEATURES
-from service.dp.multisite.transfer import (
+from service.dp.mechanisms.stacking.features import STACKING_FEATURES
+from service.dp.multisite.stacked_transfer import (
     group_centres,
     stacked_transfer_calibration,
     stacked_transfer_fit,
-    transfer_fit,
 )
+from service.dp.multisite.transfer import transfer_fit
 from service.dp.noise.draws import RELEASE_GRID
 from tests.unit.dp._budget import objective_budget
 
