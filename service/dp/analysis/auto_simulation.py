@@ -49,8 +49,10 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp import calibrate
 from service.dp import fit as dp_fit
 from service.dp.data.prepared import prepare_design
+from service.dp.mechanisms.dp_sgd import batch_sizes
 from service.dp.multisite.transfer import transfer_fit
 from service.dp.optimize.solvers import ConvergenceError
 
@@ -60,9 +62,11 @@ __all__ = [
     "SIMULATED_ROWS",
     "TRANSFER",
     "Candidate",
+    "SimulatedRun",
     "majority_fraction",
     "public_source",
     "reference_task",
+    "simulated_run",
 ]
 
 #: Hypothesis transfer towards the public reference's own model (objective perturbation
@@ -169,14 +173,63 @@ def reference_task(d: int, majority: float, rows: int) -> tuple[NDArray[np.float
     return X, y
 
 
-def _simulated_params(candidate: Candidate, n: int, n_sim: int) -> dict[str, Any]:
-    params = dict(candidate.params)
-    if candidate.mechanism == "dp_sgd" and n_sim < n:
-        from service.dp.mechanisms.dp_sgd import DEFAULT_BATCH_SIZE
+@dataclass(frozen=True, slots=True)
+class SimulatedRun:
+    """How one candidate is simulated on n_sim rows: its options and the (ε, δ) it runs at."""
 
-        batch = int(params.get("batch_size", min(DEFAULT_BATCH_SIZE, n)))
-        params["batch_size"] = min(n_sim, max(MIN_SIMULATED_BATCH, round(batch * n_sim / n)))
-    return params
+    params: dict[str, Any]
+    epsilon: float
+    delta: float
+
+
+def simulated_run(
+    candidate: Candidate,
+    *,
+    n: int,
+    n_sim: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    task: str = "binary",
+    n_classes: int = 2,
+) -> SimulatedRun:
+    """The simulated counterpart of a fit at n rows (module docstring, "Size" and "DP-SGD at
+    n"): every mechanism runs at ε·n/n_sim; DP-SGD keeps its real run's updates, step sizes
+    and noise (the plan at n, from public inputs only)."""
+    params = dict(candidate.params)
+    if n_sim >= n:
+        return SimulatedRun(params, float(epsilon), float(delta))
+    if candidate.mechanism != "dp_sgd":
+        return SimulatedRun(params, float(epsilon) * n / n_sim, float(delta))
+    # the real fit's plan at n: the batch and η its defaults rule picks (K classes: from n,
+    # d, K, ε_pass), its updates per pass m and its per-update noise D/β
+    real = calibrate(
+        "dp_sgd",
+        n=n,
+        d=d,
+        epsilon=epsilon,
+        delta=delta,
+        loss=loss,
+        regularization=candidate.regularization,
+        task=task,  # type: ignore[arg-type]
+        n_classes=n_classes,
+        **params,
+    ).details
+    batch = min(n_sim, max(MIN_SIMULATED_BATCH, round(int(real["batch_size"]) * n_sim / n)))
+    sizes = batch_sizes(n_sim, batch)
+    k = int(real["batches_per_epoch"]) / int(sizes.size)  # real updates per simulated one
+    # per-update noise D/β_sim = (D/β)/√k: k merged updates add noise of norm ≈ √k·D/β;
+    # β_sim = ε_pass,sim·b_min,sim/2 (basic composition over the passes, δ = 0)
+    eps_pass = float(real["beta"]) * math.sqrt(k) * 2.0 / int(sizes.min())
+    params["batch_size"] = batch
+    schedule = str(real["schedule"])
+    if schedule == "inverse_sqrt":  # Σ over k updates of η/√t ≈ k·η/√t = (η√k)/√(t/k)
+        params["eta"] = float(real["eta"]) * math.sqrt(k)
+    elif schedule == "constant":
+        params["eta"] = float(real["eta"]) * k
+    # "inverse": 1/(λ·t/k) = k/(λt), the k merged steps' sum, already
+    return SimulatedRun(params, eps_pass * int(real["epochs"]), 0.0)
 
 
 def _simulate(
@@ -211,9 +264,18 @@ def _simulate(
     designs = [prepare_design(X[rows], y[rows]) for rows in draws]
     out: list[tuple[float, ...] | str] = []
     for candidate in candidates:
-        params = _simulated_params(candidate, n, n_sim)
         accuracies: list[float] = []
         try:
+            run = simulated_run(
+                candidate,
+                n=n,
+                n_sim=n_sim,
+                d=X.shape[1],
+                epsilon=epsilon,
+                delta=delta,
+                loss=loss,
+            )
+            params = run.params
             for design, noise_seed in zip(designs, noise_seeds, strict=True):
                 if candidate.mechanism == TRANSFER:
                     assert source is not None
@@ -232,8 +294,8 @@ def _simulate(
                         design,
                         None,
                         candidate.mechanism,
-                        epsilon=eps_sim,
-                        delta=delta,
+                        epsilon=run.epsilon,
+                        delta=run.delta,
                         loss=loss,
                         regularization=candidate.regularization,
                         rng=np.random.default_rng(noise_seed),

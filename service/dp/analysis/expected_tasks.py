@@ -62,8 +62,8 @@ from service.dp.analysis.auto_simulation import (
     TEST_ROWS,
     Candidate,
     _seed,
+    simulated_run,
 )
-from service.dp.analysis.auto_simulation import _simulated_params as simulated_params
 from service.dp.analysis.baseline import warning_threshold
 from service.dp.analysis.baseline_tasks import rmse_warning_threshold
 from service.dp.data.prepared import prepare_design
@@ -165,9 +165,18 @@ def _scores(
     X_test, y_test = X[:test_rows], np.asarray(y[:test_rows], dtype=np.float64)
     pool = np.arange(test_rows, X.shape[0])
     n_sim = min(int(n), SIMULATED_ROWS)
-    eps_sim = float(epsilon) * n / n_sim
     candidate = Candidate.of(mechanism, float(regularization), dict(params))
-    own = simulated_params(candidate, n, n_sim)
+    run = simulated_run(
+        candidate,
+        n=n,
+        n_sim=n_sim,
+        d=X.shape[1],
+        epsilon=epsilon,
+        delta=delta,
+        loss=loss,
+        task=task,
+        n_classes=n_classes,
+    )
     rng = np.random.default_rng(
         _seed(
             task,
@@ -190,14 +199,14 @@ def _scores(
             design,
             None,
             mechanism,
-            epsilon=eps_sim,
-            delta=delta,
+            epsilon=run.epsilon,
+            delta=run.delta,
             loss=loss,
             regularization=float(regularization),
             rng=np.random.default_rng(int(rng.integers(0, 2**63 - 1))),
             task=task,  # type: ignore[arg-type]
             n_classes=n_classes,
-            **own,
+            **run.params,
         )
         out = np.nan_to_num(np.asarray(result.model.decision_function(X_test)), nan=0.0)
         if task == "multiclass":
