@@ -7,9 +7,10 @@ As for binary fits (:func:`service.dp.analysis.auto.expected_accuracy`), ``repea
 the mechanism are simulated on the reference: the first
 min(:data:`~.auto_simulation.TEST_ROWS`, rows/2) rows are the test sample, each fit draws
 n_sim = min(n, :data:`~.auto_simulation.SIMULATED_ROWS`) rows of the rest and runs at
-ε_sim = ε·n/n_sim (the noise of every mechanism here depends on n and ε through nε; DP-SGD's
-batch is scaled by n_sim/n, :mod:`service.dp.analysis.auto_simulation`). Seeded by a hash of
-the public inputs, so a quote and its submission agree.
+ε_sim = ε·n/n_sim (the noise of every mechanism here depends on n and ε through nε), except
+DP-SGD, which keeps the updates, step sizes and per-update noise of its real plan at n
+(:func:`~.auto_simulation.simulated_run`). Seeded by a hash of the public inputs, so a quote and
+its submission agree.
 
 * **multiclass**: score = accuracy of argmax_k (Cx)_k on the test rows; the trivial model
   always answers the reference's majority class, accuracy = its frequency m. Flagged when
@@ -160,7 +161,8 @@ def _scores(
     repeats: int,
 ) -> NDArray[np.float64]:
     """The scores (accuracy, or RMSE in label units) of ``repeats`` simulated fits on (X, y):
-    the first rows the test sample, draws of n_sim rows from the rest at ε·n/n_sim."""
+    the first rows the test sample, draws of n_sim rows from the rest at ε·n/n_sim (DP-SGD:
+    :func:`~.auto_simulation.simulated_run`)."""
     test_rows = min(TEST_ROWS, X.shape[0] // 2)
     X_test, y_test = X[:test_rows], np.asarray(y[:test_rows], dtype=np.float64)
     pool = np.arange(test_rows, X.shape[0])
