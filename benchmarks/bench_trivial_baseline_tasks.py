@@ -17,7 +17,8 @@ several n and ε, what the service does end to end, without the HTTP layer:
 :mod:`benchmarks.bench_multiclass`; DP-SGD has no λ rule), on the multi-class task only: the
 band's simulation of DP-SGD at n is the one most unlike its fit at n_sim.
 
-Run: ``.venv/bin/python -m benchmarks.bench_trivial_baseline_tasks [--quick] [--reps N] [--dp-sgd]``.
+Run: ``.venv/bin/python -m benchmarks.bench_trivial_baseline_tasks [--quick] [--reps N]
+[--dp-sgd]``.
 """
 
 from __future__ import annotations
