@@ -13,7 +13,12 @@ several n and ε, what the service does end to end, without the HTTP layer:
   than the trivial model (always the training majority class; the training mean) and by how
   much the private baseline misses the true one.
 
-Run: ``.venv/bin/python -m benchmarks.bench_trivial_baseline_tasks [--quick] [--reps N]``.
+``--dp-sgd`` replaces auto's choice by DP-SGD with its defaults at λ = 10⁻³ (as in
+:mod:`benchmarks.bench_multiclass`; DP-SGD has no λ rule), on the multi-class task only: the
+band's simulation of DP-SGD at n is the one most unlike its fit at n_sim.
+
+Run: ``.venv/bin/python -m benchmarks.bench_trivial_baseline_tasks [--quick] [--reps N]
+[--dp-sgd]``.
 """
 
 from __future__ import annotations
@@ -26,25 +31,37 @@ import numpy as np
 from benchmarks import datasets29
 from service.dp import fit as dp_fit
 from service.dp.analysis import baseline_tasks as bt
-from service.dp.analysis.auto_tasks import rank_for_task
+from service.dp.analysis.auto_tasks import TaskCandidate, rank_for_task
 from service.dp.analysis.expected_tasks import expected_task_band_synthetic
 from service.dp.optimize.solvers import ConvergenceError
 
 SIZES = (500, 30_162)
 EPSILONS = (0.05, 0.3, 1.0, 5.0)
+#: ``--dp-sgd``: the fixed λ of DP-SGD (bench_multiclass's).
+DP_SGD = TaskCandidate("dp_sgd", regularization=1e-3, loss="logistic")
 
 
 def one_run(
-    task: str, data: Any, n_classes: int, epsilon: float, delta: float, seed: int
+    task: str,
+    data: Any,
+    n_classes: int,
+    epsilon: float,
+    delta: float,
+    seed: int,
+    dp_sgd: bool = False,
 ) -> dict[str, Any]:
-    """One auto fit with its private baseline, band, warning, and the truth from the test split."""
+    """One auto fit (``dp_sgd``: a DP-SGD fit) with its private baseline, band, warning, and
+    the truth from the test split."""
     rng = np.random.default_rng(seed)
     n, d = data.X.shape
     fit_eps, base_eps = bt.split_budget(task, n, epsilon)
-    choice = rank_for_task(
-        task, n_classes=n_classes, n=n, d=d, epsilon=fit_eps, delta=delta, loss=None
-    )
-    for candidate in choice.ranked:
+    if dp_sgd:
+        ranked = [DP_SGD]
+    else:
+        ranked = rank_for_task(
+            task, n_classes=n_classes, n=n, d=d, epsilon=fit_eps, delta=delta, loss=None
+        ).ranked
+    for candidate in ranked:
         try:
             result = dp_fit(
                 data.X,
@@ -122,6 +139,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="n = 500 only, one repetition")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--dp-sgd", action="store_true", help="DP-SGD, multi-class task only")
     args = parser.parse_args()
     sizes = (500,) if args.quick else SIZES
     reps = 1 if args.quick else args.reps
@@ -130,6 +148,8 @@ def main() -> None:
         ("regression", datasets29.adult_hours(), 0.0, "hours per week, δ = 0 (Huber)"),
         ("regression", datasets29.adult_hours(), 1e-6, "hours per week, δ = 1e-6 (AdaSSP)"),
     )
+    if args.dp_sgd:
+        tasks = tasks[:1]
     print(
         "| task | n | ε | mechanism | test figure | trivial | band | baseline error |"
         " warned | actually worse |"
@@ -142,7 +162,7 @@ def main() -> None:
                 runs = []
                 for rep in range(reps):
                     data = datasets29.subsample(full, n, 15_060, seed=rep)
-                    runs.append(one_run(task, data, k, epsilon, delta, seed=1000 + rep))
+                    runs.append(one_run(task, data, k, epsilon, delta, 1000 + rep, args.dp_sgd))
 
                 def mean(key: str, runs: list[dict[str, Any]] = runs) -> float:
                     return float(np.mean([r[key] for r in runs]))

@@ -7,9 +7,10 @@ As for binary fits (:func:`service.dp.analysis.auto.expected_accuracy`), ``repea
 the mechanism are simulated on the reference: the first
 min(:data:`~.auto_simulation.TEST_ROWS`, rows/2) rows are the test sample, each fit draws
 n_sim = min(n, :data:`~.auto_simulation.SIMULATED_ROWS`) rows of the rest and runs at
-ε_sim = ε·n/n_sim (the noise of every mechanism here depends on n and ε through nε; DP-SGD's
-batch is scaled by n_sim/n, :mod:`service.dp.analysis.auto_simulation`). Seeded by a hash of
-the public inputs, so a quote and its submission agree.
+ε_sim = ε·n/n_sim (the noise of every mechanism here depends on n and ε through nε), except
+DP-SGD, which keeps the updates, step sizes and per-update noise of its real plan at n
+(:func:`~.auto_simulation.simulated_run`). Seeded by a hash of the public inputs, so a quote and
+its submission agree.
 
 * **multiclass**: score = accuracy of argmax_k (Cx)_k on the test rows; the trivial model
   always answers the reference's majority class, accuracy = its frequency m. Flagged when
@@ -62,8 +63,8 @@ from service.dp.analysis.auto_simulation import (
     TEST_ROWS,
     Candidate,
     _seed,
+    simulated_run,
 )
-from service.dp.analysis.auto_simulation import _simulated_params as simulated_params
 from service.dp.analysis.baseline import warning_threshold
 from service.dp.analysis.baseline_tasks import rmse_warning_threshold
 from service.dp.data.prepared import prepare_design
@@ -160,14 +161,24 @@ def _scores(
     repeats: int,
 ) -> NDArray[np.float64]:
     """The scores (accuracy, or RMSE in label units) of ``repeats`` simulated fits on (X, y):
-    the first rows the test sample, draws of n_sim rows from the rest at ε·n/n_sim."""
+    the first rows the test sample, draws of n_sim rows from the rest at ε·n/n_sim (DP-SGD:
+    :func:`~.auto_simulation.simulated_run`)."""
     test_rows = min(TEST_ROWS, X.shape[0] // 2)
     X_test, y_test = X[:test_rows], np.asarray(y[:test_rows], dtype=np.float64)
     pool = np.arange(test_rows, X.shape[0])
     n_sim = min(int(n), SIMULATED_ROWS)
-    eps_sim = float(epsilon) * n / n_sim
     candidate = Candidate.of(mechanism, float(regularization), dict(params))
-    own = simulated_params(candidate, n, n_sim)
+    run = simulated_run(
+        candidate,
+        n=n,
+        n_sim=n_sim,
+        d=X.shape[1],
+        epsilon=epsilon,
+        delta=delta,
+        loss=loss,
+        task=task,
+        n_classes=n_classes,
+    )
     rng = np.random.default_rng(
         _seed(
             task,
@@ -190,14 +201,14 @@ def _scores(
             design,
             None,
             mechanism,
-            epsilon=eps_sim,
-            delta=delta,
+            epsilon=run.epsilon,
+            delta=run.delta,
             loss=loss,
             regularization=float(regularization),
             rng=np.random.default_rng(int(rng.integers(0, 2**63 - 1))),
             task=task,  # type: ignore[arg-type]
             n_classes=n_classes,
-            **own,
+            **run.params,
         )
         out = np.nan_to_num(np.asarray(result.model.decision_function(X_test)), nan=0.0)
         if task == "multiclass":
