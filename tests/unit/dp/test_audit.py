@@ -55,8 +55,15 @@ fixed 5000-run audit also catches 200 of 200); with twice the noise none reaches
 threshold (the test fails, as it must). What it gives up: at σ × 0.6 the sequential audit
 catches 22 % of seeds and the fixed one 35 %, at σ × 0.65 neither catches any; the KS law
 tests remain what pins σ itself.
-The pure-ε audits use 1000 runs a dataset: over 40 simulated seeds their bounds are 1.35–1.70
+The pure-ε audits used 1000 runs a dataset: over 40 simulated seeds their bounds are 1.35–1.70
 (correct; the tightness threshold is 1.2), 2.57–3.55 (half; claim 2) and 0.53–0.81 (twice).
+They stop early the same way, with looks after 250, 500, 750 and 1000 runs and the decisive
+event {z > 1 − s}: for Laplace noise of scale s, ln(p/q) there is (1 − s)/s' + ln(2 −
+e^{−s/s'}) for a mechanism drawing scale s', 1.49 at s' = s and 2.63 at s' = s/2 (above the
+claim: above D's mean the ratio is e^ε exactly, so no event there can decide). Simulated from
+the law over 200 seeds: with the calibrated noise all 200 pass, after 611 runs a dataset on
+average instead of 1000 (the fixed audit: 200); with half the noise all 200 bounds exceed the
+claim and with twice none reaches the tightness threshold, as with the fixed audit.
 """
 
 from __future__ import annotations
@@ -85,7 +92,8 @@ FloatArray = NDArray[np.float64]
 #: Runs per dataset in the mechanism audits (pure ε / Gaussian).
 RUNS_PURE = 1000
 RUNS_GAUSSIAN = 5000
-#: The sequential Gaussian audit's looks (cumulative runs a dataset), up to RUNS_GAUSSIAN.
+#: The sequential audits' looks (cumulative runs a dataset), up to RUNS_PURE / RUNS_GAUSSIAN.
+PURE_LOOKS = (250, 500, 750, RUNS_PURE)
 GAUSSIAN_LOOKS = (1000, 2000, 3000, 4000, 5000)
 CONFIDENCE = 0.99
 
@@ -235,9 +243,14 @@ class Case:
 
     @property
     def decisive(self) -> float:
-        """The event {z > 1 + s/2} of the sequential Gaussian audit's upper bound (module
-        docstring): ln((p − δ)/q) there is 1.05 with the calibrated σ, 2.85 with half."""
-        return 1.0 + 0.5 * self.scale
+        """The event of the sequential audit's upper bound (module docstring): {z > 1 + s/2}
+        for the Gaussian mechanisms, where ln((p − δ)/q) is 1.05 with the calibrated σ and 2.85
+        with half; {z > 1 − s} for the pure ones, 1.49 with the calibrated scale, 2.63 with half."""
+        return 1.0 + 0.5 * self.scale if self.delta > 0.0 else 1.0 - self.scale
+
+    @property
+    def looks(self) -> tuple[int, ...]:
+        return GAUSSIAN_LOOKS if self.delta > 0.0 else PURE_LOOKS
 
 
 # The objective's budget (n = 4, d = 1): τ₀ = 1e-10 + 8·5·2⁻⁵³ = 1.0000444089e-10,
@@ -335,17 +348,8 @@ def _statistic(
     return z
 
 
-def _audit(case: Case, cal: Calibration, seed: int) -> float:
-    """The pure-ε audit: RUNS_PURE runs a dataset."""
-    z_d = _statistic(case, cal, Y_D, seed, RUNS_PURE)
-    z_dp = _statistic(case, cal, Y_D_PRIME, seed + 1, RUNS_PURE)
-    return epsilon_lower_bound(
-        z_d, z_dp, confidence=CONFIDENCE, delta=case.delta, thresholds=case.thresholds
-    )
-
-
 def _sequential_audit(case: Case, cal: Calibration, seed: int) -> float:
-    """The Gaussian audit, stopped at the first of GAUSSIAN_LOOKS where it is decided
+    """The audit, stopped at the first of the case's looks where it is decided
     (:func:`tests.unit.dp._audit.sequential_audit`; the module docstring gives its power)."""
     rng_d, rng_dp = np.random.default_rng(seed), np.random.default_rng(seed + 1)
 
@@ -356,7 +360,7 @@ def _sequential_audit(case: Case, cal: Calibration, seed: int) -> float:
 
     return sequential_audit(
         draw,
-        looks=GAUSSIAN_LOOKS,
+        looks=case.looks,
         claim=EPS,
         tight=TIGHT[case.delta],
         decisive=case.decisive,
@@ -403,8 +407,7 @@ def test_the_pair_releases_the_hand_derived_means() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_empirical_epsilon_stays_below_the_claim_and_close_to_it(case: Case) -> None:
-    audit = _sequential_audit if case.delta > 0.0 else _audit
-    lower = audit(case, _calibration(case), seed=100)
+    lower = _sequential_audit(case, _calibration(case), seed=100)
     assert lower < EPS
     # the pair attains the bound: the audit sees most of ε (twice the noise cannot)
     assert lower > TIGHT[case.delta] * EPS
@@ -413,7 +416,7 @@ def test_empirical_epsilon_stays_below_the_claim_and_close_to_it(case: Case) -> 
 def _simulated_audit(case: Case, noise_scale: float, seed: int) -> float:
     """The audit on z drawn from the hand-derived law with its noise scaled by
     ``noise_scale``: D centred at 1, D′ at 0 (the KS law tests pin each mechanism to it);
-    sequential for the Gaussian mechanisms, as their audit of the mechanism is."""
+    sequential, as the audit of the mechanism is."""
     rng = np.random.default_rng(seed)
     scale = case.scale * noise_scale
 
@@ -422,21 +425,16 @@ def _simulated_audit(case: Case, noise_scale: float, seed: int) -> float:
             return rng.normal(0.0, scale, runs)
         return rng.laplace(0.0, scale, runs)
 
-    if case.delta > 0.0:
-        return sequential_audit(
-            lambda runs: (1.0 + noise(runs), noise(runs)),
-            looks=GAUSSIAN_LOOKS,
-            claim=EPS,
-            tight=TIGHT[case.delta],
-            decisive=case.decisive,
-            thresholds=case.thresholds,
-            confidence=CONFIDENCE,
-            delta=case.delta,
-        ).bound
-    z_d, z_dp = 1.0 + noise(RUNS_PURE), noise(RUNS_PURE)
-    return epsilon_lower_bound(
-        z_d, z_dp, confidence=CONFIDENCE, delta=case.delta, thresholds=case.thresholds
-    )
+    return sequential_audit(
+        lambda runs: (1.0 + noise(runs), noise(runs)),
+        looks=case.looks,
+        claim=EPS,
+        tight=TIGHT[case.delta],
+        decisive=case.decisive,
+        thresholds=case.thresholds,
+        confidence=CONFIDENCE,
+        delta=case.delta,
+    ).bound
 
 
 #: The true ε on the pair with half / twice the noise (module docstring): pure 2ε and ε/2;
