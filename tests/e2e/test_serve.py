@@ -79,6 +79,10 @@ def environment(tmp_path: Path) -> dict[str, str]:
         PRIVFIT_DATABASE_URL=f"sqlite:///{tmp_path / 'data' / 'privfit.db'}",
         PRIVFIT_HOST="127.0.0.1",
         PRIVFIT_PORT=str(free_port()),
+        # These tests run no job: the thread runner spares each start the default process
+        # pool's warm worker (an interpreter importing the service, ≈ 2.5 s of CPU) that they
+        # would never use (the live servers of tests/client and tests/e2e run their jobs on it).
+        PRIVFIT_JOB_RUNNER="thread",
     )
     return env
 
