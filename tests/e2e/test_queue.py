@@ -1,7 +1,8 @@
 """The distributed job queue in real processes (issue 14): two ``privfit serve`` replicas and
 three ``privfit worker`` processes (``PRIVFIT_JOB_RUNNER=queue``) on a fresh PostgreSQL
-database for this module (two workers for the default tier's smoke). Nothing is mocked: jobs go through HTTP, procrastinate and the
-ledger; processes are started, restarted, stopped and SIGKILLed.
+database for this module (two workers for the default tier's smoke). Nothing is mocked: jobs
+go through HTTP, procrastinate and the ledger; processes are started, restarted, stopped and
+SIGKILLed.
 
 The tests share the deployment (starting five Python processes is most of their cost) and run
 in file order; the last one takes the workers down.
