@@ -73,8 +73,7 @@ def _deployment(workers: int, log_dir: Path) -> Iterator[Deployment]:
                 apis = list(pool.map(lambda i: cluster.start_api(f"api-{i}"), range(2)))
             deployment = Deployment(cluster, apis, started, engine)
             wait_until(
-                lambda: scalar(deployment, "SELECT count(*) FROM procrastinate_workers")
-                == workers,
+                lambda: scalar(deployment, "SELECT count(*) FROM procrastinate_workers") == workers,
                 timeout=START_TIMEOUT,
                 what=f"{workers} workers to register",
             )
