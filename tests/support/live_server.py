@@ -132,6 +132,7 @@ def start_server(
     extra_env: Mapping[str, str] | None = None,
     ready_timeout: float = 60.0,
     migrated: Path | None = None,
+    migrate: bool = True,
 ) -> Iterator[LiveServer]:
     """Migrate ``database_url`` and serve it on a free port until the block ends (failing if
     ``/readyz`` does not answer within ``ready_timeout`` seconds).
@@ -139,13 +140,14 @@ def start_server(
     ``migrated``: a SQLite file already migrated to head (the session's ``sqlite_template``),
     copied to ``database_url``'s file instead of running ``privfit migrate``, which starts an
     interpreter and imports the service (seconds of CPU per server; ``privfit migrate`` itself
-    is tested in tests/test_cli.py and tests/e2e/test_serve.py)."""
+    is tested in tests/test_cli.py and tests/e2e/test_serve.py). ``migrate=False``: the
+    database is already at head (a ``postgres_url`` schema), so no migration runs."""
     port = free_port()
     env = server_environment(database_url, admin_key=admin_key, port=port, extra=extra_env)
     if migrated is not None:
         assert database_url.startswith("sqlite:///"), database_url
         copy_sqlite(migrated, Path(database_url.removeprefix("sqlite:///")))
-    else:
+    elif migrate:
         subprocess.run(
             [sys.executable, "-m", "service.cli", "migrate"],
             cwd=ROOT,
