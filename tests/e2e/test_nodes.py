@@ -237,8 +237,8 @@ def _network(tmp: Path, sqlite_template: Path, *, nodes: int, lean: bool) -> Ite
         stack = ExitStack()
         started: list[Node] = []
 
-        def node_api(k: int, db: Path, member_key: str) -> httpx2.Client:
-            """Node k's API over its database ``db``."""
+        def node_api(db: Path, member_key: str) -> httpx2.Client:
+            """A node's API over its database ``db``."""
             if lean:
                 copy_sqlite(sqlite_template, db)
                 settings = make_test_settings(
@@ -270,7 +270,7 @@ def _network(tmp: Path, sqlite_template: Path, *, nodes: int, lean: bool) -> Ite
             """Node k: its own API and database, a dataset, the offer and the agent."""
             member_key = members[k][1]
             db = tmp / f"node{k}.db"
-            api = node_api(k, db, member_key)
+            api = node_api(db, member_key)
             extra = {
                 **test_env,
                 "PRIVFIT_COORDINATOR_URL": coordinator.base_url,
