@@ -48,8 +48,11 @@ def server(shared_live_server: LiveServer) -> LiveServer:
 
 @pytest.fixture
 def pg_server(postgres_url: str, tmp_path: Path) -> Iterator[LiveServer]:
-    """A server over a fresh PostgreSQL schema."""
-    with start_server(postgres_url, admin_key=ADMIN_KEY, workdir=tmp_path) as running:
+    """A server over a fresh PostgreSQL schema (migrated to head by ``postgres_url``: no
+    ``privfit migrate`` interpreter is started for it)."""
+    with start_server(
+        postgres_url, admin_key=ADMIN_KEY, workdir=tmp_path, migrate=False
+    ) as running:
         yield running
 
 

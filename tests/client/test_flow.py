@@ -127,9 +127,11 @@ def test_walkthrough_on_postgres(
 
 
 def test_admin_lists_sites_and_the_environment_configures_the_client(
-    live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
+    jobless_live_server: LiveServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = live_server  # a server of its own: the admin lists every site on it
+    # a server of its own: the admin lists every site on it; no job runs, so no process
+    # pool's warm worker (an interpreter importing the service) is started for it
+    server = jobless_live_server
     monkeypatch.setenv("PRIVFIT_URL", server.base_url + "/v1/")
     monkeypatch.setenv("PRIVFIT_KEY", ADMIN_KEY)
     with Client() as admin:

@@ -7,6 +7,7 @@ admin key the page shows the site list only, and asks for no site's data."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +15,29 @@ import httpx2
 import pytest
 
 from benchmarks.adult import csv_bytes, load_spec
+from tests.conftest import ADMIN_KEY
 from tests.support.browser import watched_page
-from tests.support.live_server import LiveServer
+from tests.support.live_server import LiveServer, start_server
 
 pytestmark = pytest.mark.slow
 
 ROWS = 2_000
+
+
+@pytest.fixture
+def live_server(tmp_path: Path, sqlite_template: Path) -> Iterator[LiveServer]:
+    """A server of the test's own (the admin's page lists every site) on the thread runner:
+    the page shows a job's status, progress and model the same whichever runner ran it, and
+    the process pool's warm worker is an interpreter importing the service (≈ 2.5 s of CPU)
+    that adds no check here (the live servers of tests/client run their jobs on it)."""
+    with start_server(
+        f"sqlite:///{tmp_path / 'live' / 'privfit.db'}",
+        admin_key=ADMIN_KEY,
+        workdir=tmp_path,
+        extra_env={"PRIVFIT_JOB_RUNNER": "thread"},
+        migrated=sqlite_template,
+    ) as server:
+        yield server
 
 
 def _post(server: LiveServer, path: str, headers: dict[str, str], **kwargs: Any) -> Any:

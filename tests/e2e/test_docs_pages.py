@@ -5,21 +5,36 @@ UI "Authorize" with a site key and one "Try it out" call succeed."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
 
+from tests.conftest import ADMIN_KEY, NO_JOB_PROCESSES
 from tests.support.browser import watched_page
-from tests.support.live_server import LiveServer
+from tests.support.live_server import LiveServer, start_server
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def live_server(jobless_live_server: LiveServer) -> LiveServer:
-    """The pages run no job: a server without the process pool's warm worker."""
-    return jobless_live_server
+@pytest.fixture(scope="module")
+def live_server(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path
+) -> Iterator[LiveServer]:
+    """One server for both pages (each page reads only the operations, and what the site it
+    creates owns): a second interpreter importing the service would add nothing checked. The
+    pages run no job: the thread runner, without the process pool's warm worker."""
+    workdir = tmp_path_factory.mktemp("docs-pages")
+    with start_server(
+        f"sqlite:///{workdir / 'privfit.db'}",
+        admin_key=ADMIN_KEY,
+        workdir=workdir,
+        extra_env=NO_JOB_PROCESSES,
+        migrated=sqlite_template,
+    ) as server:
+        yield server
 
 
 def _site_key(server: LiveServer) -> str:

@@ -3,7 +3,10 @@
 A coordinator (``privfit serve``, SQLite, the default ``process`` job runner, as ``make run``
 starts it) and three nodes, each its own ``privfit serve`` with its own SQLite database and its
 own ``privfit agent``. Every node uploads a dataset and offers it to the coordinator's study;
-the coordinator runs federated fits over the three remote contributions. Checked:
+the coordinator runs federated fits over the three remote contributions (the heavy tier).
+The default tier's smoke runs a psgd fit over a leaner network (:func:`pair`): a coordinator
+process on the thread runner and two nodes, each a real ``privfit agent`` process whose API
+(upload, offer, budget) runs in the test process on the node's own database. Checked:
 
 * the coordinator's job runner is a pool of worker processes, yet its fits over nodes run (on a
   thread of its API process, where the nodes' task exchange lives);
@@ -32,7 +35,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -42,13 +45,18 @@ from typing import Any
 import httpx2
 import numpy as np
 import pytest
+from pydantic import SecretStr
+from starlette.testclient import TestClient
 
 from service.db.session import make_engine, make_sessionmaker
 from service.db.uow import UnitOfWork
 from service.domain.datasets.catalog import load_design
 from service.domain.randomness import Randomness
 from service.dp.federated import federated_fit
+from service.main import create_app
+from tests.conftest import make_test_settings
 from tests.support.live_server import ROOT, LiveServer, server_environment, start_server
+from tests.support.snapshots import copy_sqlite
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationWarning")]
 
@@ -69,7 +77,7 @@ MARKERS = ("41.2837", "57.6519", "63.9142")
 
 @dataclass
 class Node:
-    server: LiveServer
+    api: httpx2.Client  # the node's API: a ``privfit serve`` process, or the app in-process
     env: dict[str, str]
     database_url: str
     key: str  # the site's key on the node
@@ -106,6 +114,11 @@ class Node:
         assert ready.wait(timeout=120), "the agent did not start"
         assert self.agent.poll() is None, "".join(self.agent_log)
 
+    def signal_agent(self, sig: int = signal.SIGTERM) -> None:
+        """Send ``sig`` to the agent if it still runs (SIGTERM: it ends after its long poll)."""
+        if self.agent is not None and self.agent.poll() is None:
+            self.agent.send_signal(sig)
+
     def stop_agent(self, sig: int = signal.SIGTERM) -> None:
         if self.agent is not None and self.agent.poll() is None:
             self.agent.send_signal(sig)
@@ -113,11 +126,7 @@ class Node:
         self.agent = None
 
     def budget(self) -> dict[str, Any]:
-        r = httpx2.get(
-            f"{self.server.base_url}/v1/datasets/{self.dataset_id}/budget",
-            headers=self.headers,
-            timeout=30,
-        )
+        r = self.api.get(f"/v1/datasets/{self.dataset_id}/budget", headers=self.headers)
         assert r.status_code == 200, r.text
         out: dict[str, Any] = r.json()
         return out
@@ -177,103 +186,124 @@ def _rows(k: int) -> bytes:
     return ("\n".join(lines) + "\n").encode()
 
 
-def _site(base_url: str, name: str) -> tuple[str, str]:
-    r = httpx2.post(
-        f"{base_url}/v1/sites",
-        json={"name": name},
-        headers={"Authorization": f"Bearer {ADMIN}"},
-        timeout=30,
-    )
+def _site(api: httpx2.Client, name: str) -> tuple[str, str]:
+    r = api.post("/v1/sites", json={"name": name}, headers={"Authorization": f"Bearer {ADMIN}"})
     assert r.status_code == 201, r.text
     body = r.json()
     return body["site"]["id"], body["key"]["api_key"]
 
 
-@pytest.fixture(scope="module")
-def network(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Network]:
-    """The coordinator (the default process pool) and three nodes: servers on copies of the
-    session's migrated SQLite template (``privfit migrate`` is tested in tests/test_cli.py and
-    tests/e2e/test_serve.py), the nodes' servers on the thread runner (a node runs no job of
-    its own here: its agent answers the coordinator's tasks), which spares an interpreter each
-    for a warm pool worker they would never use."""
-    tmp = tmp_path_factory.mktemp("nodes")
+@contextmanager
+def _network(tmp: Path, sqlite_template: Path, *, nodes: int, lean: bool) -> Iterator[Network]:
+    """A coordinator and ``nodes`` nodes, each with a dataset offered to the coordinator's study
+    and its ``privfit agent`` running; every database a copy of the session's migrated SQLite
+    template (``privfit migrate`` is tested in tests/test_cli.py and tests/e2e/test_serve.py).
+
+    ``lean=False``: the coordinator on the default process pool, as a coordinator starts by
+    default, and each node's API its own ``privfit serve`` on the thread runner (a node runs no
+    job of its own here: its agent answers the coordinator's tasks). ``lean=True``: the
+    coordinator on the thread runner (its node fits run on a thread of its API process either
+    way: tests/integration/test_node_fit_routing.py) and each node's API the app in the test
+    process on the node's database, so that the processes are the ones the protocol runs
+    across — the coordinator and the agents — and no interpreter is started that adds no
+    check."""
     coordinator_db = tmp / "coordinator.db"
     test_env = {"PRIVFIT_ENVIRONMENT": "test", "PRIVFIT_TEST_SEED": str(SEED)}
-    with start_server(
-        f"sqlite:///{coordinator_db}",
-        admin_key=ADMIN,
-        workdir=tmp,
-        # no PRIVFIT_JOB_RUNNER: the default process pool, as a coordinator starts by default
-        extra_env={**test_env, "PRIVFIT_NODE_TASK_DEADLINE": "20"},
-        ready_timeout=READY_TIMEOUT,
-        migrated=sqlite_template,
-    ) as coordinator:
-        _coord_id, coord_key = _site(coordinator.base_url, "coordinator")
-        members = [_site(coordinator.base_url, f"hospital-{k}") for k in range(3)]
-        r = httpx2.post(
-            f"{coordinator.base_url}/v1/studies",
+    runner = {"PRIVFIT_JOB_RUNNER": "thread"} if lean else {}
+    with (
+        start_server(
+            f"sqlite:///{coordinator_db}",
+            admin_key=ADMIN,
+            workdir=tmp,
+            extra_env={**test_env, **runner, "PRIVFIT_NODE_TASK_DEADLINE": "20"},
+            ready_timeout=READY_TIMEOUT,
+            migrated=sqlite_template,
+        ) as coordinator,
+        httpx2.Client(base_url=coordinator.base_url, timeout=60) as coordinator_api,
+    ):
+        _coord_id, coord_key = _site(coordinator_api, "coordinator")
+        members = [_site(coordinator_api, f"hospital-{k}") for k in range(nodes)]
+        r = coordinator_api.post(
+            "/v1/studies",
             json={
                 "name": "dose study",
                 "members": [m[0] for m in members],
                 "spec": {"label": LABEL, "features": FEATURES},
             },
             headers={"Authorization": f"Bearer {coord_key}"},
-            timeout=30,
         )
         assert r.status_code == 201, r.text
         study_id = r.json()["id"]
         stack = ExitStack()
         started: list[Node] = []
 
+        def node_api(db: Path, member_key: str) -> httpx2.Client:
+            """A node's API over its database ``db``."""
+            if lean:
+                copy_sqlite(sqlite_template, db)
+                settings = make_test_settings(
+                    f"sqlite:///{db}",
+                    admin_key=SecretStr(ADMIN),
+                    test_seed=SEED,
+                    coordinator_url=coordinator.base_url,
+                    coordinator_key=SecretStr(member_key),
+                )
+                return stack.enter_context(TestClient(create_app(settings)))
+            server = stack.enter_context(
+                start_server(
+                    f"sqlite:///{db}",
+                    admin_key=ADMIN,
+                    workdir=tmp,
+                    extra_env={
+                        **test_env,
+                        "PRIVFIT_COORDINATOR_URL": coordinator.base_url,
+                        "PRIVFIT_COORDINATOR_KEY": member_key,
+                        "PRIVFIT_JOB_RUNNER": "thread",
+                    },
+                    ready_timeout=READY_TIMEOUT,
+                    migrated=sqlite_template,
+                )
+            )
+            return stack.enter_context(httpx2.Client(base_url=server.base_url, timeout=90))
+
         def bring_up(k: int) -> Node:
-            """Node k: its own server and database, a dataset, the offer and the agent."""
+            """Node k: its own API and database, a dataset, the offer and the agent."""
             member_key = members[k][1]
             db = tmp / f"node{k}.db"
+            api = node_api(db, member_key)
             extra = {
                 **test_env,
                 "PRIVFIT_COORDINATOR_URL": coordinator.base_url,
                 "PRIVFIT_COORDINATOR_KEY": member_key,
                 "PRIVFIT_AGENT_POLL_SECONDS": "5",
             }
-            server = stack.enter_context(
-                start_server(
-                    f"sqlite:///{db}",
-                    admin_key=ADMIN,
-                    workdir=tmp,
-                    extra_env={**extra, "PRIVFIT_JOB_RUNNER": "thread"},
-                    ready_timeout=READY_TIMEOUT,
-                    migrated=sqlite_template,
-                )
-            )
             env = {
                 **server_environment(f"sqlite:///{db}", admin_key=ADMIN, port=1, extra=extra),
                 "PYTHONPATH": str(ROOT),
             }
-            _, key = _site(server.base_url, f"hospital-{k}")
-            node = Node(server, env, f"sqlite:///{db}", key, member_key)
+            _, key = _site(api, f"hospital-{k}")
+            node = Node(api, env, f"sqlite:///{db}", key, member_key)
             spec = {
                 "name": f"ward-{k}",
                 "label": LABEL,
                 "features": FEATURES,
                 "budget": {"epsilon": 10.0, "delta": 1e-4},
             }
-            r = httpx2.post(
-                f"{server.base_url}/v1/datasets",
+            r = api.post(
+                "/v1/datasets",
                 files={
                     "file": ("rows.csv", _rows(k), "text/csv"),
                     "spec": (None, json.dumps(spec)),
                 },
                 headers=node.headers,
-                timeout=60,
             )
             assert r.status_code == 201, r.text
             node.dataset_id = r.json()["id"]
             cap = 6.0 if k == 0 else 9.0
-            r = httpx2.post(
-                f"{server.base_url}/v1/datasets/{node.dataset_id}/offers",
+            r = api.post(
+                f"/v1/datasets/{node.dataset_id}/offers",
                 json={"study_id": study_id, "epsilon_cap": cap, "delta_cap": 1e-4},
                 headers=node.headers,
-                timeout=30,
             )
             assert r.status_code == 201, r.text
             node.contribution_id = r.json()["contribution_id"]
@@ -283,13 +313,33 @@ def network(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> 
 
         with stack:
             try:
-                # the three nodes come up side by side (each is its own set of processes)
-                with ThreadPoolExecutor(max_workers=3) as pool:
-                    nodes = list(pool.map(bring_up, range(3)))
-                yield Network(coordinator, coordinator_db, coord_key, study_id, nodes)
+                # the nodes come up side by side (each is its own set of processes)
+                with ThreadPoolExecutor(max_workers=nodes) as pool:
+                    network_nodes = list(pool.map(bring_up, range(nodes)))
+                yield Network(coordinator, coordinator_db, coord_key, study_id, network_nodes)
             finally:
+                # every agent told to stop before any is waited for: each ends its long poll
+                for node in started:
+                    node.signal_agent()
                 for node in started:
                     node.stop_agent()
+
+
+@pytest.fixture(scope="module")
+def network(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Network]:
+    """The heavy tier's network: the coordinator on the default process pool and three nodes,
+    each a ``privfit serve`` and a ``privfit agent``."""
+    with _network(tmp_path_factory.mktemp("nodes"), sqlite_template, nodes=3, lean=False) as net:
+        yield net
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) -> Iterator[Network]:
+    """The default tier's network: a coordinator process and two nodes, each a ``privfit
+    agent`` process with its API in the test process (three nodes are the in-process tests',
+    tests/integration/test_node_tasks.py, and the heavy tier's)."""
+    with _network(tmp_path_factory.mktemp("pair"), sqlite_template, nodes=2, lean=True) as net:
+        yield net
 
 
 def _designs(network: Network) -> list[tuple[Any, Any]]:
@@ -349,8 +399,9 @@ def _children_command_lines(pid: int) -> list[str]:
 # process (tests/api/test_node_fits.py, tests/integration/test_node_fit_routing.py), forged,
 # replayed and restarted tasks and withdrawn offers (tests/integration/test_node_tasks.py) — and
 # CI runs them in `make test-heavy`. The default tier keeps one smoke (issue 27 §5): a psgd fit
-# over real nodes, exactly the in-process fit, each node charged once; the network costs
-# ≈ 30 s of CPU in every test process that runs one of its tests. The other protocols, the
+# over real agents on the lean two-node network (:func:`pair`), exactly the in-process fit, each
+# node charged once; the three-node network of real servers costs ≈ 22 s of CPU (eight
+# interpreters), the pair ≈ 9 s (three). The other protocols, the
 # refusals, the local models and the scan of the coordinator are heavy too (each protocol's
 # exactness and the refusals are tested in-process: tests/integration/test_node_tasks.py,
 # tests/integration/test_node_privacy.py, tests/api/test_node_fits.py).
@@ -362,10 +413,21 @@ def test_the_coordinator_runs_jobs_in_a_pool_of_worker_processes(network: Networ
 
 
 @pytest.mark.parametrize(
-    "case",
-    [pytest.param(case, marks=() if case == "psgd" else pytest.mark.heavy) for case in CASES],
+    ("case", "nodes"),
+    [
+        # the default tier's smoke: psgd across a coordinator process and two agent processes
+        pytest.param("psgd", "pair", id="psgd"),
+        # every protocol over the three-node network of real servers (heavy, see above)
+        *(
+            pytest.param(case, "network", id=f"{case}-three-nodes", marks=pytest.mark.heavy)
+            for case in CASES
+        ),
+    ],
 )
-def test_remote_fit_equals_the_in_process_fit(network: Network, case: str) -> None:
+def test_remote_fit_equals_the_in_process_fit(
+    request: pytest.FixtureRequest, case: str, nodes: str
+) -> None:
+    network: Network = request.getfixturevalue(nodes)
     body: dict[str, Any] = {
         "regularization": 0.01,
         **CASES[case],
@@ -444,8 +506,8 @@ def test_a_task_outside_the_offer_is_refused(network: Network) -> None:
 def test_nodes_contribute_local_models_that_the_coordinator_averages(network: Network) -> None:
     contributions = []
     for node in network.nodes[:2]:
-        r = httpx2.post(
-            f"{node.server.base_url}/v1/datasets/{node.dataset_id}/fits",
+        r = node.api.post(
+            f"/v1/datasets/{node.dataset_id}/fits",
             json={
                 "mechanism": "objective_perturbation",
                 "epsilon": 0.5,
@@ -459,8 +521,8 @@ def test_nodes_contribute_local_models_that_the_coordinator_averages(network: Ne
         assert r.status_code == 201, r.text
         assert r.json()["status"] == "succeeded", r.text
         model_id = r.json()["model_id"]
-        r = httpx2.post(
-            f"{node.server.base_url}/v1/models/{model_id}/offers",
+        r = node.api.post(
+            f"/v1/models/{model_id}/offers",
             json={"study_id": network.study_id},
             headers=node.headers,
             timeout=60,
@@ -474,9 +536,7 @@ def test_nodes_contribute_local_models_that_the_coordinator_averages(network: Ne
             headers={"Authorization": f"Bearer {node.coordinator_key}"},
             timeout=30,
         ).json()
-        local = httpx2.get(
-            f"{node.server.base_url}/v1/models/{model_id}", headers=node.headers, timeout=30
-        ).json()
+        local = node.api.get(f"/v1/models/{model_id}", headers=node.headers).json()
         assert [c["weight"] for c in uploaded["coefficients"]] == [
             c["weight"] for c in local["coefficients"]
         ]
@@ -686,8 +746,8 @@ def test_an_offer_is_withdrawn_from_either_side(network: Network) -> None:
     Each uses a second offer of its own, so the network's other tests keep theirs."""
     withdrawn = {}
     for node in network.nodes[:2]:
-        r = httpx2.post(
-            f"{node.server.base_url}/v1/datasets/{node.dataset_id}/offers",
+        r = node.api.post(
+            f"/v1/datasets/{node.dataset_id}/offers",
             json={"study_id": network.study_id, "epsilon_cap": 0.5, "delta_cap": 0.0},
             headers=node.headers,
             timeout=30,
@@ -697,10 +757,8 @@ def test_an_offer_is_withdrawn_from_either_side(network: Network) -> None:
     # the node's side: recorded here, then told to the coordinator
     first, second = network.nodes[0], network.nodes[1]
     offer = withdrawn[first.dataset_id]
-    r = httpx2.delete(
-        f"{first.server.base_url}/v1/datasets/{first.dataset_id}/offers/{offer['id']}",
-        headers=first.headers,
-        timeout=30,
+    r = first.api.delete(
+        f"/v1/datasets/{first.dataset_id}/offers/{offer['id']}", headers=first.headers
     )
     assert r.status_code == 200, r.text
     assert r.json()["withdrawn_at"] is not None

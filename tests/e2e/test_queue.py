@@ -1,7 +1,8 @@
 """The distributed job queue in real processes (issue 14): two ``privfit serve`` replicas and
 three ``privfit worker`` processes (``PRIVFIT_JOB_RUNNER=queue``) on a fresh PostgreSQL
-database for this module. Nothing is mocked: jobs go through HTTP, procrastinate and the
-ledger; processes are started, restarted, stopped and SIGKILLed.
+database for this module (two workers for the default tier's smoke). Nothing is mocked: jobs
+go through HTTP, procrastinate and the ledger; processes are started, restarted, stopped and
+SIGKILLed.
 
 The tests share the deployment (starting five Python processes is most of their cost) and run
 in file order; the last one takes the workers down.
@@ -10,10 +11,13 @@ in file order; the last one takes the workers down.
 from __future__ import annotations
 
 import json
+import ssl
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -55,30 +59,49 @@ class Site:
     dataset_id: str
 
 
-@pytest.fixture(scope="module")
-def deployment(
-    postgres_admin_engine: Engine, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Deployment]:
-    """The deployment; every process's output is kept in a ``queue-logs`` temporary folder."""
+@contextmanager
+def _deployment(workers: int, log_dir: Path) -> Iterator[Deployment]:
+    """Two replicas and ``workers`` workers on a fresh database; every process's output is
+    kept in ``log_dir``."""
     with fresh_database(postgres_base_url()) as url:
         # One site's jobs may use every worker here (share 1): these tests fill the workers
         # with one site's jobs; sharing them between sites is tests/e2e/test_queue_fairness.py.
         cluster = Cluster(url, ADMIN_KEY, extra={"PRIVFIT_MAX_SITE_WORKER_SHARE": "1"})
         engine = create_engine(url)
         try:
-            workers = [cluster.start_worker(f"worker-{i}") for i in range(3)]
+            started = [cluster.start_worker(f"worker-{i}") for i in range(workers)]
             with ThreadPoolExecutor(2) as pool:
                 apis = list(pool.map(lambda i: cluster.start_api(f"api-{i}"), range(2)))
-            deployment = Deployment(cluster, apis, workers, engine)
+            deployment = Deployment(cluster, apis, started, engine)
             wait_until(
-                lambda: scalar(deployment, "SELECT count(*) FROM procrastinate_workers") == 3,
+                lambda: scalar(deployment, "SELECT count(*) FROM procrastinate_workers") == workers,
                 timeout=START_TIMEOUT,
-                what="three workers to register",
+                what=f"{workers} workers to register",
             )
             yield deployment
         finally:
-            cluster.close(tmp_path_factory.mktemp("queue-logs"))
+            cluster.close(log_dir)
             engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def deployment(
+    postgres_admin_engine: Engine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """The heavy tier's deployment: two replicas and three workers."""
+    with _deployment(3, tmp_path_factory.mktemp("queue-logs")) as deployment:
+        yield deployment
+
+
+@pytest.fixture(scope="module")
+def smoke_deployment(
+    postgres_admin_engine: Engine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Deployment]:
+    """The default tier's deployment: two replicas and two workers, the fewest processes in
+    which jobs cross replicas and workers compete for them (each process is an interpreter
+    importing the service, ≈ 2.5 s of CPU)."""
+    with _deployment(2, tmp_path_factory.mktemp("queue-smoke-logs")) as deployment:
+        yield deployment
 
 
 def scalar(deployment: Deployment, sql: str, **params: Any) -> Any:
@@ -86,9 +109,14 @@ def scalar(deployment: Deployment, sql: str, **params: Any) -> Any:
         return connection.execute(text(sql), params).scalar_one()
 
 
+#: One TLS context for every client of these tests (they speak plain HTTP): a client built
+#: without one makes its own, ≈ 20 ms of CPU, and these tests build one per request.
+TLS = ssl.create_default_context()
+
+
 def client(api: Process) -> httpx2.Client:
     assert api.base_url is not None
-    return httpx2.Client(base_url=api.base_url, timeout=60)
+    return httpx2.Client(base_url=api.base_url, timeout=60, verify=TLS)
 
 
 def new_site(api: Process, name: str, *, epsilon: float = 10.0) -> Site:
@@ -150,15 +178,23 @@ def running(api: Process, site: Site, job_id: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    "count",
-    # 200 fits is a load test of minutes under load: heavy tier (issue 27 §5). The default tier
-    # runs the same path (both replicas, three workers, cross-replica long polls, one claim and
-    # one charge per job) with 20.
-    [20, pytest.param(200, marks=pytest.mark.heavy)],
+    ("count", "processes"),
+    [
+        # The default tier's smoke runs the path (both replicas, competing workers,
+        # cross-replica long polls, one claim and one charge per job) with 6 fits, 3 queued on
+        # each replica, on two workers.
+        pytest.param(6, "smoke_deployment", id="6"),
+        # Heavy tier (issue 27 §5), on three workers: 20 fits, more jobs than workers many times
+        # over (the default tier's run until the fifth pass), and 200, a load test of minutes
+        # under load.
+        pytest.param(20, "deployment", id="20", marks=pytest.mark.heavy),
+        pytest.param(200, "deployment", id="200", marks=pytest.mark.heavy),
+    ],
 )
-def test_many_fits_through_two_replicas_and_three_workers(
-    deployment: Deployment, count: int
+def test_many_fits_through_two_replicas_and_competing_workers(
+    request: pytest.FixtureRequest, count: int, processes: str
 ) -> None:
+    deployment: Deployment = request.getfixturevalue(processes)
     site = new_site(deployment.apis[0], f"Many fits {count}")
     with ThreadPoolExecutor(8) as pool:
         jobs = list(
@@ -216,7 +252,7 @@ def test_many_fits_through_two_replicas_and_three_workers(
     )
 
 
-# The 20 fits above are the deployment's smoke in the default tier (issue 27 §5); cancelling
+# The 6 fits above are the deployment's smoke in the default tier (issue 27 §5); cancelling
 # across processes on the queue is tested in-process (tests/integration/test_claim_cancel_race.py),
 # and CI runs this over the real deployment in `make test-heavy`.
 @pytest.mark.heavy
