@@ -648,7 +648,11 @@ class DPSGD:
         if choice is not None and choice.method == "advanced":
             spent, spent_delta, method = choice.advanced.epsilon, choice.advanced.delta, "advanced"
         else:
-            spent, spent_delta, method = float(Fraction(eps_pass) * epochs), 0.0, "basic"
+            spent, spent_delta, method = (
+                clipping.round_up(Fraction(eps_pass) * epochs),
+                0.0,
+                "basic",
+            )
         k = p["projection_dim"]
         # the noise lives where the iterate does: ℝ^d, ℝ^k, or ℝ^{dK} for K classes
         dim = (int(k) if k is not None else problem.d) * _outputs(problem)
@@ -667,7 +671,7 @@ class DPSGD:
             spent_epsilon=float(spent),
             spent_delta=float(spent_delta),
             composition_method=method,
-            basic_epsilon=float(Fraction(eps_pass) * epochs),
+            basic_epsilon=clipping.round_up(Fraction(eps_pass) * epochs),
             advanced_epsilon=None if choice is None else float(choice.advanced.epsilon),
             advanced_delta=None if choice is None else float(choice.advanced.delta),
             noise_dimension=dim,

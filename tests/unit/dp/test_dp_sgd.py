@@ -214,6 +214,17 @@ def test_the_split_budget_never_exceeds_the_total(eps: float, parts: int) -> Non
     assert Fraction(cal.epsilon) <= Fraction(eps)
 
 
+@pytest.mark.parametrize(("eps", "parts"), [(0.9, 3), (0.7, 9), (0.1, 7)])
+def test_the_charged_basic_total_is_not_below_the_passes_sum(eps: float, parts: int) -> None:
+    # E·ε_pass is ≤ ε exactly but not always a double: the nearest double lies below it for
+    # these (ε, E), and the record must not charge less than the passes spend
+    cal = MECHANISM.calibrate(_problem(100, 2, eps, batch_size=10, epochs=parts))
+    spent = Fraction(cal.details["epsilon_per_epoch"]) * parts
+    assert Fraction(cal.epsilon) >= spent
+    assert Fraction(cal.details["basic_total"]["epsilon"]) >= spent
+    assert cal.epsilon <= eps
+
+
 def test_batch_sizes_cover_every_row_once_with_at_least_b_rows() -> None:
     for n in (1, 9, 10, 11, 99, 1000, 1001):
         for b in (1, 3, 10):
