@@ -346,7 +346,7 @@ def advanced_upper(step: float, steps: int, delta_prime: float) -> Fraction:
     each of the ≤ 8 roundings is ≤ 10⁻⁵⁹ relative, and e^{ε_s} − 1 loses at most
     e^{ε_s}·10⁻⁵⁹ absolute to the cancellation; so the value plus 10⁻⁴⁰ relative and
     k·ε_s·e^{ε_s}·10⁻⁵⁰ absolute (ε_s < ln 2 here, e^{ε_s} < 2) is an upper bound."""
-    from decimal import Context, Decimal  # standard library; kept out of the import block
+    from decimal import Context, Decimal  # kept out of the import block (lazy imports there)
 
     ctx = Context(prec=60)
     s = Decimal(step)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import Context, Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -135,6 +136,27 @@ def test_objective_perturbation_adds_the_ridge_that_halves_the_budget() -> None:
     assert cal.details["effective_regularization"] == pytest.approx(ridge, rel=1e-12)
     assert cal.details["jacobian_epsilon"] == pytest.approx(eps1 / 2.0, rel=1e-12)
     assert cal.details["beta"] == pytest.approx(eps1 / 2.0 / (2.0 * math.sqrt(2.0)), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("eps", "lam", "n", "K"),
+    [(0.5, 0.01, 1000, 3), (0.5, 1e-3, 500, 5), (1.0, 1e-3, 1000, 3), (0.3, 1e-4, 30162, 7)],
+)
+def test_the_jacobian_split_never_exceeds_the_budget_in_real_arithmetic(
+    eps: float, lam: float, n: int, K: int
+) -> None:
+    # ε′ + ε_J ≤ ε with ε_J = (K − 1)ln(1 + 1/(Kn(λ + Δ))) in 80-digit decimals for the double
+    # λ + Δ used (Δ = 0 in the first case, > 0 in the others): with ε_J from log1p in doubles,
+    # ε′ = ε − ε_J landed an ulp or two above the budget for each of these
+    extra, eps_prime, eps_j = multiclass.jacobian_slack(eps, lam, n, K)
+    ctx = Context(prec=80)
+    ridge = Decimal(lam + extra)
+    real = (K - 1) * ctx.ln(1 + ctx.divide(1, K * n * ridge))
+    assert Decimal(eps_prime) + real <= Decimal(eps)
+    assert Decimal(eps_j) >= real
+    assert eps_j == pytest.approx(float(real), rel=1e-15)
+    assert eps_prime == pytest.approx(eps - float(real), rel=1e-14)
+    assert (extra > 0.0) == (lam < 0.01)
 
 
 def test_output_perturbation_calibration_is_the_hand_derived_one() -> None:
