@@ -701,8 +701,9 @@ def test_the_release_grid_scales_with_the_expected_noise(
 def test_with_a_scaled_grid_the_released_gradients_lie_on_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """ε_pass = 10⁻⁴ with b = 1: the noisy gradients are multiples of s·2⁻³² (s = 2¹³ here,
-    so of 2⁻¹⁹), the sampler drawing z/s around ḡ/s."""
+    """ε = 1 over 3 passes with b = 1 (ε_pass = 1/3, β = 1/6, E‖z‖ = d/β = 30, so s = 2 by
+    hand, the smallest power of two with 30/s ≤ 16): the noisy gradients are multiples of
+    s·2⁻³² = 2⁻³¹, the sampler drawing z/s around ḡ/s."""
     released: list[np.ndarray] = []
     original = lattice.NormExponentialBlock.release
 
@@ -716,11 +717,13 @@ def test_with_a_scaled_grid_the_released_gradients_lie_on_it(
     problem = _problem(200, 5, 1.0, batch_size=1, epochs=3)
     det = MECHANISM.calibrate(problem).details
     s = det["release_scale"]
-    assert s > 1
+    assert s == 2
     _fit(X, y, problem, seed=5)
     assert len(released) == problem_updates(problem)
-    on_scaled = np.array(released) * float(s) * 2.0**32  # the block releases z/s on 2⁻³²
-    np.testing.assert_array_equal(on_scaled, np.round(on_scaled))
+    # the block releases (ḡ + z)/s on 2⁻³², i.e. ḡ + z on s·2⁻³² (a factor s more would
+    # accept a grid s times finer than the calibration's)
+    cells = np.array(released) * 2.0**32
+    np.testing.assert_array_equal(cells, np.round(cells))
     # and the noise the block drew is z/s, with E‖z/s‖ = d/(βs) ≤ 16
     # by hand: β = ε_pass/Δ = (1/3)/(2/1) = 1/6 (up to the < 10⁻¹¹ float margin)
     beta = 1.0 / 6.0
