@@ -471,12 +471,16 @@ def test_projection_is_folded_into_original_space_coefficients() -> None:
 
 
 def test_projection_seed_defaults_to_a_fresh_draw() -> None:
+    # coef = Pᵀw lies in the 3-dimensional row space of P: four fits with one fixed P span at
+    # most 3 dimensions, whatever their noise; four fresh P (generically) span 4
     X, y = _data(200, 10)
     problem = _problem(200, 10, 1.0, projection_dim=3)
-    a, _ = _fit(X, y, problem, seed=None)
-    b, _ = _fit(X, y, problem, seed=None)
-    assert a.coef.shape == (10,)
-    assert not np.allclose(a.coef, b.coef)
+    fresh = np.array([_fit(X, y, problem, seed=None)[0].coef for _ in range(4)])
+    assert fresh.shape == (4, 10)
+    assert np.linalg.matrix_rank(fresh, tol=1e-6) == 4
+    fixed = _problem(200, 10, 1.0, projection_dim=3, projection_seed=7)
+    same = np.array([_fit(X, y, fixed, seed=None)[0].coef for _ in range(4)])
+    assert np.linalg.matrix_rank(same, tol=1e-6) == 3
 
 
 # ---- empirical privacy -------------------------------------------------------------------------
