@@ -146,24 +146,14 @@ def jacobian_slack(
 
 
 def jacobian_upper(ridge: float, n: int, n_classes: int) -> float:
-    """A double ≥ ε_J = (K − 1)·ln(1 + x), x = 1/(Kn·ridge), in real arithmetic for the double
-    ridge. x is exact as a fraction; for x < 10⁻²⁰, ln(1 + x) ≤ x; otherwise 1 + x and its
-    logarithm are taken in 60-digit decimals (each correctly rounded, ≤ 10⁻⁵⁹ relative, so the
-    logarithm is within 10⁻⁵⁹(1 + ln(1 + x)) ≤ 10⁻³⁹·ln(1 + x) of the real one) and 10⁻³⁸
-    relative is added before rounding up."""
-    from decimal import Context, Decimal  # kept out of the import block (lazy imports there)
-
-    from service.dp.data.clipping import round_up
+    """A double ≥ ε_J = (K − 1)·ln(1 + 1/(Kn·ridge)) in real arithmetic for the double ridge:
+    the argument exact as a fraction, the logarithm bounded above by
+    :func:`~service.dp.mechanisms._common.log1p_upper`, the product rounded up."""
+    from service.dp.data.clipping import round_up  # kept out of the import block
+    from service.dp.mechanisms._common import log1p_upper
 
     K = int(n_classes)
-    x = Fraction(1) / (K * n * Fraction(ridge))
-    if x < Fraction(1, 10**20):
-        log = x
-    else:
-        ctx = Context(prec=60)
-        one_plus = ctx.divide(Decimal(x.numerator + x.denominator), Decimal(x.denominator))
-        log = Fraction(ctx.ln(one_plus)) * (1 + Fraction(1, 10**38))
-    return round_up((K - 1) * log)
+    return round_up((K - 1) * log1p_upper(Fraction(1) / (K * n * Fraction(ridge))))
 
 
 def _noise_beta(epsilon_prime: float) -> float:
