@@ -54,7 +54,8 @@ is the largest value for which the tighter of the two bounds is ≤ ε in real a
 (``per_step_epsilon``; the advanced bound through its proved upper bound ``advanced_upper``,
 as doubles alone can land a few ulps above ε); the calibration reports and charges the bound
 actually used, rounded up: (E·ε_pass, 0) when basic is tighter (always for E = 1, and
-whenever ε_pass is large, so an offered δ is then not spent), (advanced ε, δ′) otherwise. The released last iterate is post-processing of the sequence.
+whenever ε_pass is large, so an offered δ is then not spent), (advanced ε, δ′) otherwise.
+The released last iterate is post-processing of the sequence.
 
 Floating point (issue 19 §1). The guarantee above is for the doubles the service computes,
 not only for the real-valued mechanism:
