@@ -345,8 +345,9 @@ def clipped_gradient_mean(R: FloatArray, X: FloatArray, caps: FloatArray) -> Flo
         norms = np.sqrt(np.einsum("ij,ij->i", R, R)) * (1.0 + (K + 8) * u)
         target = caps * (1.0 - 4.0 * u)
         factor = np.where(norms <= target, 1.0, target / norms)
-    factor = np.where(np.isfinite(factor) & np.all(np.isfinite(R), axis=1), factor, 0.0)
-    A = np.where(factor[:, None] == 1.0, R, R * factor[:, None])
+        factor = np.where(np.isfinite(factor) & np.all(np.isfinite(R), axis=1), factor, 0.0)
+        # a non-finite residual times its factor 0 is NaN here, and 0 on the next line
+        A = np.where(factor[:, None] == 1.0, R, R * factor[:, None])
     A = np.where(np.isfinite(A), A, 0.0)
     out: FloatArray = (A.T @ X) / X.shape[0]
     return out

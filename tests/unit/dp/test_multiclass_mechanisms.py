@@ -186,6 +186,37 @@ def test_dp_sgd_noise_lives_in_dimension_dk_with_the_binary_sensitivity() -> Non
     assert multi.expected_noise_norm == pytest.approx(12 / multi.details["beta"])
 
 
+def test_dp_sgd_clips_each_multinomial_residual_below_its_cap_exactly() -> None:
+    """The K-class DP-SGD clip (multiclass.clipped_gradient_mean): every clipped residual â_i
+    has exact ‖â_i‖ < cap_i (so ‖â_i x_iᵀ‖_F < C with the row's cap), checked in rational
+    arithmetic on residuals whose norms straddle the clip target ulp by ulp; residuals below
+    the target pass unchanged and non-finite ones give 0. A one-row batch with x = e₁ returns
+    â_i itself (the product by 1 and the division by 1 are exact)."""
+    rng = np.random.default_rng(7)
+    x = np.array([[1.0, 0.0]])
+    checked = 0
+    for K in (3, 5, 7):
+        for _ in range(40):
+            direction = rng.normal(size=K)
+            direction /= np.linalg.norm(direction)
+            cap = float(rng.uniform(0.2, 1.5))
+            for steps in range(-12, 13):
+                r = direction * cap * (1.0 + steps * U)
+                out = multiclass.clipped_gradient_mean(r[None, :], x, np.array([cap]))
+                a = out[:, 0]
+                assert sum(Fraction(float(v)) ** 2 for v in a) < Fraction(cap) ** 2
+                checked += 1
+            small = direction * cap * 0.5
+            out = multiclass.clipped_gradient_mean(small[None, :], x, np.array([cap]))
+            np.testing.assert_array_equal(out[:, 0], small)
+        for bad in (np.inf, -np.inf, np.nan):
+            r = np.zeros(K)
+            r[1] = bad
+            out = multiclass.clipped_gradient_mean(r[None, :], x, np.array([1.0]))
+            np.testing.assert_array_equal(out, np.zeros((K, 2)))
+    assert checked == 3 * 40 * 25
+
+
 def test_binary_records_do_not_change() -> None:
     """A binary record holds no multi-class field (records stay byte-identical)."""
     for mech in ("objective_perturbation", "output_perturbation", "dp_sgd", "non_private"):
