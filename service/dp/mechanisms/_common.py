@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from decimal import Context, Decimal
 from fractions import Fraction
 from functools import partial
 from typing import Any, ClassVar, TypeVar
@@ -39,6 +40,7 @@ __all__ = [
     "check_common",
     "chi_mean",
     "jacobian_slack",
+    "log1p_upper",
     "noise_enclosure",
     "problem_loss",
     "release",
@@ -391,6 +393,19 @@ class OutputPlan(MechanismPlan):
         return details
 
 
+def log1p_upper(x: Fraction) -> Fraction:
+    """A rational ≥ ln(1 + x) for a rational x ≥ 0 (objective perturbation's Jacobian parts):
+    x itself when x < 10⁻²⁰ (ln(1 + x) ≤ x, and x − ln(1 + x) ≤ x²/2 is far below an ulp);
+    otherwise 1 + x and its logarithm in 60-digit decimals, each correctly rounded (≤ ½·10⁻⁵⁹
+    relative), so within 10⁻⁵⁹·(1 + ln(1 + x)) ≤ 10⁻³⁹·ln(1 + x) of the real value, plus
+    10⁻³⁸ relative."""
+    if x < Fraction(1, 10**20):
+        return x
+    ctx = Context(prec=60)
+    one_plus = ctx.divide(Decimal(x.numerator + x.denominator), Decimal(x.denominator))
+    return Fraction(ctx.ln(one_plus)) * (1 + Fraction(1, 10**38))
+
+
 def jacobian_slack(
     epsilon: float, regularization: float, n: int, c: float
 ) -> tuple[float, float, float]:
@@ -412,16 +427,20 @@ def jacobian_slack(
     with the larger noise budget ε_n, i.e. the smaller expected noise norm 2d/ε_n:
     Δ = 0 when ln(1 + c/(nλ)) ≤ ε/2, otherwise Δ = c/(n(e^{ε/2} − 1)) − λ > 0. Both agree at
     the threshold, so the noise is continuous in ε and never below half the budget (CMS11's
-    rule leaves ε′ → 0 just above its threshold). ε_J is recomputed from the Δ actually used
-    and ε_n = ε − ε_J, so floating-point rounding in Δ can only move budget, never exceed ε.
+    rule leaves ε′ → 0 just above its threshold). ε_J is recomputed for the double λ + Δ
+    actually used and rounded up (:func:`log1p_upper`), and ε_n is the largest double with
+    ε_n + ε_J ≤ ε exactly, so floating-point rounding in Δ can only move budget and the
+    rounding of ε_J and ε − ε_J never exceeds ε.
     """
     jacobian0 = math.log1p(c / (n * regularization))
     extra = 0.0
     if jacobian0 > epsilon / 2.0:
         # > 0 in exact arithmetic: ln(1 + c/(nλ)) > ε/2 ⇔ c/(n(e^{ε/2} − 1)) > λ
         extra = max(0.0, c / (n * math.expm1(epsilon / 2.0)) - regularization)
-    jacobian = math.log1p(c / (n * (regularization + extra)))
+    jacobian = round_up(log1p_upper(Fraction(c) / (n * Fraction(regularization + extra))))
     epsilon_noise = epsilon - jacobian
+    while epsilon_noise > 0.0 and Fraction(epsilon_noise) + Fraction(jacobian) > Fraction(epsilon):
+        epsilon_noise = math.nextafter(epsilon_noise, 0.0)
     if not epsilon_noise > 0.0:  # pragma: no cover - only reachable through rounding
         raise PrivacyParameterError(
             f"ε = {epsilon:g} leaves no budget for the noise after the Jacobian term"

@@ -50,10 +50,12 @@ times, adaptively: basic composition gives (E·ε_pass, 0) and, for any δ′ > 
 composition (Dwork, Rothblum & Vadhan 2010) gives (ε_pass√(2E ln(1/δ′)) + E·ε_pass(e^{ε_pass}
 − 1), δ′). The caller passes the **total** (ε, δ) of the fit. With δ = 0, ε_pass = ε/E
 (rounded down so that E·ε_pass ≤ ε exactly) and no δ is spent. With δ > 0, δ′ = δ and ε_pass
-is the largest value for which the tighter of the two bounds is ≤ ε (``per_step_epsilon``);
-the calibration reports and charges the bound actually used: (E·ε_pass, 0) when basic is
-tighter (always for E = 1, and whenever ε_pass is large, so an offered δ is then not spent),
-(advanced ε, δ′) otherwise. The released last iterate is post-processing of the sequence.
+is the largest value for which the tighter of the two bounds is ≤ ε in real arithmetic
+(``per_step_epsilon``; the advanced bound through its proved upper bound ``advanced_upper``,
+as doubles alone can land a few ulps above ε); the calibration reports and charges the bound
+actually used, rounded up: (E·ε_pass, 0) when basic is tighter (always for E = 1, and
+whenever ε_pass is large, so an offered δ is then not spent), (advanced ε, δ′) otherwise.
+The released last iterate is post-processing of the sequence.
 
 Floating point (issue 19 §1). The guarantee above is for the doubles the service computes,
 not only for the real-valued mechanism:
@@ -155,6 +157,7 @@ __all__ = [
     "UPDATE_ROWS",
     "DPSGDPlan",
     "Options",
+    "advanced_upper",
     "batch_sizes",
     "gradient_sensitivity",
     "multiclass_defaults",
@@ -303,7 +306,9 @@ def per_step_epsilon(
     """The largest per-step ε_s whose k-fold composition (the tighter of basic and, when δ′ is
     given, advanced: ε_s√(2k ln(1/δ′)) + kε_s(e^{ε_s} − 1), δ′) is ≤ ε; with both bounds at
     that ε_s. Basic is k·ε_s (``split_epsilon``); the advanced bound is increasing in ε_s, so
-    its largest admissible ε_s is found by root finding, then stepped down to be ≤ ε exactly."""
+    its largest admissible ε_s is found by root finding, then stepped down until the proved
+    upper bound :func:`advanced_upper` is ≤ ε; the choice reports both totals rounded up (so a
+    charged total is never below the real bound)."""
     basic_step = split_epsilon(epsilon, steps)
     if delta_prime is None:
         return basic_step, None
@@ -322,8 +327,35 @@ def per_step_epsilon(
     adv_step = float(optimize.brentq(lambda a: advanced_eps(a) - epsilon, 0.0, ln2, xtol=1e-15))
     while adv_step > 0.0 and advanced_eps(adv_step) > epsilon:
         adv_step = math.nextafter(adv_step, 0.0)
+    # the double evaluation can sit a few ulps below the real bound: finish with the proved one
+    while adv_step > 0.0 and advanced_upper(adv_step, steps, delta_prime) > Fraction(epsilon):
+        adv_step = math.nextafter(adv_step, 0.0)
     step = max(basic_step, adv_step)
-    return step, best_composition(PrivacyCost(step), steps, delta_prime)
+    advanced = advanced_upper(step, steps, delta_prime)
+    basic = Fraction(step) * steps
+    return step, CompositionChoice(
+        basic=PrivacyCost(clipping.round_up(basic)),
+        advanced=PrivacyCost(clipping.round_up(advanced), delta_prime),
+        method="advanced" if advanced < basic else "basic",
+    )
+
+
+def advanced_upper(step: float, steps: int, delta_prime: float) -> Fraction:
+    """A rational ≥ the advanced-composition ε (Dwork, Rothblum & Vadhan 2010)
+    ε_s√(2k ln(1/δ′)) + kε_s(e^{ε_s} − 1) of k steps of ε_s-DP, in real arithmetic for the
+    doubles given. Evaluated in 60-digit decimals, where ln, √ and exp are correctly rounded:
+    each of the ≤ 8 roundings is ≤ 10⁻⁵⁹ relative, and e^{ε_s} − 1 loses at most
+    e^{ε_s}·10⁻⁵⁹ absolute to the cancellation; so the value plus 10⁻⁴⁰ relative and
+    k·ε_s·e^{ε_s}·10⁻⁵⁰ absolute (ε_s < ln 2 here, e^{ε_s} < 2) is an upper bound."""
+    from decimal import Context, Decimal  # kept out of the import block (lazy imports there)
+
+    ctx = Context(prec=60)
+    s = Decimal(step)
+    root = ctx.sqrt(ctx.multiply(2 * steps, ctx.ln(ctx.divide(1, Decimal(delta_prime)))))
+    growth = ctx.subtract(ctx.exp(s), 1)
+    value = ctx.add(ctx.multiply(s, root), ctx.multiply(ctx.multiply(steps, s), growth))
+    margin = Fraction(1, 10**40) * Fraction(value) + Fraction(2 * steps) * Fraction(step) / 10**50
+    return Fraction(value) + margin
 
 
 def multiclass_defaults(n: int, dim: int, epsilon_pass: float) -> tuple[int, float]:
@@ -617,7 +649,11 @@ class DPSGD:
         if choice is not None and choice.method == "advanced":
             spent, spent_delta, method = choice.advanced.epsilon, choice.advanced.delta, "advanced"
         else:
-            spent, spent_delta, method = float(Fraction(eps_pass) * epochs), 0.0, "basic"
+            spent, spent_delta, method = (
+                clipping.round_up(Fraction(eps_pass) * epochs),
+                0.0,
+                "basic",
+            )
         k = p["projection_dim"]
         # the noise lives where the iterate does: ℝ^d, ℝ^k, or ℝ^{dK} for K classes
         dim = (int(k) if k is not None else problem.d) * _outputs(problem)
@@ -636,7 +672,7 @@ class DPSGD:
             spent_epsilon=float(spent),
             spent_delta=float(spent_delta),
             composition_method=method,
-            basic_epsilon=float(Fraction(eps_pass) * epochs),
+            basic_epsilon=clipping.round_up(Fraction(eps_pass) * epochs),
             advanced_epsilon=None if choice is None else float(choice.advanced.epsilon),
             advanced_delta=None if choice is None else float(choice.advanced.delta),
             noise_dimension=dim,

@@ -40,8 +40,9 @@ neighbours differing in record i:
   ln(1 + ν) ≤ ν), tighter by the rank. (The binary code's ln(1 + c/(n(λ + Δ))) is
   the K = 2 case of the same argument: one nonzero eigenvalue.)
 
-The privacy loss is ε′ + ε_J = ε₁ (:func:`jacobian_slack`, the binary code's no-cliff rule:
-Δ = 0 when ε_J(0) ≤ ε₁/2, otherwise the Δ with ε_J = ε₁/2). The release is certified in
+The privacy loss is ε′ + ε_J ≤ ε₁ (:func:`jacobian_slack`, the binary code's no-cliff rule:
+Δ = 0 when ε_J(0) ≤ ε₁/2, otherwise the Δ with ε_J = ε₁/2; ε_J rounded up, so the sum holds
+in real arithmetic, not only in doubles). The release is certified in
 floating point exactly as for binary fits (:mod:`service.dp.optimize.certified`, ε = ε₁ + ε_r,
 c = ½ and dimension dK in its public numbers; the gradient bound is
 :func:`service.dp.optimize.multinomial.gradient_bound`).
@@ -93,6 +94,7 @@ __all__ = [
     "MulticlassOutputPlan",
     "clipped_minibatch_gradient",
     "jacobian_slack",
+    "jacobian_upper",
     "objective_plan",
     "output_plan",
     "release",
@@ -121,8 +123,9 @@ def jacobian_slack(
 ) -> tuple[float, float, float]:
     """(Δ, ε′, ε_J) for the multinomial loss (module docstring):
     ε_J(Δ) = (K − 1)·ln(1 + 1/(Kn(λ + Δ))); Δ = 0 if ε_J(0) ≤ ε/2, otherwise the smallest
-    Δ with ε_J = ε/2, λ + Δ = 1/(Kn(e^{ε/(2(K−1))} − 1)); ε′ = ε − ε_J(Δ) recomputed from
-    the Δ used (rounding only moves budget)."""
+    Δ with ε_J = ε/2, λ + Δ = 1/(Kn(e^{ε/(2(K−1))} − 1)). ε_J is then recomputed for the
+    double λ + Δ used and rounded up (:func:`jacobian_upper`), and ε′ is the largest double
+    with ε′ + ε_J ≤ ε exactly (rounding in Δ only moves budget; in ε_J it never overspends)."""
     K = int(n_classes)
 
     def jacobian(ridge: float) -> float:
@@ -131,13 +134,26 @@ def jacobian_slack(
     extra = 0.0
     if jacobian(regularization) > epsilon / 2.0:
         extra = max(0.0, 1.0 / (K * n * math.expm1(epsilon / (2.0 * (K - 1)))) - regularization)
-    eps_j = jacobian(regularization + extra)
+    eps_j = jacobian_upper(regularization + extra, n, K)
     eps_prime = epsilon - eps_j
+    while eps_prime > 0.0 and Fraction(eps_prime) + Fraction(eps_j) > Fraction(epsilon):
+        eps_prime = math.nextafter(eps_prime, 0.0)
     if not eps_prime > 0.0:  # pragma: no cover - only reachable through rounding
         raise PrivacyParameterError(
             f"ε = {epsilon:g} leaves no budget for the noise after the Jacobian term"
         )
     return extra, eps_prime, eps_j
+
+
+def jacobian_upper(ridge: float, n: int, n_classes: int) -> float:
+    """A double ≥ ε_J = (K − 1)·ln(1 + 1/(Kn·ridge)) in real arithmetic for the double ridge:
+    the argument exact as a fraction, the logarithm bounded above by
+    :func:`~service.dp.mechanisms._common.log1p_upper`, the product rounded up."""
+    from service.dp.data.clipping import round_up  # kept out of the import block
+    from service.dp.mechanisms._common import log1p_upper
+
+    K = int(n_classes)
+    return round_up((K - 1) * log1p_upper(Fraction(1) / (K * n * Fraction(ridge))))
 
 
 def _noise_beta(epsilon_prime: float) -> float:
@@ -329,8 +345,9 @@ def clipped_gradient_mean(R: FloatArray, X: FloatArray, caps: FloatArray) -> Flo
         norms = np.sqrt(np.einsum("ij,ij->i", R, R)) * (1.0 + (K + 8) * u)
         target = caps * (1.0 - 4.0 * u)
         factor = np.where(norms <= target, 1.0, target / norms)
-    factor = np.where(np.isfinite(factor) & np.all(np.isfinite(R), axis=1), factor, 0.0)
-    A = np.where(factor[:, None] == 1.0, R, R * factor[:, None])
+        factor = np.where(np.isfinite(factor) & np.all(np.isfinite(R), axis=1), factor, 0.0)
+        # a non-finite residual times its factor 0 is NaN here, and 0 on the next line
+        A = np.where(factor[:, None] == 1.0, R, R * factor[:, None])
     A = np.where(np.isfinite(A), A, 0.0)
     out: FloatArray = (A.T @ X) / X.shape[0]
     return out

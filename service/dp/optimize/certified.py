@@ -123,13 +123,13 @@ _MAX_SHARE: Final[float] = 0.5
 #: Adult, one thread)
 BLOCK_ROWS: Final[int] = 4096
 
-# exp: ln 2 split as in service.dp.noise.lattice (LN2_HI has 32 significant bits), Taylor degree 17
+# exp: ln 2 split as in service.dp.noise.lattice (LN2_HI has 32 significant bits), Taylor degree 13
 _LN2_HI: Final[float] = float.fromhex("0x1.62e42fee00000p-1")
 _LN2_LO: Final[float] = float.fromhex("0x1.a39ef35793c76p-33")
 _INV_LN2: Final[float] = 1.4426950408889634
 _DEGREE: Final[int] = 13
 _TAYLOR: Final[tuple[float, ...]] = tuple(1.0 / math.factorial(j) for j in range(_DEGREE + 1))
-#: below this, e^v < 2⁻¹⁰⁷⁴ (e^−745.14 ≈ 2⁻¹⁰⁷⁴)
+#: below this, e^v < 2⁻¹⁰⁷⁴ (2⁻¹⁰⁷⁴ ≈ e^−744.44; e^−745.13 ≈ 2⁻¹⁰⁷⁵, half of it)
 _EXP_FLOOR: Final[float] = -746.0
 _TINY: Final[float] = 2.0**-1074
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from decimal import Context, Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from scipy import stats
 
 from service.dp import calibrate
+from service.dp.mechanisms._common import jacobian_slack
 from tests.unit.dp._budget import objective_budget
 
 # ---------------------------------------------------------------- output perturbation
@@ -144,6 +146,30 @@ def test_objective_perturbation_without_slack() -> None:
     assert cal.expected_noise_norm == pytest.approx(4 / 0.4874949268409453, rel=1e-12)
     assert det["jacobian_epsilon"] + det["noise_epsilon"] == pytest.approx(eps1, rel=1e-15)
     _split_ok(det, 1.0, eps1)
+
+
+@pytest.mark.parametrize(
+    ("eps", "lam", "n", "c", "slack"),
+    [
+        (0.1, 0.01, 1000, 1.0, True),  # ln(1 + 0.1) > ε/2
+        (0.1, 0.01, 30162, 0.5, False),  # ln(1 + 0.00166) ≤ ε/2
+        (0.1, 0.001, 1000, 0.25, True),  # ln(1 + 0.25) > ε/2
+    ],
+)
+def test_the_jacobian_split_never_exceeds_the_budget_in_real_arithmetic(
+    eps: float, lam: float, n: int, c: float, slack: bool
+) -> None:
+    # ε_n + ε_J ≤ ε with ε_J = ln(1 + c/(n(λ + Δ))) in 80-digit decimals for the double λ + Δ
+    # used: with ε_J from log1p in doubles, ε_n = ε − ε_J landed an ulp above the budget for
+    # each of these
+    extra, eps_noise, eps_j = jacobian_slack(eps, lam, n, c)
+    ctx = Context(prec=80)
+    real = ctx.ln(1 + ctx.divide(Decimal(c), n * Decimal(lam + extra)))
+    assert Decimal(eps_noise) + real <= Decimal(eps)
+    assert Decimal(eps_j) >= real
+    assert eps_j == pytest.approx(float(real), rel=1e-15)
+    assert eps_noise == pytest.approx(eps - float(real), rel=1e-14)
+    assert (extra > 0.0) == slack
 
 
 def test_objective_perturbation_slack_branch_uses_e_to_the_eps_over_2() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from decimal import Context, Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -137,6 +138,27 @@ def test_objective_perturbation_adds_the_ridge_that_halves_the_budget() -> None:
     assert cal.details["beta"] == pytest.approx(eps1 / 2.0 / (2.0 * math.sqrt(2.0)), rel=1e-12)
 
 
+@pytest.mark.parametrize(
+    ("eps", "lam", "n", "K"),
+    [(0.5, 0.01, 1000, 3), (0.5, 1e-3, 500, 5), (1.0, 1e-3, 1000, 3), (0.3, 1e-4, 30162, 7)],
+)
+def test_the_jacobian_split_never_exceeds_the_budget_in_real_arithmetic(
+    eps: float, lam: float, n: int, K: int
+) -> None:
+    # ε′ + ε_J ≤ ε with ε_J = (K − 1)ln(1 + 1/(Kn(λ + Δ))) in 80-digit decimals for the double
+    # λ + Δ used (Δ = 0 in the first case, > 0 in the others): with ε_J from log1p in doubles,
+    # ε′ = ε − ε_J landed an ulp or two above the budget for each of these
+    extra, eps_prime, eps_j = multiclass.jacobian_slack(eps, lam, n, K)
+    ctx = Context(prec=80)
+    ridge = Decimal(lam + extra)
+    real = (K - 1) * ctx.ln(1 + ctx.divide(1, K * n * ridge))
+    assert Decimal(eps_prime) + real <= Decimal(eps)
+    assert Decimal(eps_j) >= real
+    assert eps_j == pytest.approx(float(real), rel=1e-15)
+    assert eps_prime == pytest.approx(eps - float(real), rel=1e-14)
+    assert (extra > 0.0) == (lam < 0.01)
+
+
 def test_output_perturbation_calibration_is_the_hand_derived_one() -> None:
     n, d, K, lam, eps = 200, 4, 5, 0.1, 1.0
     cal = _calibrate("output_perturbation", n, d, K, lam, eps)
@@ -162,6 +184,37 @@ def test_dp_sgd_noise_lives_in_dimension_dk_with_the_binary_sensitivity() -> Non
     assert multi.details["gradient_sensitivity"] == pytest.approx(0.2, rel=1e-12)
     assert multi.details["beta"] == pytest.approx(binary.details["beta"], rel=1e-10)
     assert multi.expected_noise_norm == pytest.approx(12 / multi.details["beta"])
+
+
+def test_dp_sgd_clips_each_multinomial_residual_below_its_cap_exactly() -> None:
+    """The K-class DP-SGD clip (multiclass.clipped_gradient_mean): every clipped residual â_i
+    has exact ‖â_i‖ < cap_i (so ‖â_i x_iᵀ‖_F < C with the row's cap), checked in rational
+    arithmetic on residuals whose norms straddle the clip target ulp by ulp; residuals below
+    the target pass unchanged and non-finite ones give 0. A one-row batch with x = e₁ returns
+    â_i itself (the product by 1 and the division by 1 are exact)."""
+    rng = np.random.default_rng(7)
+    x = np.array([[1.0, 0.0]])
+    checked = 0
+    for K in (3, 5, 7):
+        for _ in range(40):
+            direction = rng.normal(size=K)
+            direction /= np.linalg.norm(direction)
+            cap = float(rng.uniform(0.2, 1.5))
+            for steps in range(-12, 13):
+                r = direction * cap * (1.0 + steps * U)
+                out = multiclass.clipped_gradient_mean(r[None, :], x, np.array([cap]))
+                a = out[:, 0]
+                assert sum(Fraction(float(v)) ** 2 for v in a) < Fraction(cap) ** 2
+                checked += 1
+            small = direction * cap * 0.5
+            out = multiclass.clipped_gradient_mean(small[None, :], x, np.array([cap]))
+            np.testing.assert_array_equal(out[:, 0], small)
+        for bad in (np.inf, -np.inf, np.nan):
+            r = np.zeros(K)
+            r[1] = bad
+            out = multiclass.clipped_gradient_mean(r[None, :], x, np.array([1.0]))
+            np.testing.assert_array_equal(out, np.zeros((K, 2)))
+    assert checked == 3 * 40 * 25
 
 
 def test_binary_records_do_not_change() -> None:
