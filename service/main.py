@@ -10,7 +10,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from functools import partial
+from functools import cache, partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final, TextIO
 
@@ -77,7 +77,9 @@ __all__ = ["announce_admin_key", "app", "create_app"]
 logger = logging.getLogger("privfit")
 
 
+@cache
 def _version() -> str:
+    """The installed package's version, read from its metadata once per process."""
     try:
         return version("privfit")
     except PackageNotFoundError:  # pragma: no cover - running from an uninstalled checkout
