@@ -52,7 +52,6 @@ from service.domain.jobs.lifecycle import read_job_statistics
 from service.domain.nodes.exchange import EXCHANGE
 from service.domain.nodes.remote_fit import task_deadline
 from service.runtime.node_link import HttpCoordinatorLink
-from service.runtime.queue_runner import QueueJobRunner
 from service.runtime.runner import JobRunner
 from service.runtime.worker import build_runner
 from service.settings import Settings, get_settings
@@ -140,6 +139,10 @@ def _runner_factory(app: FastAPI) -> RunnerFactory:
     if factory is not None:
         return factory
     if app.state.settings.job_runner == "queue":
+        # Imported here: the queue's engine (procrastinate, psycopg) costs a process that
+        # runs jobs elsewhere a fifth of a second of start-up.
+        from service.runtime.queue_runner import QueueJobRunner
+
         return QueueJobRunner
     return build_runner
 
