@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import optimize, special
+from scipy import special
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions, option
@@ -133,6 +133,8 @@ def gaussian_tail_quantile(d: int, delta: float) -> float:
         return min(4.0 * float(special.ndtr(-u)), float(special.chdtrc(k, u * u)))
 
     # bound(0) = 1 > δ and bound(40) < 1e-300 < δ; bound is continuous and decreasing.
+    from scipy import optimize  # here, not at the top: processes that never solve skip it
+
     return float(optimize.brentq(lambda u: bound(u) - delta, 0.0, 40.0, xtol=1e-14, rtol=1e-14))
 
 
