@@ -17,6 +17,7 @@ from typing import Final, TextIO
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from starlette.datastructures import State
 
 from service.api.console import install_console
 from service.api.docs import install_docs
@@ -71,7 +72,7 @@ ROUTERS: Final[tuple[APIRouter, ...]] = (
     audit.router,
 )
 
-__all__ = ["announce_admin_key", "app", "create_app"]
+__all__ = ["announce_admin_key", "app", "app_state", "create_app"]
 
 logger = logging.getLogger("privfit")
 
@@ -183,6 +184,28 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine.dispose()
 
 
+def app_state(settings: Settings, metrics: HttpMetrics) -> State:
+    """What an app holds before its lifespan starts: ``settings``, its request ``metrics``, the
+    configured admin key's hash, the coordinator link (when one is configured) and empty
+    rate-limit counters. The lifespan adds the database and the job runner."""
+    state = State()
+    state.settings = settings
+    state.metrics = metrics
+    admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
+    state.admin_key_hash = configured_key_hash(admin_key)
+    state.coordinator_link = (
+        HttpCoordinatorLink(settings.coordinator_url, settings.coordinator_key.get_secret_value())
+        if settings.coordinator_url and settings.coordinator_key
+        else None
+    )
+    state.rate_limits = RateLimits(
+        failed_auth=settings.rate_limit_failed_auth,
+        expensive=settings.rate_limit_expensive,
+        storage_url=settings.rate_limit_storage,
+    )
+    return state
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the ASGI application. Cheap: the database is opened by the lifespan."""
     settings = settings if settings is not None else get_settings()
@@ -197,20 +220,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     metrics = HttpMetrics()
-    app.state.settings = settings
-    app.state.metrics = metrics
-    admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
-    app.state.admin_key_hash = configured_key_hash(admin_key)
-    app.state.coordinator_link = (
-        HttpCoordinatorLink(settings.coordinator_url, settings.coordinator_key.get_secret_value())
-        if settings.coordinator_url and settings.coordinator_key
-        else None
-    )
-    app.state.rate_limits = RateLimits(
-        failed_auth=settings.rate_limit_failed_auth,
-        expensive=settings.rate_limit_expensive,
-        storage_url=settings.rate_limit_storage,
-    )
+    app.state = app_state(settings, metrics)
 
     install_error_handlers(app)
     install_docs(app, persist_authorization=settings.docs_persist_authorization)
