@@ -10,13 +10,14 @@ import logging
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from functools import partial
+from functools import cache, partial
 from importlib.metadata import PackageNotFoundError, version
 from typing import Final, TextIO
 
 import anyio.to_thread
 from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from starlette.datastructures import State
 
 from service.api.console import install_console
 from service.api.docs import install_docs
@@ -52,7 +53,6 @@ from service.domain.jobs.lifecycle import read_job_statistics
 from service.domain.nodes.exchange import EXCHANGE
 from service.domain.nodes.remote_fit import task_deadline
 from service.runtime.node_link import HttpCoordinatorLink
-from service.runtime.queue_runner import QueueJobRunner
 from service.runtime.runner import JobRunner
 from service.runtime.worker import build_runner
 from service.settings import Settings, get_settings
@@ -72,12 +72,14 @@ ROUTERS: Final[tuple[APIRouter, ...]] = (
     audit.router,
 )
 
-__all__ = ["announce_admin_key", "app", "create_app"]
+__all__ = ["announce_admin_key", "app", "app_state", "create_app"]
 
 logger = logging.getLogger("privfit")
 
 
+@cache
 def _version() -> str:
+    """The installed package's version, read from its metadata once per process."""
     try:
         return version("privfit")
     except PackageNotFoundError:  # pragma: no cover - running from an uninstalled checkout
@@ -138,6 +140,10 @@ def _runner_factory(app: FastAPI) -> RunnerFactory:
     if factory is not None:
         return factory
     if app.state.settings.job_runner == "queue":
+        # Imported here: the queue's engine (procrastinate, psycopg) costs a process that
+        # runs jobs elsewhere a fifth of a second of start-up.
+        from service.runtime.queue_runner import QueueJobRunner
+
         return QueueJobRunner
     return build_runner
 
@@ -178,6 +184,28 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine.dispose()
 
 
+def app_state(settings: Settings, metrics: HttpMetrics) -> State:
+    """What an app holds before its lifespan starts: ``settings``, its request ``metrics``, the
+    configured admin key's hash, the coordinator link (when one is configured) and empty
+    rate-limit counters. The lifespan adds the database and the job runner."""
+    state = State()
+    state.settings = settings
+    state.metrics = metrics
+    admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
+    state.admin_key_hash = configured_key_hash(admin_key)
+    state.coordinator_link = (
+        HttpCoordinatorLink(settings.coordinator_url, settings.coordinator_key.get_secret_value())
+        if settings.coordinator_url and settings.coordinator_key
+        else None
+    )
+    state.rate_limits = RateLimits(
+        failed_auth=settings.rate_limit_failed_auth,
+        expensive=settings.rate_limit_expensive,
+        storage_url=settings.rate_limit_storage,
+    )
+    return state
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the ASGI application. Cheap: the database is opened by the lifespan."""
     settings = settings if settings is not None else get_settings()
@@ -192,20 +220,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     metrics = HttpMetrics()
-    app.state.settings = settings
-    app.state.metrics = metrics
-    admin_key = settings.admin_key.get_secret_value() if settings.admin_key else None
-    app.state.admin_key_hash = configured_key_hash(admin_key)
-    app.state.coordinator_link = (
-        HttpCoordinatorLink(settings.coordinator_url, settings.coordinator_key.get_secret_value())
-        if settings.coordinator_url and settings.coordinator_key
-        else None
-    )
-    app.state.rate_limits = RateLimits(
-        failed_auth=settings.rate_limit_failed_auth,
-        expensive=settings.rate_limit_expensive,
-        storage_url=settings.rate_limit_storage,
-    )
+    app.state = app_state(settings, metrics)
 
     install_error_handlers(app)
     install_docs(app, persist_authorization=settings.docs_persist_authorization)

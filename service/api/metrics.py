@@ -64,6 +64,11 @@ class HttpMetrics:
         self.requests.labels(**labels).inc()
         self.latency.labels(**labels).observe(seconds)
 
+    def clear(self) -> None:
+        """Forget every request counted so far (the state of a new app)."""
+        self.requests.clear()
+        self.latency.clear()
+
     def watch_jobs(self, collector: JobMetrics) -> Callable[[], None]:
         """Add the job figures to the exposition; returns the function that removes them."""
         self.registry.register(collector)

@@ -57,10 +57,21 @@ def alembic_config(url: str | None = None, *, connection: Connection | None = No
     return config
 
 
+#: Head revisions by script location (``None``: the project's own, :func:`alembic_config`):
+#: the scripts do not change while a process runs, and reading them (Alembic loads every
+#: script) costs milliseconds on each app start.
+_HEADS: dict[str | None, tuple[str, ...]] = {}
+
+
 def head_revisions(config: Config | None = None) -> tuple[str, ...]:
-    """The head revision(s) of the migration scripts (one, unless history has forked)."""
-    script = ScriptDirectory.from_config(config or alembic_config())
-    return tuple(sorted(script.get_heads()))
+    """The head revision(s) of the migration scripts (one, unless history has forked); read
+    once per process and script location."""
+    location = None if config is None else config.get_main_option("script_location")
+    heads = _HEADS.get(location)
+    if heads is None:
+        script = ScriptDirectory.from_config(config or alembic_config())
+        heads = _HEADS[location] = tuple(sorted(script.get_heads()))
+    return heads
 
 
 def current_revisions(engine: Engine) -> tuple[str, ...]:

@@ -36,8 +36,6 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
 from typing import Any, Literal
 
-from scipy import optimize
-
 from service.dp.core.validation import PrivacyParameterError
 
 __all__ = [
@@ -209,6 +207,8 @@ def zcdp_to_dp_cks(rho: float, delta: float) -> PrivacyCost:
 
     # The minimiser is near α ≈ 1 + √(ln(1/δ)/ρ); search a wide bracket around it in log space.
     centre = 0.5 * math.log(max(log_inv_delta, 1e-12) / rho)
+    from scipy import optimize  # here, not at the top: processes that never solve skip it
+
     res = optimize.minimize_scalar(
         eps_at, bounds=(centre - 20.0, centre + 20.0), method="bounded", options={"xatol": 1e-10}
     )

@@ -40,7 +40,6 @@ from fractions import Fraction
 from typing import Any, Final
 
 import numpy as np
-from scipy import optimize
 
 from service.dp.core.accounting import (
     PrivacyCost,
@@ -128,6 +127,8 @@ def max_rho(epsilon: float, delta: float, conversion: str) -> float:
     hi = max(closed, epsilon)
     while excess(hi) < 0.0:
         hi *= 2.0
+    from scipy import optimize  # here, not at the top: processes that never solve skip it
+
     rho = float(optimize.brentq(excess, closed, hi, xtol=1e-14, rtol=1e-12))
     step = 1e-12  # doubled at every try: a few tries even where the conversion is coarse
     while rho > closed and excess(rho) > 0.0:

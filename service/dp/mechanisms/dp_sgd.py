@@ -116,7 +116,6 @@ from typing import Any, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import optimize
 
 from service.dp.core.accounting import (
     CompositionChoice,
@@ -324,6 +323,8 @@ def per_step_epsilon(
         return advanced_composition(PrivacyCost(value), steps, delta_prime).epsilon
 
     # the root lies below ln 2: there the advanced bound is ≥ k ln 2 > k·basic_step = ε
+    from scipy import optimize  # here, not at the top: processes that never solve skip it
+
     adv_step = float(optimize.brentq(lambda a: advanced_eps(a) - epsilon, 0.0, ln2, xtol=1e-15))
     while adv_step > 0.0 and advanced_eps(adv_step) > epsilon:
         adv_step = math.nextafter(adv_step, 0.0)

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
+from scipy import special
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions
@@ -101,8 +101,11 @@ def compute_slack(epsilon: float, regularization: float, n: int, c: float) -> tu
 
 
 def gop_sigma(d: int, epsilon_tilde: float, delta: float) -> tuple[float, float]:
-    """(σ*, q): q = χ²_d quantile at 1 − δ, σ* = (√q + √(q + 2ε̃))/ε̃."""
-    q = float(stats.chi2.isf(delta, d))
+    """(σ*, q): q = χ²_d quantile at 1 − δ, σ* = (√q + √(q + 2ε̃))/ε̃.
+
+    q is ``special.chdtri(d, δ)``, the inverse of the χ²_d survival function (what
+    ``scipy.stats.chi2.isf`` evaluates, without importing ``scipy.stats``)."""
+    q = float(special.chdtri(d, delta))
     return (math.sqrt(q) + math.sqrt(q + 2.0 * epsilon_tilde)) / epsilon_tilde, q
 
 

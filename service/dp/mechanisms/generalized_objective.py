@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import optimize, special, stats
+from scipy import special
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions, option
@@ -123,13 +123,18 @@ CAPABILITIES = Capabilities()
 
 
 def gaussian_tail_quantile(d: int, delta: float) -> float:
-    """The u > 0 with min(4Φ̄(u), P[χ²_k > u²]) = δ, k = min(d, 2) (module docstring)."""
+    """The u > 0 with min(4Φ̄(u), P[χ²_k > u²]) = δ, k = min(d, 2) (module docstring).
+
+    Φ̄(u) = ``special.ndtr(-u)`` and P[χ²_k > x] = ``special.chdtrc(k, x)`` (what
+    ``scipy.stats.chi2.sf`` evaluates, without importing ``scipy.stats``)."""
     k = min(d, 2)
 
     def bound(u: float) -> float:
-        return min(4.0 * float(special.ndtr(-u)), float(stats.chi2.sf(u * u, k)))
+        return min(4.0 * float(special.ndtr(-u)), float(special.chdtrc(k, u * u)))
 
     # bound(0) = 1 > δ and bound(40) < 1e-300 < δ; bound is continuous and decreasing.
+    from scipy import optimize  # here, not at the top: processes that never solve skip it
+
     return float(optimize.brentq(lambda u: bound(u) - delta, 0.0, 40.0, xtol=1e-14, rtol=1e-14))
 
 

@@ -86,7 +86,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import optimize, special
+from scipy import special
 
 from service.dp.core.base import Calibration, FittedModel, LinearModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions, option
@@ -197,6 +197,8 @@ def gdp_mu(epsilon: float, delta: float) -> float:
     lo, hi = math.log(1e-8), math.log(1e3)
     while excess(lo) > 0.0:
         lo -= 5.0
+    from scipy import optimize  # here, not at the top: processes that never solve skip it
+
     log_mu = float(optimize.brentq(excess, lo, hi, xtol=1e-13, rtol=1e-13))
     mu = math.exp(log_mu)
     while gdp_delta(epsilon, mu) > delta:

@@ -61,8 +61,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import linalg, optimize, special
-from scipy.sparse.linalg import LinearOperator, cg
+from scipy import linalg, special
 
 from service.dp.core.losses import LogisticLoss, Loss
 from service.dp.data.prepared import active_design
@@ -970,6 +969,8 @@ def _cg_step(
     def matvec(v: FloatArray) -> FloatArray:
         return obj.hessp(d2, np.asarray(v, dtype=np.float64).reshape(d))[0]
 
+    from scipy.sparse.linalg import LinearOperator, cg  # here: see _lbfgs
+
     op = LinearOperator((d, d), matvec=matvec, dtype=np.float64)
     step, _ = cg(op, -grad, rtol=min(0.5, math.sqrt(gnorm)), maxiter=10 * d)
     return np.asarray(step, dtype=np.float64)
@@ -1002,6 +1003,8 @@ def _lbfgs(obj: _Objective, w: FloatArray, gtol: float) -> tuple[FloatArray, flo
         z = obj.margins(v)
         d1, _ = obj.derivatives(z)
         return obj.value(v, z), obj.gradient(v, d1)
+
+    from scipy import optimize  # here, not at the top: processes that never solve skip it
 
     res = optimize.minimize(
         fun,
