@@ -48,4 +48,6 @@ def test_the_utility_benchmark_runs_quick(
             "objective_perturbation", n=row["n"], d=row["d"], epsilon=row["epsilon"]
         ).regularization
         assert row["auto_lambda"] == expected
-    assert "| data (n, d) | ε | default λ=1e-3 | auto |" in capsys.readouterr().out
+    assert "| data (n, d) | ε | auto δ=0 | auto δ=1e-05 | auto λ (OP) | tuned |" in (
+        capsys.readouterr().out
+    )
