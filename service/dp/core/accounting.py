@@ -32,7 +32,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
+from decimal import Overflow as DecimalOverflow
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -44,6 +45,7 @@ __all__ = [
     "CompositionChoice",
     "PrivacyCost",
     "advanced_composition",
+    "advanced_upper",
     "basic_composition",
     "best_composition",
     "check_epsilon_delta",
@@ -52,6 +54,7 @@ __all__ = [
     "ledger_amount",
     "ledger_floor",
     "parallel_composition",
+    "round_up",
     "shown_as_requested",
     "to_units",
     "zcdp_compose",
@@ -120,13 +123,48 @@ def parallel_composition(costs: Iterable[PrivacyCost]) -> PrivacyCost:
 
 def advanced_composition(cost: PrivacyCost, k: int, delta_prime: float) -> PrivacyCost:
     """k-fold adaptive composition of an (ε, δ)-DP mechanism (Dwork–Rothblum–Vadhan):
-    (ε√(2k ln(1/δ′)) + kε(e^ε − 1), kδ + δ′), for a caller-chosen 0 < δ′ < 1."""
+    (ε√(2k ln(1/δ′)) + kε(e^ε − 1), kδ + δ′), for a caller-chosen 0 < δ′ < 1.
+
+    Both parts are upper bounds in real arithmetic for the doubles given, as a charge must be:
+    ε is :func:`advanced_upper` and δ the exact kδ + δ′ (capped at 1), each rounded up to a
+    double. OverflowError when the ε bound exceeds the largest double."""
     _check_k(k)
     if not math.isfinite(delta_prime) or not 0.0 < delta_prime < 1.0:
         raise ValueError(f"delta_prime must satisfy 0 < delta_prime < 1, got {delta_prime!r}")
-    eps = cost.epsilon
-    eps_total = eps * math.sqrt(2.0 * k * math.log(1.0 / delta_prime)) + k * eps * math.expm1(eps)
-    return PrivacyCost(eps_total, min(1.0, k * cost.delta + delta_prime))
+    eps_total = round_up(advanced_upper(cost.epsilon, k, delta_prime))
+    delta_total = round_up(min(Fraction(1), k * Fraction(cost.delta) + Fraction(delta_prime)))
+    return PrivacyCost(eps_total, delta_total)
+
+
+def advanced_upper(epsilon: float, k: int, delta_prime: float) -> Fraction:
+    """A rational ≥ the advanced-composition ε (Dwork, Rothblum & Vadhan 2010)
+    ε√(2k ln(1/δ′)) + kε(e^ε − 1) of k steps of ε-DP, in real arithmetic for the doubles
+    given. Evaluated in 60-digit decimals, where ln, √ and exp are correctly rounded: each of
+    the ≤ 8 roundings is ≤ 10⁻⁵⁹ relative, and e^ε − 1 loses at most e^ε·10⁻⁵⁹ absolute to
+    the cancellation; so the value plus 10⁻⁴⁰ relative and k·ε·max(2, ⌈e^ε⌉)·10⁻⁵⁰ absolute
+    is an upper bound (for ε < ln 2, where DP-SGD searches, the factor is 2)."""
+    ctx = Context(prec=60)
+    s = Decimal(epsilon)
+    root = ctx.sqrt(ctx.multiply(2 * k, ctx.ln(ctx.divide(1, Decimal(delta_prime)))))
+    try:
+        grown = ctx.exp(s)
+    except DecimalOverflow as exc:
+        raise OverflowError("e^ε exceeds the decimal range") from exc
+    growth = ctx.subtract(grown, 1)
+    value = ctx.add(ctx.multiply(s, root), ctx.multiply(ctx.multiply(k, s), growth))
+    factor = max(2, math.ceil(Fraction(grown)))
+    margin = Fraction(value) / 10**40 + Fraction(factor * k) * Fraction(epsilon) / 10**50
+    return Fraction(value) + margin
+
+
+def round_up(value: Fraction) -> float:
+    """The smallest double ≥ ``value`` (OverflowError beyond the largest double)."""
+    out = float(value)
+    if Fraction(out) < value:
+        out = math.nextafter(out, math.inf)
+    if math.isinf(out):
+        raise OverflowError("the value exceeds the largest double")
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +190,14 @@ class CompositionChoice:
 
 def best_composition(cost: PrivacyCost, k: int, delta_prime: float) -> CompositionChoice:
     """Basic and advanced k-fold composition side by side; advanced is chosen only when its ε
-    is strictly smaller (it always costs δ′ more δ, which the caller agreed to by choosing δ′)."""
+    is strictly smaller (it always costs δ′ more δ, which the caller agreed to by choosing δ′).
+    Both are upper bounds: basic is the exact (kε, kδ) rounded up, advanced as in
+    :func:`advanced_composition`."""
     _check_k(k)
-    basic = PrivacyCost(k * cost.epsilon, min(1.0, k * cost.delta))
+    basic = PrivacyCost(
+        round_up(k * Fraction(cost.epsilon)),
+        round_up(min(Fraction(1), k * Fraction(cost.delta))),
+    )
     advanced = advanced_composition(cost, k, delta_prime)
     method: Literal["basic", "advanced"] = (
         "advanced" if advanced.epsilon < basic.epsilon else "basic"

@@ -71,6 +71,8 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.core.accounting import round_up
+
 __all__ = [
     "UNIT_ROUNDOFF",
     "clip_caps",
@@ -167,14 +169,6 @@ def mean_sensitivity(n: int, d: int, clip: float) -> Fraction:
     c = Fraction(clip)
     per_dataset = (error + UNIT_ROUNDOFF * (n * c + error)) / n + _ceil_sqrt(d) * _ETA / 2
     return 2 * c / n + 2 * per_dataset
-
-
-def round_up(value: Fraction) -> float:
-    """The smallest double ≥ ``value``."""
-    out = float(value)
-    if Fraction(out) < value:
-        out = math.nextafter(out, math.inf)
-    return out
 
 
 def scale_for(epsilon: float, sensitivity: Fraction) -> float:

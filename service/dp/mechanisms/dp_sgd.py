@@ -120,7 +120,7 @@ from numpy.typing import NDArray
 from service.dp.core.accounting import (
     CompositionChoice,
     PrivacyCost,
-    advanced_composition,
+    advanced_upper,
     best_composition,
 )
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
@@ -320,7 +320,10 @@ def per_step_epsilon(
             return basic_step, None
 
     def advanced_eps(value: float) -> float:
-        return advanced_composition(PrivacyCost(value), steps, delta_prime).epsilon
+        # a double estimate to search with; the proved bound decides below
+        return value * math.sqrt(2.0 * steps * math.log(1.0 / delta_prime)) + (
+            steps * value * math.expm1(value)
+        )
 
     # the root lies below ln 2: there the advanced bound is ≥ k ln 2 > k·basic_step = ε
     from scipy import optimize  # here, not at the top: processes that never solve skip it
@@ -339,24 +342,6 @@ def per_step_epsilon(
         advanced=PrivacyCost(clipping.round_up(advanced), delta_prime),
         method="advanced" if advanced < basic else "basic",
     )
-
-
-def advanced_upper(step: float, steps: int, delta_prime: float) -> Fraction:
-    """A rational ≥ the advanced-composition ε (Dwork, Rothblum & Vadhan 2010)
-    ε_s√(2k ln(1/δ′)) + kε_s(e^{ε_s} − 1) of k steps of ε_s-DP, in real arithmetic for the
-    doubles given. Evaluated in 60-digit decimals, where ln, √ and exp are correctly rounded:
-    each of the ≤ 8 roundings is ≤ 10⁻⁵⁹ relative, and e^{ε_s} − 1 loses at most
-    e^{ε_s}·10⁻⁵⁹ absolute to the cancellation; so the value plus 10⁻⁴⁰ relative and
-    k·ε_s·e^{ε_s}·10⁻⁵⁰ absolute (ε_s < ln 2 here, e^{ε_s} < 2) is an upper bound."""
-    from decimal import Context, Decimal  # kept out of the import block (lazy imports there)
-
-    ctx = Context(prec=60)
-    s = Decimal(step)
-    root = ctx.sqrt(ctx.multiply(2 * steps, ctx.ln(ctx.divide(1, Decimal(delta_prime)))))
-    growth = ctx.subtract(ctx.exp(s), 1)
-    value = ctx.add(ctx.multiply(s, root), ctx.multiply(ctx.multiply(steps, s), growth))
-    margin = Fraction(1, 10**40) * Fraction(value) + Fraction(2 * steps) * Fraction(step) / 10**50
-    return Fraction(value) + margin
 
 
 def multiclass_defaults(n: int, dim: int, epsilon_pass: float) -> tuple[int, float]:

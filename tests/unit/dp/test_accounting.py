@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+from decimal import Context, Decimal
+from fractions import Fraction
 from typing import Any, Literal
 
 import pytest
@@ -307,3 +308,49 @@ def test_figures_equal_to_the_floor_are_shown_as_requested_at_any_depth() -> Non
     assert shown["advanced_total"] == {"epsilon": 0.1, "delta": 0.0}
     assert [s["epsilon_site"] for s in shown["sites"]] == [0.1, 0.05]
     assert (shown["epsilon_calibrated"], shown["delta_calibrated"]) == (floor, 0.0)
+
+
+def _advanced_lower(eps: float, k: int, delta_prime: float) -> Fraction:
+    """A rational ≤ ε√(2k ln(1/δ′)) + kε(e^ε − 1) for the doubles given (80-digit decimals,
+    less 10⁻⁶⁰ relative, far more than their rounding)."""
+    ctx = Context(prec=80)
+    s = Decimal(eps)
+    root = ctx.sqrt(ctx.multiply(2 * k, ctx.ln(ctx.divide(1, Decimal(delta_prime)))))
+    value = ctx.add(ctx.multiply(s, root), ctx.multiply(ctx.multiply(k, s), ctx.exp(s) - 1))
+    return Fraction(value) * (1 - Fraction(1, 10**60))
+
+
+# found by random search: here the double evaluation of the advanced bound lies below the real one
+@pytest.mark.parametrize(
+    ("eps", "k", "delta_prime"),
+    [
+        (0.0995435087091941, 116, 1.667393297425864e-05),
+        (1.7796176140422681, 156, 7.975526095053391e-08),
+        (0.3273460305003912, 27, 6.1458271139168965e-09),
+    ],
+)
+def test_advanced_composition_is_an_upper_bound_in_real_arithmetic(
+    eps: float, k: int, delta_prime: float
+) -> None:
+    cost = acc.advanced_composition(PrivacyCost(eps, 1e-7), k, delta_prime)
+    assert Fraction(cost.epsilon) >= _advanced_lower(eps, k, delta_prime)
+    assert Fraction(cost.delta) >= k * Fraction(1e-7) + Fraction(delta_prime)
+    # and tight: one ulp below the charge is already below the real bound's upper bound
+    assert Fraction(math.nextafter(cost.epsilon, 0.0)) < acc.advanced_upper(eps, k, delta_prime)
+    choice = acc.best_composition(PrivacyCost(eps, 1e-7), k, delta_prime)
+    assert choice.advanced == cost
+
+
+def test_best_composition_basic_total_is_rounded_up() -> None:
+    # 3·0.3 in doubles is 0.8999999999999999, below the exact 3·fl(0.3) = 0.89999999999999996…
+    choice = acc.best_composition(PrivacyCost(0.3, 0.1), 3, 1e-5)
+    assert Fraction(choice.basic.epsilon) >= 3 * Fraction(0.3)
+    assert choice.basic.epsilon == math.nextafter(3 * 0.3, math.inf)
+    assert Fraction(choice.basic.delta) >= 3 * Fraction(0.1)
+
+
+def test_advanced_composition_overflow_is_reported() -> None:
+    with pytest.raises(OverflowError):
+        acc.advanced_composition(PrivacyCost(800.0), 3, 1e-5)
+    with pytest.raises(OverflowError):
+        acc.advanced_composition(PrivacyCost(1e300), 3, 1e-5)
