@@ -206,27 +206,59 @@ def best_composition(cost: PrivacyCost, k: int, delta_prime: float) -> Compositi
 
 
 def gaussian_zcdp(sensitivity: float, sigma: float) -> float:
-    """ρ of the Gaussian mechanism N(0, σ²I) on a query of L2 sensitivity Δ: ρ = Δ²/(2σ²)."""
+    """ρ of the Gaussian mechanism N(0, σ²I) on a query of L2 sensitivity Δ: ρ = Δ²/(2σ²),
+    the exact quotient of the doubles given rounded up (a cost is never understated)."""
     for name, value in (("sensitivity", sensitivity), ("sigma", sigma)):
         if not math.isfinite(value) or value <= 0.0:
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return sensitivity**2 / (2.0 * sigma**2)
+    return round_up(Fraction(sensitivity) ** 2 / (2 * Fraction(sigma) ** 2))
 
 
 def zcdp_compose(rhos: Iterable[float]) -> float:
-    """zCDP composes additively: Σρ_i."""
-    total = 0.0
+    """zCDP composes additively: Σρ_i, summed exactly and rounded up."""
+    total = Fraction(0)
     for rho in rhos:
         if not math.isfinite(rho) or rho < 0.0:
             raise ValueError(f"every rho must be finite and ≥ 0, got {rho!r}")
-        total += rho
-    return total
+        total += Fraction(rho)
+    return round_up(total)
 
 
 def zcdp_to_dp(rho: float, delta: float) -> PrivacyCost:
-    """ρ-zCDP ⇒ (ρ + 2√(ρ ln(1/δ)), δ)-DP (Bun & Steinke 2016, Prop. 1.3)."""
+    """ρ-zCDP ⇒ (ρ + 2√(ρ ln(1/δ)), δ)-DP (Bun & Steinke 2016, Prop. 1.3); ε is an upper
+    bound in real arithmetic for the doubles given (:func:`_bun_steinke_upper`), rounded up."""
     _check_rho_delta(rho, delta)
-    return PrivacyCost(rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)), delta)
+    return PrivacyCost(round_up(_bun_steinke_upper(rho, delta)), delta)
+
+
+def _bun_steinke_upper(rho: float, delta: float) -> Fraction:
+    """A rational ≥ ρ + 2√(ρ ln(1/δ)): 60-digit decimals (ln δ of the exact δ, √, products
+    and the sum each correctly rounded, ≤ 10⁻⁵⁹ relative apiece, all terms ≥ 0), plus 10⁻⁴⁰
+    relative."""
+    ctx = Context(prec=60)
+    root = ctx.sqrt(ctx.multiply(Decimal(rho), -ctx.ln(Decimal(delta))))
+    value = Fraction(ctx.add(Decimal(rho), ctx.multiply(2, root)))
+    return value + value / 10**40
+
+
+def _cks_upper(rho: float, alpha: float, delta: float) -> Fraction:
+    """A rational ≥ the Canonne–Kamath–Steinke ε at order α > 1 (a double):
+    αρ + (ln(1/δ) + (α − 1) ln(1 − 1/α) − ln α)/(α − 1), in 60-digit decimals. Every
+    operation is correctly rounded (≤ 10⁻⁵⁹ relative), so the error is below 10⁻⁵⁰ times
+    the same expression with every term taken in absolute value and 1 + (α − 1) added to the
+    numerator (the ln of a rounded argument errs by ≤ 10⁻⁵⁹ absolute), which is added.
+    ln(1 − 1/α) is taken as ln((α − 1)/α), free of cancellation near α = 1."""
+    ctx = Context(prec=60)
+    a = Decimal(alpha)
+    am1 = ctx.subtract(a, 1)
+    log_inv = -ctx.ln(Decimal(delta))
+    log_a = ctx.ln(a)
+    shrink = ctx.multiply(am1, ctx.ln(ctx.divide(am1, a)))  # ≤ 0
+    head = ctx.multiply(a, Decimal(rho))
+    tail = ctx.divide(ctx.subtract(ctx.add(log_inv, shrink), log_a), am1)
+    spread = ctx.add(ctx.add(ctx.add(log_inv, -shrink), abs(log_a)), ctx.add(1, am1))
+    size = ctx.add(head, ctx.divide(spread, am1))
+    return Fraction(ctx.add(head, tail)) + Fraction(size) / 10**50
 
 
 def zcdp_to_dp_cks(rho: float, delta: float) -> PrivacyCost:
@@ -234,8 +266,10 @@ def zcdp_to_dp_cks(rho: float, delta: float) -> PrivacyCost:
 
         ε = min_{α>1} αρ + (ln(1/δ) + (α − 1) ln(1 − 1/α) − ln α)/(α − 1).
 
-    Every α gives a valid ε, so a numerically imperfect minimisation only loses tightness;
-    the result is never larger than :func:`zcdp_to_dp`'s.
+    Every α gives a valid ε, so a numerically imperfect minimisation only loses tightness:
+    the order is searched in doubles, then the ε at the α found (and at the starting guess)
+    is bounded above in decimals (:func:`_cks_upper`) and rounded up, so the result is an
+    upper bound in real arithmetic and never larger than :func:`zcdp_to_dp`'s.
     """
     _check_rho_delta(rho, delta)
     if rho == 0.0:
@@ -255,9 +289,12 @@ def zcdp_to_dp_cks(rho: float, delta: float) -> PrivacyCost:
     res = optimize.minimize_scalar(
         eps_at, bounds=(centre - 20.0, centre + 20.0), method="bounded", options={"xatol": 1e-10}
     )
-    simple = zcdp_to_dp(rho, delta).epsilon
-    eps = min(float(res.fun), eps_at(centre), simple)
-    return PrivacyCost(max(eps, 0.0), delta)
+    bounds = [_bun_steinke_upper(rho, delta)]
+    for t in (float(res.x), centre):
+        alpha = 1.0 + math.exp(t)
+        if alpha > 1.0 and math.isfinite(alpha):
+            bounds.append(_cks_upper(rho, alpha, delta))
+    return PrivacyCost(round_up(max(min(bounds), Fraction(0))), delta)
 
 
 def to_units(value: float, *, unit: Literal["epsilon", "delta"], rounding: str = "up") -> int:

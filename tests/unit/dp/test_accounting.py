@@ -7,6 +7,7 @@ from decimal import Context, Decimal
 from fractions import Fraction
 from typing import Any, Literal
 
+import mpmath as mp  # type: ignore[import-untyped]
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -354,3 +355,61 @@ def test_advanced_composition_overflow_is_reported() -> None:
         acc.advanced_composition(PrivacyCost(800.0), 3, 1e-5)
     with pytest.raises(OverflowError):
         acc.advanced_composition(PrivacyCost(1e300), 3, 1e-5)
+
+
+# found by random search: the double evaluations below lay under the real values
+def test_zcdp_to_dp_is_an_upper_bound_in_real_arithmetic() -> None:
+    for rho, delta in [
+        (4.923114122197424, 2.3185026177708776e-10),
+        (0.7054920869333204, 7.050340248957493e-09),
+    ]:
+        ctx = Context(prec=90)
+        real = Decimal(rho) + 2 * ctx.sqrt(ctx.multiply(Decimal(rho), -ctx.ln(Decimal(delta))))
+        lower = Fraction(real) * (1 - Fraction(1, 10**70))
+        assert Fraction(acc.zcdp_to_dp(rho, delta).epsilon) >= lower
+
+
+def test_gaussian_rho_and_its_composition_are_rounded_up() -> None:
+    sens, sigma = 1.834931336030829, 13.485213008301471
+    exact = Fraction(sens) ** 2 / (2 * Fraction(sigma) ** 2)
+    assert Fraction(acc.gaussian_zcdp(sens, sigma)) >= exact
+    assert acc.gaussian_zcdp(sens, sigma) == acc.round_up(exact)
+    # ten rounds of 0.1 sum to 0.9999999999999999 in doubles, below 10·fl(0.1)
+    assert Fraction(acc.zcdp_compose([0.1] * 10)) >= 10 * Fraction(0.1)
+
+
+@pytest.mark.parametrize(
+    ("rho", "delta"),
+    [
+        (0.056796532807889856, 0.0003477747005349059),
+        (1.199521258993983e-05, 1.3731450805298199e-09),
+        (0.00035985213688173487, 2.2891975512524046e-05),
+    ],
+)
+def test_cks_conversion_is_never_below_the_real_infimum(rho: float, delta: float) -> None:
+    # the infimum over α = 1 + e^t, by golden-section search in 50-digit arithmetic; the
+    # doubles' minimum used to lie an ulp or two below it
+    with mp.workdps(50):
+        infimum = _cks_infimum(rho, delta)
+    cks = acc.zcdp_to_dp_cks(rho, delta).epsilon
+    assert mp.mpf(cks) >= infimum * (1 - mp.mpf(10) ** -40)
+    assert cks <= acc.zcdp_to_dp(rho, delta).epsilon
+
+
+def _cks_infimum(rho: float, delta: float) -> Any:
+    """inf over α = 1 + e^t of the CKS ε, golden-section search in the working precision."""
+    r, log_inv = mp.mpf(rho), -mp.log(mp.mpf(delta))
+
+    def eps_at(t: Any) -> Any:
+        am1 = mp.exp(t)
+        return (1 + am1) * r + (log_inv + am1 * mp.log(am1 / (1 + am1)) - mp.log(1 + am1)) / am1
+
+    centre = 0.5 * math.log(float(log_inv) / rho)
+    lo, hi, ratio = mp.mpf(centre - 20), mp.mpf(centre + 20), (mp.sqrt(5) - 1) / 2
+    for _ in range(250):
+        left, right = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        if eps_at(left) < eps_at(right):
+            hi = right
+        else:
+            lo = left
+    return eps_at((lo + hi) / 2)
