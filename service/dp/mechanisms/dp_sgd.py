@@ -126,7 +126,11 @@ from service.dp.core.accounting import (
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions, option
 from service.dp.core.plan import plan_kind
-from service.dp.core.validation import PrivacyParameterError
+from service.dp.core.validation import (
+    PrivacyParameterError,
+    check_int_in,
+    check_positive_number,
+)
 from service.dp.data import clipping
 from service.dp.data.projection import (
     MAX_SEED,
@@ -423,25 +427,12 @@ def _multiclass_defaults(problem: Problem, epochs: int) -> tuple[int, float]:
 
 def _int_param(params: dict[str, Any], name: str, default: int | None, low: int, high: int) -> Any:
     value = params.get(name, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise PrivacyParameterError(f"{name} must be an integer")
-    if not low <= int(value) <= high:
-        raise PrivacyParameterError(f"{name} must lie between {low} and {high}, got {value}")
-    return int(value)
+    return None if value is None else check_int_in(value, name, low, high)
 
 
 def _positive_float(params: dict[str, Any], name: str, default: float | None) -> float | None:
     value = params.get(name, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PrivacyParameterError(f"{name} must be a number")
-    out = float(value)
-    if not math.isfinite(out) or out <= 0.0:
-        raise PrivacyParameterError(f"{name} must be a finite number > 0, got {value!r}")
-    return out
+    return None if value is None else check_positive_number(value, name)
 
 
 @plan_kind("dp_sgd")
