@@ -408,7 +408,7 @@ def release_sensitivity(sizes: NDArray[np.int64], dim: int, scale: int) -> Fract
     base = gradient_sensitivity(sizes, dim)
     if scale == 1:
         return base
-    root = math.isqrt(dim) + (0 if math.isqrt(dim) ** 2 == dim else 1)
+    root = clipping.ceil_sqrt(dim)
     return base + Fraction(scale * root, 2**1074)
 
 
