@@ -117,6 +117,7 @@ from typing import Any, Final, Generic, TypeVar
 import numpy as np
 
 from service.dp.analysis.task_scores import error_score, score_sensitivity
+from service.dp.core.accounting import largest_share, remainder_within
 from service.dp.core.base import FitResult
 from service.dp.data.prepared import PreparedDesign
 from service.dp.noise.discrete import bernoulli, discrete_laplace, randbelow
@@ -328,10 +329,7 @@ def solve_gaussian_mu(
 
 def _pure_share(epsilon: float, eta: float) -> float:
     """The largest double ε₀ with (2 + η)·ε₀ ≤ ε in exact arithmetic."""
-    value = epsilon / (2.0 + eta)
-    while Fraction(value) * (2 + Fraction(eta)) > Fraction(epsilon):
-        value = math.nextafter(value, 0.0)
-    return value
+    return largest_share(epsilon / (2.0 + eta), 2 + Fraction(eta), epsilon)
 
 
 def solve_budget(epsilon: float, delta: float, law: RepetitionLaw) -> float:
@@ -438,9 +436,7 @@ class RepetitionPlan:
         epsilon0 = solve_budget(epsilon, delta, law)
         share = score_share(n, epsilon0)
         score = epsilon0 * share
-        train = epsilon0 - score
-        while Fraction(train) + Fraction(score) > Fraction(epsilon0):
-            train = math.nextafter(train, 0.0)
+        train = remainder_within(epsilon0, score)
         total, how = total_epsilon(epsilon0, law, delta)
         return cls(
             method=method,

@@ -51,9 +51,11 @@ __all__ = [
     "check_epsilon_delta",
     "from_units",
     "gaussian_zcdp",
+    "largest_share",
     "ledger_amount",
     "ledger_floor",
     "parallel_composition",
+    "remainder_within",
     "round_up",
     "shown_as_requested",
     "to_units",
@@ -155,6 +157,25 @@ def advanced_upper(epsilon: float, k: int, delta_prime: float) -> Fraction:
     factor = max(2, math.ceil(Fraction(grown)))
     margin = Fraction(value) / 10**40 + Fraction(factor * k) * Fraction(epsilon) / 10**50
     return Fraction(value) + margin
+
+
+def largest_share(start: float, factor: Fraction | int, epsilon: float) -> float:
+    """``start`` (the caller's fl(ε/m)) stepped down one ulp at a time until m·share ≤ ε holds
+    in exact arithmetic, m = ``factor`` > 0: m parts of this size never exceed ε."""
+    share, m, target = start, Fraction(factor), Fraction(epsilon)
+    while share > 0.0 and Fraction(share) * m > target:
+        share = math.nextafter(share, 0.0)
+    return share
+
+
+def remainder_within(epsilon: float, used: float) -> float:
+    """The budget left for the other part when ``used`` of ε is taken: fl(ε − used) stepped
+    down one ulp at a time until remainder + used ≤ ε in exact arithmetic; ≤ 0 when nothing
+    is left (the callers refuse then)."""
+    rest, spent, target = epsilon - used, Fraction(used), Fraction(epsilon)
+    while rest > 0.0 and Fraction(rest) + spent > target:
+        rest = math.nextafter(rest, 0.0)
+    return rest
 
 
 def round_up(value: Fraction) -> float:

@@ -122,6 +122,7 @@ from service.dp.core.accounting import (
     PrivacyCost,
     advanced_upper,
     best_composition,
+    largest_share,
 )
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions, option
@@ -297,10 +298,7 @@ def split_epsilon(epsilon: float, parts: int) -> float:
     """The largest float ε_p ≤ ε/parts with parts·ε_p ≤ ε in exact arithmetic."""
     if parts < 1:
         raise ValueError(f"parts must be at least 1, got {parts}")
-    share = epsilon / parts
-    while Fraction(share) * parts > Fraction(epsilon):
-        share = math.nextafter(share, 0.0)
-    return share
+    return largest_share(epsilon / parts, parts, epsilon)
 
 
 def per_step_epsilon(

@@ -59,13 +59,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import partial
 from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.core.accounting import remainder_within
 from service.dp.core.losses import HuberLoss, LogisticLoss, Loss
 from service.dp.core.plan import Plan, plan_kind
 from service.dp.noise import lattice
@@ -413,10 +413,7 @@ def release_share(n: int, tau: float) -> float:
 def split_epsilon(epsilon: float, share: float) -> tuple[float, float]:
     """(ε₁, ε_r) with ε_r = fl(κε) and ε₁ + ε_r ≤ ε in exact arithmetic."""
     release = epsilon * share
-    objective = epsilon - release
-    while Fraction(objective) + Fraction(release) > Fraction(epsilon):
-        objective = math.nextafter(objective, 0.0)
-    return objective, release
+    return remainder_within(epsilon, release), release
 
 
 @plan_kind("certified_release")

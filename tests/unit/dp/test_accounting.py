@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 from decimal import Context, Decimal
 from fractions import Fraction
 from typing import Any, Literal
@@ -413,3 +414,23 @@ def _cks_infimum(rho: float, delta: float) -> Any:
         else:
             lo = left
     return eps_at((lo + hi) / 2)
+
+
+def test_largest_share_and_remainder_match_the_loops_they_replace() -> None:
+    # the step-down loops DP-SGD, repetition, certified release and objective perturbation had
+    rng = random.Random(7)
+    for _ in range(3000):
+        eps = rng.choice([0.1, 0.3, 0.9, 1.0, 7.0]) * rng.uniform(0.5, 2.0)
+        parts = rng.randint(1, 300)
+        share = eps / parts
+        while Fraction(share) * parts > Fraction(eps):
+            share = math.nextafter(share, 0.0)
+        assert acc.largest_share(eps / parts, parts, eps) == share
+        assert parts * Fraction(share) <= Fraction(eps)
+        used = eps * rng.uniform(0.0, 0.6)
+        rest = eps - used
+        while rest > 0.0 and Fraction(rest) + Fraction(used) > Fraction(eps):
+            rest = math.nextafter(rest, 0.0)
+        assert acc.remainder_within(eps, used) == rest
+        assert Fraction(rest) + Fraction(used) <= Fraction(eps)
+    assert acc.remainder_within(1.0, 1.5) <= 0.0
