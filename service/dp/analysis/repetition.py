@@ -300,9 +300,13 @@ def _total_estimate(epsilon0: float, law: RepetitionLaw, delta: float) -> float:
     return min(pure, rdp_to_dp(ORDERS, repeat_rdp(base, law, base_at_infinity=epsilon0), delta))
 
 
-def _rdp_upper(epsilon0: float, law: RepetitionLaw, delta: float) -> Fraction:
+def _rdp_upper(
+    epsilon0: float, law: RepetitionLaw, delta: float, *, mu: float | None = None
+) -> Fraction:
     """A rational ≥ the RDP route of :func:`total_epsilon` (module docstring, "Accounting"),
-    for the doubles ε₀, η, γ, δ and the orders of :data:`ORDERS` (each a valid Rényi order).
+    for the doubles ε₀, η, γ, δ and the orders of :data:`ORDERS` (each a valid Rényi order);
+    with ``mu`` given, that of :func:`gaussian_total` instead (Q's RDP α·μ²/2 + ε_RR(α; ε₀),
+    no order-∞ term; S then also counts 10³·μ²).
     Every step is taken in 80-digit decimals (each operation correctly rounded, ≤ 10⁻⁷⁹
     relative; no intermediate exceeds 10⁴·S in size, S = 1 + ε₀ + ln(1/γ) + ln(1/δ), and
     1 − γ^η is summed as a series where it would cancel) and rounded outward by 10⁻⁴⁰·S, far
@@ -311,7 +315,8 @@ def _rdp_upper(epsilon0: float, law: RepetitionLaw, delta: float) -> Fraction:
     with localcontext(Context(prec=80)) as ctx:
         e0, eta, gamma = Decimal(epsilon0), Decimal(law.eta), Decimal(law.gamma)
         log_inv_gamma, log_delta = -ctx.ln(gamma), ctx.ln(Decimal(delta))
-        slack = (1 + e0 + log_inv_gamma - log_delta) / Decimal(10) ** 40
+        half_mu2 = Decimal(mu or 0.0) * Decimal(mu or 0.0) / 2
+        slack = (1 + e0 + log_inv_gamma - log_delta + 2048 * half_mu2) / Decimal(10) ** 40
 
         def up(value: Decimal) -> Decimal:
             return ctx.add(value, slack)
@@ -322,12 +327,12 @@ def _rdp_upper(epsilon0: float, law: RepetitionLaw, delta: float) -> Fraction:
         for a in orders:
             num = ctx.ln(ctx.add(1, ctx.exp(ctx.multiply(ctx.subtract(1, 2 * a), e0))))
             value = up(ctx.add(e0, ctx.divide(ctx.subtract(num, log_den), ctx.subtract(a, 1))))
-            base.append(min(max(value, Decimal(0)), e0))
+            base.append(min(max(value, Decimal(0)), e0) + a * half_mu2)
         hat = [
             up(ctx.add(ctx.multiply(1 - 1 / a, r), ctx.divide(log_inv_gamma, a)))
             for a, r in zip(orders, base, strict=True)
         ]
-        constant = up(ctx.multiply(1 + eta, min([*hat, e0])))
+        constant = up(ctx.multiply(1 + eta, min([*hat, e0] if mu is None else hat)))
         if law.eta == 0.0:
             mean = ctx.divide(ctx.subtract(ctx.divide(1, gamma), 1), log_inv_gamma)
         else:
@@ -375,7 +380,13 @@ def gaussian_run_rdp(
 
 def gaussian_total(mu: float, score_epsilon: float, law: RepetitionLaw, delta: float) -> float:
     """ε at δ of A over Gaussian runs of GDP parameter μ scored at ε_s (Thm 2 on RDP, then the
-    CKS conversion; no order-∞ term)."""
+    CKS conversion; no order-∞ term), as an upper bound in real arithmetic for the doubles
+    given (:func:`_rdp_upper`), rounded up."""
+    return round_up(_rdp_upper(score_epsilon, law, delta, mu=mu))
+
+
+def _gaussian_estimate(mu: float, score_epsilon: float, law: RepetitionLaw, delta: float) -> float:
+    """:func:`gaussian_total` in doubles (a search aid: it may lie an ulp or so below)."""
     return rdp_to_dp(ORDERS, repeat_rdp(gaussian_run_rdp(mu, score_epsilon), law), delta)
 
 
@@ -390,14 +401,19 @@ def solve_gaussian_mu(
     if gaussian_total(low, score_epsilon, law, delta) >= epsilon:
         raise ValueError("the score's share alone exceeds ε")
     high = 1.0
-    while gaussian_total(high, score_epsilon, law, delta) <= epsilon:
+    while _gaussian_estimate(high, score_epsilon, law, delta) <= epsilon:
         low, high = high, 2.0 * high
     while high - low > 1e-9 * high:
         mid = 0.5 * (low + high)
-        if gaussian_total(mid, score_epsilon, law, delta) <= epsilon:
+        if _gaussian_estimate(mid, score_epsilon, law, delta) <= epsilon:
             low = mid
         else:
             high = mid
+    # the doubles searched; the proved total decides (relative steps 10⁻¹², doubling)
+    step = 1e-12
+    while low > 0.0 and gaussian_total(low, score_epsilon, law, delta) > epsilon:
+        low *= 1.0 - step
+        step = min(2.0 * step, 1e-3)
     if low <= 0.0:
         raise ValueError("no positive μ fits in ε")
     return low
