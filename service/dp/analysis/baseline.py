@@ -43,6 +43,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.core.accounting import remainder_within
 from service.dp.noise.discrete import discrete_laplace
 
 __all__ = [
@@ -81,13 +82,11 @@ def baseline_share(n: int, epsilon: float) -> float:
 
 
 def split_budget(n: int, epsilon: float) -> tuple[float, float]:
-    """(ε_fit, ε_b): the fit's and the count's shares of ε, with ε_fit + ε_b ≤ ε in floating
-    point (ε_fit is rounded down until the sum is)."""
+    """(ε_fit, ε_b): the fit's and the count's shares of ε, with ε_fit + ε_b ≤ ε in exact
+    arithmetic (ε_fit is rounded down until the sum is; a check in doubles let the real sum
+    exceed ε by an ulp, e.g. ε = 0.27 at n = 85 072)."""
     eps_b = baseline_share(n, epsilon) * epsilon
-    eps_fit = epsilon - eps_b
-    while eps_fit + eps_b > epsilon:
-        eps_fit = math.nextafter(eps_fit, 0.0)
-    return eps_fit, eps_b
+    return remainder_within(epsilon, eps_b), eps_b
 
 
 def count_noise_variance(epsilon: float) -> float:

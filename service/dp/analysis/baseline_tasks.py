@@ -58,6 +58,7 @@ from service.dp.analysis.baseline import (
     count_noise_variance,
 )
 from service.dp.analysis.evaluation_regression import GRID_BITS
+from service.dp.core.accounting import remainder_within
 from service.dp.noise.discrete import discrete_laplace
 
 __all__ = [
@@ -111,12 +112,9 @@ def baseline_share(task: str, n: int, epsilon: float) -> float:
 
 
 def split_budget(task: str, n: int, epsilon: float) -> tuple[float, float]:
-    """(ε_fit, ε_b) with ε_fit + ε_b ≤ ε in floating point (ε_fit rounded down until it is)."""
+    """(ε_fit, ε_b) with ε_fit + ε_b ≤ ε in exact arithmetic (ε_fit rounded down until it is)."""
     eps_b = baseline_share(task, n, epsilon) * epsilon
-    eps_fit = epsilon - eps_b
-    while eps_fit + eps_b > epsilon:
-        eps_fit = math.nextafter(eps_fit, 0.0)
-    return eps_fit, eps_b
+    return remainder_within(epsilon, eps_b), eps_b
 
 
 def discrete_laplace_variance(scale: float) -> float:

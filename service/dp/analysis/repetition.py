@@ -111,12 +111,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from decimal import Context, Decimal, localcontext
 from fractions import Fraction
 from typing import Any, Final, Generic, TypeVar
 
 import numpy as np
 
 from service.dp.analysis.task_scores import error_score, score_sensitivity
+from service.dp.core.accounting import largest_share, remainder_within, round_up
 from service.dp.core.base import FitResult
 from service.dp.data.prepared import PreparedDesign
 from service.dp.noise.discrete import bernoulli, discrete_laplace, randbelow
@@ -279,13 +281,93 @@ def rdp_to_dp(orders: Sequence[float], rdp: Sequence[float], delta: float) -> fl
 
 def total_epsilon(epsilon0: float, law: RepetitionLaw, delta: float) -> tuple[float, str]:
     """The (ε, δ) guarantee of A for an ε₀-DP Q: the pure bound (2 + η)ε₀ and, when δ > 0, the
-    RDP conversion; the smaller and which one it is (``"pure"`` or ``"rdp"``)."""
+    RDP conversion; the smaller and which one it is (``"pure"`` or ``"rdp"``). Both are upper
+    bounds in real arithmetic for the doubles given, rounded up: (2 + η)ε₀ exactly, the RDP
+    chain in decimals (:func:`_rdp_upper`), so a charged total is never understated."""
+    pure = round_up((2 + Fraction(law.eta)) * Fraction(epsilon0))
+    if delta <= 0.0 or _total_estimate(epsilon0, law, delta) >= pure:
+        return pure, "pure"
+    rdp = round_up(_rdp_upper(epsilon0, law, delta))
+    return (rdp, "rdp") if rdp < pure else (pure, "pure")
+
+
+def _total_estimate(epsilon0: float, law: RepetitionLaw, delta: float) -> float:
+    """:func:`total_epsilon` in doubles (a search aid: it may lie an ulp or so below)."""
     pure = (2.0 + law.eta) * epsilon0
     if delta <= 0.0:
-        return pure, "pure"
+        return pure
     base = [pure_dp_rdp(epsilon0, a) for a in ORDERS]
-    rdp = rdp_to_dp(ORDERS, repeat_rdp(base, law, base_at_infinity=epsilon0), delta)
-    return (rdp, "rdp") if rdp < pure else (pure, "pure")
+    return min(pure, rdp_to_dp(ORDERS, repeat_rdp(base, law, base_at_infinity=epsilon0), delta))
+
+
+def _rdp_upper(
+    epsilon0: float, law: RepetitionLaw, delta: float, *, mu: float | None = None
+) -> Fraction:
+    """A rational ≥ the RDP route of :func:`total_epsilon` (module docstring, "Accounting"),
+    for the doubles ε₀, η, γ, δ and the orders of :data:`ORDERS` (each a valid Rényi order);
+    with ``mu`` given, that of :func:`gaussian_total` instead (Q's RDP α·μ²/2 + ε_RR(α; ε₀),
+    no order-∞ term; S then also counts 10³·μ²).
+    Every step is taken in 80-digit decimals (each operation correctly rounded, ≤ 10⁻⁷⁹
+    relative; no intermediate exceeds 10⁴·S in size, S = 1 + ε₀ + ln(1/γ) + ln(1/δ), and
+    1 − γ^η is summed as a series where it would cancel) and rounded outward by 10⁻⁴⁰·S, far
+    above the accumulated error. Minima of upper bounds bound the minima."""
+    # every operation, the operators included, in 80 digits
+    with localcontext(Context(prec=80)) as ctx:
+        e0, eta, gamma = Decimal(epsilon0), Decimal(law.eta), Decimal(law.gamma)
+        log_inv_gamma, log_delta = -ctx.ln(gamma), ctx.ln(Decimal(delta))
+        half_mu2 = Decimal(mu or 0.0) * Decimal(mu or 0.0) / 2
+        slack = (1 + e0 + log_inv_gamma - log_delta + 2048 * half_mu2) / Decimal(10) ** 40
+
+        def up(value: Decimal) -> Decimal:
+            return ctx.add(value, slack)
+
+        orders = [Decimal(a) for a in ORDERS]
+        log_den = ctx.ln(ctx.add(1, ctx.exp(-e0)))
+        base = []
+        for a in orders:
+            num = ctx.ln(ctx.add(1, ctx.exp(ctx.multiply(ctx.subtract(1, 2 * a), e0))))
+            value = up(ctx.add(e0, ctx.divide(ctx.subtract(num, log_den), ctx.subtract(a, 1))))
+            base.append(min(max(value, Decimal(0)), e0) + a * half_mu2)
+        hat = [
+            up(ctx.add(ctx.multiply(1 - 1 / a, r), ctx.divide(log_inv_gamma, a)))
+            for a, r in zip(orders, base, strict=True)
+        ]
+        constant = up(ctx.multiply(1 + eta, min([*hat, e0] if mu is None else hat)))
+        if law.eta == 0.0:
+            mean = ctx.divide(ctx.subtract(ctx.divide(1, gamma), 1), log_inv_gamma)
+        else:
+            mean = ctx.divide(
+                ctx.multiply(eta, 1 - gamma),
+                ctx.multiply(gamma, _one_minus_exp(ctx, -eta * log_inv_gamma)),
+            )
+        log_mean = up(ctx.ln(mean))
+        raw = [
+            up(ctx.add(ctx.add(r, constant), ctx.divide(log_mean, a - 1)))
+            for a, r in zip(orders, base, strict=True)
+        ]
+        best: Decimal | None = None
+        running: Decimal | None = None
+        for index in sorted(range(len(orders)), key=lambda i: -orders[i]):
+            running = raw[index] if running is None else min(running, raw[index])
+            a = orders[index]
+            if a > Decimal("1.01"):
+                tail = ctx.divide(ctx.add(log_delta, ctx.ln(a)), a - 1)
+                value = up(ctx.subtract(ctx.add(running, ctx.ln(ctx.divide(a - 1, a))), tail))
+                best = value if best is None else min(best, value)
+        assert best is not None  # ORDERS has orders > 1.01
+        return Fraction(max(best, Decimal(0)))
+
+
+def _one_minus_exp(ctx: Context, x: Decimal) -> Decimal:
+    """1 − e^x for x ≤ 0, by its series −x − x²/2 − … where e^x is near 1 (no cancellation)."""
+    if x < Decimal("-0.001"):
+        return ctx.subtract(1, ctx.exp(x))
+    total, term, k = Decimal(0), -x, 1
+    while term != 0 and abs(term) > abs(x) * Decimal(10) ** -90:
+        total = ctx.add(total, term)
+        k += 1
+        term = ctx.divide(ctx.multiply(term, x), k)
+    return total
 
 
 def gaussian_run_rdp(
@@ -298,7 +380,13 @@ def gaussian_run_rdp(
 
 def gaussian_total(mu: float, score_epsilon: float, law: RepetitionLaw, delta: float) -> float:
     """ε at δ of A over Gaussian runs of GDP parameter μ scored at ε_s (Thm 2 on RDP, then the
-    CKS conversion; no order-∞ term)."""
+    CKS conversion; no order-∞ term), as an upper bound in real arithmetic for the doubles
+    given (:func:`_rdp_upper`), rounded up."""
+    return round_up(_rdp_upper(score_epsilon, law, delta, mu=mu))
+
+
+def _gaussian_estimate(mu: float, score_epsilon: float, law: RepetitionLaw, delta: float) -> float:
+    """:func:`gaussian_total` in doubles (a search aid: it may lie an ulp or so below)."""
     return rdp_to_dp(ORDERS, repeat_rdp(gaussian_run_rdp(mu, score_epsilon), law), delta)
 
 
@@ -313,14 +401,19 @@ def solve_gaussian_mu(
     if gaussian_total(low, score_epsilon, law, delta) >= epsilon:
         raise ValueError("the score's share alone exceeds ε")
     high = 1.0
-    while gaussian_total(high, score_epsilon, law, delta) <= epsilon:
+    while _gaussian_estimate(high, score_epsilon, law, delta) <= epsilon:
         low, high = high, 2.0 * high
     while high - low > 1e-9 * high:
         mid = 0.5 * (low + high)
-        if gaussian_total(mid, score_epsilon, law, delta) <= epsilon:
+        if _gaussian_estimate(mid, score_epsilon, law, delta) <= epsilon:
             low = mid
         else:
             high = mid
+    # the doubles searched; the proved total decides (relative steps 10⁻¹², doubling)
+    step = 1e-12
+    while low > 0.0 and gaussian_total(low, score_epsilon, law, delta) > epsilon:
+        low *= 1.0 - step
+        step = min(2.0 * step, 1e-3)
     if low <= 0.0:
         raise ValueError("no positive μ fits in ε")
     return low
@@ -328,10 +421,7 @@ def solve_gaussian_mu(
 
 def _pure_share(epsilon: float, eta: float) -> float:
     """The largest double ε₀ with (2 + η)·ε₀ ≤ ε in exact arithmetic."""
-    value = epsilon / (2.0 + eta)
-    while Fraction(value) * (2 + Fraction(eta)) > Fraction(epsilon):
-        value = math.nextafter(value, 0.0)
-    return value
+    return largest_share(epsilon / (2.0 + eta), 2 + Fraction(eta), epsilon)
 
 
 def solve_budget(epsilon: float, delta: float, law: RepetitionLaw) -> float:
@@ -343,14 +433,20 @@ def solve_budget(epsilon: float, delta: float, law: RepetitionLaw) -> float:
     if delta <= 0.0:
         return low
     high = epsilon * 4.0
+    pure_share = low
     if total_epsilon(low, law, delta)[0] > epsilon:  # cannot happen: the pure bound is ≤ ε
         raise AssertionError("the pure bound exceeds ε")
     while high - low > 1e-9 * low:
         mid = (low + high) / 2.0
-        if total_epsilon(mid, law, delta)[0] <= epsilon:
+        if _total_estimate(mid, law, delta) <= epsilon:
             low = mid
         else:
             high = mid
+    # the doubles searched; the proved total decides (relative steps 10⁻¹², doubling)
+    step = 1e-12
+    while low > pure_share and total_epsilon(low, law, delta)[0] > epsilon:
+        low = max(pure_share, low * (1.0 - step))
+        step = min(2.0 * step, 1e-3)
     return low
 
 
@@ -438,9 +534,7 @@ class RepetitionPlan:
         epsilon0 = solve_budget(epsilon, delta, law)
         share = score_share(n, epsilon0)
         score = epsilon0 * share
-        train = epsilon0 - score
-        while Fraction(train) + Fraction(score) > Fraction(epsilon0):
-            train = math.nextafter(train, 0.0)
+        train = remainder_within(epsilon0, score)
         total, how = total_epsilon(epsilon0, law, delta)
         return cls(
             method=method,

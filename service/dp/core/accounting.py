@@ -32,7 +32,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from decimal import ROUND_CEILING, ROUND_FLOOR, Context, Decimal
+from decimal import Overflow as DecimalOverflow
 from fractions import Fraction
 from typing import Any, Literal
 
@@ -44,14 +45,18 @@ __all__ = [
     "CompositionChoice",
     "PrivacyCost",
     "advanced_composition",
+    "advanced_upper",
     "basic_composition",
     "best_composition",
     "check_epsilon_delta",
     "from_units",
     "gaussian_zcdp",
+    "largest_share",
     "ledger_amount",
     "ledger_floor",
     "parallel_composition",
+    "remainder_within",
+    "round_up",
     "shown_as_requested",
     "to_units",
     "zcdp_compose",
@@ -120,13 +125,67 @@ def parallel_composition(costs: Iterable[PrivacyCost]) -> PrivacyCost:
 
 def advanced_composition(cost: PrivacyCost, k: int, delta_prime: float) -> PrivacyCost:
     """k-fold adaptive composition of an (ε, δ)-DP mechanism (Dwork–Rothblum–Vadhan):
-    (ε√(2k ln(1/δ′)) + kε(e^ε − 1), kδ + δ′), for a caller-chosen 0 < δ′ < 1."""
+    (ε√(2k ln(1/δ′)) + kε(e^ε − 1), kδ + δ′), for a caller-chosen 0 < δ′ < 1.
+
+    Both parts are upper bounds in real arithmetic for the doubles given, as a charge must be:
+    ε is :func:`advanced_upper` and δ the exact kδ + δ′ (capped at 1), each rounded up to a
+    double. OverflowError when the ε bound exceeds the largest double."""
     _check_k(k)
     if not math.isfinite(delta_prime) or not 0.0 < delta_prime < 1.0:
         raise ValueError(f"delta_prime must satisfy 0 < delta_prime < 1, got {delta_prime!r}")
-    eps = cost.epsilon
-    eps_total = eps * math.sqrt(2.0 * k * math.log(1.0 / delta_prime)) + k * eps * math.expm1(eps)
-    return PrivacyCost(eps_total, min(1.0, k * cost.delta + delta_prime))
+    eps_total = round_up(advanced_upper(cost.epsilon, k, delta_prime))
+    delta_total = round_up(min(Fraction(1), k * Fraction(cost.delta) + Fraction(delta_prime)))
+    return PrivacyCost(eps_total, delta_total)
+
+
+def advanced_upper(epsilon: float, k: int, delta_prime: float) -> Fraction:
+    """A rational ≥ the advanced-composition ε (Dwork, Rothblum & Vadhan 2010)
+    ε√(2k ln(1/δ′)) + kε(e^ε − 1) of k steps of ε-DP, in real arithmetic for the doubles
+    given. Evaluated in 60-digit decimals, where ln, √ and exp are correctly rounded: each of
+    the ≤ 8 roundings is ≤ 10⁻⁵⁹ relative, and e^ε − 1 loses at most e^ε·10⁻⁵⁹ absolute to
+    the cancellation; so the value plus 10⁻⁴⁰ relative and k·ε·max(2, ⌈e^ε⌉)·10⁻⁵⁰ absolute
+    is an upper bound (for ε < ln 2, where DP-SGD searches, the factor is 2)."""
+    ctx = Context(prec=60)
+    s = Decimal(epsilon)
+    root = ctx.sqrt(ctx.multiply(2 * k, ctx.ln(ctx.divide(1, Decimal(delta_prime)))))
+    try:
+        grown = ctx.exp(s)
+    except DecimalOverflow as exc:
+        raise OverflowError("e^ε exceeds the decimal range") from exc
+    growth = ctx.subtract(grown, 1)
+    value = ctx.add(ctx.multiply(s, root), ctx.multiply(ctx.multiply(k, s), growth))
+    factor = max(2, math.ceil(Fraction(grown)))
+    margin = Fraction(value) / 10**40 + Fraction(factor * k) * Fraction(epsilon) / 10**50
+    return Fraction(value) + margin
+
+
+def largest_share(start: float, factor: Fraction | int, epsilon: float) -> float:
+    """``start`` (the caller's fl(ε/m)) stepped down one ulp at a time until m·share ≤ ε holds
+    in exact arithmetic, m = ``factor`` > 0: m parts of this size never exceed ε."""
+    share, m, target = start, Fraction(factor), Fraction(epsilon)
+    while share > 0.0 and Fraction(share) * m > target:
+        share = math.nextafter(share, 0.0)
+    return share
+
+
+def remainder_within(epsilon: float, used: float) -> float:
+    """The budget left for the other part when ``used`` of ε is taken: fl(ε − used) stepped
+    down one ulp at a time until remainder + used ≤ ε in exact arithmetic; ≤ 0 when nothing
+    is left (the callers refuse then)."""
+    rest, spent, target = epsilon - used, Fraction(used), Fraction(epsilon)
+    while rest > 0.0 and Fraction(rest) + spent > target:
+        rest = math.nextafter(rest, 0.0)
+    return rest
+
+
+def round_up(value: Fraction) -> float:
+    """The smallest double ≥ ``value`` (OverflowError beyond the largest double)."""
+    out = float(value)
+    if Fraction(out) < value:
+        out = math.nextafter(out, math.inf)
+    if math.isinf(out):
+        raise OverflowError("the value exceeds the largest double")
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +211,14 @@ class CompositionChoice:
 
 def best_composition(cost: PrivacyCost, k: int, delta_prime: float) -> CompositionChoice:
     """Basic and advanced k-fold composition side by side; advanced is chosen only when its ε
-    is strictly smaller (it always costs δ′ more δ, which the caller agreed to by choosing δ′)."""
+    is strictly smaller (it always costs δ′ more δ, which the caller agreed to by choosing δ′).
+    Both are upper bounds: basic is the exact (kε, kδ) rounded up, advanced as in
+    :func:`advanced_composition`."""
     _check_k(k)
-    basic = PrivacyCost(k * cost.epsilon, min(1.0, k * cost.delta))
+    basic = PrivacyCost(
+        round_up(k * Fraction(cost.epsilon)),
+        round_up(min(Fraction(1), k * Fraction(cost.delta))),
+    )
     advanced = advanced_composition(cost, k, delta_prime)
     method: Literal["basic", "advanced"] = (
         "advanced" if advanced.epsilon < basic.epsilon else "basic"
@@ -163,27 +227,59 @@ def best_composition(cost: PrivacyCost, k: int, delta_prime: float) -> Compositi
 
 
 def gaussian_zcdp(sensitivity: float, sigma: float) -> float:
-    """ρ of the Gaussian mechanism N(0, σ²I) on a query of L2 sensitivity Δ: ρ = Δ²/(2σ²)."""
+    """ρ of the Gaussian mechanism N(0, σ²I) on a query of L2 sensitivity Δ: ρ = Δ²/(2σ²),
+    the exact quotient of the doubles given rounded up (a cost is never understated)."""
     for name, value in (("sensitivity", sensitivity), ("sigma", sigma)):
         if not math.isfinite(value) or value <= 0.0:
             raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-    return sensitivity**2 / (2.0 * sigma**2)
+    return round_up(Fraction(sensitivity) ** 2 / (2 * Fraction(sigma) ** 2))
 
 
 def zcdp_compose(rhos: Iterable[float]) -> float:
-    """zCDP composes additively: Σρ_i."""
-    total = 0.0
+    """zCDP composes additively: Σρ_i, summed exactly and rounded up."""
+    total = Fraction(0)
     for rho in rhos:
         if not math.isfinite(rho) or rho < 0.0:
             raise ValueError(f"every rho must be finite and ≥ 0, got {rho!r}")
-        total += rho
-    return total
+        total += Fraction(rho)
+    return round_up(total)
 
 
 def zcdp_to_dp(rho: float, delta: float) -> PrivacyCost:
-    """ρ-zCDP ⇒ (ρ + 2√(ρ ln(1/δ)), δ)-DP (Bun & Steinke 2016, Prop. 1.3)."""
+    """ρ-zCDP ⇒ (ρ + 2√(ρ ln(1/δ)), δ)-DP (Bun & Steinke 2016, Prop. 1.3); ε is an upper
+    bound in real arithmetic for the doubles given (:func:`_bun_steinke_upper`), rounded up."""
     _check_rho_delta(rho, delta)
-    return PrivacyCost(rho + 2.0 * math.sqrt(rho * math.log(1.0 / delta)), delta)
+    return PrivacyCost(round_up(_bun_steinke_upper(rho, delta)), delta)
+
+
+def _bun_steinke_upper(rho: float, delta: float) -> Fraction:
+    """A rational ≥ ρ + 2√(ρ ln(1/δ)): 60-digit decimals (ln δ of the exact δ, √, products
+    and the sum each correctly rounded, ≤ 10⁻⁵⁹ relative apiece, all terms ≥ 0), plus 10⁻⁴⁰
+    relative."""
+    ctx = Context(prec=60)
+    root = ctx.sqrt(ctx.multiply(Decimal(rho), -ctx.ln(Decimal(delta))))
+    value = Fraction(ctx.add(Decimal(rho), ctx.multiply(2, root)))
+    return value + value / 10**40
+
+
+def _cks_upper(rho: float, alpha: float, delta: float) -> Fraction:
+    """A rational ≥ the Canonne–Kamath–Steinke ε at order α > 1 (a double):
+    αρ + (ln(1/δ) + (α − 1) ln(1 − 1/α) − ln α)/(α − 1), in 60-digit decimals. Every
+    operation is correctly rounded (≤ 10⁻⁵⁹ relative), so the error is below 10⁻⁵⁰ times
+    the same expression with every term taken in absolute value and 1 + (α − 1) added to the
+    numerator (the ln of a rounded argument errs by ≤ 10⁻⁵⁹ absolute), which is added.
+    ln(1 − 1/α) is taken as ln((α − 1)/α), free of cancellation near α = 1."""
+    ctx = Context(prec=60)
+    a = Decimal(alpha)
+    am1 = ctx.subtract(a, 1)
+    log_inv = -ctx.ln(Decimal(delta))
+    log_a = ctx.ln(a)
+    shrink = ctx.multiply(am1, ctx.ln(ctx.divide(am1, a)))  # ≤ 0
+    head = ctx.multiply(a, Decimal(rho))
+    tail = ctx.divide(ctx.subtract(ctx.add(log_inv, shrink), log_a), am1)
+    spread = ctx.add(ctx.add(ctx.add(log_inv, -shrink), abs(log_a)), ctx.add(1, am1))
+    size = ctx.add(head, ctx.divide(spread, am1))
+    return Fraction(ctx.add(head, tail)) + Fraction(size) / 10**50
 
 
 def zcdp_to_dp_cks(rho: float, delta: float) -> PrivacyCost:
@@ -191,8 +287,10 @@ def zcdp_to_dp_cks(rho: float, delta: float) -> PrivacyCost:
 
         ε = min_{α>1} αρ + (ln(1/δ) + (α − 1) ln(1 − 1/α) − ln α)/(α − 1).
 
-    Every α gives a valid ε, so a numerically imperfect minimisation only loses tightness;
-    the result is never larger than :func:`zcdp_to_dp`'s.
+    Every α gives a valid ε, so a numerically imperfect minimisation only loses tightness:
+    the order is searched in doubles, then the ε at the α found (and at the starting guess)
+    is bounded above in decimals (:func:`_cks_upper`) and rounded up, so the result is an
+    upper bound in real arithmetic and never larger than :func:`zcdp_to_dp`'s.
     """
     _check_rho_delta(rho, delta)
     if rho == 0.0:
@@ -212,9 +310,12 @@ def zcdp_to_dp_cks(rho: float, delta: float) -> PrivacyCost:
     res = optimize.minimize_scalar(
         eps_at, bounds=(centre - 20.0, centre + 20.0), method="bounded", options={"xatol": 1e-10}
     )
-    simple = zcdp_to_dp(rho, delta).epsilon
-    eps = min(float(res.fun), eps_at(centre), simple)
-    return PrivacyCost(max(eps, 0.0), delta)
+    bounds = [_bun_steinke_upper(rho, delta)]
+    for t in (float(res.x), centre):
+        alpha = 1.0 + math.exp(t)
+        if alpha > 1.0 and math.isfinite(alpha):
+            bounds.append(_cks_upper(rho, alpha, delta))
+    return PrivacyCost(round_up(max(min(bounds), Fraction(0))), delta)
 
 
 def to_units(value: float, *, unit: Literal["epsilon", "delta"], rounding: str = "up") -> int:

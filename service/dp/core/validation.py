@@ -20,7 +20,9 @@ __all__ = [
     "ROW_NORM_TOLERANCE",
     "PrivacyParameterError",
     "check_dimensions",
+    "check_int_in",
     "check_known_params",
+    "check_positive_number",
     "check_regularization",
     "nonnegative_float_param",
     "positive_float_param",
@@ -106,6 +108,25 @@ def check_dimensions(n: object, d: object) -> tuple[int, int]:
         if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
             raise PrivacyParameterError(f"{name} must be a positive integer, got {value!r}")
     return int(n), int(d)  # type: ignore[call-overload]
+
+
+def check_int_in(value: object, name: str, low: int, high: int) -> int:
+    """``value`` as an int with low ≤ value ≤ high (Python or NumPy integers, not bools)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise PrivacyParameterError(f"{name} must be an integer")
+    if not low <= int(value) <= high:
+        raise PrivacyParameterError(f"{name} must lie between {low} and {high}, got {value}")
+    return int(value)
+
+
+def check_positive_number(value: object, name: str) -> float:
+    """``value`` (an int or float, not a bool) as a finite float > 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise PrivacyParameterError(f"{name} must be a number")
+    out = float(value)
+    if not math.isfinite(out) or out <= 0.0:
+        raise PrivacyParameterError(f"{name} must be a finite number > 0, got {value!r}")
+    return out
 
 
 def check_known_params(params: Mapping[str, Any], allowed: Collection[str], owner: str) -> None:

@@ -71,8 +71,11 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.core.accounting import round_up
+
 __all__ = [
     "UNIT_ROUNDOFF",
+    "ceil_sqrt",
     "clip_caps",
     "clip_coefficients",
     "clipped_mean",
@@ -139,7 +142,8 @@ def _check_clip(clip: float) -> None:
         raise ValueError(f"the clip bound must be a finite positive number, got {clip!r}")
 
 
-def _ceil_sqrt(d: int) -> int:
+def ceil_sqrt(d: int) -> int:
+    """⌈√d⌉ for an integer d ≥ 0, exactly (integer square root)."""
     root = math.isqrt(d)
     return root if root * root == d else root + 1
 
@@ -153,7 +157,7 @@ def sum_error_bound(n: int, d: int, clip: float) -> Fraction:
         raise ValueError("n·C is too large for a floating-point bound")
     nu = n * UNIT_ROUNDOFF
     gamma = nu / (1 - nu)
-    return gamma * n * Fraction(clip) + _ceil_sqrt(d) * n * _ETA
+    return gamma * n * Fraction(clip) + ceil_sqrt(d) * n * _ETA
 
 
 def sum_sensitivity(n: int, d: int, clip: float) -> Fraction:
@@ -165,16 +169,8 @@ def mean_sensitivity(n: int, d: int, clip: float) -> Fraction:
     """Δ_mean(n) = 2C/n + 2[(E + u(nC + E))/n + √d·η/2]: that of the computed mean (step 4)."""
     error = sum_error_bound(n, d, clip)
     c = Fraction(clip)
-    per_dataset = (error + UNIT_ROUNDOFF * (n * c + error)) / n + _ceil_sqrt(d) * _ETA / 2
+    per_dataset = (error + UNIT_ROUNDOFF * (n * c + error)) / n + ceil_sqrt(d) * _ETA / 2
     return 2 * c / n + 2 * per_dataset
-
-
-def round_up(value: Fraction) -> float:
-    """The smallest double ≥ ``value``."""
-    out = float(value)
-    if Fraction(out) < value:
-        out = math.nextafter(out, math.inf)
-    return out
 
 
 def scale_for(epsilon: float, sensitivity: Fraction) -> float:

@@ -261,11 +261,6 @@ def grid_scale(sigma: float) -> int:
     return 1 << min(_MAX_SCALE_EXPONENT, math.ceil(math.log2(sigma / _SIGMA_PER_SCALE)))
 
 
-def _ceil_sqrt(d: int) -> int:
-    root = math.isqrt(d)
-    return root if root * root == d else root + 1
-
-
 def site_noise(n: int, d: int, clip: float, sigma: float) -> dict[str, Any]:
     """:func:`site_plan`'s record (the per-site entry of a calibration's ``details``)."""
     return site_plan(n, d, clip, sigma).record()
@@ -279,7 +274,9 @@ def site_plan(n: int, d: int, clip: float, sigma: float) -> GaussianSitePlan:
     base = clipping.sum_sensitivity(n, d, clip)
     scale = 1
     while True:
-        exact = base + (2 * scale * _ceil_sqrt(d) * Fraction(1, 2**1075) if scale > 1 else 0)
+        exact = base + (
+            2 * scale * clipping.ceil_sqrt(d) * Fraction(1, 2**1075) if scale > 1 else 0
+        )
         own = clipping.round_up(Fraction(sigma) * exact / (2 * Fraction(clip)))
         if grid_scale(own) <= scale:
             break

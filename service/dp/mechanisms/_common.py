@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy import special
 
-from service.dp.core.accounting import check_epsilon_delta
+from service.dp.core.accounting import check_epsilon_delta, remainder_within
 from service.dp.core.base import Calibration, LinearModel, Problem, ProgressCallback
 from service.dp.core.losses import Loss, get_loss
 from service.dp.core.plan import Plan, plan_kind
@@ -438,9 +438,7 @@ def jacobian_slack(
         # > 0 in exact arithmetic: ln(1 + c/(nλ)) > ε/2 ⇔ c/(n(e^{ε/2} − 1)) > λ
         extra = max(0.0, c / (n * math.expm1(epsilon / 2.0)) - regularization)
     jacobian = round_up(log1p_upper(Fraction(c) / (n * Fraction(regularization + extra))))
-    epsilon_noise = epsilon - jacobian
-    while epsilon_noise > 0.0 and Fraction(epsilon_noise) + Fraction(jacobian) > Fraction(epsilon):
-        epsilon_noise = math.nextafter(epsilon_noise, 0.0)
+    epsilon_noise = remainder_within(epsilon, jacobian)
     if not epsilon_noise > 0.0:  # pragma: no cover - only reachable through rounding
         raise PrivacyParameterError(
             f"ε = {epsilon:g} leaves no budget for the noise after the Jacobian term"

@@ -165,8 +165,7 @@ def _noise_for(
     counts the terms of the norm the sensitivity is measured in) and
         σⁿ the smallest double ≥ z·Δⁿ, so Δⁿ/σⁿ ≤ 1/z exactly. s is a fixed point (σⁿ grows with
         s), as in :func:`service.dp.federated.gaussian_rounds.site_plan`."""
-    root = math.isqrt(dim)
-    root = root if root * root == dim else root + 1
+    root = clipping.ceil_sqrt(dim)
     scale = 1
     while True:
         computed = exact + 2 * error

@@ -120,13 +120,18 @@ from numpy.typing import NDArray
 from service.dp.core.accounting import (
     CompositionChoice,
     PrivacyCost,
-    advanced_composition,
+    advanced_upper,
     best_composition,
+    largest_share,
 )
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
 from service.dp.core.options import Capabilities, MechanismOptions, option
 from service.dp.core.plan import plan_kind
-from service.dp.core.validation import PrivacyParameterError
+from service.dp.core.validation import (
+    PrivacyParameterError,
+    check_int_in,
+    check_positive_number,
+)
 from service.dp.data import clipping
 from service.dp.data.projection import (
     MAX_SEED,
@@ -293,10 +298,7 @@ def split_epsilon(epsilon: float, parts: int) -> float:
     """The largest float ε_p ≤ ε/parts with parts·ε_p ≤ ε in exact arithmetic."""
     if parts < 1:
         raise ValueError(f"parts must be at least 1, got {parts}")
-    share = epsilon / parts
-    while Fraction(share) * parts > Fraction(epsilon):
-        share = math.nextafter(share, 0.0)
-    return share
+    return largest_share(epsilon / parts, parts, epsilon)
 
 
 def per_step_epsilon(
@@ -320,7 +322,10 @@ def per_step_epsilon(
             return basic_step, None
 
     def advanced_eps(value: float) -> float:
-        return advanced_composition(PrivacyCost(value), steps, delta_prime).epsilon
+        # a double estimate to search with; the proved bound decides below
+        return value * math.sqrt(2.0 * steps * math.log(1.0 / delta_prime)) + (
+            steps * value * math.expm1(value)
+        )
 
     # the root lies below ln 2: there the advanced bound is ≥ k ln 2 > k·basic_step = ε
     from scipy import optimize  # here, not at the top: processes that never solve skip it
@@ -339,24 +344,6 @@ def per_step_epsilon(
         advanced=PrivacyCost(clipping.round_up(advanced), delta_prime),
         method="advanced" if advanced < basic else "basic",
     )
-
-
-def advanced_upper(step: float, steps: int, delta_prime: float) -> Fraction:
-    """A rational ≥ the advanced-composition ε (Dwork, Rothblum & Vadhan 2010)
-    ε_s√(2k ln(1/δ′)) + kε_s(e^{ε_s} − 1) of k steps of ε_s-DP, in real arithmetic for the
-    doubles given. Evaluated in 60-digit decimals, where ln, √ and exp are correctly rounded:
-    each of the ≤ 8 roundings is ≤ 10⁻⁵⁹ relative, and e^{ε_s} − 1 loses at most
-    e^{ε_s}·10⁻⁵⁹ absolute to the cancellation; so the value plus 10⁻⁴⁰ relative and
-    k·ε_s·e^{ε_s}·10⁻⁵⁰ absolute (ε_s < ln 2 here, e^{ε_s} < 2) is an upper bound."""
-    from decimal import Context, Decimal  # kept out of the import block (lazy imports there)
-
-    ctx = Context(prec=60)
-    s = Decimal(step)
-    root = ctx.sqrt(ctx.multiply(2 * steps, ctx.ln(ctx.divide(1, Decimal(delta_prime)))))
-    growth = ctx.subtract(ctx.exp(s), 1)
-    value = ctx.add(ctx.multiply(s, root), ctx.multiply(ctx.multiply(steps, s), growth))
-    margin = Fraction(1, 10**40) * Fraction(value) + Fraction(2 * steps) * Fraction(step) / 10**50
-    return Fraction(value) + margin
 
 
 def multiclass_defaults(n: int, dim: int, epsilon_pass: float) -> tuple[int, float]:
@@ -419,7 +406,7 @@ def release_sensitivity(sizes: NDArray[np.int64], dim: int, scale: int) -> Fract
     base = gradient_sensitivity(sizes, dim)
     if scale == 1:
         return base
-    root = math.isqrt(dim) + (0 if math.isqrt(dim) ** 2 == dim else 1)
+    root = clipping.ceil_sqrt(dim)
     return base + Fraction(scale * root, 2**1074)
 
 
@@ -438,25 +425,12 @@ def _multiclass_defaults(problem: Problem, epochs: int) -> tuple[int, float]:
 
 def _int_param(params: dict[str, Any], name: str, default: int | None, low: int, high: int) -> Any:
     value = params.get(name, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise PrivacyParameterError(f"{name} must be an integer")
-    if not low <= int(value) <= high:
-        raise PrivacyParameterError(f"{name} must lie between {low} and {high}, got {value}")
-    return int(value)
+    return None if value is None else check_int_in(value, name, low, high)
 
 
 def _positive_float(params: dict[str, Any], name: str, default: float | None) -> float | None:
     value = params.get(name, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PrivacyParameterError(f"{name} must be a number")
-    out = float(value)
-    if not math.isfinite(out) or out <= 0.0:
-        raise PrivacyParameterError(f"{name} must be a finite number > 0, got {value!r}")
-    return out
+    return None if value is None else check_positive_number(value, name)
 
 
 @plan_kind("dp_sgd")

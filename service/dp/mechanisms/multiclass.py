@@ -72,6 +72,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.core.accounting import remainder_within
 from service.dp.core.base import Calibration, Problem, ProgressCallback
 from service.dp.core.plan import plan_kind
 from service.dp.core.released import MulticlassModel
@@ -135,9 +136,7 @@ def jacobian_slack(
     if jacobian(regularization) > epsilon / 2.0:
         extra = max(0.0, 1.0 / (K * n * math.expm1(epsilon / (2.0 * (K - 1)))) - regularization)
     eps_j = jacobian_upper(regularization + extra, n, K)
-    eps_prime = epsilon - eps_j
-    while eps_prime > 0.0 and Fraction(eps_prime) + Fraction(eps_j) > Fraction(epsilon):
-        eps_prime = math.nextafter(eps_prime, 0.0)
+    eps_prime = remainder_within(epsilon, eps_j)
     if not eps_prime > 0.0:  # pragma: no cover - only reachable through rounding
         raise PrivacyParameterError(
             f"ε = {epsilon:g} leaves no budget for the noise after the Jacobian term"

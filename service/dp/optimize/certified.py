@@ -59,16 +59,17 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from fractions import Fraction
 from functools import partial
 from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
 
+from service.dp.core.accounting import remainder_within
 from service.dp.core.losses import HuberLoss, LogisticLoss, Loss
 from service.dp.core.plan import Plan, plan_kind
 from service.dp.noise import lattice
+from service.dp.noise.lattice.fast import LN2_HI, LN2_LO
 from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, compensated_row_sums, gamma, norm_up
 from service.dp.optimize.solvers import ConvergenceError, FinalPass, solve_erm
 
@@ -123,9 +124,8 @@ _MAX_SHARE: Final[float] = 0.5
 #: Adult, one thread)
 BLOCK_ROWS: Final[int] = 4096
 
-# exp: ln 2 split as in service.dp.noise.lattice (LN2_HI has 32 significant bits), Taylor degree 13
-_LN2_HI: Final[float] = float.fromhex("0x1.62e42fee00000p-1")
-_LN2_LO: Final[float] = float.fromhex("0x1.a39ef35793c76p-33")
+# exp: ln 2 split as in service.dp.noise.lattice.fast (LN2_HI has 32 significant bits), Taylor
+# degree 13
 _INV_LN2: Final[float] = 1.4426950408889634
 _DEGREE: Final[int] = 13
 _TAYLOR: Final[tuple[float, ...]] = tuple(1.0 / math.factorial(j) for j in range(_DEGREE + 1))
@@ -155,12 +155,12 @@ def exp_enclosure(v: FloatArray) -> tuple[FloatArray, FloatArray]:
     low = v < _EXP_FLOOR
     safe = np.where(low, 0.0, v)
     k = np.rint(safe * _INV_LN2)
-    r = (safe - k * _LN2_HI) - k * _LN2_LO
+    r = (safe - k * LN2_HI) - k * LN2_LO
     p = np.full_like(r, _TAYLOR[-1])
     for c in reversed(_TAYLOR[:-1]):
         p *= r
         p += c
-    e_r = UNIT_ROUNDOFF * (np.abs(k) * _LN2_LO + np.abs(r)) + np.abs(k) * 2.0**-86
+    e_r = UNIT_ROUNDOFF * (np.abs(k) * LN2_LO + np.abs(r)) + np.abs(k) * 2.0**-86
     e_p = (gamma(2 * _DEGREE + 1) * 1.5 + 2.0**-57 + 1.5 * e_r) * KAPPA
     ki = k.astype(np.int64)
     out = np.where(low, 0.0, np.ldexp(p, ki))
@@ -413,10 +413,7 @@ def release_share(n: int, tau: float) -> float:
 def split_epsilon(epsilon: float, share: float) -> tuple[float, float]:
     """(ε₁, ε_r) with ε_r = fl(κε) and ε₁ + ε_r ≤ ε in exact arithmetic."""
     release = epsilon * share
-    objective = epsilon - release
-    while Fraction(objective) + Fraction(release) > Fraction(epsilon):
-        objective = math.nextafter(objective, 0.0)
-    return objective, release
+    return remainder_within(epsilon, release), release
 
 
 @plan_kind("certified_release")

@@ -20,8 +20,9 @@ from service.dp.core.losses import HuberLoss, LogisticLoss, Loss
 from service.dp.core.plan import Plan, plan_kind
 from service.dp.core.validation import PrivacyParameterError
 from service.dp.noise import lattice
+from service.dp.noise.lattice.fast import LN2_LO
 from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma
-from service.dp.optimize.certified import _DEGREE, _LN2_LO, _TINY, BLOCK_ROWS
+from service.dp.optimize.certified import _DEGREE, _TINY, BLOCK_ROWS
 
 __all__ = [
     "MAX_FAILURE_LOG10",
@@ -57,7 +58,7 @@ def derivative_error_bound(loss: Loss, margin_bound: float) -> float:
     |a − m| ≤ (1 + h)(1 + u) + |m|."""
     u = UNIT_ROUNDOFF
     if isinstance(loss, LogisticLoss):
-        e_r = u * 0.35 + 0.5 * (u * _LN2_LO + 2.0**-86)
+        e_r = u * 0.35 + 0.5 * (u * LN2_LO + 2.0**-86)
         e_exp = (1.5 * gamma(2 * _DEGREE + 1) + 2.0**-57 + 1.5 * e_r) * KAPPA * (1 + 2 * u)
         return (e_exp + _TINY + 2.01 * u) * KAPPA * _SAFE
     if isinstance(loss, HuberLoss):

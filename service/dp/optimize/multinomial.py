@@ -41,9 +41,10 @@ from numpy.typing import NDArray
 from scipy import sparse
 
 from service.dp.noise import lattice
+from service.dp.noise.lattice.fast import LN2_LO
 from service.dp.noise.rounding import KAPPA, UNIT_ROUNDOFF, gamma, norm_up
 from service.dp.optimize import certified, certified_failure
-from service.dp.optimize.certified import _DEGREE, _LN2_LO, _TINY, BLOCK_ROWS, exp_enclosure
+from service.dp.optimize.certified import _DEGREE, _TINY, BLOCK_ROWS, exp_enclosure
 from service.dp.optimize.solvers import ConvergenceError
 
 __all__ = [
@@ -361,7 +362,7 @@ def _exp_error_max() -> float:
     (2^k(1.5γ₂₇ + 2⁻⁵⁷ + 1.5e_r)κ(1 + 2u) + 2⁻¹⁰⁷⁴ with 2^k|k| ≤ ½; as in
     :func:`~service.dp.optimize.certified_failure.derivative_error_bound`)."""
     u = UNIT_ROUNDOFF
-    e_r = u * 0.35 + 0.5 * (u * _LN2_LO + 2.0**-86)
+    e_r = u * 0.35 + 0.5 * (u * LN2_LO + 2.0**-86)
     return (1.5 * gamma(2 * _DEGREE + 1) + 2.0**-57 + 1.5 * e_r) * KAPPA * (1 + 2 * u) + _TINY
 
 

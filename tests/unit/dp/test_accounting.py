@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+import random
+from decimal import Context, Decimal
+from fractions import Fraction
 from typing import Any, Literal
 
+import mpmath as mp  # type: ignore[import-untyped]
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -307,3 +310,127 @@ def test_figures_equal_to_the_floor_are_shown_as_requested_at_any_depth() -> Non
     assert shown["advanced_total"] == {"epsilon": 0.1, "delta": 0.0}
     assert [s["epsilon_site"] for s in shown["sites"]] == [0.1, 0.05]
     assert (shown["epsilon_calibrated"], shown["delta_calibrated"]) == (floor, 0.0)
+
+
+def _advanced_lower(eps: float, k: int, delta_prime: float) -> Fraction:
+    """A rational ≤ ε√(2k ln(1/δ′)) + kε(e^ε − 1) for the doubles given (80-digit decimals,
+    less 10⁻⁶⁰ relative, far more than their rounding)."""
+    ctx = Context(prec=80)
+    s = Decimal(eps)
+    root = ctx.sqrt(ctx.multiply(2 * k, ctx.ln(ctx.divide(1, Decimal(delta_prime)))))
+    value = ctx.add(ctx.multiply(s, root), ctx.multiply(ctx.multiply(k, s), ctx.exp(s) - 1))
+    return Fraction(value) * (1 - Fraction(1, 10**60))
+
+
+# found by random search: here the double evaluation of the advanced bound lies below the real one
+@pytest.mark.parametrize(
+    ("eps", "k", "delta_prime"),
+    [
+        (0.0995435087091941, 116, 1.667393297425864e-05),
+        (1.7796176140422681, 156, 7.975526095053391e-08),
+        (0.3273460305003912, 27, 6.1458271139168965e-09),
+    ],
+)
+def test_advanced_composition_is_an_upper_bound_in_real_arithmetic(
+    eps: float, k: int, delta_prime: float
+) -> None:
+    cost = acc.advanced_composition(PrivacyCost(eps, 1e-7), k, delta_prime)
+    assert Fraction(cost.epsilon) >= _advanced_lower(eps, k, delta_prime)
+    assert Fraction(cost.delta) >= k * Fraction(1e-7) + Fraction(delta_prime)
+    # and tight: one ulp below the charge is already below the real bound's upper bound
+    assert Fraction(math.nextafter(cost.epsilon, 0.0)) < acc.advanced_upper(eps, k, delta_prime)
+    choice = acc.best_composition(PrivacyCost(eps, 1e-7), k, delta_prime)
+    assert choice.advanced == cost
+
+
+def test_best_composition_basic_total_is_rounded_up() -> None:
+    # 3·0.3 in doubles is 0.8999999999999999, below the exact 3·fl(0.3) = 0.89999999999999996…
+    choice = acc.best_composition(PrivacyCost(0.3, 0.1), 3, 1e-5)
+    assert Fraction(choice.basic.epsilon) >= 3 * Fraction(0.3)
+    assert choice.basic.epsilon == math.nextafter(3 * 0.3, math.inf)
+    assert Fraction(choice.basic.delta) >= 3 * Fraction(0.1)
+
+
+def test_advanced_composition_overflow_is_reported() -> None:
+    with pytest.raises(OverflowError):
+        acc.advanced_composition(PrivacyCost(800.0), 3, 1e-5)
+    with pytest.raises(OverflowError):
+        acc.advanced_composition(PrivacyCost(1e300), 3, 1e-5)
+
+
+# found by random search: the double evaluations below lay under the real values
+def test_zcdp_to_dp_is_an_upper_bound_in_real_arithmetic() -> None:
+    for rho, delta in [
+        (4.923114122197424, 2.3185026177708776e-10),
+        (0.7054920869333204, 7.050340248957493e-09),
+    ]:
+        ctx = Context(prec=90)
+        real = Decimal(rho) + 2 * ctx.sqrt(ctx.multiply(Decimal(rho), -ctx.ln(Decimal(delta))))
+        lower = Fraction(real) * (1 - Fraction(1, 10**70))
+        assert Fraction(acc.zcdp_to_dp(rho, delta).epsilon) >= lower
+
+
+def test_gaussian_rho_and_its_composition_are_rounded_up() -> None:
+    sens, sigma = 1.834931336030829, 13.485213008301471
+    exact = Fraction(sens) ** 2 / (2 * Fraction(sigma) ** 2)
+    assert Fraction(acc.gaussian_zcdp(sens, sigma)) >= exact
+    assert acc.gaussian_zcdp(sens, sigma) == acc.round_up(exact)
+    # ten rounds of 0.1 sum to 0.9999999999999999 in doubles, below 10·fl(0.1)
+    assert Fraction(acc.zcdp_compose([0.1] * 10)) >= 10 * Fraction(0.1)
+
+
+@pytest.mark.parametrize(
+    ("rho", "delta"),
+    [
+        (0.056796532807889856, 0.0003477747005349059),
+        (1.199521258993983e-05, 1.3731450805298199e-09),
+        (0.00035985213688173487, 2.2891975512524046e-05),
+    ],
+)
+def test_cks_conversion_is_never_below_the_real_infimum(rho: float, delta: float) -> None:
+    # the infimum over α = 1 + e^t, by golden-section search in 50-digit arithmetic; the
+    # doubles' minimum used to lie an ulp or two below it
+    with mp.workdps(50):
+        infimum = _cks_infimum(rho, delta)
+    cks = acc.zcdp_to_dp_cks(rho, delta).epsilon
+    assert mp.mpf(cks) >= infimum * (1 - mp.mpf(10) ** -40)
+    assert cks <= acc.zcdp_to_dp(rho, delta).epsilon
+
+
+def _cks_infimum(rho: float, delta: float) -> Any:
+    """inf over α = 1 + e^t of the CKS ε, golden-section search in the working precision."""
+    r, log_inv = mp.mpf(rho), -mp.log(mp.mpf(delta))
+
+    def eps_at(t: Any) -> Any:
+        am1 = mp.exp(t)
+        return (1 + am1) * r + (log_inv + am1 * mp.log(am1 / (1 + am1)) - mp.log(1 + am1)) / am1
+
+    centre = 0.5 * math.log(float(log_inv) / rho)
+    lo, hi, ratio = mp.mpf(centre - 20), mp.mpf(centre + 20), (mp.sqrt(5) - 1) / 2
+    for _ in range(250):
+        left, right = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        if eps_at(left) < eps_at(right):
+            hi = right
+        else:
+            lo = left
+    return eps_at((lo + hi) / 2)
+
+
+def test_largest_share_and_remainder_match_the_loops_they_replace() -> None:
+    # the step-down loops DP-SGD, repetition, certified release and objective perturbation had
+    rng = random.Random(7)
+    for _ in range(3000):
+        eps = rng.choice([0.1, 0.3, 0.9, 1.0, 7.0]) * rng.uniform(0.5, 2.0)
+        parts = rng.randint(1, 300)
+        share = eps / parts
+        while Fraction(share) * parts > Fraction(eps):
+            share = math.nextafter(share, 0.0)
+        assert acc.largest_share(eps / parts, parts, eps) == share
+        assert parts * Fraction(share) <= Fraction(eps)
+        used = eps * rng.uniform(0.0, 0.6)
+        rest = eps - used
+        while rest > 0.0 and Fraction(rest) + Fraction(used) > Fraction(eps):
+            rest = math.nextafter(rest, 0.0)
+        assert acc.remainder_within(eps, used) == rest
+        assert Fraction(rest) + Fraction(used) <= Fraction(eps)
+    assert acc.remainder_within(1.0, 1.5) <= 0.0

@@ -129,3 +129,12 @@ def test_scale_for_is_the_largest_admissible_double() -> None:
         assert Fraction(beta) * sens <= Fraction(eps)
         assert Fraction(math.nextafter(beta, math.inf)) * sens > Fraction(eps)
     assert Fraction(clipping.round_up(Fraction(1, 3))) >= Fraction(1, 3)
+
+
+def test_ceil_sqrt_is_exact_where_doubles_are_not() -> None:
+    # one ⌈√d⌉ serves the clipped sums, DP-SGD's and ADASSP's release grids and federated rounds
+    for d in [*range(0, 200), 10**6, 10**6 + 1, (2**26 + 1) ** 2, (2**26 + 1) ** 2 - 1]:
+        root = clipping.ceil_sqrt(d)
+        assert (root - 1) ** 2 < d <= root**2 or d == root == 0
+    big = (10**20 + 1) ** 2 - 1  # math.ceil(math.sqrt(big)) rounds to 10**20, one too few
+    assert clipping.ceil_sqrt(big) == 10**20 + 1

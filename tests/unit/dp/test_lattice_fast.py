@@ -26,9 +26,9 @@ def _decimal_ln(x: float) -> Decimal:
 def test_the_ln2_split_and_the_mantissa_threshold() -> None:
     with localcontext() as ctx:
         ctx.prec = 60
-        split = Decimal(fast._LN2_HI) + Decimal(fast._LN2_LO)
+        split = Decimal(fast.LN2_HI) + Decimal(fast.LN2_LO)
         assert abs(split - Decimal(2).ln()) <= Decimal(2) ** -86
-        assert (fast._LN2_HI * 2.0**32).is_integer()  # 32 bits: e·_LN2_HI is exact
+        assert (fast.LN2_HI * 2.0**32).is_integer()  # 32 bits: e·LN2_HI is exact
         assert Decimal(fast._SQRT_HALF) > Decimal(1) / Decimal(2).sqrt()
         assert Decimal(fast._SQRT_HALF) - Decimal(1) / Decimal(2).sqrt() < Decimal(2) ** -53
 

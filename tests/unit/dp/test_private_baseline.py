@@ -5,6 +5,7 @@ warning's threshold."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -28,6 +29,14 @@ def test_the_share_follows_its_public_rule(n: int, epsilon: float, share: float)
     assert count == pytest.approx(share * epsilon, rel=1e-12)
     assert fit == pytest.approx(epsilon - share * epsilon, rel=1e-12)
     assert fit + count <= epsilon
+
+
+# found by random search: a check in doubles let these splits exceed ε by an ulp
+@pytest.mark.parametrize(("n", "epsilon"), [(90_508, 4.7), (85_072, 0.27), (14_848, 1.87)])
+def test_the_split_fits_epsilon_in_exact_arithmetic(n: int, epsilon: float) -> None:
+    fit, count = pb.split_budget(n, epsilon)
+    assert Fraction(fit) + Fraction(count) <= Fraction(epsilon)
+    assert Fraction(math.nextafter(fit, math.inf)) + Fraction(count) > Fraction(epsilon)
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan])

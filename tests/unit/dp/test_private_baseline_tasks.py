@@ -7,6 +7,7 @@ neighbour sensitivities, the post-processing and the warning's direction."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -45,6 +46,14 @@ def test_the_share_follows_its_public_rule(task: str, n: int, epsilon: float, sh
     assert release == pytest.approx(share * epsilon, rel=1e-12)
     assert fit + release <= epsilon
     assert fit == pytest.approx(epsilon - share * epsilon, rel=1e-12)
+
+
+# found by random search: a check in doubles let these splits exceed ε by an ulp
+@pytest.mark.parametrize(("n", "epsilon"), [(95_847, 1.091), (81_002, 3.09), (39_172, 0.1176)])
+def test_the_split_fits_epsilon_in_exact_arithmetic(n: int, epsilon: float) -> None:
+    fit, release = bt.split_budget("multiclass", n, epsilon)
+    assert Fraction(fit) + Fraction(release) <= Fraction(epsilon)
+    assert Fraction(math.nextafter(fit, math.inf)) + Fraction(release) > Fraction(epsilon)
 
 
 def test_the_share_constants_are_the_derived_ones() -> None:

@@ -495,3 +495,13 @@ def test_fit_releases_a_stacked_model_without_a_single_coefficient_vector() -> N
         assert res.decision_function(X).shape == (600,)
         dry = calibrate(name, n=600, d=4, epsilon=0.5, regularization=0.05, **params)
         assert dry.details == res.details
+
+
+def test_pst_f_low_level_total_is_never_shown_below_the_exact_sum() -> None:
+    # these shares of ε = 0.15 add to a rational whose nearest double lies below it
+    q = [0.033223941056973655, 0.9667760589430263]
+    problem = _problem(STACKING_FEATURES, 400, 3, 0.15, feature_groups=[[0], [1, 2]], importance=q)
+    plan = STACKING_FEATURES.plan(problem)
+    exact = sum((Fraction(p.inputs.epsilon) for p in plan.low_level), Fraction(0))
+    assert Fraction(plan.low_level_epsilon) >= exact
+    assert Fraction(plan.low_level_epsilon) <= Fraction(0.15)

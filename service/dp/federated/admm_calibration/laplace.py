@@ -6,8 +6,9 @@ Thm 1 for DVP, Thm 2 for PVP); the T rounds compose (the tighter of basic and, w
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
-from service.dp.core.accounting import CompositionChoice, PrivacyCost
+from service.dp.core.accounting import CompositionChoice, PrivacyCost, round_up
 from service.dp.federated._common import FederatedCalibration, FederatedProblem, finite
 from service.dp.federated.admm_calibration.params import NAME, SOLVER_SLACK
 from service.dp.federated.admm_calibration.plans import ADMMPlan, ADMMSitePlan
@@ -32,7 +33,8 @@ def _calibrate_laplace(problem: FederatedProblem, request: _Request) -> Federate
     T, perturbation, delta_prime = request.iterations, request.perturbation, request.delta_prime
     eps = problem.epsilon
     alpha, choice = per_iteration_alpha(eps, T, delta_prime)
-    basic_total = PrivacyCost(T * alpha, 0.0)
+    # T·α is ≤ ε exactly; its double is rounded up so the charge is never below it
+    basic_total = PrivacyCost(round_up(T * Fraction(alpha)), 0.0)
     if choice is not None and choice.method == "advanced":
         cost, method = choice.advanced, "advanced"
     else:

@@ -3,11 +3,14 @@ and the plan fields it fixes for every variant."""
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 from service.dp.core.losses import Loss
-from service.dp.core.validation import PrivacyParameterError, check_known_params
+from service.dp.core.validation import (
+    PrivacyParameterError,
+    check_known_params,
+    check_positive_number,
+)
 from service.dp.federated._common import FederatedProblem, choice_param, int_param
 from service.dp.federated.admm_calibration.graph import neighbours_from_params
 from service.dp.federated.admm_calibration.params import (
@@ -60,7 +63,7 @@ def _read_request(problem: FederatedProblem) -> _Request:
     default_T = GAUSSIAN_ITERATIONS if gaussian else DEFAULT_ITERATIONS
     T = int_param(params, "iterations", default_T, minimum=1, maximum=MAX_ITERATIONS)
     if "penalty" in params:
-        penalty = _positive(params["penalty"], "penalty")
+        penalty = check_positive_number(params["penalty"], "penalty")
     elif gaussian:
         penalty = gaussian_default_penalty(lam, c, K, mean_degree)
     else:
@@ -69,7 +72,7 @@ def _read_request(problem: FederatedProblem) -> _Request:
     if delta_prime is not None:
         if perturbation == "none":
             raise PrivacyParameterError("delta_prime applies only to a private perturbation")
-        delta_prime = _positive(delta_prime, "delta_prime")
+        delta_prime = check_positive_number(delta_prime, "delta_prime")
         if not delta_prime < 1.0:
             raise PrivacyParameterError(f"delta_prime must be < 1, got {delta_prime!r}")
         if delta_prime > problem.delta:
@@ -117,12 +120,3 @@ def _check_gaussian_request(problem: FederatedProblem, perturbation: str) -> Non
             'noise "gaussian" needs delta > 0: zCDP converts to (epsilon, delta)-DP only for '
             "delta > 0"
         )
-
-
-def _positive(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PrivacyParameterError(f"{name} must be a number")
-    out = float(value)
-    if not math.isfinite(out) or out <= 0.0:
-        raise PrivacyParameterError(f"{name} must be a finite number > 0, got {value!r}")
-    return out

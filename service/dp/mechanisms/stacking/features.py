@@ -44,9 +44,9 @@ from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, Problem, ProgressCallback
 from service.dp.core.released import StackedModel
-from service.dp.core.validation import PrivacyParameterError
+from service.dp.core.validation import PrivacyParameterError, check_int_in
 from service.dp.mechanisms._common import require_plan
-from service.dp.mechanisms.stacking.levels import _checked, _int, _Stacking
+from service.dp.mechanisms.stacking.levels import _checked, _Stacking
 from service.dp.mechanisms.stacking.options import (
     _FEATURES_PARAMS,
     CAPABILITIES,
@@ -86,7 +86,7 @@ class StackingFeatures(_Stacking):
         d = problem.d
         groups_raw = raw.get("feature_groups")
         if groups_raw is None:
-            K = _int(raw.get("n_models", DEFAULT_N_MODELS), "n_models", 1, 10_000)
+            K = check_int_in(raw.get("n_models", DEFAULT_N_MODELS), "n_models", 1, 10_000)
             K = min(K, d)
             groups = [list(map(int, g)) for g in np.array_split(np.arange(d), K)]
         else:
@@ -101,7 +101,7 @@ class StackingFeatures(_Stacking):
             for k, g in enumerate(groups_raw):
                 if isinstance(g, str | bytes) or not isinstance(g, Sequence | np.ndarray):
                     raise PrivacyParameterError(f"feature group {k} must be a list of columns")
-                cols = [_int(j, f"column index in feature group {k}", 0, d - 1) for j in g]
+                cols = [check_int_in(j, f"column index in feature group {k}", 0, d - 1) for j in g]
                 if not cols:
                     raise PrivacyParameterError(f"feature group {k} is empty")
                 if len(set(cols)) != len(cols) or seen.intersection(cols):

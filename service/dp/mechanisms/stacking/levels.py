@@ -58,14 +58,6 @@ def split_rows(
     return np.sort(perm[:n_high]), perm[n_high:]
 
 
-def _int(value: object, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise PrivacyParameterError(f"{name} must be an integer")
-    if not low <= int(value) <= high:
-        raise PrivacyParameterError(f"{name} must lie between {low} and {high}, got {value}")
-    return int(value)
-
-
 class _Stacking:
     """Shared validation, planning and running of PST-S and PST-F."""
 

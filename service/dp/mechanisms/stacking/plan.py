@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from service.dp.core.accounting import round_up
 from service.dp.core.base import Calibration
 from service.dp.core.plan import plan_kind
 from service.dp.core.released import MetaFeatureKind
@@ -39,10 +40,11 @@ class StackingPlan(MechanismPlan):
     @property
     def low_level_epsilon(self) -> float:
         """PST-S: disjoint blocks, parallel composition (max); PST-F: the same rows,
-        sequential composition (the exact sum of the ε_k)."""
+        sequential composition (the exact sum of the ε_k, rounded up: still ≤ ε, never shown
+        below what the fits spend)."""
         if self.groups is None:
             return max(p.inputs.epsilon for p in self.low_level)
-        return float(sum((Fraction(p.inputs.epsilon) for p in self.low_level), Fraction(0)))
+        return round_up(sum((Fraction(p.inputs.epsilon) for p in self.low_level), Fraction(0)))
 
     @property
     def epsilon(self) -> float:

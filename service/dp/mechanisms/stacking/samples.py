@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from service.dp.core.base import Problem
-from service.dp.core.validation import PrivacyParameterError
-from service.dp.mechanisms.stacking.levels import _int, _Stacking
+from service.dp.core.validation import PrivacyParameterError, check_int_in
+from service.dp.mechanisms.stacking.levels import _Stacking
 from service.dp.mechanisms.stacking.options import (
     _SAMPLES_PARAMS,
     CAPABILITIES,
@@ -43,7 +43,7 @@ class StackingSamples(_Stacking):
 
     def _own_params(self, problem: Problem, common: dict[str, Any]) -> dict[str, Any]:
         n_low = problem.n - int(common["_n_high"])
-        K = _int(problem.params.get("n_models", DEFAULT_N_MODELS), "n_models", 1, 10_000)
+        K = check_int_in(problem.params.get("n_models", DEFAULT_N_MODELS), "n_models", 1, 10_000)
         if n_low < K:
             raise PrivacyParameterError(
                 f"n_models = {K} needs at least {K} rows in the low-level part; use fewer "

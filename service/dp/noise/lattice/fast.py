@@ -118,6 +118,8 @@ from service.dp.noise.lattice.exact import (
 from service.dp.noise.rounding import compensated_row_sums
 
 __all__ = [
+    "LN2_HI",
+    "LN2_LO",
     "GaussianBlock",
     "NormExponentialBlock",
     "gaussian_release",
@@ -133,10 +135,10 @@ _U: Final[float] = 2.0**-53  # unit roundoff of double precision
 _KAPPA: Final[float] = 1.0 + 2.0**-16
 #: every relative error bound of the fast path must be at most this, else the decimal path
 _SMALL: Final[float] = 2.0**-20
-#: ln 2 = _LN2_HI + _LN2_LO + O(2⁻⁸⁶) (fdlibm's split, checked in the tests): _LN2_HI has 32
-#: significant bits, so e·_LN2_HI is exact for every exponent e of a double
-_LN2_HI: Final[float] = float.fromhex("0x1.62e42fee00000p-1")
-_LN2_LO: Final[float] = float.fromhex("0x1.a39ef35793c76p-33")
+#: ln 2 = LN2_HI + LN2_LO + O(2⁻⁸⁶) (fdlibm's split, checked in the tests): LN2_HI has 32
+#: significant bits, so e·LN2_HI is exact for every exponent e of a double
+LN2_HI: Final[float] = float.fromhex("0x1.62e42fee00000p-1")
+LN2_LO: Final[float] = float.fromhex("0x1.a39ef35793c76p-33")
 #: the double nearest 1/√2 (slightly above it): mantissas are brought into [this, 2·this)
 _SQRT_HALF: Final[float] = 0.7071067811865476
 #: 1/(2k + 1), k = 0..10, each rounded to nearest (relative error ≤ u; 1 exactly)
@@ -163,8 +165,8 @@ def _ln(x: FloatArray) -> tuple[FloatArray, FloatArray]:
         p *= w
         p += c
     lm = (2.0 * t) * p
-    tail = e * _LN2_LO + lm
-    out = e * _LN2_HI + tail  # e·LN2_HI exact
+    tail = e * LN2_LO + lm
+    out = e * LN2_HI + tail  # e·LN2_HI exact
     err = (6.0 * _U) * np.abs(lm) + _U * np.abs(tail) + _U * np.abs(out) + 2.0**-80 * np.abs(e)
     return out, err * _KAPPA
 

@@ -12,6 +12,7 @@ are spelled out at each test."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,17 @@ def test_basic_composition_alpha_is_eps_over_t() -> None:
     assert [c.delta for c in cal.site_costs] == [0.0, 0.0]
     assert all(c.epsilon <= 1.0 for c in cal.site_costs)
     assert cal.rounds == 50
+
+
+def test_basic_charge_is_never_below_the_exact_t_alpha() -> None:
+    # ε = 0.1 over T = 7: α = 0.014285714285714284 and 7·α in doubles is 0.09999999999999998,
+    # below the exact 7·fl(α); the charge is that sum rounded up (still ≤ ε)
+    cal = _cal((100,), 0.1, iterations=7)
+    alpha = cal.details["alpha"]
+    assert alpha == 0.014285714285714284
+    charged = cal.site_costs[0].epsilon
+    assert 7 * Fraction(alpha) <= Fraction(charged) <= Fraction(0.1)
+    assert cal.details["basic_total"]["epsilon"] == charged
 
 
 def test_advanced_composition_is_chosen_when_tighter() -> None:
