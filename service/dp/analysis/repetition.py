@@ -113,6 +113,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Context, Decimal, localcontext
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any, Final, Generic, TypeVar
 
 import numpy as np
@@ -300,17 +301,26 @@ def _total_estimate(epsilon0: float, law: RepetitionLaw, delta: float) -> float:
     return min(pure, rdp_to_dp(ORDERS, repeat_rdp(base, law, base_at_infinity=epsilon0), delta))
 
 
+@lru_cache(maxsize=4096)
 def _rdp_upper(
     epsilon0: float, law: RepetitionLaw, delta: float, *, mu: float | None = None
 ) -> Fraction:
     """A rational ≥ the RDP route of :func:`total_epsilon` (module docstring, "Accounting"),
     for the doubles ε₀, η, γ, δ and the orders of :data:`ORDERS` (each a valid Rényi order);
     with ``mu`` given, that of :func:`gaussian_total` instead (Q's RDP α·μ²/2 + ε_RR(α; ε₀),
-    no order-∞ term; S then also counts 10³·μ²).
-    Every step is taken in 80-digit decimals (each operation correctly rounded, ≤ 10⁻⁷⁹
-    relative; no intermediate exceeds 10⁴·S in size, S = 1 + ε₀ + ln(1/γ) + ln(1/δ), and
-    1 − γ^η is summed as a series where it would cancel) and rounded outward by 10⁻⁴⁰·S, far
-    above the accumulated error. Minima of upper bounds bound the minima."""
+    no order-∞ term; S then also counts 10³·μ²). Memoised: a pure function of public doubles.
+
+    The route is a minimum over three choices of order: λ̂ (Thm 2's inner order, or ∞), the
+    order j whose bound ε_A(λ_j) bounds the RDP at λ ≤ λ_j (monotonicity), and the conversion's
+    order λ. Each choice gives a valid upper bound, so any subset of choices bounds too. A pass
+    in doubles (:func:`_candidate_orders`) keeps the choices within 10⁻⁹·(1 + |value|) of its
+    minimum — far above the doubles' error, so the decimals' minimiser is among them and the
+    value is the one over all of :data:`ORDERS` — and only those are proved:
+    every step in 80-digit decimals (each operation correctly rounded, ≤ 10⁻⁷⁹ relative; no
+    intermediate exceeds 10⁴·S in size, S = 1 + ε₀ + ln(1/γ) + ln(1/δ), and 1 − γ^η is
+    summed as a series where it would cancel), rounded outward by 10⁻⁴⁰·S, far above the
+    accumulated error. Minima of upper bounds bound the minima."""
+    hats, pairs = _candidate_orders(epsilon0, law, delta, mu)
     # every operation, the operators included, in 80 digits
     with localcontext(Context(prec=80)) as ctx:
         e0, eta, gamma = Decimal(epsilon0), Decimal(law.eta), Decimal(law.gamma)
@@ -321,16 +331,25 @@ def _rdp_upper(
         def up(value: Decimal) -> Decimal:
             return ctx.add(value, slack)
 
-        orders = [Decimal(a) for a in ORDERS]
         log_den = ctx.ln(ctx.add(1, ctx.exp(-e0)))
-        base = []
-        for a in orders:
-            num = ctx.ln(ctx.add(1, ctx.exp(ctx.multiply(ctx.subtract(1, 2 * a), e0))))
-            value = up(ctx.add(e0, ctx.divide(ctx.subtract(num, log_den), ctx.subtract(a, 1))))
-            base.append(min(max(value, Decimal(0)), e0) + a * half_mu2)
+        base: dict[int, Decimal] = {}
+
+        def base_at(index: int) -> Decimal:
+            if index not in base:
+                a = Decimal(ORDERS[index])
+                num = ctx.ln(ctx.add(1, ctx.exp(ctx.multiply(ctx.subtract(1, 2 * a), e0))))
+                value = up(ctx.add(e0, ctx.divide(ctx.subtract(num, log_den), ctx.subtract(a, 1))))
+                base[index] = min(max(value, Decimal(0)), e0) + a * half_mu2
+            return base[index]
+
         hat = [
-            up(ctx.add(ctx.multiply(1 - 1 / a, r), ctx.divide(log_inv_gamma, a)))
-            for a, r in zip(orders, base, strict=True)
+            up(
+                ctx.add(
+                    ctx.multiply(1 - 1 / Decimal(ORDERS[i]), base_at(i)),
+                    ctx.divide(log_inv_gamma, Decimal(ORDERS[i])),
+                )
+            )
+            for i in hats
         ]
         constant = up(ctx.multiply(1 + eta, min([*hat, e0] if mu is None else hat)))
         if law.eta == 0.0:
@@ -341,21 +360,61 @@ def _rdp_upper(
                 ctx.multiply(gamma, _one_minus_exp(ctx, -eta * log_inv_gamma)),
             )
         log_mean = up(ctx.ln(mean))
-        raw = [
-            up(ctx.add(ctx.add(r, constant), ctx.divide(log_mean, a - 1)))
-            for a, r in zip(orders, base, strict=True)
-        ]
+        raw: dict[int, Decimal] = {}
+        for j in {j for _, js in pairs for j in js}:
+            a = Decimal(ORDERS[j])
+            raw[j] = up(ctx.add(ctx.add(base_at(j), constant), ctx.divide(log_mean, a - 1)))
         best: Decimal | None = None
-        running: Decimal | None = None
-        for index in sorted(range(len(orders)), key=lambda i: -orders[i]):
-            running = raw[index] if running is None else min(running, raw[index])
-            a = orders[index]
-            if a > Decimal("1.01"):
-                tail = ctx.divide(ctx.add(log_delta, ctx.ln(a)), a - 1)
-                value = up(ctx.subtract(ctx.add(running, ctx.ln(ctx.divide(a - 1, a))), tail))
-                best = value if best is None else min(best, value)
+        for i, js in pairs:
+            running = min(raw[j] for j in js)
+            a = Decimal(ORDERS[i])
+            tail = ctx.divide(ctx.add(log_delta, ctx.ln(a)), a - 1)
+            value = up(ctx.subtract(ctx.add(running, ctx.ln(ctx.divide(a - 1, a))), tail))
+            best = value if best is None else min(best, value)
         assert best is not None  # ORDERS has orders > 1.01
         return Fraction(max(best, Decimal(0)))
+
+
+#: How far above the doubles' minimum a choice of orders is still proved in decimals (the
+#: doubles' error is ~10⁻¹³ relative at most; any subset of choices is a valid bound).
+_CANDIDATE_MARGIN: Final[float] = 1e-9
+
+
+def _candidate_orders(
+    epsilon0: float, law: RepetitionLaw, delta: float, mu: float | None
+) -> tuple[list[int], list[tuple[int, list[int]]]]:
+    """The doubles pass of :func:`_rdp_upper`: the indices λ̂ into :data:`ORDERS` whose Thm 2
+    bracket is within the margin of the smallest (order ∞ is always kept for a pure run), and
+    the pairs (λ, orders λ_j ≥ λ) whose conversion ε_A(λ_j) + ln(1 − 1/λ) − (ln δ + ln λ)/(λ − 1)
+    is within the margin of the smallest, λ > 1.01."""
+    half_mu2 = (mu or 0.0) * (mu or 0.0) / 2.0
+    base = [pure_dp_rdp(epsilon0, a) + a * half_mu2 for a in ORDERS]
+    log_inv_gamma = -math.log(law.gamma)
+    hat = [(1.0 - 1.0 / a) * r + log_inv_gamma / a for a, r in zip(ORDERS, base, strict=True)]
+    lowest = min(hat) if mu is not None else min(*hat, epsilon0)
+    hats = [i for i, h in enumerate(hat) if h <= lowest + _CANDIDATE_MARGIN * (1.0 + abs(h))]
+    constant = (1.0 + law.eta) * lowest
+    log_mean = math.log(law.mean)
+    raw = [r + constant + log_mean / (a - 1.0) for a, r in zip(ORDERS, base, strict=True)]
+    conv = {
+        i: math.log1p(-1.0 / a) - math.log(delta * a) / (a - 1.0)
+        for i, a in enumerate(ORDERS)
+        if a > 1.01
+    }
+    by_order = sorted(range(len(ORDERS)), key=lambda i: ORDERS[i])
+    suffix_min = [math.inf] * len(ORDERS)
+    running = math.inf
+    for i in reversed(by_order):
+        running = min(running, raw[i])
+        suffix_min[i] = running
+    best = min(suffix_min[i] + c for i, c in conv.items())
+    pairs = []
+    for i, c in conv.items():
+        limit = best - c + _CANDIDATE_MARGIN * (1.0 + abs(best))
+        if suffix_min[i] <= limit:
+            js = [j for j in range(len(ORDERS)) if ORDERS[j] >= ORDERS[i] and raw[j] <= limit]
+            pairs.append((i, js))
+    return hats, pairs
 
 
 def _one_minus_exp(ctx: Context, x: Decimal) -> Decimal:
@@ -390,11 +449,12 @@ def _gaussian_estimate(mu: float, score_epsilon: float, law: RepetitionLaw, delt
     return rdp_to_dp(ORDERS, repeat_rdp(gaussian_run_rdp(mu, score_epsilon), law), delta)
 
 
+@lru_cache(maxsize=1024)
 def solve_gaussian_mu(
     epsilon: float, delta: float, law: RepetitionLaw, score_epsilon: float
 ) -> float:
     """The largest μ (to a relative 1e−9) with :func:`gaussian_total` ≤ ε; ValueError when the
-    score alone (μ → 0) already exceeds ε."""
+    score alone (μ → 0) already exceeds ε. Memoised: a pure function of public doubles."""
     if not (math.isfinite(epsilon) and epsilon > 0 and 0.0 < delta < 1.0):
         raise ValueError("Gaussian runs need a finite ε > 0 and 0 < δ < 1")
     low = 0.0
@@ -424,9 +484,10 @@ def _pure_share(epsilon: float, eta: float) -> float:
     return largest_share(epsilon / (2.0 + eta), 2 + Fraction(eta), epsilon)
 
 
+@lru_cache(maxsize=1024)
 def solve_budget(epsilon: float, delta: float, law: RepetitionLaw) -> float:
     """The per-repetition pure budget ε₀: the largest (to a relative 1e−9) with
-    :func:`total_epsilon` ≤ ε."""
+    :func:`total_epsilon` ≤ ε. Memoised: a pure function of public doubles."""
     if not (math.isfinite(epsilon) and epsilon > 0):
         raise ValueError("ε must be finite and > 0")
     low = _pure_share(epsilon, law.eta)

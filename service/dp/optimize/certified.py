@@ -57,7 +57,7 @@ the part of τ that depends on n and d only (so the split is a function of n and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
@@ -466,20 +466,6 @@ class CertifiedRelease(Plan):
                 "release": lattice.RELEASE_NOTE,
             }
         }
-
-    @classmethod
-    def from_details(cls, details: Mapping[str, Any]) -> CertifiedRelease:
-        """Rebuild from a record's details (recomputed, so they cannot drift); the mechanisms
-        carry the typed plan itself instead."""
-        got = details["certified_release"]
-        return plan(
-            n=int(got["n"]),
-            d=int(got["d"]),
-            c=float(got["c"]),
-            strong_convexity=float(got["strong_convexity"]),
-            linear_bound=float(got["linear_bound"]),
-            epsilon=float(got["epsilon"]),
-        )
 
     def describe(self) -> str:
         return (

@@ -205,8 +205,13 @@ def test_plan_is_the_hand_derived_one() -> None:
     assert got.beta == pytest.approx(0.001 / (2 * tau / 0.01), rel=1e-12)
     assert got.beta * 2.0 * got.distance <= 0.001  # β_r·2r ≤ ε_r
     assert got.expected_noise_norm == pytest.approx(4 / got.beta)
-    again = certified.CertifiedRelease.from_details(got.details())
-    assert again == got
+    # the record's details carry the plan's public inputs and what was derived from them
+    shown = got.details()["certified_release"]
+    assert (shown["n"], shown["d"], shown["c"]) == (1000, 4, 0.25)
+    assert (shown["strong_convexity"], shown["linear_bound"]) == (0.01, 0.5)
+    assert shown["certificate_tolerance"] == got.tolerance
+    assert shown["distance_to_exact_minimiser_bound"] == got.distance
+    assert shown["beta"] == got.beta
 
 
 def test_release_share_is_the_hand_derived_one() -> None:
