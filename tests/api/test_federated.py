@@ -124,6 +124,17 @@ def test_noisy_average_charges_each_dataset_and_every_member_reads_the_model(
     assert [(c["dataset_id"], c["epsilon"], c["delta"]) for c in quote["costs"]] == [
         (d, c.epsilon, c.delta) for d, c in zip(datasets, expected.site_costs, strict=True)
     ]
+    # hand-derived: both sites hold N_ROWS rows, so site i is charged ε·n_min/nᵢ = ε = 1.0,
+    # with δ = 0 (pure ε-DP: one draw b ∝ exp(−β‖b‖))
+    assert [(c["dataset_id"], c["epsilon"], c["delta"]) for c in quote["costs"]] == [
+        (d, 1.0, 0.0) for d in datasets
+    ]
+    # β = ε/S, S = (2L/(n_min·λ) + 2τ/λ)/K for K = 2 sites of n = N_ROWS rows, L = 1 (logistic),
+    # λ = 0.05 and τ the quoted certificate tolerance (S also carries a float-rounding margin 2ρ
+    # below 10⁻¹³ of it). The quote withholds β (it reveals n_min): checked on the library.
+    tau = float(quote["calibration"]["certificate_tolerance"])
+    sensitivity = (2.0 / (N_ROWS * 0.05) + 2.0 * tau / 0.05) / 2
+    assert expected.details["beta"] == pytest.approx(1.0 / sensitivity, rel=1e-9)
     assert quote["calibration"]["regularization"] == 0.05
     assert "beta" not in quote["calibration"]  # β = K·min nᵢ·λ·ε/2 would reveal a row count
     assert all(c["sufficient"] for c in quote["costs"])

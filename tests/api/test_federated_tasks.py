@@ -106,6 +106,9 @@ def test_noisy_average_fits_a_multiclass_or_numeric_study_charged_as_quoted(
     tau = float(cal["certificate_tolerance"])
     sensitivity = (2 * lipschitz / (n * LAM) + 2 * tau / LAM) / 3
     assert expected.details["sensitivity"] == pytest.approx(sensitivity, rel=1e-9)
+    # β = ε/S for ε = 1 (the noise b ∝ exp(−β‖b‖) in dimension d or dK): withheld by the quote
+    # (it reveals n_min), so checked on the library against the hand S above
+    assert expected.details["beta"] == pytest.approx(1.0 / sensitivity, rel=1e-9)
     assert "beta" not in cal  # depends on the smallest site's n: withheld
     assert [c["epsilon"] for c in quoted["costs"]] == [1.0, 1.0, 1.0]
     response = client.post(url, json=body, headers={**site.headers, "Prefer": "wait=60"})

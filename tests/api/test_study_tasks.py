@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import mpmath as mp  # type: ignore[import-untyped]
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
@@ -455,6 +456,15 @@ def test_the_distributed_lasso_fits_a_study_of_numeric_labels_charged_as_quoted(
     )
     assert quoted["calibration"]["task"] == "regression"
     assert quoted["calibration"]["sigma"] == binary.details["sigma"]
+    # hand-derived σ: each of T = 20 rounds releases a sum of gradients clipped to C = 1, so a
+    # replaced row moves it by Δ = 2C = 2 and the round is ρ₁ = Δ²/(2σ²)-zCDP; T rounds
+    # compose to ρ = Tρ₁. The CKS conversion (the protocol's default) gives (ε, δ)-DP with
+    # ε(ρ) = min_{α>1} αρ + (ln(1/δ) + (α − 1)ln(1 − 1/α) − ln α)/(α − 1); the largest ρ
+    # with ε(ρ) ≤ 1 at δ = 10⁻⁶ is ρ ≈ 0.0243560, so σ = Δ/√(2ρ/T) ≈ 40.5254
+    rho = _largest_cks_rho(1.0, 1e-6)
+    assert float(rho) == pytest.approx(0.0243559703595, rel=1e-9)
+    sigma = 2.0 / math.sqrt(2.0 * float(rho) / 20)
+    assert quoted["calibration"]["sigma"] == pytest.approx(sigma, rel=1e-6)
     assert quoted["calibration"]["sensitivity"] == binary.details["sensitivity"] == 2.0
     response = client.post(url, json=body, headers={**site.headers, "Prefer": "wait=30"})
     assert response.status_code == 201, response.text
@@ -468,6 +478,39 @@ def test_the_distributed_lasso_fits_a_study_of_numeric_labels_charged_as_quoted(
     assert model["label"] == NUMERIC
     assert model["privacy"]["calibration"]["task"] == "regression"
     assert all(LOWER <= p["value"] <= UPPER for p in _predict(client, b, job["model_id"]))
+
+
+def _cks_epsilon(rho: Any, delta: float) -> Any:
+    """ε(ρ) = min_{α>1} αρ + (ln(1/δ) + (α − 1) ln(1 − 1/α) − ln α)/(α − 1) (Canonne, Kamath &
+    Steinke 2020, Cor. 13), by golden-section search over α = 1 + eᵗ in 30-digit mpmath (the
+    expression is unimodal in t)."""
+    log_inv = -mp.log(mp.mpf(delta))
+
+    def at(t: Any) -> Any:
+        am1 = mp.exp(t)
+        return (1 + am1) * rho + (log_inv + am1 * mp.log(am1 / (1 + am1)) - mp.log(1 + am1)) / am1
+
+    lo, hi, ratio = mp.mpf(-10), mp.mpf(15), (mp.sqrt(5) - 1) / 2
+    for _ in range(200):
+        left, right = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+        if at(left) < at(right):
+            hi = right
+        else:
+            lo = left
+    return at((lo + hi) / 2)
+
+
+def _largest_cks_rho(epsilon: float, delta: float) -> Any:
+    """The largest ρ with ε(ρ) ≤ ε (:func:`_cks_epsilon`, increasing in ρ), by bisection."""
+    with mp.workdps(30):
+        lo, hi = mp.mpf(0), mp.mpf(epsilon)
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            if _cks_epsilon(mid, delta) <= epsilon:
+                lo = mid
+            else:
+                hi = mid
+        return lo
 
 
 # ---- transfer on multi-class and numeric labels ----------------------------------------------
