@@ -77,11 +77,12 @@ from service.dp.core.base import Calibration, Problem, ProgressCallback
 from service.dp.core.plan import plan_kind
 from service.dp.core.released import MulticlassModel
 from service.dp.core.validation import PrivacyParameterError
-from service.dp.data.clipping import scale_for
+from service.dp.data.clipping import round_up, scale_for
 from service.dp.mechanisms._common import (
     Inputs,
     NormExponentialObjectivePlan,
     OutputPlan,
+    log1p_upper,
     report,
 )
 from service.dp.noise import draws as noise
@@ -148,9 +149,6 @@ def jacobian_upper(ridge: float, n: int, n_classes: int) -> float:
     """A double ≥ ε_J = (K − 1)·ln(1 + 1/(Kn·ridge)) in real arithmetic for the double ridge:
     the argument exact as a fraction, the logarithm bounded above by
     :func:`~service.dp.mechanisms._common.log1p_upper`, the product rounded up."""
-    from service.dp.data.clipping import round_up  # kept out of the import block
-    from service.dp.mechanisms._common import log1p_upper
-
     K = int(n_classes)
     return round_up((K - 1) * log1p_upper(Fraction(1) / (K * n * Fraction(ridge))))
 
