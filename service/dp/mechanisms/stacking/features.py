@@ -46,7 +46,7 @@ from service.dp.core.base import Calibration, Problem, ProgressCallback
 from service.dp.core.released import StackedModel
 from service.dp.core.validation import PrivacyParameterError, check_int_in
 from service.dp.mechanisms._common import require_plan
-from service.dp.mechanisms.stacking.levels import _checked, _Stacking
+from service.dp.mechanisms.stacking.levels import LowLevel, _checked, _Stacking
 from service.dp.mechanisms.stacking.options import (
     _FEATURES_PARAMS,
     CAPABILITIES,
@@ -142,14 +142,7 @@ class StackingFeatures(_Stacking):
             q = [v / total for v in q]
         return {"feature_groups": groups, "importance": q}
 
-    def _low_level(
-        self, problem: Problem, n_low: int
-    ) -> tuple[
-        tuple[int, ...],
-        tuple[tuple[int, ...], ...] | None,
-        tuple[float, ...] | None,
-        list[Problem],
-    ]:
+    def _low_level(self, problem: Problem, n_low: int) -> LowLevel:
         groups = tuple(tuple(int(j) for j in g) for g in problem.params["feature_groups"])
         q = tuple(float(v) for v in problem.params["importance"])
         budgets = split_budget(problem.epsilon, q)

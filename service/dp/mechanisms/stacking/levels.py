@@ -45,6 +45,11 @@ from service.dp.noise import draws as noise
 __all__ = ["split_rows"]
 
 FloatArray = NDArray[np.float64]
+#: what a variant's low level is: (row counts, column groups or None, budget shares or None,
+#: the low-level problems)
+LowLevel = tuple[
+    tuple[int, ...], tuple[tuple[int, ...], ...] | None, tuple[float, ...] | None, list[Problem]
+]
 
 
 def split_rows(
@@ -130,14 +135,7 @@ class _Stacking:
         )
         return _PLR.validate_params(sub)
 
-    def _low_level(
-        self, problem: Problem, n_low: int
-    ) -> tuple[
-        tuple[int, ...],
-        tuple[tuple[int, ...], ...] | None,
-        tuple[float, ...] | None,
-        list[Problem],
-    ]:
+    def _low_level(self, problem: Problem, n_low: int) -> LowLevel:
         raise NotImplementedError
 
     plan_class: type[StackingPlan] = StackingPlan

@@ -14,7 +14,7 @@ from typing import Any
 
 from service.dp.core.base import Problem
 from service.dp.core.validation import PrivacyParameterError, check_int_in
-from service.dp.mechanisms.stacking.levels import _Stacking
+from service.dp.mechanisms.stacking.levels import LowLevel, _Stacking
 from service.dp.mechanisms.stacking.options import (
     _SAMPLES_PARAMS,
     CAPABILITIES,
@@ -51,14 +51,7 @@ class StackingSamples(_Stacking):
             )
         return {"n_models": K}
 
-    def _low_level(
-        self, problem: Problem, n_low: int
-    ) -> tuple[
-        tuple[int, ...],
-        tuple[tuple[int, ...], ...] | None,
-        tuple[float, ...] | None,
-        list[Problem],
-    ]:
+    def _low_level(self, problem: Problem, n_low: int) -> LowLevel:
         K = int(problem.params["n_models"])
         sizes = _block_sizes(n_low, K)
         subs = [
