@@ -73,7 +73,7 @@ from service.dp import as_charged, make_problem
 from service.dp.core.base import Calibration, FitResult, Problem, ProgressCallback
 from service.dp.core.validation import PrivacyParameterError, validate_design
 from service.dp.mechanisms.stacking.features import STACKING_FEATURES
-from service.dp.multisite.transfer import _strength
+from service.dp.multisite.transfer import check_transfer_strength
 
 __all__ = [
     "group_centres",
@@ -159,7 +159,7 @@ def stacked_transfer_calibration(
 ) -> Calibration:
     """Dry run of :func:`stacked_transfer_fit` from public quantities: PST-F's calibration
     (ε in total, no δ) plus the transfer's own numbers (module doc)."""
-    eta = _strength(transfer_strength)
+    eta = check_transfer_strength(transfer_strength)
     problem = _stacked_problem(
         n,
         d,
@@ -236,7 +236,7 @@ def stacked_transfer_fit(
         raise PrivacyParameterError(
             f"the source model must have {d} finite weights, one per feature"
         )
-    eta = _strength(transfer_strength)
+    eta = check_transfer_strength(transfer_strength)
     problem = _stacked_problem(
         n,
         d,

@@ -132,6 +132,7 @@ from service.dp.optimize import certified_failure, multinomial, regression
 
 __all__ = [
     "MAX_TRANSFER_STRENGTH",
+    "check_transfer_strength",
     "transfer_calibration",
     "transfer_fit",
 ]
@@ -156,7 +157,7 @@ def transfer_calibration(
     and what is charged): ``objective_perturbation`` for the task at strong convexity λ + η
     (module doc), ε in total, no δ; ``params`` the loss's (``h``). The record states λ, η and
     λ + η. Raises :class:`PrivacyParameterError` for bad parameters."""
-    eta = _strength(transfer_strength)
+    eta = check_transfer_strength(transfer_strength)
     problem = _problem(
         n,
         d,
@@ -354,7 +355,7 @@ def transfer_fit(
     """
     Xf, yf = validate_design(X, y, task, n_classes)
     n, d = int(Xf.shape[0]), int(Xf.shape[1])
-    eta = _strength(transfer_strength)
+    eta = check_transfer_strength(transfer_strength)
     problem = _problem(
         n,
         d,
@@ -408,7 +409,8 @@ def transfer_fit(
     )
 
 
-def _strength(transfer_strength: float) -> float:
+def check_transfer_strength(transfer_strength: float) -> float:
+    """η as a float, checked finite and in [0, MAX_TRANSFER_STRENGTH] (plain and PST-H transfer)."""
     eta = float(transfer_strength)
     if not math.isfinite(eta) or eta < 0 or eta > MAX_TRANSFER_STRENGTH:
         raise PrivacyParameterError(
