@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import cache
 
 from alembic import command
 from alembic.config import Config
@@ -57,21 +58,13 @@ def alembic_config(url: str | None = None, *, connection: Connection | None = No
     return config
 
 
-#: Head revisions by script location (``None``: the project's own, :func:`alembic_config`):
-#: the scripts do not change while a process runs, and reading them (Alembic loads every
-#: script) costs milliseconds on each app start.
-_HEADS: dict[str | None, tuple[str, ...]] = {}
-
-
-def head_revisions(config: Config | None = None) -> tuple[str, ...]:
-    """The head revision(s) of the migration scripts (one, unless history has forked); read
-    once per process and script location."""
-    location = None if config is None else config.get_main_option("script_location")
-    heads = _HEADS.get(location)
-    if heads is None:
-        script = ScriptDirectory.from_config(config or alembic_config())
-        heads = _HEADS[location] = tuple(sorted(script.get_heads()))
-    return heads
+@cache
+def head_revisions() -> tuple[str, ...]:
+    """The head revision(s) of the project's migration scripts (one, unless history has
+    forked); read once per process: the scripts do not change while it runs, and reading them
+    (Alembic loads every script) costs milliseconds on each app start."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return tuple(sorted(script.get_heads()))
 
 
 def current_revisions(engine: Engine) -> tuple[str, ...]:

@@ -100,19 +100,26 @@ def run_tuned_fit_job(
     if checked.plan is not None:
         return _run_repetition(job, context, design, request, checked, facts, rng)
     tuned = tune(design, settings, epsilon=epsilon, fit_one=fit_one, rng=rng)
-    record = fit_privacy_record(
-        tuned.result,
-        datasets=[facts.ref],
-        randomness=context.randomness,
-        job_id=job.id,
-        charged=charged_amounts(job),
-        version=software_version(),
-    )
+    record = _record(job, context, facts, tuned.result)
     record["tuning"] = tuned.record(epsilon, delta) | checked.decision()
     model = _model(job, tuned.result, record, facts, str(params["loss"]))
     # Parallel composition: every candidate and the selection read disjoint parts at (ε, δ).
     return Release(
         model=model, spent={str(job.dataset_id): (tuned.result.epsilon, tuned.result.delta)}
+    )
+
+
+def _record(
+    job: ClaimedJob, context: JobContext, facts: DatasetFacts, result: FitResult
+) -> dict[str, Any]:
+    """The released model's privacy record of ``result``, charged as the job was."""
+    return fit_privacy_record(
+        result,
+        datasets=[facts.ref],
+        randomness=context.randomness,
+        job_id=job.id,
+        charged=charged_amounts(job),
+        version=software_version(),
     )
 
 
@@ -178,14 +185,7 @@ def _run_repetition(
         raise RuntimeError("a Gaussian run was less noisy than its plan")
     spent_delta = plan.delta if plan.accounting == "rdp" else 0.0
     total = replace(chosen.result, epsilon=plan.epsilon, delta=plan.delta)
-    record = fit_privacy_record(
-        total,
-        datasets=[facts.ref],
-        randomness=context.randomness,
-        job_id=job.id,
-        charged=charged_amounts(job),
-        version=software_version(),
-    )
+    record = _record(job, context, facts, total)
     setting = settings[chosen.chosen]
     record["tuning"] = (
         {
@@ -243,14 +243,7 @@ def _run_rule_only(
         reason=checked.choice.reason,
         candidates=rule.requested,
     )
-    record = fit_privacy_record(
-        result,
-        datasets=[facts.ref],
-        randomness=context.randomness,
-        job_id=job.id,
-        charged=charged_amounts(job),
-        version=software_version(),
-    )
+    record = _record(job, context, facts, result)
     record["tuning"] = outcome.record(result.epsilon, result.delta) | checked.decision()
     model = _model(job, result, record, facts, base.loss)
     return Release(model=model, spent={str(job.dataset_id): (result.epsilon, result.delta)})
