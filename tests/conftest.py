@@ -253,6 +253,12 @@ def app(settings: Settings) -> FastAPI:
     test). A reused app gets the state :func:`~service.main.create_app` gives a new one
     (:func:`~service.main.app_state`: this test's settings, no request counted, empty rate-limit
     counters, no runner factory or lifespan state of another test) and no dependency overrides."""
+    return reused_app(settings)
+
+
+def reused_app(settings: Settings) -> FastAPI:
+    """The ``app`` fixture's work: this process's app for ``settings`` (built on first use),
+    given the state of a new app."""
     key = _app_key(settings)
     app = _APPS.get(key)
     if app is None:
