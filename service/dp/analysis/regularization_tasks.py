@@ -244,8 +244,8 @@ def auto_regularization_task(
     the binary rule, with the task's constants in ``inputs``. ``ValueError`` (→ 422) for a
     mechanism or loss without a rule."""
     params = dict(params or {})
-    per_epsilon = TASK_NORMS_PER_EPSILON.get((task, mechanism))
-    if norm is None and per_epsilon is not None and epsilon is not None and epsilon > 0:
+    per_epsilon = TASK_NORMS_PER_EPSILON.get((task, mechanism)) if norm is None else None
+    if per_epsilon is not None and epsilon is not None and epsilon > 0:
         norm = per_epsilon * float(epsilon)  # a bad ε is refused below
     if norm is None:
         norm = TASK_NORMS.get((task, mechanism), NORM_CONSTANT)
