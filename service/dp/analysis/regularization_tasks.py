@@ -127,11 +127,10 @@ __all__ = [
     "task_record",
 ]
 
-#: The calibrated comparator norm R per (task, mechanism) (module docstring); others use the
-#: binary R.
+#: The calibrated comparator norm R per (task, mechanism) (module docstring); those of
+#: :data:`TASK_NORMS_PER_EPSILON` scale with ε, others use the binary R.
 TASK_NORMS: Final[dict[tuple[str, str], float]] = {
     ("multiclass", "objective_perturbation"): 10.0,
-    ("multiclass", "output_perturbation"): 0.5,  # superseded by R = 5ε below
     ("regression", "objective_perturbation"): 3.0,
     ("regression", "output_perturbation"): 1.0,
 }
