@@ -104,7 +104,8 @@ GAIN_Z: Final[float] = 3.2
 #: Transfer strengths η auto tries (with the request's λ, else :data:`TRANSFER_LAMBDA`).
 TRANSFER_STRENGTHS: Final[tuple[float, ...]] = (1e-3, 1e-2, 1e-1)
 TRANSFER_LAMBDA: Final[float] = 1e-4
-#: λ values auto tries when the request gives none (placeholder for automatic λ).
+#: λ values auto tries when the request gives none, for a mechanism without an automatic-λ rule
+#: (DP-SGD; module docstring, "Candidates").
 LAMBDA_GRID: Final[tuple[float, ...]] = (1e-4, 1e-3, 1e-2, 1e-1)
 
 
