@@ -61,9 +61,9 @@ from service.dp.analysis.auto_simulation import (
     REPEATS,
     TRANSFER,
     Candidate,
-    _reference,
-    _seed,
-    _simulate,
+    reference_for,
+    seed_of,
+    simulate,
 )
 from service.dp.analysis.baseline import warning_threshold
 from service.dp.analysis.planning import excess_risk_bound
@@ -104,7 +104,8 @@ GAIN_Z: Final[float] = 3.2
 #: Transfer strengths η auto tries (with the request's λ, else :data:`TRANSFER_LAMBDA`).
 TRANSFER_STRENGTHS: Final[tuple[float, ...]] = (1e-3, 1e-2, 1e-1)
 TRANSFER_LAMBDA: Final[float] = 1e-4
-#: λ values auto tries when the request gives none (placeholder for automatic λ).
+#: λ values auto tries when the request gives none, for a mechanism without an automatic-λ rule
+#: (DP-SGD; module docstring, "Candidates").
 LAMBDA_GRID: Final[tuple[float, ...]] = (1e-4, 1e-3, 1e-2, 1e-1)
 
 
@@ -405,8 +406,8 @@ def _choose(
     runnable = [f.candidate for f in listed if f.excluded is None]
     if not runnable:
         raise ValueError("no single-dataset mechanism accepts these public inputs")
-    X, y, reference = _reference(d, majority, public)
-    results, n_sim, eps_sim = _simulate(
+    X, y, reference = reference_for(d, majority, public)
+    results, n_sim, eps_sim = simulate(
         runnable,
         X=X,
         y=y,
@@ -416,7 +417,7 @@ def _choose(
         loss=loss,
         repeats=repeats,
         # not the reference's id (index 8): the same public inputs give the same draws
-        seed=_seed("choose", *key[:8], key[9]),
+        seed=seed_of("choose", *key[:8], key[9]),
     )
     by_candidate = dict(zip(runnable, results, strict=True))
     figures: list[CandidateFigures] = []
@@ -498,8 +499,8 @@ def _expected(
     n, d, epsilon, delta, loss = key[:5]
     _check_dimension(d)
     majority, baseline_source, baseline_sd, _, repeats = key[-5:]
-    X, y, reference = _reference(d, majority, public)
-    (got,), _, _ = _simulate(
+    X, y, reference = reference_for(d, majority, public)
+    (got,), _, _ = simulate(
         [candidate],
         X=X,
         y=y,
@@ -508,7 +509,7 @@ def _expected(
         delta=delta,
         loss=loss,
         repeats=repeats,
-        seed=_seed("choose", *key[:5]),
+        seed=seed_of("choose", *key[:5]),
     )
     if isinstance(got, str):
         raise ValueError(got)

@@ -79,7 +79,10 @@ __all__ = [
     "SimulatedRun",
     "majority_fraction",
     "public_source",
+    "reference_for",
     "reference_task",
+    "seed_of",
+    "simulate",
     "simulated_run",
 ]
 
@@ -149,7 +152,8 @@ def majority_fraction(y: NDArray[np.float64]) -> float:
     return max(positive, 1.0 - positive)
 
 
-def _seed(*parts: object) -> int:
+def seed_of(*parts: object) -> int:
+    """A 64-bit seed from a SHA-256 of the public ``parts`` (a quote and its submission agree)."""
     text = json.dumps([repr(p) for p in parts])
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
@@ -160,7 +164,7 @@ def reference_task(d: int, majority: float, rows: int) -> tuple[NDArray[np.float
     (d, majority, rows). The first column is the intercept coordinate."""
     if d < 1 or rows < 4 or not 0.5 <= majority < 1.0:
         raise ValueError("reference task needs d >= 1, rows >= 4 and 0.5 <= majority < 1")
-    rng = np.random.default_rng(_seed("reference", d, majority, rows))
+    rng = np.random.default_rng(seed_of("reference", d, majority, rows))
     X = np.empty((rows, d))
     if d == 1:
         X[:, 0] = 1.0
@@ -168,7 +172,7 @@ def reference_task(d: int, majority: float, rows: int) -> tuple[NDArray[np.float
     else:
         u = rng.standard_normal((rows, d - 1))
         u /= np.linalg.norm(u, axis=1, keepdims=True)
-        v = np.random.default_rng(_seed("direction", d)).standard_normal(d - 1)
+        v = np.random.default_rng(seed_of("direction", d)).standard_normal(d - 1)
         v /= np.linalg.norm(v)
         X[:, 0] = INTERCEPT_WEIGHT
         X[:, 1:] = math.sqrt(1.0 - INTERCEPT_WEIGHT**2) * u
@@ -247,7 +251,7 @@ def simulated_run(
     return SimulatedRun(params, eps_pass * int(real["epochs"]), 0.0)
 
 
-def _simulate(
+def simulate(
     candidates: Sequence[Candidate],
     *,
     X: NDArray[np.float64],
@@ -325,9 +329,11 @@ def _simulate(
     return out, n_sim, eps_sim
 
 
-def _reference(
+def reference_for(
     d: int, majority: float | None, public: tuple[NDArray[np.float64], NDArray[np.float64]] | None
 ) -> tuple[NDArray[np.float64], NDArray[np.float64], str]:
+    """(X, y, its name): the public reference rows when given, else the synthetic reference at d
+    and the majority share (0.5 when unknown)."""
     if public is not None:
         return public[0], public[1], "public_reference_dataset"
     rows = TEST_ROWS + 2 * SIMULATED_ROWS

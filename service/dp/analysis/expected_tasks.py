@@ -62,7 +62,7 @@ from service.dp.analysis.auto_simulation import (
     SIMULATED_ROWS,
     TEST_ROWS,
     Candidate,
-    _seed,
+    seed_of,
     simulated_run,
 )
 from service.dp.analysis.baseline import warning_threshold
@@ -180,7 +180,7 @@ def _scores(
         n_classes=n_classes,
     )
     rng = np.random.default_rng(
-        _seed(
+        seed_of(
             task,
             n_classes,
             n,
@@ -291,7 +291,7 @@ def _sphere_rows(d: int, rows: int, rng: np.random.Generator) -> tuple[NDArray[n
 
 
 def _direction(d: int, k: int) -> NDArray[np.float64]:
-    v = np.random.default_rng(_seed("direction", d, k)).standard_normal(max(d - 1, 1))
+    v = np.random.default_rng(seed_of("direction", d, k)).standard_normal(max(d - 1, 1))
     out: NDArray[np.float64] = v / np.linalg.norm(v)
     return out
 
@@ -314,7 +314,7 @@ def multiclass_reference(
     if d < 1 or rows < 8 or k < 3 or np.any(p <= 0):
         raise ValueError("reference task needs d >= 1, rows >= 8, K >= 3, proportions > 0")
     p = p / p.sum()
-    rng = np.random.default_rng(_seed("multiclass reference", d, proportions, rows))
+    rng = np.random.default_rng(seed_of("multiclass reference", d, proportions, rows))
     X, u = _sphere_rows(d, rows, rng)
     if d > 1:
         margins = np.stack([u @ _direction(d, c) for c in range(k)], axis=1)
@@ -340,7 +340,7 @@ def regression_reference(
     and variance ``variance`` before clipping, R² = :data:`REGRESSION_SIGNAL`."""
     if d < 1 or rows < 8 or not -1.0 <= mean <= 1.0 or not 0.0 <= variance <= 1.0:
         raise ValueError("reference task needs d >= 1, rows >= 8, |mean| <= 1, variance in [0, 1]")
-    rng = np.random.default_rng(_seed("regression reference", d, mean, variance, rows))
+    rng = np.random.default_rng(seed_of("regression reference", d, mean, variance, rows))
     X, u = _sphere_rows(d, rows, rng)
     signal = REGRESSION_SIGNAL if d > 1 else 0.0
     t = math.sqrt(d - 1) * (u @ _direction(d, 0)) if d > 1 else np.zeros(rows)

@@ -127,11 +127,10 @@ __all__ = [
     "task_record",
 ]
 
-#: The calibrated comparator norm R per (task, mechanism) (module docstring); others use the
-#: binary R.
+#: The calibrated comparator norm R per (task, mechanism) (module docstring); those of
+#: :data:`TASK_NORMS_PER_EPSILON` scale with ε, others use the binary R.
 TASK_NORMS: Final[dict[tuple[str, str], float]] = {
     ("multiclass", "objective_perturbation"): 10.0,
-    ("multiclass", "output_perturbation"): 0.5,  # superseded by R = 5ε below
     ("regression", "objective_perturbation"): 3.0,
     ("regression", "output_perturbation"): 1.0,
 }
@@ -244,8 +243,8 @@ def auto_regularization_task(
     the binary rule, with the task's constants in ``inputs``. ``ValueError`` (→ 422) for a
     mechanism or loss without a rule."""
     params = dict(params or {})
-    per_epsilon = TASK_NORMS_PER_EPSILON.get((task, mechanism))
-    if norm is None and per_epsilon is not None and epsilon is not None and epsilon > 0:
+    per_epsilon = TASK_NORMS_PER_EPSILON.get((task, mechanism)) if norm is None else None
+    if per_epsilon is not None and epsilon is not None and epsilon > 0:
         norm = per_epsilon * float(epsilon)  # a bad ε is refused below
     if norm is None:
         norm = TASK_NORMS.get((task, mechanism), NORM_CONSTANT)

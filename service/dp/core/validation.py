@@ -95,11 +95,7 @@ def validate_design(
 
 def check_regularization(value: object) -> float:
     """λ must be a finite number > 0 (the proofs need a strongly convex objective)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise PrivacyParameterError("regularization must be a number")
-    if not math.isfinite(value) or value <= 0.0:
-        raise PrivacyParameterError(f"regularization must be a finite number > 0, got {value!r}")
-    return float(value)
+    return check_positive_number(value, "regularization")
 
 
 def check_dimensions(n: object, d: object) -> tuple[int, int]:

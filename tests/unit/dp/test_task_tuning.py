@@ -89,6 +89,8 @@ def test_multiclass_output_lambda_is_the_root_of_the_hand_cubic_at_r_5_epsilon(
         norm=0.5,
     )
     assert fixed.constants["R"] == 0.5
+    assert "R = 5ε" in choice.formula
+    assert "5ε" not in fixed.formula
 
 
 def test_regression_output_lambda_is_the_root_of_the_hand_cubic() -> None:
