@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -358,6 +359,11 @@ def _sequential_audit(case: Case, cal: Calibration, seed: int) -> float:
             case, cal, Y_D_PRIME, rng_dp, runs
         )
 
+    return _decided(case, draw)
+
+
+def _decided(case: Case, draw: Callable[[int], tuple[FloatArray, FloatArray]]) -> float:
+    """The case's sequential audit on ``draw(n)`` (n more statistics on D and on D′)."""
     return sequential_audit(
         draw,
         looks=case.looks,
@@ -425,16 +431,7 @@ def _simulated_audit(case: Case, noise_scale: float, seed: int) -> float:
             return rng.normal(0.0, scale, runs)
         return rng.laplace(0.0, scale, runs)
 
-    return sequential_audit(
-        lambda runs: (1.0 + noise(runs), noise(runs)),
-        looks=case.looks,
-        claim=EPS,
-        tight=TIGHT[case.delta],
-        decisive=case.decisive,
-        thresholds=case.thresholds,
-        confidence=CONFIDENCE,
-        delta=case.delta,
-    ).bound
+    return _decided(case, lambda runs: (1.0 + noise(runs), noise(runs)))
 
 
 #: The true ε on the pair with half / twice the noise (module docstring): pure 2ε and ε/2;
