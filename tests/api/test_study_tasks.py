@@ -51,6 +51,7 @@ from tests.api.test_label_tasks import (
 )
 from tests.conftest import MakeSite, SiteHandle
 from tests.unit.dp._budget import objective_budget
+from tests.unit.dp._cks import cks_infimum
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -480,33 +481,14 @@ def test_the_distributed_lasso_fits_a_study_of_numeric_labels_charged_as_quoted(
     assert all(LOWER <= p["value"] <= UPPER for p in _predict(client, b, job["model_id"]))
 
 
-def _cks_epsilon(rho: Any, delta: float) -> Any:
-    """ε(ρ) = min_{α>1} αρ + (ln(1/δ) + (α − 1) ln(1 − 1/α) − ln α)/(α − 1) (Canonne, Kamath &
-    Steinke 2020, Cor. 13), by golden-section search over α = 1 + eᵗ in 30-digit mpmath (the
-    expression is unimodal in t)."""
-    log_inv = -mp.log(mp.mpf(delta))
-
-    def at(t: Any) -> Any:
-        am1 = mp.exp(t)
-        return (1 + am1) * rho + (log_inv + am1 * mp.log(am1 / (1 + am1)) - mp.log(1 + am1)) / am1
-
-    lo, hi, ratio = mp.mpf(-10), mp.mpf(15), (mp.sqrt(5) - 1) / 2
-    for _ in range(200):
-        left, right = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-        if at(left) < at(right):
-            hi = right
-        else:
-            lo = left
-    return at((lo + hi) / 2)
-
-
 def _largest_cks_rho(epsilon: float, delta: float) -> Any:
-    """The largest ρ with ε(ρ) ≤ ε (:func:`_cks_epsilon`, increasing in ρ), by bisection."""
+    """The largest ρ whose CKS ε at δ (:func:`tests.unit.dp._cks.cks_infimum`, increasing in ρ)
+    is ≤ ε, by bisection in 30-digit mpmath."""
     with mp.workdps(30):
         lo, hi = mp.mpf(0), mp.mpf(epsilon)
         for _ in range(100):
             mid = (lo + hi) / 2
-            if _cks_epsilon(mid, delta) <= epsilon:
+            if cks_infimum(mid, delta) <= epsilon:
                 lo = mid
             else:
                 hi = mid

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -206,12 +205,14 @@ def test_a_worker_killed_mid_fit_leaves_the_budget_spent_and_no_model(db_url: st
             job = get_job(client, headers, job_id)
             assert job["status"] in {"queued", "running"}, job
             seen.append(float(job["progress"]))
-            if len({p for p in seen if p > 0}) >= 2:
-                return True
-            time.sleep(PROGRESS_POLL_SECONDS)
-            return False
+            return len({p for p in seen if p > 0}) >= 2
 
-        wait_for(progressing, timeout=60, what="the fit reports progress twice")
+        wait_for(
+            progressing,
+            timeout=60,
+            what="the fit reports progress twice",
+            interval=PROGRESS_POLL_SECONDS,
+        )
         # The API answers while the fit runs in the worker process.
         health = client.get("/healthz")
         assert health.status_code == 200, health.text

@@ -16,6 +16,7 @@ from scipy import optimize, stats
 
 from service.dp.core import accounting as acc
 from service.dp.core.accounting import PrivacyCost
+from tests.unit.dp._cks import cks_infimum
 
 
 @pytest.mark.parametrize(
@@ -391,29 +392,10 @@ def test_cks_conversion_is_never_below_the_real_infimum(rho: float, delta: float
     # the infimum over α = 1 + e^t, by golden-section search in 50-digit arithmetic; the
     # doubles' minimum used to lie an ulp or two below it
     with mp.workdps(50):
-        infimum = _cks_infimum(rho, delta)
+        infimum = cks_infimum(rho, delta)
     cks = acc.zcdp_to_dp_cks(rho, delta).epsilon
     assert mp.mpf(cks) >= infimum * (1 - mp.mpf(10) ** -40)
     assert cks <= acc.zcdp_to_dp(rho, delta).epsilon
-
-
-def _cks_infimum(rho: float, delta: float) -> Any:
-    """inf over α = 1 + e^t of the CKS ε, golden-section search in the working precision."""
-    r, log_inv = mp.mpf(rho), -mp.log(mp.mpf(delta))
-
-    def eps_at(t: Any) -> Any:
-        am1 = mp.exp(t)
-        return (1 + am1) * r + (log_inv + am1 * mp.log(am1 / (1 + am1)) - mp.log(1 + am1)) / am1
-
-    centre = 0.5 * math.log(float(log_inv) / rho)
-    lo, hi, ratio = mp.mpf(centre - 20), mp.mpf(centre + 20), (mp.sqrt(5) - 1) / 2
-    for _ in range(250):
-        left, right = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
-        if eps_at(left) < eps_at(right):
-            hi = right
-        else:
-            lo = left
-    return eps_at((lo + hi) / 2)
 
 
 def test_largest_share_and_remainder_match_the_loops_they_replace() -> None:

@@ -64,12 +64,16 @@ claim: above D's mean the ratio is e^ε exactly, so no event there can decide). 
 the law over 200 seeds: with the calibrated noise all 200 pass, after 611 runs a dataset on
 average instead of 1000 (the fixed audit: 200); with half the noise all 200 bounds exceed the
 claim and with twice none reaches the tightness threshold, as with the fixed audit.
+What it gives up (60 simulated seeds, sequential against fixed on the same draws): with the
+scale × 0.7 it catches 49–50 and the fixed audit 53–54, at × 0.8 8–10 against 11–12; the KS
+law tests remain what pins the scale.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -358,6 +362,11 @@ def _sequential_audit(case: Case, cal: Calibration, seed: int) -> float:
             case, cal, Y_D_PRIME, rng_dp, runs
         )
 
+    return _decided(case, draw)
+
+
+def _decided(case: Case, draw: Callable[[int], tuple[FloatArray, FloatArray]]) -> float:
+    """The case's sequential audit on ``draw(n)`` (n more statistics on D and on D′)."""
     return sequential_audit(
         draw,
         looks=case.looks,
@@ -425,16 +434,7 @@ def _simulated_audit(case: Case, noise_scale: float, seed: int) -> float:
             return rng.normal(0.0, scale, runs)
         return rng.laplace(0.0, scale, runs)
 
-    return sequential_audit(
-        lambda runs: (1.0 + noise(runs), noise(runs)),
-        looks=case.looks,
-        claim=EPS,
-        tight=TIGHT[case.delta],
-        decisive=case.decisive,
-        thresholds=case.thresholds,
-        confidence=CONFIDENCE,
-        delta=case.delta,
-    ).bound
+    return _decided(case, lambda runs: (1.0 + noise(runs), noise(runs)))
 
 
 #: The true ε on the pair with half / twice the noise (module docstring): pure 2ε and ε/2;

@@ -11,7 +11,6 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from numpy.typing import NDArray
-from scipy import stats
 
 from service.dp import calibrate as dp_calibrate
 from service.dp.core.losses import HuberLoss, LogisticLoss, Loss
@@ -19,6 +18,7 @@ from service.dp.noise import lattice
 from service.dp.optimize import certified
 from service.dp.optimize.solvers import ConvergenceError, SolverResult, solve_erm
 from tests.unit.dp._budget import objective_budget, release_budget
+from tests.unit.dp._laws import gamma_norms_fit_only_at_the_right_scale
 
 FloatArray = NDArray[np.float64]
 CTX = Context(prec=50)
@@ -263,10 +263,7 @@ def test_release_noise_is_the_hand_derived_law() -> None:
             for _ in range(600)
         ]
     )
-    law = stats.gamma(3, scale=1.0 / 90827)
-    assert stats.kstest(norms, law.cdf).pvalue > 1e-4
-    for wrong in (0.5, 2.0):
-        assert stats.kstest(norms, stats.gamma(3, scale=wrong / 90827).cdf).pvalue < 1e-4
+    gamma_norms_fit_only_at_the_right_scale(norms, 3, 90827)
     # every release is a grid point
     one = certified.release_minimiser(
         X,

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import pytest
 from numpy.typing import NDArray
-from scipy import stats
 
 from service import dp
 from service.dp.core.base import Calibration, Problem
@@ -39,11 +38,11 @@ from service.dp.mechanisms import get_mechanism
 from service.dp.optimize import multinomial
 from tests.unit.dp._audit import epsilon_lower_bound
 from tests.unit.dp._budget import objective_budget
+from tests.unit.dp._laws import norm_exponential_fits_only_at_the_right_scale
 
 pytestmark = pytest.mark.statistical
 
 FloatArray = NDArray[np.float64]
-P_MIN = 1e-4
 U = 2.0**-53
 
 
@@ -80,17 +79,6 @@ def _runs(
     return coefs, cal
 
 
-def _law_fits_only_at_the_right_scale(noise: FloatArray, beta: float) -> None:
-    dim = noise.shape[1]
-    norms = np.linalg.norm(noise, axis=1)
-    assert stats.kstest(norms, stats.gamma(dim, scale=1.0 / beta).cdf).pvalue > P_MIN
-    for wrong in (0.5, 2.0):
-        assert stats.kstest(norms, stats.gamma(dim, scale=wrong / beta).cdf).pvalue < P_MIN
-    half = (dim - 1) / 2.0
-    u1 = noise[:, 0] / norms
-    assert stats.kstest((u1 + 1.0) / 2.0, stats.beta(half, half).cdf).pvalue > P_MIN
-
-
 def test_output_perturbation_adds_the_hand_derived_law_in_dimension_dk() -> None:
     n, d, K, lam, eps = 40, 2, 3, 0.05, 2.0
     X, y = _data(n, d, K, seed=0)
@@ -105,7 +93,7 @@ def test_output_perturbation_adds_the_hand_derived_law_in_dimension_dk() -> None
     beta = eps / (2.0 * math.sqrt(2.0) / (n * lam) + 2.0 * tau / lam)
     assert cal.details["beta"] == pytest.approx(beta, rel=1e-14)
     noise = (coefs - exact[None]).reshape(len(coefs), d * K)
-    _law_fits_only_at_the_right_scale(noise, beta)
+    norm_exponential_fits_only_at_the_right_scale(noise, beta)
 
 
 def test_objective_perturbation_draws_the_hand_derived_law_in_dimension_dk() -> None:
@@ -120,7 +108,7 @@ def test_objective_perturbation_draws_the_hand_derived_law_in_dimension_dk() -> 
     assert cal.details["Delta"] == 0.0
     # b from the first-order condition at each release: b = −Σ_i (p_i − e_{y_i})x_iᵀ − nλC
     b = np.array([-n * (multinomial.gradient(X, y, C, ridge=lam)).ravel() for C in coefs])
-    _law_fits_only_at_the_right_scale(b, beta)
+    norm_exponential_fits_only_at_the_right_scale(b, beta)
 
 
 def test_dp_sgd_adds_the_hand_derived_law_to_each_update() -> None:
@@ -134,7 +122,7 @@ def test_dp_sgd_adds_the_hand_derived_law_to_each_update() -> None:
     assert cal.details["beta"] == pytest.approx(beta, rel=1e-10)
     mean_grad = multinomial.gradient(X, y, np.zeros((K, d)), ridge=0.0)
     noise = (-coefs - mean_grad[None]).reshape(len(coefs), d * K)
-    _law_fits_only_at_the_right_scale(noise, beta)
+    norm_exponential_fits_only_at_the_right_scale(noise, beta)
 
 
 # ---- the audit ------------------------------------------------------------------------------
@@ -194,7 +182,7 @@ def test_the_empirical_epsilon_stays_below_the_claim() -> None:
     o_d = _mechanism_runs(1.0, cal, problem, 100, 1500)
     o_dp = _mechanism_runs(-1.0, cal, problem, 101, 1500)
     # the runs follow the law the half-noise control simulates
-    _law_fits_only_at_the_right_scale(o_d - R, EPS / 2.0)
+    norm_exponential_fits_only_at_the_right_scale(o_d - R, EPS / 2.0)
     lower = epsilon_lower_bound(
         _statistic(o_d), _statistic(o_dp), confidence=CONFIDENCE, thresholds=THRESHOLDS
     )

@@ -91,13 +91,19 @@ def fit_body(mechanism: str = "objective_perturbation", **fields: Any) -> dict[s
     return body
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = TIMEOUT, what: str = "") -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout`` seconds."""
+def wait_for(
+    predicate: Callable[[], bool],
+    timeout: float = TIMEOUT,
+    what: str = "",
+    *,
+    interval: float = 0.01,
+) -> None:
+    """Poll ``predicate`` every ``interval`` s until it holds; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"not reached within {timeout} s: {what or predicate}")
-        time.sleep(0.01)
+        time.sleep(interval)
 
 
 def get_job(client: TestClient, headers: dict[str, str], job_id: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from scipy import stats
 from service.dp.core.losses import HuberLoss, LogisticLoss
 from service.dp.federated import federated_calibrate, federated_fit
 from service.dp.optimize.solvers import minimize_erm
+from tests.unit.dp._laws import gamma_norms_fit_only_at_the_right_scale
 from tests.unit.dp.federated._data import make_sites
 
 U = 2.0**-53
@@ -150,9 +151,8 @@ def test_released_noise_norm_is_gamma_d_over_beta() -> None:
         noise = result.coef - mean
         norms.append(float(np.linalg.norm(noise)))
         directions.append(noise / np.linalg.norm(noise))
-    assert stats.kstest(norms, stats.gamma(a=3, scale=1 / beta).cdf).pvalue > 1e-4
-    for wrong in (0.5, 2.0):  # half and twice the noise are rejected: the test has power
-        assert stats.kstest(norms, stats.gamma(a=3, scale=wrong / beta).cdf).pvalue < 1e-4
+    # half and twice the noise are rejected: the test has power
+    gamma_norms_fit_only_at_the_right_scale(norms, 3, beta)
     # the direction is uniform on the sphere: its first coordinate is Beta(1, 1) after (u+1)/2
     first = (np.array(directions)[:, 0] + 1.0) / 2.0
     assert stats.kstest(first, stats.uniform().cdf).pvalue > 1e-4
