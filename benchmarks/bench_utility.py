@@ -179,7 +179,8 @@ class AutoFit:
     @property
     def label(self) -> str:
         c = self.choice.chosen
-        return f"{c.mechanism} λ={c.regularization:.2g}"
+        k = c.params.get("projection_dim")
+        return f"{c.mechanism} λ={c.regularization:.2g}" + ("" if k is None else f" k={k}")
 
     def run(self, design: PreparedDesign, rng: np.random.Generator) -> tuple[Any, bool, float]:
         """(model, warned, noisy majority): the count, the fit, the band against the count."""

@@ -16,6 +16,15 @@ picked λ = 0.1 at small ε on Adult, 1.5–6 points below the rule's λ: benchm
 mechanisms at δ = 0, objective perturbation with a non-smooth loss) is left out, with the
 reason recorded.
 
+**Projection.** When the pick is ``objective_perturbation`` and the request gives no λ, the
+public rule of :mod:`service.dp.analysis.projection_rule` may project the rows to k < d
+dimensions (k = max(k_min, ⌈nε/c⌉)): the pick then becomes objective perturbation with
+``projection_dim`` k at the automatic λ for d = k, simulated on the same draws for its band,
+and the record's ``projection_rule`` shows k, its inputs and the unprojected pick. The rule,
+not the simulation, decides: the synthetic reference spreads its signal evenly over all d
+directions, the one case where a projection can only lose, while real features are correlated
+(benchmarks/RESULTS.md, "A public projection dimension for objective perturbation").
+
 **Transfer** (only with public reference rows): hypothesis transfer towards the public rows'
 own exact model w₀ (:func:`~service.dp.analysis.auto_simulation.public_source`,
 λ = :data:`~service.dp.analysis.auto_simulation.SOURCE_LAMBDA`), i.e. objective perturbation
@@ -67,6 +76,7 @@ from service.dp.analysis.auto_simulation import (
 )
 from service.dp.analysis.baseline import warning_threshold
 from service.dp.analysis.planning import excess_risk_bound
+from service.dp.analysis.projection_rule import auto_projection
 from service.dp.analysis.regularization import AUTO_MECHANISMS as RULE_MECHANISMS
 from service.dp.analysis.regularization import auto_regularization
 
@@ -189,10 +199,12 @@ class AutoChoice:
     reference: str
     simulated_rows: int
     simulated_epsilon: float
+    #: The projection rule's record when the pick was projected (module docstring).
+    projection: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         best = next(f for f in self.figures if f.candidate == self.chosen)
-        return {
+        out = {
             "chosen": self.chosen.to_dict(),
             "rule": "the first candidate in the order of preference, unless a later one's "
             f"predicted accuracy is higher by more than max({MIN_GAIN:g}, {GAIN_Z:g}·se of the "
@@ -203,6 +215,9 @@ class AutoChoice:
             "simulated_epsilon": self.simulated_epsilon,
             "candidates": [f.to_dict() for f in self.figures],
         }
+        if self.projection is not None:
+            out["projection_rule"] = dict(self.projection)
+        return out
 
 
 def _check_dimension(d: int) -> None:
@@ -439,13 +454,89 @@ def _choose(
     for f in scored[1:]:
         if clearly_better(f.accuracies, best.accuracies):
             best = f
+    projection: dict[str, Any] | None = None
+    if regularization is None:
+        projected = _projected(
+            best.candidate,
+            n=n,
+            d=d,
+            epsilon=epsilon,
+            delta=delta,
+            loss=loss,
+            admissible=admissible,
+        )
+        if projected is not None:
+            candidate, projection, bound = projected
+            got = simulate(
+                [candidate],
+                X=X,
+                y=y,
+                n=n,
+                epsilon=epsilon,
+                delta=delta,
+                loss=loss,
+                repeats=repeats,
+                seed=seed_of("choose", *key[:8], key[9]),
+            )[0][0]
+            if isinstance(got, str):  # not simulable: the unprojected pick stands
+                projection = None
+            else:
+                best = CandidateFigures(candidate, accuracies=got, excess_risk_bound=bound)
+                figures.append(best)
     return AutoChoice(
         chosen=best.candidate,
         figures=tuple(figures),
         reference=reference,
         simulated_rows=n_sim,
         simulated_epsilon=eps_sim,
+        projection=projection,
     )
+
+
+def _projected(
+    pick: Candidate,
+    *,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    admissible: Callable[[str, Any], None] | None,
+) -> tuple[Candidate, dict[str, Any], float | None] | None:
+    """The pick with the projection rule's ``projection_dim`` and the automatic λ at d = k
+    (:mod:`service.dp.analysis.projection_rule`), or None when the rule keeps all d columns,
+    the pick's mechanism has no projection, or the projected calibration refuses the inputs."""
+    params = pick.params
+    if "projection_dim" in params:
+        return None
+    choice = auto_projection(pick.mechanism, n=n, d=d, epsilon=epsilon)
+    if choice is None:
+        return None
+    k = choice.dimension
+    try:
+        lam = auto_regularization(
+            pick.mechanism, n=n, d=k, epsilon=epsilon, delta=delta, loss=loss, params=params
+        ).regularization
+        own = {**params, "projection_dim": k}
+        calibration = calibrate(
+            pick.mechanism,
+            n=n,
+            d=d,
+            epsilon=epsilon,
+            delta=delta,
+            loss=loss,
+            regularization=lam,
+            **own,
+        )
+        if admissible is not None:
+            admissible(pick.mechanism, calibration)
+    except (ValueError, TypeError, ArithmeticError):
+        return None
+    record = choice.record()
+    record["regularization"] = lam
+    record["unprojected"] = pick.to_dict()
+    bound = excess_risk_bound(pick.mechanism, calibration.details, calibration.expected_noise_norm)
+    return Candidate.of(pick.mechanism, lam, own), record, bound
 
 
 def expected_accuracy(

@@ -79,10 +79,16 @@ def test_tiny_budget_keeps_the_preferred_mechanism_at_its_rule_and_is_below_the_
         regularization=None,
         majority=0.75,
     )
-    rule = auto_regularization("objective_perturbation", n=2000, d=51, epsilon=0.05)
+    # nε = 100: the projection rule keeps k = max(4, ⌈100/50⌉) = 4 of the 51 columns, and λ
+    # is the automatic λ at d = 4
+    rule = auto_regularization("objective_perturbation", n=2000, d=4, epsilon=0.05)
     assert choice.chosen == auto_simulation.Candidate.of(
-        "objective_perturbation", rule.regularization
+        "objective_perturbation", rule.regularization, {"projection_dim": 4}
     )
+    record = choice.to_dict()["projection_rule"]
+    assert record["projection_dim"] == 4
+    unprojected = auto_regularization("objective_perturbation", n=2000, d=51, epsilon=0.05)
+    assert record["unprojected"]["regularization"] == unprojected.regularization
     best = max(f.mean for f in choice.figures if f.excluded is None)
     assert best < 0.75
     band = auto.expected_accuracy(
@@ -146,7 +152,11 @@ def test_choice_follows_the_decision_rule_and_is_reproducible() -> None:
         se = diff.std(ddof=1) / math.sqrt(diff.size)
         if diff.mean() > max(auto.MIN_GAIN, auto.GAIN_Z * se):
             pick = f
-    assert first.chosen == pick.candidate
+    if "projection_rule" in first.to_dict():  # objective perturbation, projected by the rule
+        assert pick.candidate.mechanism == "objective_perturbation"
+        assert first.chosen.params == {"projection_dim": 4}  # k = max(4, ⌈150/50⌉) < d = 6
+    else:
+        assert first.chosen == pick.candidate
 
 
 @pytest.mark.parametrize(
@@ -197,3 +207,26 @@ def test_too_many_features_is_refused_before_any_work() -> None:
             majority=None,
             baseline_source="unknown",
         )
+
+
+def test_a_given_regularization_is_never_projected() -> None:
+    # the request's λ names the setting: the rule may not change the model it asked for
+    choice = auto.choose(
+        n=400, d=31, epsilon=1.0, delta=0.0, loss="logistic", regularization=0.01
+    )
+    assert "projection_dim" not in choice.chosen.params
+    assert "projection_rule" not in choice.to_dict()
+
+
+def test_projected_pick_is_simulated_on_the_same_draws() -> None:
+    # breast cancer's shape: n = 398, d = 31, ε = 1 → k = ⌈398/50⌉ = 8
+    choice = auto.choose(
+        n=398, d=31, epsilon=1.0, delta=0.0, loss="logistic", regularization=None
+    )
+    assert choice.chosen.params == {"projection_dim": 8}
+    lam = auto_regularization("objective_perturbation", n=398, d=8, epsilon=1.0)
+    assert choice.chosen.regularization == lam.regularization
+    figures = [f for f in choice.figures if f.candidate == choice.chosen]
+    assert len(figures) == 1 and len(figures[0].accuracies) == auto_simulation.REPEATS
+    assert choice.to_dict()["predicted_accuracy"] == figures[0].mean
+

@@ -1,0 +1,102 @@
+"""A public projection dimension for objective perturbation (issue 28 item 3: the settings
+``"mechanism": "auto"`` chooses). Pure; spends nothing.
+
+Objective perturbation draws its noise b in every one of the d encoded dimensions
+(‖b‖ ~ Gamma(d, 2/ε′)), so on few rows the noise, not the data, decides the model. A public
+random projection z = clip(Rx), R ∈ ℝ^{k×d} drawn independently of the data
+(:mod:`service.dp.data.projection`; the mechanism's ``projection_dim`` option), lets the fit
+pay for k dimensions instead of d, at the price of the part of the signal R does not keep.
+
+Derivation of the form
+----------------------
+At the automatic λ (:mod:`service.dp.analysis.regularization`) the noise part of objective
+perturbation's excess-risk bound is min_λ (λ/2)R² + m₂/(n²λ) = R·√(2m₂)/n with
+m₂ = E‖b‖² = 4k(k + 1)/ε², i.e. ≈ 2√2·R·k/(nε): linear in k/(nε). What the projection loses
+is data dependent: for a fixed comparator w°, the margins y·w°ᵀx are distorted by R by a
+relative amount of order 1/√k (Johnson–Lindenstrauss), and much less when the rows lie close
+to a low-dimensional subspace, as correlated real features do. Balancing a/√k against
+b·k/(nε) gives k ∝ (nε)^{2/3}; a loss that vanishes beyond the data's own effective rank gives
+k ∝ nε up to that rank. Both forms were calibrated (below); the rule is
+
+    k = max(k_min, ⌈n·ε / c⌉),  no projection when k ≥ d,
+
+from public n, d and ε only (the ε the fit runs at). It is public: telling the caller k
+releases nothing, and the ledger charges the fit as for any other option.
+
+Calibration
+-----------
+c and k_min were fitted by ``benchmarks/calibrate_projection.py`` on the synthetic logistic
+families of ``benchmarks/calibrate_lambda.py`` and on Adult only (the records of that run are
+in ``benchmarks/calibration/projection_rule.json``); breast cancer, digits and a Fashion-MNIST
+binary task were held out for the evaluation (benchmarks/RESULTS.md, "A public projection
+dimension for objective perturbation").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+__all__ = [
+    "MIN_DIMENSION",
+    "PROJECTION_MECHANISMS",
+    "ROWS_PER_DIMENSION",
+    "ProjectionChoice",
+    "auto_projection",
+]
+
+#: c in k = ⌈nε/c⌉ (benchmarks/calibration/projection_rule.json).
+ROWS_PER_DIMENSION: Final[float] = 50.0
+#: k_min: the smallest projection the rule picks.
+MIN_DIMENSION: Final[int] = 4
+#: Mechanisms whose ``projection_dim`` the rule sets.
+PROJECTION_MECHANISMS: Final[frozenset[str]] = frozenset({"objective_perturbation"})
+_FORMULA = "k = max(k_min, ⌈n·ε/c⌉); no projection when k ≥ d"
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectionChoice:
+    """The projection dimension the rule picked, with what it was computed from (the record's
+    ``projection_rule``)."""
+
+    dimension: int
+    inputs: Mapping[str, Any]
+    constants: Mapping[str, float] = field(
+        default_factory=lambda: {"c": ROWS_PER_DIMENSION, "k_min": float(MIN_DIMENSION)}
+    )
+
+    def record(self) -> dict[str, Any]:
+        """The JSON the auto record shows."""
+        return {
+            "formula": _FORMULA,
+            "projection_dim": self.dimension,
+            "inputs": dict(self.inputs),
+            "constants": dict(self.constants),
+            "source": "benchmarks/calibration/projection_rule.json",
+        }
+
+
+def rule_dimension(n: int, epsilon: float) -> int:
+    """max(k_min, ⌈n·ε/c⌉) (module docstring), before the comparison with d."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError("n must be a positive integer")
+    if not (math.isfinite(epsilon) and epsilon > 0.0):
+        raise ValueError("epsilon must be finite and > 0")
+    return max(MIN_DIMENSION, math.ceil(n * epsilon / ROWS_PER_DIMENSION))
+
+
+def auto_projection(
+    mechanism: str, *, n: int, d: int, epsilon: float, task: str = "binary"
+) -> ProjectionChoice | None:
+    """The rule's projection for a fit of ``mechanism`` at (n, d, ε), or None: no projection
+    (another mechanism, a task other than binary, or k ≥ d)."""
+    if mechanism not in PROJECTION_MECHANISMS or task != "binary":
+        return None
+    if isinstance(d, bool) or not isinstance(d, int) or d < 1:
+        raise ValueError("d must be a positive integer")
+    k = rule_dimension(n, epsilon)
+    if k >= d:
+        return None
+    return ProjectionChoice(dimension=k, inputs={"n": n, "d": d, "epsilon": epsilon})
