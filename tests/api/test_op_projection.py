@@ -5,6 +5,7 @@ refused combination is a 422 problem that charges and stores nothing."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
@@ -110,4 +111,47 @@ def test_a_projection_of_a_multiclass_or_numeric_label_is_a_422_with_nothing_cha
     )
     assert f"projection_dim is not offered for {task} fits" in problem["detail"]
     assert "binary (margin-loss) fits only" in problem["detail"]
+    _nothing_charged(client, site, dataset["id"])
+
+
+def _rule_lambda(n: int, dim: int, epsilon: float) -> float:
+    """The λ rule for objective perturbation by hand (service.dp.analysis.regularization):
+    λ = √(4A·n + 2m₂)/(n·R), m₂ = 4d′(d′ + 1)/ε², A = 0.01, R = 10, at the noise's d′."""
+    m2 = 4.0 * dim * (dim + 1) / epsilon**2
+    return math.sqrt(4.0 * 0.01 * n + 2.0 * m2) / (n * 10.0)
+
+
+def test_lambda_auto_is_the_rule_at_the_projections_dimension(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = upload(client, site.headers)
+    body = fit_body(
+        "objective_perturbation", epsilon=0.5, regularization="auto", params={"projection_dim": 2}
+    )
+    quote = client.post(
+        f"/v1/datasets/{dataset['id']}/fits?dry_run=true", json=body, headers=site.headers
+    )
+    assert quote.status_code == 200, quote.text
+    shown = quote.json()
+    # k = 2: m₂ = 4·2·3/0.25 = 96, λ = √(8 + 192)/2000 = 0.00707106781
+    assert shown["regularization"] == pytest.approx(_rule_lambda(N, 2, 0.5), rel=1e-12)
+    assert shown["regularization"] == pytest.approx(0.00707106781, rel=1e-9)
+    inputs = shown["regularization_rule"]["inputs"]
+    assert (inputs["d"], inputs["features_before_projection"]) == (2, D)
+    assert shown["calibration"]["noise_dimension"] == 2
+
+    plan = client.post(
+        f"/v1/datasets/{dataset['id']}/plans",
+        json={
+            "mechanism": "objective_perturbation",
+            "epsilons": [0.5],
+            "regularizations": ["auto"],
+            "params": {"projection_dim": 2},
+        },
+        headers=site.headers,
+    )
+    assert plan.status_code == 200, plan.text
+    [point] = plan.json()["points"]
+    assert point["regularization"] == pytest.approx(0.00707106781, rel=1e-9)
+    assert point["regularization_rule"]["inputs"]["features_before_projection"] == D
     _nothing_charged(client, site, dataset["id"])

@@ -131,6 +131,7 @@ __all__ = [
     "Options",
     "centred_plan",
     "regression_plan",
+    "rule_dimension",
     "run_certified",
     "run_regression",
     "with_centre",
@@ -389,6 +390,17 @@ def _require_unprojected(plan: ObjectivePerturbationPlan, what: str) -> None:
             f"projection_dim is not offered for {what}: the public centre lives in the "
             "original d features, not in the projection's k"
         )
+
+
+def rule_dimension(mechanism: str, d: int, params: Mapping[str, Any]) -> int:
+    """The dimension of the objective a fit of ``mechanism`` with ``params`` solves, for the
+    public λ rule (its noise moment E‖b‖² = 4d′(d′ + 1)/ε² is that of b ∈ ℝ^{d′}): the
+    projection's k for a projected ``objective_perturbation`` fit, else d. A k that is not a
+    valid integer in [1, d] gives d (the fit's own checks refuse it)."""
+    k = params.get("projection_dim")
+    if mechanism != ObjectivePerturbation.name or isinstance(k, bool) or not isinstance(k, int):
+        return d
+    return k if 1 <= k <= d else d
 
 
 def regression_plan(problem: Problem) -> ObjectivePerturbationPlan:
