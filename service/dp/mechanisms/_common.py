@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from decimal import Context, Decimal
 from fractions import Fraction
 from functools import partial
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -35,6 +35,7 @@ from service.dp.optimize import certified, certified_failure, multinomial
 __all__ = [
     "MAX_PROJECTION_DIM",
     "PROJECTION_PARAMS",
+    "SOLVE_PASSES",
     "Inputs",
     "MechanismPlan",
     "NormExponentialObjectivePlan",
@@ -87,6 +88,10 @@ def check_common(
     except ValueError as exc:
         raise PrivacyParameterError(str(exc)) from exc
 
+
+#: Passes over the design one certified convex solve is counted as (measured: 3–10;
+#: :mod:`service.dp.analysis.work`).
+SOLVE_PASSES: Final[int] = 20
 
 #: The options of a public random projection of the rows (``dp_sgd``,
 #: ``objective_perturbation``; :mod:`service.dp.data.projection`).

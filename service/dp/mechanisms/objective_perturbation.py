@@ -106,6 +106,7 @@ from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     MAX_PROJECTION_DIM,
     PROJECTION_PARAMS,
+    SOLVE_PASSES,
     Inputs,
     NormExponentialObjectivePlan,
     certificate_failure,
@@ -240,15 +241,13 @@ PROJECTION_REFUSED = {
 
 
 def work_estimate(n: int, d: int, details: Mapping[str, Any]) -> float:
-    """Row-feature passes of a fit (:mod:`service.dp.analysis.work`): one certified solve
-    (:func:`~service.dp.analysis.work.solve_work`) on the n × d′ design it solves, d′ = d, or
-    the projection's k (``projection_dim``) plus n·d·k for projecting the rows once."""
-    from service.dp.analysis.work import solve_work  # the analysis layer imports this module
-
+    """Row-feature passes of a fit (:mod:`service.dp.analysis.work`): one certified solve,
+    :data:`SOLVE_PASSES` passes over the n × d′ design it solves, d′ = d, or the projection's
+    k (``projection_dim``) plus n·d·k for projecting the rows once."""
     k = details.get("projection_dim")
     if k is None:
-        return solve_work(n, d)
-    return solve_work(n, int(k)) + float(n) * d * int(k)
+        return float(SOLVE_PASSES) * n * d
+    return float(SOLVE_PASSES) * n * int(k) + float(n) * d * int(k)
 
 
 def excess_risk_terms(
