@@ -14,7 +14,9 @@ from fastapi.testclient import TestClient
 from service.dp import calibrate
 from tests.api.test_label_tasks import MULTICLASS, NUMERIC, uploaded
 from tests.conftest import SiteHandle
-from tests.unit.jobs._flow import TOY_FEATURES, budget, fit_body, upload, wait_job
+from tests.unit.jobs._flow import TOY_FEATURES, budget, fit_body, toy_csv, upload, wait_job
+
+WAIT = {"Prefer": "wait=30"}
 
 PROBLEM_JSON = "application/problem+json"
 N, D = 200, len(TOY_FEATURES)
@@ -155,3 +157,25 @@ def test_lambda_auto_is_the_rule_at_the_projections_dimension(
     assert point["regularization"] == pytest.approx(0.00707106781, rel=1e-9)
     assert point["regularization_rule"]["inputs"]["features_before_projection"] == D
     _nothing_charged(client, site, dataset["id"])
+
+
+@pytest.mark.parametrize("selection", ["cms", "auto"])
+def test_a_tuned_projected_fit_runs_every_candidate_in_k_dimensions(
+    client: TestClient, site: SiteHandle, selection: str
+) -> None:
+    dataset = upload(client, site.headers, raw=toy_csv(n=600, seed=4))
+    body = {
+        **fit_body("objective_perturbation", epsilon=1.0, params={"projection_dim": 2}),
+        "regularization": {"candidates": [1e-3, 1e-2, 1e-1]},
+        "selection": selection,
+    }
+    response = client.post(
+        f"/v1/datasets/{dataset['id']}/fits", json=body, headers={**site.headers, **WAIT}
+    )
+    assert response.status_code == 201, response.text
+    job = response.json()
+    assert job["status"] == "succeeded", job
+    model = client.get(f"/v1/models/{job['model_id']}", headers=site.headers).json()
+    assert model["privacy"]["calibration"]["noise_dimension"] == 2
+    assert model["privacy"]["calibration"]["projection_dim"] == 2
+    assert budget(client, site.headers, dataset["id"])["epsilon_spent"] == pytest.approx(1.0)

@@ -297,6 +297,8 @@ def _calibrate_transfer(dataset: Dataset, request: FitRequest) -> Calibration:
     lam = _required_regularization(request)
     if request.epsilon is None:
         raise TypeError("a transfer fit has an ε")
+    if params.get("projection_dim") is not None:  # the worker's transfer_fit never projects
+        raise TypeError("a transfer fit's centre lives in ℝ^d: it has no projection")
     epsilon = float(request.epsilon)
     calibration = calibrated(
         "fit",
