@@ -32,7 +32,7 @@ def test_a_projected_fit_is_charged_run_in_k_dimensions_and_recorded(
     client: TestClient, site: SiteHandle
 ) -> None:
     dataset = upload(client, site.headers)
-    params = {"projection_dim": 2, "projection_seed": 7}
+    params: dict[str, Any] = {"projection_dim": 2, "projection_seed": 7}
     body = fit_body("objective_perturbation", epsilon=0.5, params=params)
     path = f"/v1/datasets/{dataset['id']}/fits"
 
