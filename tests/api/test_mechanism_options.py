@@ -105,7 +105,13 @@ def test_other_mechanisms_options_in_the_schema(schemas: dict[str, Any]) -> None
     assert kifer["type"] == "number"
     assert kifer["minimum"] == 0
     assert "default" not in kifer
-    assert set(schemas["ObjectivePerturbationOptions"]["properties"]) == {"h"}
+    op = schemas["ObjectivePerturbationOptions"]["properties"]
+    assert set(op) == {"h", "projection_dim", "projection_kind", "projection_seed"}
+    dp_sgd = schemas["DpSgdTunableOptions"]["properties"]
+    for name in ("projection_kind", "projection_seed"):  # the same option, word for word
+        assert op[name] == dp_sgd[name]
+    dim = [o for o in op["projection_dim"]["anyOf"] if o.get("type") == "integer"]
+    assert [(o["minimum"], o["maximum"]) for o in dim] == [(1, 1_000_000)]
 
 
 def _problem(response: Any) -> dict[str, Any]:

@@ -1760,9 +1760,37 @@ class NumericFeatureIn(BaseModel):
     ] = None
 
 
+ObjectivePerturbationOptionsProjectionDim = TypeAliasType(
+    "ObjectivePerturbationOptionsProjectionDim",
+    Annotated[
+        int,
+        Field(
+            description="Dimension k ≤ d of a public random projection of the rows (null: none; binary fits only); the objective and its noise live in dimension k and the released weights are folded back to d.",
+            ge=1,
+            le=1000000,
+            title="Projection Dim",
+        ),
+    ],
+)
+
+
+ObjectivePerturbationOptionsProjectionSeed = TypeAliasType(
+    "ObjectivePerturbationOptionsProjectionSeed",
+    Annotated[
+        int,
+        Field(
+            description="Public seed of the projection matrix (with `projection_dim` only; null: drawn from the CSPRNG).",
+            ge=0,
+            le=9007199254740991,
+            title="Projection Seed",
+        ),
+    ],
+)
+
+
 class ObjectivePerturbationOptions(BaseModel):
     """
-    The options (`params`) of `objective_perturbation`. Objective perturbation has no options of its own (only the loss's `h`).
+    The options (`params`) of `objective_perturbation`. Objective perturbation's options (besides the loss's `h`): an optional public random projection of the rows, for binary fits; `projection_kind` and `projection_seed` only with `projection_dim`, which may not exceed the number of features d.
     """
 
     model_config = ConfigDict(
@@ -1776,6 +1804,27 @@ class ObjectivePerturbationOptions(BaseModel):
             title="H",
         ),
     ] = 0.5
+    projection_dim: Annotated[
+        ObjectivePerturbationOptionsProjectionDim | None,
+        Field(
+            description="Dimension k ≤ d of a public random projection of the rows (null: none; binary fits only); the objective and its noise live in dimension k and the released weights are folded back to d.",
+            title="Projection Dim",
+        ),
+    ] = None
+    projection_kind: Annotated[
+        Literal["gaussian", "achlioptas"] | None,
+        Field(
+            description="The projection matrix's entries (with `projection_dim` only; omitted: `gaussian`).",
+            title="Projection Kind",
+        ),
+    ] = None
+    projection_seed: Annotated[
+        ObjectivePerturbationOptionsProjectionSeed | None,
+        Field(
+            description="Public seed of the projection matrix (with `projection_dim` only; null: drawn from the CSPRNG).",
+            title="Projection Seed",
+        ),
+    ] = None
 
 
 class OfferCreate(BaseModel):

@@ -40,6 +40,7 @@ from service.domain.fits.plans_tasks import (
     task_majority,
     with_simulation,
 )
+from service.domain.fits.submit import projected_rule
 from service.domain.ranges import MAX_REGULARIZATION, MIN_REGULARIZATION
 from service.dp import MECHANISMS, NON_PRIVATE_MECHANISMS
 from service.dp.analysis import auto as auto_numerics
@@ -52,6 +53,7 @@ from service.dp.analysis.planning import (
 )
 from service.dp.analysis.regularization import auto_regularization
 from service.dp.core.tasks import TASK_LOSSES
+from service.dp.mechanisms.objective_perturbation import rule_dimension
 
 __all__ = ["MAX_GRID", "Plan", "PlanRequest", "make_plan"]
 
@@ -142,10 +144,11 @@ def _grid(request: PlanRequest, n: int, d: int, task: LabelTask) -> list[GridPoi
             lambdas.append(plan_regularization(request, n=n, d=d, epsilon=eps, task=task))
         elif auto:
             try:
+                dim = rule_dimension(request.mechanism, d, request.params)  # k if projected
                 choice = auto_regularization(
                     request.mechanism,
                     n=n,
-                    d=d,
+                    d=dim,
                     epsilon=eps,
                     delta=request.delta,
                     loss=request.loss,
@@ -156,7 +159,7 @@ def _grid(request: PlanRequest, n: int, d: int, task: LabelTask) -> list[GridPoi
                 raise _invalid(
                     f"regularization 'auto': {exc}", ["body", "regularizations"]
                 ) from exc
-            lambdas.append((choice.regularization, choice.record()))
+            lambdas.append((choice.regularization, projected_rule(choice.record(), d, dim)))
         for lam, rule in lambdas:
             try:
                 point = plan_point(

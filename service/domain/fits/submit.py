@@ -57,6 +57,7 @@ from service.dp.analysis.regularization_tasks import auto_regularization_task, t
 from service.dp.analysis.work import fit_work
 from service.dp.core.plan import plan_to_json
 from service.dp.core.tasks import TASK_LOSSES
+from service.dp.mechanisms.objective_perturbation import rule_dimension
 
 __all__ = [
     "AUTO",
@@ -147,11 +148,13 @@ def resolve_regularization(
         return request  # _calibrate asks for ε
     if task != "binary":  # the multi-class and regression rules (issue 29)
         return _resolve_task_regularization(request, n=n, d=d, task=task, n_classes=n_classes)
+    # a projected fit solves in ℝ^k: the rule is evaluated at the dimension of its noise
+    dim = rule_dimension(request.mechanism, int(d), request.params)
     try:
         choice = auto_regularization(
             request.mechanism,
             n=int(n),
-            d=int(d),
+            d=dim,
             epsilon=request.epsilon,
             delta=request.delta,
             loss=request.loss,
@@ -164,8 +167,18 @@ def resolve_regularization(
             errors=[{"loc": ["body", "regularization"], "msg": str(exc)}],
         ) from exc
     return replace(
-        request, regularization=choice.regularization, regularization_rule=choice.record()
+        request,
+        regularization=choice.regularization,
+        regularization_rule=projected_rule(choice.record(), int(d), dim),
     )
+
+
+def projected_rule(record: dict[str, Any], d: int, dim: int) -> dict[str, Any]:
+    """The λ rule's record; for a projected fit (``dim`` = k ≠ d) its inputs also name the
+    number of features the rows had before the projection (its ``d`` is k)."""
+    if dim != d:
+        record["inputs"] = {**record["inputs"], "features_before_projection": d}
+    return record
 
 
 def _resolve_task_regularization(
@@ -284,6 +297,8 @@ def _calibrate_transfer(dataset: Dataset, request: FitRequest) -> Calibration:
     lam = _required_regularization(request)
     if request.epsilon is None:
         raise TypeError("a transfer fit has an ε")
+    if params.get("projection_dim") is not None:  # the worker's transfer_fit never projects
+        raise TypeError("a transfer fit's centre lives in ℝ^d: it has no projection")
     epsilon = float(request.epsilon)
     calibration = calibrated(
         "fit",

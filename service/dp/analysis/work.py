@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from service.dp.mechanisms import get_mechanism
+from service.dp.mechanisms._common import SOLVE_PASSES
 from service.dp.mechanisms.dp_sgd import UPDATE_ROWS
 from service.dp.mechanisms.dp_sgd import work_estimate as _dp_sgd_estimate
 
@@ -41,8 +42,6 @@ __all__ = [
     "solve_work",
 ]
 
-#: Passes over the design one certified convex solve is counted as (measured: 3–10).
-SOLVE_PASSES: Final[int] = 20
 #: Protocols whose every round is a local solve at each site (the others: one pass).
 _SOLVE_ROUNDS: Final[frozenset[str]] = frozenset({"admm", "noisy_average"})
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Context, Decimal
 from fractions import Fraction
 from functools import partial
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -21,15 +22,20 @@ from service.dp.core.regression_losses import get_regression_loss
 from service.dp.core.validation import (
     PrivacyParameterError,
     check_dimensions,
+    check_int_in,
     check_known_params,
     check_regularization,
 )
 from service.dp.data.clipping import round_up, scale_for
+from service.dp.data.projection import MAX_SEED, PROJECTION_KINDS
 from service.dp.noise import draws as noise
 from service.dp.noise import lattice
 from service.dp.optimize import certified, certified_failure, multinomial
 
 __all__ = [
+    "MAX_PROJECTION_DIM",
+    "PROJECTION_PARAMS",
+    "SOLVE_PASSES",
     "Inputs",
     "MechanismPlan",
     "NormExponentialObjectivePlan",
@@ -43,6 +49,7 @@ __all__ = [
     "log1p_upper",
     "noise_enclosure",
     "problem_loss",
+    "projection_params",
     "release",
     "report",
     "require_plan",
@@ -80,6 +87,63 @@ def check_common(
         return problem_loss(problem)
     except ValueError as exc:
         raise PrivacyParameterError(str(exc)) from exc
+
+
+#: Passes over the design one certified convex solve is counted as (measured: 3–10;
+#: :mod:`service.dp.analysis.work`).
+SOLVE_PASSES: Final[int] = 20
+
+#: The options of a public random projection of the rows (``dp_sgd``,
+#: ``objective_perturbation``; :mod:`service.dp.data.projection`).
+PROJECTION_PARAMS: tuple[str, ...] = ("projection_dim", "projection_kind", "projection_seed")
+#: The largest projection dimension k accepted.
+MAX_PROJECTION_DIM = 1_000_000
+
+
+def projection_params(
+    raw: Mapping[str, Any],
+    *,
+    task: str,
+    refused: Mapping[str, str],
+    largest: int | None = None,
+) -> dict[str, Any]:
+    """The checked projection options of a mechanism's raw ``params``: ``projection_dim`` k
+    (an integer in [1, 10⁶], or None: no projection) and, only with k, ``projection_kind``
+    (one of :data:`~service.dp.data.projection.PROJECTION_KINDS`, default ``gaussian``) and
+    ``projection_seed`` (an integer in [0, MAX_SEED], or None: drawn when the fit runs).
+
+    Refused (:class:`PrivacyParameterError`): k for a task named in ``refused`` (the message is
+    "projection_dim is not offered for <task> fits" followed by the mechanism's reason), k
+    above ``largest`` when one is given (the number of features d), and a kind or seed
+    without k. Only public request fields are read."""
+    k = raw.get("projection_dim")
+    if k is not None:
+        k = check_int_in(k, "projection_dim", 1, MAX_PROJECTION_DIM)
+    out: dict[str, Any] = {"projection_dim": k}
+    if k is not None and task in refused:
+        raise PrivacyParameterError(f"projection_dim is not offered for {task} fits{refused[task]}")
+    if k is None:
+        for extra in ("projection_kind", "projection_seed"):
+            if raw.get(extra) is not None:
+                raise PrivacyParameterError(f"{extra} needs projection_dim")
+        return out
+    if largest is not None and k > largest:
+        raise PrivacyParameterError(
+            f"projection_dim must not exceed the number of features d = {largest}, got {k}: "
+            "a projection to more dimensions than the rows have only adds noise dimensions "
+            "(k = d is allowed)"
+        )
+    kind = raw.get("projection_kind", "gaussian")
+    if kind not in PROJECTION_KINDS:
+        raise PrivacyParameterError(
+            f"projection_kind must be one of {', '.join(PROJECTION_KINDS)}, got {kind!r}"
+        )
+    out["projection_kind"] = kind
+    seed = raw.get("projection_seed")
+    out["projection_seed"] = (
+        None if seed is None else check_int_in(seed, "projection_seed", 0, MAX_SEED)
+    )
+    return out
 
 
 def require_smooth_loss(loss: Loss, mechanism: str) -> None:
@@ -221,6 +285,12 @@ class ObjectivePlan(MechanismPlan):
     failure: certified_failure.CertificateFailure
 
     @property
+    def dimension(self) -> int:
+        """The dimension of b, that of the objective solved: d (dK for K classes, the
+        projection's k for projected rows)."""
+        return self.inputs.d
+
+    @property
     def noise_beta(self) -> float:
         """β of the norm-exponential law (ValueError for a Gaussian plan)."""
         if self.noise != "norm_exponential" or self.beta is None:
@@ -275,11 +345,6 @@ class NormExponentialObjectivePlan(ObjectivePlan):
             failure=failure,
             epsilon_prime=epsilon_prime,
         )
-
-    @property
-    def dimension(self) -> int:
-        """The dimension of b (d; dK for K classes)."""
-        return self.inputs.d
 
     @property
     def gradient_sensitivity(self) -> float:
@@ -474,9 +539,10 @@ def require_plan(calibration: Calibration, kind: type[P]) -> P:
 
 
 def noise_enclosure(plan: ObjectivePlan, rng: np.random.Generator | None) -> lattice.Enclosure:
-    """A draw of the plan's objective noise b (norm-exponential with β, or Gaussian with σ),
-    known as doubles with a proved enclosure (:mod:`service.dp.noise.lattice`)."""
-    d = plan.inputs.d
+    """A draw of the plan's objective noise b ∈ ℝ^:attr:`~ObjectivePlan.dimension`
+    (norm-exponential with β, or Gaussian with σ), known as doubles with a proved enclosure
+    (:mod:`service.dp.noise.lattice`)."""
+    d = plan.dimension
     if plan.noise == "gaussian":
         return lattice.gaussian_enclosure(d, sigma=plan.noise_sigma, rng=rng)
     return lattice.norm_exponential_enclosure(d, beta=plan.noise_beta, rng=rng)
@@ -521,6 +587,7 @@ def certificate_failure(
     mechanism: str,
     centre_norm: float = 0.0,
     check: bool = True,
+    dimension: int | None = None,
 ) -> certified_failure.CertificateFailure:
     """When the certified release of an objective-perturbation-style plan can fail
     (:func:`service.dp.optimize.certified_failure.failure_plan`: the noise norm beyond which no
@@ -528,15 +595,17 @@ def certificate_failure(
     ``plan_noise`` = (law, β, σ)), after refusing (422, before any charge; unless ``check`` is
     False) a request for which that probability is above 10⁻³⁰ or no certifiable point is
     guaranteed even without noise
-    (:func:`service.dp.optimize.certified_failure.check_failure_probability`)."""
+    (:func:`service.dp.optimize.certified_failure.check_failure_probability`). ``dimension``
+    is that of the objective solved and of b (d unless the rows are projected to ℝ^k)."""
     law, beta, sigma = plan_noise
+    dim = inputs.d if dimension is None else int(dimension)
     if law == "gaussian":
-        tail = partial(certified_failure.gaussian_tail_log10, inputs.d, float(sigma or 0.0))
+        tail = partial(certified_failure.gaussian_tail_log10, dim, float(sigma or 0.0))
     else:
-        tail = partial(certified_failure.norm_exponential_tail_log10, inputs.d, float(beta or 0.0))
+        tail = partial(certified_failure.norm_exponential_tail_log10, dim, float(beta or 0.0))
     failure = certified_failure.failure_plan(
         n=inputs.n,
-        d=inputs.d,
+        d=dim,
         loss=inputs.loss_function(),
         strong_convexity=certificate.strong_convexity,
         tolerance=certificate.tolerance,

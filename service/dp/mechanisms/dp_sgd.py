@@ -135,15 +135,17 @@ from service.dp.core.validation import (
 from service.dp.data import clipping
 from service.dp.data.projection import (
     MAX_SEED,
-    PROJECTION_KINDS,
     ProjectionKind,
     RandomProjection,
 )
 from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
+    MAX_PROJECTION_DIM,
+    PROJECTION_PARAMS,
     Inputs,
     MechanismPlan,
     check_common,
+    projection_params,
     release,
     report,
     require_plan,
@@ -203,16 +205,7 @@ GRADIENT_RELEASE = (
     "post-processing, so the guarantee holds for the released doubles"
 )
 
-_PARAMS = (
-    "epochs",
-    "batch_size",
-    "schedule",
-    "eta",
-    "radius",
-    "projection_dim",
-    "projection_kind",
-    "projection_seed",
-)
+_PARAMS = ("epochs", "batch_size", "schedule", "eta", "radius", *PROJECTION_PARAMS)
 
 
 # ---- options and capabilities (service.dp.core.options) ---------------------------------
@@ -257,7 +250,7 @@ class Options(MechanismOptions):
         "Dimension k of a public random projection of the rows (null: none); SGD runs in "
         "dimension k and the released weights are folded back to d.",
         ge=1,
-        le=1_000_000,
+        le=MAX_PROJECTION_DIM,
     )
     projection_kind: Literal["gaussian", "achlioptas"] | None = option(
         None,
@@ -591,22 +584,8 @@ class DPSGD:
         else:
             params["eta"] = _positive_float(raw, "eta", default_eta)
         params["radius"] = _positive_float(raw, "radius", None)
-        k = _int_param(raw, "projection_dim", None, 1, 1_000_000)
-        params["projection_dim"] = k
-        if k is not None and problem.task == "multiclass":
-            raise PrivacyParameterError("projection_dim is not offered for multiclass fits")
-        if k is None:
-            for extra in ("projection_kind", "projection_seed"):
-                if raw.get(extra) is not None:
-                    raise PrivacyParameterError(f"{extra} needs projection_dim")
-        else:
-            kind = raw.get("projection_kind", "gaussian")
-            if kind not in PROJECTION_KINDS:
-                raise PrivacyParameterError(
-                    f"projection_kind must be one of {', '.join(PROJECTION_KINDS)}, got {kind!r}"
-                )
-            params["projection_kind"] = kind
-            params["projection_seed"] = _int_param(raw, "projection_seed", None, 0, MAX_SEED)
+        # the projection's options and refusals are objective_perturbation's too
+        params.update(projection_params(raw, task=problem.task, refused={"multiclass": ""}))
         return replace(problem, params=params)
 
     def calibrate(self, problem: Problem) -> Calibration:

@@ -49,6 +49,25 @@ p > 10⁻³⁰. p is not added to δ: the mechanism stays ε-DP for the runs tha
 counting failures it is (ε, p)-DP with p fifteen orders below the ledger's smallest δ unit.
 Below T a failure needs the solver not to converge (docs/privacy.md).
 
+Random projection (optional ``projection_dim`` k ≤ d, binary fits; seed 001 §2.4). Each row
+is mapped to z_i = clip(Rx_i) by a public k × d matrix R (Gaussian N(0, 1/k) or Achlioptas
+entries, :mod:`service.dp.data.projection`) generated from ``projection_seed``, which is chosen
+before and independently of the data (given, or drawn from the CSPRNG / the test rng when the
+fit runs); clip scales a row with ‖Rx‖ > 1 to the unit ball and the exactness step of
+:func:`~service.dp.core.validation.validate_design` then makes ‖z_i‖ ≤ 1 hold exactly. The map
+x ↦ z is fixed, public and applied to each record alone, so replace-one neighbours D, D′ map to
+replace-one neighbours Z, Z′ with rows in the unit ball and labels unchanged: every step of the
+argument above holds verbatim for the problem in ℝ^k, with k in place of d — b ∈ ℝ^k with
+‖b‖ ~ Gamma(k, 2/ε′) (the same β = ε′/2: S_g = 2 and c do not depend on the dimension), the
+certified release's τ and its rounding terms, and the failure bound Q(k, βT). The released
+v ∈ ℝ^k is folded to coef = Rᵀv (post-processing), so the model scores original rows:
+coefᵀx = vᵀ(Rx). The training rows were clipped after the projection (a positive rescaling
+of each row with ‖Rx‖ > 1), which leaves every predicted label sign(vᵀRx) unchanged but not
+the magnitude of the score of such a row. Refused (422, before any charge): multi-class and
+regression fits (their noise and certificates are those of ℝ^{dK} and of the residual loss,
+not folded here), k > d, and every objective with a public centre (transfer, PST-H: the centre
+lives in ℝ^d).
+
 Regression (``task="regression"``, the Huber loss ℓ of the residual r = y − wᵀx with width h,
 y ∈ [−1, 1]; :mod:`service.dp.core.regression_losses`). The objective is
 J(w) = (1/n)Σ ℓ(y_i − wᵀx_i) + (λ/2)‖w‖², and the first-order condition gives
@@ -72,18 +91,22 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import NDArray
 
 from service.dp.core.base import Calibration, FittedModel, Problem, ProgressCallback
-from service.dp.core.options import Capabilities, MechanismOptions
+from service.dp.core.options import Capabilities, MechanismOptions, option
 from service.dp.core.plan import plan_kind
 from service.dp.core.regression_losses import RegressionHuberLoss
-from service.dp.core.validation import PrivacyParameterError
+from service.dp.core.validation import PrivacyParameterError, validate_design
+from service.dp.data.projection import MAX_SEED, ProjectionKind, RandomProjection
 from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
+    MAX_PROJECTION_DIM,
+    PROJECTION_PARAMS,
+    SOLVE_PASSES,
     Inputs,
     NormExponentialObjectivePlan,
     certificate_failure,
@@ -92,6 +115,7 @@ from service.dp.mechanisms._common import (
     jacobian_slack,
     noise_enclosure,
     problem_loss,
+    projection_params,
     release,
     report,
     require_plan,
@@ -108,6 +132,7 @@ __all__ = [
     "Options",
     "centred_plan",
     "regression_plan",
+    "rule_dimension",
     "run_certified",
     "run_regression",
     "with_centre",
@@ -119,9 +144,43 @@ __all__ = [
 class ObjectivePerturbationPlan(NormExponentialObjectivePlan):
     """Objective perturbation's plan (module docstring): the norm-exponential noise rate
     β = ε′/2 with ε′ = ε₁ − ε_J, Δ, λ + Δ, the split ε = ε₁ + ε_r and the certified
-    release."""
+    release; with ``projection_dim`` k the public projection's kind and seed (None: drawn
+    when the fit runs), and b, the certificate and its failure bound live in ℝ^k."""
 
     mechanism = "objective_perturbation"
+
+    projection_dim: int | None = None
+    projection_kind: ProjectionKind | None = None
+    projection_seed: int | None = None
+
+    @property
+    def dimension(self) -> int:
+        """The dimension of b and of the objective solved: k with a projection, else d."""
+        return self.inputs.d if self.projection_dim is None else self.projection_dim
+
+    def details(self) -> dict[str, Any]:
+        """The record (:class:`NormExponentialObjectivePlan`); a projected fit adds
+        ``noise_dimension`` = k and the projection's options."""
+        details = NormExponentialObjectivePlan.details(self)
+        if self.projection_dim is not None:
+            details.update(
+                noise_dimension=self.dimension,
+                projection_dim=self.projection_dim,
+                projection_kind=self.projection_kind,
+                projection_seed=self.projection_seed,
+            )
+        return details
+
+    def projection(self, rng: np.random.Generator | None) -> RandomProjection | None:
+        """The public projection R (None without ``projection_dim``): from the plan's seed, or
+        with a seed drawn now (CSPRNG, or ``rng`` in test mode), before any data is read."""
+        if self.projection_dim is None:
+            return None
+        kind: ProjectionKind = self.projection_kind or "gaussian"
+        d, k = self.inputs.d, self.projection_dim
+        if self.projection_seed is None:
+            return RandomProjection.create(d, k, kind=kind, rng=rng)
+        return RandomProjection(d, k, self.projection_seed, kind)
 
     @property
     def gradient_sensitivity(self) -> float:
@@ -147,7 +206,48 @@ class ObjectivePerturbationPlan(NormExponentialObjectivePlan):
 
 @dataclass(frozen=True, slots=True)
 class Options(MechanismOptions):
-    """Objective perturbation has no options of its own (only the loss's `h`)."""
+    """Objective perturbation's options (besides the loss's `h`): an optional public random
+    projection of the rows, for binary fits; `projection_kind` and `projection_seed` only with
+    `projection_dim`, which may not exceed the number of features d."""
+
+    projection_dim: int | None = option(
+        None,
+        "Dimension k ≤ d of a public random projection of the rows (null: none; binary fits "
+        "only); the objective and its noise live in dimension k and the released weights are "
+        "folded back to d.",
+        ge=1,
+        le=MAX_PROJECTION_DIM,
+    )
+    projection_kind: Literal["gaussian", "achlioptas"] | None = option(
+        None,
+        "The projection matrix's entries (with `projection_dim` only; omitted: `gaussian`).",
+    )
+    projection_seed: int | None = option(
+        None,
+        "Public seed of the projection matrix (with `projection_dim` only; null: drawn from the "
+        "CSPRNG).",
+        ge=0,
+        le=MAX_SEED,
+    )
+
+
+#: Why a projection is refused for the other tasks (:func:`projection_params`).
+PROJECTION_REFUSED = {
+    "multiclass": ": objective_perturbation projects the rows of binary (margin-loss) fits "
+    "only; the multinomial objective's noise and certificate live in ℝ^(dK)",
+    "regression": ": objective_perturbation projects the rows of binary (margin-loss) fits "
+    "only; the Huber regression objective is not folded back",
+}
+
+
+def work_estimate(n: int, d: int, details: Mapping[str, Any]) -> float:
+    """Row-feature passes of a fit (:mod:`service.dp.analysis.work`): one certified solve,
+    :data:`SOLVE_PASSES` passes over the n × d′ design it solves, d′ = d, or the projection's
+    k (``projection_dim``) plus n·d·k for projecting the rows once."""
+    k = details.get("projection_dim")
+    if k is None:
+        return float(SOLVE_PASSES) * n * d
+    return float(SOLVE_PASSES) * n * int(k) + float(n) * d * int(k)
 
 
 def excess_risk_terms(
@@ -155,8 +255,9 @@ def excess_risk_terms(
 ) -> tuple[float, float] | None:
     """The planner's terms (:mod:`service.dp.analysis.planning`): the shift is the
     calibration's ``expected_coef_shift_bound`` E‖b‖/(n(λ + Δ)), the smoothness c + λ + Δ
-    (``effective_regularization``)."""
-    if expected_noise_norm is None:
+    (``effective_regularization``). None for a projected fit: its shift bounds the
+    projected objective's minimiser in ℝ^k, not J's on the original rows."""
+    if expected_noise_norm is None or details.get("projection_dim") is not None:
         return None
     shift = float(details.get("expected_coef_shift_bound", math.nan))
     lam = float(details.get("effective_regularization", details["regularization"]))
@@ -167,6 +268,7 @@ CAPABILITIES = Capabilities(
     excess_risk=excess_risk_terms,
     meta_level=True,
     tasks=frozenset({"binary", "multiclass", "regression"}),
+    work=work_estimate,
 )
 
 
@@ -178,8 +280,14 @@ class ObjectivePerturbation:
     capabilities = CAPABILITIES
 
     def validate_params(self, problem: Problem) -> Problem:
-        loss = check_common(problem, ())
+        loss = check_common(problem, PROJECTION_PARAMS)
         require_smooth_loss(loss, self.name)
+        params = projection_params(
+            problem.params, task=problem.task, refused=PROJECTION_REFUSED, largest=problem.d
+        )
+        if params["projection_dim"] is None:
+            params = {}  # an unprojected problem's params stay as they always were
+        problem = replace(problem, params=params)
         if problem.task == "regression":
             regression_plan(problem)  # refuses the squared loss and infeasible certificates
         return problem
@@ -194,7 +302,10 @@ class ObjectivePerturbation:
         if problem.task == "regression":
             return regression_plan(problem)
         loss = problem_loss(problem)
-        n, d, lam, eps, c = problem.n, problem.d, problem.regularization, problem.epsilon, loss.c
+        n, lam, eps, c = problem.n, problem.regularization, problem.epsilon, loss.c
+        k = problem.params.get("projection_dim")
+        # the dimension of the objective solved, of b and of the certificate: d, or k
+        d = problem.d if k is None else int(k)
 
         def public(budget: float) -> tuple[float, float]:
             extra, noise_budget, _ = jacobian_slack(budget, lam, n, c)
@@ -204,15 +315,27 @@ class ObjectivePerturbation:
         extra, epsilon_prime, jacobian_epsilon = jacobian_slack(eps_objective, lam, n, c)
         beta = epsilon_prime / 2.0
         inputs = Inputs.of(problem)
-        return ObjectivePerturbationPlan.split(
+        plan = ObjectivePerturbationPlan.split(
             inputs,
             extra=extra,
             beta=beta,
             split=(eps_objective, epsilon_prime, jacobian_epsilon),
             certificate=certificate,
             failure=certificate_failure(
-                inputs, ("norm_exponential", beta, None), certificate, mechanism=self.name
+                inputs,
+                ("norm_exponential", beta, None),
+                certificate,
+                mechanism=self.name,
+                dimension=d,
             ),
+        )
+        if k is None:
+            return plan
+        return replace(
+            plan,
+            projection_dim=int(k),
+            projection_kind=problem.params["projection_kind"],
+            projection_seed=problem.params["projection_seed"],
         )
 
     def run(
@@ -234,11 +357,49 @@ class ObjectivePerturbation:
             model = release(run_regression(X, y, plan, rng=rng))
             report(progress, 1.0)
             return model
-        model = release(
-            certified_minimiser(X, y, plan, regularization=plan.inputs.regularization, rng=rng)
-        )
+        projection = plan.projection(rng)
+        if projection is None:
+            coef = certified_minimiser(
+                X, y, plan, regularization=plan.inputs.regularization, rng=rng
+            )
+        else:
+            Z, yz = projected_rows(projection, X, y)
+            v = certified_minimiser(Z, yz, plan, regularization=plan.inputs.regularization, rng=rng)
+            coef = projection.fold(v)  # Rᵀv: post-processing of the released v
+        model = release(coef)
         report(progress, 1.0)
         return model
+
+
+def projected_rows(
+    projection: RandomProjection, X: NDArray[np.float64], y: NDArray[np.float64]
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(Z, y): every row projected and clipped, z = clip(Rx) (:meth:`RandomProjection.apply`),
+    then :func:`~service.dp.core.validation.validate_design`'s exactness step, which shrinks a
+    row whose computed norm is within rounding of 1 so that ‖z‖ ≤ 1 holds for the real norm
+    (module docstring). A per-record public map; a new array, so nothing a prepared design
+    keeps for X is used for Z."""
+    return validate_design(projection.apply(X), y)
+
+
+def _require_unprojected(plan: ObjectivePerturbationPlan, what: str) -> None:
+    """Refuse a projected plan where the objective carries a public centre in ℝ^d."""
+    if plan.projection_dim is not None:
+        raise PrivacyParameterError(
+            f"projection_dim is not offered for {what}: the public centre lives in the "
+            "original d features, not in the projection's k"
+        )
+
+
+def rule_dimension(mechanism: str, d: int, params: Mapping[str, Any]) -> int:
+    """The dimension of the objective a fit of ``mechanism`` with ``params`` solves, for the
+    public λ rule (its noise moment E‖b‖² = 4d′(d′ + 1)/ε² is that of b ∈ ℝ^{d′}): the
+    projection's k for a projected ``objective_perturbation`` fit, else d. A k that is not a
+    valid integer in [1, d] gives d (the fit's own checks refuse it)."""
+    k = params.get("projection_dim")
+    if mechanism != ObjectivePerturbation.name or isinstance(k, bool) or not isinstance(k, int):
+        return d
+    return k if 1 <= k <= d else d
 
 
 def regression_plan(problem: Problem) -> ObjectivePerturbationPlan:
@@ -320,7 +481,8 @@ def centred_plan(
     PST-H; η already counted in its strong convexity): the certificate's public bound L grows
     by η‖w₀‖, which only enlarges τ and the release noise (same ε_r), and when the
     certificate can fail is recomputed with the centre (not refused here: the centre is known
-    only when the fit runs)."""
+    only when the fit runs). A projected plan is refused."""
+    _require_unprojected(plan, "objectives with a public centre (transfer)")
     shift = centre_weight * norm_up(centre)
     certificate = plan.certificate.with_linear_bound(plan.certificate.linear_bound + shift)
     failure = certificate_failure(
@@ -362,8 +524,10 @@ def run_certified(
     noise β, Δ and release plan of an objective-perturbation ``calibration``
     (:mod:`service.dp.optimize.certified`; with a centre w₀, pass the calibration through
     :func:`with_centre`). J's ridge is ``problem``'s λ: a centred objective's plan is
-    calibrated at λ + η, of which η comes in through the centre term."""
+    calibrated at λ + η, of which η comes in through the centre term. The rows are not
+    projected here: a projected plan is refused."""
     plan = require_plan(calibration, ObjectivePerturbationPlan)
+    _require_unprojected(plan, "objectives with a public centre (transfer)")
     return certified_minimiser(
         X,
         y,

@@ -216,6 +216,11 @@ def _problem(
         task=task,
         n_classes=n_classes,
     )
+    if problem.params.get("projection_dim") is not None:
+        raise PrivacyParameterError(
+            "projection_dim is not offered for transfer fits: the source model (the public "
+            "centre) lives in the original d features, not in the projection's k"
+        )
     return problem
 
 

@@ -180,6 +180,8 @@ def test_unknown_parameter_lists_the_allowed_ones(mechanism: str) -> None:
         _fit(mechanism, X, y, frobnicate=3)
     if mechanism == "generalized_objective_perturbation":
         assert "kifer_Delta" in str(info.value)
+    elif mechanism == "objective_perturbation":
+        assert "allowed: projection_dim, projection_kind, projection_seed" in str(info.value)
     else:
         assert "allowed: none" in str(info.value)
 

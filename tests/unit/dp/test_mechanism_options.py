@@ -26,7 +26,7 @@ from service.dp.mechanisms import non_private
 OWN_OPTIONS: dict[str, set[str]] = {
     "non_private": set(),
     "output_perturbation": set(),
-    "objective_perturbation": set(),
+    "objective_perturbation": {"projection_dim", "projection_kind", "projection_seed"},
     "gaussian_objective_perturbation": set(),
     "generalized_objective_perturbation": {"kifer_Delta"},
     "dp_sgd": {
@@ -152,7 +152,12 @@ def test_capabilities_by_hand() -> None:
         "output_perturbation",
         "objective_perturbation",
     }
-    assert {n for n, c in caps.items() if c.work is not None} == {"dp_sgd", "noisy_gd", "adassp"}
+    assert {n for n, c in caps.items() if c.work is not None} == {
+        "dp_sgd",
+        "noisy_gd",
+        "adassp",
+        "objective_perturbation",
+    }
     assert {n for n, c in caps.items() if "binary" not in c.tasks} == {"adassp"}
     assert {n for n, c in caps.items() if "regression" in c.tasks} == {
         "adassp",

@@ -27,6 +27,23 @@ def test_one_solve_is_twenty_passes() -> None:
     assert fit_work("objective_perturbation", 30_000, 106, {}) == 20 * 30_000 * 106
 
 
+def test_a_projected_objective_perturbation_solves_in_k_after_one_projection() -> None:
+    # 30,000 rows, d = 106 projected to k = 8: one solve on the n × 8 design plus n·d·k
+    details = calibrate(
+        "objective_perturbation",
+        n=30_000,
+        d=106,
+        epsilon=1.0,
+        regularization=0.01,
+        projection_dim=8,
+    ).details
+    assert fit_work("objective_perturbation", 30_000, 106, details) == (
+        20 * 30_000 * 8 + 30_000 * 106 * 8
+    )
+    plain = calibrate("objective_perturbation", n=30_000, d=106, epsilon=1.0, regularization=0.01)
+    assert fit_work("objective_perturbation", 30_000, 106, plain.details) == 20 * 30_000 * 106
+
+
 def test_dp_sgd_counts_rows_and_updates_per_pass() -> None:
     # 1,000 rows in batches of 50: 20 updates per pass; 10 passes in 6 dimensions
     assert dp_sgd_work(1_000, 6, epochs=10, batches_per_epoch=20) == 10 * (1_000 + 20 * 64) * 6

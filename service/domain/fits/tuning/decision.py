@@ -38,6 +38,7 @@ from service.dp.analysis.selection_choice import (
     rule_cost_factor,
 )
 from service.dp.analysis.work import evaluation_work, fit_work
+from service.dp.mechanisms.objective_perturbation import rule_dimension
 
 __all__ = ["RULE_MECHANISMS"]
 
@@ -153,7 +154,7 @@ def _automatic_rule(dataset: Dataset, request: TunedFitRequest) -> _Rule | None:
             base.mechanism,
             k=len(request.settings()),
             n=n,
-            d=_noise_dimension(dataset),
+            d=_noise_dimension(dataset, base),
             epsilon=float(base.epsilon),
             delta=float(base.delta),
             iterations=_requested_iterations(request),
@@ -168,11 +169,14 @@ def _automatic_rule(dataset: Dataset, request: TunedFitRequest) -> _Rule | None:
     )
 
 
-def _noise_dimension(dataset: Dataset) -> int:
-    """d, or dK for a multi-class model (the noise proxy's and κ's dimension)."""
+def _noise_dimension(dataset: Dataset, base: FitRequest) -> int:
+    """d, dK for a multi-class model, or a projected fit's k (the noise proxy's and κ's
+    dimension)."""
     task = dataset_task(dataset)
     d = int(dataset.n_features)
-    return d * task.n_classes if task.task == "multiclass" else d
+    if task.task == "multiclass":
+        return d * task.n_classes
+    return rule_dimension(base.mechanism, d, base.params)
 
 
 def _check_grid(dataset: Dataset, request: TunedFitRequest, rule: _Rule | None) -> _Checked:
@@ -204,7 +208,7 @@ def _check_grid(dataset: Dataset, request: TunedFitRequest, rule: _Rule | None) 
         k=len(settings),
         n=n,
         # the noise dimension (dK for a multi-class model) in the noise proxy
-        d=_noise_dimension(dataset),
+        d=_noise_dimension(dataset, request.base),
         epsilon=epsilon,
         delta=delta,
         min_regularization=min(s.regularization for s in settings),
