@@ -18,7 +18,7 @@ reason recorded.
 
 **Projection.** When the pick is ``objective_perturbation`` and the request gives no λ, the
 public rule of :mod:`service.dp.analysis.projection_rule` may project the rows to k < d
-dimensions (k = max(k_min, ⌈nε/c⌉)): the pick then becomes objective perturbation with
+dimensions (k = max(2, ⌈c·(nε)^(2/3)⌉), when 3k < d): the pick then becomes objective perturbation with
 ``projection_dim`` k at the automatic λ for d = k, simulated on the same draws for its band,
 and the record's ``projection_rule`` shows k, its inputs and the unprojected pick. The rule,
 not the simulation, decides: the synthetic reference spreads its signal evenly over all d

@@ -79,8 +79,8 @@ def test_tiny_budget_keeps_the_preferred_mechanism_at_its_rule_and_is_below_the_
         regularization=None,
         majority=0.75,
     )
-    # nε = 100: the projection rule keeps k = max(4, ⌈100/50⌉) = 4 of the 51 columns, and λ
-    # is the automatic λ at d = 4
+    # nε = 100: the projection rule keeps k = ⌈0.14142·100^(2/3)⌉ = ⌈3.047⌉ = 4 of the 51
+    # columns (3·4 < 51), and λ is the automatic λ at d = 4
     rule = auto_regularization("objective_perturbation", n=2000, d=4, epsilon=0.05)
     assert choice.chosen == auto_simulation.Candidate.of(
         "objective_perturbation", rule.regularization, {"projection_dim": 4}
@@ -152,11 +152,9 @@ def test_choice_follows_the_decision_rule_and_is_reproducible() -> None:
         se = diff.std(ddof=1) / math.sqrt(diff.size)
         if diff.mean() > max(auto.MIN_GAIN, auto.GAIN_Z * se):
             pick = f
-    if "projection_rule" in first.to_dict():  # objective perturbation, projected by the rule
-        assert pick.candidate.mechanism == "objective_perturbation"
-        assert first.chosen.params == {"projection_dim": 4}  # k = max(4, ⌈150/50⌉) < d = 6
-    else:
-        assert first.chosen == pick.candidate
+    # no projection here: k = ⌈0.14142·150^(2/3)⌉ = 4 and 3·4 ≥ d = 6
+    assert "projection_rule" not in first.to_dict()
+    assert first.chosen == pick.candidate
 
 
 @pytest.mark.parametrize(
@@ -219,7 +217,7 @@ def test_a_given_regularization_is_never_projected() -> None:
 
 
 def test_projected_pick_is_simulated_on_the_same_draws() -> None:
-    # breast cancer's shape: n = 398, d = 31, ε = 1 → k = ⌈398/50⌉ = 8
+    # breast cancer's shape: n = 398, d = 31, ε = 1 → k = ⌈0.14142·398^(2/3)⌉ = ⌈7.652⌉ = 8
     choice = auto.choose(
         n=398, d=31, epsilon=1.0, delta=0.0, loss="logistic", regularization=None
     )

@@ -8,29 +8,34 @@ import pytest
 from service.dp.analysis import projection_rule as rule
 from service.dp.analysis.projection_rule import auto_projection
 
-C, K_MIN = 50.0, 4  # the calibrated constants, restated: changing them must be deliberate
+C, K_MIN = 0.1414213562373095, 2  # the calibrated constants, restated: changing them must be deliberate
 
 
 def test_the_calibrated_constants() -> None:
-    assert rule.ROWS_PER_DIMENSION == C
+    assert rule.SCALE == C
+    assert C == pytest.approx(0.02**0.5, rel=1e-15)
     assert rule.MIN_DIMENSION == K_MIN
+    assert rule.OFF_FRACTION == pytest.approx(1 / 3)
 
 
 @pytest.mark.parametrize(
     ("n", "d", "epsilon", "k"),
     [
-        # breast cancer's training split: nε = 398 → ⌈398/50⌉ = ⌈7.96⌉ = 8 of 31 columns
+        # breast cancer's training split: nε = 398, 398^(2/3) = 54.107, × 0.14142 = 7.652 → 8;
+        # 3·8 = 24 < 31
         (398, 31, 1.0, 8),
-        # nε = 199 → ⌈3.98⌉ = 4
-        (398, 31, 0.5, 4),
-        # nε = 39.8 → ⌈0.796⌉ = 1, raised to k_min = 4
-        (398, 31, 0.1, 4),
-        # digits: nε = 1257 → ⌈25.14⌉ = 26 of 65
-        (1257, 65, 1.0, 26),
-        # Adult at ε = 0.1: nε = 3016.2 → ⌈60.324⌉ = 61 of 106
-        (30_162, 106, 0.1, 61),
-        # exactly on a multiple: nε = 500 → 10
-        (1000, 40, 0.5, 10),
+        # nε = 199: 199^(2/3) = 34.085 → 4.820 → 5
+        (398, 31, 0.5, 5),
+        # nε = 39.8: 39.8^(2/3) = 11.657 → 1.649 → 2 (= k_min)
+        (398, 31, 0.1, 2),
+        # digits: nε = 1257: 116.47 → 16.47 → 17; 3·17 = 51 < 65
+        (1257, 65, 1.0, 17),
+        # Adult at ε = 0.1: nε = 3016.2: 208.76 → 29.52 → 30; 3·30 = 90 < 106
+        (30_162, 106, 0.1, 30),
+        # nε = 550: 550^(2/3) = 67.13 → 9.49 → 10, and 3·10 = 30 < 31: projected
+        (1100, 31, 0.5, 10),
+        # nε = 8: 8^(2/3) = 4 exactly, × 0.14142 = 0.566 → 1, raised to k_min = 2
+        (80, 10, 0.1, 2),
     ],
 )
 def test_dimension_by_hand(n: int, d: int, epsilon: float, k: int) -> None:
@@ -40,19 +45,20 @@ def test_dimension_by_hand(n: int, d: int, epsilon: float, k: int) -> None:
     record = choice.record()
     assert record["projection_dim"] == k
     assert record["inputs"] == {"n": n, "d": d, "epsilon": epsilon}
-    assert record["constants"] == {"c": C, "k_min": float(K_MIN)}
+    assert record["constants"] == {"c": C, "k_min": float(K_MIN), "off_fraction": 1 / 3}
 
 
 @pytest.mark.parametrize(
     ("n", "d", "epsilon"),
     [
-        (30_162, 106, 0.5),  # nε/50 = 301.6 ≥ 106: every column kept
-        (1000, 20, 1.0),  # k = 20 = d: a projection would not reduce the noise's dimension
-        (100, 4, 0.1),  # k_min = 4 = d
-        (100, 3, 0.1),  # d below k_min
+        (30_162, 106, 0.5),  # nε = 15081: k = 87, 3·87 ≥ 106: every column kept
+        (3000, 64, 1.0),  # nε = 3000: 208.0 → 29.42 → 30, 3·30 = 90 ≥ 64
+        (1100, 30, 0.5),  # k = 10 (above), 3·10 = 30 ≥ d = 30: the off-switch's boundary
+        (80, 6, 0.1),  # k = k_min = 2, 3·2 = 6 ≥ 6
+        (100, 3, 0.1),  # d below 3·k_min
     ],
 )
-def test_no_projection_when_k_reaches_d(n: int, d: int, epsilon: float) -> None:
+def test_no_projection_when_k_reaches_a_third_of_d(n: int, d: int, epsilon: float) -> None:
     assert auto_projection("objective_perturbation", n=n, d=d, epsilon=epsilon) is None
 
 
