@@ -40,7 +40,9 @@ Fashion 5–9 on 3000 rows (:func:`benchmarks.calibrate_norm_rule.fashion_binary
 mean ± s.e. of: OP at the rule's λ without projection; OP with the chosen projection (fresh R
 every repetition; at the whole ε: the service's ~5 % majority count is not charged here);
 PrivFit's best λ in hindsight without projection and diffprivlib's best λ in hindsight
-(:data:`EVAL_GRID`).
+(:data:`EVAL_GRID`); and, as a diagnostic never used to choose anything, the best k of
+:data:`K_GRID` in hindsight (at the rule's λ for d = k), to show how far the rule's k is from
+it. Adult is not re-run here (its curves are in the calibration file).
 
 Run: ``python -m benchmarks.calibrate_projection --calibrate`` (writes
 ``benchmarks/calibration/projection_rule.json``), ``--rescore`` (choose again from the saved
@@ -353,10 +355,11 @@ def summary(result: dict[str, Any]) -> str:
 
 
 def _eval_cell(
-    args: tuple[str, float, int, dict[str, Any], tuple[float, ...], int],
+    args: tuple[str, float, int, dict[str, Any], tuple[float, ...], tuple[int, ...], int],
 ) -> dict[str, Any]:
-    """One held-out (data set, ε) cell, ``reps`` repetitions of every contender."""
-    name, eps, reps, rule, grid, seed = args
+    """One held-out (data set, ε) cell, ``reps`` repetitions of every contender; the best grid
+    k in hindsight (at the rule's λ for d = k) is a diagnostic, never used to choose."""
+    name, eps, reps, rule, grid, k_grid, seed = args
     limit_threads(1)
     t0 = time.time()
     X, y, Xte, yte = EVAL_SETS[name]()
@@ -367,6 +370,7 @@ def _eval_cell(
     cols: dict[str, list[float]] = {"rule": [], "projected": []}
     diff: list[float] = []
     privfit: dict[float, list[float]] = {lam: [] for lam in grid}
+    by_k: dict[int, list[float]] = {kk: [] for kk in k_grid if kk < d}
     dpl: dict[float, list[float]] = {lam: [] for lam in grid}
     for _ in range(reps):
         base = op_accuracy(X, y, test, eps, rng)
@@ -374,12 +378,15 @@ def _eval_cell(
         cols["rule"].append(base)
         cols["projected"].append(proj)
         diff.append(proj - base)
+        for kk, vals in by_k.items():
+            vals.append(op_accuracy(X, y, test, eps, rng, k=kk))
         for lam in grid:
             privfit[lam].append(op_accuracy(X, y, test, eps, rng, lam=lam))
             peer = fit_diffprivlib(X, y, epsilon=eps, lam=lam, seed=int(rng.integers(2**31)))
             dpl[lam].append(accuracy(peer.decision_function(Xte), yte))
     best = max(grid, key=lambda lam: float(np.mean(privfit[lam])))
     dbest = max(grid, key=lambda lam: float(np.mean(dpl[lam])))
+    kbest = max(by_k, key=lambda kk: float(np.mean(by_k[kk])))
     return {
         "dataset": name,
         "n": n,
@@ -394,10 +401,13 @@ def _eval_cell(
         ),
         "best_lambda": best,
         "diffprivlib_best_lambda": dbest,
+        "best_k": kbest,
+        "by_k": {str(kk): mean_se(vals) for kk, vals in by_k.items()},
         "results": {
             "rule": mean_se(cols["rule"]),
             "projected": mean_se(cols["projected"]),
             "gain (paired)": mean_se(diff),
+            "best k (hindsight)": mean_se(by_k[kbest]),
             "best λ (hindsight)": mean_se(privfit[best]),
             "diffprivlib best λ": mean_se(dpl[dbest]),
         },
@@ -412,9 +422,10 @@ def evaluate(
     reps: int,
     workers: int,
     grid: tuple[float, ...] = EVAL_GRID,
+    k_grid: tuple[int, ...] = K_GRID,
 ) -> list[dict[str, Any]]:
     jobs = [
-        (name, eps, reps, rule, grid, zlib.crc32(f"{name} {eps}".encode()))
+        (name, eps, reps, rule, grid, k_grid, zlib.crc32(f"{name} {eps}".encode()))
         for name in names
         for eps in epsilons
     ]
@@ -424,8 +435,8 @@ def evaluate(
 def table(rows: Sequence[dict[str, Any]]) -> str:
     lines = [
         "| data (n, d) | ε | rule, no projection (λ) | rule, projected (k) | gain (paired) "
-        "| best λ hindsight | diffprivlib best λ |",
-        "|---|---|---|---|---|---|---|",
+        "| best k hindsight (k) | best λ hindsight | diffprivlib best λ |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         r = {key: "{:.3f} ± {:.3f}".format(*v) for key, v in row["results"].items()}
@@ -434,7 +445,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         lines.append(
             f"| {row['dataset']} ({row['n']}, {row['d']}) | {row['epsilon']:g} | "
             f"{r['rule']} ({row['lambda_rule']:.2g}) | {r['projected']} ({k}) | "
-            f"{g[0] * 100:+.1f} ± {g[1] * 100:.1f} | {r['best λ (hindsight)']} "
+            f"{g[0] * 100:+.1f} ± {g[1] * 100:.1f} | {r['best k (hindsight)']} "
+            f"({row['best_k']}) | {r['best λ (hindsight)']} "
             f"({row['best_lambda']:g}) | {r['diffprivlib best λ']} "
             f"({row['diffprivlib_best_lambda']:g}) |"
         )
@@ -477,7 +489,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         rule = json.loads(args.calibration_json.read_text())["chosen"]
         print("rule (calibrated on synthetic data and Adult):", rule["rule"])
         if args.quick:
-            rows = evaluate(rule, ["breast_cancer"], (1.0,), args.reps or 2, 1, grid=(1e-2, 0.1))
+            rows = evaluate(
+                rule, ["breast_cancer"], (1.0,), args.reps or 2, 1, grid=(1e-2, 0.1), k_grid=(4, 8)
+            )
         else:
             rows = evaluate(rule, args.datasets, EPSILONS, args.reps or 60, args.workers)
         print(table(rows))
