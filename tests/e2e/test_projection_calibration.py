@@ -33,7 +33,10 @@ def test_the_quick_projection_calibration_writes_a_rule_and_an_evaluation(
     assert bench.main(args) == 0
     data = json.loads(calibration.read_text())
     assert set(data["forms"]) == {
-        f"{form} k_min={k_min}" for form in bench.FORMS for k_min in bench.K_MINS
+        f"{form} cutoff={cutoff:.3g} k_min={k_min}"
+        for form in bench.FORMS
+        for cutoff in bench.CUTOFFS
+        for k_min in bench.K_MINS
     }
     chosen = data["chosen"]
     assert chosen["form"] in bench.FORMS
@@ -59,5 +62,9 @@ def test_the_rule_is_a_clamped_public_function_of_n_d_and_epsilon() -> None:
     assert rule_dimension(400, 31, 0.1, rule) == 4  # ⌈40/50⌉ = 1, floored at k_min
     assert rule_dimension(400, 31, 1.0, rule) == 8
     assert rule_dimension(30_000, 106, 1.0, rule) is None  # 600 ≥ d: no projection
+    half = {**rule, "cutoff": 0.5}
+    assert rule_dimension(2_000, 40, 0.5, rule) == 20
+    assert rule_dimension(2_000, 40, 0.5, half) is None  # 20 ≥ d/2
+    assert rule_dimension(2_000, 41, 0.5, half) == 20
     with pytest.raises(ValueError):
         rule_dimension(400, 31, 0.0, rule)
