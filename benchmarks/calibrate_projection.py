@@ -483,6 +483,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--datasets", nargs="*", default=list(EVAL_SETS))
     parser.add_argument("--calibration-json", type=Path, default=OUT)
     parser.add_argument("--json", type=Path, default=EVAL_OUT)
+    parser.add_argument(
+        "--rule-key",
+        default=None,
+        help="evaluate another scored rule instead of the chosen one, e.g. 'linear cutoff=1 "
+        "k_min=2' (a comparison after the choice, never a choice)",
+    )
+    parser.add_argument("--which", choices=("safe", "max"), default="safe")
     args = parser.parse_args(argv)
     limit_threads(1)
     if args.quick:
@@ -491,7 +498,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.calibrate or args.rescore:
         if args.calibrate:
             data = calibrate(
-                args.reps or (2 if args.quick else 40),
+                args.reps or (2 if args.quick else 240),
                 args.adult_reps,
                 args.workers,
                 quick=args.quick,
@@ -504,7 +511,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.calibration_json.write_text(json.dumps(data, indent=1))
         print(summary(data))
     if args.evaluate:
-        rule = json.loads(args.calibration_json.read_text())["chosen"]
+        saved = json.loads(args.calibration_json.read_text())
+        rule = (
+            saved["chosen"] if args.rule_key is None else saved["forms"][args.rule_key][args.which]
+        )
         print("rule (calibrated on synthetic data and Adult):", rule["rule"])
         if args.quick:
             rows = evaluate(
