@@ -51,7 +51,7 @@ def test_the_quick_projection_calibration_writes_a_rule_and_an_evaluation(
         assert math.isfinite(mean)
         assert se >= 0.0
     out = capsys.readouterr().out
-    assert "| form | k_min |" in out
+    assert "| form | off when k ≥ | k_min |" in out
     assert "| data (n, d) | ε |" in out
 
 
