@@ -17,13 +17,14 @@ mechanisms at δ = 0, objective perturbation with a non-smooth loss) is left out
 reason recorded.
 
 **Projection.** When the pick is ``objective_perturbation`` and the request gives no λ, the
-public rule of :mod:`service.dp.analysis.projection_rule` may project the rows to k < d
-dimensions (k = max(2, ⌈c·(nε)^(2/3)⌉), when 3k < d): the pick then becomes objective perturbation with
-``projection_dim`` k at the automatic λ for d = k, simulated on the same draws for its band,
-and the record's ``projection_rule`` shows k, its inputs and the unprojected pick. The rule,
-not the simulation, decides: the synthetic reference spreads its signal evenly over all d
-directions, the one case where a projection can only lose, while real features are correlated
-(benchmarks/RESULTS.md, "A public projection dimension for objective perturbation").
+public rule of :mod:`service.dp.analysis.projection_rule` may project the rows to
+k = max(2, ⌈c·(nε)^(2/3)⌉) dimensions (when 3k < d): the pick then becomes objective
+perturbation with ``projection_dim`` k at the automatic λ for d = k, simulated on the same
+draws for its band, and the record's ``projection_rule`` shows k, its inputs and the
+unprojected pick. The rule, not the simulation, decides: the synthetic reference spreads its
+signal evenly over all d directions, the one case where a projection can only lose, while real
+features are correlated (benchmarks/RESULTS.md, "A public projection dimension for objective
+perturbation").
 
 **Transfer** (only with public reference rows): hypothesis transfer towards the public rows'
 own exact model w₀ (:func:`~service.dp.analysis.auto_simulation.public_source`,

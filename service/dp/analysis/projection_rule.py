@@ -45,8 +45,8 @@ from typing import Any, Final
 
 __all__ = [
     "MIN_DIMENSION",
-    "PROJECTION_MECHANISMS",
     "OFF_FRACTION",
+    "PROJECTION_MECHANISMS",
     "SCALE",
     "ProjectionChoice",
     "auto_projection",
@@ -96,7 +96,8 @@ def rule_dimension(n: int, epsilon: float) -> int:
         raise ValueError("n must be a positive integer")
     if not (math.isfinite(epsilon) and epsilon > 0.0):
         raise ValueError("epsilon must be finite and > 0")
-    return max(MIN_DIMENSION, math.ceil(SCALE * (n * epsilon) ** (2.0 / 3.0)))
+    scaled = SCALE * math.pow(n * epsilon, 2.0 / 3.0)
+    return max(MIN_DIMENSION, math.ceil(scaled))
 
 
 def auto_projection(

@@ -209,22 +209,18 @@ def test_too_many_features_is_refused_before_any_work() -> None:
 
 def test_a_given_regularization_is_never_projected() -> None:
     # the request's λ names the setting: the rule may not change the model it asked for
-    choice = auto.choose(
-        n=400, d=31, epsilon=1.0, delta=0.0, loss="logistic", regularization=0.01
-    )
+    choice = auto.choose(n=400, d=31, epsilon=1.0, delta=0.0, loss="logistic", regularization=0.01)
     assert "projection_dim" not in choice.chosen.params
     assert "projection_rule" not in choice.to_dict()
 
 
 def test_projected_pick_is_simulated_on_the_same_draws() -> None:
     # breast cancer's shape: n = 398, d = 31, ε = 1 → k = ⌈0.14142·398^(2/3)⌉ = ⌈7.652⌉ = 8
-    choice = auto.choose(
-        n=398, d=31, epsilon=1.0, delta=0.0, loss="logistic", regularization=None
-    )
+    choice = auto.choose(n=398, d=31, epsilon=1.0, delta=0.0, loss="logistic", regularization=None)
     assert choice.chosen.params == {"projection_dim": 8}
     lam = auto_regularization("objective_perturbation", n=398, d=8, epsilon=1.0)
     assert choice.chosen.regularization == lam.regularization
     figures = [f for f in choice.figures if f.candidate == choice.chosen]
-    assert len(figures) == 1 and len(figures[0].accuracies) == auto_simulation.REPEATS
+    assert len(figures) == 1
+    assert len(figures[0].accuracies) == auto_simulation.REPEATS
     assert choice.to_dict()["predicted_accuracy"] == figures[0].mean
-

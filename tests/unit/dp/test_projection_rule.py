@@ -3,19 +3,23 @@ its value in hand-computed cases, when it keeps every column, and its refusals."
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from service.dp.analysis import projection_rule as rule
 from service.dp.analysis.projection_rule import auto_projection
 
-C, K_MIN = 0.1414213562373095, 2  # the calibrated constants, restated: changing them must be deliberate
+# the calibrated constants, restated: changing them must be deliberate
+C, K_MIN = 0.1414213562373095, 2
 
 
 def test_the_calibrated_constants() -> None:
     assert rule.SCALE == C
-    assert C == pytest.approx(0.02**0.5, rel=1e-15)
+    assert pytest.approx(0.02**0.5, rel=1e-15) == C
     assert rule.MIN_DIMENSION == K_MIN
-    assert rule.OFF_FRACTION == pytest.approx(1 / 3)
+    assert pytest.approx(1 / 3) == rule.OFF_FRACTION
 
 
 @pytest.mark.parametrize(
@@ -76,7 +80,8 @@ def test_only_binary_tasks_are_projected(task: str) -> None:
 
 def test_dimension_grows_with_n_and_epsilon() -> None:
     ks = [rule.rule_dimension(n, 1.0) for n in (100, 400, 1600, 6400)]
-    assert ks == sorted(ks) and ks[-1] > ks[0]
+    assert ks == sorted(ks)
+    assert ks[-1] > ks[0]
     assert rule.rule_dimension(1000, 0.5) < rule.rule_dimension(1000, 1.0)
 
 
@@ -87,3 +92,14 @@ def test_dimension_grows_with_n_and_epsilon() -> None:
 def test_refuses_invalid_inputs(n: int, d: int, epsilon: float) -> None:
     with pytest.raises(ValueError):
         auto_projection("objective_perturbation", n=n, d=d, epsilon=epsilon)
+
+
+def test_the_constants_are_the_calibration_runs_choice() -> None:
+    # benchmarks/calibrate_projection.py --calibrate wrote its choice here; the service's rule
+    # must be that choice (re-running the calibration and not porting it fails here)
+    path = Path(__file__).resolve().parents[3] / "benchmarks/calibration/projection_rule.json"
+    chosen = json.loads(path.read_text())["chosen"]
+    assert chosen["form"] == "two_thirds"
+    assert chosen["c"] == rule.SCALE
+    assert chosen["k_min"] == rule.MIN_DIMENSION
+    assert chosen["cutoff"] == pytest.approx(rule.OFF_FRACTION, rel=1e-15)
