@@ -594,3 +594,53 @@ def test_an_auto_plan_may_choose_transfer(client: TestClient, site: SiteHandle) 
     [point] = response.json()["points"]
     assert point["mechanism"] == "transfer"
     assert point["spent_epsilon"] == 0.5
+
+
+def wide_upload(client: TestClient, site: SiteHandle, n: int = 400, m: int = 30) -> Any:
+    """n rows of m correlated numeric columns in [0, 1] (one latent factor and noise) and a
+    label from the factor: d = m + 1 encoded columns with the intercept."""
+    rng = np.random.default_rng(7)
+    factor = rng.uniform(0.0, 1.0, n)
+    X = np.clip(factor[:, None] * 0.7 + rng.uniform(0.0, 0.3, (n, m)), 0.0, 1.0)
+    lines = [",".join([*(f"x{j}" for j in range(m)), "y"])]
+    for row, f in zip(X, factor, strict=True):
+        lines.append(",".join([*(f"{v:.4f}" for v in row), "yes" if f > 0.5 else "no"]))
+    spec = {
+        "name": "wide",
+        "label": {"column": "y", "positive": "yes"},
+        "features": [
+            {"column": f"x{j}", "type": "numeric", "lower": 0, "upper": 1} for j in range(m)
+        ],
+        "budget": {"epsilon": 5.0, "delta": 1e-5},
+    }
+    return upload(client, site.headers, raw=("\n".join(lines) + "\n").encode(), spec=spec)
+
+
+def test_auto_projects_a_wide_small_dataset_by_the_public_rule(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = wide_upload(client, site)
+    assert dataset["n_features"] == 31
+    body = _auto(delta=0.0)
+    quote = _fit(client, site, dataset["id"], body, dry=True).json()
+    # n = 400, ε = 1: the count takes 0.05, the fit 0.95 (as above); nε = 380 →
+    # k = ⌈0.14142·380^(2/3)⌉ = ⌈0.14142·52.47⌉ = ⌈7.42⌉ = 8, and 3·8 = 24 < 31: projected,
+    # λ the automatic λ at d = 8
+    lam = auto_regularization("objective_perturbation", n=400, d=8, epsilon=0.95)
+    assert quote["mechanism"] == "objective_perturbation"
+    assert quote["auto"]["chosen"]["params"] == {"projection_dim": 8}
+    assert quote["auto"]["chosen"]["regularization"] == pytest.approx(lam.regularization)
+    rule = quote["auto"]["projection_rule"]
+    assert rule["projection_dim"] == 8
+    assert rule["inputs"] == {"n": 400, "d": 31, "epsilon": pytest.approx(0.95)}
+    assert rule["unprojected"]["params"] == {}
+    assert quote["calibration"]["noise_dimension"] == 8
+
+    job = _fit(client, site, dataset["id"], body, dry=False).json()
+    assert job["params"]["params"]["projection_dim"] == 8
+    done = wait_job(client, site.headers, job["id"])
+    assert done["status"] == "succeeded", done
+    model = client.get(f"/v1/models/{done['model_id']}", headers=site.headers).json()
+    assert model["privacy"]["auto"]["projection_rule"] == rule
+    assert len(model["coefficients"]) == 31  # folded back to the dataset's columns
+    assert budget(client, site.headers, dataset["id"])["epsilon_spent"] == pytest.approx(1.0)
