@@ -109,7 +109,7 @@ def projection_params(
 ) -> dict[str, Any]:
     """The checked projection options of a mechanism's raw ``params``: ``projection_dim`` k
     (an integer in [1, 10⁶], or None: no projection) and, only with k, ``projection_kind``
-    (one of :data:`~service.dp.data.projection.PROJECTION_KINDS`, default ``gaussian``) and
+    (one of :data:`~service.dp.data.projection.PROJECTION_KINDS`; omitted or null: ``gaussian``) and
     ``projection_seed`` (an integer in [0, MAX_SEED], or None: drawn when the fit runs).
 
     Refused (:class:`PrivacyParameterError`): k for a task named in ``refused`` (the message is
@@ -133,7 +133,9 @@ def projection_params(
             "a projection to more dimensions than the rows have only adds noise dimensions "
             "(k = d is allowed)"
         )
-    kind = raw.get("projection_kind", "gaussian")
+    # an explicit null is the schema's default (clients that send every field send it)
+    kind = raw.get("projection_kind")
+    kind = "gaussian" if kind is None else kind
     if kind not in PROJECTION_KINDS:
         raise PrivacyParameterError(
             f"projection_kind must be one of {', '.join(PROJECTION_KINDS)}, got {kind!r}"

@@ -294,3 +294,30 @@ def test_the_planner_gives_no_excess_risk_bound_for_a_projected_fit() -> None:
     projected = plan_point("objective_perturbation", params={"projection_dim": K}, **kwargs)
     assert projected.excess_risk_bound is None
     assert projected.expected_noise_norm == pytest.approx(3.0 / 0.2099592773, rel=1e-9)
+
+
+@pytest.mark.parametrize("mechanism", ["objective_perturbation", "dp_sgd"])
+def test_explicit_nulls_are_the_schemas_defaults(mechanism: str) -> None:
+    # a client that sends every field sends the documented defaults: null kind and seed
+    cal = calibrate(
+        mechanism,
+        n=N,
+        d=D,
+        epsilon=EPS,
+        regularization=0.01,
+        projection_dim=K,
+        projection_kind=None,
+        projection_seed=None,
+    )
+    assert cal.details["projection_kind"] == "gaussian"
+    assert cal.details.get("projection_seed") is None
+    with pytest.raises(PrivacyParameterError, match="projection_kind must be one of"):
+        calibrate(
+            mechanism,
+            n=N,
+            d=D,
+            epsilon=EPS,
+            regularization=0.01,
+            projection_dim=K,
+            projection_kind="",
+        )
