@@ -49,6 +49,7 @@ from benchmarks._common import accuracy, environment, fit_diffprivlib, limit_thr
 from service.dp import PreparedDesign, fit, prepare_design
 from service.dp.analysis import auto as chooser
 from service.dp.analysis.baseline import private_majority, reference_majority, split_budget
+from service.dp.analysis.projection_rule import auto_projection
 from service.dp.analysis.regularization import NORM_CONSTANT, auto_regularization
 from service.dp.analysis.selection import RuleOnlyResult, tune
 from service.dp.analysis.selection_choice import AUTOMATIC_LAMBDA
@@ -134,8 +135,9 @@ def tuned_fit(
 ) -> tuple[Any, str]:
     """Private tuning as ``selection="auto"`` decides it given the automatic λ
     (:func:`service.dp.analysis.selection.tune`, ``rule_candidate``): the automatic λ alone at
-    the whole ε when tuning's cost factor κ exceeds its threshold, else a selection among
-    :data:`TUNING_GRID` and the automatic λ. The released model and the method used."""
+    the whole ε when tuning's cost factor κ exceeds its threshold (projected by auto's rule
+    where it applies, as the service does), else a selection among :data:`TUNING_GRID` and the
+    automatic λ. The released model and the method used."""
 
     def fit_one(part: PreparedDesign, lam: float) -> FitResult:
         return fit(part, None, MECHANISM, epsilon=eps, regularization=lam, rng=rng)
@@ -155,6 +157,24 @@ def tuned_fit(
         mechanism=MECHANISM,
     )
     if isinstance(out, RuleOnlyResult):
+        # the service's declined fit is projected by auto's public rule when it applies
+        # (service/domain/fits/tuning/decision.py, _with_projection): refit it so (the
+        # decision above read no data; its fit is discarded)
+        n, d = design.n, int(design.X.shape[1])
+        projection = auto_projection(MECHANISM, n=n, d=d, epsilon=eps)
+        if projection is not None:
+            k = projection.dimension
+            lam_k = auto_regularization(MECHANISM, n=n, d=k, epsilon=eps).regularization
+            model = fit(
+                design,
+                None,
+                MECHANISM,
+                epsilon=eps,
+                regularization=lam_k,
+                rng=rng,
+                projection_dim=k,
+            ).model
+            return model, f"{AUTOMATIC_LAMBDA} k={k}"
         return out.result.model, AUTOMATIC_LAMBDA
     method = getattr(getattr(out, "plan", None), "method", "cms")
     return out.result.model, str(method)

@@ -340,3 +340,40 @@ def test_a_job_stored_without_a_decision_tunes_as_before(
     assert record["selection"] != "automatic_lambda"
     assert record["candidates"] == CANDIDATES
     assert "automatic_regularization" not in record
+
+
+def test_a_declined_tuning_on_a_wide_small_dataset_fits_autos_projection(
+    client: TestClient, site: SiteHandle
+) -> None:
+    from service.dp.analysis.regularization import auto_regularization
+    from tests.api.test_auto_fits import wide_upload
+
+    dataset = wide_upload(client, site)  # n = 400, d = 31
+    body = _body(1.0)
+    lam, _ = _automatic_lambda(client, site, dataset["id"], 1.0)
+    quote = _quote(client, site, dataset["id"], body)
+    decision = quote["calibration"]["tuning"]
+    assert decision["selection"] == "automatic_lambda"
+    # κ and the candidates weigh the unprojected automatic λ; the one fit is projected by
+    # auto's rule: nε = 400, k = ⌈0.14142·400^(2/3)⌉ = ⌈7.68⌉ = 8, 3·8 < 31, at the
+    # automatic λ for d = 8
+    projected = auto_regularization("objective_perturbation", n=400, d=8, epsilon=1.0)
+    assert decision["automatic_regularization"] == lam
+    assert decision["projection_rule"]["projection_dim"] == 8
+    assert decision["fitted_regularization"] == pytest.approx(projected.regularization)
+    assert decision["chosen_regularization"] == decision["fitted_regularization"]
+    assert quote["regularization"] == decision["fitted_regularization"]
+    assert quote["calibration"]["noise_dimension"] == 8
+    assert "projected to k = 8" in quote["composition"]
+
+    job = _run(client, site, dataset["id"], body)
+    assert job["params"]["tuning_decision"] == {
+        key: value for key, value in decision.items() if key != "chosen_regularization"
+    }
+    model = client.get(f"/v1/models/{job['model_id']}", headers=site.headers).json()
+    assert len(model["coefficients"]) == 31
+    record = model["privacy"]["tuning"]
+    assert record["projection_rule"] == decision["projection_rule"]
+    assert record["chosen_regularization"] == decision["fitted_regularization"]
+    assert model["privacy"]["calibration"]["noise_dimension"] == 8
+    assert budget(client, site.headers, dataset["id"])["epsilon_spent"] == 1.0

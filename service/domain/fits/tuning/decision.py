@@ -23,6 +23,7 @@ from service.domain.fits.tuning.request import (
 )
 from service.domain.records.base import json_safe
 from service.dp import Calibration
+from service.dp.analysis.projection_rule import auto_projection
 from service.dp.analysis.repetition import RepetitionPlan
 from service.dp.analysis.selection import MAX_CANDIDATES, Setting
 from service.dp.analysis.selection_choice import (
@@ -60,6 +61,19 @@ class _Rule:
     record: Mapping[str, Any]
     cost_factor: float
     requested: tuple[float, ...]
+    #: When the one fit of a declined tuning is projected by auto's public rule
+    #: (:mod:`service.dp.analysis.projection_rule`): the rule's record, and the automatic λ at
+    #: d = k with its record. The candidates, κ and the decision keep the unprojected λ.
+    projection: Mapping[str, Any] | None = None
+    projected_regularization: float | None = None
+    projected_record: Mapping[str, Any] | None = None
+
+    @property
+    def fitted_regularization(self) -> float:
+        """The λ the declined tuning's one fit runs at."""
+        if self.projected_regularization is not None:
+            return self.projected_regularization
+        return self.regularization
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +116,11 @@ class _Checked:
                 "cost_factor_threshold": MAX_COST_FACTOR,
                 "regularization_rule": dict(rule.record),
             }
+            if self.declined and rule.projection is not None:
+                out |= {
+                    "projection_rule": dict(rule.projection),
+                    "fitted_regularization": rule.fitted_regularization,
+                }
         return dict(json_safe(out))
 
 
@@ -161,11 +180,43 @@ def _automatic_rule(dataset: Dataset, request: TunedFitRequest) -> _Rule | None:
         )
     except (InvalidInputError, ValueError):
         return None
-    return _Rule(
+    rule = _Rule(
         regularization=resolved.lam,
         record=json_safe(dict(resolved.regularization_rule or {})),
         cost_factor=kappa,
         requested=request.regularizations,
+    )
+    return _with_projection(rule, base, n=n, d=d, task=task.task)
+
+
+def _with_projection(rule: _Rule, base: FitRequest, *, n: int, d: int, task: str) -> _Rule:
+    """``rule`` with the projection auto's public rule gives the declined tuning's one fit
+    (:mod:`service.dp.analysis.projection_rule`: binary objective perturbation, no projection
+    requested, 3k < d) and the automatic λ at d = k; unchanged otherwise. Public inputs only."""
+    if "projection_dim" in base.params or base.epsilon is None:
+        return rule
+    try:
+        choice = auto_projection(base.mechanism, n=n, d=d, epsilon=float(base.epsilon), task=task)
+        if choice is None:
+            return rule
+        projected = resolve_regularization(
+            replace(
+                base,
+                regularization=AUTO,
+                regularization_rule=None,
+                params={**base.params, "projection_dim": choice.dimension},
+            ),
+            n=n,
+            d=d,
+            task=task,
+        )
+    except (InvalidInputError, ValueError):
+        return rule
+    return replace(
+        rule,
+        projection=json_safe(choice.record()),
+        projected_regularization=projected.lam,
+        projected_record=json_safe(dict(projected.regularization_rule or {})),
     )
 
 
@@ -241,7 +292,16 @@ def _check_grid(dataset: Dataset, request: TunedFitRequest, rule: _Rule | None) 
 
 
 def _rule_fit(request: TunedFitRequest, rule: _Rule) -> FitRequest:
-    """The one fit of a declined tuning: the automatic λ at the request's (ε, δ), all rows."""
+    """The one fit of a declined tuning: the automatic λ at the request's (ε, δ), all rows
+    (projected to k dimensions at the automatic λ for d = k when auto's rule says so)."""
+    if rule.projection is not None:
+        assert rule.projected_record is not None
+        return replace(
+            request.base,
+            regularization=rule.fitted_regularization,
+            regularization_rule=rule.projected_record,
+            params={**request.base.params, "projection_dim": rule.projection["projection_dim"]},
+        )
     return replace(
         request.base, regularization=rule.regularization, regularization_rule=rule.record
     )

@@ -16,7 +16,7 @@ from service.db.uow import UnitOfWorkFactory
 from service.domain.datasets.catalog import dataset_task, read_design
 from service.domain.fits.run import DatasetFacts, dataset_facts
 from service.domain.fits.submit import FitRequest
-from service.domain.fits.tuning.decision import _check, _Checked, _run_params
+from service.domain.fits.tuning.decision import _check, _Checked, _rule_fit, _run_params
 from service.domain.fits.tuning.request import TunedFitRequest, step_size_candidates
 from service.domain.jobs.lifecycle import ClaimedJob, JobContext, Release, charged_amounts
 from service.domain.records.base import fit_privacy_record, json_safe, software_version
@@ -221,7 +221,7 @@ def _run_rule_only(
     (ε, δ), which is what was charged (no selection runs, nothing else is released)."""
     rule = checked.rule
     assert rule is not None
-    base = checked.request.base
+    base = _rule_fit(checked.request, rule)  # projected when auto's rule says so
     context.progress(0.0)
     result = context.fit(
         design,
@@ -231,14 +231,14 @@ def _run_rule_only(
         epsilon=float(base.epsilon or 0.0),
         delta=float(base.delta),
         loss=base.loss,
-        regularization=rule.regularization,
+        regularization=rule.fitted_regularization,
         **base.params,
         **task_kwargs,
     )
     if result.epsilon > checked.epsilon or result.delta > checked.delta:
         raise RuntimeError("the automatic λ's fit spent more than its charge")
     outcome = RuleOnlyResult(
-        candidate=rule.regularization,
+        candidate=rule.fitted_regularization,
         result=result,
         reason=checked.choice.reason,
         candidates=rule.requested,

@@ -98,7 +98,12 @@ def _quote_rule_only(
     """The quote of a tuning ``auto`` declines: the automatic λ's one fit at (ε, δ)."""
     rule = checked.rule
     assert rule is not None
-    details["tuning"] = checked.decision() | {"chosen_regularization": rule.regularization}
+    details["tuning"] = checked.decision() | {"chosen_regularization": rule.fitted_regularization}
+    projected = (
+        ""
+        if rule.projection is None
+        else f" projected to k = {rule.projection['projection_dim']} dimensions (auto's rule)"
+    )
     return FitQuote(
         mechanism=checked.request.base.mechanism,
         epsilon=checked.epsilon,
@@ -107,12 +112,13 @@ def _quote_rule_only(
         expected_noise_norm=checked.calibration.expected_noise_norm,
         composition="no selection (auto declined to tune, κ = "
         f"{rule.cost_factor:.3g} > {MAX_COST_FACTOR:g}): one fit of the automatic λ = "
-        f"{rule.regularization:.4g} on all rows at (ε, δ); {checked.calibration.composition}",
+        f"{rule.fitted_regularization:.4g} on all rows at (ε, δ){projected}; "
+        f"{checked.calibration.composition}",
         calibration=details,
         remaining_epsilon=remaining_epsilon,
         remaining_delta=remaining_delta,
-        regularization=rule.regularization,
-        regularization_rule=rule.record,
+        regularization=rule.fitted_regularization,
+        regularization_rule=rule.projected_record or rule.record,
     )
 
 
