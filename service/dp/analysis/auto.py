@@ -423,18 +423,23 @@ def _choose(
     if not runnable:
         raise ValueError("no single-dataset mechanism accepts these public inputs")
     X, y, reference = reference_for(d, majority, public)
-    results, n_sim, eps_sim = simulate(
-        runnable,
-        X=X,
-        y=y,
-        n=n,
-        epsilon=epsilon,
-        delta=delta,
-        loss=loss,
-        repeats=repeats,
-        # not the reference's id (index 8): the same public inputs give the same draws
-        seed=seed_of("choose", *key[:8], key[9]),
-    )
+
+    def simulated(candidates: Sequence[Candidate]) -> tuple[list[Any], int, float]:
+        # every call draws the same rows and noise seeds: not the reference's id (index 8),
+        # the same public inputs give the same draws
+        return simulate(
+            candidates,
+            X=X,
+            y=y,
+            n=n,
+            epsilon=epsilon,
+            delta=delta,
+            loss=loss,
+            repeats=repeats,
+            seed=seed_of("choose", *key[:8], key[9]),
+        )
+
+    results, n_sim, eps_sim = simulated(runnable)
     by_candidate = dict(zip(runnable, results, strict=True))
     figures: list[CandidateFigures] = []
     for f in listed:
@@ -468,17 +473,7 @@ def _choose(
         )
         if projected is not None:
             candidate, projection, bound = projected
-            got = simulate(
-                [candidate],
-                X=X,
-                y=y,
-                n=n,
-                epsilon=epsilon,
-                delta=delta,
-                loss=loss,
-                repeats=repeats,
-                seed=seed_of("choose", *key[:8], key[9]),
-            )[0][0]
+            got = simulated([candidate])[0][0]  # on the same draws as the candidates
             if isinstance(got, str):  # not simulable: the unprojected pick stands
                 projection = None
             else:
