@@ -644,3 +644,20 @@ def test_auto_projects_a_wide_small_dataset_by_the_public_rule(
     assert model["privacy"]["auto"]["projection_rule"] == rule
     assert len(model["coefficients"]) == 31  # folded back to the dataset's columns
     assert budget(client, site.headers, dataset["id"])["epsilon_spent"] == pytest.approx(1.0)
+
+
+def test_an_auto_plan_shows_the_projection_its_fit_would_use(
+    client: TestClient, site: SiteHandle
+) -> None:
+    dataset = wide_upload(client, site)
+    body = {"mechanism": "auto", "epsilons": [1.0], "delta": 0.0}
+
+    response = client.post(f"/v1/datasets/{dataset['id']}/plans", json=body, headers=site.headers)
+
+    assert response.status_code == 200, response.text
+    [point] = response.json()["points"]
+    quote = _fit(client, site, dataset["id"], _auto(delta=0.0), dry=True).json()
+    assert point["projection_rule"] == quote["auto"]["projection_rule"]
+    assert point["projection_rule"]["projection_dim"] == 8
+    assert point["regularization"] == quote["auto"]["chosen"]["regularization"]
+    assert budget(client, site.headers, dataset["id"])["charges"] == []

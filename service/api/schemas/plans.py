@@ -120,12 +120,13 @@ class PlanRead(ResponseModel):
     points: list[dict[str, Any]] = Field(
         description="Per (ε, λ): `epsilon`, `regularization`, `spent_epsilon`, `spent_delta`, "
         "`expected_noise_norm`, `excess_risk_bound` and, when simulated, the band. A point of "
-        "`auto` names its `mechanism`; without a public baseline (no public reference, nor a "
-        "declared prior on a binary label) the fit at that ε spends a slice of it on a private "
-        "trivial-model baseline and chooses and fits at the rest, and the point says so: the "
-        "choice, λ, noise and bound at ε less the slice, `private_baseline` (the slice: its "
-        "`epsilon`, `share`, `fit_epsilon` and rule) and `expected_accuracy` (the band), both "
-        "as the fit's dry run shows them."
+        "`auto` names its `mechanism` (and `projection_rule` when auto's public rule projects "
+        "the rows of objective perturbation to k dimensions); without a public baseline (no "
+        "public reference, nor a declared prior on a binary label) the fit at that ε spends a "
+        "slice of it on a private trivial-model baseline and chooses and fits at the rest, and "
+        "the point says so: the choice, λ, noise and bound at ε less the slice, "
+        "`private_baseline` (the slice: its `epsilon`, `share`, `fit_epsilon` and rule) and "
+        "`expected_accuracy` (the band), both as the fit's dry run shows them."
     )
     target: dict[str, Any] | None
     notes: list[str]

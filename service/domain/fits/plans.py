@@ -288,7 +288,14 @@ def _auto_plan(
         point = replace(point, regularization=chosen.regularization, epsilon=eps)
         if eps_fit != eps:  # the fit's ε and the slice's make up the whole ε
             point = replace(point, spent_epsilon=eps)
-        points.append(replace(point, accuracies=best.accuracies, mechanism=chosen.mechanism))
+        points.append(
+            replace(
+                point,
+                accuracies=best.accuracies,
+                mechanism=chosen.mechanism,
+                projection_rule=choice.projection,
+            )
+        )
         extras.append(extra)
     return Plan(
         dataset_id=dataset_id,

@@ -105,6 +105,9 @@ class GridPoint:
     mechanism: str | None = None
     #: Simulated RMSEs (numeric labels, in the label's units) instead of accuracies.
     rmses: tuple[float, ...] = ()
+    #: When ``auto`` projected the rows at this point: the projection rule's record
+    #: (:mod:`service.dp.analysis.projection_rule`).
+    projection_rule: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {} if self.mechanism is None else {"mechanism": self.mechanism}
@@ -118,6 +121,8 @@ class GridPoint:
         }
         if self.regularization_rule is not None:
             out["regularization_rule"] = dict(self.regularization_rule)
+        if self.projection_rule is not None:
+            out["projection_rule"] = dict(self.projection_rule)
         if self.accuracies:
             out["simulated_accuracy"] = _summary(self.accuracies)
         if self.rmses:
