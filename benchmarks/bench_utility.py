@@ -49,7 +49,7 @@ from benchmarks._common import accuracy, environment, fit_diffprivlib, limit_thr
 from service.dp import PreparedDesign, fit, prepare_design
 from service.dp.analysis import auto as chooser
 from service.dp.analysis.baseline import private_majority, reference_majority, split_budget
-from service.dp.analysis.projection_rule import auto_projection
+from service.dp.analysis.projection_rule import projected_regularization
 from service.dp.analysis.regularization import NORM_CONSTANT, auto_regularization
 from service.dp.analysis.selection import RuleOnlyResult, tune
 from service.dp.analysis.selection_choice import AUTOMATIC_LAMBDA
@@ -160,17 +160,18 @@ def tuned_fit(
         # the service's declined fit is projected by auto's public rule when it applies
         # (service/domain/fits/tuning/decision.py, _with_projection): refit it so (the
         # decision above read no data; its fit is discarded)
-        n, d = design.n, int(design.X.shape[1])
-        projection = auto_projection(MECHANISM, n=n, d=d, epsilon=eps)
-        if projection is not None:
+        found = projected_regularization(
+            MECHANISM, n=design.n, d=int(design.X.shape[1]), epsilon=eps
+        )
+        if found is not None:
+            projection, rule = found
             k = projection.dimension
-            lam_k = auto_regularization(MECHANISM, n=n, d=k, epsilon=eps).regularization
             model = fit(
                 design,
                 None,
                 MECHANISM,
                 epsilon=eps,
-                regularization=lam_k,
+                regularization=rule.regularization,
                 rng=rng,
                 projection_dim=k,
             ).model

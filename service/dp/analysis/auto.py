@@ -65,7 +65,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from service.dp import MECHANISMS, calibrate
+from service.dp import MECHANISMS, Calibration, calibrate
 from service.dp.analysis.auto_simulation import (
     MAX_SIMULATED_DIMENSION,
     REPEATS,
@@ -77,7 +77,7 @@ from service.dp.analysis.auto_simulation import (
 )
 from service.dp.analysis.baseline import warning_threshold
 from service.dp.analysis.planning import excess_risk_bound
-from service.dp.analysis.projection_rule import auto_projection
+from service.dp.analysis.projection_rule import projected_regularization
 from service.dp.analysis.regularization import AUTO_MECHANISMS as RULE_MECHANISMS
 from service.dp.analysis.regularization import auto_regularization
 
@@ -253,18 +253,18 @@ def auto_candidates(
             candidate = Candidate.of(TRANSFER, lam, {**shared, "transfer_strength": eta})
             try:
                 # transfer is objective perturbation calibrated at strong convexity λ + η
-                calibration = calibrate(
+                _admitted(
                     "objective_perturbation",
+                    TRANSFER,
                     n=n,
                     d=d,
                     epsilon=epsilon,
                     delta=0.0,
                     loss=loss,
                     regularization=lam + eta,
-                    **shared,
+                    params=shared,
+                    admissible=admissible,
                 )
-                if admissible is not None:
-                    admissible(TRANSFER, calibration)
             except (ValueError, TypeError, ArithmeticError) as exc:
                 out.append(CandidateFigures(candidate, excluded=str(exc)[:300]))
                 continue
@@ -275,7 +275,8 @@ def auto_candidates(
         for lam in _lambdas(mechanism, lambdas, regularization, n, d, epsilon, delta, loss, shared):
             candidate = Candidate.of(mechanism, lam, shared)
             try:
-                calibration = calibrate(
+                calibration = _admitted(
+                    mechanism,
                     mechanism,
                     n=n,
                     d=d,
@@ -283,10 +284,9 @@ def auto_candidates(
                     delta=delta,
                     loss=loss,
                     regularization=lam,
-                    **shared,
+                    params=shared,
+                    admissible=admissible,
                 )
-                if admissible is not None:
-                    admissible(mechanism, calibration)
             except (ValueError, TypeError, ArithmeticError) as exc:
                 out.append(CandidateFigures(candidate, excluded=str(exc)[:300]))
                 continue
@@ -295,6 +295,36 @@ def auto_candidates(
             )
             out.append(CandidateFigures(candidate, excess_risk_bound=bound))
     return out
+
+
+def _admitted(
+    mechanism: str,
+    label: str,
+    *,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float,
+    loss: str,
+    regularization: float,
+    params: Mapping[str, Any],
+    admissible: Callable[[str, Any], None] | None,
+) -> Calibration:
+    """One candidate's calibration; raises (ValueError, TypeError, ArithmeticError) when the
+    public inputs refuse it or ``admissible(label, calibration)`` does."""
+    calibration = calibrate(
+        mechanism,
+        n=n,
+        d=d,
+        epsilon=epsilon,
+        delta=delta,
+        loss=loss,
+        regularization=regularization,
+        **params,
+    )
+    if admissible is not None:
+        admissible(label, calibration)
+    return calibration
 
 
 #: Multiples of the rule's λ auto tries for a mechanism with a rule (when the request gives
@@ -500,39 +530,39 @@ def _projected(
     admissible: Callable[[str, Any], None] | None,
 ) -> tuple[Candidate, dict[str, Any], float | None] | None:
     """The pick with the projection rule's ``projection_dim`` and the automatic λ at d = k
-    (:mod:`service.dp.analysis.projection_rule`), or None when the rule keeps all d columns,
-    the pick's mechanism has no projection, or the projected calibration refuses the inputs."""
+    (:func:`service.dp.analysis.projection_rule.projected_regularization`), or None when the
+    rule keeps all d columns, the pick's mechanism has no projection, or the projected
+    calibration refuses the inputs."""
     params = pick.params
     if "projection_dim" in params:
         return None
-    choice = auto_projection(pick.mechanism, n=n, d=d, epsilon=epsilon)
-    if choice is None:
-        return None
-    k = choice.dimension
     try:
-        lam = auto_regularization(
-            pick.mechanism, n=n, d=k, epsilon=epsilon, delta=delta, loss=loss, params=params
-        ).regularization
-        own = {**params, "projection_dim": k}
-        calibration = calibrate(
+        found = projected_regularization(
+            pick.mechanism, n=n, d=d, epsilon=epsilon, delta=delta, loss=loss, params=params
+        )
+        if found is None:
+            return None
+        choice, rule = found
+        own = {**params, "projection_dim": choice.dimension}
+        calibration = _admitted(
+            pick.mechanism,
             pick.mechanism,
             n=n,
             d=d,
             epsilon=epsilon,
             delta=delta,
             loss=loss,
-            regularization=lam,
-            **own,
+            regularization=rule.regularization,
+            params=own,
+            admissible=admissible,
         )
-        if admissible is not None:
-            admissible(pick.mechanism, calibration)
     except (ValueError, TypeError, ArithmeticError):
         return None
     record = choice.record()
-    record["regularization"] = lam
+    record["regularization"] = rule.regularization
     record["unprojected"] = pick.to_dict()
     bound = excess_risk_bound(pick.mechanism, calibration.details, calibration.expected_noise_norm)
-    return Candidate.of(pick.mechanism, lam, own), record, bound
+    return Candidate.of(pick.mechanism, rule.regularization, own), record, bound
 
 
 def expected_accuracy(

@@ -43,6 +43,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from service.dp.analysis.regularization import RegularizationChoice, auto_regularization
+
 __all__ = [
     "MIN_DIMENSION",
     "OFF_FRACTION",
@@ -50,6 +52,7 @@ __all__ = [
     "SCALE",
     "ProjectionChoice",
     "auto_projection",
+    "projected_regularization",
     "rule_dimension",
 ]
 
@@ -113,3 +116,31 @@ def auto_projection(
     if 3 * k >= d:  # k ≥ d/3 (OFF_FRACTION), in integers
         return None
     return ProjectionChoice(dimension=k, inputs={"n": n, "d": d, "epsilon": epsilon})
+
+
+def projected_regularization(
+    mechanism: str,
+    *,
+    n: int,
+    d: int,
+    epsilon: float,
+    delta: float = 0.0,
+    loss: str = "logistic",
+    params: Mapping[str, Any] | None = None,
+) -> tuple[ProjectionChoice, RegularizationChoice] | None:
+    """The rule's projection of a binary fit and the automatic λ at d = k (the noise of the
+    projected objective lives in ℝ^k), or None when the rule keeps every column. ValueError
+    for inputs the λ rule refuses."""
+    choice = auto_projection(mechanism, n=n, d=d, epsilon=epsilon)
+    if choice is None:
+        return None
+    rule = auto_regularization(
+        mechanism,
+        n=n,
+        d=choice.dimension,
+        epsilon=epsilon,
+        delta=delta,
+        loss=loss,
+        params=params,
+    )
+    return choice, rule

@@ -103,3 +103,16 @@ def test_the_constants_are_the_calibration_runs_choice() -> None:
     assert chosen["c"] == rule.SCALE
     assert chosen["k_min"] == rule.MIN_DIMENSION
     assert chosen["cutoff"] == pytest.approx(rule.OFF_FRACTION, rel=1e-15)
+
+
+def test_projected_regularization_is_the_rule_at_d_equal_k() -> None:
+    # n = 398, d = 31, ε = 1: k = 8 (above); λ = √(4A·n + 2m₂)/(n·R), m₂ = 4·8·9/1 = 288,
+    # A = 0.01, R = 10: √(15.92 + 576)/3980 = √591.92/3980
+    found = rule.projected_regularization("objective_perturbation", n=398, d=31, epsilon=1.0)
+    assert found is not None
+    choice, lam = found
+    assert choice.dimension == 8
+    assert lam.regularization == pytest.approx(591.92**0.5 / 3980.0, rel=1e-12)
+    assert (
+        rule.projected_regularization("objective_perturbation", n=3000, d=64, epsilon=1.0) is None
+    )
