@@ -17,6 +17,7 @@ from scipy import special
 from service.dp.core.accounting import check_epsilon_delta, remainder_within
 from service.dp.core.base import Calibration, LinearModel, Problem, ProgressCallback
 from service.dp.core.losses import Loss, get_loss
+from service.dp.core.options import option
 from service.dp.core.plan import Plan, plan_kind
 from service.dp.core.regression_losses import get_regression_loss
 from service.dp.core.validation import (
@@ -49,7 +50,9 @@ __all__ = [
     "log1p_upper",
     "noise_enclosure",
     "problem_loss",
+    "projection_kind_option",
     "projection_params",
+    "projection_seed_option",
     "release",
     "report",
     "require_plan",
@@ -98,6 +101,26 @@ SOLVE_PASSES: Final[int] = 20
 PROJECTION_PARAMS: tuple[str, ...] = ("projection_dim", "projection_kind", "projection_seed")
 #: The largest projection dimension k accepted.
 MAX_PROJECTION_DIM = 1_000_000
+
+
+def projection_kind_option() -> Any:
+    """The ``projection_kind`` option field (:func:`~service.dp.core.options.option`), the same
+    for every mechanism with a projection."""
+    return option(
+        None,
+        "The projection matrix's entries (with `projection_dim` only; omitted: `gaussian`).",
+    )
+
+
+def projection_seed_option() -> Any:
+    """The ``projection_seed`` option field, the same for every mechanism with a projection."""
+    return option(
+        None,
+        "Public seed of the projection matrix (with `projection_dim` only; null: drawn from the "
+        "CSPRNG).",
+        ge=0,
+        le=MAX_SEED,
+    )
 
 
 def projection_params(

@@ -134,7 +134,6 @@ from service.dp.core.validation import (
 )
 from service.dp.data import clipping
 from service.dp.data.projection import (
-    MAX_SEED,
     ProjectionKind,
     RandomProjection,
 )
@@ -145,7 +144,9 @@ from service.dp.mechanisms._common import (
     Inputs,
     MechanismPlan,
     check_common,
+    projection_kind_option,
     projection_params,
+    projection_seed_option,
     release,
     report,
     require_plan,
@@ -252,17 +253,8 @@ class Options(MechanismOptions):
         ge=1,
         le=MAX_PROJECTION_DIM,
     )
-    projection_kind: Literal["gaussian", "achlioptas"] | None = option(
-        None,
-        "The projection matrix's entries (with `projection_dim` only; omitted: `gaussian`).",
-    )
-    projection_seed: int | None = option(
-        None,
-        "Public seed of the projection matrix (with `projection_dim` only; null: drawn from the "
-        "CSPRNG).",
-        ge=0,
-        le=MAX_SEED,
-    )
+    projection_kind: Literal["gaussian", "achlioptas"] | None = projection_kind_option()
+    projection_seed: int | None = projection_seed_option()
 
 
 #: One update's fixed cost (noise draw, exact release, step), counted in rows

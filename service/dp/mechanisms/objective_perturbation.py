@@ -101,7 +101,7 @@ from service.dp.core.options import Capabilities, MechanismOptions, option
 from service.dp.core.plan import plan_kind
 from service.dp.core.regression_losses import RegressionHuberLoss
 from service.dp.core.validation import PrivacyParameterError, validate_design
-from service.dp.data.projection import MAX_SEED, ProjectionKind, RandomProjection
+from service.dp.data.projection import ProjectionKind, RandomProjection
 from service.dp.mechanisms import multiclass
 from service.dp.mechanisms._common import (
     MAX_PROJECTION_DIM,
@@ -115,7 +115,9 @@ from service.dp.mechanisms._common import (
     jacobian_slack,
     noise_enclosure,
     problem_loss,
+    projection_kind_option,
     projection_params,
+    projection_seed_option,
     release,
     report,
     require_plan,
@@ -218,17 +220,8 @@ class Options(MechanismOptions):
         ge=1,
         le=MAX_PROJECTION_DIM,
     )
-    projection_kind: Literal["gaussian", "achlioptas"] | None = option(
-        None,
-        "The projection matrix's entries (with `projection_dim` only; omitted: `gaussian`).",
-    )
-    projection_seed: int | None = option(
-        None,
-        "Public seed of the projection matrix (with `projection_dim` only; null: drawn from the "
-        "CSPRNG).",
-        ge=0,
-        le=MAX_SEED,
-    )
+    projection_kind: Literal["gaussian", "achlioptas"] | None = projection_kind_option()
+    projection_seed: int | None = projection_seed_option()
 
 
 #: Why a projection is refused for the other tasks (:func:`projection_params`).
